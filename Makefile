@@ -1,0 +1,32 @@
+# The README's two commands. Everything clever lives in CMake and scripts/.
+#   make demo   install what is missing, build, train the tiny CPU recipe
+#   make test   install what is missing, build, run the whole ctest suite
+# Variables: BUILD (build folder), JOBS (parallel compile jobs), CUDA (AUTO|ON|OFF; OFF unless a
+# GPU is visible), CTEST_ARGS (e.g. "-L unit").
+BUILD ?= build
+JOBS  ?= $(shell nproc)
+CUDA  ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo AUTO || echo OFF)
+CTEST_ARGS ?=
+
+.PHONY: all setup configure build demo test clean
+all: build
+
+setup:
+	@scripts/setup-deps.sh
+
+$(BUILD)/build.ninja: | setup
+	cmake -S . -B $(BUILD) -G Ninja -DCIUIC_WITH_CUDA=$(CUDA)
+
+configure: setup $(BUILD)/build.ninja
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	scripts/demo.sh $(BUILD)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j 2 $(CTEST_ARGS)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,60 @@
+// ciuic/config.h — a typed, located, read-only view of one recipe section.
+//
+// The core hands each plugin its section (e.g. [sharding]) after validating it against the
+// plugin's OptionSpec list: every declared option is present (defaults filled in), has the
+// declared type and lies in range. So get_*() of a declared key never fails; asking for an
+// undeclared key, or with the wrong type, is a programming error and throws ciuic::Error.
+//
+// location() lets a plugin report problems the schema cannot express (e.g. "bucket size must be
+// a multiple of 8") the way the core does: fail(key, what) throws a UsageError whose message is
+// "<file>:<line>:<col>: [section] key = value: <what>".
+//
+// Copyable and cheap to copy (shared immutable state); safe to read from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <ciuic/export.h>
+
+namespace ciuic {
+
+class CIUIC_API Config {
+ public:
+  class Impl;  // defined in core/src/recipe
+  explicit Config(std::shared_ptr<const Impl> impl);
+
+  // Parses `toml_text` as the body of section `section` with no schema (every key allowed).
+  // For tests and embedders; the file name in locations is `origin`.
+  static Config from_toml(std::string_view section, std::string_view toml_text,
+                          std::string_view origin = "<string>");
+
+  const std::string& section() const;
+  bool has(std::string_view key) const;
+  std::vector<std::string> keys() const;
+
+  bool get_bool(std::string_view key) const;
+  int64_t get_int(std::string_view key) const;
+  double get_float(std::string_view key) const;  // integers are converted
+  std::string get_string(std::string_view key) const;
+  std::vector<std::string> get_string_list(std::string_view key) const;
+  std::vector<double> get_float_list(std::string_view key) const;
+
+  // "<file>:<line>:<col>" where the key's value was written, "--set" for command-line
+  // overrides, "<default>" for defaults filled in by the schema.
+  std::string location(std::string_view key) const;
+  // The section rendered as TOML (resolved: defaults included), for logs and checkpoints.
+  std::string to_toml() const;
+
+  [[noreturn]] void fail(std::string_view key, std::string_view what) const;
+
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace ciuic

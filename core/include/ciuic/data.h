@@ -1,0 +1,75 @@
+// ciuic/data.h — the data source slot ([data] plugin = "cached_ssd" | "synthetic" | ...).
+//
+// A DataSource yields micro-batches for one rank. Given the same (seed, world, rank, settings)
+// it yields the same sequence of batches on every run; ranks see disjoint samples; cursor() /
+// seek() make a resumed run continue with exactly the batches an uninterrupted run would have seen.
+//
+// Batches are CPU tensors (pinned when DataOpenArgs::pin_memory); the trainer copies them to the
+// device. Shapes [micro_batch_size, seq_len], int64:
+//   input_ids     token ids
+//   labels        the token each position must predict (already shifted: labels[t] is the id
+//                 that follows input_ids[t]), -100 where no loss is taken (prompt tokens,
+//                 padding, the last token of a document when packing)
+//   position_ids  position within the document: restarts at 0 at every document start, so the
+//                 model applies rotary positions per document and masks attention across
+//                 document boundaries (a new document starts exactly where position_ids == 0)
+//
+// Threading: next()/eval calls from one thread; implementations may prefetch on their own threads.
+// Failure: ciuic::Error naming the file (and line, for malformed input) at fault; an empty
+// dataset is an error at open().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+#include <ciuic/plugin.h>
+
+namespace ciuic {
+
+class Tokenizer;
+class ChatTemplate;
+
+struct Batch {
+  at::Tensor input_ids;
+  at::Tensor labels;
+  at::Tensor position_ids;
+  int64_t num_label_tokens = 0;  // count of labels != -100
+  int64_t num_documents = 0;     // documents (or parts of them) in the batch
+};
+
+struct DataOpenArgs {
+  int64_t seq_len = 0;
+  int64_t micro_batch_size = 0;
+  uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+  bool pin_memory = false;
+  // The model's tokenizer and the recipe's chat template; null when the recipe has none (sources
+  // that need them must then fail at open() with a message saying so).
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;
+};
+
+class CIUIC_API DataSource : public PluginObject {
+ public:
+  virtual void open(const DataOpenArgs& args) = 0;
+  // The next training micro-batch. Training data is endless: epochs follow one another, each
+  // reshuffled from the seed and the epoch number.
+  virtual Batch next() = 0;
+  // Opaque position (JSON text) of the next batch next() will return; seek() restores it.
+  virtual std::string cursor() const = 0;
+  virtual void seek(const std::string& cursor) = 0;
+  virtual int64_t epoch() const = 0;
+
+  // Held-out split. Each begin_eval() restarts it; next_eval() yields its batches in a fixed
+  // order (this rank's part) and nullopt at its end. has_eval() false: no held-out split.
+  virtual bool has_eval() const { return false; }
+  virtual void begin_eval() {}
+  virtual std::optional<Batch> next_eval() { return std::nullopt; }
+};
+
+}  // namespace ciuic

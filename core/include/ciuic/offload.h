@@ -1,0 +1,71 @@
+// ciuic/offload.h — where and how the optimizer update of one flat fp32 shard runs
+// ([offload] plugin = "cpu_adam"; without an [offload] plugin the core's device AdamW is used).
+//
+// An Offload owns, for the calling rank, the fp32 master copy of its parameter shard and the
+// AdamW moments (m, v), and turns a gradient shard into updated parameters:
+//
+//   setup(numel, segments, master_init, ...)        once, after the Sharding laid out its shard
+//   grad_ready(offset, grad)  (optional, repeated)  a region of the final gradient shard is ready
+//   step(grad, grad_scale, hyper, t, params_out)    once per non-skipped optimizer step
+//
+// Shapes: every shard tensor is 1-D with `numel` elements. `grad` is on the run's device in the
+// reduce dtype or fp32; `grad_scale` multiplies it before use (loss-scale inverse times the
+// clipping coefficient). `params_out` is the device shard in the parameter dtype: step() writes
+// the updated master weights rounded to that dtype (round-to-nearest-even) into it. When step()
+// returns, params_out is complete as seen by the current stream (CUDA) / the caller (CPU).
+//
+// Threading: all calls on the main thread; implementations may use their own worker threads and
+// streams internally but must have finished using `grad` when step() returns.
+// Failure: throws ciuic::Error (e.g. pinned allocation failed: names the bytes asked for).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include <ciuic/optim.h>
+#include <ciuic/plugin.h>
+#include <ciuic/state.h>
+
+namespace ciuic {
+
+// Elements [begin, end) of the shard, and whether weight decay applies to them.
+struct ShardSegment {
+  int64_t begin = 0;
+  int64_t end = 0;
+  bool weight_decay = true;
+};
+
+struct OffloadSetup {
+  int64_t numel = 0;
+  // Covers [0, numel) in order, without gaps (padding is a segment without weight decay).
+  std::vector<ShardSegment> segments;
+  // Initial master weights: fp32, 1-D, numel elements, any device. Copied; not kept.
+  at::Tensor master_init;
+  at::ScalarType param_dtype = at::kFloat;
+  c10::Device device{c10::kCPU};  // where grad and params_out live
+};
+
+struct OffloadMemory {
+  uint64_t host_bytes = 0;    // master + moments + staging in host memory
+  uint64_t device_bytes = 0;  // same, on the device
+};
+
+class CIUIC_API Offload : public PluginObject {
+ public:
+  virtual void setup(const OffloadSetup& setup) = 0;
+  // Optional early notice that grad[offset, offset + region.numel()) is final for this step, so
+  // device->host copies can start while backward still runs. `region` stays valid and unchanged
+  // until step() returns. Default: ignored.
+  virtual void grad_ready(int64_t offset, const at::Tensor& region);
+  virtual void step(const at::Tensor& grad, double grad_scale, const AdamWHyper& hyper,
+                    int64_t t, at::Tensor& params_out) = 0;
+
+  // State as 1-D fp32 CPU tensors of numel elements: "master", "exp_avg", "exp_avg_sq".
+  virtual void save_state(StateDict& out) const = 0;
+  virtual void load_state(const StateDict& in) = 0;
+  virtual OffloadMemory memory() const = 0;
+};
+
+}  // namespace ciuic

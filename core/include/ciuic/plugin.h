@@ -1,0 +1,180 @@
+// ciuic/plugin.h — the plugin ABI: how a shared library becomes a ciuic plugin.
+//
+// Modelled on LLVM's PassPlugin.h: a plugin exports one C-linkage entry point returning a plain,
+// static info record, and a factory. The loader (core/src/registry) dlopens the library, reads the
+// info record FIRST, and refuses — naming the file, what it expected and what it found — any
+// plugin whose api_version or build fingerprint differs from the core's. A refused plugin's
+// factory is never called. (Static initialisers of the library run at dlopen time, as with every
+// shared library; plugins must keep them free of side effects.)
+//
+// A plugin source file looks like this (see examples/hello_plugin and docs/plugins.md):
+//
+//   #include <ciuic/plugin.h>
+//   #include <ciuic/precision.h>
+//   namespace {
+//   class MyPolicy : public ciuic::Precision { ... };
+//   const ciuic::OptionSpec kOptions[] = {
+//     {"loss_scale", ciuic::OptionType::kFloat, "1.0", "static loss scale", 0.0, 1e9, nullptr},
+//   };
+//   }
+//   CIUIC_DEFINE_PLUGIN(ciuic::Slot::kPrecision, "mine", "1.0.0", "my precision policy",
+//                       kOptions, [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
+//                         return new MyPolicy(a.config, a.context); })
+//
+// Ownership: the factory returns a new-allocated object; the core owns it and deletes it through
+// the virtual destructor while the library is still loaded (the core keeps every plugin library
+// loaded until process exit). Threading: info and factory are called from the main thread only.
+// Failure: the factory reports bad options or set-up failures by throwing ciuic::UsageError /
+// ciuic::Error; the core adds the plugin's name and file to the message.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <torch/version.h>  // TORCH_VERSION, for the build fingerprint
+
+#include <boost/dll/alias.hpp>
+
+#include <ciuic/export.h>
+#include <ciuic/metrics.h>
+
+namespace ciuic {
+
+class Config;
+struct RunContext;
+
+// Bumped whenever any SDK header changes in a way that breaks a compiled plugin.
+inline constexpr uint32_t kPluginApiVersion = 1;
+
+// The five slots a recipe fills. The numeric values are part of the ABI.
+enum class Slot : uint32_t {
+  kComm = 0,       // ciuic/comm.h       Comm
+  kSharding = 1,   // ciuic/sharding.h   Sharding
+  kOffload = 2,    // ciuic/offload.h    Offload
+  kPrecision = 3,  // ciuic/precision.h  Precision
+  kData = 4,       // ciuic/data.h       DataSource
+};
+inline constexpr int kNumSlots = 5;
+
+// "comm", "sharding", "offload", "precision", "data" (also the recipe section names).
+CIUIC_API const char* slot_name(Slot slot);
+
+enum class OptionType : uint32_t {
+  kBool = 0,
+  kInt = 1,         // TOML integer; a float value is an error (never silently truncated)
+  kFloat = 2,       // TOML float or integer
+  kString = 3,
+  kStringList = 4,  // TOML array of strings
+  kFloatList = 5,   // TOML array of numbers, e.g. betas = [0.9, 0.999]
+};
+
+// One option of a plugin's recipe section. The core validates the section against these before
+// the factory runs: unknown keys, wrong types, out-of-range values and missing required options
+// are recipe errors with file:line:col. All strings are static and NUL-terminated.
+struct OptionSpec {
+  const char* key;
+  OptionType type;
+  // Default as a TOML value literal ("2e8", "true", "\"auto\"", "[]"); nullptr = required.
+  const char* default_value;
+  const char* help;  // one line, shown by `ciuic-run --list-plugins --verbose`
+  // Inclusive range for kInt/kFloat; NAN = unbounded on that side.
+  double min = NAN;
+  double max = NAN;
+  // For kString: allowed values separated by '|', e.g. "auto|nvlink|pcie|shm"; nullptr = any.
+  const char* choices = nullptr;
+};
+
+// The record returned by the info entry point. Plain data with static storage duration.
+struct PluginInfo {
+  uint32_t api_version;           // must equal the core's kPluginApiVersion
+  Slot slot;
+  const char* name;               // e.g. "zero2"; unique within its slot
+  const char* version;            // the plugin's own version, e.g. "1.0.0"
+  const char* summary;            // one line
+  const char* build_fingerprint;  // CIUIC_BUILD_FINGERPRINT as seen when the plugin was compiled
+  const OptionSpec* options;
+  uint32_t num_options;
+};
+
+// Base of every object a plugin creates. Non-copyable; destroyed by the core.
+class CIUIC_API PluginObject {
+ public:
+  PluginObject() = default;
+  PluginObject(const PluginObject&) = delete;
+  PluginObject& operator=(const PluginObject&) = delete;
+  virtual ~PluginObject();
+
+  // Adds this object's counters (bytes moved, time spent, memory held, ...) to a metrics record.
+  // Called on the main thread at logged steps; must be cheap. Default: nothing.
+  virtual void append_metrics(Metrics& out) const;
+};
+
+// What the factory gets: the plugin's validated recipe section and the run context. Both outlive
+// the created object.
+struct PluginArgs {
+  const Config& config;
+  const RunContext& context;
+};
+
+using PluginInfoFn = const PluginInfo*();
+using PluginFactoryFn = PluginObject*(const PluginArgs&);
+
+// Names of the two exported entry points (Boost.DLL aliases).
+inline constexpr const char* kPluginInfoSymbol = "ciuic_plugin_info";
+inline constexpr const char* kPluginFactorySymbol = "ciuic_plugin_create";
+
+// The core's own fingerprint (what a plugin's must equal), e.g.
+// "torch=2.11.0;cxx11abi=1;compiler=gnu".
+CIUIC_API const char* core_build_fingerprint();
+
+}  // namespace ciuic
+
+#define CIUIC_STR_IMPL_(x) #x
+#define CIUIC_STR_(x) CIUIC_STR_IMPL_(x)
+#if defined(__clang__)
+#define CIUIC_COMPILER_FAMILY_ "clang"
+#elif defined(__GNUC__)
+#define CIUIC_COMPILER_FAMILY_ "gnu"
+#else
+#define CIUIC_COMPILER_FAMILY_ "unknown"
+#endif
+// What must agree between the core and a plugin for C++ objects (at::Tensor, std::string, ...) to
+// cross the boundary: the LibTorch version, the libstdc++ dual-ABI flag and the compiler family.
+#define CIUIC_BUILD_FINGERPRINT                                            \
+  "torch=" TORCH_VERSION ";cxx11abi=" CIUIC_STR_(_GLIBCXX_USE_CXX11_ABI) \
+  ";compiler=" CIUIC_COMPILER_FAMILY_
+
+// Defines and exports the two entry points. Use once per plugin library, at namespace scope.
+// OPTIONS is an array of ciuic::OptionSpec (or use CIUIC_DEFINE_PLUGIN_NO_OPTIONS).
+#define CIUIC_DEFINE_PLUGIN(SLOT, NAME, VERSION, SUMMARY, OPTIONS, FACTORY)                     \
+  namespace ciuic_plugin_entry_ {                                                             \
+  const ::ciuic::PluginInfo* info() {                                                         \
+    static const ::ciuic::PluginInfo kInfo{                                                   \
+        ::ciuic::kPluginApiVersion, SLOT, NAME, VERSION, SUMMARY, CIUIC_BUILD_FINGERPRINT,    \
+        OPTIONS, static_cast<uint32_t>(sizeof(OPTIONS) / sizeof(::ciuic::OptionSpec))};       \
+    return &kInfo;                                                                            \
+  }                                                                                           \
+  ::ciuic::PluginObject* create(const ::ciuic::PluginArgs& args) { return (FACTORY)(args); }  \
+  }                                                                                           \
+  BOOST_DLL_ALIAS(ciuic_plugin_entry_::info, ciuic_plugin_info)                               \
+  BOOST_DLL_ALIAS(ciuic_plugin_entry_::create, ciuic_plugin_create)
+
+#define CIUIC_DEFINE_PLUGIN_NO_OPTIONS(SLOT, NAME, VERSION, SUMMARY, FACTORY)                    \
+  namespace ciuic_plugin_entry_ {                                                             \
+  const ::ciuic::PluginInfo* info() {                                                         \
+    static const ::ciuic::PluginInfo kInfo{::ciuic::kPluginApiVersion,                        \
+                                           SLOT,                                              \
+                                           NAME,                                              \
+                                           VERSION,                                           \
+                                           SUMMARY,                                           \
+                                           CIUIC_BUILD_FINGERPRINT,                           \
+                                           nullptr,                                           \
+                                           0};                                                \
+    return &kInfo;                                                                            \
+  }                                                                                           \
+  ::ciuic::PluginObject* create(const ::ciuic::PluginArgs& args) { return (FACTORY)(args); }  \
+  }                                                                                           \
+  BOOST_DLL_ALIAS(ciuic_plugin_entry_::info, ciuic_plugin_info)                               \
+  BOOST_DLL_ALIAS(ciuic_plugin_entry_::create, ciuic_plugin_create)

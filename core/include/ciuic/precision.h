@@ -1,0 +1,46 @@
+// ciuic/precision.h — the precision policy slot ([precision] plugin = "fp32" | "bf16" | "fp16").
+//
+// Decides the dtype of parameters and compute, the dtype gradients are reduced in, and loss
+// scaling. Master weights and optimizer moments are always fp32 (held by the Offload slot).
+//
+// The step protocol, driven by the trainer and the Sharding:
+//   1. loss * loss_scale() is back-propagated (loss_scale() is 1 without loss scaling);
+//   2. if needs_overflow_check(), the Sharding checks its gradients for inf/nan and agrees the
+//      result across ranks (all_reduce MAX through Comm);
+//   3. the Sharding calls update(found_inf, step) exactly once per optimizer step; when it returns
+//      true the step is skipped: parameters and optimizer state are left bit-identical;
+//   4. gradients are multiplied by 1/loss_scale() *as it was before update()* — the Sharding reads
+//      loss_scale() before calling update().
+//
+// Threading: main thread only. Failure: update() throws ciuic::Error when a dynamic scale would
+// fall below its minimum (the message names the step).
+#pragma once
+
+#include <cstdint>
+
+#include <c10/core/ScalarType.h>
+
+#include <ciuic/plugin.h>
+#include <ciuic/state.h>
+
+namespace ciuic {
+
+class CIUIC_API Precision : public PluginObject {
+ public:
+  // dtype of the model's parameters and activations (kFloat, kBFloat16, kHalf).
+  virtual at::ScalarType param_dtype() const = 0;
+  // dtype gradients are reduced in across ranks (and accumulated in, for the fp32 accumulator).
+  virtual at::ScalarType reduce_dtype() const = 0;
+  virtual double loss_scale() const = 0;
+  virtual bool needs_overflow_check() const = 0;
+  // See the protocol above. `step` is the 1-based optimizer step being attempted.
+  virtual bool update(bool found_inf, int64_t step) = 0;
+  // Steps skipped so far because of overflow.
+  virtual int64_t skipped_steps() const = 0;
+
+  // Checkpointed state (the scale and its counters); default: none.
+  virtual void save_state(StateDict& out) const;
+  virtual void load_state(const StateDict& in);
+};
+
+}  // namespace ciuic

@@ -1,0 +1,110 @@
+// ciuic/sharding.h — the optimizer sharding slot ([sharding] plugin = "ddp" | "zero2" | ...).
+//
+// A Sharding decides how parameters, gradients and optimizer state are laid out across ranks and
+// when collectives run. The trainer drives it like this, once per optimizer step of
+// `gradient_accumulation_steps` micro-batches:
+//
+//   for i in 0..A-1:
+//     begin_micro_batch(i, /*last=*/i == A-1)
+//     forward; (loss * precision.loss_scale()).backward()   // the Sharding's hooks see gradients
+//   result = step(input)                                    // reduce, check, clip, update, gather
+//
+// setup() receives the model's parameters (leaf tensors on the run's device in the parameter
+// dtype, requires_grad). It may move their storage into its own flat buffers (param.set_data with
+// a view — the model keeps the same tensor objects) and registers autograd hooks on them. After
+// step() returns, every parameter holds its updated value on every rank and no gradient state of
+// this step remains (the next begin_micro_batch(0, ..) starts from zero).
+//
+// step() must: finish all gradient reductions; if precision.needs_overflow_check(), agree on
+// inf/nan across ranks; call precision.update() exactly once; on a skipped step leave parameters
+// and optimizer state untouched; otherwise compute the global gradient L2 norm (of the unscaled,
+// reduced gradient), clip to max_grad_norm when > 0, update its shard through the Offload, and
+// make every rank's parameters current.
+//
+// Gradients arriving at the hooks are of sum(token losses) / global_label_tokens per rank, so the
+// reduction across ranks is a SUM (never an average): the trainer normalises the loss.
+//
+// Threading: main thread (autograd runs hooks on the thread that calls backward, for CPU; for
+// CUDA on autograd's device thread — implementations must only enqueue work there).
+// Failure: ciuic::Error; a Comm timeout propagates from Work::wait().
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include <ciuic/optim.h>
+#include <ciuic/plugin.h>
+#include <ciuic/state.h>
+
+namespace ciuic {
+
+class Comm;
+class Offload;
+class Precision;
+
+struct ShardingParam {
+  std::string name;  // the HF name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  at::Tensor tensor;
+  bool weight_decay = true;
+};
+
+struct ShardingSetup {
+  std::vector<ShardingParam> params;  // in forward order (embedding first)
+  Comm* comm = nullptr;               // never null (a world of 1 still has a Comm)
+  Precision* precision = nullptr;     // never null
+  Offload* offload = nullptr;         // never null: the core supplies its device AdamW by default
+  int64_t gradient_accumulation_steps = 1;
+};
+
+struct StepInput {
+  AdamWHyper hyper;
+  double max_grad_norm = 0.0;  // <= 0: no clipping
+  int64_t step = 1;            // 1-based optimizer step (AdamW bias correction uses it)
+};
+
+struct StepResult {
+  double grad_norm = 0.0;  // before clipping; NaN/inf when the step overflowed
+  bool skipped = false;    // precision.update() said skip
+};
+
+struct ShardingMemory {
+  uint64_t param_bytes = 0;      // device bytes of parameters held by this rank
+  uint64_t grad_bytes = 0;       // device bytes of gradient storage (buckets, shards, accumulators)
+  uint64_t optimizer_bytes = 0;  // bytes of master weights + moments held for this rank (any place)
+  uint64_t host_bytes = 0;       // of the above, in host memory
+};
+
+// Part of a parameter held in this rank's shard: elements [param_offset, param_offset + length)
+// of the flattened parameter sit at [shard_offset, shard_offset + length) of the shard.
+struct ShardSlice {
+  std::string param;
+  int64_t param_offset = 0;
+  int64_t length = 0;
+  int64_t shard_offset = 0;
+};
+
+// Returns elements [offset, offset + length) of the flattened fp32 `state` ("master", "exp_avg",
+// "exp_avg_sq") of parameter `param`, as a 1-D fp32 CPU tensor — whatever world size wrote it.
+using SliceFetcher = std::function<at::Tensor(const std::string& state, const std::string& param,
+                                              int64_t offset, int64_t length)>;
+
+class CIUIC_API Sharding : public PluginObject {
+ public:
+  virtual void setup(const ShardingSetup& setup) = 0;
+  virtual void begin_micro_batch(int64_t index, bool last) = 0;
+  virtual StepResult step(const StepInput& input) = 0;
+  virtual ShardingMemory memory() const = 0;
+
+  // Checkpoints. layout() describes this rank's shard; save_state() returns the shard's
+  // "master", "exp_avg", "exp_avg_sq" (1-D fp32 CPU, layout() order) plus anything else the
+  // plugin needs; load_state() rebuilds the shard from per-parameter slices.
+  virtual std::vector<ShardSlice> layout() const = 0;
+  virtual void save_state(StateDict& out) const = 0;
+  virtual void load_state(const SliceFetcher& fetch) = 0;
+};
+
+}  // namespace ciuic

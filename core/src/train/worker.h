@@ -1,0 +1,23 @@
+// Internal: the body of one worker process (core/src/train).
+#pragma once
+
+#include "launch/launch.h"
+
+namespace ciuic {
+class Recipe;
+class Registry;
+}  // namespace ciuic
+
+namespace ciuic::train {
+
+struct WorkerOptions {
+  // --resume: "" (fresh start), "latest", or a checkpoint folder.
+  std::string resume;
+};
+
+// Builds the run context for `env`, creates the recipe's plugins, trains, checkpoints and exports
+// as the recipe says. Returns the process exit code; throws ciuic::Error on failure.
+int run_worker(const Recipe& recipe, const Registry& registry, const launch::WorkerEnv& env,
+               const WorkerOptions& options);
+
+}  // namespace ciuic::train

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Installs what ciuic needs to build and test, and nothing that is already there.
+#   scripts/setup-deps.sh            Debian packages + .venv with torch (LibTorch)
+#   scripts/setup-deps.sh --fixtures also transformers/tokenizers/safetensors (fixture generators)
+# Idempotent: a second run prints "ok" lines and changes nothing.
+# Environment: CIUIC_VENV (default .venv), CIUIC_TORCH_VERSION (default 2.11.0, the GPU host's).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TORCH_VERSION=${CIUIC_TORCH_VERSION:-2.11.0}
+VENV=${CIUIC_VENV:-.venv}
+want_fixtures=0
+for a in "$@"; do
+  case "$a" in
+    --fixtures) want_fixtures=1 ;;
+    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    *) echo "setup-deps: unknown argument '$a'" >&2; exit 2 ;;
+  esac
+done
+
+say() { printf 'setup-deps: %s\n' "$*"; }
+
+# ---- Debian packages -------------------------------------------------------------------------
+apt_pkgs=(cmake ninja-build g++ make ccache pkg-config
+          libboost-dev libboost-program-options-dev
+          libtomlplusplus-dev libfmt-dev nlohmann-json3-dev
+          libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev
+          python3-venv python3-pip)
+missing=()
+for p in "${apt_pkgs[@]}"; do
+  if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then :; else missing+=("$p"); fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  say "ok: Debian packages (${#apt_pkgs[@]} present)"
+else
+  say "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# ---- Python venv with torch (LibTorch for C++) ------------------------------------------------
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating Python venv $VENV"
+  python3 -m venv "$VENV"
+fi
+have_torch=$("$VENV/bin/python" - <<'PY' 2>/dev/null || true
+import importlib.metadata as m
+try: print(m.version("torch"))
+except Exception: pass
+PY
+)
+if [ "${have_torch%%+*}" = "$TORCH_VERSION" ]; then
+  say "ok: torch $have_torch in $VENV"
+else
+  say "installing torch==$TORCH_VERSION into $VENV (LibTorch; large download, once)"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+fi
+
+if [ "$want_fixtures" = 1 ]; then
+  fx=(transformers tokenizers safetensors)
+  if "$VENV/bin/python" -c "import transformers, tokenizers, safetensors" 2>/dev/null; then
+    say "ok: fixture packages (${fx[*]})"
+  else
+    say "installing fixture packages: ${fx[*]}"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${fx[@]}"
+  fi
+fi
+say "done"
