@@ -4,12 +4,15 @@
 // (no RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...) it spawns nproc_per_node workers
 // (the same executable and arguments, with a torchrun-compatible environment), supervises them
 // and returns the run's exit code. Inside a worker, detect_worker_env() describes the process.
+// docs/launch.md is the user-facing description of everything here.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <ciuic/store.h>
@@ -29,13 +32,47 @@ struct WorkerEnv {
   // or ciuic-run's own launcher); otherwise rank 0 hosts it.
   bool store_hosted_by_launcher = false;
   std::string launcher;  // "ciuic", "torchrun", "slurm", "mpirun", or "none" (single process)
+  // torchrun's TORCHELASTIC_RESTART_COUNT: keys of a restarted attempt are kept apart from those
+  // of earlier attempts in the agent's (long-lived) store.
+  int restart_count = 0;
 };
 
-// The worker environment of this process, or nullopt when no launcher started it.
+// Reads an environment variable: nullptr when unset. The default reads the process environment.
+using EnvLookup = std::function<const char*(const char* name)>;
+
+// The worker environment of this process, or nullopt when no launcher started it, checked in this
+// order (the first that matches wins):
+//   ciuic      CIUIC_LAUNCHER=1 (set by launch_and_supervise) with the torchrun variables below
+//   torchrun   RANK and WORLD_SIZE (also any env:// launcher: DeepSpeed's, Accelerate's, ...):
+//              LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK (else RANK / LOCAL_WORLD_SIZE),
+//              MASTER_ADDR, MASTER_PORT, TORCHELASTIC_USE_AGENT_STORE, TORCHELASTIC_RESTART_COUNT
+//   slurm      SLURM_PROCID with SLURM_NTASKS > 1 (srun): SLURM_LOCALID, SLURM_NODEID,
+//              SLURM_NNODES, SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE; MASTER_ADDR or the
+//              first host of SLURM_STEP_NODELIST / SLURM_JOB_NODELIST; MASTER_PORT or
+//              15000 + (SLURM_JOB_ID % 10000)
+//   mpirun     OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE (Open MPI), or PMI_RANK/PMI_SIZE
+//              with MPI_LOCALRANKID/MPI_LOCALNRANKS or PMI_LOCAL_RANK/PMI_LOCAL_SIZE (MPICH,
+//              Intel MPI), world size > 1; MASTER_ADDR (127.0.0.1 when all ranks are local),
+//              MASTER_PORT or 29500
+// A SLURM or MPI "world" of one task is not a worker environment (nullopt): ciuic-run is then its
+// own launcher inside that task. Side effect, "ciuic" only: stdout becomes line-buffered (it is
+// a pipe to the launcher, which would otherwise receive lines late).
+// Throws UsageError naming the variable when a launcher's variables are incomplete or malformed
+// (e.g. RANK set but LOCAL_RANK not, RANK >= WORLD_SIZE, MASTER_ADDR missing on several nodes).
 std::optional<WorkerEnv> detect_worker_env();
+std::optional<WorkerEnv> detect_worker_env(const EnvLookup& getenv);
+
+// Helpers of detect_worker_env, exposed for tests.
+// The first host of a SLURM node list ("gpu[03-05,9],cpu1" -> "gpu03"); nullopt when the
+// expression is not one this parser understands.
+std::optional<std::string> first_slurm_host(std::string_view nodelist);
+// Tasks on node `node_id` from SLURM's "<count>(x<repeat>),..." form ("4(x2),3" -> 4, 4, 3);
+// nullopt when malformed or node_id is out of range.
+std::optional<int> slurm_tasks_on_node(std::string_view tasks_per_node, int node_id);
 
 struct LaunchOptions {
-  std::vector<std::string> argv;  // the command line to run in each worker (argv[0] = executable)
+  std::vector<std::string> argv;  // the command line to run in each worker (argv[0] = executable;
+                                  // without a '/', it is looked up in PATH)
   int nproc_per_node = 1;
   int nnodes = 1;
   int node_rank = 0;
@@ -47,10 +84,58 @@ struct LaunchOptions {
 };
 
 // Spawns and supervises the workers of this node; returns the exit code for ciuic-run.
+//
+// Each worker is a child process in its own process group, with PR_SET_PDEATHSIG(SIGKILL) (it
+// dies with the launcher, whatever kills the launcher) and the environment of this process plus
+// RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK, GROUP_WORLD_SIZE,
+// ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CIUIC_LAUNCHER=1, and OMP_NUM_THREADS =
+// usable cores / nproc_per_node unless OMP_NUM_THREADS is already set.
+// Node 0's launcher hosts the run's c10d TCPStore (so the store outlives any worker); launchers of
+// other nodes connect to it to share failures and completion.
+//
+// Output: every line a worker writes to stdout/stderr is copied to the same stream of this
+// process as "[rank N] <line>" — rank 0's only, unless output_all_ranks — but error lines
+// (is_error_line) of every rank are always shown, and when a rank fails, its last 20 lines that
+// were not shown yet are printed.
+//
+// Supervision: when a worker exits non-zero or is killed by a signal, the others get SIGTERM and,
+// after stop_grace, SIGKILL; the launcher logs "rank R (pid P) exited with code C / was killed by
+// signal S; last error: ..." and returns C (or 128 + S). A failure on another node stops this
+// node's workers the same way and returns 1. SIGINT/SIGTERM received by this process are
+// forwarded to the workers (which checkpoint and exit with 130); a second one kills them
+// (SIGKILL). Returns 0 when every worker of every node exited 0, 130 after an interrupt that the
+// workers honoured. Never returns while a worker is alive; never leaves one behind.
+//
+// Threading: call from the main thread (PR_SET_PDEATHSIG fires when the forking *thread* exits);
+// installs handlers for SIGINT, SIGTERM, SIGCHLD and ignores SIGPIPE while it runs, restoring
+// the previous ones before returning. Throws UsageError on invalid options (nproc < 1, node_rank
+// out of range, master_port 0 on several nodes) and Error when the store cannot be started or
+// reached or a worker cannot be forked (before any worker runs, or after stopping those running).
 int launch_and_supervise(const LaunchOptions& options);
 
+// True for a worker output line that the launcher always shows: ciuic error log lines
+// ("ciuic[3] error: ..."), C++ terminate messages ("terminate called ...", "  what(): ...").
+bool is_error_line(std::string_view line);
+
 // Connects this worker to the run's key-value store (a c10d TCPStore client, or the server when
-// rank 0 hosts it). Single-process runs (world_size 1, no launcher) get an in-memory store.
+// rank 0 hosts it) and completes the rendezvous: every rank announces itself and waits until all
+// world_size ranks have. Single-process runs (world_size 1, no launcher store) get an in-memory
+// store. The returned store's keys live under "ciuic/" (plus "attempt_<n>/" on torchrun
+// restarts); its timeout is `timeout`.
+// Throws Error naming the address, port, rank and timeout when the store cannot be reached, and
+// on a rendezvous timeout which ranks joined (with their hosts) and which are missing.
 std::shared_ptr<Store> connect_store(const WorkerEnv& env, std::chrono::milliseconds timeout);
+
+// Caps this process's CUDA caching allocator on `device_index` at `gib` GiB (0 = no cap) through
+// CUDACachingAllocator::setMemoryFraction, so that a run can emulate a smaller card; allocations
+// beyond it fail with the allocator's out-of-memory error. Logs the cap. CPU builds: does nothing.
+// Throws UsageError when the cap exceeds the device's memory. Call once the device is current.
+void apply_memory_cap(int device_index, double gib);
+
+// The message for an out-of-memory failure of `rank`: the cap (0 = none), the allocator's peak
+// allocated and reserved bytes on the device, the device's total memory, and `detail` (the
+// allocator's own message). CPU builds: names the rank and the detail only.
+std::string out_of_memory_message(int rank, int device_index, double cap_gib,
+                                  std::string_view detail);
 
 }  // namespace ciuic::launch

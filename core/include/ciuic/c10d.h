@@ -1,0 +1,34 @@
+// ciuic/c10d.h — the run's Store as a LibTorch c10d::Store, for comm plugins built on c10d.
+//
+// Comm plugins that use c10d process groups (ProcessGroupGloo, ...) need a c10d::Store to
+// rendezvous. c10d_store() gives them one backed by the run's Store:
+//  - the core's TCPStore-backed Store (multi-process runs) returns its underlying c10d store
+//    (a c10d::PrefixStore over the TCPStore, with the same "ciuic/" key namespace), so c10d talks
+//    to the TCPStore directly;
+//  - any other Store (the in-memory store of single-process runs, a test's own Store) is wrapped
+//    in an adapter implementing set/get/add/check/wait/deleteKey through the ciuic::Store
+//    interface (deleteKey and getNumKeys throw c10::NotImplementedError).
+// The result shares ownership of the Store. Prefix your keys (c10d::PrefixStore) so that two
+// process groups of one run do not collide.
+//
+// Threading: as thread-safe as the underlying Store (the core's stores are). Failure: store
+// timeouts inside c10d surface as c10 exceptions (c10::DistStoreError), not ciuic::Error; catch
+// c10::Error around c10d calls and rethrow as ciuic::Error with context.
+//
+// Including this header pulls in c10d's Store.hpp (part of LibTorch's distributed headers);
+// include it only in plugins that need it.
+#pragma once
+
+#include <memory>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <ciuic/export.h>
+#include <ciuic/store.h>
+
+namespace ciuic {
+
+// `store` must not be null.
+CIUIC_API c10::intrusive_ptr<c10d::Store> c10d_store(const std::shared_ptr<Store>& store);
+
+}  // namespace ciuic

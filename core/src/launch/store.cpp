@@ -1,0 +1,255 @@
+// The run's key-value store over c10d's TCPStore, the rendezvous, and c10d_store() (ciuic/c10d.h).
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <ciuic/c10d.h>
+#include <ciuic/error.h>
+#include <ciuic/log.h>
+
+#include "launch/launch.h"
+#include "launch/tcp_store.h"
+
+namespace ciuic {
+namespace launch {
+namespace {
+
+std::string seconds_str(std::chrono::milliseconds t) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%g s", static_cast<double>(t.count()) / 1000.0);
+  return buf;
+}
+
+std::string join_keys(const std::vector<std::string>& keys) {
+  std::string s;
+  for (const auto& k : keys) s += (s.empty() ? "" : ", ") + k;
+  return s;
+}
+
+// c10 exceptions carry a C++ backtrace in what(); users need the first line only.
+std::string c10_message(const c10::Error& e) {
+  std::string m = e.what_without_backtrace();
+  while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
+  return m;
+}
+
+class C10dRunStore final : public Store {
+ public:
+  C10dRunStore(c10::intrusive_ptr<c10d::Store> store, std::string where,
+               std::chrono::milliseconds timeout)
+      : store_(std::move(store)), where_(std::move(where)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::string& value) override {
+    call("set", key, [&] { store_->set(key, std::vector<uint8_t>(value.begin(), value.end())); });
+  }
+  std::string get(const std::string& key) override {
+    std::vector<uint8_t> v;
+    call("get", key, [&] { v = store_->get(key); });
+    return std::string(v.begin(), v.end());
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    int64_t r = 0;
+    call("add", key, [&] { r = store_->add(key, delta); });
+    return r;
+  }
+  bool check(const std::string& key) override {
+    bool r = false;
+    call("check", key, [&] { r = store_->check({key}); });
+    return r;
+  }
+  void wait(const std::vector<std::string>& keys) override {
+    call("wait", join_keys(keys), [&] { store_->wait(keys, timeout_); });
+  }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
+  const c10::intrusive_ptr<c10d::Store>& c10d() const { return store_; }
+
+ private:
+  template <class F>
+  void call(const char* op, const std::string& keys, F&& f) {
+    try {
+      f();
+    } catch (const c10::DistStoreError& e) {
+      // get/wait on a key that never appears.
+      throw Error("store at " + where_ + ": timed out after " + seconds_str(timeout_) +
+                  " waiting for key(s) " + keys + " (" + c10_message(e) + ")");
+    } catch (const c10::Error& e) {
+      throw Error("store at " + where_ + ": " + op + " of key(s) " + keys +
+                  " failed: " + c10_message(e));
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string where_;
+  std::chrono::milliseconds timeout_;
+};
+
+// c10d::Store over any ciuic::Store.
+class StoreAdapter final : public c10d::Store {
+ public:
+  explicit StoreAdapter(std::shared_ptr<ciuic::Store> s)
+      : c10d::Store(s->timeout()), s_(std::move(s)) {}
+
+  c10::intrusive_ptr<c10d::Store> clone() override {
+    return c10::make_intrusive<StoreAdapter>(s_);
+  }
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    s_->set(key, std::string(value.begin(), value.end()));
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    wait({key}, timeout_);
+    std::string v = s_->get(key);
+    return std::vector<uint8_t>(v.begin(), v.end());
+  }
+  int64_t add(const std::string& key, int64_t value) override { return s_->add(key, value); }
+  bool deleteKey(const std::string&) override {
+    C10_THROW_ERROR(NotImplementedError, "ciuic store adapter: deleteKey is not supported");
+  }
+  bool check(const std::vector<std::string>& keys) override {
+    for (const auto& k : keys)
+      if (!s_->check(k)) return false;
+    return true;
+  }
+  int64_t getNumKeys() override {
+    C10_THROW_ERROR(NotImplementedError, "ciuic store adapter: getNumKeys is not supported");
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    // Poll so that c10d's own timeout (which may differ from the store's) is honoured and reported
+    // the way c10d callers expect (DistStoreError).
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto pause = std::chrono::microseconds(100);
+    while (!check(keys)) {
+      if (timeout != kNoTimeout && std::chrono::steady_clock::now() >= deadline)
+        C10_THROW_ERROR(DistStoreError, "ciuic store: timed out after " +
+                                            std::to_string(timeout.count()) +
+                                            " ms waiting for key(s) " + join_keys(keys));
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(10000));
+    }
+  }
+
+ private:
+  std::shared_ptr<ciuic::Store> s_;
+};
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
+  return buf;
+}
+
+// "1, 3-5, 9"
+std::string rank_ranges(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    s += (s.empty() ? "" : ", ") + std::to_string(ranks[i]);
+    if (j > i) s += "-" + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& addr, int port,
+                                                  bool is_server,
+                                                  std::chrono::milliseconds timeout,
+                                                  const std::string& who) {
+  if (port < 0 || port > 65535 || (!is_server && port == 0))
+    throw UsageError(who + ": invalid store port " + std::to_string(port));
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(port);
+  opts.isServer = is_server;
+  opts.waitWorkers = false;
+  opts.timeout = timeout;
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(addr, opts);
+  } catch (const c10::Error& e) {
+    if (is_server)
+      throw Error(who + " could not start the run's store (c10d TCPStore) on port " +
+                  std::to_string(port) + ": " + c10_message(e) +
+                  (port != 0 ? " — is the port in use? Choose another --master-port" : ""));
+    throw Error(who + " could not reach the run's store at " + addr + ":" + std::to_string(port) +
+                " within " + seconds_str(timeout) +
+                " (is the launcher of node 0, or rank 0, running, and are MASTER_ADDR/MASTER_PORT "
+                "right and reachable from this host?): " +
+                c10_message(e));
+  }
+}
+
+std::shared_ptr<Store> wrap_c10d_store(c10::intrusive_ptr<c10d::Store> store, std::string where,
+                                       std::chrono::milliseconds timeout) {
+  return std::make_shared<C10dRunStore>(std::move(store), std::move(where), timeout);
+}
+
+std::shared_ptr<Store> connect_store(const WorkerEnv& env, std::chrono::milliseconds timeout) {
+  if (env.world_size == 1 && !env.store_hosted_by_launcher) return make_local_store(timeout);
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  const std::string who = "rank " + std::to_string(env.rank);
+  const bool server = env.rank == 0 && !env.store_hosted_by_launcher;
+  auto tcp = open_tcp_store(env.master_addr, env.master_port, server, timeout, who);
+
+  std::string prefix = "ciuic";
+  if (env.restart_count > 0) prefix += "/attempt_" + std::to_string(env.restart_count);
+  auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, tcp);
+
+  // Rendezvous: announce, then wait for every rank's announcement.
+  auto rank_key = [](int r) { return "rdzv/rank/" + std::to_string(r); };
+  std::vector<std::string> keys;
+  keys.reserve(env.world_size);
+  for (int r = 0; r < env.world_size; ++r) keys.push_back(rank_key(r));
+  const std::string me = host_name() + " pid " + std::to_string(getpid());
+  try {
+    store->set(rank_key(env.rank), std::vector<uint8_t>(me.begin(), me.end()));
+    store->wait(keys, timeout);
+  } catch (const c10::Error& e) {
+    std::vector<int> missing;
+    std::string joined;
+    int njoined = 0;
+    try {
+      for (int r = 0; r < env.world_size; ++r) {
+        if (store->check({rank_key(r)})) {
+          ++njoined;
+          if (njoined <= 16) {
+            auto v = store->get(rank_key(r));
+            joined += (joined.empty() ? "" : ", ") + std::to_string(r) + " (" +
+                      std::string(v.begin(), v.end()) + ")";
+          }
+        } else {
+          missing.push_back(r);
+        }
+      }
+    } catch (const c10::Error& e2) {
+      throw Error("rendezvous at " + where + " failed for " + who + ": " + c10_message(e) +
+                  "; then the store became unreachable: " + c10_message(e2));
+    }
+    if (njoined > 16) joined += ", ...";
+    throw Error("rendezvous at " + where + " timed out after " + seconds_str(timeout) + " (" +
+                who + " of " + std::to_string(env.world_size) + ", launcher " + env.launcher +
+                "): " + std::to_string(njoined) + " of " + std::to_string(env.world_size) +
+                " ranks joined: " + joined + "; missing ranks: " + rank_ranges(missing) +
+                ". Check that every node was started with the same number of nodes, processes "
+                "per node, master address and port.");
+  }
+  log_debug("rendezvous complete at " + where + " (" + who + " of " +
+            std::to_string(env.world_size) + ")");
+  return wrap_c10d_store(store, where, timeout);
+}
+
+}  // namespace launch
+
+c10::intrusive_ptr<c10d::Store> c10d_store(const std::shared_ptr<Store>& store) {
+  if (!store) throw Error("c10d_store: the store is null");
+  if (auto* run = dynamic_cast<launch::C10dRunStore*>(store.get())) return run->c10d();
+  return c10::make_intrusive<launch::StoreAdapter>(store);
+}
+
+}  // namespace ciuic
