@@ -1,0 +1,605 @@
+// Recipe loading: files, includes, overrides, core-schema validation, plugin sections.
+#include "recipe/recipe.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+#include <ciuic/error.h>
+
+#include "base/text.h"
+#include "recipe/config_impl.h"
+#include "recipe/schema.h"
+#include "registry/registry.h"
+
+namespace ciuic {
+
+namespace fs = std::filesystem;
+using recipe::ErrorList;
+using recipe::KeySpec;
+using recipe::LocationMap;
+
+class Recipe::Impl {
+ public:
+  std::string path;                 // as given; "" for parse()
+  std::string origin;               // name used in messages for the top-level text
+  std::string dir;                  // absolute
+  std::vector<std::string> files;
+  std::vector<std::string> overrides;
+  toml::table root;                 // merged recipe as written (after includes and overrides)
+  LocationMap locs;
+  std::map<std::string, Config, std::less<>> sections;  // validated core sections
+
+  const toml::table* written(std::string_view section) const {
+    const toml::table* t = &root;
+    for (const auto& part : text::split(section, '.')) {
+      t = t->get_as<toml::table>(part);
+      if (!t) return nullptr;
+    }
+    return t;
+  }
+  std::string key_location(const std::string& dotted) const {
+    auto it = locs.find(dotted);
+    return it == locs.end() ? origin : it->second.value;
+  }
+};
+
+namespace {
+
+constexpr std::string_view kSetLocation = "--set";
+
+std::string region_text(const toml::source_region& r, const std::string& file) {
+  if (!r.begin) return file;
+  return file + ":" + std::to_string(r.begin.line) + ":" + std::to_string(r.begin.column);
+}
+
+// Records where every key of `t` (recursively) was written.
+void record_locations(const toml::table& t, const std::string& prefix, const std::string& file,
+                      LocationMap& locs) {
+  for (auto&& [k, v] : t) {
+    const std::string full = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    locs[full] = {region_text(k.source(), file), region_text(v.source(), file)};
+    if (const toml::table* sub = v.as_table()) record_locations(*sub, full, file, locs);
+  }
+}
+
+void copy_locations(const LocationMap& from, const std::string& full, LocationMap& to) {
+  for (auto it = from.lower_bound(full); it != from.end(); ++it) {
+    if (it->first != full && it->first.rfind(full + ".", 0) != 0) break;
+    to[it->first] = it->second;
+  }
+}
+
+// Merges `src` over `dst` key by key: tables merge recursively, every other value replaces.
+void merge(toml::table& dst, LocationMap& dst_locs, const toml::table& src,
+           const LocationMap& src_locs, const std::string& prefix) {
+  for (auto&& [k, v] : src) {
+    const std::string key(k.str());
+    const std::string full = prefix.empty() ? key : prefix + "." + key;
+    toml::table* dt = dst.get_as<toml::table>(key);
+    if (dt && v.is_table()) {
+      auto it = src_locs.find(full);
+      if (it != src_locs.end()) dst_locs[full] = it->second;
+      merge(*dt, dst_locs, *v.as_table(), src_locs, full);
+    } else {
+      dst.insert_or_assign(key, v);
+      copy_locations(src_locs, full, dst_locs);
+    }
+  }
+}
+
+struct Composed {
+  toml::table table;
+  LocationMap locs;
+};
+
+class Loader {
+ public:
+  ErrorList errors;
+  bool incomplete = false;  // a file could not be read or parsed
+  std::vector<std::string> files;
+
+  // Loads the file at `display` (a path as the user would write it). `stack` holds the
+  // canonical paths of the files including it (cycle detection) with their display names.
+  Composed load_file(const std::string& display, const std::string& included_at,
+                     std::vector<std::pair<std::string, std::string>>& stack) {
+    std::error_code ec;
+    const std::string canon = fs::weakly_canonical(fs::path(display), ec).string();
+    for (size_t i = 0; i < stack.size(); ++i) {
+      if (stack[i].first == canon) {
+        std::string chain;
+        for (size_t j = i; j < stack.size(); ++j) chain += stack[j].second + " -> ";
+        errors.add(included_at, "include cycle: " + chain + display);
+        incomplete = true;
+        return {};
+      }
+    }
+    std::ifstream in(display, std::ios::binary);
+    std::ostringstream buf;
+    if (in) buf << in.rdbuf();
+    if (!in || (fs::is_directory(display, ec))) {
+      const std::string why = fs::is_directory(display, ec) ? "it is a folder" : std::strerror(errno);
+      if (included_at.empty())
+        errors.add("", "cannot read recipe " + display + ": " + why);
+      else
+        errors.add(included_at, "cannot read included file " + display + ": " + why);
+      incomplete = true;
+      return {};
+    }
+    stack.emplace_back(canon, display);
+    Composed c = load_text(buf.str(), display, fs::path(display).parent_path(), stack);
+    stack.pop_back();
+    return c;
+  }
+
+  Composed load_text(std::string_view text, const std::string& display, const fs::path& base,
+                     std::vector<std::pair<std::string, std::string>>& stack) {
+    files.push_back(display);
+    toml::table t;
+    try {
+      t = toml::parse(text, std::string(display));
+    } catch (const toml::parse_error& e) {
+      errors.add(region_text(e.source(), display), "malformed TOML: " + std::string(e.description()));
+      incomplete = true;
+      return {};
+    }
+    LocationMap locs;
+    record_locations(t, "", display, locs);
+    Composed out;
+    if (const toml::node* inc = t.get("include")) {
+      std::vector<std::pair<std::string, std::string>> targets;  // (path, location)
+      auto bad = [&] {
+        errors.add(locs["include"].value,
+                   "include: expected a list of recipe files (e.g. include = [\"base.toml\"]), found " +
+                       recipe::describe_found(*inc));
+      };
+      if (const toml::array* a = inc->as_array()) {
+        for (const auto& e : *a) {
+          if (!e.is_string()) {
+            bad();
+            targets.clear();
+            break;
+          }
+          targets.emplace_back(*e.value_exact<std::string>(), region_text(e.source(), display));
+        }
+      } else if (auto s = inc->value_exact<std::string>()) {
+        targets.emplace_back(*s, locs["include"].value);
+      } else {
+        bad();
+      }
+      for (const auto& [target, where] : targets) {
+        fs::path p(target);
+        std::string shown = p.is_absolute() ? p.lexically_normal().string()
+                                            : (base / p).lexically_normal().string();
+        Composed sub = load_file(shown, where, stack);
+        merge(out.table, out.locs, sub.table, sub.locs, "");
+      }
+      t.erase("include");
+    }
+    merge(out.table, out.locs, t, locs, "");
+    return out;
+  }
+};
+
+bool is_bare_word(std::string_view v) {
+  if (v.empty() || std::isspace(static_cast<unsigned char>(v.front())) ||
+      std::isspace(static_cast<unsigned char>(v.back())))
+    return false;
+  return v.find_first_of("\"'[]{}=#\n\r") == std::string_view::npos;
+}
+
+// Where a key written without (or in the wrong) section belongs, among the core sections.
+std::string section_of_key(std::string_view key, std::string_view except = "") {
+  for (const auto& s : recipe::core_schema()) {
+    if (s.name == except) continue;
+    for (const auto& k : s.keys)
+      if (k.key == key) return s.name;
+  }
+  return "";
+}
+
+void apply_override(const std::string& text, toml::table& root, LocationMap& locs, ErrorList& errors) {
+  const std::string where = std::string(kSetLocation) + " " + text;
+  const size_t eq = text.find('=');
+  if (eq == std::string::npos) {
+    errors.add(where, "expected section.key=value");
+    return;
+  }
+  std::string lhs = text.substr(0, eq), rhs = text.substr(eq + 1);
+  while (!lhs.empty() && std::isspace(static_cast<unsigned char>(lhs.back()))) lhs.pop_back();
+  while (!rhs.empty() && std::isspace(static_cast<unsigned char>(rhs.front()))) rhs.erase(0, 1);
+  const size_t dot = lhs.rfind('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == lhs.size()) {
+    std::string m = "expected section.key=value, found key '" + lhs + "' without a section";
+    std::string s = section_of_key(lhs);
+    if (!s.empty()) m += "; did you mean " + s + "." + lhs + "?";
+    errors.add(where, m);
+    return;
+  }
+  const std::string section = lhs.substr(0, dot), key = lhs.substr(dot + 1);
+  if (!recipe::find_section(section)) {
+    std::string m = "unknown section [" + section + "]";
+    std::string near = text::closest(section, recipe::section_names());
+    if (!near.empty()) m += "; did you mean [" + near + "]?";
+    errors.add(where, m);
+    return;
+  }
+  if (rhs.empty()) {
+    errors.add(where, "empty value (write '\"\"' for an empty string)");
+    return;
+  }
+  toml::table holder;
+  if (auto lit = recipe::parse_literal(rhs)) {
+    holder = std::move(*lit);
+  } else if (is_bare_word(rhs)) {
+    holder.insert_or_assign("v", rhs);
+  } else {
+    errors.add(where, "the value is not a TOML value (strings need quotes: '\"text\"')");
+    return;
+  }
+  toml::table* t = &root;
+  std::string path;
+  for (const auto& part : text::split(section, '.')) {
+    path = path.empty() ? part : path + "." + part;
+    toml::node* n = t->get(part);
+    if (!n) {
+      t->insert_or_assign(part, toml::table{});
+      locs[path] = {std::string(kSetLocation), std::string(kSetLocation)};
+      n = t->get(part);
+    }
+    t = n->as_table();
+    if (!t) {
+      errors.add(where, "[" + path + "] is not a section in the recipe (found " +
+                            recipe::describe_found(*n) + ")");
+      return;
+    }
+  }
+  t->insert_or_assign(key, *holder.get("v"));
+  locs[lhs] = {std::string(kSetLocation), std::string(kSetLocation)};
+}
+
+// Top level: only sections (and `include`, removed by the loader).
+void check_top_level(const toml::table& root, const LocationMap& locs, const std::string& origin,
+                     ErrorList& errors) {
+  std::vector<std::string> tops;
+  for (const auto& s : recipe::core_schema())
+    if (s.name.find('.') == std::string::npos) tops.push_back(s.name);
+  for (auto&& [k, v] : root) {
+    const std::string key(k.str());
+    auto it = locs.find(key);
+    const std::string where = it == locs.end() ? origin : it->second.key;
+    const bool known = std::find(tops.begin(), tops.end(), key) != tops.end();
+    if (!v.is_table()) {
+      std::string m = known ? "'" + key + "' must be a section ([" + key + "]), found " + recipe::describe_found(v)
+                            : "key '" + key + "' is outside any section";
+      if (!known) {
+        std::string s = section_of_key(key);
+        if (!s.empty()) m += "; did you mean section [" + s + "]?";
+      }
+      errors.add(where, m);
+    } else if (!known) {
+      std::string m = "unknown section [" + key + "]";
+      std::string near = text::closest(key, tops);
+      if (!near.empty()) m += "; did you mean [" + near + "]?";
+      else m += " (sections: " + text::join(tops, ", ") + ")";
+      errors.add(where, m);
+    }
+  }
+}
+
+// A plugin section's `plugin` key: a non-empty string (offload: "" means none).
+void check_plugin_key(const recipe::SectionSpec& spec, const toml::table* t, const LocationMap& locs,
+                      const std::string& origin, bool report_missing, ErrorList& errors) {
+  const toml::node* p = t ? t->get("plugin") : nullptr;
+  auto loc = [&](const std::string& dotted, bool value) {
+    auto it = locs.find(dotted);
+    return it == locs.end() ? origin : value ? it->second.value : it->second.key;
+  };
+  if (!p) {
+    if (spec.name == "data" && report_missing)
+      errors.add(loc("data", false), std::string("[data] missing required key 'plugin' (a string: the data ") +
+                                         "source plugin, e.g. plugin = \"synthetic\"; see ciuic-run --list-plugins)");
+    return;
+  }
+  if (!p->is_string()) {
+    errors.add(loc(spec.name + ".plugin", true), "[" + spec.name + "] plugin: expected a string (a plugin name), found " +
+                                                    recipe::describe_found(*p));
+  } else if (p->value_exact<std::string>()->empty() && spec.name != "offload") {
+    errors.add(loc(spec.name + ".plugin", true),
+               "[" + spec.name + "] plugin: expected a plugin name, found an empty string");
+  }
+}
+
+const std::vector<std::string>& slot_names() {
+  static const std::vector<std::string> v = [] {
+    std::vector<std::string> out;
+    for (int i = 0; i < kNumSlots; ++i) out.emplace_back(slot_name(static_cast<Slot>(i)));
+    return out;
+  }();
+  return v;
+}
+
+bool is_slot(std::string_view name) {
+  for (const auto& s : slot_names())
+    if (s == name) return true;
+  return false;
+}
+
+}  // namespace
+
+// ---- loading --------------------------------------------------------------------------------
+namespace {
+
+std::shared_ptr<Recipe::Impl> finish(std::shared_ptr<Recipe::Impl> impl, Loader& loader,
+                                     const std::vector<std::string>& overrides) {
+  impl->files = loader.files;
+  impl->overrides = overrides;
+  ErrorList& errors = loader.errors;
+  for (const auto& o : overrides) apply_override(o, impl->root, impl->locs, errors);
+  check_top_level(impl->root, impl->locs, impl->origin, errors);
+  const auto known = recipe::core_known_sections();
+  for (const auto& spec : recipe::core_schema()) {
+    const toml::table* t = impl->written(spec.name);
+    if (spec.plugin_slot) {
+      check_plugin_key(spec, t, impl->locs, impl->origin, !loader.incomplete, errors);
+      continue;
+    }
+    recipe::SectionInput in;
+    in.section = spec.name;
+    in.written = t;
+    in.locations = &impl->locs;
+    in.origin = impl->origin;
+    in.report_missing = !loader.incomplete;
+    for (const auto& other : recipe::core_schema()) {  // sub-sections are validated on their own
+      if (other.name.rfind(spec.name + ".", 0) != 0) continue;
+      const std::string sub = other.name.substr(spec.name.size() + 1);
+      in.skip.push_back(sub);
+      if (const toml::node* n = t ? t->get(sub) : nullptr; n && !n->is_table())
+        errors.add(impl->key_location(other.name), "[" + spec.name + "] " + sub + ": expected a section [" +
+                                                        other.name + "], found " + recipe::describe_found(*n));
+    }
+    auto data = recipe::validate_section(in, spec.keys, known, errors);
+    if (spec.name == "run" && !data->table.contains("output_dir")) {
+      auto name = data->table["name"].value_exact<std::string>();
+      data->table.insert_or_assign("output_dir", "runs/" + name.value_or("run"));
+      data->locations["output_dir"] = "<default>";
+    }
+    impl->sections.emplace(spec.name, Config(std::move(data)));
+  }
+  errors.throw_if_any("recipe " + impl->origin);
+  return impl;
+}
+
+}  // namespace
+
+Recipe::Recipe(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+Recipe Recipe::load(const std::string& path, const std::vector<std::string>& overrides) {
+  auto impl = std::make_shared<Impl>();
+  impl->path = path;
+  impl->origin = path;
+  std::error_code ec;
+  impl->dir = fs::absolute(fs::path(path), ec).parent_path().lexically_normal().string();
+  Loader loader;
+  std::vector<std::pair<std::string, std::string>> stack;
+  Composed c = loader.load_file(path, "", stack);
+  impl->root = std::move(c.table);
+  impl->locs = std::move(c.locs);
+  return Recipe(finish(std::move(impl), loader, overrides));
+}
+
+Recipe Recipe::parse(std::string_view toml_text, std::string_view origin,
+                     const std::vector<std::string>& overrides) {
+  auto impl = std::make_shared<Impl>();
+  impl->origin = std::string(origin);
+  std::error_code ec;
+  impl->dir = fs::current_path(ec).string();
+  Loader loader;
+  std::vector<std::pair<std::string, std::string>> stack;
+  Composed c = loader.load_text(toml_text, impl->origin, fs::path(), stack);
+  impl->root = std::move(c.table);
+  impl->locs = std::move(c.locs);
+  return Recipe(finish(std::move(impl), loader, overrides));
+}
+
+const std::string& Recipe::path() const { return impl_->path; }
+std::string Recipe::dir() const { return impl_->dir; }
+const std::vector<std::string>& Recipe::files() const { return impl_->files; }
+const std::vector<std::string>& Recipe::overrides() const { return impl_->overrides; }
+
+Config Recipe::section(std::string_view name) const {
+  auto it = impl_->sections.find(name);
+  if (it == impl_->sections.end()) {
+    if (is_slot(name))
+      throw Error("internal error: Recipe::section(\"" + std::string(name) +
+                  "\"): plugin sections are read through Recipe::plugin_config()");
+    throw Error("internal error: Recipe::section(\"" + std::string(name) + "\"): no such core section");
+  }
+  return it->second;
+}
+
+bool Recipe::has_section(std::string_view name) const { return impl_->written(name) != nullptr; }
+
+// ---- plugins --------------------------------------------------------------------------------
+std::string Recipe::plugin_name(Slot slot) const {
+  if (const toml::table* t = impl_->written(slot_name(slot)))
+    if (auto p = t->get_as<std::string>("plugin")) return p->get();
+  switch (slot) {
+    case Slot::kComm:
+      return section("cluster").get_string("device") == "cuda" ? "nccl" : "gloo";
+    case Slot::kSharding: return "ddp";
+    case Slot::kPrecision: return "fp32";
+    case Slot::kOffload: return "";
+    case Slot::kData: return "";  // required: load() has failed without it
+  }
+  return "";
+}
+
+std::string Recipe::plugin_location(Slot slot) const {
+  const std::string dotted = std::string(slot_name(slot)) + ".plugin";
+  auto it = impl_->locs.find(dotted);
+  return it == impl_->locs.end() ? "<default>" : it->second.value;
+}
+
+namespace {
+
+recipe::SectionInput plugin_input(const Recipe::Impl& r, Slot slot, const PluginInfo& info) {
+  recipe::SectionInput in;
+  in.section = slot_name(slot);
+  in.written = r.written(in.section);
+  in.locations = &r.locs;
+  in.origin = r.origin;
+  in.skip = {"plugin"};
+  in.owner = std::string("plugin ") + (info.name ? info.name : "?");
+  return in;
+}
+
+std::vector<KeySpec> plugin_keys(const PluginInfo& info) {
+  std::vector<KeySpec> keys;
+  for (uint32_t i = 0; i < info.num_options; ++i) keys.push_back(recipe::key_from_option(info.options[i]));
+  return keys;
+}
+
+}  // namespace
+
+Config Recipe::plugin_config(Slot slot, const PluginInfo& info) const {
+  ErrorList errors;
+  auto data = recipe::validate_section(plugin_input(*impl_, slot, info), plugin_keys(info),
+                                       recipe::core_known_sections(), errors);
+  errors.throw_if_any("recipe " + impl_->origin);
+  return Config(std::move(data));
+}
+
+void Recipe::validate_plugins(const Registry& registry) const {
+  ErrorList errors;
+  auto known = recipe::core_known_sections();
+  // Options of the chosen plugins, so a key in the wrong plugin section gets "did you mean [x]".
+  for (int i = 0; i < kNumSlots; ++i) {
+    const Slot slot = static_cast<Slot>(i);
+    const std::string name = plugin_name(slot);
+    if (name.empty()) continue;
+    if (const PluginDescriptor* d = registry.find(slot, name)) {
+      recipe::KnownSection k{slot_name(slot), {}};
+      for (const auto& key : plugin_keys(*d->info)) k.keys.push_back(key.key);
+      known.push_back(std::move(k));
+    }
+  }
+  for (int i = 0; i < kNumSlots; ++i) {
+    const Slot slot = static_cast<Slot>(i);
+    const std::string s = slot_name(slot);
+    const std::string name = plugin_name(slot);
+    if (name.empty()) {
+      // No plugin (offload = none): the section must not hold options.
+      if (const toml::table* t = impl_->written(s)) {
+        for (auto&& [k, v] : *t) {
+          if (k.str() == "plugin") continue;
+          errors.add(impl_->key_location(s + "." + std::string(k.str())),
+                     "[" + s + "] sets '" + std::string(k.str()) + "' but chooses no plugin (add plugin = \"<name>\")");
+        }
+      }
+      continue;
+    }
+    const PluginDescriptor* d = registry.find(slot, name);
+    if (!d) {
+      std::string where = plugin_location(slot);
+      try {
+        registry.get(slot, name);
+      } catch (const Error& e) {
+        std::string msg = e.what();
+        if (where == "<default>") msg = "[" + s + "] default plugin: " + msg;
+        errors.add(where == "<default>" ? impl_->origin : where, msg);
+      }
+      continue;
+    }
+    recipe::validate_section(plugin_input(*impl_, slot, *d->info), plugin_keys(*d->info), known, errors);
+  }
+  errors.throw_if_any("recipe " + impl_->origin);
+}
+
+// ---- printing -------------------------------------------------------------------------------
+namespace {
+
+// Prints `values` in the order of `order` (keys missing from it follow, alphabetically).
+void print_section(std::ostringstream& os, const std::string& name, const toml::table& values,
+                   std::vector<std::string> order,
+                   const std::function<std::string(const std::string&)>& where) {
+  for (auto&& [k, v] : values)
+    if (std::find(order.begin(), order.end(), k.str()) == order.end()) order.emplace_back(k.str());
+  os << "\n[" << name << "]\n";
+  for (const auto& key : order) {
+    const toml::node* v = values.get(key);
+    if (!v || v->is_table()) continue;
+    std::string line = key + " = " + recipe::format_value(*v);
+    if (line.size() < 44) line.resize(44, ' ');
+    os << line << "  # " << where(key) << "\n";
+  }
+}
+
+std::vector<std::string> key_order(const std::vector<KeySpec>& keys) {
+  std::vector<std::string> out;
+  for (const auto& k : keys) out.push_back(k.key);
+  return out;
+}
+
+std::string resolved(const Recipe& r, const Recipe::Impl& impl, const Registry* registry) {
+  std::ostringstream os;
+  os << "# ciuic resolved recipe: " << impl.origin;
+  if (impl.files.size() > 1) {
+    std::vector<std::string> inc(impl.files.begin() + 1, impl.files.end());
+    os << " (includes " << text::join(inc, ", ") << ")";
+  }
+  os << "\n";
+  if (!impl.overrides.empty()) os << "# overrides: " << text::join(impl.overrides, " ") << "\n";
+  os << "# every value with where it comes from: <file>:<line>:<col>, --set, or <default>\n";
+  for (const auto& spec : recipe::core_schema()) {
+    if (!spec.plugin_slot) {
+      Config c = r.section(spec.name);
+      if (c.keys().empty() && spec.name == "model.config") continue;
+      print_section(os, spec.name, c.impl().table, key_order(spec.keys),
+                    [&](const std::string& k) { return c.location(k); });
+      continue;
+    }
+    Slot slot{};
+    for (int i = 0; i < kNumSlots; ++i)
+      if (spec.name == slot_name(static_cast<Slot>(i))) slot = static_cast<Slot>(i);
+    const std::string name = r.plugin_name(slot);
+    toml::table values;
+    std::map<std::string, std::string> where;
+    values.insert_or_assign("plugin", name);
+    where["plugin"] = r.plugin_location(slot);
+    const PluginDescriptor* d = registry && !name.empty() ? registry->find(slot, name) : nullptr;
+    std::vector<std::string> order{"plugin"};
+    if (d) {
+      for (const auto& k : key_order(plugin_keys(*d->info))) order.push_back(k);
+      Config c = r.plugin_config(slot, *d->info);
+      for (auto&& [k, v] : c.impl().table) {
+        values.insert_or_assign(k.str(), v);
+        where[std::string(k.str())] = c.location(k.str());
+      }
+    } else if (const toml::table* t = impl.written(spec.name)) {
+      for (auto&& [k, v] : *t) {
+        if (k.str() == "plugin") continue;
+        values.insert_or_assign(k.str(), v);
+        where[std::string(k.str())] = impl.key_location(spec.name + "." + std::string(k.str()));
+      }
+    }
+    print_section(os, spec.name, values, order, [&](const std::string& k) { return where[k]; });
+  }
+  return os.str();
+}
+
+}  // namespace
+
+std::string Recipe::resolved_toml() const { return resolved(*this, *impl_, nullptr); }
+std::string Recipe::resolved_toml(const Registry& registry) const {
+  return resolved(*this, *impl_, &registry);
+}
+
+}  // namespace ciuic

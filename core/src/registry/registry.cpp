@@ -1,0 +1,376 @@
+// Plugin discovery and loading; see registry.h for the rules.
+#include "registry/registry.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <boost/core/demangle.hpp>
+#include <boost/dll/runtime_symbol_info.hpp>
+#include <boost/dll/shared_library.hpp>
+#include <c10/util/Exception.h>
+
+#include <ciuic/error.h>
+#include <ciuic/log.h>
+#include <ciuic/version.h>
+
+#include "base/text.h"
+#include "recipe/schema.h"
+
+namespace ciuic {
+
+namespace fs = std::filesystem;
+
+struct Registry::Impl {
+  struct Entry {
+    PluginDescriptor desc;
+    std::shared_ptr<boost::dll::shared_library> lib;
+    PluginFactoryFn* factory = nullptr;
+  };
+  struct Refused {
+    std::string path;
+    std::string slot, name;  // from the file name; empty when it does not follow the pattern
+    std::string why;
+  };
+  std::vector<Entry> plugins;  // accepted winners, sorted by (slot, name)
+  std::vector<Refused> refused;
+  std::vector<std::string> shadowed;
+  std::vector<std::string> search;
+
+  const Entry* find(Slot slot, std::string_view name) const {
+    for (const auto& e : plugins)
+      if (e.desc.slot == slot && e.desc.name == name) return &e;
+    return nullptr;
+  }
+};
+
+namespace {
+
+constexpr std::string_view kPrefix = "libciuic_";
+constexpr std::string_view kSuffix = ".so";
+
+bool looks_like_plugin(const std::string& file) {
+  return file.size() > kPrefix.size() + kSuffix.size() && file.rfind(kPrefix, 0) == 0 &&
+         file.compare(file.size() - kSuffix.size(), kSuffix.size(), kSuffix) == 0;
+}
+
+// Splits "libciuic_<slot>_<name>.so"; false when <slot> is not a slot name or <name> is empty.
+bool parse_file_name(const std::string& file, Slot& slot, std::string& name) {
+  std::string rest = file.substr(kPrefix.size(), file.size() - kPrefix.size() - kSuffix.size());
+  for (int i = 0; i < kNumSlots; ++i) {
+    std::string s = std::string(slot_name(static_cast<Slot>(i))) + "_";
+    if (rest.rfind(s, 0) == 0 && rest.size() > s.size()) {
+      slot = static_cast<Slot>(i);
+      name = rest.substr(s.size());
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string slot_list() {
+  std::vector<std::string> v;
+  for (int i = 0; i < kNumSlots; ++i) v.emplace_back(slot_name(static_cast<Slot>(i)));
+  return text::join(v, ", ");
+}
+
+// Checks the declared options; "" when fine.
+std::string check_options(const PluginInfo& info) {
+  if (info.num_options > 0 && !info.options)
+    return "declares " + std::to_string(info.num_options) + " options but no option array";
+  std::set<std::string> seen;
+  for (uint32_t i = 0; i < info.num_options; ++i) {
+    const OptionSpec& o = info.options[i];
+    if (!o.key || !*o.key) return "option #" + std::to_string(i) + " has no key";
+    const std::string key = o.key;
+    if (key == "plugin") return "option 'plugin' is reserved (it names the plugin in the recipe)";
+    if (!seen.insert(key).second) return "option '" + key + "' is declared twice";
+    if (static_cast<uint32_t>(o.type) > static_cast<uint32_t>(OptionType::kFloatList))
+      return "option '" + key + "' has unknown type " + std::to_string(static_cast<uint32_t>(o.type));
+    if (o.choices && o.type != OptionType::kString)
+      return "option '" + key + "' has choices but is not a string option";
+    std::string problem = recipe::check_default(recipe::key_from_option(o));
+    if (!problem.empty()) return "option '" + key + "': " + problem;
+  }
+  return "";
+}
+
+// Why `path` cannot be a plugin before dlopen, or "".
+std::string precheck_file(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    return std::string("cannot be read: ") + std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) return "cannot be read: not a regular file";
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::string("cannot be read: ") + std::strerror(errno);
+  unsigned char magic[4] = {0, 0, 0, 0};
+  ssize_t n = ::read(fd, magic, sizeof magic);
+  ::close(fd);
+  if (n != 4 || magic[0] != 0x7f || magic[1] != 'E' || magic[2] != 'L' || magic[3] != 'F')
+    return "not a shared library (expected an ELF file, found " +
+           (n <= 0 ? std::string("an empty file") : std::string("other content")) + ")";
+  return "";
+}
+
+class Loader {
+ public:
+  explicit Loader(Registry::Impl& r) : r_(r) {}
+
+  void add_path(const std::string& entry, bool is_default) {
+    std::error_code ec;
+    fs::path p(entry);
+    if (!fs::exists(p, ec)) {
+      if (!is_default) {
+        r_.search.push_back(entry + " (missing)");
+        log_warn("plugin path " + entry + " does not exist");
+      }
+      return;
+    }
+    fs::path canon = fs::weakly_canonical(p, ec);
+    if (!seen_dirs_.insert(canon.string()).second) return;
+    r_.search.push_back(entry);
+    if (!fs::is_directory(p, ec)) {
+      load_file(p.string());
+      return;
+    }
+    std::vector<std::string> files;
+    for (const auto& de : fs::directory_iterator(p, fs::directory_options::skip_permission_denied, ec)) {
+      const std::string f = de.path().filename().string();
+      if (looks_like_plugin(f)) files.push_back(de.path().string());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& f : files) load_file(f);
+  }
+
+  void finish() {
+    std::sort(r_.plugins.begin(), r_.plugins.end(), [](const auto& a, const auto& b) {
+      if (a.desc.slot != b.desc.slot) return a.desc.slot < b.desc.slot;
+      return a.desc.name < b.desc.name;
+    });
+  }
+
+ private:
+  void refuse(const std::string& path, const std::string& slot, const std::string& name,
+              std::string why) {
+    log_debug("plugin " + path + " refused: " + why);
+    r_.refused.push_back({path, slot, name, std::move(why)});
+  }
+
+  void load_file(const std::string& path) {
+    std::error_code ec;
+    fs::path canon = fs::weakly_canonical(path, ec);
+    if (!seen_files_.insert(canon.string()).second) return;
+    const std::string file = fs::path(path).filename().string();
+    Slot fslot{};
+    std::string fname;
+    if (!looks_like_plugin(file) || !parse_file_name(file, fslot, fname)) {
+      refuse(path, "", "",
+             "file name does not follow libciuic_<slot>_<name>.so with <slot> one of " + slot_list());
+      return;
+    }
+    const std::string fs_slot = slot_name(fslot);
+    if (std::string why = precheck_file(path); !why.empty()) {
+      refuse(path, fs_slot, fname, why);
+      return;
+    }
+    auto lib = std::make_shared<boost::dll::shared_library>();
+    boost::dll::fs::error_code lec;
+    lib->load(boost::dll::fs::path(path),
+              static_cast<boost::dll::load_mode::type>(RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE), lec);
+    if (lec || !lib->is_loaded()) {
+      const char* dl = dlerror();
+      refuse(path, fs_slot, fname,
+             std::string("cannot be loaded as a shared library: ") + (dl ? dl : lec.message()));
+      return;
+    }
+    for (const char* sym : {kPluginInfoSymbol, kPluginFactorySymbol}) {
+      if (!lib->has(sym)) {
+        refuse(path, fs_slot, fname,
+               std::string("not a ciuic plugin: entry symbol '") + sym +
+                   "' not found (expected a library defined with CIUIC_DEFINE_PLUGIN)");
+        return;
+      }
+    }
+    const PluginInfo* info = nullptr;
+    try {
+      info = lib->get_alias<PluginInfoFn>(kPluginInfoSymbol)();
+    } catch (const std::exception& e) {
+      refuse(path, fs_slot, fname, std::string("its info entry point threw: ") + e.what());
+      return;
+    }
+    if (!info) {
+      refuse(path, fs_slot, fname, "its info entry point returned null");
+      return;
+    }
+    // Only api_version is read before it is known to match: the rest of the record's layout
+    // belongs to that API version.
+    if (info->api_version != kPluginApiVersion) {
+      refuse(path, fs_slot, fname,
+             "plugin API version mismatch: expected " + std::to_string(kPluginApiVersion) +
+                 " (ciuic " CIUIC_VERSION "), found " + std::to_string(info->api_version) +
+                 "; rebuild the plugin against this ciuic SDK");
+      return;
+    }
+    const std::string fp = info->build_fingerprint ? info->build_fingerprint : "(none)";
+    if (fp != core_build_fingerprint()) {
+      refuse(path, fs_slot, fname,
+             std::string("build fingerprint mismatch: expected \"") + core_build_fingerprint() +
+                 "\", found \"" + fp +
+                 "\"; rebuild the plugin with the same LibTorch version, C++ ABI and compiler as ciuic");
+      return;
+    }
+    if (static_cast<uint32_t>(info->slot) >= static_cast<uint32_t>(kNumSlots) || !info->name ||
+        !info->version || !info->summary) {
+      refuse(path, fs_slot, fname, "malformed info record (unknown slot or missing name/version/summary)");
+      return;
+    }
+    const std::string islot = slot_name(info->slot);
+    if (info->slot != fslot || fname != info->name) {
+      refuse(path, fs_slot, fname,
+             "declares slot '" + islot + "' and name '" + info->name +
+                 "' but its file name says slot '" + fs_slot + "' and name '" + fname +
+                 "' (expected file name libciuic_" + islot + "_" + info->name + ".so)");
+      return;
+    }
+    if (std::string problem = check_options(*info); !problem.empty()) {
+      refuse(path, fs_slot, fname, "bad option declaration: " + problem);
+      return;
+    }
+    Registry::Impl::Entry e;
+    e.desc = PluginDescriptor{info->slot, info->name, info->version, info->summary, path, info};
+    e.lib = lib;
+    e.factory = &lib->get_alias<PluginFactoryFn>(kPluginFactorySymbol);
+    for (auto& old : r_.plugins) {
+      if (old.desc.slot == e.desc.slot && old.desc.name == e.desc.name) {
+        r_.shadowed.push_back(old.desc.path + ": shadowed by " + path);
+        old = std::move(e);
+        return;
+      }
+    }
+    log_debug("plugin " + islot + "/" + e.desc.name + " " + e.desc.version + " loaded from " + path);
+    r_.plugins.push_back(std::move(e));
+  }
+
+  Registry::Impl& r_;
+  std::set<std::string> seen_dirs_, seen_files_;
+};
+
+std::vector<std::string> default_paths() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  boost::dll::fs::error_code bec;
+  fs::path exe = boost::dll::program_location(bec);
+  if (!bec) out.push_back((exe.parent_path() / ".." / "lib" / "ciuic" / "plugins").lexically_normal().string());
+  fs::path core = boost::dll::this_line_location(bec);
+  if (!bec) out.push_back((core.parent_path() / "ciuic" / "plugins").lexically_normal().string());
+  return out;
+}
+
+}  // namespace
+
+Registry::Registry(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+Registry Registry::discover(const std::vector<std::string>& extra_paths) {
+  auto impl = std::make_shared<Impl>();
+  Loader loader(*impl);
+  for (const auto& p : default_paths()) loader.add_path(p, true);
+  if (const char* env = std::getenv("CIUIC_PLUGIN_PATH")) {
+    for (const auto& p : text::split(env, ':'))
+      if (!p.empty()) loader.add_path(p, false);
+  }
+  for (const auto& p : extra_paths) loader.add_path(p, false);
+  loader.finish();
+  return Registry(std::move(impl));
+}
+
+Registry Registry::from_paths(const std::vector<std::string>& paths) {
+  auto impl = std::make_shared<Impl>();
+  Loader loader(*impl);
+  for (const auto& p : paths) loader.add_path(p, false);
+  loader.finish();
+  return Registry(std::move(impl));
+}
+
+std::vector<PluginDescriptor> Registry::list() const {
+  std::vector<PluginDescriptor> out;
+  for (const auto& e : impl_->plugins) out.push_back(e.desc);
+  return out;
+}
+
+const PluginDescriptor* Registry::find(Slot slot, std::string_view name) const {
+  const Impl::Entry* e = impl_->find(slot, name);
+  return e ? &e->desc : nullptr;
+}
+
+const PluginDescriptor& Registry::get(Slot slot, std::string_view name) const {
+  if (const PluginDescriptor* d = find(slot, name)) return *d;
+  const std::string s = slot_name(slot);
+  std::vector<std::string> names;
+  for (const auto& e : impl_->plugins)
+    if (e.desc.slot == slot) names.push_back(e.desc.name);
+  std::string msg = "unknown " + s + " plugin '" + std::string(name) + "'";
+  for (const auto& r : impl_->refused)
+    if (r.slot == s && r.name == name) msg += "; " + r.path + " was refused: " + r.why;
+  std::string near = text::closest(name, names);
+  if (!near.empty()) msg += "; did you mean '" + near + "'?";
+  if (names.empty())
+    msg += "; no " + s + " plugins were found";
+  else
+    msg += "; available " + s + " plugins: " + text::join(names, ", ");
+  msg += " (searched: " + (impl_->search.empty() ? std::string("nothing") : text::join(impl_->search, ", ")) +
+         "; add folders with --plugin-path, $CIUIC_PLUGIN_PATH or [run] plugin_paths)";
+  throw UsageError(msg);
+}
+
+std::vector<std::string> Registry::refusals() const {
+  std::vector<std::string> out;
+  for (const auto& r : impl_->refused) out.push_back(r.path + ": " + r.why);
+  return out;
+}
+
+std::vector<std::string> Registry::shadowed() const { return impl_->shadowed; }
+
+std::vector<std::string> Registry::search_path() const { return impl_->search; }
+
+std::shared_ptr<PluginObject> Registry::create_object(Slot slot, std::string_view name,
+                                                      const Config& config,
+                                                      const RunContext& ctx) const {
+  const PluginDescriptor& d = get(slot, name);
+  const Impl::Entry* e = impl_->find(slot, name);
+  const std::string context = "plugin " + std::string(slot_name(slot)) + "/" + d.name + " (" + d.path + ")";
+  auto cfg = std::make_shared<const Config>(config);
+  PluginObject* raw = nullptr;
+  try {
+    raw = e->factory(PluginArgs{*cfg, ctx});
+  } catch (const Error& err) {
+    throw err.with_context(context);
+  } catch (const c10::Error& err) {
+    throw Error(context + ": " + err.what_without_backtrace());
+  } catch (const std::exception& err) {
+    throw Error(context + ": " + err.what());
+  } catch (...) {
+    throw Error(context + ": unknown exception");
+  }
+  if (!raw) throw Error(context + ": the factory returned no object");
+  auto lib = e->lib;
+  return std::shared_ptr<PluginObject>(raw, [lib, cfg](PluginObject* p) { delete p; });
+}
+
+void Registry::wrong_type(Slot slot, std::string_view name, const std::type_info& want,
+                          const PluginObject& got) const {
+  const PluginDescriptor& d = get(slot, name);
+  throw Error("plugin " + std::string(slot_name(slot)) + "/" + d.name + " (" + d.path +
+              ") created a " + boost::core::demangle(typeid(got).name()) + ", which is not a " +
+              boost::core::demangle(want.name()));
+}
+
+}  // namespace ciuic
