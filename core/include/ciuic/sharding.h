@@ -63,12 +63,15 @@ struct ShardingSetup {
 struct StepInput {
   AdamWHyper hyper;
   double max_grad_norm = 0.0;  // <= 0: no clipping
-  int64_t step = 1;            // 1-based optimizer step (AdamW bias correction uses it)
+  int64_t step = 1;            // 1-based optimizer step (for messages and the precision policy)
+  int64_t adam_step = 1;       // AdamW's t if this step is applied: 1 + updates applied so far
+                               // (skipped steps do not count, as in PyTorch and DeepSpeed)
 };
 
 struct StepResult {
-  double grad_norm = 0.0;  // before clipping; NaN/inf when the step overflowed
-  bool skipped = false;    // precision.update() said skip
+  double grad_norm = 0.0;  // before clipping, of the unscaled gradient; NaN/inf on overflow
+  bool skipped = false;    // no update was applied: precision.update() said skip, or the
+                           // gradient was non-finite (never applied, whatever the policy)
 };
 
 struct ShardingMemory {

@@ -1,0 +1,441 @@
+// Checkpoints: see checkpoint.h for the format and the guarantees.
+#include "checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <regex>
+#include <sstream>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ops/empty.h>
+
+#include <ciuic/checksum.h>
+#include <ciuic/error.h>
+#include <ciuic/log.h>
+
+namespace fs = std::filesystem;
+
+namespace ciuic::checkpoint {
+
+namespace {
+
+constexpr const char* kFormat = "ciuic-checkpoint";
+constexpr int kFormatVersion = 1;
+
+std::string step_name(int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+std::string rank_file(int rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "rank_%05d.safetensors", rank);
+  return buf;
+}
+
+nlohmann::json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  if (!in) throw Error("cannot read " + p.string());
+  try {
+    return nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(p.string() + ": malformed JSON: " + e.what());
+  }
+}
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+nlohmann::json shape_json(const RunShape& s) {
+  nlohmann::json params = nlohmann::json::array();
+  for (const auto& [name, shape] : s.params) params.push_back({{"name", name}, {"shape", shape}});
+  return {{"model_config", s.model.to_json()},
+          {"global_rows", s.global_rows},
+          {"seq_len", s.seq_len},
+          {"params", params}};
+}
+
+// Every rank file's shard layout, and slice lookup across them.
+class ShardSet {
+ public:
+  ShardSet(const fs::path& folder, int world) {
+    for (int r = 0; r < world; ++r) {
+      auto f = model::SafetensorsFile::open((folder / rank_file(r)).string());
+      auto it = f->metadata().find("layout");
+      if (it == f->metadata().end())
+        throw Error(f->path() + ": no shard layout in the metadata (not a ciuic checkpoint file)");
+      nlohmann::json layout;
+      try {
+        layout = nlohmann::json::parse(it->second);
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(f->path() + ": malformed shard layout: " + e.what());
+      }
+      for (const auto& s : layout)
+        pieces_[s.at(0).get<std::string>()].push_back(
+            Piece{r, s.at(1).get<int64_t>(), s.at(2).get<int64_t>(), s.at(3).get<int64_t>()});
+      files_.push_back(std::move(f));
+    }
+    for (auto& [name, v] : pieces_)
+      std::sort(v.begin(), v.end(),
+                [](const Piece& a, const Piece& b) { return a.param_offset < b.param_offset; });
+  }
+
+  at::Tensor fetch(const std::string& state, const std::string& param, int64_t offset,
+                   int64_t length) const {
+    at::Tensor out = at::empty({length}, at::kFloat);
+    auto it = pieces_.find(param);
+    if (it == pieces_.end())
+      throw Error("checkpoint " + folder_of() + " holds no state for parameter " + param);
+    int64_t covered = 0;
+    for (const Piece& p : it->second) {
+      const int64_t s = std::max(offset, p.param_offset);
+      const int64_t e = std::min(offset + length, p.param_offset + p.length);
+      if (s >= e) continue;
+      at::Tensor src = files_[p.file]->tensor(state);
+      out.narrow(0, s - offset, e - s).copy_(src.narrow(0, p.shard_offset + (s - p.param_offset), e - s));
+      covered += e - s;
+    }
+    if (covered != length)
+      throw Error("checkpoint " + folder_of() + " covers " + std::to_string(covered) + " of the " +
+                  std::to_string(length) + " elements [" + std::to_string(offset) + ", " +
+                  std::to_string(offset + length) + ") of " + param + " (" + state + ")");
+    return out;
+  }
+
+ private:
+  std::string folder_of() const {
+    return files_.empty() ? "?" : fs::path(files_[0]->path()).parent_path().string();
+  }
+  struct Piece {
+    int file;
+    int64_t param_offset, length, shard_offset;
+  };
+  std::vector<std::shared_ptr<const model::SafetensorsFile>> files_;
+  std::map<std::string, std::vector<Piece>> pieces_;
+};
+
+// What differs between a checkpoint's run shape and this run's, as sentences.
+std::vector<std::string> shape_differences(const nlohmann::json& saved, const RunShape& now) {
+  std::vector<std::string> out;
+  const nlohmann::json cur = shape_json(now);
+  const auto& a = saved.at("model_config");
+  const auto& b = cur.at("model_config");
+  for (const auto& [k, v] : b.items()) {
+    if (k == "torch_dtype" || k == "transformers_version") continue;
+    if (!a.contains(k))
+      out.push_back("model " + k + ": absent in the checkpoint, " + v.dump() + " now");
+    else if (a.at(k) != v)
+      out.push_back("model " + k + ": " + a.at(k).dump() + " in the checkpoint, " + v.dump() + " now");
+  }
+  for (const char* k : {"global_rows", "seq_len"})
+    if (saved.at(k) != cur.at(k))
+      out.push_back(std::string(k) + ": " + saved.at(k).dump() + " in the checkpoint, " +
+                    cur.at(k).dump() + " now" +
+                    (std::string(k) == "global_rows"
+                         ? " (micro_batch_size x gradient_accumulation_steps x world size must "
+                           "stay the same)"
+                         : ""));
+  if (out.empty() && saved.at("params") != cur.at("params"))
+    out.push_back("the parameter names or shapes differ");
+  return out;
+}
+
+model::NamedTensors read_state_file(const fs::path& p) {
+  model::NamedTensors out;
+  auto f = model::SafetensorsFile::open(p.string());
+  for (const auto& e : f->entries()) out.emplace_back(e.name, f->tensor(e.name).clone());
+  return out;
+}
+
+}  // namespace
+
+// ---- verification / lookup ----------------------------------------------------------------------
+nlohmann::json verify(const std::string& folder, bool checksums) {
+  const fs::path dir(folder);
+  if (!fs::is_directory(dir)) throw Error("checkpoint " + folder + " does not exist");
+  const fs::path mpath = dir / "manifest.json";
+  if (!fs::exists(mpath))
+    throw Error("checkpoint " + folder + " is incomplete: manifest.json is missing");
+  nlohmann::json m = read_json(mpath);
+  if (m.value("format", "") != kFormat)
+    throw Error(mpath.string() + ": not a ciuic checkpoint manifest");
+  if (m.value("version", 0) != kFormatVersion)
+    throw Error(mpath.string() + ": checkpoint format version " + std::to_string(m.value("version", 0)) +
+                ", this ciuic reads version " + std::to_string(kFormatVersion));
+  for (const auto& [name, info] : m.at("files").items()) {
+    const fs::path p = dir / name;
+    std::error_code ec;
+    const auto size = fs::file_size(p, ec);
+    if (ec) throw Error("checkpoint " + folder + ": file " + name + " is missing");
+    if (size != info.at("bytes").get<uint64_t>())
+      throw Error("checkpoint " + folder + ": file " + name + " has " + std::to_string(size) +
+                  " bytes, the manifest says " + std::to_string(info.at("bytes").get<uint64_t>()) +
+                  " (truncated or overwritten)");
+    if (checksums && crc32c_file(p.string()) != info.at("crc32c").get<uint32_t>())
+      throw Error("checkpoint " + folder + ": file " + name +
+                  " fails its CRC-32C check (corrupted)");
+  }
+  return m;
+}
+
+namespace {
+// Complete checkpoint folders under `dir`, oldest first.
+std::vector<fs::path> complete_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, fs::path>> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {};
+  static const std::regex re("step_([0-9]+)");
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && std::regex_match(n, m, re) && fs::exists(e.path() / "manifest.json"))
+      found.emplace_back(std::stoll(m[1].str()), e.path());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<fs::path> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
+}
+}  // namespace
+
+std::string resolve(const std::string& spec, const std::string& dir) {
+  std::string d = dir;
+  if (spec != "latest") {
+    if (fs::exists(fs::path(spec) / "manifest.json")) return spec;
+    if (!fs::is_directory(spec)) throw UsageError("--resume " + spec + ": no such checkpoint folder");
+    d = spec;
+  }
+  auto all = complete_checkpoints(d);
+  if (all.empty())
+    throw UsageError("--resume " + spec + ": no complete checkpoint in " + d +
+                     (spec == "latest" ? " (the recipe's [checkpoint] dir)" : ""));
+  return all.back().string();
+}
+
+std::string Checkpointer::latest() const {
+  auto all = complete_checkpoints(dir_);
+  return all.empty() ? std::string() : all.back().string();
+}
+
+// ---- save ---------------------------------------------------------------------------------------
+Checkpointer::Checkpointer(std::string dir, int64_t keep_last, const RunContext& ctx)
+    : dir_(std::move(dir)), keep_last_(keep_last), ctx_(ctx) {}
+
+std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, const Parts& parts) {
+  Store& store = *ctx_.store;
+  const std::string key = "ckpt/save" + std::to_string(++saves_) + "/";
+  const fs::path final_dir = fs::path(dir_) / step_name(st.step);
+  const fs::path tmp = fs::path(dir_) / (".tmp-" + step_name(st.step));
+  const bool rank0 = ctx_.rank == 0;
+
+  // 1. Rank 0 prepares an empty temporary folder (removing leftovers of crashed saves).
+  if (rank0) {
+    std::string status = "ok";
+    try {
+      fs::create_directories(dir_);
+      for (const auto& e : fs::directory_iterator(dir_))
+        if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());
+      fs::create_directories(tmp);
+    } catch (const std::exception& e) {
+      status = std::string("cannot prepare checkpoint folder ") + tmp.string() + ": " + e.what();
+    }
+    store.set(key + "tmp", status);
+    if (status != "ok") throw Error(status);
+  } else {
+    const std::string status = store.get(key + "tmp");
+    if (status != "ok") throw Error("checkpoint at step " + std::to_string(st.step) + ": " + status);
+  }
+
+  // 2. Every rank writes and checksums its shard.
+  nlohmann::json mine;
+  try {
+    StateDict sd;
+    parts.sharding->save_state(sd);
+    sd.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+    nlohmann::json layout = nlohmann::json::array();
+    for (const ShardSlice& s : parts.sharding->layout())
+      layout.push_back({s.param, s.param_offset, s.length, s.shard_offset});
+    model::SafetensorsWriteOptions wo;
+    wo.metadata = {{"layout", layout.dump()},
+                   {"rank", std::to_string(ctx_.rank)},
+                   {"world_size", std::to_string(ctx_.world_size)}};
+    const fs::path p = tmp / rank_file(ctx_.rank);
+    model::NamedTensors named(sd.begin(), sd.end());
+    model::write_safetensors(p.string(), named, wo);
+    mine = {{"file", rank_file(ctx_.rank)},
+            {"bytes", fs::file_size(p)},
+            {"crc32c", crc32c_file(p.string())},
+            {"cursor", parts.data->cursor()}};
+  } catch (const std::exception& e) {
+    mine = {{"error", "rank " + std::to_string(ctx_.rank) + ": " + e.what()}};
+  }
+  store.set(key + "rank/" + std::to_string(ctx_.rank), mine.dump());
+
+  // 3. Rank 0 collects, writes the rest, then makes the folder visible in one rename.
+  if (!rank0) {
+    const nlohmann::json done = nlohmann::json::parse(store.get(key + "done"));
+    if (done.contains("error"))
+      throw Error("checkpoint at step " + std::to_string(st.step) + " failed: " +
+                  done["error"].get<std::string>());
+    last_good_ = final_dir.string();
+    return last_good_;
+  }
+  std::vector<nlohmann::json> ranks(ctx_.world_size);
+  std::string errors;
+  for (int r = 0; r < ctx_.world_size; ++r) {
+    ranks[r] = nlohmann::json::parse(store.get(key + "rank/" + std::to_string(r)));
+    if (ranks[r].contains("error")) errors += (errors.empty() ? "" : "; ") + ranks[r]["error"].get<std::string>();
+  }
+  try {
+    if (!errors.empty()) throw Error(errors);
+    nlohmann::json files = nlohmann::json::object();
+    nlohmann::json cursors = nlohmann::json::array();
+    for (const auto& r : ranks) {
+      files[r["file"].get<std::string>()] = {{"bytes", r["bytes"]}, {"crc32c", r["crc32c"]}};
+      cursors.push_back(r["cursor"]);
+    }
+    StateDict psd;
+    parts.precision->save_state(psd);
+    if (!psd.empty()) {
+      const fs::path p = tmp / "precision.safetensors";
+      model::write_safetensors(p.string(), model::NamedTensors(psd.begin(), psd.end()));
+      files["precision.safetensors"] = {{"bytes", fs::file_size(p)}, {"crc32c", crc32c_file(p.string())}};
+    }
+    nlohmann::json trainer = {{"step", st.step},
+                              {"updates", st.updates},
+                              {"skipped", st.skipped},
+                              {"nonfinite_skips", st.nonfinite_skips},
+                              {"tokens", st.tokens},
+                              {"world_size", ctx_.world_size},
+                              {"data_cursors", cursors},
+                              {"shape", shape_json(shape)}};
+    const std::string tj = trainer.dump(2);
+    model::write_file_atomic((tmp / "trainer.json").string(), tj);
+    files["trainer.json"] = {{"bytes", tj.size()}, {"crc32c", crc32c(tj.data(), tj.size())}};
+    nlohmann::json manifest = {{"format", kFormat},
+                               {"version", kFormatVersion},
+                               {"step", st.step},
+                               {"world_size", ctx_.world_size},
+                               {"files", files}};
+    model::write_file_atomic((tmp / "manifest.json").string(), manifest.dump(2));
+    fsync_dir(tmp);
+    if (fs::exists(final_dir)) {  // re-saving the same step (e.g. a signal right after a save)
+      const fs::path old = fs::path(dir_) / (".tmp-old-" + step_name(st.step));
+      fs::rename(final_dir, old);
+      fs::rename(tmp, final_dir);
+      fs::remove_all(old);
+    } else {
+      fs::rename(tmp, final_dir);
+    }
+    fsync_dir(dir_);
+  } catch (const std::exception& e) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    const std::string msg = e.what();
+    store.set(key + "done", nlohmann::json{{"error", msg}}.dump());
+    throw Error("checkpoint at step " + std::to_string(st.step) + " failed (the previous "
+                "checkpoints are untouched): " + msg);
+  }
+  store.set(key + "done", nlohmann::json{{"ok", final_dir.string()}}.dump());
+  last_good_ = final_dir.string();
+
+  // 4. Prune, oldest first, now that the new one is complete.
+  if (keep_last_ > 0) {
+    auto all = complete_checkpoints(dir_);
+    for (size_t i = 0; i + keep_last_ < all.size(); ++i) {
+      std::error_code ec;
+      fs::remove_all(all[i], ec);
+      if (ec) log_warn("could not remove old checkpoint " + all[i].string() + ": " + ec.message());
+    }
+  }
+  return last_good_;
+}
+
+// ---- load ---------------------------------------------------------------------------------------
+TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape, const Parts& parts) {
+  const nlohmann::json manifest = verify(folder, /*checksums=*/false);
+  const fs::path dir(folder);
+  const nlohmann::json trainer = read_json(dir / "trainer.json");
+  const auto diffs = shape_differences(trainer.at("shape"), shape);
+  if (!diffs.empty()) {
+    std::string msg = "cannot resume from " + folder + ": it was written by an incompatible run:";
+    for (const auto& d : diffs) msg += "\n  " + d;
+    throw UsageError(msg);
+  }
+  const int old_world = trainer.at("world_size").get<int>();
+  const bool same_world = old_world == ctx_.world_size;
+
+  // Verify the checksums of the files this rank reads.
+  for (const auto& [name, info] : manifest.at("files").items()) {
+    const bool needed = name == "trainer.json" || name == "precision.safetensors" ||
+                        !same_world || name == rank_file(ctx_.rank);
+    if (needed && crc32c_file((dir / name).string()) != info.at("crc32c").get<uint32_t>())
+      throw Error("checkpoint " + folder + ": file " + name + " fails its CRC-32C check (corrupted)");
+  }
+
+  ShardSet shards(dir, old_world);
+  parts.sharding->load_state([&](const std::string& state, const std::string& param, int64_t off,
+                                 int64_t len) { return shards.fetch(state, param, off, len); });
+  if (fs::exists(dir / "precision.safetensors")) {
+    const model::NamedTensors p = read_state_file(dir / "precision.safetensors");
+    parts.precision->load_state(StateDict(p.begin(), p.end()));
+  }
+  const auto& cursors = trainer.at("data_cursors");
+  parts.data->seek(cursors.at(same_world ? ctx_.rank : 0).get<std::string>());
+  if (same_world) {
+    auto f = model::SafetensorsFile::open((dir / rank_file(ctx_.rank)).string());
+    if (f->find("rng.cpu"))
+    {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();  // shares the default's state
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(f->tensor("rng.cpu").clone());
+    }
+  }
+
+  TrainerState st;
+  st.step = trainer.at("step").get<int64_t>();
+  st.updates = trainer.at("updates").get<int64_t>();
+  st.skipped = trainer.at("skipped").get<int64_t>();
+  st.nonfinite_skips = trainer.at("nonfinite_skips").get<int64_t>();
+  st.tokens = trainer.at("tokens").get<double>();
+  last_good_ = folder;
+  return st;
+}
+
+// ---- offline readers ------------------------------------------------------------------------------
+model::LlamaConfig read_model_config(const std::string& folder) {
+  const nlohmann::json trainer = read_json(fs::path(folder) / "trainer.json");
+  return model::LlamaConfig::from_json(trainer.at("shape").at("model_config"),
+                                       (fs::path(folder) / "trainer.json").string());
+}
+
+model::NamedTensors read_master_weights(const std::string& folder) {
+  verify(folder, /*checksums=*/true);
+  const fs::path dir(folder);
+  const nlohmann::json trainer = read_json(dir / "trainer.json");
+  ShardSet shards(dir, trainer.at("world_size").get<int>());
+  model::NamedTensors out;
+  for (const auto& p : trainer.at("shape").at("params")) {
+    const auto name = p.at("name").get<std::string>();
+    const auto shape = p.at("shape").get<std::vector<int64_t>>();
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    out.emplace_back(name, shards.fetch("master", name, 0, n).view(shape));
+  }
+  return out;
+}
+
+}  // namespace ciuic::checkpoint

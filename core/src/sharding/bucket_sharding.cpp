@@ -1,0 +1,207 @@
+// BucketSharding: the shared machinery of the ddp and zero2 plugins (ciuic/bucket_sharding.h).
+#include <ciuic/bucket_sharding.h>
+
+#include <cmath>
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
+
+#include <ciuic/config.h>
+#include <ciuic/error.h>
+
+namespace ciuic {
+
+BucketSharding::BucketSharding(const Options& options) : options_(options) {}
+
+BucketSharding::Options BucketSharding::options_from(const Config& config) {
+  Options o;
+  const double bucket = config.get_float("reduce_bucket_size");
+  if (bucket < 1 || bucket != std::floor(bucket))
+    config.fail("reduce_bucket_size", "expected a whole number of elements >= 1");
+  o.bucket_elements = static_cast<int64_t>(bucket);
+  o.overlap_comm = config.get_bool("overlap_comm");
+  o.reduce_each_micro_batch = config.get_string("grad_accumulation") == "reduce_each";
+  return o;
+}
+
+void BucketSharding::setup(const ShardingSetup& s) {
+  if (!s.comm || !s.precision || !s.offload)
+    throw Error("sharding: setup needs a comm, a precision policy and an offload");
+  comm_ = s.comm;
+  precision_ = s.precision;
+  offload_ = s.offload;
+  if (options_.shard_index < 0 || options_.shard_index >= options_.shards)
+    throw Error("sharding: shard index out of range");
+
+  FlatBuckets::Options bo;
+  bo.bucket_elements = options_.bucket_elements;
+  bo.pad_multiple = options_.shards;
+  buckets_ = std::make_unique<FlatBuckets>(s.params, bo);
+  at::Tensor& flat = buckets_->flat();
+
+  // Every rank starts from rank 0's parameters.
+  if (comm_->size() > 1) {
+    at::Tensor t = flat.device() == comm_->device() ? flat : flat.to(comm_->device());
+    comm_->broadcast(t, 0)->wait();
+    if (!t.is_same(flat)) flat.copy_(t);
+  }
+
+  const int64_t S = buckets_->shard_numel();
+  const auto dev = flat.options();
+  at::Tensor master = at::empty({S}, dev.dtype(at::kFloat));
+  {
+    c10::NoGradGuard ng;
+    for (size_t b = 0; b < buckets_->buckets().size(); ++b) {
+      const auto& bk = buckets_->buckets()[b];
+      const int64_t ch = bk.numel / options_.shards;
+      master.narrow(0, buckets_->shard_offset(static_cast<int>(b)), ch)
+          .copy_(flat.narrow(0, bk.offset + options_.shard_index * ch, ch));
+    }
+  }
+  OffloadSetup os;
+  os.numel = S;
+  os.segments = buckets_->shard_segments(options_.shard_index);
+  os.master_init = master;
+  os.param_dtype = flat.scalar_type();
+  os.device = flat.device();
+  offload_->setup(os);
+
+  grad_shard_ = at::zeros({S}, dev.dtype(at::kFloat));
+  param_shard_ = options_.shards == 1 ? flat : at::empty({S}, dev);
+  buckets_->install_hooks([this](int b) { on_bucket_ready(b); });
+}
+
+void BucketSharding::begin_micro_batch(int64_t index, bool last) {
+  if (!buckets_) throw Error("sharding: begin_micro_batch before setup");
+  if (index == 0) {
+    grad_shard_.zero_();
+    micro_batches_ = 0;
+  } else if (options_.reduce_each_micro_batch) {
+    buckets_->flush();
+    drain();
+  }
+  ++micro_batches_;
+  last_micro_batch_ = last;
+  buckets_->arm(options_.reduce_each_micro_batch || last);
+}
+
+void BucketSharding::on_bucket_ready(int bucket) {
+  if (!options_.overlap_comm) {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    deferred_.push_back(bucket);
+    return;
+  }
+  launch(bucket);
+}
+
+void BucketSharding::launch(int bucket) {
+  c10::NoGradGuard ng;
+  at::Tensor packed = buckets_->pack_grads(bucket, precision_->reduce_dtype(), /*release=*/true);
+  at::Tensor out = reduce_in_place()
+                       ? packed
+                       : at::empty({packed.numel() / options_.shards}, packed.options());
+  std::unique_ptr<Work> work = reduce(packed, out);
+  std::lock_guard<std::mutex> l(pending_mu_);
+  pending_bytes_ += packed.nbytes() + (out.is_same(packed) ? 0 : out.nbytes());
+  peak_pending_bytes_ = std::max(peak_pending_bytes_, pending_bytes_);
+  pending_.push_back(Pending{bucket, std::move(work), std::move(packed), std::move(out)});
+}
+
+void BucketSharding::drain() {
+  std::vector<int> deferred;
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    deferred.swap(deferred_);
+  }
+  for (int b : deferred) launch(b);
+  std::vector<Pending> pending;
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    pending.swap(pending_);
+    pending_bytes_ = 0;
+  }
+  c10::NoGradGuard ng;
+  for (auto& p : pending) {
+    p.work->wait();
+    const int64_t off = buckets_->shard_offset(p.bucket);
+    grad_shard_.narrow(0, off, p.out.numel()).add_(p.out);
+  }
+}
+
+StepResult BucketSharding::step(const StepInput& in) {
+  buckets_->flush();
+  drain();
+  if (last_micro_batch_ && options_.shards >= 1) {
+    const auto& bks = buckets_->buckets();
+    for (size_t b = 0; b < bks.size(); ++b) {
+      const int64_t off = buckets_->shard_offset(static_cast<int>(b));
+      offload_->grad_ready(off, grad_shard_.narrow(0, off, bks[b].numel / options_.shards));
+    }
+  }
+
+  const double scale = precision_->loss_scale();
+  const GradNorm gn = global_grad_norm(grad_shard_, *comm_);
+  const bool skip = precision_->update(gn.nonfinite, in.step) || gn.nonfinite;
+  StepResult r;
+  r.grad_norm = gn.nonfinite ? gn.norm : gn.norm / scale;
+  last_grad_norm_ = r.grad_norm;
+  if (skip) {
+    r.skipped = true;
+    return r;
+  }
+  double coef = 1.0;
+  if (in.max_grad_norm > 0 && r.grad_norm > in.max_grad_norm)
+    coef = in.max_grad_norm / (r.grad_norm + 1e-6);
+  offload_->step(grad_shard_, coef / scale, in.hyper, in.adam_step, param_shard_);
+  publish();
+  return r;
+}
+
+ShardingMemory BucketSharding::memory() const {
+  ShardingMemory m;
+  if (!buckets_) return m;
+  m.param_bytes = buckets_->flat().nbytes() + (options_.shards == 1 ? 0 : param_shard_.nbytes());
+  m.grad_bytes = grad_shard_.nbytes() + peak_pending_bytes_;
+  const OffloadMemory om = offload_->memory();
+  m.optimizer_bytes = om.host_bytes + om.device_bytes;
+  m.host_bytes = om.host_bytes;
+  return m;
+}
+
+std::vector<ShardSlice> BucketSharding::layout() const {
+  return buckets_->shard_slices(options_.shard_index);
+}
+
+void BucketSharding::save_state(StateDict& out) const { offload_->save_state(out); }
+
+void BucketSharding::load_state(const SliceFetcher& fetch) {
+  const int64_t S = buckets_->shard_numel();
+  StateDict sd;
+  for (const char* name : {"master", "exp_avg", "exp_avg_sq"}) {
+    at::Tensor t = at::zeros({S}, at::kFloat);
+    for (const ShardSlice& sl : layout()) {
+      at::Tensor part = fetch(name, sl.param, sl.param_offset, sl.length);
+      if (!part.defined() || part.numel() != sl.length)
+        throw Error(std::string("sharding: checkpoint slice of ") + name + " for " + sl.param +
+                    " has the wrong size");
+      t.narrow(0, sl.shard_offset, sl.length).copy_(part.reshape({-1}));
+    }
+    sd.emplace_back(name, t);
+  }
+  offload_->load_state(sd);
+  // Parameters follow the loaded master weights.
+  c10::NoGradGuard ng;
+  param_shard_.copy_(state_get(sd, "master").to(param_shard_.device()));
+  publish();
+}
+
+void BucketSharding::append_metrics(Metrics& out) const {
+  const ShardingMemory m = memory();
+  out.set("shard_param_gib", m.param_bytes / 1073741824.0);
+  out.set("shard_grad_gib", m.grad_bytes / 1073741824.0);
+  out.set("shard_optim_gib", m.optimizer_bytes / 1073741824.0);
+  if (m.host_bytes) out.set("shard_host_gib", m.host_bytes / 1073741824.0);
+}
+
+}  // namespace ciuic

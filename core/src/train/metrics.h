@@ -1,0 +1,50 @@
+// Internal: the trainer's outputs for humans and machines — metrics.jsonl records and the
+// one-line progress display.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace ciuic::train {
+
+// Appends one JSON object per line to a file; each line is flushed as written, so a crashed run
+// leaves complete records. Only rank 0 writes. An empty path disables it.
+class MetricsLog {
+ public:
+  MetricsLog() = default;
+  explicit MetricsLog(const std::string& path);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+  void write(const nlohmann::json& record);
+
+ private:
+  std::FILE* f_ = nullptr;
+};
+
+// "step 12/500 | loss 2.3456 | lr 3.0e-04 | 12.3k tok/s | ETA 3m12s".
+// On a terminal (or when the launcher says its terminal is one: CIUIC_PROGRESS_TTY=1) the line
+// is redrawn in place on stderr; otherwise it is logged every `every` steps as a plain line.
+class Progress {
+ public:
+  Progress(int64_t first_step, int64_t total_steps, bool enabled, bool force_tty);
+  void update(int64_t step, double loss, double lr, double tokens_per_s, bool log_now);
+  void message(const std::string& line);  // a line that must not be overwritten
+  void finish();
+
+ private:
+  std::string eta(int64_t step) const;
+  int64_t first_, total_;
+  bool enabled_, tty_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
+
+std::string human_count(double v);       // 12345 -> "12.3k"
+std::string human_duration(double secs);  // 192 -> "3m12s"
+
+}  // namespace ciuic::train
