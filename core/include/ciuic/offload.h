@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -67,5 +69,21 @@ class CIUIC_API Offload : public PluginObject {
   virtual void load_state(const StateDict& in) = 0;
   virtual OffloadMemory memory() const = 0;
 };
+
+// Checks shared by every Offload implementation (the core's and plugins'). Each throws
+// ciuic::Error whose message starts with `who` (e.g. "offload cpu_adam") and names what is wrong.
+//
+// setup: numel >= 0; segments cover [0, numel) in order without gaps or overlaps; master_init a
+// defined fp32 tensor of numel elements; param_dtype fp32, bf16 or fp16.
+CIUIC_API void check_offload_setup(const OffloadSetup& setup, std::string_view who);
+// step() arguments against what setup() received: grad of numel elements on `device`,
+// fp32/bf16/fp16, contiguous; params_out of numel elements, `param_dtype`, on `device`,
+// contiguous; finite grad_scale > 0; t >= 1.
+CIUIC_API void check_offload_step(int64_t numel, c10::Device device, at::ScalarType param_dtype,
+                                  const at::Tensor& grad, double grad_scale, int64_t t,
+                                  const at::Tensor& params_out, std::string_view who);
+// load_state(): state[key] as a 1-D fp32 tensor of numel elements.
+CIUIC_API at::Tensor offload_state_tensor(const StateDict& state, const std::string& key,
+                                          int64_t numel, std::string_view who);
 
 }  // namespace ciuic
