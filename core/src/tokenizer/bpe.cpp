@@ -1,0 +1,363 @@
+// Byte-level BPE model: see bpe.h.
+#include "tokenizer/bpe.h"
+
+#include <algorithm>
+#include <limits>
+#include <queue>
+
+#include <nlohmann/json.hpp>
+
+#include <ciuic/error.h>
+
+#include "tokenizer/utf8.h"
+
+namespace ciuic::tok {
+
+using nlohmann::json;
+
+// ---- byte alphabet ------------------------------------------------------------------------
+ByteAlphabet::ByteAlphabet() {
+  std::array<bool, 256> direct{};
+  for (int b = '!'; b <= '~'; ++b) direct[b] = true;
+  for (int b = 0xA1; b <= 0xAC; ++b) direct[b] = true;
+  for (int b = 0xAE; b <= 0xFF; ++b) direct[b] = true;
+  uint32_t n = 0;
+  for (int b = 0; b < 256; ++b) {
+    byte_to_cp[b] = direct[b] ? static_cast<uint32_t>(b) : 256 + n++;
+    cp_to_byte[byte_to_cp[b]] = static_cast<uint8_t>(b);
+  }
+}
+
+const ByteAlphabet& ByteAlphabet::get() {
+  static const ByteAlphabet alphabet;
+  return alphabet;
+}
+
+std::optional<std::string> ByteAlphabet::to_bytes(std::string_view token) const {
+  std::string out;
+  out.reserve(token.size());
+  size_t i = 0;
+  while (i < token.size()) {
+    size_t len = utf8::sequence_length(token, i);
+    if (len == 0) return std::nullopt;
+    uint32_t cp = utf8::decode(token, i, &len);
+    auto it = cp_to_byte.find(cp);
+    if (it == cp_to_byte.end()) return std::nullopt;
+    out += static_cast<char>(it->second);
+    i += len;
+  }
+  return out;
+}
+
+std::string ByteAlphabet::to_token(std::string_view bytes) const {
+  std::string out;
+  for (unsigned char b : bytes) utf8::append(out, byte_to_cp[b]);
+  return out;
+}
+
+// ---- FlatMap64 ----------------------------------------------------------------------------
+void FlatMap64::reserve(size_t n) {
+  size_t cap = 16;
+  while (cap < n * 2) cap <<= 1;
+  if (cap <= slots_.size()) return;
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(cap, Slot{});
+  mask_ = cap - 1;
+  size_ = 0;
+  for (const Slot& s : old)
+    if (s.key != kEmpty) put(s.key, s.value);
+}
+
+void FlatMap64::grow() { reserve(std::max<size_t>(8, size_ * 2 + 2)); }
+
+void FlatMap64::put(uint64_t key, uint64_t value) {
+  if (key == kEmpty) throw Error("tokenizer: internal error: reserved merge key");
+  if ((size_ + 1) * 2 > slots_.size()) grow();
+  size_t i = mix(key) & mask_;
+  while (true) {
+    Slot& s = slots_[i];
+    if (s.key == key) {
+      s.value = value;
+      return;
+    }
+    if (s.key == kEmpty) {
+      s.key = key;
+      s.value = value;
+      ++size_;
+      return;
+    }
+    i = (i + 1) & mask_;
+  }
+}
+
+// ---- BpeModel -----------------------------------------------------------------------------
+namespace {
+
+[[noreturn]] void fail(const std::string& origin, const std::string& path, const std::string& what) {
+  throw Error(origin + ": " + path + ": " + what);
+}
+
+// A null, absent or "empty" option is fine; anything else is an unsupported feature.
+void require_unset(const json& model, const char* key, const std::string& origin, bool allow_empty_string) {
+  auto it = model.find(key);
+  if (it == model.end() || it->is_null()) return;
+  if (allow_empty_string && it->is_string() && it->get_ref<const std::string&>().empty()) return;
+  fail(origin, std::string("/model/") + key,
+       "unsupported BPE option (ciuic supports byte-level BPE without it): " + it->dump());
+}
+
+}  // namespace
+
+BpeModel::BpeModel(const json& model, const std::string& origin) {
+  if (!model.is_object()) fail(origin, "/model", "expected an object");
+  if (auto t = model.find("type"); t != model.end()) {
+    if (!t->is_string()) fail(origin, "/model/type", "expected a string");
+    if (*t != "BPE")
+      fail(origin, "/model/type",
+           "unsupported model type \"" + t->get<std::string>() + "\" (ciuic supports \"BPE\")");
+  }
+  require_unset(model, "continuing_subword_prefix", origin, true);
+  require_unset(model, "end_of_word_suffix", origin, true);
+  if (auto d = model.find("dropout"); d != model.end() && !d->is_null()) {
+    if (!d->is_number() || d->get<double>() != 0.0)
+      fail(origin, "/model/dropout", "BPE dropout is not supported (encoding must be deterministic): " + d->dump());
+  }
+  if (auto b = model.find("byte_fallback"); b != model.end() && !b->is_null()) {
+    if (!b->is_boolean()) fail(origin, "/model/byte_fallback", "expected a boolean");
+    if (b->get<bool>()) fail(origin, "/model/byte_fallback", "byte_fallback = true is not supported");
+  }
+  if (auto f = model.find("fuse_unk"); f != model.end() && !f->is_null()) {
+    if (!f->is_boolean()) fail(origin, "/model/fuse_unk", "expected a boolean");
+    fuse_unk_ = f->get<bool>();
+  }
+  if (auto g = model.find("ignore_merges"); g != model.end() && !g->is_null()) {
+    if (!g->is_boolean()) fail(origin, "/model/ignore_merges", "expected a boolean");
+    ignore_merges_ = g->get<bool>();
+  }
+
+  auto v = model.find("vocab");
+  if (v == model.end() || !v->is_object()) fail(origin, "/model/vocab", "missing or not an object (token -> id)");
+  const ByteAlphabet& alphabet = ByteAlphabet::get();
+  vocab_.reserve(v->size());
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
+        it.value().get<int64_t>() > std::numeric_limits<int32_t>::max())
+      fail(origin, "/model/vocab/" + it.key(), "expected a non-negative integer id, got " + it.value().dump());
+    int32_t id = it.value().get<int32_t>();
+    vocab_.emplace(it.key(), id);
+    max_id_ = std::max(max_id_, id);
+  }
+  id_token_.assign(max_id_ + 1, nullptr);
+  id_bytes_.assign(max_id_ + 1, std::string());
+  id_valid_.assign(max_id_ + 1, 0);
+  byte_id_.fill(-1);
+  by_bytes_.reserve(vocab_.size());
+  for (const auto& [token, id] : vocab_) {
+    id_token_[id] = &token;
+    id_valid_[id] = 1;
+    std::optional<std::string> bytes = alphabet.to_bytes(token);
+    if (bytes) {
+      if (bytes->size() == 1) byte_id_[static_cast<unsigned char>((*bytes)[0])] = id;
+      by_bytes_.emplace(*bytes, id);
+      id_bytes_[id] = std::move(*bytes);
+    } else {
+      id_bytes_[id] = token;  // HF's ByteLevel decoder passes such tokens through as UTF-8
+    }
+  }
+
+  if (auto u = model.find("unk_token"); u != model.end() && !u->is_null()) {
+    if (!u->is_string()) fail(origin, "/model/unk_token", "expected a string or null");
+    auto it = vocab_.find(u->get<std::string>());
+    if (it == vocab_.end())
+      fail(origin, "/model/unk_token", "unk_token \"" + u->get<std::string>() + "\" is not in the vocabulary");
+    unk_id_ = it->second;
+  }
+
+  auto m = model.find("merges");
+  if (m == model.end() || !m->is_array()) fail(origin, "/model/merges", "missing or not an array");
+  merges_.reserve(m->size());
+  uint32_t rank = 0;
+  for (const json& entry : *m) {
+    std::string path = "/model/merges/" + std::to_string(rank);
+    std::string a, b;
+    if (entry.is_string()) {
+      const std::string& s = entry.get_ref<const std::string&>();
+      size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+        fail(origin, path, "a merge written as a string must be two tokens separated by one space: " + entry.dump());
+      a = s.substr(0, sp);
+      b = s.substr(sp + 1);
+    } else if (entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_string()) {
+      a = entry[0].get<std::string>();
+      b = entry[1].get<std::string>();
+    } else {
+      fail(origin, path, "expected \"a b\" or [\"a\", \"b\"], got " + entry.dump());
+    }
+    auto ia = vocab_.find(a), ib = vocab_.find(b), ic = vocab_.find(a + b);
+    if (ia == vocab_.end()) fail(origin, path, "merge token \"" + a + "\" is not in the vocabulary");
+    if (ib == vocab_.end()) fail(origin, path, "merge token \"" + b + "\" is not in the vocabulary");
+    if (ic == vocab_.end()) fail(origin, path, "merged token \"" + a + b + "\" is not in the vocabulary");
+    // Like HF (a hash map filled in order), a repeated pair keeps its last rank.
+    merges_.put((static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32) | static_cast<uint32_t>(ib->second),
+                (static_cast<uint64_t>(rank) << 32) | static_cast<uint32_t>(ic->second));
+    ++rank;
+  }
+  cache_ = std::make_unique<Shard[]>(kShards);
+}
+
+std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
+  auto it = vocab_.find(std::string(token));
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+const std::string* BpeModel::id_to_token(int32_t id) const {
+  if (id < 0 || id > max_id_ || !id_valid_[id]) return nullptr;
+  return id_token_[id];
+}
+
+const std::string* BpeModel::id_to_bytes(int32_t id) const {
+  if (id < 0 || id > max_id_ || !id_valid_[id]) return nullptr;
+  return &id_bytes_[id];
+}
+
+void BpeModel::merge_short(std::vector<int32_t>& s) const {
+  constexpr uint64_t kNone = ~0ULL;
+  thread_local std::vector<uint64_t> pr;  // rank << 32 | new id of pair (s[j], s[j+1])
+  size_t n = s.size();
+  pr.resize(n);
+  auto pair_at = [&](size_t j) -> uint64_t {
+    const uint64_t* m = find_merge(s[j], s[j + 1]);
+    return m ? *m : kNone;
+  };
+  for (size_t j = 0; j + 1 < n; ++j) pr[j] = pair_at(j);
+  while (n > 1) {
+    size_t best = 0;
+    uint64_t best_rank = kNone;
+    for (size_t j = 0; j + 1 < n; ++j) {
+      // Compare ranks only (high half): the leftmost pair wins ties.
+      if ((pr[j] >> 32) < (best_rank >> 32)) {
+        best_rank = pr[j];
+        best = j;
+      }
+    }
+    if (best_rank == kNone) break;
+    s[best] = static_cast<int32_t>(best_rank & 0xffffffffu);
+    s.erase(s.begin() + best + 1);
+    pr.erase(pr.begin() + best + 1);
+    --n;
+    if (best > 0) pr[best - 1] = pair_at(best - 1);
+    if (best + 1 < n) pr[best] = pair_at(best);
+  }
+}
+
+void BpeModel::merge_long(std::vector<int32_t>& s) const {
+  // HF's Word::merge_all: a min-heap on (rank, position) over a doubly linked list of symbols.
+  struct Sym {
+    int32_t id;
+    int64_t prev, next;
+    bool alive;
+  };
+  struct Cand {
+    uint32_t rank;
+    size_t pos;
+    int32_t new_id;
+    bool operator<(const Cand& o) const {  // priority_queue is a max-heap: invert
+      return rank != o.rank ? rank > o.rank : pos > o.pos;
+    }
+  };
+  const size_t n = s.size();
+  std::vector<Sym> sym(n);
+  for (size_t i = 0; i < n; ++i)
+    sym[i] = Sym{s[i], static_cast<int64_t>(i) - 1, i + 1 < n ? static_cast<int64_t>(i + 1) : -1, true};
+  std::vector<Cand> heap_storage;
+  heap_storage.reserve(n);
+  std::priority_queue<Cand> queue(std::less<Cand>(), std::move(heap_storage));
+  for (size_t i = 0; i + 1 < n; ++i)
+    if (const uint64_t* m = find_merge(s[i], s[i + 1]))
+      queue.push(Cand{static_cast<uint32_t>(*m >> 32), i, static_cast<int32_t>(*m & 0xffffffffu)});
+  while (!queue.empty()) {
+    Cand top = queue.top();
+    queue.pop();
+    Sym& cur = sym[top.pos];
+    if (!cur.alive || cur.next < 0) continue;
+    size_t next_pos = static_cast<size_t>(cur.next);
+    const uint64_t* m = find_merge(cur.id, sym[next_pos].id);
+    if (!m || static_cast<int32_t>(*m & 0xffffffffu) != top.new_id) continue;  // stale entry
+    cur.id = top.new_id;
+    cur.next = sym[next_pos].next;
+    sym[next_pos].alive = false;
+    if (cur.next >= 0) sym[cur.next].prev = static_cast<int64_t>(top.pos);
+    if (cur.prev >= 0)
+      if (const uint64_t* pm = find_merge(sym[cur.prev].id, cur.id))
+        queue.push(Cand{static_cast<uint32_t>(*pm >> 32), static_cast<size_t>(cur.prev),
+                        static_cast<int32_t>(*pm & 0xffffffffu)});
+    if (cur.next >= 0)
+      if (const uint64_t* nm = find_merge(cur.id, sym[cur.next].id))
+        queue.push(Cand{static_cast<uint32_t>(*nm >> 32), top.pos, static_cast<int32_t>(*nm & 0xffffffffu)});
+  }
+  s.clear();
+  for (size_t i = 0; i < n; ++i)
+    if (sym[i].alive) s.push_back(sym[i].id);
+}
+
+void BpeModel::encode_uncached(std::string_view piece, std::vector<int32_t>& out) const {
+  if (piece.empty()) return;
+  if (ignore_merges_) {
+    auto it = by_bytes_.find(std::string(piece));
+    if (it != by_bytes_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  thread_local std::vector<int32_t> syms;
+  syms.clear();
+  // HF merge_word: one symbol per character of the byte-level string, i.e. per byte. A byte
+  // missing from the vocabulary becomes unk (fused when fuse_unk) or, without unk_token, is
+  // dropped — both as HF does.
+  bool pending_unk = false;
+  for (unsigned char b : piece) {
+    int32_t id = byte_id_[b];
+    if (id >= 0) {
+      if (pending_unk) {
+        syms.push_back(*unk_id_);
+        pending_unk = false;
+      }
+      syms.push_back(id);
+    } else if (unk_id_) {
+      if (pending_unk && !fuse_unk_) syms.push_back(*unk_id_);
+      pending_unk = true;
+    }
+  }
+  if (pending_unk) syms.push_back(*unk_id_);
+  if (syms.size() <= 128) {
+    merge_short(syms);
+  } else {
+    merge_long(syms);
+  }
+  out.insert(out.end(), syms.begin(), syms.end());
+}
+
+void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out) const {
+  if (piece.size() > kMaxCachedLen || piece.empty()) {
+    encode_uncached(piece, out);
+    return;
+  }
+  size_t h = std::hash<std::string_view>{}(piece);
+  Shard& shard = cache_[h % kShards];
+  {
+    std::lock_guard<std::mutex> lock(shard.mu);
+    auto it = shard.map.find(std::string(piece));
+    if (it != shard.map.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  size_t before = out.size();
+  encode_uncached(piece, out);
+  std::lock_guard<std::mutex> lock(shard.mu);
+  if (shard.map.size() < kShardCapacity)
+    shard.map.emplace(std::string(piece), std::vector<int32_t>(out.begin() + before, out.end()));
+}
+
+}  // namespace ciuic::tok

@@ -1,0 +1,126 @@
+// tokenizer/bpe.h — the byte-level BPE model of an HF tokenizer.json ("model": {"type": "BPE"}).
+//
+// Vocabulary tokens are written in GPT-2's byte-to-unicode alphabet ("Ġthe" for " the"). The
+// model works on raw bytes instead: every token whose characters all belong to that alphabet is
+// mapped back to its bytes once at load, so a pre-tokenized piece of text is BPE-encoded without
+// converting it. Merges are applied exactly as HF's `Word::merge_all` does: repeatedly the
+// adjacent pair of lowest merge rank, the leftmost one on ties.
+//
+// Threading: immutable after construction except for the merge cache, which is sharded and
+// mutex-protected; encode() may be called from any number of threads at once.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <ciuic/export.h>
+
+namespace ciuic::tok {
+
+// GPT-2's reversible byte <-> unicode map (bytes_to_unicode in openai/gpt-2 encoder.py).
+struct CIUIC_API ByteAlphabet {
+  std::array<uint32_t, 256> byte_to_cp{};        // byte -> code point
+  std::unordered_map<uint32_t, uint8_t> cp_to_byte;
+  ByteAlphabet();
+  static const ByteAlphabet& get();
+  // The bytes `token` stands for, or nullopt when a character is outside the alphabet.
+  std::optional<std::string> to_bytes(std::string_view token) const;
+  std::string to_token(std::string_view bytes) const;  // the inverse
+};
+
+// Open-addressing hash map uint64 -> uint64 (keys != ~0), built once, read concurrently.
+class FlatMap64 {
+ public:
+  void reserve(size_t n);
+  // Inserts or overwrites.
+  void put(uint64_t key, uint64_t value);
+  const uint64_t* find(uint64_t key) const {
+    if (mask_ == 0) return nullptr;
+    size_t i = mix(key) & mask_;
+    while (true) {
+      const Slot& s = slots_[i];
+      if (s.key == key) return &s.value;
+      if (s.key == kEmpty) return nullptr;
+      i = (i + 1) & mask_;
+    }
+  }
+  size_t size() const { return size_; }
+
+ private:
+  static constexpr uint64_t kEmpty = ~0ULL;
+  struct Slot {
+    uint64_t key = kEmpty;
+    uint64_t value = 0;
+  };
+  static size_t mix(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return static_cast<size_t>(k);
+  }
+  void grow();
+  std::vector<Slot> slots_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+};
+
+class CIUIC_API BpeModel {
+ public:
+  // Parses the "model" object. `origin` names the file; errors are ciuic::Error
+  // "<origin>: /model/<path>: <what>".
+  BpeModel(const nlohmann::json& model, const std::string& origin);
+
+  // Appends the ids of one pre-tokenized piece (raw bytes, not the byte-level alphabet).
+  void encode(std::string_view piece, std::vector<int32_t>& out) const;
+  // Same, without the cache (tests compare both paths).
+  void encode_uncached(std::string_view piece, std::vector<int32_t>& out) const;
+
+  std::optional<int32_t> token_to_id(std::string_view token) const;  // byte-level form
+  // Token string (byte-level form) of `id`, or nullptr.
+  const std::string* id_to_token(int32_t id) const;
+  // Bytes the decoder outputs for model token `id` (HF ByteLevel decoder: mapped bytes, or the
+  // token's own UTF-8 when it has characters outside the alphabet); nullptr if not a model id.
+  const std::string* id_to_bytes(int32_t id) const;
+  int32_t max_id() const { return max_id_; }
+  size_t vocab_size() const { return vocab_.size(); }
+
+ private:
+  void merge_short(std::vector<int32_t>& syms) const;
+  void merge_long(std::vector<int32_t>& syms) const;
+  const uint64_t* find_merge(int32_t a, int32_t b) const {
+    return merges_.find((static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b));
+  }
+
+  std::unordered_map<std::string, int32_t> vocab_;     // byte-level token -> id
+  std::unordered_map<std::string, int32_t> by_bytes_;  // raw bytes -> id (mappable tokens)
+  std::vector<const std::string*> id_token_;           // id -> key in vocab_
+  std::vector<std::string> id_bytes_;                  // id -> decoder bytes
+  std::vector<uint8_t> id_valid_;
+  std::array<int32_t, 256> byte_id_{};                 // single byte -> id, -1 if absent
+  FlatMap64 merges_;                                   // (a,b) -> rank << 32 | new id
+  int32_t max_id_ = -1;
+  std::optional<int32_t> unk_id_;
+  bool fuse_unk_ = false;
+  bool ignore_merges_ = false;
+
+  // Merge cache: piece bytes -> ids, sharded; a shard stops growing when full.
+  static constexpr size_t kShards = 64;
+  static constexpr size_t kShardCapacity = 2048;
+  static constexpr size_t kMaxCachedLen = 256;
+  struct Shard {
+    std::mutex mu;
+    std::unordered_map<std::string, std::vector<int32_t>> map;
+  };
+  std::unique_ptr<Shard[]> cache_;
+};
+
+}  // namespace ciuic::tok

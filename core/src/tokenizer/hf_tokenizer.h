@@ -1,0 +1,124 @@
+// tokenizer/hf_tokenizer.h — the implementation behind ciuic::Tokenizer (internal header).
+//
+// Encoding follows HF `tokenizers` (Tokenizer::encode_single_sequence) step by step:
+//   1. added tokens whose "normalized" is false are cut out of the raw text (leftmost-longest,
+//      with their lstrip / rstrip / single_word rules);
+//   2. the remaining text is normalized (only the identity normalizers are supported) and the
+//      "normalized" added tokens are cut out of it the same way;
+//   3. the pre-tokenizer chain (Split / Digits / ByteLevel) cuts each remaining stretch into
+//      pieces; ByteLevel must come last (add_prefix_space, optional GPT-2 regex);
+//   4. every piece is BPE-encoded (bpe.h);
+//   5. with add_special_tokens, the post-processor's template adds its tokens (BOS ...).
+// Everything is immutable after construction; encode/decode are safe from many threads.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <ciuic/tokenizer.h>
+
+#include "tokenizer/bpe.h"
+#include "tokenizer/regex.h"
+
+#include <ciuic/export.h>
+
+namespace ciuic::tok {
+
+struct AddedToken {
+  int32_t id = -1;
+  std::string content;
+  bool single_word = false, lstrip = false, rstrip = false, normalized = true, special = false;
+};
+
+// Leftmost-longest exact matching of a set of strings (HF uses an Aho-Corasick automaton with
+// MatchKind::LeftmostLongest; at each start position, left to right, the longest pattern wins).
+class LiteralMatcher {
+ public:
+  void add(std::string_view pattern, int32_t value);
+  bool empty() const { return nodes_.size() <= 1; }
+  // The first match starting at or after `pos`: its start, length and value.
+  bool find(std::string_view text, size_t pos, size_t* start, size_t* len, int32_t* value) const;
+
+ private:
+  struct Node {
+    std::vector<std::pair<uint8_t, int32_t>> kids;  // sorted by byte
+    int32_t value = -1;
+  };
+  int32_t child(int32_t node, uint8_t b) const;
+  std::vector<Node> nodes_{Node{}};
+  std::array<int32_t, 256> root_{};  // filled lazily: 0 = none (root index is never a child)
+};
+
+class CIUIC_API HfTokenizer final : public Tokenizer {
+ public:
+  // `config_json`: the parsed sibling tokenizer_config.json (bos/eos names), may be null.
+  HfTokenizer(std::string_view json_text, const std::string& origin, std::string_view config_json,
+              const std::string& config_origin);
+  ~HfTokenizer() override;
+
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens) const override;
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const override;
+  int32_t vocab_size() const override { return vocab_size_; }
+  std::optional<int32_t> token_to_id(std::string_view token) const override;
+  std::optional<int32_t> bos_id() const override { return bos_; }
+  std::optional<int32_t> eos_id() const override { return eos_; }
+  std::string fingerprint() const override { return fingerprint_; }
+
+  // The pre-tokenized pieces of `text` (raw UTF-8, prefix space included, before the byte-level
+  // mapping), added tokens shown as their content. For tests and debugging.
+  std::vector<std::string> pre_tokenize(std::string_view text) const;
+  const BpeModel& model() const { return *model_; }
+
+ private:
+  enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+  struct Step {
+    std::unique_ptr<Regex> re;
+    Behavior behavior = Behavior::kIsolated;
+    bool invert = false;
+  };
+  struct Span {
+    size_t b, e;
+  };
+  struct Segment {
+    size_t b, e;
+    int32_t added;  // index into added_, or -1 for text
+  };
+
+  void parse_normalizer(const nlohmann::json& j, const std::string& path);
+  void parse_pre_tokenizer(const nlohmann::json& j, const std::string& path, bool* saw_byte_level);
+  void parse_post_processor(const nlohmann::json& j, const std::string& path);
+  void parse_decoder(const nlohmann::json& j, const std::string& path);
+  void split_added(std::string_view text, size_t b, size_t e, const LiteralMatcher& m,
+                   std::vector<Segment>& out) const;
+  void segments(std::string_view text, std::vector<Segment>& out) const;
+  void pre_tokenize_text(std::string_view text, Segment seg, std::vector<Span>& pieces) const;
+  void apply_step(const Step& step, std::string_view text, Span piece, std::vector<Span>& out) const;
+  template <class F>
+  void for_each_final_piece(std::string_view text, const std::vector<Span>& pieces, F&& fn) const;
+  bool is_word_char_before(std::string_view s) const;
+  bool is_word_char_after(std::string_view s) const;
+
+  std::string origin_;
+  std::unique_ptr<BpeModel> model_;
+  std::vector<AddedToken> added_;
+  std::vector<int32_t> added_by_id_;  // id -> index into added_, -1
+  LiteralMatcher raw_matcher_, normalized_matcher_;
+  std::vector<Step> steps_;
+  bool add_prefix_space_ = false;
+  std::unique_ptr<Regex> byte_level_regex_;  // GPT-2's, when ByteLevel.use_regex
+  std::unique_ptr<Regex> word_char_;         // Rust regex \w, for single_word
+  std::vector<int32_t> prefix_, suffix_;     // post-processor template around $A
+  std::optional<int32_t> bos_, eos_;
+  int32_t vocab_size_ = 0;
+  std::string fingerprint_;
+};
+
+// FNV-1a 64-bit, as 16 lowercase hex digits.
+CIUIC_API std::string fnv1a64_hex(std::string_view data);
+
+}  // namespace ciuic::tok

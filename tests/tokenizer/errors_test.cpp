@@ -1,0 +1,214 @@
+// Every bad-input path of Tokenizer construction and encode, with its message.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include <ciuic/error.h>
+#include <ciuic/tokenizer.h>
+
+#include "test_util.h"
+#include "tokenizer/hf_tokenizer.h"
+
+namespace ciuic {
+namespace {
+
+using nlohmann::json;
+
+// The message of the ciuic::Error that `f` throws ("<no error>" when it returns).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+json base() { return test::read_json_file(test::tokenizer_fixture_dir("deepseek_llm") + "/tokenizer.json"); }
+
+// The message from_json(mutated base) throws.
+std::string error_after(const std::function<void(json&)>& mutate) {
+  json j = base();
+  mutate(j);
+  return error_of([&] { Tokenizer::from_json(j.dump(), "bad.json"); });
+}
+
+// Expects the exact message.
+void expect_error(const std::function<void(json&)>& mutate, const std::string& message) {
+  EXPECT_EQ(error_after(mutate), message);
+}
+
+// Expects a message that starts with `prefix` (PCRE2's own wording follows).
+void expect_error_prefix(const std::function<void(json&)>& mutate, const std::string& prefix) {
+  std::string what = error_after(mutate);
+  EXPECT_EQ(what.rfind(prefix, 0), 0u) << what;
+}
+
+TEST(TokenizerErrors, MissingFileAndDirectory) {
+  {
+    const std::string what = error_of([&] { Tokenizer::from_file("/nonexistent/dir/tokenizer.json"); });
+    EXPECT_EQ(what, "cannot read tokenizer file '/nonexistent/dir/tokenizer.json': no such file");
+  }
+  const std::string dir = test::tokenizer_fixture_dir("gpt2");
+  {
+    const std::string what = error_of([&] { Tokenizer::from_file(dir); });
+    EXPECT_EQ(what,
+              "cannot read tokenizer file '" + dir + "': it is a directory (expected tokenizer.json)");
+  }
+}
+
+TEST(TokenizerErrors, MalformedJsonNamesLineAndColumn) {
+  std::string path = test::write_temp_file("malformed/tokenizer.json", "{\n  \"model\": {\"type\": \"BPE\",,}\n}\n");
+  {
+    const std::string what = error_of([&] { Tokenizer::from_file(path); });
+    std::string m = what;
+    EXPECT_EQ(m.rfind(path + ": malformed JSON at line 2, column 27: syntax error while parsing object key", 0), 0u)
+        << m;
+  }
+}
+
+TEST(TokenizerErrors, NotATokenizerJson) {
+  {
+    const std::string what = error_of([&] { Tokenizer::from_json("[1, 2]", "x.json"); });
+    EXPECT_EQ(what, "x.json: /: expected a JSON object (an HF tokenizer.json)");
+  }
+  {
+    const std::string what = error_of([&] { Tokenizer::from_json("{}", "x.json"); });
+    EXPECT_EQ(what, "x.json: /model: missing (not an HF tokenizer.json?)");
+  }
+}
+
+TEST(TokenizerErrors, UnsupportedModel) {
+  expect_error([](json& j) { j["model"]["type"] = "WordPiece"; },
+               "bad.json: /model/type: unsupported model type \"WordPiece\" (ciuic supports \"BPE\")");
+  expect_error([](json& j) { j["model"]["byte_fallback"] = true; },
+               "bad.json: /model/byte_fallback: byte_fallback = true is not supported");
+  expect_error([](json& j) { j["model"]["dropout"] = 0.1; },
+               "bad.json: /model/dropout: BPE dropout is not supported (encoding must be deterministic): 0.1");
+  expect_error([](json& j) { j["model"]["continuing_subword_prefix"] = "##"; },
+               "bad.json: /model/continuing_subword_prefix: unsupported BPE option (ciuic supports byte-level BPE "
+               "without it): \"##\"");
+  expect_error([](json& j) { j["model"].erase("vocab"); },
+               "bad.json: /model/vocab: missing or not an object (token -> id)");
+  expect_error([](json& j) { j["model"]["vocab"]["Ġzzz"] = "seven"; },
+               "bad.json: /model/vocab/Ġzzz: expected a non-negative integer id, got \"seven\"");
+  expect_error([](json& j) { j["model"]["merges"][3] = json::array({"Ġqqq", "x"}); },
+               "bad.json: /model/merges/3: merge token \"Ġqqq\" is not in the vocabulary");
+  expect_error([](json& j) { j["model"]["merges"][0] = "a b c"; },
+               "bad.json: /model/merges/0: a merge written as a string must be two tokens separated by one space: "
+               "\"a b c\"");
+  expect_error([](json& j) { j["model"]["merges"][1] = 7; },
+               "bad.json: /model/merges/1: expected \"a b\" or [\"a\", \"b\"], got 7");
+  expect_error([](json& j) { j["model"]["unk_token"] = "<unk>"; },
+               "bad.json: /model/unk_token: unk_token \"<unk>\" is not in the vocabulary");
+}
+
+TEST(TokenizerErrors, UnsupportedNormalizerPreTokenizerPostProcessorDecoder) {
+  expect_error([](json& j) { j["normalizer"] = {{"type", "NFC"}}; },
+               "bad.json: /normalizer/type: unsupported normalizer \"NFC\" (ciuic supports no normalizer: null or an "
+               "empty Sequence, as DeepSeek, Llama-3 and GPT-2 use)");
+  expect_error([](json& j) { j["normalizer"]["normalizers"] = json::array({{{"type", "Lowercase"}}}); },
+               "bad.json: /normalizer/normalizers/0/type: unsupported normalizer \"Lowercase\" (ciuic supports no "
+               "normalizer: null or an empty Sequence, as DeepSeek, Llama-3 and GPT-2 use)");
+  expect_error([](json& j) { j["pre_tokenizer"]["pretokenizers"][2] = {{"type", "Metaspace"}}; },
+               "bad.json: /pre_tokenizer/pretokenizers/2/type: unsupported pre-tokenizer \"Metaspace\" (ciuic "
+               "supports Sequence, Split, Digits and ByteLevel)");
+  expect_error([](json& j) { j["pre_tokenizer"]["pretokenizers"].push_back({{"type", "Digits"}}); },
+               "bad.json: /pre_tokenizer/pretokenizers/7: pre-tokenizer \"Digits\" after ByteLevel is not supported "
+               "(ByteLevel must be last)");
+  expect_error([](json& j) { j["pre_tokenizer"]["pretokenizers"].erase(6); },
+               "bad.json: /pre_tokenizer: no ByteLevel pre-tokenizer: ciuic supports byte-level BPE only (the "
+               "pre-tokenizer must end with ByteLevel)");
+  expect_error([](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sideways"; },
+               "bad.json: /pre_tokenizer/pretokenizers/0/behavior: unknown behavior \"Sideways\" (expected Removed, "
+               "Isolated, MergedWithPrevious, MergedWithNext or Contiguous)");
+  expect_error([](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = {{"Glob", "*"}}; },
+               "bad.json: /pre_tokenizer/pretokenizers/0/pattern: expected {\"Regex\": \"...\"} or {\"String\": "
+               "\"...\"}, got {\"Glob\":\"*\"}");
+  expect_error_prefix([](json& j) { j["pre_tokenizer"]["pretokenizers"][1]["pattern"]["Regex"] = "(unclosed"; },
+                      "bad.json: /pre_tokenizer/pretokenizers/1/pattern/Regex: cannot compile regex \"(unclosed\"");
+  expect_error([](json& j) { j["post_processor"] = {{"type", "RobertaProcessing"}}; },
+               "bad.json: /post_processor/type: unsupported post-processor \"RobertaProcessing\" (ciuic supports "
+               "TemplateProcessing, ByteLevel and Sequence)");
+  expect_error([](json& j) { j["post_processor"]["special_tokens"] = json::object(); },
+               "bad.json: /post_processor/special_tokens: no entry for \"<｜begin▁of▁sentence｜>\" used in the template");
+  expect_error([](json& j) { j["post_processor"]["single"].erase(1); },
+               "bad.json: /post_processor/single: the template has no $A sequence");
+  expect_error([](json& j) { j["decoder"] = {{"type", "WordPiece"}}; },
+               "bad.json: /decoder/type: unsupported decoder \"WordPiece\" (ciuic supports ByteLevel)");
+  expect_error([](json& j) { j["decoder"] = nullptr; },
+               "bad.json: /decoder: a ByteLevel decoder is required for byte-level BPE, got null");
+  expect_error([](json& j) { j["added_tokens"][0].erase("content"); },
+               "bad.json: /added_tokens/0/content: missing or not a string");
+  expect_error([](json& j) { j["added_tokens"][1]["lstrip"] = "yes"; },
+               "bad.json: /added_tokens/1/lstrip: expected a boolean, got \"yes\"");
+}
+
+TEST(TokenizerErrors, BadTokenizerConfig) {
+  const std::string tj = test::read_text_file(test::tokenizer_fixture_dir("gpt2") + "/tokenizer.json");
+  std::string path = test::write_temp_file("badcfg/tokenizer.json", tj);
+  std::string cfg = test::write_temp_file("badcfg/tokenizer_config.json", "{\"eos_token\": \"<|nope|>\"}");
+  {
+    const std::string what = error_of([&] { Tokenizer::from_file(path); });
+    EXPECT_EQ(what, cfg + ": /eos_token: token \"<|nope|>\" is not in the tokenizer's vocabulary");
+  }
+  test::write_temp_file("badcfg/tokenizer_config.json", "{\"bos_token\": [1]}");
+  {
+    const std::string what = error_of([&] { Tokenizer::from_file(path); });
+    EXPECT_EQ(what, cfg + ": /bos_token: expected a string or {\"content\": ...}, got [1]");
+  }
+  test::write_temp_file("badcfg/tokenizer_config.json", "{\"bos_token\": ");
+  {
+    const std::string what = error_of([&] { Tokenizer::from_file(path); });
+    EXPECT_EQ(what.rfind(cfg + ": malformed JSON at line 1, column 15: syntax error", 0), 0u) << what;
+  }
+  // {"content": ...} objects (as transformers writes them) are understood.
+  test::write_temp_file("badcfg/tokenizer_config.json",
+                        "{\"bos_token\": {\"content\": \"<|endoftext|>\", \"lstrip\": false}, \"eos_token\": null}");
+  auto tok = Tokenizer::from_file(path);
+  EXPECT_EQ(tok->bos_id(), tok->token_to_id("<|endoftext|>"));
+  EXPECT_FALSE(tok->eos_id());
+}
+
+TEST(TokenizerErrors, InvalidUtf8Text) {
+  auto tok = Tokenizer::from_file(test::tokenizer_fixture_dir("deepseek_llm") + "/tokenizer.json");
+  {
+    const std::string what = error_of([&] { tok->encode("ok \xC3\x28 bad", false); });
+    EXPECT_EQ(what, "tokenizer (" + test::tokenizer_fixture_dir("deepseek_llm") +
+                                         "/tokenizer.json): the text is not valid UTF-8 (first bad byte at offset 3 "
+                                         "of 9)");
+  }
+  for (std::string bad : {std::string("\xED\xA0\x80"), std::string("\xC0\xAF"), std::string("\xF4\x90\x80\x80"),
+                          std::string("abc\xE2\x82")})
+    EXPECT_THROW(tok->encode(bad, false), Error) << bad.size();
+}
+
+TEST(TokenizerErrors, DecodeIsLossyLikeHf) {
+  // A lone continuation byte token decodes to U+FFFD (Rust's from_utf8_lossy), unknown ids are skipped.
+  auto tok = Tokenizer::from_file(test::tokenizer_fixture_dir("gpt2") + "/tokenizer.json");
+  EXPECT_EQ(tok->decode({*tok->token_to_id("Ã")}, false), "\xEF\xBF\xBD");  // 0xC3 alone
+  EXPECT_EQ(tok->decode({-5, 1 << 30}, false), "");
+}
+
+TEST(Tokenizer, FingerprintIsStableAndSensitive) {
+  json j = base();
+  auto a = Tokenizer::from_json(j.dump(), "a.json");
+  auto b = Tokenizer::from_json(j.dump(2), "b.json");  // formatting and origin do not matter
+  EXPECT_EQ(a->fingerprint(), b->fingerprint());
+  EXPECT_EQ(a->fingerprint().size(), 16u);
+  EXPECT_EQ(a->fingerprint().find_first_not_of("0123456789abcdef"), std::string::npos);
+  json k = j;
+  std::swap(k["model"]["merges"][0], k["model"]["merges"][1]);
+  EXPECT_NE(Tokenizer::from_json(k.dump(), "k.json")->fingerprint(), a->fingerprint());
+  json l = j;
+  l["added_tokens"][2]["lstrip"] = true;
+  EXPECT_NE(Tokenizer::from_json(l.dump(), "l.json")->fingerprint(), a->fingerprint());
+  // FNV-1a 64 reference values (from the algorithm's published test vectors).
+  EXPECT_EQ(tok::fnv1a64_hex(""), "cbf29ce484222325");
+  EXPECT_EQ(tok::fnv1a64_hex("a"), "af63dc4c8601ec8c");
+  EXPECT_EQ(tok::fnv1a64_hex("foobar"), "85944171f73967e8");
+}
+
+}  // namespace
+}  // namespace ciuic
