@@ -5,24 +5,26 @@
 #include <string_view>
 #include <vector>
 
+#include <ciuic/export.h>
+
 namespace ciuic::text {
 
 // Optimal-string-alignment distance (Levenshtein plus adjacent transpositions): the number of
 // single-character insertions, deletions, substitutions or swaps turning `a` into `b`.
-size_t edit_distance(std::string_view a, std::string_view b);
+CIUIC_API size_t edit_distance(std::string_view a, std::string_view b);
 
 // The candidate closest to `word` by edit_distance, or "" when none is close enough to be a
 // plausible typo (distance <= max(1, len(word) / 3), or `word` differs only in case).
 // Ties go to the earlier candidate.
-std::string closest(std::string_view word, const std::vector<std::string>& candidates);
+CIUIC_API std::string closest(std::string_view word, const std::vector<std::string>& candidates);
 
 // Joins `items` with `sep`.
-std::string join(const std::vector<std::string>& items, std::string_view sep);
+CIUIC_API std::string join(const std::vector<std::string>& items, std::string_view sep);
 
 // Splits `s` at every `sep` (empty fields are kept).
-std::vector<std::string> split(std::string_view s, char sep);
+CIUIC_API std::vector<std::string> split(std::string_view s, char sep);
 
 // `s` as a TOML basic string literal: "..." with ", \ and control characters escaped.
-std::string toml_quote(std::string_view s);
+CIUIC_API std::string toml_quote(std::string_view s);
 
 }  // namespace ciuic::text

@@ -1,6 +1,8 @@
 // ciuic::Config — typed, located access to one validated recipe section.
 #include "recipe/config_impl.h"
 
+#include "recipe/schema.h"
+
 #include <sstream>
 
 #include <ciuic/error.h>
@@ -117,17 +119,7 @@ std::string Config::to_toml() const {
 void Config::fail(std::string_view key, std::string_view what) const {
   std::ostringstream os;
   os << location(key) << ": [" << impl_->section << "] " << key;
-  if (const toml::node* n = impl_->table.get(key)) {
-    os << " = ";
-    n->visit([&](auto&& v) {
-      if constexpr (toml::is_string<decltype(v)>)
-        os << '"' << *v << '"';
-      else if constexpr (toml::is_value<decltype(v)>)
-        os << *v;
-      else
-        os << "...";
-    });
-  }
+  if (const toml::node* n = impl_->table.get(key)) os << " = " << recipe::format_value(*n);
   os << ": " << what;
   throw UsageError(os.str());
 }

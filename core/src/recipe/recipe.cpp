@@ -251,7 +251,7 @@ void apply_override(const std::string& text, toml::table& root, LocationMap& loc
     toml::node* n = t->get(part);
     if (!n) {
       t->insert_or_assign(part, toml::table{});
-      locs[path] = {std::string(kSetLocation), std::string(kSetLocation)};
+      locs[path] = {where, where};
       n = t->get(part);
     }
     t = n->as_table();
@@ -262,7 +262,7 @@ void apply_override(const std::string& text, toml::table& root, LocationMap& loc
     }
   }
   t->insert_or_assign(key, *holder.get("v"));
-  locs[lhs] = {std::string(kSetLocation), std::string(kSetLocation)};
+  locs[lhs] = {where, where};
 }
 
 // Top level: only sections (and `include`, removed by the loader).
@@ -445,7 +445,8 @@ std::string Recipe::plugin_name(Slot slot) const {
 std::string Recipe::plugin_location(Slot slot) const {
   const std::string dotted = std::string(slot_name(slot)) + ".plugin";
   auto it = impl_->locs.find(dotted);
-  return it == impl_->locs.end() ? "<default>" : it->second.value;
+  if (it == impl_->locs.end()) return "<default>";
+  return it->second.value.rfind(kSetLocation, 0) == 0 ? std::string(kSetLocation) : it->second.value;
 }
 
 namespace {
@@ -508,7 +509,7 @@ void Recipe::validate_plugins(const Registry& registry) const {
     }
     const PluginDescriptor* d = registry.find(slot, name);
     if (!d) {
-      std::string where = plugin_location(slot);
+      const std::string where = impl_->locs.count(s + ".plugin") ? impl_->key_location(s + ".plugin") : "<default>";
       try {
         registry.get(slot, name);
       } catch (const Error& e) {

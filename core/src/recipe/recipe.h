@@ -30,13 +30,14 @@
 #include <vector>
 
 #include <ciuic/config.h>
+#include <ciuic/export.h>
 #include <ciuic/plugin.h>
 
 namespace ciuic {
 
 class Registry;
 
-class Recipe {
+class CIUIC_API Recipe {
  public:
   // Reads `path` (following `include = [...]`, relative to the including file), applies
   // `overrides` ("section.key=<TOML value>", e.g. "train.micro_batch_size=4",

@@ -159,11 +159,13 @@ std::vector<SectionSpec> build_core_schema() {
       K("export_hf", kB, "false", "export a Hugging Face folder at the end of the run"),
       K("export_dtype", kS, "\"bf16\"", "dtype of the exported weights").choices("bf16|fp32"),
       K("on_signal", kB, "true", "save a checkpoint on SIGINT/SIGTERM before exiting"),
+      K("save_final", kB, "true", "save a checkpoint at the end of the run"),
   }});
   v.push_back({"log", "metrics and progress output", {
       K("every_steps", kI, "1", "log metrics every N optimizer steps").min(1),
       K("metrics_file", kS, "\"metrics.jsonl\"", "metrics file (JSON lines), relative to output_dir"),
       K("progress", kS, "\"auto\"", "progress line: auto (when stderr is a terminal), on, off").choices("auto|on|off"),
+      K("peak_tflops", kF, "0.0", "device peak TFLOP/s for MFU; 0 = from the GPU name table").min(0),
   }});
   return v;
 }
@@ -172,8 +174,17 @@ std::string fmt_num(double v) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  return std::string(buf, r.ptr);
+  auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form
+  std::string s(buf, r.ptr);
+  // "2e+08" -> "2e8", "1e-04" -> "1e-4" (still TOML floats: the exponent makes them so).
+  if (size_t e = s.find('e'); e != std::string::npos) {
+    std::string mant = s.substr(0, e), exp = s.substr(e + 1);
+    bool neg = !exp.empty() && exp[0] == '-';
+    if (!exp.empty() && (exp[0] == '-' || exp[0] == '+')) exp.erase(0, 1);
+    while (exp.size() > 1 && exp[0] == '0') exp.erase(0, 1);
+    s = mant + "e" + (neg ? "-" : "") + exp;
+  }
+  return s;
 }
 
 std::string float_literal(double v) {
@@ -571,7 +582,9 @@ std::shared_ptr<Config::Impl> validate_section(const SectionInput& in,
       continue;
     }
     impl->table.insert_or_assign(s.key, std::move(*out));
-    impl->locations[s.key] = loc_of(in, s.key, true);
+    // Overrides are located as "--set <text>" in messages; Config::location() says "--set".
+    const std::string where = loc_of(in, s.key, true);
+    impl->locations[s.key] = where.rfind("--set", 0) == 0 ? "--set" : where;
   }
   return impl;
 }

@@ -54,29 +54,29 @@ struct SectionSpec {
 
 // The core sections, in the order the resolved recipe and the docs list them. Slot sections
 // appear with their `plugin` key only.
-const std::vector<SectionSpec>& core_schema();
-const SectionSpec* find_section(std::string_view name);
-std::vector<std::string> section_names();
+CIUIC_API const std::vector<SectionSpec>& core_schema();
+CIUIC_API const SectionSpec* find_section(std::string_view name);
+CIUIC_API std::vector<std::string> section_names();
 
 // A plugin option as a KeySpec (default_value nullptr = required).
-KeySpec key_from_option(const OptionSpec& option);
+CIUIC_API KeySpec key_from_option(const OptionSpec& option);
 // "" when the spec's default (if any) is a valid value of its own type and range, else what is
 // wrong with it (for the registry's check of plugin declarations and a test of the core schema).
-std::string check_default(const KeySpec& spec);
+CIUIC_API std::string check_default(const KeySpec& spec);
 
 // "boolean", "integer", "float", "string", "list of strings", "list of numbers".
-const char* type_name(OptionType type);
+CIUIC_API const char* type_name(OptionType type);
 // What a valid value looks like: "an integer >= 1", "a float in [0, 1)", "one of "cpu"|"cuda"".
-std::string describe_expected(const KeySpec& spec);
+CIUIC_API std::string describe_expected(const KeySpec& spec);
 // The default as listed for users: the literal, "(required)" or "(unset)".
-std::string default_text(const KeySpec& spec);
+CIUIC_API std::string default_text(const KeySpec& spec);
 
 // The TOML literal of a value (shortest round-trip floats, basic strings, inline arrays/tables).
-std::string format_value(const toml::node& node);
+CIUIC_API std::string format_value(const toml::node& node);
 // What a value is, for messages: "a float (2.5)", "a string (\"1e-4\")", "a table".
-std::string describe_found(const toml::node& node);
+CIUIC_API std::string describe_found(const toml::node& node);
 // Parses a single TOML value literal; nullopt when it is not one.
-std::optional<toml::table> parse_literal(std::string_view literal);
+CIUIC_API std::optional<toml::table> parse_literal(std::string_view literal);
 
 // Where each key of the merged recipe was written, by dotted path ("train.seq_len",
 // "model.config" for a section header): the key's and the value's "<file>:<line>:<col>", or
@@ -88,7 +88,7 @@ struct Location {
 using LocationMap = std::map<std::string, Location, std::less<>>;
 
 // Recipe problems collected before reporting them together.
-class ErrorList {
+class CIUIC_API ErrorList {
  public:
   // `where` is "<file>:<line>:<col>", "--set" or a file name; `message` says what is wrong.
   void add(std::string_view where, std::string_view message);
@@ -121,12 +121,12 @@ struct SectionInput {
 };
 
 // Validates one section; see the file comment. `elsewhere` feeds the misplaced-key suggestion.
-std::shared_ptr<Config::Impl> validate_section(const SectionInput& in,
+CIUIC_API std::shared_ptr<Config::Impl> validate_section(const SectionInput& in,
                                                const std::vector<KeySpec>& keys,
                                                const std::vector<KnownSection>& elsewhere,
                                                ErrorList& errors);
 
 // Core sections as KnownSection lists (for `elsewhere`).
-std::vector<KnownSection> core_known_sections();
+CIUIC_API std::vector<KnownSection> core_known_sections();
 
 }  // namespace ciuic::recipe

@@ -44,6 +44,7 @@
 
 #include <ciuic/config.h>
 #include <ciuic/context.h>
+#include <ciuic/export.h>
 #include <ciuic/plugin.h>
 
 namespace ciuic {
@@ -54,7 +55,7 @@ struct PluginDescriptor {
   const PluginInfo* info;  // the plugin's static record; valid until process exit
 };
 
-class Registry {
+class CIUIC_API Registry {
  public:
   // The default search path (1.-3. above) followed by `extra_paths`; see the file comment.
   static Registry discover(const std::vector<std::string>& extra_paths);

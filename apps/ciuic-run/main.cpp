@@ -1,0 +1,138 @@
+// ciuic-run: train from a recipe, list plugins, print the resolved recipe.
+// Argument parsing only; the work is done by the core (core/src/app/cli.h).
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+#include <c10/util/Exception.h>
+
+#include <ciuic/error.h>
+
+#include "app/cli.h"
+#include "registry/registry.h"
+
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: ciuic-run RECIPE [--set section.key=value]... [--plugin-path DIR]... [--nproc N]\n"
+    "                 [--nnodes N] [--node-rank R] [--master-addr A] [--master-port P]\n"
+    "                 [--output-all-ranks] [--resume PATH|latest] [--dry-run] [--print-recipe]\n"
+    "       ciuic-run --list-plugins [--verbose] [--plugin-path DIR]...\n"
+    "       ciuic-run --help | --help-recipe | --version\n";
+
+void print_help(const po::options_description& visible) {
+  std::cout << kUsage << "\n"
+            << "Fine-tunes a Llama/DeepSeek-architecture model as the TOML recipe RECIPE says. Without a\n"
+               "launcher around it, ciuic-run starts nproc_per_node worker processes itself (single-process\n"
+               "runs stay in this process); under torchrun, srun or mpirun it runs as one worker.\n\n"
+            << visible << "\n"
+            << "Recipe sections (every key, type and default: ciuic-run --help-recipe; plugin options:\n"
+               "ciuic-run --list-plugins --verbose):\n"
+            << ciuic::app::recipe_sections_text() << "\n"
+            << "Exit codes:\n"
+               "  0    success\n"
+               "  1    runtime failure (training diverged, I/O error, worker crash, out of memory, ...)\n"
+               "  2    usage error: command line, recipe (all its errors are listed, each with\n"
+               "       file:line:col), plugin (refused, unknown, bad option)\n"
+               "  130  interrupted by SIGINT/SIGTERM (a checkpoint was written if [checkpoint] on_signal)\n\n"
+               "Plugins are searched in <ciuic-run folder>/../lib/ciuic/plugins, the core library's\n"
+               "lib/ciuic/plugins, $CIUIC_PLUGIN_PATH, --plugin-path, then [run] plugin_paths.\n\n"
+               "Documentation: docs/recipe.md (recipe reference), docs/plugins.md (writing plugins) in the\n"
+               "source tree; installed under <prefix>/share/doc/ciuic/.\n";
+}
+
+int fail(const std::string& message, int code) {
+  std::cerr << "ciuic-run: error: " << message << "\n";
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ciuic::app::CliOptions o;
+  bool list = false, verbose = false;
+  int nproc = 0, nnodes = 0;
+
+  po::options_description run_opts("Running a recipe");
+  run_opts.add_options()
+      ("set", po::value<std::vector<std::string>>(&o.overrides)->composing()->value_name("section.key=value"),
+       "override one recipe value (repeatable); the value is TOML (train.seq_len=128, "
+       "run.name='\"x\"', optimizer.betas=[0.9,0.95]) or a bare word taken as a string "
+       "(comm.plugin=gloo)")
+      ("plugin-path", po::value<std::vector<std::string>>(&o.plugin_paths)->composing()->value_name("DIR"),
+       "also search DIR (or one plugin file) for plugins (repeatable; later paths win on duplicate names)")
+      ("nproc", po::value<int>(&nproc)->value_name("N"), "worker processes per node (overrides [cluster] nproc_per_node)")
+      ("nnodes", po::value<int>(&nnodes)->value_name("N"), "number of nodes (overrides [cluster] nnodes)")
+      ("node-rank", po::value<int>(&o.node_rank)->value_name("R"), "rank of this node, 0..nnodes-1 (multi-node)")
+      ("master-addr", po::value<std::string>(&o.master_addr)->value_name("A"),
+       "address of node 0's rendezvous store (default 127.0.0.1)")
+      ("master-port", po::value<int>(&o.master_port)->value_name("P"),
+       "port of the rendezvous store (default: a free port; required with several nodes)")
+      ("output-all-ranks", po::bool_switch(&o.output_all_ranks),
+       "show every rank's output, prefixed by its rank (default: rank 0 and errors)")
+      ("resume", po::value<std::string>(&o.resume)->value_name("PATH|latest"),
+       "resume from a checkpoint folder, or the latest one under [checkpoint] dir")
+      ("dry-run", po::bool_switch(&o.dry_run),
+       "validate the recipe, create every chosen plugin once in this process, print a summary, exit")
+      ("print-recipe", po::bool_switch(&o.print_recipe),
+       "print the resolved recipe (defaults included, origin of each value) and exit");
+  po::options_description info_opts("Information");
+  info_opts.add_options()
+      ("list-plugins", po::bool_switch(&list), "list the plugins found: <slot> <name> <version> <path>")
+      ("verbose,v", po::bool_switch(&verbose), "with --list-plugins: every option (key, default, type, help)")
+      ("help,h", "this help")
+      ("help-recipe", "every core recipe key with its type, default and meaning")
+      ("version", "ciuic and LibTorch versions, build fingerprint, plugin API version");
+  po::options_description hidden;
+  hidden.add_options()("recipe", po::value<std::string>(&o.recipe));
+  po::options_description all;
+  all.add(run_opts).add(info_opts).add(hidden);
+  po::options_description visible;
+  visible.add(run_opts).add(info_opts);
+  po::positional_options_description pos;
+  pos.add("recipe", 1);
+
+  try {
+    po::variables_map vm;
+    po::store(po::command_line_parser(argc, argv).options(all).positional(pos).run(), vm);
+    po::notify(vm);
+    if (vm.count("help")) {
+      print_help(visible);
+      return 0;
+    }
+    if (vm.count("help-recipe")) {
+      std::cout << ciuic::app::recipe_reference_text();
+      return 0;
+    }
+    if (vm.count("version")) {
+      std::cout << ciuic::app::version_text();
+      return 0;
+    }
+    if (vm.count("nproc")) o.nproc = nproc;
+    if (vm.count("nnodes")) o.nnodes = nnodes;
+    for (int i = 0; i < argc; ++i) o.argv.emplace_back(argv[i]);
+    if (list) {
+      if (!o.recipe.empty()) return fail("--list-plugins takes no recipe (use --print-recipe to check one)", 2);
+      return ciuic::app::list_plugins(ciuic::Registry::discover(o.plugin_paths), verbose, std::cout, std::cerr);
+    }
+    if (o.recipe.empty()) {
+      std::cerr << kUsage;
+      return fail("no recipe given (see ciuic-run --help)", 2);
+    }
+    if (o.nproc && *o.nproc < 1) return fail("--nproc must be >= 1", 2);
+    if (o.nnodes && *o.nnodes < 1) return fail("--nnodes must be >= 1", 2);
+    return ciuic::app::run_recipe(o);
+  } catch (const po::error& e) {
+    return fail(std::string(e.what()) + " (see ciuic-run --help)", ciuic::kExitUsage);
+  } catch (const ciuic::Error& e) {
+    return fail(e.what(), e.exit_code());
+  } catch (const c10::Error& e) {
+    return fail(e.what_without_backtrace(), ciuic::kExitRuntime);
+  } catch (const std::exception& e) {
+    return fail(e.what(), ciuic::kExitRuntime);
+  }
+}

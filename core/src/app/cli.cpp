@@ -1,0 +1,230 @@
+// The flow of `ciuic-run`; see cli.h.
+#include "app/cli.h"
+
+#include <stdlib.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include <ciuic/comm.h>
+#include <ciuic/data.h>
+#include <ciuic/error.h>
+#include <ciuic/log.h>
+#include <ciuic/offload.h>
+#include <ciuic/precision.h>
+#include <ciuic/sharding.h>
+#include <ciuic/version.h>
+
+#include "base/text.h"
+#include "launch/launch.h"
+#include "recipe/recipe.h"
+#include "recipe/schema.h"
+#include "registry/registry.h"
+#include "train/worker.h"
+
+namespace ciuic::app {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> effective_overrides(const CliOptions& o) {
+  std::vector<std::string> out = o.overrides;
+  if (o.nproc) out.push_back("cluster.nproc_per_node=" + std::to_string(*o.nproc));
+  if (o.nnodes) out.push_back("cluster.nnodes=" + std::to_string(*o.nnodes));
+  if (o.output_all_ranks) out.push_back("cluster.output=\"all\"");
+  return out;
+}
+
+std::vector<std::string> plugin_paths(const CliOptions& o, const Recipe* recipe) {
+  std::vector<std::string> out = o.plugin_paths;
+  if (recipe) {
+    for (const auto& p : recipe->section("run").get_string_list("plugin_paths")) {
+      fs::path path(p);
+      out.push_back(path.is_absolute() ? p : (fs::path(recipe->dir()) / path).lexically_normal().string());
+    }
+  }
+  return out;
+}
+
+namespace {
+
+void apply_log_level(const Recipe& recipe) {
+  const std::string level = recipe.section("run").get_string("log_level");
+  if (level == "debug") set_log_level(LogLevel::kDebug);
+  else if (level == "warning") set_log_level(LogLevel::kWarn);
+  else if (level == "error") set_log_level(LogLevel::kError);
+  else set_log_level(LogLevel::kInfo);
+}
+
+std::string pad(std::string s, size_t n) {
+  if (s.size() < n) s.resize(n, ' ');
+  return s;
+}
+
+// A temporary folder removed when this goes out of scope.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "ciuic-dry-run-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw Error("cannot create a temporary folder for the dry run under " + fs::temp_directory_path().string());
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+int dry_run(const Recipe& recipe, const Registry& registry) {
+  const Config cluster = recipe.section("cluster");
+  const Config run = recipe.section("run");
+  TempDir out_dir;
+  RunContext ctx;
+  ctx.device = cluster.get_string("device") == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  ctx.timeout = std::chrono::milliseconds(static_cast<int64_t>(cluster.get_float("timeout_s") * 1000));
+  launch::WorkerEnv env;
+  env.launcher = "none";
+  ctx.store = launch::connect_store(env, ctx.timeout);
+  ctx.run_name = run.get_string("name");
+  ctx.output_dir = out_dir.path();
+  ctx.recipe_dir = recipe.dir();
+  ctx.seed = static_cast<uint64_t>(run.get_int("seed"));
+  ctx.cpu_threads = std::max(1u, std::thread::hardware_concurrency());
+
+  std::ostringstream os;
+  os << "dry run of " << (recipe.path().empty() ? "<recipe>" : recipe.path()) << ": "
+     << cluster.get_int("nnodes") << " node(s) x " << cluster.get_int("nproc_per_node")
+     << " process(es), device " << cluster.get_string("device") << ", "
+     << recipe.section("train").get_int("max_steps") << " steps\n";
+  // Created in slot order (comm first), destroyed in reverse order.
+  std::vector<std::shared_ptr<PluginObject>> objects;
+  for (int i = 0; i < kNumSlots; ++i) {
+    const Slot slot = static_cast<Slot>(i);
+    const std::string name = recipe.plugin_name(slot);
+    os << "  " << pad(slot_name(slot), 10);
+    if (name.empty()) {
+      os << "none (the core's AdamW on the device)\n";
+      continue;
+    }
+    const PluginDescriptor& d = registry.get(slot, name);
+    const Config config = recipe.plugin_config(slot, *d.info);
+    switch (slot) {
+      case Slot::kComm: objects.push_back(registry.create<Comm>(slot, name, config, ctx)); break;
+      case Slot::kSharding: objects.push_back(registry.create<Sharding>(slot, name, config, ctx)); break;
+      case Slot::kOffload: objects.push_back(registry.create<Offload>(slot, name, config, ctx)); break;
+      case Slot::kPrecision: objects.push_back(registry.create<Precision>(slot, name, config, ctx)); break;
+      case Slot::kData: objects.push_back(registry.create<DataSource>(slot, name, config, ctx)); break;
+    }
+    os << pad(d.name, 12) << pad(d.version, 9) << "created  " << d.path << "\n";
+  }
+  while (!objects.empty()) objects.pop_back();
+  os << "the recipe and its plugins are valid; nothing was trained\n";
+  std::cout << os.str() << std::flush;
+  return kExitOk;
+}
+
+}  // namespace
+
+int run_recipe(const CliOptions& o) {
+  if (o.recipe.empty()) throw UsageError("no recipe given (usage: ciuic-run RECIPE [options]; see ciuic-run --help)");
+  const Recipe recipe = Recipe::load(o.recipe, effective_overrides(o));
+  apply_log_level(recipe);
+  const Registry registry = Registry::discover(plugin_paths(o, &recipe));
+  recipe.validate_plugins(registry);
+  if (o.print_recipe) {
+    std::cout << recipe.resolved_toml(registry) << std::flush;
+    return kExitOk;
+  }
+  if (o.dry_run) return dry_run(recipe, registry);
+
+  train::WorkerOptions wopts;
+  wopts.resume = o.resume;
+  if (auto env = launch::detect_worker_env()) return train::run_worker(recipe, registry, *env, wopts);
+  const Config cluster = recipe.section("cluster");
+  const int nproc = static_cast<int>(cluster.get_int("nproc_per_node"));
+  const int nnodes = static_cast<int>(cluster.get_int("nnodes"));
+  if (nproc * nnodes == 1) {
+    launch::WorkerEnv env;
+    env.launcher = "none";
+    env.master_addr = o.master_addr;
+    env.master_port = o.master_port;
+    return train::run_worker(recipe, registry, env, wopts);
+  }
+  launch::LaunchOptions lo;
+  lo.argv = o.argv;
+  lo.nproc_per_node = nproc;
+  lo.nnodes = nnodes;
+  lo.node_rank = o.node_rank;
+  lo.master_addr = o.master_addr;
+  lo.master_port = o.master_port;
+  lo.output_all_ranks = cluster.get_string("output") == "all";
+  lo.rendezvous_timeout = std::chrono::milliseconds(static_cast<int64_t>(cluster.get_float("timeout_s") * 1000));
+  return launch::launch_and_supervise(lo);
+}
+
+int list_plugins(const Registry& registry, bool verbose, std::ostream& out, std::ostream& err) {
+  const auto plugins = registry.list();
+  size_t wname = 4, wver = 7;
+  for (const auto& d : plugins) {
+    wname = std::max(wname, d.name.size());
+    wver = std::max(wver, d.version.size());
+  }
+  for (const auto& d : plugins) {
+    out << pad(slot_name(d.slot), 10) << pad(d.name, wname + 2) << pad(d.version, wver + 2) << d.path << "\n";
+    if (!verbose) continue;
+    out << "    " << d.summary << "\n";
+    if (d.info->num_options == 0) out << "    (no options)\n";
+    for (uint32_t i = 0; i < d.info->num_options; ++i) {
+      const recipe::KeySpec k = recipe::key_from_option(d.info->options[i]);
+      out << "    " << pad(k.key + " = " + recipe::default_text(k), 34) << " "
+          << pad(recipe::describe_expected(k), 30) << " " << k.help << "\n";
+    }
+  }
+  if (plugins.empty()) out << "(no plugins found)\n";
+  if (verbose) {
+    out << "\nsearch path (later folders win on duplicate names):\n";
+    for (const auto& p : registry.search_path()) out << "  " << p << "\n";
+    for (const auto& s : registry.shadowed()) out << "shadowed: " << s << "\n";
+  }
+  for (const auto& r : registry.refusals()) err << "ciuic-run: warning: refused " << r << "\n";
+  out << std::flush;
+  err << std::flush;
+  return kExitOk;
+}
+
+std::string version_text() {
+  std::ostringstream os;
+  os << "ciuic-run (ciuic) " << CIUIC_VERSION << "\n"
+     << "LibTorch " << TORCH_VERSION << "\n"
+     << "build fingerprint: " << core_build_fingerprint() << "\n"
+     << "plugin API version: " << kPluginApiVersion << "\n";
+  return os.str();
+}
+
+std::string recipe_sections_text() {
+  std::ostringstream os;
+  for (const auto& s : recipe::core_schema()) os << "  " << pad("[" + s.name + "]", 16) << s.help << "\n";
+  return os.str();
+}
+
+std::string recipe_reference_text() {
+  std::ostringstream os;
+  for (const auto& s : recipe::core_schema()) {
+    os << "[" << s.name << "]  " << s.help << "\n";
+    for (const auto& k : s.keys)
+      os << "  " << pad(k.key + " = " + recipe::default_text(k), 40) << " " << pad(recipe::describe_expected(k), 36)
+         << " " << k.help << "\n";
+    if (s.plugin_slot) os << "  (plus the options of the chosen plugin: ciuic-run --list-plugins --verbose)\n";
+    os << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace ciuic::app

@@ -1,0 +1,61 @@
+// Internal: what `ciuic-run` does, behind its argument parsing (apps/ciuic-run/main.cpp).
+//
+// The app parses the command line into CliOptions and calls one of the functions below; they
+// throw ciuic::Error (exit code inside) on failure and return the process exit code otherwise.
+// Output: results on stdout (listings, --print-recipe, the dry-run summary), problems on stderr.
+#pragma once
+
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <ciuic/export.h>
+
+namespace ciuic {
+class Registry;
+class Recipe;
+}  // namespace ciuic
+
+namespace ciuic::app {
+
+struct CliOptions {
+  std::string recipe;                      // RECIPE (required for a run)
+  std::vector<std::string> overrides;      // --set section.key=value, in order
+  std::vector<std::string> plugin_paths;   // --plugin-path DIR, in order
+  std::optional<int> nproc;                // --nproc: [cluster] nproc_per_node
+  std::optional<int> nnodes;               // --nnodes: [cluster] nnodes
+  int node_rank = 0;                       // --node-rank
+  std::string master_addr = "127.0.0.1";   // --master-addr
+  int master_port = 0;                     // --master-port (0: a free port, single node)
+  bool output_all_ranks = false;           // --output-all-ranks: [cluster] output = "all"
+  std::string resume;                      // --resume PATH|latest
+  bool dry_run = false;                    // --dry-run
+  bool print_recipe = false;               // --print-recipe
+  std::vector<std::string> argv;           // this process's command line (workers rerun it)
+};
+
+// The overrides a run applies: --set ones, then those implied by --nproc, --nnodes and
+// --output-all-ranks (which therefore win).
+CIUIC_API std::vector<std::string> effective_overrides(const CliOptions& options);
+
+// RECIPE [...]: load, validate, then print (--print-recipe), check by instantiating every plugin
+// once (--dry-run), or train (as a worker, single-process, or as the launcher of the workers).
+CIUIC_API int run_recipe(const CliOptions& options);
+
+// --list-plugins [--verbose]: one line per plugin "<slot> <name> <version> <path>"; verbose adds
+// the summary and every option (key, default, type, help), the search path and shadowed files.
+// Refused files are listed on `err`. Returns 0.
+CIUIC_API int list_plugins(const Registry& registry, bool verbose, std::ostream& out, std::ostream& err);
+
+// The plugin search path for a run: --plugin-path folders, then [run] plugin_paths resolved
+// against the recipe's folder (Registry::discover adds the default folders in front).
+CIUIC_API std::vector<std::string> plugin_paths(const CliOptions& options, const Recipe* recipe);
+
+// --version: ciuic version, LibTorch version, build fingerprint, plugin API version.
+CIUIC_API std::string version_text();
+// Short list of the recipe sections (for --help) and the full key reference (--help-recipe).
+CIUIC_API std::string recipe_sections_text();
+CIUIC_API std::string recipe_reference_text();
+
+}  // namespace ciuic::app

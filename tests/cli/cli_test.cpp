@@ -1,0 +1,187 @@
+// ciuic-run as a subprocess: exit codes, error messages, listings, --print-recipe, --dry-run.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include <ciuic/plugin.h>
+#include <ciuic/version.h>
+
+#include "recipe/recipe.h"
+#include "support.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kExe = CIUIC_BIN_DIR "/ciuic-run";
+const std::string kGood = CIUIC_TEST_PLUGINS "/good";
+
+using ciuic_test::has;
+using ciuic_test::Result;
+
+fs::path test_dir() { return ciuic_test::test_dir("cli"); }
+
+// Runs `ciuic-run <args>` (args are passed through the shell as written).
+Result run(const std::string& args) {
+  return ciuic_test::run_command(kExe + " " + args, fs::path(CIUIC_TEST_TMP) / "cli" / "io");
+}
+
+std::string write_recipe(const fs::path& dir, const std::string& text) {
+  const fs::path p = dir / "recipe.toml";
+  std::ofstream(p) << text;
+  return p.string();
+}
+
+const std::string kAllTest =
+    "[run]\nname = \"cli\"\n[train]\nmax_steps = 2\n"
+    "[comm]\nplugin = \"test\"\n[sharding]\nplugin = \"test\"\n[offload]\nplugin = \"test\"\n"
+    "[precision]\nplugin = \"test\"\n[data]\nplugin = \"test\"\npath = \"data.jsonl\"\n";
+
+}  // namespace
+
+TEST(Cli, HelpExplainsOptionsExitCodesAndDocs) {
+  Result r = run("--help");
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* s : {"--set", "--plugin-path", "--nproc", "--nnodes", "--node-rank", "--master-addr", "--master-port",
+                        "--output-all-ranks", "--resume", "--dry-run", "--print-recipe", "--list-plugins", "--verbose",
+                        "--version", "[train]", "[model.config]", "Exit codes", "130", "docs/recipe.md", "docs/plugins.md"})
+    EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
+  r = run("--help-recipe");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(has(r.out, "max_steps = (required)")) << r.out;
+}
+
+TEST(Cli, Version) {
+  Result r = run("--version");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(has(r.out, "ciuic-run (ciuic) " CIUIC_VERSION "\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "LibTorch " TORCH_VERSION "\n")) << r.out;
+  EXPECT_TRUE(has(r.out, std::string("build fingerprint: ") + ciuic::core_build_fingerprint())) << r.out;
+}
+
+TEST(Cli, MisspelledKeyExitsTwoWithLocationAndSuggestion) {
+  const std::string recipe = write_recipe(test_dir(), "[train]\nmax_steps = 2\nseqlen = 64\n[data]\nplugin = \"test\"\n");
+  Result r = run(recipe);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "ciuic-run: error: " + recipe + ":3:1: unknown key 'seqlen' in [train]; did you mean 'seq_len'?\n");
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(Cli, UsageErrorsExitTwo) {
+  Result r = run("--no-such-option");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "ciuic-run: error: unrecognised option '--no-such-option'")) << r.err;
+  r = run("");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "no recipe given")) << r.err;
+  r = run("/nonexistent/recipe.toml");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "ciuic-run: error: cannot read recipe /nonexistent/recipe.toml: No such file or directory\n");
+  r = run("x.toml --nproc 0");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "--nproc must be >= 1")) << r.err;
+}
+
+TEST(Cli, ListPluginsListsEveryPluginOfTheBuild) {
+  Result r = run("--list-plugins");
+  EXPECT_EQ(r.code, 0) << r.err;
+  // Every libciuic_<slot>_<name>.so of the build's plugin folder has its line.
+  int n = 0;
+  if (fs::exists(CIUIC_PLUGIN_DIR)) {
+    for (const auto& e : fs::directory_iterator(CIUIC_PLUGIN_DIR)) {
+      std::string f = e.path().filename().string();
+      if (f.rfind("libciuic_", 0) != 0 || f.size() < 12 || f.substr(f.size() - 3) != ".so") continue;
+      std::string rest = f.substr(9, f.size() - 12);
+      size_t us = rest.find('_');
+      std::string slot = rest.substr(0, us), name = rest.substr(us + 1);
+      std::istringstream lines(r.out);
+      bool found = false;
+      for (std::string line; std::getline(lines, line);) {
+        std::istringstream words(line);
+        std::string w1, w2, w3, w4;
+        words >> w1 >> w2 >> w3 >> w4;
+        if (w1 == slot && w2 == name && !w3.empty() && fs::equivalent(w4, e.path())) found = true;
+      }
+      EXPECT_TRUE(found) << f << " not listed:\n" << r.out << r.err;
+      ++n;
+    }
+  }
+  std::cout << "plugins in the build folder: " << n << "\n";
+  // The test plugins are not in the real folder; with --plugin-path they are listed too.
+  EXPECT_FALSE(has(r.out, kGood));
+  r = run("--list-plugins --plugin-path " + kGood);
+  EXPECT_EQ(r.code, 0);
+  for (const char* slot : {"comm", "sharding", "offload", "precision"})
+    EXPECT_TRUE(has(r.out, kGood + "/libciuic_" + slot + "_test.so\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "0.2.0")) << r.out;
+}
+
+TEST(Cli, ListPluginsVerboseIsTheOptionsReference) {
+  Result r = run("--list-plugins --verbose --plugin-path " + kGood + " --plugin-path " CIUIC_TEST_PLUGINS "/bad");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(has(r.out, "    data source for tests\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "buffer = 4")) << r.out;
+  EXPECT_TRUE(has(r.out, "an integer in [1, 64]")) << r.out;
+  EXPECT_TRUE(has(r.out, "prefetch depth")) << r.out;
+  EXPECT_TRUE(has(r.out, "path = (required)")) << r.out;
+  EXPECT_TRUE(has(r.out, "one of \"fast\", \"slow\"")) << r.out;
+  EXPECT_TRUE(has(r.out, "search path")) << r.out;
+  // Refusals are warnings on stderr, not failures.
+  EXPECT_TRUE(has(r.err, "ciuic-run: warning: refused " CIUIC_TEST_PLUGINS "/bad/libciuic_data_oldapi.so: plugin API "
+                         "version mismatch"))
+      << r.err;
+}
+
+TEST(Cli, PrintRecipeShowsTheResolvedRecipe) {
+  const fs::path d = test_dir();
+  const std::string recipe = write_recipe(d, kAllTest);
+  Result r = run(recipe + " --plugin-path " + kGood + " --print-recipe --set train.seq_len=64 --nproc 1");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "seq_len = 64")) << r.out;
+  EXPECT_TRUE(has(r.out, "nproc_per_node = 1")) << r.out;
+  EXPECT_TRUE(has(r.out, "buffer = 4")) << r.out;  // the plugin's default
+  EXPECT_TRUE(has(r.out, "# " + recipe + ":4:13")) << r.out;
+  // What it prints is a recipe that loads back.
+  std::ofstream(d / "printed.toml") << r.out;
+  ciuic::Recipe back = ciuic::Recipe::load((d / "printed.toml").string());
+  EXPECT_EQ(back.section("train").get_int("seq_len"), 64);
+  EXPECT_EQ(back.section("run").get_string("output_dir"), "runs/cli");
+}
+
+TEST(Cli, DryRunCreatesEveryPlugin) {
+  const std::string recipe = write_recipe(test_dir(), kAllTest);
+  Result r = run(recipe + " --plugin-path " + kGood + " --dry-run");
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const char* slot : {"comm", "sharding", "offload", "precision", "data"})
+    EXPECT_TRUE(has(r.out, kGood + "/libciuic_" + slot + "_test.so")) << r.out;
+  EXPECT_TRUE(has(r.out, "the recipe and its plugins are valid")) << r.out;
+  // Without an offload plugin the core's AdamW is used.
+  r = run(recipe + " --plugin-path " + kGood + " --dry-run --set 'offload.plugin=\"\"'");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "none (the core's AdamW on the device)")) << r.out;
+}
+
+TEST(Cli, PluginErrorsExitTwo) {
+  const std::string recipe = write_recipe(test_dir(), kAllTest);
+  // The factory refuses its options.
+  Result r = run(recipe + " --plugin-path " + kGood + " --dry-run --set comm.fail_on_create=true");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "ciuic-run: error: plugin comm/test (" + kGood +
+                       "/libciuic_comm_test.so): --set: [comm] fail_on_create = true: asked to fail\n");
+  // Options checked against the plugin's schema, all slots at once.
+  r = run(recipe + " --plugin-path " + kGood + " --set data.buffer=0 --set precision.plugin=fp99");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "ciuic-run: error: recipe " + recipe + " has 2 errors:\n")) << r.err;
+  EXPECT_TRUE(has(r.err, "--set precision.plugin=fp99: unknown precision plugin 'fp99'")) << r.err;
+  EXPECT_TRUE(has(r.err, "available precision plugins: test")) << r.err;
+  EXPECT_TRUE(has(r.err, "--set data.buffer=0: [data] (plugin test) buffer: 0 is out of range: expected an integer in "
+                         "[1, 64]"))
+      << r.err;
+  // Without --plugin-path the test plugins are not found.
+  r = run(recipe + " --dry-run");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "unknown comm plugin 'test'")) << r.err;
+}

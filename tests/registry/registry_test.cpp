@@ -1,0 +1,263 @@
+// Registry: loading the test plugins of tests/testplugins, every refusal with its message,
+// unknown names, instantiation, exceptions from factories, shadowing and library lifetime.
+// The refused plugins' factories abort the process, so reaching one fails the whole test.
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include <ciuic/comm.h>
+#include <ciuic/context.h>
+#include <ciuic/data.h>
+#include <ciuic/error.h>
+#include <ciuic/precision.h>
+#include <ciuic/version.h>
+
+#include "recipe/recipe.h"
+#include "registry/registry.h"
+#include "support.h"
+
+namespace fs = std::filesystem;
+using ciuic::Registry;
+using ciuic::Slot;
+
+namespace {
+
+const std::string kGood = CIUIC_TEST_PLUGINS "/good";
+const std::string kBad = CIUIC_TEST_PLUGINS "/bad";
+
+fs::path test_dir() { return ciuic_test::test_dir("registry"); }
+
+// The refusal of the file named `file`, or "" when it was not refused.
+std::string refusal_of(const Registry& r, const std::string& file) {
+  for (const auto& line : r.refusals())
+    if (line.find("/" + file + ": ") != std::string::npos) return line;
+  return "";
+}
+
+ciuic::RunContext context() {
+  ciuic::RunContext ctx;
+  ctx.store = ciuic::make_local_store(std::chrono::seconds(1));
+  return ctx;
+}
+
+}  // namespace
+
+TEST(Registry, LoadsTheTestPlugins) {
+  Registry r = Registry::from_paths({kGood});
+  auto list = r.list();
+  ASSERT_EQ(list.size(), 5u);
+  const Slot order[] = {Slot::kComm, Slot::kSharding, Slot::kOffload, Slot::kPrecision, Slot::kData};
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(list[i].slot, order[i]);
+    EXPECT_EQ(list[i].name, "test");
+    EXPECT_EQ(list[i].path, kGood + "/libciuic_" + ciuic::slot_name(order[i]) + "_test.so");
+    EXPECT_EQ(list[i].info->api_version, ciuic::kPluginApiVersion);
+  }
+  EXPECT_EQ(list[4].version, "0.2.0");
+  EXPECT_EQ(list[4].summary, "data source for tests");
+  EXPECT_EQ(list[4].info->num_options, 7u);
+  EXPECT_TRUE(r.refusals().empty());
+  EXPECT_TRUE(r.shadowed().empty());
+  EXPECT_EQ(r.search_path(), std::vector<std::string>{kGood});
+  EXPECT_NE(r.find(Slot::kData, "test"), nullptr);
+  EXPECT_EQ(r.find(Slot::kData, "nope"), nullptr);
+}
+
+TEST(Registry, RefusesEachDefectWithFileExpectedAndFound) {
+  Registry r = Registry::from_paths({kBad});
+  EXPECT_TRUE(r.list().empty());
+  EXPECT_EQ(r.refusals().size(), 7u);
+  const std::string api = refusal_of(r, "libciuic_data_oldapi.so");
+  EXPECT_EQ(api, kBad + "/libciuic_data_oldapi.so: plugin API version mismatch: expected 1 (ciuic " CIUIC_VERSION
+                 "), found 999; rebuild the plugin against this ciuic SDK");
+  EXPECT_EQ(refusal_of(r, "libciuic_data_otherabi.so"),
+            kBad + "/libciuic_data_otherabi.so: build fingerprint mismatch: expected \"" +
+                ciuic::core_build_fingerprint() +
+                "\", found \"torch=0.0.1;cxx11abi=0;compiler=other\"; rebuild the plugin with the same LibTorch "
+                "version, C++ ABI and compiler as ciuic");
+  EXPECT_EQ(refusal_of(r, "libciuic_data_nosym.so"),
+            kBad + "/libciuic_data_nosym.so: not a ciuic plugin: entry symbol 'ciuic_plugin_info' not found "
+                   "(expected a library defined with CIUIC_DEFINE_PLUGIN)");
+  EXPECT_TRUE(ciuic_test::has(refusal_of(r, "libciuic_data_nofactory.so"), "entry symbol 'ciuic_plugin_create' not found"));
+  EXPECT_EQ(refusal_of(r, "libciuic_data_mismatch.so"),
+            kBad + "/libciuic_data_mismatch.so: declares slot 'precision' and name 'other' but its file name says "
+                   "slot 'data' and name 'mismatch' (expected file name libciuic_precision_other.so)");
+  EXPECT_EQ(refusal_of(r, "libciuic_data_baddefault.so"),
+            kBad + "/libciuic_data_baddefault.so: bad option declaration: option 'bucket': default 2e8: expected "
+                   "an integer, found a float (2e8)");
+  EXPECT_EQ(refusal_of(r, "libciuic_data_notalib.so"),
+            kBad + "/libciuic_data_notalib.so: not a shared library (expected an ELF file, found other content)");
+}
+
+TEST(Registry, RefusesUnreadableAndMisnamedFiles) {
+  fs::path d = test_dir();
+  fs::create_symlink(d / "nowhere.so", d / "libciuic_data_dangling.so");
+  fs::create_directory(d / "libciuic_data_folder.so");
+  fs::copy_file(kGood + "/libciuic_data_test.so", d / "libciuic_bogus_x.so");
+  std::ofstream(d / "libciuic_data_empty.so").close();
+  fs::copy_file(kGood + "/libciuic_data_test.so", d / "libciuic_data_locked.so");
+  ::chmod((d / "libciuic_data_locked.so").c_str(), 0);
+  Registry r = Registry::from_paths({d.string()});
+  const std::string p = d.string() + "/";
+  EXPECT_EQ(refusal_of(r, "libciuic_data_dangling.so"),
+            p + "libciuic_data_dangling.so: cannot be read: No such file or directory");
+  EXPECT_EQ(refusal_of(r, "libciuic_data_folder.so"), p + "libciuic_data_folder.so: cannot be read: not a regular file");
+  EXPECT_EQ(refusal_of(r, "libciuic_bogus_x.so"),
+            p + "libciuic_bogus_x.so: file name does not follow libciuic_<slot>_<name>.so with <slot> one of comm, "
+                "sharding, offload, precision, data");
+  EXPECT_EQ(refusal_of(r, "libciuic_data_empty.so"),
+            p + "libciuic_data_empty.so: not a shared library (expected an ELF file, found an empty file)");
+  if (::geteuid() == 0) {
+    // root reads files whatever their mode: the dangling link above stands for an unreadable file.
+    EXPECT_TRUE(ciuic_test::has(refusal_of(r, "libciuic_data_locked.so"), "declares slot 'data' and name 'test'"));
+  } else {
+    EXPECT_EQ(refusal_of(r, "libciuic_data_locked.so"), p + "libciuic_data_locked.so: cannot be read: Permission denied");
+  }
+  EXPECT_TRUE(r.list().empty());
+}
+
+TEST(Registry, UnknownNameListsAvailableAndRefused) {
+  Registry r = Registry::from_paths({kGood, kBad, "/nonexistent/plugins"});
+  try {
+    r.get(Slot::kData, "tset");
+    FAIL();
+  } catch (const ciuic::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "unknown data plugin 'tset'; did you mean 'test'?; available data plugins: test (searched: " + kGood +
+                  ", " + kBad + ", /nonexistent/plugins (missing); add folders with --plugin-path, "
+                  "$CIUIC_PLUGIN_PATH or [run] plugin_paths)");
+  }
+  try {
+    r.get(Slot::kData, "oldapi");
+    FAIL();
+  } catch (const ciuic::UsageError& e) {
+    EXPECT_TRUE(ciuic_test::has(e.what(), "unknown data plugin 'oldapi'; " + kBad +
+                                       "/libciuic_data_oldapi.so was refused: plugin API version mismatch: expected 1"))
+        << e.what();
+  }
+  try {
+    Registry::from_paths({}).get(Slot::kComm, "gloo");
+    FAIL();
+  } catch (const ciuic::UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "unknown comm plugin 'gloo'; no comm plugins were found (searched: nothing; add folders with "
+              "--plugin-path, $CIUIC_PLUGIN_PATH or [run] plugin_paths)");
+  }
+}
+
+TEST(Registry, CreatesObjectsWithValidatedConfig) {
+  Registry r = Registry::from_paths({kGood});
+  ciuic::Recipe recipe = ciuic::Recipe::parse(
+      "[train]\nmax_steps = 1\n[data]\nplugin = \"test\"\npath = \"x\"\nratio = 0.25\nmode = \"slow\"\n"
+      "files = [\"a\", \"b\"]\n",
+      "r.toml");
+  const ciuic::RunContext ctx = context();
+  auto data = r.create<ciuic::DataSource>(Slot::kData, "test",
+                                          recipe.plugin_config(Slot::kData, *r.get(Slot::kData, "test").info), ctx);
+  ciuic::Metrics m;
+  data->append_metrics(m);
+  auto value = [&](const std::string& k) {
+    for (const auto& [key, v] : m.values)
+      if (key == k) return v;
+    return -999.0;
+  };
+  EXPECT_EQ(value("shuffle"), 1);   // default
+  EXPECT_EQ(value("buffer"), 4);    // default
+  EXPECT_EQ(value("ratio"), 0.25);  // written
+  EXPECT_EQ(value("mode_slow"), 1);
+  EXPECT_EQ(value("files"), 2);
+  EXPECT_EQ(value("weights"), 1);
+  EXPECT_EQ(value("weight0"), 1.0);
+  EXPECT_EQ(data->cursor(), "{}");
+  auto comm = r.create<ciuic::Comm>(Slot::kComm, "test", ciuic::Config::from_toml("comm", "fail_on_create = false"), ctx);
+  EXPECT_EQ(comm->size(), 1);
+  EXPECT_EQ(comm->backend_name(), "test");
+}
+
+TEST(Registry, FactoryErrorsGetThePluginContext) {
+  Registry r = Registry::from_paths({kGood});
+  const ciuic::RunContext ctx = context();
+  try {
+    r.create<ciuic::Comm>(Slot::kComm, "test", ciuic::Config::from_toml("comm", "fail_on_create = true", "c.toml"), ctx);
+    FAIL();
+  } catch (const ciuic::Error& e) {
+    EXPECT_EQ(e.exit_code(), ciuic::kExitUsage);  // the plugin's UsageError keeps its exit code
+    EXPECT_EQ(std::string(e.what()), "plugin comm/test (" + kGood +
+                                         "/libciuic_comm_test.so): c.toml:1:18: [comm] fail_on_create = true: asked to fail");
+  }
+  // A plain Error from a constructor: world size 2 is refused by the test comm.
+  ciuic::RunContext two = context();
+  two.world_size = 2;
+  try {
+    r.create<ciuic::Comm>(Slot::kComm, "test", ciuic::Config::from_toml("comm", "fail_on_create = false"), two);
+    FAIL();
+  } catch (const ciuic::Error& e) {
+    EXPECT_EQ(e.exit_code(), ciuic::kExitRuntime);
+    EXPECT_EQ(std::string(e.what()), "plugin comm/test (" + kGood +
+                                         "/libciuic_comm_test.so): comm/test supports a world of 1 process only");
+  }
+  // Asking for the wrong interface.
+  try {
+    r.create<ciuic::Precision>(Slot::kComm, "test", ciuic::Config::from_toml("comm", "fail_on_create = false"), ctx);
+    FAIL();
+  } catch (const ciuic::Error& e) {
+    EXPECT_TRUE(ciuic_test::has(e.what(), "plugin comm/test (" + kGood + "/libciuic_comm_test.so) created a "))
+        << e.what();
+    EXPECT_TRUE(ciuic_test::has(e.what(), "which is not a ciuic::Precision")) << e.what();
+  }
+}
+
+TEST(Registry, LaterPathsShadowEarlierOnes) {
+  fs::path d = test_dir();
+  fs::copy_file(kGood + "/libciuic_precision_test.so", d / "libciuic_precision_test.so");
+  Registry r = Registry::from_paths({kGood, d.string()});
+  EXPECT_EQ(r.get(Slot::kPrecision, "test").path, (d / "libciuic_precision_test.so").string());
+  ASSERT_EQ(r.shadowed().size(), 1u);
+  EXPECT_EQ(r.shadowed()[0], kGood + "/libciuic_precision_test.so: shadowed by " +
+                                 (d / "libciuic_precision_test.so").string());
+  EXPECT_EQ(r.list().size(), 5u);
+  // A plugin file can be named directly; the same folder twice is scanned once.
+  Registry one = Registry::from_paths({kGood + "/libciuic_data_test.so", kGood, kGood + "/"});
+  EXPECT_EQ(one.list().size(), 5u);
+  EXPECT_TRUE(one.shadowed().empty());
+}
+
+TEST(Registry, DiscoverReadsTheEnvironment) {
+  ::setenv("CIUIC_PLUGIN_PATH", (kBad + ":" + kGood).c_str(), 1);
+  Registry r = Registry::discover({"/nonexistent/extra"});
+  ::unsetenv("CIUIC_PLUGIN_PATH");
+  auto path = r.search_path();
+  ASSERT_GE(path.size(), 3u);
+  EXPECT_EQ(path[path.size() - 3], kBad);
+  EXPECT_EQ(path[path.size() - 2], kGood);
+  EXPECT_EQ(path.back(), "/nonexistent/extra (missing)");
+  EXPECT_NE(r.find(Slot::kSharding, "test"), nullptr);
+}
+
+TEST(Registry, ObjectsKeepTheirLibraryAndLibrariesStayLoaded) {
+  std::shared_ptr<ciuic::Precision> p;
+  {
+    Registry r = Registry::from_paths({kGood});
+    p = r.create<ciuic::Precision>(Slot::kPrecision, "test", ciuic::Config::from_toml("precision", ""), context());
+  }
+  // The registry is gone; the object's code still runs.
+  EXPECT_EQ(p->loss_scale(), 1.0);
+  EXPECT_EQ(p->param_dtype(), at::kFloat);
+  p.reset();
+  // RTLD_NODELETE: even with no object left, the library is still mapped.
+  void* h = ::dlopen((kGood + "/libciuic_precision_test.so").c_str(), RTLD_NOW | RTLD_NOLOAD);
+  EXPECT_NE(h, nullptr);
+  if (h) ::dlclose(h);
+  // Refused libraries too (their static initialisers ran).
+  Registry bad = Registry::from_paths({kBad});
+  h = ::dlopen((kBad + "/libciuic_data_otherabi.so").c_str(), RTLD_NOW | RTLD_NOLOAD);
+  EXPECT_NE(h, nullptr);
+  if (h) ::dlclose(h);
+}
