@@ -2,6 +2,7 @@
 #include "tokenizer/bpe.h"
 
 #include <algorithm>
+#include <atomic>
 #include <limits>
 #include <queue>
 
@@ -88,6 +89,62 @@ void FlatMap64::put(uint64_t key, uint64_t value) {
     }
     i = (i + 1) & mask_;
   }
+}
+
+// ---- PieceCache ---------------------------------------------------------------------------
+PieceCache::PieceCache(size_t max_entries) : max_entries_(max_entries) {
+  size_t cap = 16;
+  while (cap < max_entries * 2) cap <<= 1;
+  slots_.resize(cap);
+}
+
+uint64_t PieceCache::hash(std::string_view s) {
+  // 8 bytes at a time, multiply-xorshift mixing; good enough for a cache (keys are compared).
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ (s.size() * 0xff51afd7ed558ccdULL);
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    __builtin_memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 31;
+  }
+  uint64_t w = 0;
+  for (size_t k = 0; i + k < s.size(); ++k) w |= static_cast<uint64_t>(static_cast<unsigned char>(s[i + k])) << (8 * k);
+  h = (h ^ w) * 0x94d049bb133111ebULL;
+  h ^= h >> 29;
+  return h ? h : 1;
+}
+
+bool PieceCache::find(std::string_view piece, uint64_t h, std::vector<int32_t>& out) const {
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = h & mask;; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (s.hash == 0) return false;
+    if (s.hash == h && s.key_len == piece.size() &&
+        std::string_view(keys_.data() + s.key_off, s.key_len) == piece) {
+      out.insert(out.end(), ids_.begin() + s.ids_off, ids_.begin() + s.ids_off + s.ids_len);
+      return true;
+    }
+  }
+}
+
+void PieceCache::clear() {
+  std::fill(slots_.begin(), slots_.end(), Slot{});
+  keys_.clear();
+  ids_.clear();
+  used_ = 0;
+}
+
+void PieceCache::insert(std::string_view piece, uint64_t h, const int32_t* ids, size_t n) {
+  if (used_ >= max_entries_) clear();
+  const size_t mask = slots_.size() - 1;
+  size_t i = h & mask;
+  while (slots_[i].hash != 0) i = (i + 1) & mask;
+  slots_[i] = Slot{h, static_cast<uint32_t>(keys_.size()), static_cast<uint32_t>(piece.size()),
+                   static_cast<uint32_t>(ids_.size()), static_cast<uint32_t>(n)};
+  keys_.append(piece);
+  ids_.insert(ids_.end(), ids, ids + n);
+  ++used_;
 }
 
 // ---- BpeModel -----------------------------------------------------------------------------
@@ -202,7 +259,21 @@ BpeModel::BpeModel(const json& model, const std::string& origin) {
                 (static_cast<uint64_t>(rank) << 32) | static_cast<uint32_t>(ic->second));
     ++rank;
   }
-  cache_ = std::make_unique<Shard[]>(kShards);
+  static std::atomic<uint64_t> next_instance{1};
+  instance_id_ = next_instance.fetch_add(1);
+}
+
+PieceCache& BpeModel::thread_cache() const {
+  struct Entry {
+    uint64_t model;
+    std::unique_ptr<PieceCache> cache;
+  };
+  static thread_local std::vector<Entry> caches;
+  for (Entry& e : caches)
+    if (e.model == instance_id_) return *e.cache;
+  if (caches.size() >= 8) caches.erase(caches.begin());  // least recently created
+  caches.push_back(Entry{instance_id_, std::make_unique<PieceCache>(kCacheEntries)});
+  return *caches.back().cache;
 }
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
@@ -223,9 +294,8 @@ const std::string* BpeModel::id_to_bytes(int32_t id) const {
 
 void BpeModel::merge_short(std::vector<int32_t>& s) const {
   constexpr uint64_t kNone = ~0ULL;
-  thread_local std::vector<uint64_t> pr;  // rank << 32 | new id of pair (s[j], s[j+1])
+  uint64_t pr[kShortWord];  // rank << 32 | new id of pair (s[j], s[j+1])
   size_t n = s.size();
-  pr.resize(n);
   auto pair_at = [&](size_t j) -> uint64_t {
     const uint64_t* m = find_merge(s[j], s[j + 1]);
     return m ? *m : kNone;
@@ -244,7 +314,7 @@ void BpeModel::merge_short(std::vector<int32_t>& s) const {
     if (best_rank == kNone) break;
     s[best] = static_cast<int32_t>(best_rank & 0xffffffffu);
     s.erase(s.begin() + best + 1);
-    pr.erase(pr.begin() + best + 1);
+    if (best + 2 < n) std::copy(pr + best + 2, pr + n - 1, pr + best + 1);
     --n;
     if (best > 0) pr[best - 1] = pair_at(best - 1);
     if (best + 1 < n) pr[best] = pair_at(best);
@@ -330,7 +400,7 @@ void BpeModel::encode_uncached(std::string_view piece, std::vector<int32_t>& out
     }
   }
   if (pending_unk) syms.push_back(*unk_id_);
-  if (syms.size() <= 128) {
+  if (syms.size() <= kShortWord) {
     merge_short(syms);
   } else {
     merge_long(syms);
@@ -338,26 +408,16 @@ void BpeModel::encode_uncached(std::string_view piece, std::vector<int32_t>& out
   out.insert(out.end(), syms.begin(), syms.end());
 }
 
-void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out) const {
+void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out, PieceCache& cache) const {
   if (piece.size() > kMaxCachedLen || piece.empty()) {
     encode_uncached(piece, out);
     return;
   }
-  size_t h = std::hash<std::string_view>{}(piece);
-  Shard& shard = cache_[h % kShards];
-  {
-    std::lock_guard<std::mutex> lock(shard.mu);
-    auto it = shard.map.find(std::string(piece));
-    if (it != shard.map.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
+  uint64_t h = PieceCache::hash(piece);
+  if (cache.find(piece, h, out)) return;
   size_t before = out.size();
   encode_uncached(piece, out);
-  std::lock_guard<std::mutex> lock(shard.mu);
-  if (shard.map.size() < kShardCapacity)
-    shard.map.emplace(std::string(piece), std::vector<int32_t>(out.begin() + before, out.end()));
+  cache.insert(piece, h, out.data() + before, out.size() - before);
 }
 
 }  // namespace ciuic::tok

@@ -6,14 +6,15 @@
 // converting it. Merges are applied exactly as HF's `Word::merge_all` does: repeatedly the
 // adjacent pair of lowest merge rank, the leftmost one on ties.
 //
-// Threading: immutable after construction except for the merge cache, which is sharded and
-// mutex-protected; encode() may be called from any number of threads at once.
+// Threading: immutable after construction; encode() may be called from any number of threads at
+// once. The merge cache (piece -> ids) is per thread and per model, as in HF (no locks): each
+// thread keeps the caches of the last 8 models it used, up to kCacheEntries pieces each
+// (emptied when full), about 2 MB apiece.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -73,14 +74,40 @@ class FlatMap64 {
   size_t size_ = 0;
 };
 
+// Open-addressing map piece bytes -> ids for one thread; emptied when full. Not thread-safe.
+class PieceCache {
+ public:
+  explicit PieceCache(size_t max_entries);
+  static uint64_t hash(std::string_view piece);
+  // Appends the cached ids of `piece` to `out`; false when absent.
+  bool find(std::string_view piece, uint64_t h, std::vector<int32_t>& out) const;
+  void insert(std::string_view piece, uint64_t h, const int32_t* ids, size_t n);
+  size_t size() const { return used_; }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;  // 0 = empty (hash() never returns 0)
+    uint32_t key_off = 0, key_len = 0, ids_off = 0, ids_len = 0;
+  };
+  void clear();
+  std::vector<Slot> slots_;
+  std::string keys_;
+  std::vector<int32_t> ids_;
+  size_t used_ = 0, max_entries_;
+};
+
 class CIUIC_API BpeModel {
  public:
   // Parses the "model" object. `origin` names the file; errors are ciuic::Error
   // "<origin>: /model/<path>: <what>".
   BpeModel(const nlohmann::json& model, const std::string& origin);
 
-  // Appends the ids of one pre-tokenized piece (raw bytes, not the byte-level alphabet).
-  void encode(std::string_view piece, std::vector<int32_t>& out) const;
+  // Appends the ids of one pre-tokenized piece (raw bytes, not the byte-level alphabet), through
+  // `cache` (from thread_cache(), fetched once per text by the caller) or this thread's cache.
+  void encode(std::string_view piece, std::vector<int32_t>& out, PieceCache& cache) const;
+  void encode(std::string_view piece, std::vector<int32_t>& out) const { encode(piece, out, thread_cache()); }
+  // This thread's cache for this model.
+  PieceCache& thread_cache() const;
   // Same, without the cache (tests compare both paths).
   void encode_uncached(std::string_view piece, std::vector<int32_t>& out) const;
 
@@ -112,15 +139,10 @@ class CIUIC_API BpeModel {
   bool fuse_unk_ = false;
   bool ignore_merges_ = false;
 
-  // Merge cache: piece bytes -> ids, sharded; a shard stops growing when full.
-  static constexpr size_t kShards = 64;
-  static constexpr size_t kShardCapacity = 2048;
+  static constexpr size_t kShortWord = 48;  // longer words take the heap-based merge
+  static constexpr size_t kCacheEntries = 32768;
   static constexpr size_t kMaxCachedLen = 256;
-  struct Shard {
-    std::mutex mu;
-    std::unordered_map<std::string, std::vector<int32_t>> map;
-  };
-  std::unique_ptr<Shard[]> cache_;
+  uint64_t instance_id_;
 };
 
 }  // namespace ciuic::tok

@@ -88,6 +88,21 @@ class CIUIC_API HfTokenizer final : public Tokenizer {
     size_t b, e;
     int32_t added;  // index into added_, or -1 for text
   };
+  struct Match {
+    size_t b, e;
+    bool match;
+  };
+  // Per-thread working memory, fetched once per encode() (thread_local lookups are not free in
+  // a shared library).
+  struct Scratch {
+    MatchScratch* regex;
+    PieceCache* cache;
+    std::vector<Segment> segs, first;
+    std::vector<Span> pieces, next, acc;
+    std::vector<Match> matches;
+    std::string buf;
+  };
+  Scratch& scratch() const;
 
   void parse_normalizer(const nlohmann::json& j, const std::string& path);
   void parse_pre_tokenizer(const nlohmann::json& j, const std::string& path, bool* saw_byte_level);
@@ -95,11 +110,11 @@ class CIUIC_API HfTokenizer final : public Tokenizer {
   void parse_decoder(const nlohmann::json& j, const std::string& path);
   void split_added(std::string_view text, size_t b, size_t e, const LiteralMatcher& m,
                    std::vector<Segment>& out) const;
-  void segments(std::string_view text, std::vector<Segment>& out) const;
-  void pre_tokenize_text(std::string_view text, Segment seg, std::vector<Span>& pieces) const;
-  void apply_step(const Step& step, std::string_view text, Span piece, std::vector<Span>& out) const;
+  void segments(std::string_view text, Scratch& sc) const;  // -> sc.segs
+  void pre_tokenize_text(std::string_view text, Segment seg, Scratch& sc) const;  // -> sc.pieces
+  void apply_step(const Step& step, std::string_view text, Span piece, Scratch& sc) const;  // appends sc.next
   template <class F>
-  void for_each_final_piece(std::string_view text, const std::vector<Span>& pieces, F&& fn) const;
+  void for_each_final_piece(std::string_view text, Scratch& sc, F&& fn) const;
   bool is_word_char_before(std::string_view s) const;
   bool is_word_char_after(std::string_view s) const;
 

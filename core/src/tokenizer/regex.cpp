@@ -9,36 +9,38 @@
 namespace ciuic::tok {
 namespace {
 
-// Per-thread match state shared by all patterns: an ovector of one pair (only group 0 is read;
-// pcre2 then reports "ovector too small" as rc 0, still a match) and a JIT stack large enough
-// for patterns like \s+(?!\S) on long whitespace runs.
-struct ThreadMatchState {
-  pcre2_match_data* md = nullptr;
-  pcre2_match_context* mctx = nullptr;
-  pcre2_jit_stack* jit_stack = nullptr;
-  ThreadMatchState() {
-    md = pcre2_match_data_create(1, nullptr);
-    mctx = pcre2_match_context_create(nullptr);
-    jit_stack = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
-    if (!md || !mctx || !jit_stack) throw Error("tokenizer: out of memory creating PCRE2 match data");
-    pcre2_jit_stack_assign(mctx, nullptr, jit_stack);
-  }
-  ~ThreadMatchState() {
-    pcre2_jit_stack_free(jit_stack);
-    pcre2_match_context_free(mctx);
-    pcre2_match_data_free(md);
-  }
-};
-
-ThreadMatchState& thread_state() {
-  static thread_local ThreadMatchState state;
-  return state;
-}
-
 constexpr const char* kWordClass = "\\p{L}\\p{M}\\p{N}\\p{Pc}";
 constexpr const char* kHexClass = "0-9a-fA-F";
 
 }  // namespace
+
+// An ovector of one pair is enough (only group 0 is read; PCRE2 then returns rc 0 for "ovector
+// too small", still a match). The JIT stack is large enough for \s+(?!\S) on long runs.
+MatchScratch::MatchScratch() {
+  auto* md = pcre2_match_data_create(1, nullptr);
+  auto* mctx = pcre2_match_context_create(nullptr);
+  auto* js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, nullptr);
+  md_ = md;
+  mctx_ = mctx;
+  jit_stack_ = js;
+  if (!md || !mctx || !js) {
+    this->~MatchScratch();
+    throw Error("tokenizer: out of memory creating PCRE2 match data");
+  }
+  pcre2_jit_stack_assign(mctx, nullptr, js);
+}
+
+MatchScratch::~MatchScratch() {
+  pcre2_jit_stack_free(static_cast<pcre2_jit_stack*>(jit_stack_));
+  pcre2_match_context_free(static_cast<pcre2_match_context*>(mctx_));
+  pcre2_match_data_free(static_cast<pcre2_match_data*>(md_));
+  jit_stack_ = mctx_ = md_ = nullptr;
+}
+
+MatchScratch& MatchScratch::local() {
+  static thread_local MatchScratch scratch;
+  return scratch;
+}
 
 std::string Regex::translate_onig(std::string_view p) {
   std::string out;
@@ -150,12 +152,14 @@ size_t Regex::next_char_len(std::string_view text, size_t pos) {
   return n;
 }
 
-bool Regex::search(std::string_view text, size_t start, size_t* match_start, size_t* match_end) const {
-  ThreadMatchState& st = thread_state();
+bool Regex::search(std::string_view text, size_t start, size_t* match_start, size_t* match_end,
+                   MatchScratch& scratch) const {
   auto* code = static_cast<pcre2_code*>(code_);
+  auto* md = static_cast<pcre2_match_data*>(scratch.md_);
+  auto* mctx = static_cast<pcre2_match_context*>(scratch.mctx_);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  int rc = jit_ ? pcre2_jit_match(code, subject, text.size(), start, 0, st.md, st.mctx)
-                : pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, st.md, st.mctx);
+  int rc = jit_ ? pcre2_jit_match(code, subject, text.size(), start, 0, md, mctx)
+                : pcre2_match(code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, mctx);
   if (rc == PCRE2_ERROR_NOMATCH) return false;
   if (rc < 0) {
     PCRE2_UCHAR buf[256];
@@ -163,7 +167,7 @@ bool Regex::search(std::string_view text, size_t start, size_t* match_start, siz
     throw Error(where_ + ": regex match failed on a text of " + std::to_string(text.size()) +
                 " bytes: " + reinterpret_cast<const char*>(buf));
   }
-  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.md);
+  const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
   *match_start = ov[0];
   *match_end = ov[1];
   return true;

@@ -27,6 +27,24 @@
 
 namespace ciuic::tok {
 
+// Per-thread PCRE2 match state (match data, match context, JIT stack). Fetch it once per unit of
+// work with local() and pass it to Regex calls: a thread_local lookup per match is measurable.
+// Not shareable between threads.
+class CIUIC_API MatchScratch {
+ public:
+  static MatchScratch& local();
+  MatchScratch();
+  ~MatchScratch();
+  MatchScratch(const MatchScratch&) = delete;
+  MatchScratch& operator=(const MatchScratch&) = delete;
+
+ private:
+  friend class Regex;
+  void* md_ = nullptr;         // pcre2_match_data_8*
+  void* mctx_ = nullptr;       // pcre2_match_context_8*
+  void* jit_stack_ = nullptr;  // pcre2_jit_stack_8*
+};
+
 class CIUIC_API Regex {
  public:
   // Compiles `onig_pattern` (Oniguruma syntax, as written in tokenizer.json). Throws ciuic::Error
@@ -42,13 +60,13 @@ class CIUIC_API Regex {
   // `text` must be valid UTF-8 (not re-checked). Throws ciuic::Error when PCRE2 gives up
   // (e.g. resource limits) — never silently skips text.
   template <class F>
-  void for_each_match(std::string_view text, F&& fn) const {
+  void for_each_match(std::string_view text, F&& fn, MatchScratch& scratch = MatchScratch::local()) const {
     size_t last_end = 0;
     bool have_last = false;
     size_t last_match_end = 0;
     while (last_end <= text.size()) {
       size_t s, e;
-      if (!search(text, last_end, &s, &e)) return;
+      if (!search(text, last_end, &s, &e, scratch)) return;
       if (s == e && have_last && last_match_end == e) {
         last_end += next_char_len(text, last_end);
         continue;
@@ -61,7 +79,8 @@ class CIUIC_API Regex {
   }
 
   // One search from `start`; true and the match bounds when found.
-  bool search(std::string_view text, size_t start, size_t* match_start, size_t* match_end) const;
+  bool search(std::string_view text, size_t start, size_t* match_start, size_t* match_end,
+              MatchScratch& scratch = MatchScratch::local()) const;
 
   // The PCRE2 pattern actually compiled (for error messages and tests).
   const std::string& pcre2_pattern() const { return translated_; }

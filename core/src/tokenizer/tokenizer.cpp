@@ -470,14 +470,22 @@ void HfTokenizer::split_added(std::string_view text, size_t b, size_t e, const L
   if (start_offset < s.size()) out.push_back(Segment{b + start_offset, e, -1});
 }
 
-void HfTokenizer::segments(std::string_view text, std::vector<Segment>& out) const {
+HfTokenizer::Scratch& HfTokenizer::scratch() const {
+  static thread_local Scratch sc;
+  sc.regex = &MatchScratch::local();
+  sc.cache = &model_->thread_cache();
+  return sc;
+}
+
+void HfTokenizer::segments(std::string_view text, Scratch& sc) const {
+  std::vector<Segment>& out = sc.segs;
   out.clear();
   if (text.empty()) return;
   if (raw_matcher_.empty() && normalized_matcher_.empty()) {
     out.push_back(Segment{0, text.size(), -1});
     return;
   }
-  thread_local std::vector<Segment> first;
+  std::vector<Segment>& first = sc.first;
   first.clear();
   split_added(text, 0, text.size(), raw_matcher_, first);
   for (const Segment& seg : first) {
@@ -489,32 +497,29 @@ void HfTokenizer::segments(std::string_view text, std::vector<Segment>& out) con
   }
 }
 
-void HfTokenizer::apply_step(const Step& step, std::string_view text, Span piece, std::vector<Span>& out) const {
+void HfTokenizer::apply_step(const Step& step, std::string_view text, Span piece, Scratch& sc) const {
   std::string_view s = text.substr(piece.b, piece.e - piece.b);
-  struct M {
-    size_t b, e;
-    bool match;
-  };
-  thread_local std::vector<M> ms;
+  std::vector<Span>& out = sc.next;
+  std::vector<Match>& ms = sc.matches;
   ms.clear();
   size_t prev = 0;
   step.re->for_each_match(s, [&](size_t st, size_t en) {
     if (prev != st) ms.push_back({prev, st, false});
     ms.push_back({st, en, true});
     prev = en;
-  });
+  }, *sc.regex);
   if (prev != s.size()) ms.push_back({prev, s.size(), false});
   if (step.invert)
-    for (M& x : ms) x.match = !x.match;
+    for (Match& x : ms) x.match = !x.match;
   auto emit = [&](size_t b, size_t e) {
     if (b != e) out.push_back(Span{piece.b + b, piece.b + e});
   };
   switch (step.behavior) {
     case Behavior::kIsolated:
-      for (const M& x : ms) emit(x.b, x.e);
+      for (const Match& x : ms) emit(x.b, x.e);
       return;
     case Behavior::kRemoved:
-      for (const M& x : ms)
+      for (const Match& x : ms)
         if (!x.match) emit(x.b, x.e);
       return;
     case Behavior::kContiguous:
@@ -522,10 +527,10 @@ void HfTokenizer::apply_step(const Step& step, std::string_view text, Span piece
       // HF NormalizedString::split folds (offsets, is_match) into a list, extending the last
       // entry instead of starting a new one when the rule says so; empty entries are dropped
       // only at the end.
-      thread_local std::vector<Span> acc;
+      std::vector<Span>& acc = sc.acc;
       acc.clear();
       bool previous_match = false;
-      for (const M& x : ms) {
+      for (const Match& x : ms) {
         bool extend = step.behavior == Behavior::kContiguous ? (x.match == previous_match)
                                                               : (x.match && !previous_match);
         if (extend && !acc.empty()) acc.back().e = x.e;
@@ -536,7 +541,7 @@ void HfTokenizer::apply_step(const Step& step, std::string_view text, Span piece
       return;
     }
     case Behavior::kMergedWithNext: {
-      thread_local std::vector<Span> acc;
+      std::vector<Span>& acc = sc.acc;
       acc.clear();
       bool previous_match = false;
       for (auto it = ms.rbegin(); it != ms.rend(); ++it) {
@@ -550,23 +555,22 @@ void HfTokenizer::apply_step(const Step& step, std::string_view text, Span piece
   }
 }
 
-void HfTokenizer::pre_tokenize_text(std::string_view text, Segment seg, std::vector<Span>& pieces) const {
-  pieces.clear();
-  pieces.push_back(Span{seg.b, seg.e});
-  thread_local std::vector<Span> next;
+void HfTokenizer::pre_tokenize_text(std::string_view text, Segment seg, Scratch& sc) const {
+  sc.pieces.clear();
+  sc.pieces.push_back(Span{seg.b, seg.e});
   for (const Step& step : steps_) {
-    next.clear();
-    for (const Span& p : pieces) apply_step(step, text, p, next);
-    pieces.swap(next);
+    sc.next.clear();
+    for (const Span& p : sc.pieces) apply_step(step, text, p, sc);
+    sc.pieces.swap(sc.next);
   }
 }
 
 // Calls fn(piece) for every piece that reaches the BPE model: ByteLevel's prefix space and GPT-2
 // regex applied to each pre-tokenized span.
 template <class F>
-void HfTokenizer::for_each_final_piece(std::string_view text, const std::vector<Span>& pieces, F&& fn) const {
-  thread_local std::string buf;
-  for (const Span& p : pieces) {
+void HfTokenizer::for_each_final_piece(std::string_view text, Scratch& sc, F&& fn) const {
+  std::string& buf = sc.buf;
+  for (const Span& p : sc.pieces) {
     std::string_view s = text.substr(p.b, p.e - p.b);
     if (add_prefix_space_ && s[0] != ' ') {
       buf.assign(1, ' ');
@@ -579,7 +583,7 @@ void HfTokenizer::for_each_final_piece(std::string_view text, const std::vector<
         if (prev != st) fn(s.substr(prev, st - prev));
         if (st != en) fn(s.substr(st, en - st));
         prev = en;
-      });
+      }, *sc.regex);
       if (prev != s.size()) fn(s.substr(prev));
     } else {
       fn(s);
@@ -595,16 +599,15 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + prefix_.size() + suffix_.size() + 4);
   if (add_special_tokens) out.insert(out.end(), prefix_.begin(), prefix_.end());
-  thread_local std::vector<Segment> segs;
-  thread_local std::vector<Span> pieces;
-  segments(text, segs);
-  for (const Segment& seg : segs) {
+  Scratch& sc = scratch();
+  segments(text, sc);
+  for (const Segment& seg : sc.segs) {
     if (seg.added >= 0) {
       out.push_back(added_[seg.added].id);
       continue;
     }
-    pre_tokenize_text(text, seg, pieces);
-    for_each_final_piece(text, pieces, [&](std::string_view piece) { model_->encode(piece, out); });
+    pre_tokenize_text(text, seg, sc);
+    for_each_final_piece(text, sc, [&](std::string_view piece) { model_->encode(piece, out, *sc.cache); });
   }
   if (add_special_tokens) out.insert(out.end(), suffix_.begin(), suffix_.end());
   return out;
@@ -613,16 +616,15 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special
 std::vector<std::string> HfTokenizer::pre_tokenize(std::string_view text) const {
   if (utf8::find_invalid(text) != std::string_view::npos) throw Error("pre_tokenize: text is not valid UTF-8");
   std::vector<std::string> out;
-  std::vector<Segment> segs;
-  std::vector<Span> pieces;
-  segments(text, segs);
-  for (const Segment& seg : segs) {
+  Scratch& sc = scratch();
+  segments(text, sc);
+  for (const Segment& seg : sc.segs) {
     if (seg.added >= 0) {
       out.push_back(added_[seg.added].content);
       continue;
     }
-    pre_tokenize_text(text, seg, pieces);
-    for_each_final_piece(text, pieces, [&](std::string_view piece) { out.emplace_back(piece); });
+    pre_tokenize_text(text, seg, sc);
+    for_each_final_piece(text, sc, [&](std::string_view piece) { out.emplace_back(piece); });
   }
   return out;
 }
