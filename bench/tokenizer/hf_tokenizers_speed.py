@@ -139,10 +139,10 @@ def main():
         for d in docs:
             f.write(json.dumps(d, ensure_ascii=False) + "\n")
     nbytes = sum(len(d.encode()) for d in docs)
-    print(f"corpus: {len(docs)} documents, {nbytes / 1e6:.2f} MB; training {args.vocab}-token vocabularies ...",
-          flush=True)
+    print(f"corpus: {len(docs)} documents, {nbytes / 1e6:.2f} MB", flush=True)
     paths = {n: os.path.join(args.out, n, "tokenizer.json") for n in ("deepseek_llm", "llama3")}
     if args.retrain or not all(os.path.exists(p) for p in paths.values()):
+        print(f"training {args.vocab}-token vocabularies ...", flush=True)
         paths = build(docs, args.out, args.vocab)
     hf = {name: measure_hf(p, docs, args.reps) for name, p in paths.items()}
     ours = {}

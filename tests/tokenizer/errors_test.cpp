@@ -100,6 +100,12 @@ TEST(TokenizerErrors, UnsupportedModel) {
                "\"a b c\"");
   expect_error([](json& j) { j["model"]["merges"][1] = 7; },
                "bad.json: /model/merges/1: expected \"a b\" or [\"a\", \"b\"], got 7");
+  expect_error([](json& j) { j["model"]["vocab"]["Ġzzz"] = 2000000000; },
+               "bad.json: /model/vocab: the largest id 2000000000 is far beyond the vocabulary size 701 (ids must be "
+               "dense)");
+  expect_error([](json& j) { j["added_tokens"][3]["id"] = 1500000000; },
+               "bad.json: /added_tokens: an added token id (1500000000) is far beyond the vocabulary (ids must be "
+               "dense)");
   expect_error([](json& j) { j["model"]["unk_token"] = "<unk>"; },
                "bad.json: /model/unk_token: unk_token \"<unk>\" is not in the vocabulary");
 }

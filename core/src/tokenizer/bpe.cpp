@@ -204,6 +204,11 @@ BpeModel::BpeModel(const json& model, const std::string& origin) {
     vocab_.emplace(it.key(), id);
     max_id_ = std::max(max_id_, id);
   }
+  // Tables are indexed by id: refuse sparse ids that would make them huge (a corrupt file).
+  if (static_cast<size_t>(max_id_) >= vocab_.size() * 4 + 1000000)
+    fail(origin, "/model/vocab",
+         "the largest id " + std::to_string(max_id_) + " is far beyond the vocabulary size " +
+             std::to_string(vocab_.size()) + " (ids must be dense)");
   id_token_.assign(max_id_ + 1, nullptr);
   id_bytes_.assign(max_id_ + 1, std::string());
   id_valid_.assign(max_id_ + 1, 0);

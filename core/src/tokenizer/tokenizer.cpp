@@ -350,6 +350,9 @@ HfTokenizer::HfTokenizer(std::string_view json_text, const std::string& origin, 
       added_.push_back(std::move(a));
     }
   }
+  if (static_cast<size_t>(vocab_size_) > static_cast<size_t>(model_->max_id() + 1) + added_.size() * 4 + 1000000)
+    fail(origin_, "/added_tokens",
+         "an added token id (" + std::to_string(vocab_size_ - 1) + ") is far beyond the vocabulary (ids must be dense)");
   added_by_id_.assign(vocab_size_, -1);
   for (size_t i = 0; i < added_.size(); ++i) {
     const AddedToken& a = added_[i];
