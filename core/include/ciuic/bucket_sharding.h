@@ -77,7 +77,9 @@ class CIUIC_API BucketSharding : public Sharding {
 
   Comm& comm() { return *comm_; }
   FlatBuckets& buckets() { return *buckets_; }
-  // This rank's shard of the parameters in the parameter dtype (the Offload's params_out).
+  // This rank's shard of the parameters in the parameter dtype (the Offload's params_out): the
+  // flat buffer itself when shards == 1, else a buffer that exists only during step() and
+  // load_state() (publish() reads it), so it costs no memory while activations are alive.
   at::Tensor& param_shard() { return param_shard_; }
   const Options& opts() const { return options_; }
 
@@ -98,7 +100,10 @@ class CIUIC_API BucketSharding : public Sharding {
   Offload* offload_ = nullptr;
   std::unique_ptr<FlatBuckets> buckets_;
   at::Tensor grad_shard_;   // fp32 accumulator of this rank's reduced gradient
+  bool host_grad_ = false;  // grad_shard_ in (pinned) host memory: Offload::wants_host_grad()
   at::Tensor param_shard_;  // param dtype; aliases the flat buffer when shards == 1
+  void acquire_param_shard();
+  void release_param_shard();
   std::mutex pending_mu_;
   std::vector<Pending> pending_;
   std::vector<int> deferred_;  // buckets completed while !overlap_comm, launched after backward

@@ -67,8 +67,10 @@ void BucketSharding::setup(const ShardingSetup& s) {
   os.device = flat.device();
   offload_->setup(os);
 
-  grad_shard_ = at::zeros({S}, dev.dtype(at::kFloat));
-  param_shard_ = options_.shards == 1 ? flat : at::empty({S}, dev);
+  host_grad_ = flat.is_cuda() && offload_->wants_host_grad();
+  grad_shard_ = host_grad_ ? at::zeros({S}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true))
+                           : at::zeros({S}, dev.dtype(at::kFloat));
+  if (options_.shards == 1) param_shard_ = flat;
   buckets_->install_hooks([this](int b) { on_bucket_ready(b); });
 }
 
@@ -125,7 +127,11 @@ void BucketSharding::drain() {
   for (auto& p : pending) {
     p.work->wait();
     const int64_t off = buckets_->shard_offset(p.bucket);
-    grad_shard_.narrow(0, off, p.out.numel()).add_(p.out);
+    at::Tensor region = grad_shard_.narrow(0, off, p.out.numel());
+    if (host_grad_)
+      region.add_(p.out.to(at::kCPU));  // waits for the reduction, then accumulates on the host
+    else
+      region.add_(p.out);
   }
 }
 
@@ -153,15 +159,26 @@ StepResult BucketSharding::step(const StepInput& in) {
   double coef = 1.0;
   if (in.max_grad_norm > 0 && r.grad_norm > in.max_grad_norm)
     coef = in.max_grad_norm / (r.grad_norm + 1e-6);
+  acquire_param_shard();
   offload_->step(grad_shard_, coef / scale, in.hyper, in.adam_step, param_shard_);
   publish();
+  release_param_shard();
   return r;
+}
+
+void BucketSharding::acquire_param_shard() {
+  if (options_.shards == 1) return;  // the flat buffer itself
+  param_shard_ = at::empty({buckets_->shard_numel()}, buckets_->flat().options());
+}
+
+void BucketSharding::release_param_shard() {
+  if (options_.shards > 1) param_shard_ = at::Tensor();
 }
 
 ShardingMemory BucketSharding::memory() const {
   ShardingMemory m;
   if (!buckets_) return m;
-  m.param_bytes = buckets_->flat().nbytes() + (options_.shards == 1 ? 0 : param_shard_.nbytes());
+  m.param_bytes = buckets_->flat().nbytes();  // + a transient shard-size buffer during step()
   m.grad_bytes = grad_shard_.nbytes() + peak_pending_bytes_;
   const OffloadMemory om = offload_->memory();
   m.optimizer_bytes = om.host_bytes + om.device_bytes;
@@ -192,8 +209,10 @@ void BucketSharding::load_state(const SliceFetcher& fetch) {
   offload_->load_state(sd);
   // Parameters follow the loaded master weights.
   c10::NoGradGuard ng;
+  acquire_param_shard();
   param_shard_.copy_(state_get(sd, "master").to(param_shard_.device()));
   publish();
+  release_param_shard();
 }
 
 void BucketSharding::append_metrics(Metrics& out) const {

@@ -366,6 +366,7 @@ int train(Run& r, const WorkerOptions& opts) {
   const double tokens_at_start = st.tokens;
   auto window_start = run_start;
   double window_tokens = 0;
+  double window_labels = 0;  // global label tokens of the steps since the last log
   at::Tensor loss_acc = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(r.ctx.device));
 
   while (step < r.max_steps) {
@@ -389,6 +390,7 @@ int train(Run& r, const WorkerOptions& opts) {
       return kExitInterrupted;
     }
     const double global_labels = std::max(1.0, agreed[0]);
+    window_labels += global_labels;
 
     // 2. Forward and backward, micro-batch by micro-batch.
     const double scale = r.precision->loss_scale();
@@ -435,9 +437,11 @@ int train(Run& r, const WorkerOptions& opts) {
     // 4. Metrics.
     const bool log_now = step % log_every == 0 || step == r.max_steps;
     if (log_now) {
-      const double loss = all_sum(*r.comm, {loss_acc.item<double>()})[0] / global_labels;
+      // Mean token loss over the steps since the last log.
+      const double loss = all_sum(*r.comm, {loss_acc.item<double>()})[0] / window_labels;
       last_loss = loss;
       loss_acc.zero_();
+      window_labels = 0;
       const auto now = std::chrono::steady_clock::now();
       const double window_s = std::chrono::duration<double>(now - window_start).count();
       const double step_s = std::chrono::duration<double>(now - t0).count();

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""PyTorch FSDP2 peer run: the same Llama shape ciuic trains, for side-by-side tokens/s, MFU and
+peak memory in one device call.
+
+  torchrun --nproc-per-node N bench/peers/fsdp2_llama.py --hidden 2048 --layers 16 ... --json out.json
+
+Setup (what torchtitan does for a plain run): HF transformers LlamaForCausalLM built from a config
+with random weights (fp32 master parameters), every decoder layer and then the root wrapped with
+fully_shard(reshard_after_forward=False) — ZeRO-2-like: parameters stay gathered between forward
+and backward — MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), fused AdamW, SDPA
+attention, optional activation checkpointing per layer, random token ids, loss = mean token
+cross-entropy. Times steps after warm-up with CUDA events around each step; prints one JSON line
+(and writes it to --json) with tokens/s per GPU, MFU against --peak-tflops, and peak memory.
+"""
+import argparse
+import json
+import math
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--hidden", type=int, default=2048)
+    p.add_argument("--intermediate", type=int, default=5632)
+    p.add_argument("--layers", type=int, default=16)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--kv-heads", type=int, default=16)
+    p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--checkpointing", action="store_true")
+    p.add_argument("--compile", action="store_true", help="torch.compile each block")
+    p.add_argument("--peak-tflops", type=float, default=989.0)
+    p.add_argument("--json", default="")
+    return p.parse_args()
+
+
+def main():
+    a = parse()
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local)
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=a.hidden, intermediate_size=a.intermediate,
+                      num_hidden_layers=a.layers, num_attention_heads=a.heads,
+                      num_key_value_heads=a.kv_heads, vocab_size=a.vocab,
+                      max_position_embeddings=a.seq, tie_word_embeddings=False)
+    cfg._attn_implementation = "sdpa"
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(cfg)
+    if a.checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for layer in model.model.layers:
+        if a.compile:
+            layer.compile()
+        fully_shard(layer, mp_policy=mp, reshard_after_forward=False)
+    fully_shard(model, mp_policy=mp, reshard_after_forward=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+    n_params = sum(p.numel() for p in model.parameters())
+    n_embed = cfg.vocab_size * cfg.hidden_size
+    # PaLM appendix B: 6 N (weights used in matmuls: all but the input embedding) + 12 L H T.
+    flops_per_token = 6 * (n_params - n_embed) + 12 * a.layers * a.hidden * a.seq
+    g = torch.Generator(device="cuda").manual_seed(1234 + rank)
+    times = []
+    for step in range(a.warmup + a.steps):
+        ids = torch.randint(0, a.vocab, (a.micro_batch, a.seq), device="cuda", generator=g)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        out = model(input_ids=ids, labels=ids)
+        out.loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        end.record()
+        torch.cuda.synchronize()
+        if step == a.warmup - 1:
+            torch.cuda.reset_peak_memory_stats()
+        if step >= a.warmup:
+            times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    med = times[len(times) // 2]
+    tps = a.micro_batch * a.seq / med
+    res = {"peer": "fsdp2", "world": world, "params": n_params, "hidden": a.hidden,
+           "layers": a.layers, "seq": a.seq, "micro_batch": a.micro_batch,
+           "checkpointing": a.checkpointing, "compile": a.compile,
+           "step_s_median": med, "step_s_min": times[0], "step_s_max": times[-1],
+           "tokens_per_s_per_gpu": tps, "mfu": flops_per_token * tps / (a.peak_tflops * 1e12),
+           "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,
+           "loss": float(out.loss)}
+    if rank == 0:
+        print(json.dumps(res), flush=True)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(res, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
