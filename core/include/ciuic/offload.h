@@ -63,6 +63,11 @@ class CIUIC_API Offload : public PluginObject {
   virtual void grad_ready(int64_t offset, const at::Tensor& region);
   virtual void step(const at::Tensor& grad, double grad_scale, const AdamWHyper& hyper,
                     int64_t t, at::Tensor& params_out) = 0;
+  // Where step() wants `grad` when the run is on a GPU: false (default) = on the device; true =
+  // in host memory (a CPU offload: the Sharding then accumulates its reduced gradient shard in
+  // pinned host memory and no full-size fp32 gradient shard occupies the device). On CPU runs
+  // both are host memory.
+  virtual bool wants_host_grad() const;
 
   // State as 1-D fp32 CPU tensors of numel elements: "master", "exp_avg", "exp_avg_sq".
   virtual void save_state(StateDict& out) const = 0;

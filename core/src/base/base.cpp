@@ -81,6 +81,7 @@ Work::~Work() = default;
 void Precision::save_state(StateDict&) const {}
 void Precision::load_state(const StateDict&) {}
 void Offload::grad_ready(int64_t, const at::Tensor&) {}
+bool Offload::wants_host_grad() const { return false; }
 Store::~Store() = default;
 
 // ---- in-memory store ----------------------------------------------------------------------
