@@ -1,0 +1,106 @@
+// Forward+backward tokens/s of a small Llama on CPU, with and without activation checkpointing.
+//
+//   build-*/bin/model_bench [--benchmark_filter=...]
+// Shape (override with env CIUIC_BENCH_{HIDDEN,LAYERS,SEQ,BATCH,VOCAB}): hidden 256, 4 layers,
+// 4 heads of 64 with 2 KV heads, intermediate 688, vocab 2048, batch 2 x seq 256, fp32.
+// BM_CheckpointingRatio alternates both settings step by step and reports on/off as a ratio
+// measured side by side.
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/randint.h>
+#include <benchmark/benchmark.h>
+
+#include "model/llama.h"
+
+namespace {
+
+using ciuic::model::LlamaConfig;
+using ciuic::model::LlamaModel;
+
+int64_t env_or(const char* name, int64_t dflt) {
+  const char* v = std::getenv(name);
+  return v ? std::atoll(v) : dflt;
+}
+
+struct Setup {
+  std::unique_ptr<LlamaModel> model;
+  at::Tensor ids, labels;
+  int64_t tokens = 0;
+};
+
+Setup make_setup(bool packed_positions = false) {
+  LlamaConfig c;
+  c.hidden_size = env_or("CIUIC_BENCH_HIDDEN", 256);
+  c.num_hidden_layers = env_or("CIUIC_BENCH_LAYERS", 4);
+  c.num_attention_heads = c.hidden_size / 64;
+  c.num_key_value_heads = std::max<int64_t>(1, c.num_attention_heads / 2);
+  c.head_dim = 64;
+  c.intermediate_size = (c.hidden_size * 8 / 3 + 15) / 16 * 16;
+  c.vocab_size = env_or("CIUIC_BENCH_VOCAB", 2048);
+  c.tie_word_embeddings = false;
+  c.validate("bench");
+  Setup s;
+  s.model = std::make_unique<LlamaModel>(c, at::kFloat, at::kCPU);
+  s.model->init_random(1, 0.02);
+  const int64_t b = env_or("CIUIC_BENCH_BATCH", 2), t = env_or("CIUIC_BENCH_SEQ", 256);
+  s.ids = at::randint(0, c.vocab_size, {b, t}, at::kLong);
+  s.labels = s.ids.roll({-1}, {1});
+  s.tokens = b * t;
+  return s;
+}
+
+void train_step(const Setup& s) {
+  for (auto& p : s.model->parameters())
+    if (p.grad().defined()) p.mutable_grad().zero_();
+  s.model->loss_sum(s.ids, s.labels, {}, false).backward();
+}
+
+void BM_ForwardBackward(benchmark::State& state) {
+  Setup s = make_setup();
+  s.model->set_activation_checkpointing(state.range(0) != 0);
+  train_step(s);  // warm-up (allocations, grads)
+  for (auto _ : state) train_step(s);
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(s.tokens), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = at::get_num_threads();
+  state.SetLabel(state.range(0) ? "checkpointing on" : "checkpointing off");
+}
+BENCHMARK(BM_ForwardBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Forward(benchmark::State& state) {
+  Setup s = make_setup();
+  at::NoGradGuard no_grad;
+  for (auto _ : state) benchmark::DoNotOptimize(s.model->loss_sum(s.ids, s.labels, {}, false));
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(s.tokens), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Forward)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Both settings, alternating step by step on one model, so drifts in machine load hit both.
+void BM_CheckpointingRatio(benchmark::State& state) {
+  Setup s = make_setup();
+  double t_off = 0, t_on = 0;
+  train_step(s);
+  for (auto _ : state) {
+    for (bool on : {false, true}) {
+      s.model->set_activation_checkpointing(on);
+      const auto t0 = std::chrono::steady_clock::now();
+      train_step(s);
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      (on ? t_on : t_off) += dt;
+    }
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["off_tokens_per_s"] = s.tokens * n / t_off;
+  state.counters["on_tokens_per_s"] = s.tokens * n / t_on;
+  state.counters["on_over_off"] = t_off / t_on;  // throughput ratio: < 1 means checkpointing is slower
+}
+BENCHMARK(BM_CheckpointingRatio)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,188 @@
+// Custom autograd functions of the model: activation checkpointing of a decoder layer, and the
+// vocabulary-chunked linear + cross-entropy loss. Kept in their own translation unit: the custom
+// function header pulls in much of the autograd engine.
+#include <algorithm>
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/exp.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/logaddexp.h>
+#include <ATen/ops/logsumexp.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "model/llama_ops.h"
+
+namespace ciuic::model {
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr int64_t kIgnoreIndex = -100;
+
+// ---- activation checkpointing ---------------------------------------------------------------
+//
+// apply(shape, x, cos, sin_signed, mask, weights...) — argument slots (for backward's result):
+//   0 shape (not a tensor), 1 x, 2 cos, 3 sin_signed, 4 mask (optional), 5.. the 9 weights.
+struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
+  static at::Tensor forward(AutogradContext* ctx, const LayerShape& s, const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin_signed, const std::optional<at::Tensor>& mask,
+                            at::TensorList weights) {
+    ctx->saved_data["hidden"] = s.hidden;
+    ctx->saved_data["n_heads"] = s.n_heads;
+    ctx->saved_data["n_kv_heads"] = s.n_kv_heads;
+    ctx->saved_data["head_dim"] = s.head_dim;
+    ctx->saved_data["eps"] = s.eps;
+    ctx->saved_data["has_mask"] = mask.has_value();
+    variable_list to_save{x, cos, sin_signed, mask.value_or(at::Tensor())};
+    to_save.insert(to_save.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(to_save);  // the layer input and references to inputs: nothing new
+    LayerWeights w;
+    for (int i = 0; i < LayerWeights::kCount; ++i) w.t[i] = weights[i];
+    return decoder_layer(w, s, x, {cos, sin_signed}, mask);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const variable_list saved = ctx->get_saved_variables();
+    LayerShape s;
+    s.hidden = ctx->saved_data["hidden"].toInt();
+    s.n_heads = ctx->saved_data["n_heads"].toInt();
+    s.n_kv_heads = ctx->saved_data["n_kv_heads"].toInt();
+    s.head_dim = ctx->saved_data["head_dim"].toInt();
+    s.eps = ctx->saved_data["eps"].toDouble();
+    const bool has_mask = ctx->saved_data["has_mask"].toBool();
+    // needs_input_grad counts only tensor inputs: x, cos, sin, [mask], weights.
+    const size_t first_weight_edge = has_mask ? 4 : 3;
+
+    // Recompute on detached aliases of the inputs (same storage, fresh leaves): autograd::grad
+    // then returns the gradients without touching the real parameters' .grad, and the engine
+    // delivers them to the parameters' AccumulateGrad nodes like any other function's output.
+    variable_list targets;
+    std::vector<int> target_slot;  // result slot of each target
+    at::Tensor x = saved[0].detach();
+    if (ctx->needs_input_grad(0)) {
+      x.requires_grad_(true);
+      targets.push_back(x);
+      target_slot.push_back(1);
+    }
+    LayerWeights w;
+    for (int i = 0; i < LayerWeights::kCount; ++i) {
+      w.t[i] = saved[4 + i].detach();
+      if (ctx->needs_input_grad(first_weight_edge + i)) {
+        w.t[i].requires_grad_(true);
+        targets.push_back(w.t[i]);
+        target_slot.push_back(5 + i);
+      }
+    }
+    variable_list result(5 + LayerWeights::kCount);
+    if (targets.empty()) return result;
+    std::optional<at::Tensor> mask;
+    if (has_mask) mask = saved[3];
+    at::Tensor y;
+    {
+      at::AutoGradMode enable(true);
+      y = decoder_layer(w, s, x, {saved[1], saved[2]}, mask);
+    }
+    variable_list grads = torch::autograd::grad({y}, targets, {grad_out[0]}, /*retain_graph=*/false,
+                                                /*create_graph=*/false, /*allow_unused=*/true);
+    for (size_t i = 0; i < grads.size(); ++i) result[target_slot[i]] = grads[i];
+    return result;
+  }
+};
+
+// ---- chunked linear + cross-entropy --------------------------------------------------------
+
+int64_t vocab_chunk(int64_t n, int64_t v, int64_t chunk_elements) {
+  const int64_t floor = std::min<int64_t>(v, 128);  // keep the matmuls reasonably wide
+  return std::clamp<int64_t>(chunk_elements / std::max<int64_t>(n, 1), floor, v);
+}
+
+// apply(hidden [N,H], weight [V,H], labels [N], chunk_elements) -> fp32 scalar.
+struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const at::Tensor& labels, int64_t chunk_elements) {
+    const int64_t n = hidden.size(0), v = weight.size(0);
+    const int64_t vc = vocab_chunk(n, v, chunk_elements);
+    at::Tensor lse, target = at::zeros({n}, hidden.options().dtype(at::kFloat));
+    for (int64_t v0 = 0; v0 < v; v0 += vc) {
+      const int64_t len = std::min(vc, v - v0);
+      at::Tensor logits = at::linear(hidden, weight.narrow(0, v0, len)).to(at::kFloat);  // [N, len]
+      at::Tensor chunk_lse = at::logsumexp(logits, {1});
+      lse = lse.defined() ? at::logaddexp(lse, chunk_lse) : chunk_lse;
+      at::Tensor in_chunk = labels.ge(v0).logical_and_(labels.lt(v0 + len));
+      at::Tensor idx = (labels - v0).clamp_(0, len - 1).unsqueeze(1);
+      target.add_(at::where(in_chunk, logits.gather(1, idx).squeeze(1), 0.0));
+    }
+    at::Tensor valid = labels.ne(kIgnoreIndex);
+    ctx->save_for_backward({hidden, weight, labels, lse});
+    ctx->saved_data["chunk"] = vc;
+    return at::where(valid, lse - target, 0.0).sum();
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& hidden = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& labels = saved[2];
+    const at::Tensor& lse = saved[3];
+    const int64_t vc = ctx->saved_data["chunk"].toInt();
+    const int64_t n = hidden.size(0), v = weight.size(0);
+    const bool need_h = ctx->needs_input_grad(0), need_w = ctx->needs_input_grad(1);
+    variable_list result(4);
+    if (!need_h && !need_w) return result;
+    // d loss / d logits[n, j] = g * (softmax[n, j] - [j == label[n]]) on rows with a label.
+    at::Tensor row_scale = at::where(labels.ne(kIgnoreIndex), grad_out[0].to(at::kFloat), 0.0).unsqueeze(1);
+    const bool single = vc >= v;
+    const bool fp32 = hidden.scalar_type() == at::kFloat;
+    at::Tensor grad_h, grad_w;
+    if (need_h && !single) grad_h = at::zeros({n, hidden.size(1)}, hidden.options().dtype(at::kFloat));
+    if (need_w) grad_w = at::empty_like(weight, at::MemoryFormat::Contiguous);
+    for (int64_t v0 = 0; v0 < v; v0 += vc) {
+      const int64_t len = std::min(vc, v - v0);
+      const at::Tensor w_chunk = weight.narrow(0, v0, len);
+      at::Tensor p = at::linear(hidden, w_chunk).to(at::kFloat);
+      p.sub_(lse.unsqueeze(1)).exp_();
+      at::Tensor in_chunk = labels.ge(v0).logical_and_(labels.lt(v0 + len));
+      at::Tensor idx = (labels - v0).clamp_(0, len - 1).unsqueeze(1);
+      p.scatter_add_(1, idx, in_chunk.to(at::kFloat).neg_().unsqueeze(1));
+      p.mul_(row_scale);
+      at::Tensor d = p.to(hidden.scalar_type());
+      if (need_w) {
+        at::Tensor slice = grad_w.narrow(0, v0, len);
+        at::mm_out(slice, d.t(), hidden);
+      }
+      if (need_h) {
+        if (single)
+          grad_h = at::mm(d, w_chunk);
+        else if (fp32)
+          grad_h.addmm_(d, w_chunk);
+        else
+          grad_h.add_(at::mm(d, w_chunk));
+      }
+    }
+    if (need_h) result[0] = grad_h.to(hidden.scalar_type());
+    if (need_w) result[1] = grad_w;
+    return result;
+  }
+};
+
+}  // namespace
+
+at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
+                                      const RopeTables& rope, const std::optional<at::Tensor>& mask) {
+  std::vector<at::Tensor> weights(std::begin(w.t), std::end(w.t));
+  return CheckpointedLayer::apply(s, x, rope.cos, rope.sin_signed, mask, at::TensorList(weights));
+}
+
+at::Tensor linear_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
+                                    int64_t chunk_elements) {
+  return LinearCrossEntropy::apply(hidden, weight, labels, chunk_elements);
+}
+
+}  // namespace ciuic::model

@@ -1,0 +1,344 @@
+// LlamaConfig: HF config.json parsing (both rope forms), validation, writing.
+#include "model/config.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <type_traits>
+
+#include <nlohmann/json.hpp>
+
+#include <ciuic/error.h>
+
+namespace ciuic::model {
+
+using nlohmann::json;
+
+const char* rope_type_name(RopeType t) {
+  switch (t) {
+    case RopeType::kDefault: return "default";
+    case RopeType::kLinear: return "linear";
+    case RopeType::kLlama3: return "llama3";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string shown(const json& v) {
+  std::string s = v.dump();
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+[[noreturn]] void bad_key(const std::string& origin, const std::string& key, const std::string& what) {
+  throw Error(origin + ": key `" + key + "`: " + what);
+}
+
+// Typed readers. A key that is absent or null leaves `out` unchanged (HF treats None as "use the
+// default"); a value of the wrong type is an error naming the key.
+template <class T>
+bool read_number(const json& j, const char* key, const std::string& prefix, const std::string& origin, T& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return false;
+  constexpr bool integral = std::is_integral_v<T>;
+  if (integral ? !it->is_number_integer() : !it->is_number())
+    bad_key(origin, prefix + key, std::string(integral ? "expected an integer" : "expected a number") + ", found " + shown(*it));
+  out = it->get<T>();
+  return true;
+}
+bool read_int(const json& j, const char* key, const std::string& prefix, const std::string& origin, int64_t& out) {
+  return read_number(j, key, prefix, origin, out);
+}
+bool read_float(const json& j, const char* key, const std::string& prefix, const std::string& origin, double& out) {
+  return read_number(j, key, prefix, origin, out);
+}
+void read_bool(const json& j, const char* key, const std::string& origin, bool& out) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return;
+  if (!it->is_boolean()) bad_key(origin, key, "expected true or false, found " + shown(*it));
+  out = it->get<bool>();
+}
+std::optional<std::string> read_string(const json& j, const char* key, const std::string& prefix,
+                                       const std::string& origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_string()) bad_key(origin, prefix + key, "expected a string, found " + shown(*it));
+  return it->get<std::string>();
+}
+void read_token_id(const json& j, const char* key, const std::string& origin, std::optional<int64_t>& out) {
+  auto it = j.find(key);
+  if (it == j.end()) return;
+  if (it->is_null()) {
+    out.reset();
+    return;
+  }
+  if (!it->is_number_integer()) bad_key(origin, key, "expected an integer token id or null, found " + shown(*it));
+  out = it->get<int64_t>();
+}
+
+// Rope settings from either `rope_scaling` (+ top-level rope_theta) or `rope_parameters`.
+void read_rope_dict(const json& d, const std::string& key, const std::string& origin, LlamaConfig& c) {
+  if (!d.is_object()) bad_key(origin, key, "expected an object or null, found " + shown(d));
+  // transformers >= 5 may nest one dict per layer type ({"full_attention": {...}, ...}).
+  for (const auto& [k, v] : d.items())
+    if (v.is_object())
+      bad_key(origin, key + "." + k,
+              "per-layer-type rope parameters are not supported (Llama uses one rope for all layers)");
+  const std::string prefix = key + ".";
+  std::optional<std::string> type = read_string(d, "rope_type", prefix, origin);
+  std::string type_key = prefix + "rope_type";
+  if (!type) {
+    type = read_string(d, "type", prefix, origin);
+    type_key = prefix + "type";
+  }
+  read_float(d, "rope_theta", prefix, origin, c.rope_theta);
+  double partial = 1.0;
+  if (read_float(d, "partial_rotary_factor", prefix, origin, partial) && partial != 1.0)
+    bad_key(origin, prefix + "partial_rotary_factor", "partial rotary embeddings are not supported (found " +
+                                                          shown(d["partial_rotary_factor"]) + ", expected 1.0)");
+  const std::string t = type.value_or("default");
+  if (t == "default") {
+    c.rope_type = RopeType::kDefault;
+    c.rope_scaling_factor = 1.0;
+  } else if (t == "linear" || t == "llama3") {
+    c.rope_type = t == "linear" ? RopeType::kLinear : RopeType::kLlama3;
+    if (!read_float(d, "factor", prefix, origin, c.rope_scaling_factor))
+      bad_key(origin, prefix + "factor", "missing: rope type \"" + t + "\" needs a scaling factor");
+    if (c.rope_type == RopeType::kLlama3) {
+      if (!read_float(d, "low_freq_factor", prefix, origin, c.rope_low_freq_factor))
+        bad_key(origin, prefix + "low_freq_factor", "missing: rope type \"llama3\" needs it");
+      if (!read_float(d, "high_freq_factor", prefix, origin, c.rope_high_freq_factor))
+        bad_key(origin, prefix + "high_freq_factor", "missing: rope type \"llama3\" needs it");
+      read_int(d, "original_max_position_embeddings", prefix, origin, c.rope_original_max_position_embeddings);
+    }
+  } else {
+    bad_key(origin, type_key,
+            "rope type \"" + t + "\" is not supported (supported: \"default\", \"linear\", \"llama3\")");
+  }
+}
+
+void parse_into(const json& j, const std::string& origin, LlamaConfig& c) {
+  if (!j.is_object()) throw Error(origin + ": expected a JSON object at the top level, found " + shown(j));
+  if (auto mt = read_string(j, "model_type", "", origin); mt && *mt != "llama")
+    bad_key(origin, "model_type",
+            "model type \"" + *mt + "\" is not supported (ciuic implements the Llama architecture: \"llama\")");
+  if (auto act = read_string(j, "hidden_act", "", origin); act && *act != "silu")
+    bad_key(origin, "hidden_act", "activation \"" + *act + "\" is not supported (expected \"silu\")");
+  for (const char* k : {"attention_bias", "mlp_bias"}) {
+    bool on = false;
+    read_bool(j, k, origin, on);
+    if (on) bad_key(origin, k, "biases in linear layers are not supported (expected false)");
+  }
+  bool head_dim_given = false;
+  read_int(j, "vocab_size", "", origin, c.vocab_size);
+  read_int(j, "hidden_size", "", origin, c.hidden_size);
+  read_int(j, "intermediate_size", "", origin, c.intermediate_size);
+  read_int(j, "num_hidden_layers", "", origin, c.num_hidden_layers);
+  bool heads_given = read_int(j, "num_attention_heads", "", origin, c.num_attention_heads);
+  bool kv_given = read_int(j, "num_key_value_heads", "", origin, c.num_key_value_heads);
+  if (heads_given && !kv_given) c.num_key_value_heads = c.num_attention_heads;
+  head_dim_given = read_int(j, "head_dim", "", origin, c.head_dim);
+  if (!head_dim_given && c.num_attention_heads > 0) c.head_dim = c.hidden_size / c.num_attention_heads;
+  read_int(j, "max_position_embeddings", "", origin, c.max_position_embeddings);
+  read_float(j, "rms_norm_eps", "", origin, c.rms_norm_eps);
+  read_float(j, "initializer_range", "", origin, c.initializer_range);
+  read_bool(j, "tie_word_embeddings", origin, c.tie_word_embeddings);
+  read_token_id(j, "bos_token_id", origin, c.bos_token_id);
+  read_token_id(j, "pad_token_id", origin, c.pad_token_id);
+  if (auto it = j.find("eos_token_id"); it != j.end()) {
+    c.eos_token_ids.clear();
+    if (it->is_array()) {
+      for (const auto& e : *it) {
+        if (!e.is_number_integer()) bad_key(origin, "eos_token_id", "expected integer token ids, found " + shown(*it));
+        c.eos_token_ids.push_back(e.get<int64_t>());
+      }
+    } else if (!it->is_null()) {
+      if (!it->is_number_integer())
+        bad_key(origin, "eos_token_id", "expected an integer token id, a list of them or null, found " + shown(*it));
+      c.eos_token_ids.push_back(it->get<int64_t>());
+    }
+    c.eos_token_id = c.eos_token_ids.empty() ? std::nullopt : std::optional<int64_t>(c.eos_token_ids[0]);
+  }
+  if (auto d = read_string(j, "torch_dtype", "", origin)) c.torch_dtype = *d;
+  if (auto d = j.find("dtype"); d != j.end() && d->is_string()) c.torch_dtype = d->get<std::string>();
+
+  // Rope: top-level rope_theta first (old form), then whichever dict is present. When both dicts
+  // are written (as to_json does), rope_parameters wins, like transformers >= 5.
+  read_float(j, "rope_theta", "", origin, c.rope_theta);
+  double partial = 1.0;
+  if (read_float(j, "partial_rotary_factor", "", origin, partial) && partial != 1.0)
+    bad_key(origin, "partial_rotary_factor", "partial rotary embeddings are not supported (expected 1.0)");
+  auto rp = j.find("rope_parameters");
+  auto rs = j.find("rope_scaling");
+  if (rp != j.end() && !rp->is_null()) {
+    read_rope_dict(*rp, "rope_parameters", origin, c);
+  } else if (rs != j.end() && !rs->is_null()) {
+    read_rope_dict(*rs, "rope_scaling", origin, c);
+  }
+}
+
+}  // namespace
+
+void LlamaConfig::validate(const std::string& origin) const {
+  auto positive = [&](const char* key, int64_t v) {
+    if (v <= 0) bad_key(origin, key, "expected a positive integer, found " + std::to_string(v));
+  };
+  positive("vocab_size", vocab_size);
+  positive("hidden_size", hidden_size);
+  positive("intermediate_size", intermediate_size);
+  positive("num_hidden_layers", num_hidden_layers);
+  positive("num_attention_heads", num_attention_heads);
+  positive("num_key_value_heads", num_key_value_heads);
+  positive("head_dim", head_dim);
+  positive("max_position_embeddings", max_position_embeddings);
+  if (num_attention_heads % num_key_value_heads != 0)
+    bad_key(origin, "num_key_value_heads",
+            "num_attention_heads (" + std::to_string(num_attention_heads) + ") must be a multiple of it (" +
+                std::to_string(num_key_value_heads) + ")");
+  if (head_dim % 2 != 0)
+    bad_key(origin, "head_dim", "rotary embeddings need an even head dimension, found " + std::to_string(head_dim));
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta))
+    bad_key(origin, "rope_theta", "expected a positive number, found " + std::to_string(rope_theta));
+  if (!(rms_norm_eps > 0)) bad_key(origin, "rms_norm_eps", "expected a positive number");
+  if (!(rope_scaling_factor > 0) || !std::isfinite(rope_scaling_factor))
+    bad_key(origin, "rope_scaling.factor", "expected a positive number, found " + std::to_string(rope_scaling_factor));
+  if (rope_type == RopeType::kLlama3 && !(rope_high_freq_factor > rope_low_freq_factor))
+    bad_key(origin, "rope_scaling.high_freq_factor", "must be greater than low_freq_factor");
+  for (auto [key, v] : {std::pair{"bos_token_id", bos_token_id}, std::pair{"pad_token_id", pad_token_id}})
+    if (v && (*v < 0 || *v >= vocab_size))
+      bad_key(origin, key, std::to_string(*v) + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+  for (int64_t e : eos_token_ids)
+    if (e < 0 || e >= vocab_size)
+      bad_key(origin, "eos_token_id",
+              std::to_string(e) + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+}
+
+LlamaConfig LlamaConfig::from_json(const json& j, const std::string& origin) {
+  LlamaConfig c;
+  parse_into(j, origin, c);
+  c.validate(origin);
+  return c;
+}
+
+LlamaConfig LlamaConfig::from_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open the model config (expected an HF config.json)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  json j;
+  try {
+    j = json::parse(ss.str());
+  } catch (const json::parse_error& e) {
+    throw Error(path + ": malformed JSON: " + e.what());
+  }
+  return from_json(j, path);
+}
+
+LlamaConfig LlamaConfig::with_overrides(const json& overrides, const std::string& origin) const {
+  if (!overrides.is_object()) throw Error(origin + ": expected a table of config keys");
+  json j = to_json();
+  json o = overrides;
+  // The recipe's flat rope keys become an HF rope_scaling dict.
+  if (o.contains("rope_scaling_type") || o.contains("rope_scaling_factor")) {
+    std::string type = rope_type_name(rope_type);
+    if (auto t = read_string(o, "rope_scaling_type", "", origin)) type = *t == "none" ? "default" : *t;
+    if (type != "default" && type != "linear")
+      bad_key(origin, "rope_scaling_type", "expected \"none\" or \"linear\", found \"" + type + "\"");
+    double factor = rope_scaling_factor;
+    read_float(o, "rope_scaling_factor", "", origin, factor);
+    o.erase("rope_scaling_type");
+    o.erase("rope_scaling_factor");
+    o["rope_scaling"] = type == "default" ? json(nullptr) : json{{"type", type}, {"factor", factor}};
+  }
+  // A rope dict in the overrides replaces the base's rope scaling entirely.
+  if (o.contains("rope_scaling") || o.contains("rope_parameters")) {
+    j.erase("rope_scaling");
+    j.erase("rope_parameters");
+  }
+  if (o.contains("rope_theta") && j.contains("rope_parameters") && j["rope_parameters"].is_object())
+    j["rope_parameters"]["rope_theta"] = o["rope_theta"];
+  // head_dim follows hidden_size / heads unless given explicitly (or it differed in the base).
+  if ((o.contains("hidden_size") || o.contains("num_attention_heads")) && !o.contains("head_dim") &&
+      head_dim == hidden_size / num_attention_heads)
+    j.erase("head_dim");
+  if (o.contains("num_attention_heads") && !o.contains("num_key_value_heads") &&
+      num_key_value_heads == num_attention_heads)
+    j.erase("num_key_value_heads");
+  for (const auto& [k, v] : o.items()) j[k] = v;
+  return from_json(j, origin);
+}
+
+json LlamaConfig::to_json() const {
+  json j;
+  j["architectures"] = json::array({"LlamaForCausalLM"});
+  j["model_type"] = "llama";
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["mlp_bias"] = false;
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_hidden_layers;
+  j["num_attention_heads"] = num_attention_heads;
+  j["num_key_value_heads"] = num_key_value_heads;
+  j["head_dim"] = head_dim;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["rms_norm_eps"] = rms_norm_eps;
+  j["initializer_range"] = initializer_range;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["rope_theta"] = rope_theta;
+  json scaling = nullptr;
+  json params = {{"rope_type", rope_type_name(rope_type)}, {"rope_theta", rope_theta}};
+  if (rope_type != RopeType::kDefault) {
+    scaling = {{"type", rope_type_name(rope_type)}, {"rope_type", rope_type_name(rope_type)},
+               {"factor", rope_scaling_factor}};
+    if (rope_type == RopeType::kLlama3) {
+      scaling["low_freq_factor"] = rope_low_freq_factor;
+      scaling["high_freq_factor"] = rope_high_freq_factor;
+      if (rope_original_max_position_embeddings > 0)
+        scaling["original_max_position_embeddings"] = rope_original_max_position_embeddings;
+    }
+    for (const auto& [k, v] : scaling.items())
+      if (k != "type") params[k] = v;
+  }
+  j["rope_scaling"] = scaling;
+  j["rope_parameters"] = params;
+  j["bos_token_id"] = bos_token_id ? json(*bos_token_id) : json(nullptr);
+  if (eos_token_ids.size() > 1)
+    j["eos_token_id"] = eos_token_ids;
+  else
+    j["eos_token_id"] = eos_token_id ? json(*eos_token_id) : json(nullptr);
+  j["pad_token_id"] = pad_token_id ? json(*pad_token_id) : json(nullptr);
+  if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
+  j["use_cache"] = true;
+  return j;
+}
+
+json LlamaConfig::generation_json() const {
+  json g;
+  g["_from_model_config"] = true;
+  if (bos_token_id) g["bos_token_id"] = *bos_token_id;
+  if (eos_token_ids.size() > 1)
+    g["eos_token_id"] = eos_token_ids;
+  else if (eos_token_id)
+    g["eos_token_id"] = *eos_token_id;
+  if (pad_token_id) g["pad_token_id"] = *pad_token_id;
+  return g;
+}
+
+int64_t LlamaConfig::num_parameters(bool include_embeddings) const {
+  const int64_t h = hidden_size, q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
+  const int64_t per_layer = h * q + 2 * h * kv + q * h + 3 * h * intermediate_size + 2 * h;
+  int64_t n = num_hidden_layers * per_layer + h;  // + final norm
+  if (include_embeddings) n += vocab_size * h * (tie_word_embeddings ? 1 : 2);
+  return n;
+}
+
+double LlamaConfig::flops_per_token(int64_t seq_len) const {
+  const double n = static_cast<double>(num_parameters(false)) + static_cast<double>(vocab_size * hidden_size);
+  return 6.0 * n + 12.0 * static_cast<double>(num_hidden_layers) *
+                       static_cast<double>(num_attention_heads * head_dim) * static_cast<double>(seq_len);
+}
+
+}  // namespace ciuic::model

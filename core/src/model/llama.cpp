@@ -1,0 +1,246 @@
+// LlamaModel: parameters, weight loading, forward, loss and greedy generation.
+#include "model/llama.h"
+
+#include <filesystem>
+#include <set>
+
+#include <ATen/Context.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/embedding.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/rms_norm.h>
+#include <ATen/ops/tensor.h>
+
+#include <ciuic/error.h>
+
+#include "model/safetensors.h"
+
+namespace ciuic::model {
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::string describe(const at::Tensor& t) {
+  if (!t.defined()) return "an undefined tensor";
+  std::string s = std::string(c10::toString(t.scalar_type())) + " [";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "] on " + t.device().str();
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device device)
+    : cfg_(cfg), shape_(LayerShape::of(cfg)), dtype_(dtype), device_(device) {
+  cfg_.validate("LlamaModel config");
+  if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf)
+    throw Error(std::string("LlamaModel: parameter dtype must be float32, bfloat16 or float16, not ") +
+                c10::toString(dtype));
+  const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  layers_.resize(static_cast<size_t>(cfg.num_hidden_layers));
+  // Allocated in named_parameters() order, from the one list of names and shapes.
+  size_t i = 0;
+  for (const auto& spec : llama_parameter_specs(cfg)) {
+    at::Tensor p = at::empty(spec.shape, opts).requires_grad_(true);
+    if (spec.layer >= 0)
+      layers_[static_cast<size_t>(spec.layer)].t[spec.slot] = p;
+    else if (i == 0)
+      embed_ = p;
+    else if (spec.name == "model.norm.weight")
+      norm_ = p;
+    else
+      lm_head_ = p;
+    ++i;
+  }
+  inv_freq_ = rope_inv_freq(cfg_).to(device);
+}
+
+LlamaModel::~LlamaModel() = default;
+
+std::unique_ptr<LlamaModel> LlamaModel::from_pretrained(const std::string& folder, at::ScalarType dtype,
+                                                        c10::Device device) {
+  const std::string config_path = (std::filesystem::path(folder) / "config.json").string();
+  if (!std::filesystem::exists(config_path))
+    throw Error(folder + ": no config.json (expected a Hugging Face model folder)");
+  auto model = std::make_unique<LlamaModel>(LlamaConfig::from_file(config_path), dtype, device);
+  model->load_hf(folder);
+  return model;
+}
+
+std::vector<LlamaParamSpec> llama_parameter_specs(const LlamaConfig& cfg) {
+  const int64_t h = cfg.hidden_size, q = cfg.num_attention_heads * cfg.head_dim,
+                kv = cfg.num_key_value_heads * cfg.head_dim, m = cfg.intermediate_size;
+  const std::vector<int64_t> layer_shapes[LayerWeights::kCount] = {{q, h}, {kv, h}, {kv, h}, {h, q}, {m, h},
+                                                                   {m, h}, {h, m}, {h},    {h}};
+  std::vector<LlamaParamSpec> out;
+  out.push_back({"model.embed_tokens.weight", {cfg.vocab_size, h}, -1, -1});
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+    for (int j = 0; j < LayerWeights::kCount; ++j)
+      out.push_back({"model.layers." + std::to_string(l) + "." + LayerWeights::kNames[j], layer_shapes[j], l, j});
+  out.push_back({"model.norm.weight", {h}, -1, -1});
+  if (!cfg.tie_word_embeddings) out.push_back({"lm_head.weight", {cfg.vocab_size, h}, -1, -1});
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> LlamaModel::named_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  out.reserve(3 + layers_.size() * LayerWeights::kCount);
+  out.emplace_back("model.embed_tokens.weight", embed_);
+  for (size_t i = 0; i < layers_.size(); ++i)
+    for (int j = 0; j < LayerWeights::kCount; ++j)
+      out.emplace_back("model.layers." + std::to_string(i) + "." + LayerWeights::kNames[j], layers_[i].t[j]);
+  out.emplace_back("model.norm.weight", norm_);
+  if (lm_head_.defined()) out.emplace_back("lm_head.weight", lm_head_);
+  return out;
+}
+
+std::vector<at::Tensor> LlamaModel::parameters() const {
+  std::vector<at::Tensor> out;
+  for (auto& [_, t] : named_parameters()) out.push_back(t);
+  return out;
+}
+
+void LlamaModel::set_loss_chunk_elements(int64_t n) {
+  if (n <= 0) throw Error("LlamaModel: loss chunk size must be positive");
+  loss_chunk_elements_ = n;
+}
+
+void LlamaModel::init_random(uint64_t seed, double std) {
+  at::NoGradGuard no_grad;
+  at::Generator base = at::globalContext().defaultGenerator(device_);
+  uint64_t index = 0;
+  for (auto& [name, t] : named_parameters()) {
+    ++index;
+    if (t.dim() == 1) {
+      t.fill_(1.0);  // RMSNorm weights
+      continue;
+    }
+    at::Generator gen = base.clone();
+    gen.set_current_seed(splitmix64(seed ^ splitmix64(index)));
+    t.normal_(0.0, std, gen);
+  }
+  if (cfg_.pad_token_id) embed_[*cfg_.pad_token_id].zero_();
+}
+
+void LlamaModel::load_hf(const std::string& path) { load_hf(SafetensorsReader::open(path)); }
+
+void LlamaModel::load_hf(const SafetensorsReader& reader) {
+  const auto params = named_parameters();
+  std::set<std::string> expected;
+  std::vector<std::string> missing;
+  for (const auto& [name, t] : params) {
+    expected.insert(name);
+    if (!reader.contains(name)) missing.push_back(name);
+  }
+  if (!missing.empty()) {
+    std::string msg = reader.path() + ": missing tensor `" + missing[0] + "`";
+    if (missing.size() > 1) msg += " (and " + std::to_string(missing.size() - 1) + " more)";
+    throw Error(msg + " for a Llama model with " + std::to_string(cfg_.num_hidden_layers) + " layers" +
+                (cfg_.tie_word_embeddings ? ", tied embeddings" : ", untied embeddings"));
+  }
+  std::vector<std::string> unexpected;
+  for (const auto& name : reader.names()) {
+    if (expected.count(name)) continue;
+    if (name.ends_with(".rotary_emb.inv_freq")) continue;            // old checkpoints' rope buffers
+    if (cfg_.tie_word_embeddings && name == "lm_head.weight") continue;  // tied: the embedding is used
+    unexpected.push_back(name);
+  }
+  if (!unexpected.empty()) {
+    std::string msg = reader.file_of(unexpected[0]) + ": unexpected tensor `" + unexpected[0] + "`";
+    if (unexpected.size() > 1) msg += " (and " + std::to_string(unexpected.size() - 1) + " more)";
+    throw Error(msg + ": not part of a Llama model with " + std::to_string(cfg_.num_hidden_layers) +
+                " layers (does config.json match the weights?)");
+  }
+  for (const auto& [name, t] : params) reader.check_loadable(name, t);  // all checks before any copy
+  for (const auto& [name, t] : params) reader.load_into(name, t);
+}
+
+void LlamaModel::check_tokens(const at::Tensor& t, const char* what, c10::IntArrayRef shape) const {
+  const bool ok = t.defined() && t.dim() == 2 && (t.scalar_type() == at::kLong || t.scalar_type() == at::kInt) &&
+                  t.device() == device_ && (shape.empty() || t.sizes() == shape);
+  if (!ok) {
+    std::string want = "a [B, T] int64 or int32 tensor on " + device_.str();
+    if (!shape.empty()) want += " shaped like input_ids";
+    throw Error(std::string("LlamaModel: ") + what + " must be " + want + ", got " + describe(t));
+  }
+}
+
+at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
+                                   std::vector<KVCacheLayer>* cache) const {
+  check_tokens(input_ids, "input_ids", {});
+  const int64_t b = input_ids.size(0), t = input_ids.size(1);
+  at::Tensor pos = position_ids;
+  if (pos.defined()) {
+    check_tokens(pos, "position_ids", input_ids.sizes());
+  } else {
+    pos = at::arange(t, at::TensorOptions().dtype(at::kLong).device(device_)).unsqueeze(0).expand({b, t});
+    packed = false;  // one document per row
+  }
+  const RopeTables rope = rope_tables(inv_freq_, pos, dtype_);
+  std::optional<at::Tensor> mask;
+  if (packed) mask = packed_causal_mask(pos);
+  at::Tensor h = at::embedding(embed_, input_ids, cfg_.pad_token_id.value_or(-1));
+  const bool ckpt = checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (ckpt)
+      h = checkpointed_decoder_layer(layers_[i], shape_, h, rope, mask);
+    else
+      h = decoder_layer(layers_[i], shape_, h, rope, mask, cache ? &(*cache)[i] : nullptr);
+  }
+  return at::rms_norm(h, {cfg_.hidden_size}, norm_, cfg_.rms_norm_eps);
+}
+
+at::Tensor LlamaModel::hidden_states(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed) const {
+  return hidden_impl(input_ids, position_ids, packed, nullptr);
+}
+
+at::Tensor LlamaModel::forward(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed) const {
+  return at::linear(hidden_impl(input_ids, position_ids, packed, nullptr), lm_head_weight());
+}
+
+at::Tensor LlamaModel::loss_sum(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& position_ids,
+                                bool packed) const {
+  check_tokens(input_ids, "input_ids", {});
+  check_tokens(labels, "labels", input_ids.sizes());
+  at::Tensor h = hidden_impl(input_ids, position_ids, packed, nullptr);
+  return linear_cross_entropy_sum(h.reshape({-1, cfg_.hidden_size}), lm_head_weight(),
+                                  labels.reshape({-1}).to(at::kLong), loss_chunk_elements_);
+}
+
+std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+                                                 std::optional<int32_t> stop_id) const {
+  if (prompt.empty()) throw Error("LlamaModel::generate_greedy: the prompt is empty (need at least one token)");
+  for (int32_t id : prompt)
+    if (id < 0 || id >= cfg_.vocab_size)
+      throw Error("LlamaModel::generate_greedy: prompt token " + std::to_string(id) + " is outside the vocabulary [0, " +
+                  std::to_string(cfg_.vocab_size) + ")");
+  at::NoGradGuard no_grad;
+  const auto long_opts = at::TensorOptions().dtype(at::kLong).device(device_);
+  std::vector<KVCacheLayer> cache(layers_.size());
+  std::vector<int64_t> ids64(prompt.begin(), prompt.end());
+  at::Tensor ids = at::tensor(ids64, at::TensorOptions().dtype(at::kLong)).to(device_).unsqueeze(0);
+  at::Tensor pos = at::arange(static_cast<int64_t>(prompt.size()), long_opts).unsqueeze(0);
+  std::vector<int32_t> out;
+  int64_t next_pos = static_cast<int64_t>(prompt.size());
+  while (static_cast<int64_t>(out.size()) < max_new_tokens) {
+    at::Tensor h = hidden_impl(ids, pos, false, &cache);
+    at::Tensor logits = at::linear(h.select(1, h.size(1) - 1), lm_head_weight());  // [1, V]
+    const auto next = static_cast<int32_t>(logits.argmax(-1).item<int64_t>());
+    out.push_back(next);
+    if (stop_id && next == *stop_id) break;
+    ids = at::full({1, 1}, next, long_opts);
+    pos = at::full({1, 1}, next_pos++, long_opts);
+  }
+  return out;
+}
+
+}  // namespace ciuic::model

@@ -1,0 +1,133 @@
+// model/llama.h — the Llama / DeepSeek decoder in LibTorch.
+//
+// Architecture (identical to transformers' LlamaForCausalLM): token embedding; per layer
+// x += o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))) with n = RMSNorm(x), then
+// x += down_proj(silu(gate_proj(n)) * up_proj(n)) with n = RMSNorm(x); final RMSNorm; lm_head
+// (or the embedding matrix when tie_word_embeddings). RMSNorm computes in fp32 and casts back
+// (at::rms_norm); attention is at::scaled_dot_product_attention with grouped-query heads
+// (flash / cuDNN kernels on GPU), causal, or block-diagonal causal for packed rows.
+//
+// Parameters are leaf tensors (requires_grad) in `dtype` on `device`, created once by the
+// constructor and never replaced: callers may keep them, register autograd hooks on them and
+// swap their storage with param.set_data(view) (a sharding plugin's flat buffer); the model
+// reads them afresh on every call and caches nothing derived from them. Until init_random() or
+// load_hf() their values are unspecified.
+//
+// Threading: forward/loss/generate may run concurrently only if no one mutates the parameters;
+// configuration setters are not thread-safe. Failure: ciuic::Error with the file / tensor / shape
+// at fault; malformed inputs (wrong rank, dtype or device) are reported before any compute.
+// Token ids must lie in [0, vocab_size) and labels in [0, vocab_size) or -100: they are not
+// checked on the device (that would synchronise with the host).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include "model/config.h"
+#include "model/llama_ops.h"
+
+#include <ciuic/export.h>
+
+namespace ciuic::model {
+
+class SafetensorsReader;
+
+// One parameter of the architecture: its HF name and shape, and where it sits in the model
+// (layer index and LayerWeights slot; -1 for the embedding, final norm and lm_head).
+struct LlamaParamSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t layer = -1;
+  int slot = -1;
+};
+// Every parameter of `cfg`'s model, in LlamaModel::named_parameters() order.
+CIUIC_API std::vector<LlamaParamSpec> llama_parameter_specs(const LlamaConfig& cfg);
+
+class CIUIC_API LlamaModel {
+ public:
+  // Allocates the parameters (uninitialised). dtype: kFloat, kBFloat16 or kHalf.
+  LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device device);
+  ~LlamaModel();
+  LlamaModel(const LlamaModel&) = delete;
+  LlamaModel& operator=(const LlamaModel&) = delete;
+
+  // <folder>/config.json + its safetensors weights.
+  static std::unique_ptr<LlamaModel> from_pretrained(const std::string& folder, at::ScalarType dtype,
+                                                     c10::Device device);
+
+  // transformers' initialisation: every matrix ~ normal(0, std) (the embedding row of
+  // pad_token_id zeroed), norm weights 1. Each parameter draws from its own generator seeded from
+  // (seed, its index), on the parameter's device: deterministic for a given seed and device type,
+  // identical on every rank.
+  void init_random(uint64_t seed, double std);
+  // Loads safetensors weights (single file or sharded; see SafetensorsReader::open for `path`),
+  // converting floating dtypes. Errors name the file and tensor: missing tensor, unexpected tensor
+  // (rotary inv_freq buffers and a tied model's lm_head.weight are ignored), shape or dtype
+  // mismatch. Parameters keep their identity (values are copied in).
+  void load_hf(const std::string& path);
+  void load_hf(const SafetensorsReader& reader);
+
+  // HF names in transformers' named_parameters() order: model.embed_tokens.weight, then per layer
+  // self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj, input_layernorm, post_attention_layernorm
+  // (each ".weight", prefixed "model.layers.<i>."), model.norm.weight, and lm_head.weight unless
+  // the embeddings are tied.
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+  std::vector<at::Tensor> parameters() const;
+
+  // Recompute each decoder layer in backward instead of keeping its activations. Gradients are
+  // unchanged; only the layer inputs stay alive between forward and backward.
+  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  bool activation_checkpointing() const { return checkpointing_; }
+  // Upper bound on the fp32 logits loss_sum materialises at once (elements); default 2^26.
+  void set_loss_chunk_elements(int64_t n);
+
+  // input_ids [B, T] integer; position_ids [B, T] integer or undefined (then 0..T-1 per row).
+  // packed: rows hold several documents, each starting where position_ids == 0; attention is
+  // block-diagonal causal and rotary positions restart per document.
+  // Returns logits [B, T, V] in the model dtype.
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed) const;
+  // The final-normed hidden states [B, T, hidden] (what lm_head multiplies).
+  at::Tensor hidden_states(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed) const;
+  // Sum over positions with labels != -100 of the token cross-entropy, fp32 scalar on the model's
+  // device, computed in fp32 from logits upcast chunk by chunk (see set_loss_chunk_elements);
+  // labels [B, T] int64 are already shifted (labels[t] is the token after input_ids[t]).
+  at::Tensor loss_sum(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& position_ids,
+                      bool packed) const;
+  // Greedy decoding with a KV cache. Returns the new tokens only (at most max_new_tokens; the
+  // last is stop_id when it was produced). Runs without autograd.
+  std::vector<int32_t> generate_greedy(const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+                                       std::optional<int32_t> stop_id) const;
+
+  const LlamaConfig& config() const { return cfg_; }
+  at::ScalarType dtype() const { return dtype_; }
+  c10::Device device() const { return device_; }
+  const at::Tensor& embed_weight() const { return embed_; }
+  const at::Tensor& lm_head_weight() const { return cfg_.tie_word_embeddings ? embed_ : lm_head_; }
+  int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
+
+ private:
+  at::Tensor hidden_impl(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
+                         std::vector<KVCacheLayer>* cache) const;
+  void check_tokens(const at::Tensor& t, const char* what, c10::IntArrayRef shape) const;
+
+  LlamaConfig cfg_;
+  LayerShape shape_;
+  at::ScalarType dtype_;
+  c10::Device device_;
+  at::Tensor inv_freq_;  // fp32 [head_dim / 2] on device_ (derived from the config, not weights)
+  at::Tensor embed_;
+  std::vector<LayerWeights> layers_;
+  at::Tensor norm_;
+  at::Tensor lm_head_;  // undefined when tied
+  bool checkpointing_ = false;
+  int64_t loss_chunk_elements_ = int64_t{1} << 26;
+};
+
+}  // namespace ciuic::model

@@ -1,0 +1,111 @@
+// Llama building blocks: rotary tables, the packed-document mask, one decoder layer.
+#include "model/llama_ops.h"
+
+#include <cmath>
+#include <numbers>
+
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/addcmul.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/cumsum.h>
+#include <ATen/ops/eq.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/pow.h>
+#include <ATen/ops/reciprocal.h>
+#include <ATen/ops/rms_norm.h>
+#include <ATen/ops/roll.h>
+#include <ATen/ops/scaled_dot_product_attention.h>
+#include <ATen/ops/silu.h>
+#include <ATen/ops/where.h>
+
+#include <ciuic/error.h>
+
+namespace ciuic::model {
+
+at::Tensor rope_inv_freq(const LlamaConfig& cfg) {
+  // Same operations, in fp32, as transformers' rope initialisers (modeling_rope_utils.py).
+  const int64_t dim = cfg.head_dim;
+  at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+  at::Tensor inv_freq = at::reciprocal(at::pow(cfg.rope_theta, exponents));
+  switch (cfg.rope_type) {
+    case RopeType::kDefault:
+      break;
+    case RopeType::kLinear:
+      inv_freq = inv_freq / cfg.rope_scaling_factor;
+      break;
+    case RopeType::kLlama3: {
+      const double factor = cfg.rope_scaling_factor;
+      const double low = cfg.rope_low_freq_factor, high = cfg.rope_high_freq_factor;
+      const double old_len = static_cast<double>(cfg.rope_original_max_position_embeddings > 0
+                                                     ? cfg.rope_original_max_position_embeddings
+                                                     : cfg.max_position_embeddings);
+      const double low_wavelen = old_len / low, high_wavelen = old_len / high;
+      at::Tensor wavelen = (2 * std::numbers::pi) / inv_freq;
+      at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / factor, inv_freq);
+      at::Tensor smooth = (old_len / wavelen - low) / (high - low);
+      at::Tensor smoothed = (1 - smooth) * scaled / factor + smooth * scaled;
+      at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+      inv_freq = at::where(medium, smoothed, scaled);
+      break;
+    }
+  }
+  return inv_freq;
+}
+
+RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& position_ids, at::ScalarType dtype) {
+  // f[b, t, i] = position[b, t] * inv_freq[i] in fp32, as transformers' LlamaRotaryEmbedding.
+  at::Tensor f = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq.to(position_ids.device());
+  at::Tensor c = f.cos(), s = f.sin();
+  RopeTables r;
+  r.cos = at::cat({c, c}, -1).to(dtype).unsqueeze(2);
+  r.sin_signed = at::cat({-s, s}, -1).to(dtype).unsqueeze(2);
+  return r;
+}
+
+at::Tensor packed_causal_mask(const at::Tensor& position_ids) {
+  const int64_t t = position_ids.size(1);
+  at::Tensor doc = at::cumsum(position_ids.eq(0), 1, at::kInt);  // document index per token
+  at::Tensor same = doc.unsqueeze(2).eq(doc.unsqueeze(1));         // [B, T, T]
+  at::Tensor causal = at::ones({t, t}, position_ids.options().dtype(at::kBool)).tril();
+  return same.logical_and_(causal).unsqueeze(1);
+}
+
+namespace {
+inline at::Tensor apply_rope(const at::Tensor& x, const RopeTables& r) {
+  // x [B, T, heads, D]; roll by D/2 gives cat(x2, x1), the sign sits in sin_signed.
+  return at::addcmul(x * r.cos, at::roll(x, {x.size(-1) / 2}, {-1}), r.sin_signed);
+}
+}  // namespace
+
+at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x, const RopeTables& rope,
+                         const std::optional<at::Tensor>& mask, KVCacheLayer* cache) {
+  const int64_t b = x.size(0), t = x.size(1);
+  at::Tensor h = at::rms_norm(x, {s.hidden}, w.ln_in(), s.eps);
+  // Projections stay in [B, T, heads, D] (the layout flash kernels use); the transposes to
+  // [B, heads, T, D] for SDPA are views.
+  at::Tensor q = apply_rope(at::linear(h, w.wq()).view({b, t, s.n_heads, s.head_dim}), rope).transpose(1, 2);
+  at::Tensor k = apply_rope(at::linear(h, w.wk()).view({b, t, s.n_kv_heads, s.head_dim}), rope).transpose(1, 2);
+  at::Tensor v = at::linear(h, w.wv()).view({b, t, s.n_kv_heads, s.head_dim}).transpose(1, 2);
+  bool causal = !mask.has_value();
+  if (cache) {
+    if (cache->k.defined()) {
+      if (t != 1) throw Error("decoder_layer: a KV cache takes one new token per step once filled");
+      k = at::cat({cache->k, k}, 2);
+      v = at::cat({cache->v, v}, 2);
+      causal = false;  // one query attends to every cached position
+    }
+    cache->k = k;
+    cache->v = v;
+  }
+  at::Tensor a = at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, std::nullopt,
+                                                  /*enable_gqa=*/s.n_heads != s.n_kv_heads);
+  a = a.transpose(1, 2).reshape({b, t, s.n_heads * s.head_dim});
+  at::Tensor out = x + at::linear(a, w.wo());
+  h = at::rms_norm(out, {s.hidden}, w.ln_post(), s.eps);
+  at::Tensor m = at::linear(at::silu(at::linear(h, w.w_gate())) * at::linear(h, w.w_up()), w.w_down());
+  return out + m;
+}
+
+}  // namespace ciuic::model

@@ -1,0 +1,96 @@
+// model/llama_ops.h — the Llama building blocks as functions of explicit weight tensors.
+//
+// Stateless: every function reads the weights it is given at call time, so parameters whose
+// storage is swapped (param.set_data by a sharding plugin) are always seen current. All tensors
+// are on one device; activations are in the weights' dtype except where noted.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include <ATen/core/Tensor.h>
+
+#include "model/config.h"
+
+#include <ciuic/export.h>
+
+namespace ciuic::model {
+
+// Sizes a decoder layer needs (copied out of LlamaConfig).
+struct LayerShape {
+  int64_t hidden = 0;
+  int64_t n_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t head_dim = 0;
+  double eps = 1e-6;
+  static LayerShape of(const LlamaConfig& c) {
+    return {c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps};
+  }
+};
+
+// One decoder layer's weights, in transformers' named_parameters() order.
+struct LayerWeights {
+  static constexpr int kCount = 9;
+  static constexpr const char* kNames[kCount] = {
+      "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+      "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+      "mlp.down_proj.weight",    "input_layernorm.weight",  "post_attention_layernorm.weight"};
+  at::Tensor t[kCount];
+  const at::Tensor& wq() const { return t[0]; }
+  const at::Tensor& wk() const { return t[1]; }
+  const at::Tensor& wv() const { return t[2]; }
+  const at::Tensor& wo() const { return t[3]; }
+  const at::Tensor& w_gate() const { return t[4]; }
+  const at::Tensor& w_up() const { return t[5]; }
+  const at::Tensor& w_down() const { return t[6]; }
+  const at::Tensor& ln_in() const { return t[7]; }
+  const at::Tensor& ln_post() const { return t[8]; }
+};
+
+// Rotary tables for one batch, [B, T, 1, head_dim] in the activation dtype:
+// cos = cos(cat(f, f)), sin_signed = cat(-sin(f), sin(f)) with f = position * inv_freq, so that
+// rope(x) = x * cos + roll(x, head_dim / 2) * sin_signed equals transformers'
+// x * cos + rotate_half(x) * sin.
+struct RopeTables {
+  at::Tensor cos;
+  at::Tensor sin_signed;
+};
+
+// Inverse frequencies [head_dim / 2], fp32, computed the way transformers does for the config's
+// rope type (default, linear: divided by the factor, llama3: smoothed per wavelength).
+CIUIC_API at::Tensor rope_inv_freq(const LlamaConfig& cfg);
+// position_ids [B, T] (integer, any device) -> tables in `dtype` on position_ids' device.
+CIUIC_API RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& position_ids, at::ScalarType dtype);
+// Block-diagonal causal mask [B, 1, T, T] (true = may attend) for packed rows: a document starts
+// where position_ids == 0 (the row's first token always starts one). No host synchronisation.
+CIUIC_API at::Tensor packed_causal_mask(const at::Tensor& position_ids);
+
+// Keys and values of earlier positions, [B, n_kv_heads, T_past, head_dim] (generation only).
+struct KVCacheLayer {
+  at::Tensor k;
+  at::Tensor v;
+};
+
+// x [B, T, hidden] -> [B, T, hidden]. Attention is causal; with `mask` (from
+// packed_causal_mask) block-diagonal causal instead. With `cache`, this call's keys/values are
+// appended to it and the queries attend to the cached positions too (T == 1 once the cache is
+// non-empty).
+CIUIC_API at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x, const RopeTables& rope,
+                         const std::optional<at::Tensor>& mask, KVCacheLayer* cache = nullptr);
+
+// The same layer under activation checkpointing (model/autograd_fns.cpp): the forward runs
+// without autograd and keeps only its input; the backward recomputes the layer with autograd and
+// returns the weights' gradients to the engine, which accumulates them through the parameters'
+// ordinary AccumulateGrad nodes (their hooks fire exactly as without checkpointing).
+CIUIC_API at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
+                                      const RopeTables& rope, const std::optional<at::Tensor>& mask);
+
+// Sum over rows n with labels[n] != -100 of cross_entropy(hidden[n] @ weight^T, labels[n]),
+// fp32 scalar, differentiable w.r.t. hidden [N, H] and weight [V, H]. Logits are computed in the
+// weights' dtype and upcast to fp32 chunk by chunk over the vocabulary: at most
+// max(chunk_elements, N * min(V, 128)) fp32 logits exist at once, in the forward and in the
+// backward (which recomputes them). labels [N] int64 must be in [0, V) or -100.
+CIUIC_API at::Tensor linear_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
+                                    int64_t chunk_elements);
+
+}  // namespace ciuic::model

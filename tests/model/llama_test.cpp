@@ -1,0 +1,276 @@
+// LlamaModel against transformers (fixtures from tests/fixtures/gen_model.py): logits, loss,
+// gradients, packed documents, greedy generation; activation checkpointing and storage swaps
+// (what a sharding plugin does) leave results and gradient hooks unchanged.
+#include <map>
+
+#include <ATen/Context.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/equal.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/full_like.h>
+#include <ATen/ops/ones_like.h>
+#include <ATen/ops/randint.h>
+#include <ATen/ops/zeros.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "model/llama.h"
+#include "model_test_util.h"
+
+namespace ciuic::model {
+namespace {
+
+using testing::expect_error;
+using testing::expected;
+using testing::fixture;
+using testing::max_rel_diff;
+
+constexpr double kLogitTol = 1e-4;  // relative, fp32 (the bar)
+
+std::unique_ptr<LlamaModel> tiny(at::ScalarType dtype = at::kFloat) {
+  return LlamaModel::from_pretrained(fixture("tiny"), dtype, at::kCPU);
+}
+
+std::map<std::string, at::Tensor> grads_of(const LlamaModel& m) {
+  std::map<std::string, at::Tensor> g;
+  for (auto& [name, p] : m.named_parameters()) g[name] = p.grad().defined() ? p.grad().clone() : at::Tensor();
+  return g;
+}
+
+void zero_grads(const LlamaModel& m) {
+  for (auto& p : m.parameters()) p.mutable_grad() = at::Tensor();
+}
+
+std::map<std::string, at::Tensor> loss_grads(const LlamaModel& m, const at::Tensor& ids, const at::Tensor& labels,
+                                             const at::Tensor& pos = {}, bool packed = false) {
+  zero_grads(m);
+  m.loss_sum(ids, labels, pos, packed).backward();
+  return grads_of(m);
+}
+
+TEST(Llama, LogitsMatchTransformers) {
+  auto m = tiny();
+  const at::Tensor logits = m->forward(expected().tensor("tiny.input_ids"), {}, false);
+  EXPECT_EQ(logits.scalar_type(), at::kFloat);
+  EXPECT_LE(max_rel_diff(logits, expected().tensor("tiny.logits")), kLogitTol);
+}
+
+TEST(Llama, LogitsMatchTransformersLinearRopeUntiedHeadDim) {
+  auto m = LlamaModel::from_pretrained(fixture("tiny_linear"), at::kFloat, at::kCPU);
+  EXPECT_EQ(m->named_parameters().back().first, "lm_head.weight");
+  const at::Tensor logits =
+      m->forward(expected().tensor("linear.input_ids"), expected().tensor("linear.position_ids"), false);
+  EXPECT_LE(max_rel_diff(logits, expected().tensor("linear.logits")), kLogitTol);
+}
+
+TEST(Llama, PackedRowEqualsDocumentsRunSeparately) {
+  auto m = tiny();
+  const at::Tensor ids = expected().tensor("packed.input_ids");
+  const at::Tensor pos = expected().tensor("packed.position_ids");
+  const at::Tensor want = expected().tensor("packed.logits");  // transformers, one document at a time
+  EXPECT_LE(max_rel_diff(m->forward(ids, pos, true), want), kLogitTol);
+  // Without `packed` the second document would see the first: the reference must then differ.
+  EXPECT_GT(max_rel_diff(m->forward(ids, pos, false), want), 1e-2);
+  // A batch mixing a packed row and a single-document row.
+  const at::Tensor ids2 = at::cat({ids, ids.flip({1})}, 0);
+  const at::Tensor pos2 = at::cat({pos, at::arange(20, at::kLong).unsqueeze(0)}, 0);
+  const at::Tensor both = m->forward(ids2, pos2, true);
+  EXPECT_LE(max_rel_diff(both[0], want[0]), kLogitTol);
+  EXPECT_LE(max_rel_diff(both[1], m->forward(ids.flip({1}), {}, false)[0]), kLogitTol);
+}
+
+TEST(Llama, LossMatchesTransformers) {
+  auto m = tiny();
+  const at::Tensor ids = expected().tensor("tiny.input_ids");
+  const at::Tensor labels = expected().tensor("tiny.labels");
+  const at::Tensor want = expected().tensor("tiny.loss_sum");
+  at::Tensor loss = m->loss_sum(ids, labels, {}, false);
+  EXPECT_EQ(loss.scalar_type(), at::kFloat);
+  EXPECT_EQ(loss.dim(), 0);
+  EXPECT_LE(max_rel_diff(loss, want), 1e-5);
+  // Vocabulary chunks of 128 (3 chunks for V = 300) give the same loss.
+  m->set_loss_chunk_elements(1);
+  EXPECT_LE(max_rel_diff(m->loss_sum(ids, labels, {}, false), want), 1e-5);
+  // All labels ignored: zero.
+  EXPECT_EQ(m->loss_sum(ids, at::full_like(labels, -100), {}, false).item<float>(), 0.0f);
+}
+
+TEST(Llama, GradientsMatchTransformers) {
+  auto m = tiny();
+  const at::Tensor ids = expected().tensor("tiny.input_ids");
+  const at::Tensor labels = expected().tensor("tiny.labels");
+  for (int64_t chunk : {int64_t{1} << 26, int64_t{1}}) {  // one vocabulary chunk, then three
+    m->set_loss_chunk_elements(chunk);
+    const auto g = loss_grads(*m, ids, labels);
+    ASSERT_EQ(g.size(), 20u);
+    for (const auto& [name, grad] : g) {
+      ASSERT_TRUE(grad.defined()) << name;
+      EXPECT_LE(max_rel_diff(grad, expected().tensor("tiny.grad." + name)), 1e-4) << name << " chunk " << chunk;
+    }
+  }
+}
+
+// Counts a parameter's hook calls: the pre-accumulation tensor hook and the post-accumulate-grad
+// hook (the one a sharding plugin uses to start reducing a gradient).
+struct CountingPostHook : torch::autograd::PostAccumulateGradHook {
+  explicit CountingPostHook(int* n) : n_(n) {}
+  void operator()(const torch::autograd::Variable&) override { ++*n_; }
+  int* n_;
+};
+
+TEST(Llama, ActivationCheckpointingKeepsGradientsAndHooks) {
+  auto m = tiny();
+  const at::Tensor ids = expected().tensor("tiny.input_ids");
+  const at::Tensor labels = expected().tensor("tiny.labels");
+  const auto params = m->named_parameters();
+  std::vector<int> pre(params.size(), 0), post(params.size(), 0);
+  for (size_t i = 0; i < params.size(); ++i) {
+    int* counter = &pre[i];
+    params[i].second.register_hook([counter](const at::Tensor&) { ++*counter; });
+    torch::autograd::impl::set_post_acc_grad_hooks(params[i].second, std::make_unique<CountingPostHook>(&post[i]));
+  }
+  const auto off = loss_grads(*m, ids, labels);
+  const std::vector<int> pre_off = pre, post_off = post;
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(post_off[i], 1) << params[i].first;  // accumulated once per backward
+    EXPECT_GE(pre_off[i], 1) << params[i].first;
+  }
+  m->set_activation_checkpointing(true);
+  const auto on = loss_grads(*m, ids, labels);
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(post[i] - post_off[i], post_off[i]) << params[i].first;
+    EXPECT_EQ(pre[i] - pre_off[i], pre_off[i]) << params[i].first;
+  }
+  for (const auto& [name, g] : off) {
+    EXPECT_TRUE(at::equal(g, on.at(name))) << name << " differs by " << max_rel_diff(on.at(name), g);
+    EXPECT_LE(max_rel_diff(on.at(name), expected().tensor("tiny.grad." + name)), 1e-4) << name;
+  }
+  // Packed rows under checkpointing match too.
+  const at::Tensor pids = expected().tensor("packed.input_ids");
+  const at::Tensor ppos = expected().tensor("packed.position_ids");
+  EXPECT_LE(max_rel_diff(m->forward(pids, ppos, true), expected().tensor("packed.logits")), kLogitTol);
+  at::Tensor plabels = pids.roll({-1}, {1}).clone();
+  plabels[0][19] = -100;
+  const auto p_on = loss_grads(*m, pids, plabels, ppos, true);
+  m->set_activation_checkpointing(false);
+  const auto p_off = loss_grads(*m, pids, plabels, ppos, true);
+  for (const auto& [name, g] : p_off) EXPECT_TRUE(at::equal(g, p_on.at(name))) << name;
+}
+
+TEST(Llama, PackedGradientsEqualPerDocumentGradients) {
+  auto m = tiny();
+  const at::Tensor ids = expected().tensor("packed.input_ids");
+  const at::Tensor pos = expected().tensor("packed.position_ids");
+  at::Tensor labels = ids.roll({-1}, {1}).clone();
+  labels[0][8] = -100;  // last token of document A predicts nothing across the boundary
+  labels[0][19] = -100;
+  const auto packed = loss_grads(*m, ids, labels, pos, true);
+  const at::Tensor a = ids.narrow(1, 0, 9), b = ids.narrow(1, 9, 11);
+  const auto ga = loss_grads(*m, a, labels.narrow(1, 0, 9));
+  const auto gb = loss_grads(*m, b, labels.narrow(1, 9, 11));
+  for (const auto& [name, g] : packed) EXPECT_LE(max_rel_diff(g, ga.at(name) + gb.at(name)), 1e-5) << name;
+}
+
+TEST(Llama, StorageSwapKeepsParameterIdentityAndResults) {
+  auto m = tiny();
+  m->set_activation_checkpointing(true);
+  const at::Tensor ids = expected().tensor("tiny.input_ids");
+  const at::Tensor labels = expected().tensor("tiny.labels");
+  auto params = m->named_parameters();
+  int64_t total = 0;
+  for (auto& [_, p] : params) total += p.numel();
+  // What a ZeRO plugin does: move every parameter into one flat buffer, keeping the tensor objects.
+  at::Tensor flat = at::empty({total}, at::kFloat);
+  int64_t off = 0;
+  std::vector<c10::TensorImpl*> impls;
+  for (auto& [_, p] : params) {
+    at::Tensor view = flat.narrow(0, off, p.numel()).view(p.sizes());
+    view.copy_(p.detach());
+    p.set_data(view);
+    off += p.numel();
+    impls.push_back(p.unsafeGetTensorImpl());
+  }
+  auto again = m->named_parameters();
+  for (size_t i = 0; i < again.size(); ++i) EXPECT_EQ(again[i].second.unsafeGetTensorImpl(), impls[i]);
+  EXPECT_LE(max_rel_diff(m->forward(ids, {}, false), expected().tensor("tiny.logits")), kLogitTol);
+  const auto g = loss_grads(*m, ids, labels);
+  for (const auto& [name, grad] : g)
+    EXPECT_LE(max_rel_diff(grad, expected().tensor("tiny.grad." + name)), 1e-4) << name;
+  // The model reads the flat buffer: changing it changes the output.
+  {
+    at::NoGradGuard ng;
+    flat.mul_(0.5);
+  }
+  EXPECT_GT(max_rel_diff(m->forward(ids, {}, false), expected().tensor("tiny.logits")), 1e-2);
+}
+
+TEST(Llama, Bfloat16LogitsCloseToTransformersBfloat16) {
+  auto m = tiny(at::kBFloat16);
+  const at::Tensor logits = m->forward(expected().tensor("tiny.input_ids"), {}, false);
+  EXPECT_EQ(logits.scalar_type(), at::kBFloat16);
+  // bf16 has 8 bits of mantissa; transformers rounds RMSNorm before the weight multiply, we after.
+  EXPECT_LE(max_rel_diff(logits, expected().tensor("tiny.logits_bf16")), 3e-2);
+  EXPECT_LE(max_rel_diff(logits, expected().tensor("tiny.logits")), 3e-2);
+  at::Tensor loss = m->loss_sum(expected().tensor("tiny.input_ids"), expected().tensor("tiny.labels"), {}, false);
+  EXPECT_EQ(loss.scalar_type(), at::kFloat);
+  EXPECT_LE(max_rel_diff(loss, expected().tensor("tiny.loss_sum")), 2e-2);
+  loss.backward();
+  EXPECT_EQ(m->embed_weight().grad().scalar_type(), at::kBFloat16);
+}
+
+TEST(Llama, GreedyGenerationMatchesTransformers) {
+  auto m = tiny();
+  const at::Tensor prompt = expected().tensor("generate.prompt");
+  const at::Tensor want = expected().tensor("generate.new_tokens");
+  std::vector<int32_t> p;
+  for (int64_t i = 0; i < prompt.size(1); ++i) p.push_back(static_cast<int32_t>(prompt[0][i].item<int64_t>()));
+  const auto got = m->generate_greedy(p, want.size(1), std::nullopt);
+  ASSERT_EQ(static_cast<int64_t>(got.size()), want.size(1));
+  for (int64_t i = 0; i < want.size(1); ++i) EXPECT_EQ(got[i], want[0][i].item<int64_t>()) << "token " << i;
+  // Stops at (and includes) the stop token.
+  const auto stopped = m->generate_greedy(p, 8, got[2]);
+  EXPECT_EQ(stopped, std::vector<int32_t>(got.begin(), got.begin() + 3));
+  expect_error([&] { m->generate_greedy({}, 3, std::nullopt); }, {"prompt is empty"});
+  expect_error([&] { m->generate_greedy({5, 300}, 3, std::nullopt); }, {"300", "outside the vocabulary"});
+}
+
+TEST(Llama, InitRandomIsDeterministicPerSeed) {
+  const LlamaConfig cfg = LlamaConfig::from_file(fixture("tiny/config.json"));
+  LlamaModel a(cfg, at::kFloat, at::kCPU), b(cfg, at::kFloat, at::kCPU), c(cfg, at::kFloat, at::kCPU);
+  a.init_random(5, 0.02);
+  b.init_random(5, 0.02);
+  c.init_random(6, 0.02);
+  const auto pa = a.named_parameters(), pb = b.named_parameters(), pc = c.named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(at::equal(pa[i].second, pb[i].second)) << pa[i].first;
+    EXPECT_TRUE(pa[i].second.requires_grad() && pa[i].second.is_leaf());
+    if (pa[i].second.dim() == 1) {
+      EXPECT_TRUE(at::equal(pa[i].second, at::ones_like(pa[i].second))) << pa[i].first;
+    } else {
+      EXPECT_FALSE(at::equal(pa[i].second, pc[i].second)) << pa[i].first;
+      EXPECT_NEAR(pa[i].second.std().item<double>(), 0.02, 0.002) << pa[i].first;
+    }
+  }
+  // Distinct parameters of equal shape get distinct values.
+  EXPECT_FALSE(at::equal(pa[1 + 4].second, pa[1 + 5].second));  // gate_proj vs up_proj
+}
+
+TEST(Llama, InputErrors) {
+  auto m = tiny();
+  const at::Tensor ids = expected().tensor("tiny.input_ids");
+  expect_error([&] { m->forward(ids[0], {}, false); }, {"input_ids must be a [B, T]", "got Long [12]"});
+  expect_error([&] { m->forward(ids.to(at::kFloat), {}, false); }, {"input_ids", "got Float [2, 12]"});
+  expect_error([&] { m->forward(ids, at::zeros({2, 11}, at::kLong), false); }, {"position_ids", "shaped like input_ids"});
+  expect_error([&] { m->loss_sum(ids, ids.narrow(1, 0, 5), {}, false); }, {"labels", "got Long [2, 5]"});
+  expect_error([&] { LlamaModel::from_pretrained(fixture("nonexistent"), at::kFloat, at::kCPU); },
+               {"nonexistent", "no config.json"});
+  expect_error([&] { LlamaModel(m->config(), at::kLong, at::kCPU); }, {"float32, bfloat16 or float16"});
+}
+
+}  // namespace
+}  // namespace ciuic::model
