@@ -1,0 +1,170 @@
+// demo_eval.h — exact-match accuracy of greedy answers on held-out chat questions (header-only).
+//
+// For `make demo` (and any "questions with exact answers" eval): the trainer loads the held-out
+// file once, and before/after training calls exact_match() with a callback that runs the model's
+// greedy generation; print_table() shows the two results side by side.
+//
+//   #include "../../examples/demo/demo_eval.h"   // or add examples/demo to the include path
+//   auto questions = ciuic::demo::load_held_out(dir + "/eval.jsonl");
+//   auto before = ciuic::demo::exact_match(questions, *tokenizer, *chat_template,
+//       [&](const std::vector<int32_t>& prompt, int64_t max_new) {
+//         return model.generate_greedy(prompt, max_new, tokenizer->eos_id());
+//       });
+//   ... train ...
+//   std::cout << ciuic::demo::format_table(before, after);
+//
+// Input: JSONL lines {"messages": [...], "answer"?: str, "category"?: str} (gen_demo_data.py's
+// eval.jsonl). The prompt is every message before the last assistant message; the expected answer
+// is "answer" when present, else that last assistant message's content. The prompt is encoded with
+// ChatTemplate::encode_prompt (so it ends where the assistant's reply starts).
+// Matching: the generated ids are cut at the tokenizer's EOS, decoded without special tokens and
+// trimmed of white space at both ends; the answer must then be equal, byte for byte.
+//
+// Threading: load_held_out and exact_match are reentrant; the callback is called from the caller's
+// thread, one question at a time. Failure: load_held_out throws ciuic::Error naming file:line for
+// a malformed line or one without an assistant message; exact_match propagates the callback's
+// exceptions.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <ciuic/error.h>
+#include <ciuic/tokenizer.h>
+
+namespace ciuic::demo {
+
+struct HeldOutQuestion {
+  std::vector<ChatMessage> prompt;  // the conversation up to the expected reply
+  std::string answer;               // exact expected reply
+  std::string category;             // "" when the line has none
+  std::string where;                // "<file>:<line>"
+};
+
+// Greedy continuation of `prompt_ids`: the new ids (a returned vector that starts with the prompt
+// is accepted too: the prompt is cut off). It may stop early (e.g. at EOS).
+using GenerateFn = std::function<std::vector<int32_t>(const std::vector<int32_t>& prompt_ids, int64_t max_new_tokens)>;
+
+struct ExactMatchResult {
+  int64_t total = 0, correct = 0;
+  double accuracy() const { return total ? static_cast<double>(correct) / total : 0.0; }
+  std::map<std::string, std::pair<int64_t, int64_t>> by_category;  // category -> (correct, total)
+  std::vector<std::string> mistakes;  // the first few: "<question> -> got '<x>', expected '<y>'"
+};
+
+inline std::vector<HeldOutQuestion> load_held_out(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot open held-out questions " + path);
+  std::vector<HeldOutQuestion> out;
+  std::string line;
+  for (int64_t n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(n);
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("messages") || !j["messages"].is_array())
+      throw Error(where + ": expected a JSON object with a \"messages\" array");
+    HeldOutQuestion q;
+    q.where = where;
+    const auto& msgs = j["messages"];
+    int64_t last_assistant = -1;
+    for (size_t i = 0; i < msgs.size(); ++i) {
+      if (!msgs[i].is_object() || !msgs[i].contains("role") || !msgs[i].contains("content") ||
+          !msgs[i]["role"].is_string() || !msgs[i]["content"].is_string())
+        throw Error(where + ": messages[" + std::to_string(i) + "] must be {\"role\": str, \"content\": str}");
+      if (msgs[i]["role"] == "assistant") last_assistant = static_cast<int64_t>(i);
+    }
+    if (last_assistant < 0 && !j.contains("answer"))
+      throw Error(where + ": no assistant message and no \"answer\": nothing to compare with");
+    const size_t prompt_end = last_assistant < 0 ? msgs.size() : static_cast<size_t>(last_assistant);
+    for (size_t i = 0; i < prompt_end; ++i) {
+      std::string role = msgs[i]["role"].get<std::string>();
+      if (role == "prompter") role = "user";
+      q.prompt.push_back({role, msgs[i]["content"].get<std::string>()});
+    }
+    q.answer = j.contains("answer") && j["answer"].is_string() ? j["answer"].get<std::string>()
+                                                               : msgs[prompt_end]["content"].get<std::string>();
+    if (j.contains("category") && j["category"].is_string()) q.category = j["category"].get<std::string>();
+    out.push_back(std::move(q));
+  }
+  return out;
+}
+
+inline std::string trim_spaces(const std::string& s) {
+  const char* ws = " \t\r\n";
+  size_t b = s.find_first_not_of(ws);
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(ws) - b + 1);
+}
+
+// Scores the first `limit` questions (0 = all).
+inline ExactMatchResult exact_match(const std::vector<HeldOutQuestion>& questions, const Tokenizer& tok,
+                                    const ChatTemplate& tmpl, const GenerateFn& generate,
+                                    int64_t max_new_tokens = 8, int64_t limit = 0) {
+  ExactMatchResult r;
+  const auto eos = tok.eos_id();
+  for (const HeldOutQuestion& q : questions) {
+    if (limit > 0 && r.total >= limit) break;
+    const std::vector<int32_t> prompt = tmpl.encode_prompt(q.prompt);
+    std::vector<int32_t> gen = generate(prompt, max_new_tokens);
+    if (gen.size() >= prompt.size() && std::equal(prompt.begin(), prompt.end(), gen.begin()))
+      gen.erase(gen.begin(), gen.begin() + static_cast<std::ptrdiff_t>(prompt.size()));
+    if (eos)
+      for (size_t i = 0; i < gen.size(); ++i)
+        if (gen[i] == *eos) {
+          gen.resize(i);
+          break;
+        }
+    const std::string got = trim_spaces(tok.decode(gen, true));
+    const bool ok = got == q.answer;
+    ++r.total;
+    r.correct += ok;
+    auto& c = r.by_category[q.category];
+    c.first += ok;
+    ++c.second;
+    if (!ok && r.mistakes.size() < 5)
+      r.mistakes.push_back((q.prompt.empty() ? std::string() : q.prompt.back().content) + " -> got '" + got +
+                           "', expected '" + q.answer + "'");
+  }
+  return r;
+}
+
+// A small text table: one row per category and a total, columns "before" and "after".
+inline std::string format_table(const ExactMatchResult& before, const ExactMatchResult& after) {
+  auto cell = [](const std::pair<int64_t, int64_t>& c) {
+    char b[48];
+    std::snprintf(b, sizeof b, "%4lld/%-4lld %5.1f%%", static_cast<long long>(c.first),
+                  static_cast<long long>(c.second), c.second ? 100.0 * c.first / c.second : 0.0);
+    return std::string(b);
+  };
+  std::string out = "exact-match accuracy on held-out questions (greedy)\n";
+  char line[160];
+  std::snprintf(line, sizeof line, "  %-12s %-18s %-18s\n", "category", "before", "after");
+  out += line;
+  std::map<std::string, int> cats;
+  for (auto& [k, v] : before.by_category) cats[k] = 1;
+  for (auto& [k, v] : after.by_category) cats[k] = 1;
+  for (auto& [k, unused] : cats) {
+    auto find = [&](const ExactMatchResult& r) {
+      auto it = r.by_category.find(k);
+      return it == r.by_category.end() ? std::pair<int64_t, int64_t>{0, 0} : it->second;
+    };
+    std::snprintf(line, sizeof line, "  %-12s %-18s %-18s\n", k.empty() ? "-" : k.c_str(), cell(find(before)).c_str(),
+                  cell(find(after)).c_str());
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "  %-12s %-18s %-18s\n", "all", cell({before.correct, before.total}).c_str(),
+                cell({after.correct, after.total}).c_str());
+  out += line;
+  return out;
+}
+
+}  // namespace ciuic::demo

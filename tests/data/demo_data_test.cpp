@@ -1,0 +1,105 @@
+// The demo's data path with the real pieces: examples/demo/tokenizer.json read by ciuic's
+// Tokenizer, the "plain" chat template, the cached_ssd plugin — compared with the ids the Python
+// `tokenizers` package gives for the same conversations (fixtures/data/demo/hf_ids.json) — and the
+// exact-match helper of examples/demo/demo_eval.h.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include <ciuic/error.h>
+
+#include "data_test_support.h"
+#include "demo_eval.h"
+
+namespace ciuic::testdata {
+namespace {
+
+using Json = nlohmann::json;
+const std::string kDemoFixtures = std::string(CIUIC_FIXTURES_DIR) + "/data/demo";
+const std::string kTokenizer = std::string(CIUIC_SOURCE_DIR) + "/examples/demo/tokenizer.json";
+
+TEST(DemoData, CachedSsdGivesTheHfIdsAndLossOnTheReplyOnly) {
+  auto tok = Tokenizer::from_file(kTokenizer);
+  auto tmpl = ChatTemplate::create("plain", *tok);
+  const std::string dir = temp_dir("demo");
+  RunContext ctx = make_context(dir);
+  auto src = registry().create<DataSource>(
+      Slot::kData, "cached_ssd",
+      Config::from_toml("data", "sources = [\"" + kDemoFixtures + "/train.jsonl\"]\nformat = \"chat\"\n"
+                                "packing = false\nshuffle = false\n"),
+      ctx);
+  DataOpenArgs a;
+  a.seq_len = 48;
+  a.micro_batch_size = 8;
+  a.tokenizer = tok.get();
+  a.chat_template = tmpl.get();
+  src->open(a);
+  Batch b = src->next();
+  Json ref = Json::parse(std::ifstream(kDemoFixtures + "/hf_ids.json"));
+  ASSERT_EQ(ref["documents"].size(), 8u);
+  for (int64_t r = 0; r < 8; ++r) {
+    const auto ids = ref["documents"][r]["ids"].get<std::vector<int64_t>>();
+    const auto reply = ref["documents"][r]["reply_ids"].get<std::vector<int64_t>>();
+    const int64_t n = static_cast<int64_t>(ids.size());
+    for (int64_t t = 0; t < 48; ++t) {
+      if (t < n) {
+        EXPECT_EQ(b.input_ids[r][t].item<int64_t>(), ids[t]) << "row " << r << " position " << t;
+        EXPECT_EQ(b.position_ids[r][t].item<int64_t>(), t);
+      }
+      // Targets: exactly the reply's tokens (" 116<|end_of_text|>"), predicted from the position before.
+      const int64_t first_target = n - static_cast<int64_t>(reply.size());
+      const int64_t want = (t + 1 >= first_target && t + 1 < n) ? ids[t + 1] : -100;
+      EXPECT_EQ(b.labels[r][t].item<int64_t>(), want) << "row " << r << " position " << t;
+    }
+  }
+}
+
+TEST(DemoEval, ExactMatchWithAnOracleAndAConstantGenerator) {
+  auto tok = Tokenizer::from_file(kTokenizer);
+  auto tmpl = ChatTemplate::create("plain", *tok);
+  auto questions = demo::load_held_out(kDemoFixtures + "/eval.jsonl");
+  ASSERT_EQ(questions.size(), 200u);
+  // Oracle: the expected answer, as the model would write it (" <answer>" then EOS, then junk).
+  std::map<std::vector<int32_t>, std::string> answers;
+  for (const auto& q : questions) answers[tmpl->encode_prompt(q.prompt)] = q.answer;
+  auto oracle = [&](const std::vector<int32_t>& prompt, int64_t) {
+    std::vector<int32_t> out = prompt;  // returning prompt + reply is accepted too
+    for (int32_t id : tok->encode(" " + answers.at(prompt), false)) out.push_back(id);
+    out.push_back(*tok->eos_id());
+    out.push_back(tok->encode("9", false)[0]);
+    return out;
+  };
+  demo::ExactMatchResult all = demo::exact_match(questions, *tok, *tmpl, oracle);
+  EXPECT_EQ(all.total, 200);
+  EXPECT_EQ(all.correct, 200);
+  EXPECT_EQ(all.by_category.size(), 4u);
+  // A model that always says "0" is right exactly where the answer is "0".
+  int64_t zeros = 0;
+  for (const auto& q : questions) zeros += q.answer == "0";
+  auto zero = [&](const std::vector<int32_t>&, int64_t) { return tok->encode(" 0", false); };
+  demo::ExactMatchResult z = demo::exact_match(questions, *tok, *tmpl, zero);
+  EXPECT_EQ(z.correct, zeros);
+  EXPECT_FALSE(z.mistakes.empty());
+  EXPECT_EQ(demo::exact_match(questions, *tok, *tmpl, zero, 8, 10).total, 10);
+  const std::string table = demo::format_table(z, all);
+  EXPECT_NE(table.find("200/200"), std::string::npos) << table;
+  EXPECT_NE(table.find("convert"), std::string::npos) << table;
+}
+
+TEST(DemoEval, MalformedHeldOutFileNamesTheLine) {
+  const std::string dir = temp_dir("demo_bad");
+  write_file(dir + "/e.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": \"1\"}\n"
+                               "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}]}\n");
+  try {
+    demo::load_held_out(dir + "/e.jsonl");
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("e.jsonl:2: no assistant message"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ciuic::testdata
