@@ -143,3 +143,22 @@ INSTANTIATE_TEST_SUITE_P(Hf, FixtureTest, ::testing::ValuesIn(test::tokenizer_fi
 
 }  // namespace
 }  // namespace ciuic
+
+namespace ciuic {
+namespace {
+
+TEST(Tokenizer, HugeRunsDoNotExhaustRegexResources) {
+  // 200k spaces / newlines / digits / letters in one piece: backtracking patterns like
+  // \s+(?!\S) must neither fail (PCRE2 JIT stack) nor lose text.
+  for (const char* name : {"llama3", "deepseek_llm", "gpt2"}) {
+    auto tok = Tokenizer::from_file(test::tokenizer_fixture_dir(name) + "/tokenizer.json");
+    for (const std::string& s : {std::string(200000, ' ') + "x", std::string(100000, '\n') + " y",
+                                 std::string(100000, '7'), std::string(50000, 'a') + std::string(50000, '\t')}) {
+      std::vector<int32_t> ids = tok->encode(s, false);
+      EXPECT_EQ(tok->decode(ids, false), s) << name << " " << s.size();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ciuic
