@@ -81,8 +81,8 @@ class CIUIC_API Offload : public PluginObject {
 // setup: numel >= 0; segments cover [0, numel) in order without gaps or overlaps; master_init a
 // defined fp32 tensor of numel elements; param_dtype fp32, bf16 or fp16.
 CIUIC_API void check_offload_setup(const OffloadSetup& setup, std::string_view who);
-// step() arguments against what setup() received: grad of numel elements on `device`,
-// fp32/bf16/fp16, contiguous; params_out of numel elements, `param_dtype`, on `device`,
+// step() arguments against what setup() received: grad of numel elements on `device` or in
+// host memory (see wants_host_grad()), fp32/bf16/fp16, contiguous; params_out of numel elements, `param_dtype`, on `device`,
 // contiguous; finite grad_scale > 0; t >= 1.
 CIUIC_API void check_offload_step(int64_t numel, c10::Device device, at::ScalarType param_dtype,
                                   const at::Tensor& grad, double grad_scale, int64_t t,

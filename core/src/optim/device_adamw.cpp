@@ -63,15 +63,15 @@ class DeviceAdamW final : public Offload {
     step_t_.fill_(static_cast<double>(t));
     const at::Tensor g = grad.reshape({numel_});
 
-    if (grad.scalar_type() == at::kFloat && grad_scale == 1.0) {
+    if (grad.scalar_type() == at::kFloat && grad_scale == 1.0 && grad.device() == device_) {
       // The gradient is used as it is: one fused call per weight-decay group.
       Lists decay, no_decay;
       for (const Run& r : runs_)
         pick(r, h, decay, no_decay).add(*this, r.begin, r.end - r.begin, g, r.begin);
       flush(decay, no_decay, h);
     } else {
-      // Convert / scale into the scratch buffer a chunk at a time; each chunk is one fused call
-      // per group.
+      // Convert / scale (or bring over from host memory) into the scratch buffer a chunk at a
+      // time; each chunk is one fused call per group.
       const int64_t chunk = std::min(numel_, scratch_chunk(device_));
       if (!scratch_.defined() || scratch_.numel() < chunk)
         scratch_ = at::empty({chunk}, at::TensorOptions().dtype(at::kFloat).device(device_));

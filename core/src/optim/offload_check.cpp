@@ -52,11 +52,12 @@ void check_offload_setup(const OffloadSetup& s, std::string_view who) {
 void check_offload_step(int64_t numel, c10::Device device, at::ScalarType param_dtype,
                         const at::Tensor& grad, double grad_scale, int64_t t,
                         const at::Tensor& params_out, std::string_view who) {
-  if (!grad.defined() || grad.numel() != numel || grad.device() != device ||
+  // The gradient may also be in host memory (Offload::wants_host_grad()).
+  if (!grad.defined() || grad.numel() != numel || (grad.device() != device && !grad.is_cpu()) ||
       !supported_param_dtype(grad.scalar_type()) || !grad.is_contiguous())
     throw Error(str(who) + ": step() gradient must be a contiguous fp32, bf16 or fp16 tensor of " +
-                std::to_string(numel) + " elements on " + device.str() + ", got " +
-                describe(grad));
+                std::to_string(numel) + " elements on " + device.str() +
+                (device.is_cpu() ? "" : " or in host memory") + ", got " + describe(grad));
   if (!params_out.defined() || params_out.numel() != numel || params_out.device() != device ||
       params_out.scalar_type() != param_dtype || !params_out.is_contiguous())
     throw Error(str(who) + ": step() params_out must be a contiguous " +

@@ -11,6 +11,11 @@
 //       staging slot --upload stream--> params_out tile      (overlaps the next tile's update)
 //     the current stream waits for the uploads; the host waits for the last two
 //
+// wants_host_grad() is true, so a Sharding that honours it (bucket_sharding) accumulates the
+// reduced gradient shard in pinned host memory as buckets finish; step() then reads it in place
+// and only the parameter uploads remain. The downloads above serve Shardings that keep the
+// gradient on the device.
+//
 // On a CPU run ("direct"): the gradient and params_out are already host memory; the threads read
 // the gradient in place and write params_out in the parameter dtype during the update — no copies.
 // `pipeline = "staged"` forces the staged path on the CPU (synchronous copies): it exercises the
@@ -185,9 +190,14 @@ class CpuAdam final : public ciuic::Offload {
                              : std::string("direct in-memory update")));
   }
 
+  // On CUDA runs the Sharding then keeps the reduced gradient shard in pinned host memory, so
+  // no gradient crosses PCIe inside step().
+  bool wants_host_grad() const override { return true; }
+
   void grad_ready(int64_t offset, const at::Tensor& region) override {
     require_setup("grad_ready");
-    if (!staged_) return;  // the gradient is read in place by step()
+    // Read in place by step(): a CPU run, or a host-memory gradient (wants_host_grad()).
+    if (!staged_ || (region.defined() && region.is_cpu() && !device_.is_cpu())) return;
     if (!region.defined() || region.device() != device_ || !region.is_contiguous() ||
         offset < 0 || offset + region.numel() > numel_ ||
         (region.scalar_type() != at::kFloat && region.scalar_type() != at::kBFloat16 &&
@@ -336,30 +346,17 @@ class CpuAdam final : public ciuic::Offload {
   }
 
   void step_staged(const at::Tensor& grad, const Coefficients& c, at::Tensor& params_out) {
-    ensure_host_grad(grad.scalar_type());
-    const at::Tensor g = grad.reshape({numel_});
-    // Download what grad_ready() did not announce, a tile at a time.
-    std::sort(pending_.begin(), pending_.end(),
-              [](const Pending& a, const Pending& b) { return a.begin < b.begin; });
-    std::vector<Pending> all;
-    int64_t pos = 0;
-    auto fill = [&](int64_t from, int64_t to) {
-      for (int64_t a = from; a < to; a += tile_) {
-        const int64_t n = std::min(tile_, to - a);
-        all.push_back({a, a + n, copier_->download(host_grad_.narrow(0, a, n), g.narrow(0, a, n))});
-      }
-    };
-    for (const Pending& p : pending_) {
-      fill(pos, p.begin);
-      all.push_back(p);
-      pos = p.end;
-    }
-    fill(pos, numel_);
-    pending_ = std::move(all);
-
     const Dtype gd = to_dtype(grad.scalar_type());
     const Dtype od = to_dtype(param_dtype_);
-    const char* hg = static_cast<const char*>(host_grad_.const_data_ptr());
+    const char* hg = nullptr;
+    if (grad.is_cpu() && !device_.is_cpu()) {
+      // Already in host memory (wants_host_grad()): nothing to download.
+      drop_pending();
+      hg = static_cast<const char*>(grad.const_data_ptr());
+    } else {
+      download_rest(grad);
+      hg = static_cast<const char*>(host_grad_.const_data_ptr());
+    }
     at::Tensor out = params_out.view({numel_});
     int64_t slot_ticket[2] = {-1, -1};
     size_t j = 0;
@@ -380,6 +377,31 @@ class CpuAdam final : public ciuic::Offload {
       if (ticket >= 0) timed_wait(ticket);
     pending_.clear();
     copier_->reset();
+  }
+
+  // Enqueues the downloads of what grad_ready() did not announce, a tile at a time; pending_
+  // then covers [0, numel) in order.
+  void download_rest(const at::Tensor& grad) {
+    ensure_host_grad(grad.scalar_type());
+    const at::Tensor g = grad.reshape({numel_});
+    // Download what grad_ready() did not announce, a tile at a time.
+    std::sort(pending_.begin(), pending_.end(),
+              [](const Pending& a, const Pending& b) { return a.begin < b.begin; });
+    std::vector<Pending> all;
+    int64_t pos = 0;
+    auto fill = [&](int64_t from, int64_t to) {
+      for (int64_t a = from; a < to; a += tile_) {
+        const int64_t n = std::min(tile_, to - a);
+        all.push_back({a, a + n, copier_->download(host_grad_.narrow(0, a, n), g.narrow(0, a, n))});
+      }
+    };
+    for (const Pending& p : pending_) {
+      fill(pos, p.begin);
+      all.push_back(p);
+      pos = p.end;
+    }
+    fill(pos, numel_);
+    pending_ = std::move(all);
   }
 
   // Options.
