@@ -342,11 +342,12 @@ void BpeModel::merge_long(std::vector<int32_t>& s) const {
     }
   };
   const size_t n = s.size();
-  std::vector<Sym> sym(n);
+  thread_local std::vector<Sym> sym;
+  thread_local std::vector<Cand> heap_storage;
+  sym.resize(n);
   for (size_t i = 0; i < n; ++i)
     sym[i] = Sym{s[i], static_cast<int64_t>(i) - 1, i + 1 < n ? static_cast<int64_t>(i + 1) : -1, true};
-  std::vector<Cand> heap_storage;
-  heap_storage.reserve(n);
+  heap_storage.clear();
   std::priority_queue<Cand> queue(std::less<Cand>(), std::move(heap_storage));
   for (size_t i = 0; i + 1 < n; ++i)
     if (const uint64_t* m = find_merge(s[i], s[i + 1]))
@@ -374,6 +375,11 @@ void BpeModel::merge_long(std::vector<int32_t>& s) const {
   s.clear();
   for (size_t i = 0; i < n; ++i)
     if (sym[i].alive) s.push_back(sym[i].id);
+  // Keep the heap's buffer for the next call (priority_queue exposes it only to subclasses).
+  struct Access : std::priority_queue<Cand> {
+    static std::vector<Cand>&& take(std::priority_queue<Cand>& q) { return std::move(q.*&Access::c); }
+  };
+  heap_storage = Access::take(queue);
 }
 
 void BpeModel::encode_uncached(std::string_view piece, std::vector<int32_t>& out) const {

@@ -503,6 +503,16 @@ void HfTokenizer::segments(std::string_view text, Scratch& sc) const {
 void HfTokenizer::apply_step(const Step& step, std::string_view text, Span piece, Scratch& sc) const {
   std::string_view s = text.substr(piece.b, piece.e - piece.b);
   std::vector<Span>& out = sc.next;
+  if (step.behavior == Behavior::kIsolated) {  // the common case; match flags (and invert) are unused
+    size_t prev = 0;
+    step.re->for_each_match(s, [&](size_t st, size_t en) {
+      if (prev != st) out.push_back(Span{piece.b + prev, piece.b + st});
+      if (st != en) out.push_back(Span{piece.b + st, piece.b + en});
+      prev = en;
+    }, *sc.regex);
+    if (prev != s.size()) out.push_back(Span{piece.b + prev, piece.e});
+    return;
+  }
   std::vector<Match>& ms = sc.matches;
   ms.clear();
   size_t prev = 0;
