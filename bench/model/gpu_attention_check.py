@@ -6,7 +6,10 @@
 The model calls at::scaled_dot_product_attention in two forms: causal (is_causal, enable_gqa when
 num_key_value_heads < num_attention_heads) and packed (a block-diagonal boolean mask). This
 script times forward+backward of each form at DeepSeek-7B / Llama-3-8B attention shapes in bf16
-and reports which backends accept it, to decide how packed GQA attention is issued on CUDA.
+and reports which backends accept it, to decide how packed GQA attention is issued on CUDA. It also
+times flash varlen attention with sync-free cu_seqlens (one slot per token, empty sequences after
+the last document): a dead end, the per-sequence bookkeeping of the empty slots costs 10x the
+masked cuDNN kernel (results in docs/performance/model.md).
 """
 import time
 import warnings
@@ -52,7 +55,36 @@ def main():
             "mask expanded kv": lambda q, k, v: F.scaled_dot_product_attention(
                 q, k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1), attn_mask=m),
         }
-        print(f"\nB={b} T={t} heads={h} kv={kv} D={d}")
+        # Flash varlen over the packed documents, cu_seqlens built without a host sync: one slot per
+        # token, slots past the last document hold B*T (empty sequences), max length = T.
+        pos = torch.cat([torch.arange(n) for n in [t // 4, t // 2, t - t // 4 - t // 2]]).to(dev).repeat(b)
+        n_tok = b * t
+        starts = pos == 0
+        doc = starts.int().cumsum(0) - 1
+        cu = torch.full((n_tok + 1,), n_tok, dtype=torch.int32, device=dev)
+        cu.scatter_(0, torch.where(starts, doc, n_tok).long(), torch.arange(n_tok, dtype=torch.int32, device=dev))
+        cu[n_tok] = n_tok
+
+        def varlen(q, k, v):
+            out, _, _, _, _ = torch.ops.aten._flash_attention_forward(
+                q.transpose(1, 2).reshape(n_tok, h, d), k.transpose(1, 2).reshape(n_tok, kv, d),
+                v.transpose(1, 2).reshape(n_tok, kv, d), cu, cu, t, t, 0.0, True, False)
+            return out.view(b, t, h, d).transpose(1, 2)
+
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+            def varlen(q, k, v):  # noqa: F811 (the differentiable public wrapper, same kernel)
+                out = varlen_attn(q.transpose(1, 2).reshape(n_tok, h, d), k.transpose(1, 2).reshape(n_tok, kv, d),
+                                  v.transpose(1, 2).reshape(n_tok, kv, d), cu, cu, t, t, window_size=(-1, 0))
+                return out.view(b, t, h, d).transpose(1, 2)
+        except ImportError:
+            pass
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=rep > 1)
+        got = varlen(q, k, v)
+        print(f"\nB={b} T={t} heads={h} kv={kv} D={d}   varlen vs mask max abs diff "
+              f"{(got - ref).abs().max().item():.3e}")
+        ms, mib = bench(varlen, q, k, v)
+        print(f"  {'flash varlen':18s} {ms:8.2f} ms fwd+bwd  peak {mib:8.0f} MiB")
         for name, fn in forms.items():
             ok = []
             for be in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,

@@ -2,16 +2,21 @@
 //
 //   build-*/bin/model_bench [--benchmark_filter=...]
 // Shape (override with env CIUIC_BENCH_{HIDDEN,LAYERS,SEQ,BATCH,VOCAB}): hidden 256, 4 layers,
-// 4 heads of 64 with 2 KV heads, intermediate 688, vocab 2048, batch 2 x seq 256, fp32.
+// heads of 64 (hidden / 64 of them, half as many KV heads), intermediate 8/3 hidden, vocab 2048,
+// batch 2 x seq 256. CIUIC_BENCH_DEVICE=cuda and CIUIC_BENCH_DTYPE=bf16 run it on a GPU in
+// bfloat16 (bench/model/peer_hf.py reads the same variables for the PyTorch peer).
 // BM_CheckpointingRatio alternates both settings step by step and reports on/off as a ratio
 // measured side by side.
 #include <chrono>
 #include <cstdlib>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/randint.h>
+#include <ATen/ops/tensor.h>
 #include <benchmark/benchmark.h>
 
 #include "model/llama.h"
@@ -28,11 +33,12 @@ int64_t env_or(const char* name, int64_t dflt) {
 
 struct Setup {
   std::unique_ptr<LlamaModel> model;
-  at::Tensor ids, labels;
+  at::Tensor ids, labels, position_ids;
+  bool packed = false;
   int64_t tokens = 0;
 };
 
-Setup make_setup(bool packed_positions = false) {
+Setup make_setup() {
   LlamaConfig c;
   c.hidden_size = env_or("CIUIC_BENCH_HIDDEN", 256);
   c.num_hidden_layers = env_or("CIUIC_BENCH_LAYERS", 4);
@@ -44,11 +50,20 @@ Setup make_setup(bool packed_positions = false) {
   c.tie_word_embeddings = false;
   c.validate("bench");
   Setup s;
-  s.model = std::make_unique<LlamaModel>(c, at::kFloat, at::kCPU);
+  const char* dev = std::getenv("CIUIC_BENCH_DEVICE");
+  const char* dt = std::getenv("CIUIC_BENCH_DTYPE");
+  const c10::Device device(dev ? dev : "cpu");
+  const at::ScalarType dtype = dt && std::string(dt) == "bf16" ? at::kBFloat16 : at::kFloat;
+  s.model = std::make_unique<LlamaModel>(c, dtype, device);
   s.model->init_random(1, 0.02);
   const int64_t b = env_or("CIUIC_BENCH_BATCH", 2), t = env_or("CIUIC_BENCH_SEQ", 256);
-  s.ids = at::randint(0, c.vocab_size, {b, t}, at::kLong);
+  s.ids = at::randint(0, c.vocab_size, {b, t}, at::kLong).to(device);
   s.labels = s.ids.roll({-1}, {1});
+  // Packed rows: documents of t/8, t/4, t/8, t/2 tokens (position_ids restart at each).
+  std::vector<int64_t> pos;
+  for (int64_t len : {t / 8, t / 4, t / 8, t - t / 2})
+    for (int64_t i = 0; i < len; ++i) pos.push_back(i);
+  s.position_ids = at::tensor(pos, at::kLong).unsqueeze(0).expand({b, t}).contiguous().to(device);
   s.tokens = b * t;
   return s;
 }
@@ -56,25 +71,29 @@ Setup make_setup(bool packed_positions = false) {
 void train_step(const Setup& s) {
   for (auto& p : s.model->parameters())
     if (p.grad().defined()) p.mutable_grad().zero_();
-  s.model->loss_sum(s.ids, s.labels, {}, false).backward();
+  s.model->loss_sum(s.ids, s.labels, s.packed ? s.position_ids : at::Tensor(), s.packed).backward();
+  // Wait for the device: the embedding's gradient is the last one backward produces.
+  if (!s.model->device().is_cpu()) s.model->embed_weight().grad().view(-1)[0].item<float>();
 }
 
 void BM_ForwardBackward(benchmark::State& state) {
   Setup s = make_setup();
   s.model->set_activation_checkpointing(state.range(0) != 0);
+  s.packed = state.range(1) != 0;
   train_step(s);  // warm-up (allocations, grads)
   for (auto _ : state) train_step(s);
   state.counters["tokens_per_s"] =
       benchmark::Counter(static_cast<double>(s.tokens), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = at::get_num_threads();
-  state.SetLabel(state.range(0) ? "checkpointing on" : "checkpointing off");
+  state.SetLabel(std::string(state.range(0) ? "checkpointing on" : "checkpointing off") +
+                 (s.packed ? ", packed (4 documents a row)" : ""));
 }
-BENCHMARK(BM_ForwardBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ForwardBackward)->ArgNames({"ckpt", "packed"})->Args({0, 0})->Args({1, 0})->Args({0, 1})->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
 
 void BM_Forward(benchmark::State& state) {
   Setup s = make_setup();
   at::NoGradGuard no_grad;
-  for (auto _ : state) benchmark::DoNotOptimize(s.model->loss_sum(s.ids, s.labels, {}, false));
+  for (auto _ : state) s.model->loss_sum(s.ids, s.labels, {}, false).item<float>();
   state.counters["tokens_per_s"] =
       benchmark::Counter(static_cast<double>(s.tokens), benchmark::Counter::kIsIterationInvariantRate);
 }

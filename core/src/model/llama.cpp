@@ -61,7 +61,8 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device
       lm_head_ = p;
     ++i;
   }
-  inv_freq_ = rope_inv_freq(cfg_).to(device);
+  device_ = embed_.device();  // "cuda" becomes "cuda:<current>": inputs are compared against it
+  inv_freq_ = rope_inv_freq(cfg_).to(device_);
 }
 
 LlamaModel::~LlamaModel() = default;

@@ -1,0 +1,94 @@
+// LlamaModel on a CUDA device against the same transformers fixtures as the CPU tests: logits,
+// loss, gradients (activation checkpointing on and off, hooks firing on autograd's device
+// thread), packed rows, bf16, greedy generation. Skipped when no CUDA device is present.
+#include <atomic>
+
+#include <ATen/Context.h>
+#include <ATen/ops/equal.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "model/llama.h"
+#include "model_test_util.h"
+
+namespace ciuic::model {
+namespace {
+
+using testing::expected;
+using testing::fixture;
+using testing::max_rel_diff;
+
+c10::Device cuda() { return c10::Device(c10::kCUDA, 0); }
+
+#define SKIP_WITHOUT_CUDA() \
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: the model's GPU tests need one (label gpu)"
+
+at::Tensor dev(const std::string& name) { return expected().tensor(name).to(cuda()); }
+
+struct CountingPostHook : torch::autograd::PostAccumulateGradHook {
+  explicit CountingPostHook(std::atomic<int>* n) : n_(n) {}
+  void operator()(const torch::autograd::Variable&) override { ++*n_; }
+  std::atomic<int>* n_;
+};
+
+TEST(LlamaGpu, MatchesTransformersFp32) {
+  SKIP_WITHOUT_CUDA();
+  auto m = LlamaModel::from_pretrained(fixture("tiny"), at::kFloat, cuda());
+  EXPECT_LE(max_rel_diff(m->forward(dev("tiny.input_ids"), {}, false), expected().tensor("tiny.logits")), 1e-4);
+  EXPECT_LE(max_rel_diff(m->forward(dev("packed.input_ids"), dev("packed.position_ids"), true),
+                         expected().tensor("packed.logits")),
+            1e-4);
+  auto lin = LlamaModel::from_pretrained(fixture("tiny_linear"), at::kFloat, cuda());
+  EXPECT_LE(max_rel_diff(lin->forward(dev("linear.input_ids"), dev("linear.position_ids"), false),
+                         expected().tensor("linear.logits")),
+            1e-4);
+}
+
+TEST(LlamaGpu, LossAndGradientsWithAndWithoutCheckpointing) {
+  SKIP_WITHOUT_CUDA();
+  auto m = LlamaModel::from_pretrained(fixture("tiny"), at::kFloat, cuda());
+  const auto params = m->named_parameters();
+  std::vector<std::atomic<int>> post(params.size());
+  for (size_t i = 0; i < params.size(); ++i)
+    torch::autograd::impl::set_post_acc_grad_hooks(params[i].second, std::make_unique<CountingPostHook>(&post[i]));
+  std::vector<std::vector<at::Tensor>> grads;
+  for (bool ckpt : {false, true}) {
+    m->set_activation_checkpointing(ckpt);
+    m->set_loss_chunk_elements(ckpt ? 1 : int64_t{1} << 26);  // three vocabulary chunks the second time
+    for (auto& [_, p] : params) p.mutable_grad() = at::Tensor();
+    at::Tensor loss = m->loss_sum(dev("tiny.input_ids"), dev("tiny.labels"), {}, false);
+    EXPECT_LE(max_rel_diff(loss, expected().tensor("tiny.loss_sum")), 1e-5);
+    loss.backward();
+    grads.emplace_back();
+    for (auto& [name, p] : params) {
+      EXPECT_LE(max_rel_diff(p.grad(), expected().tensor("tiny.grad." + name)), 1e-4) << name << " ckpt " << ckpt;
+      grads.back().push_back(p.grad().clone());
+    }
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_EQ(post[i].load(), 2) << params[i].first;
+    EXPECT_LE(max_rel_diff(grads[1][i], grads[0][i]), 1e-6) << params[i].first;
+  }
+}
+
+TEST(LlamaGpu, Bfloat16AndGeneration) {
+  SKIP_WITHOUT_CUDA();
+  auto m = LlamaModel::from_pretrained(fixture("tiny"), at::kBFloat16, cuda());
+  EXPECT_LE(max_rel_diff(m->forward(dev("tiny.input_ids"), {}, false), expected().tensor("tiny.logits_bf16")), 3e-2);
+  m->set_activation_checkpointing(true);
+  at::Tensor loss = m->loss_sum(dev("tiny.input_ids"), dev("tiny.labels"), {}, false);
+  EXPECT_LE(max_rel_diff(loss, expected().tensor("tiny.loss_sum")), 2e-2);
+  loss.backward();
+  EXPECT_LE(max_rel_diff(m->embed_weight().grad(), expected().tensor("tiny.grad.model.embed_tokens.weight")), 5e-2);
+  auto f = LlamaModel::from_pretrained(fixture("tiny"), at::kFloat, cuda());
+  const at::Tensor prompt = expected().tensor("generate.prompt");
+  const at::Tensor want = expected().tensor("generate.new_tokens");
+  std::vector<int32_t> p;
+  for (int64_t i = 0; i < prompt.size(1); ++i) p.push_back(static_cast<int32_t>(prompt[0][i].item<int64_t>()));
+  const auto got = f->generate_greedy(p, want.size(1), std::nullopt);
+  for (int64_t i = 0; i < want.size(1); ++i) EXPECT_EQ(got[i], want[0][i].item<int64_t>()) << "token " << i;
+}
+
+}  // namespace
+}  // namespace ciuic::model
