@@ -50,7 +50,8 @@ std::string read_all(const std::string& path) {
 // would) until every probe has said that it waits for it.
 std::vector<Json> run_probes(const std::string& dir, int n, int world, int batches) {
   std::filesystem::create_directories(dir + "/cache");
-  int lock_fd = ::open((dir + "/cache/.lock").c_str(), O_RDWR | O_CREAT, 0644);
+  // O_CLOEXEC: the probes must not inherit (and so keep holding) the test's lock.
+  int lock_fd = ::open((dir + "/cache/.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   EXPECT_EQ(::flock(lock_fd, LOCK_EX), 0);
   std::vector<pid_t> pids;
   for (int i = 0; i < n; ++i)
