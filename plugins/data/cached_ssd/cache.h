@@ -39,7 +39,7 @@ struct DocRecord {
   uint64_t token_offset;  // first token within its shard
   uint64_t line;          // 1-based line of the source file
   uint32_t num_tokens;
-  uint32_t num_loss_tokens;  // tokens with loss_mask = 1
+  uint32_t num_loss_tokens;  // training targets: tokens after the first with loss_mask = 1
   uint32_t shard;
   uint32_t source;  // index into the manifest's "sources"
   uint32_t split;   // 0 = from `sources`, 1 = from `eval_sources`
