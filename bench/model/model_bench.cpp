@@ -1,9 +1,9 @@
 // Forward+backward tokens/s of a small Llama on CPU, with and without activation checkpointing.
 //
 //   build-*/bin/model_bench [--benchmark_filter=...]
-// Shape (override with env CIUIC_BENCH_{HIDDEN,LAYERS,SEQ,BATCH,VOCAB}): hidden 256, 4 layers,
-// heads of 64 (hidden / 64 of them, half as many KV heads), intermediate 8/3 hidden, vocab 2048,
-// batch 2 x seq 256. CIUIC_BENCH_DEVICE=cuda and CIUIC_BENCH_DTYPE=bf16 run it on a GPU in
+// Shape (override with env CIUIC_BENCH_{HIDDEN,LAYERS,SEQ,BATCH,VOCAB,HEAD_DIM,KV_HEADS,
+// INTERMEDIATE}): hidden 256, 4 layers, heads of 64 (hidden / 64 of them, half as many KV heads),
+// intermediate 8/3 hidden, vocab 2048, batch 2 x seq 256. CIUIC_BENCH_DEVICE=cuda and CIUIC_BENCH_DTYPE=bf16 run it on a GPU in
 // bfloat16 (bench/model/peer_hf.py reads the same variables for the PyTorch peer).
 // BM_CheckpointingRatio alternates both settings step by step and reports on/off as a ratio
 // measured side by side.
@@ -42,10 +42,10 @@ Setup make_setup() {
   LlamaConfig c;
   c.hidden_size = env_or("CIUIC_BENCH_HIDDEN", 256);
   c.num_hidden_layers = env_or("CIUIC_BENCH_LAYERS", 4);
-  c.num_attention_heads = c.hidden_size / 64;
-  c.num_key_value_heads = std::max<int64_t>(1, c.num_attention_heads / 2);
-  c.head_dim = 64;
-  c.intermediate_size = (c.hidden_size * 8 / 3 + 15) / 16 * 16;
+  c.head_dim = env_or("CIUIC_BENCH_HEAD_DIM", 64);
+  c.num_attention_heads = c.hidden_size / c.head_dim;
+  c.num_key_value_heads = env_or("CIUIC_BENCH_KV_HEADS", std::max<int64_t>(1, c.num_attention_heads / 2));
+  c.intermediate_size = env_or("CIUIC_BENCH_INTERMEDIATE", (c.hidden_size * 8 / 3 + 15) / 16 * 16);
   c.vocab_size = env_or("CIUIC_BENCH_VOCAB", 2048);
   c.tie_word_embeddings = false;
   c.validate("bench");

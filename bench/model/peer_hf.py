@@ -26,14 +26,20 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     env = lambda k, d: int(os.environ.get("CIUIC_BENCH_" + k, d))
     hidden, layers, vocab = env("HIDDEN", 256), env("LAYERS", 4), env("VOCAB", 2048)
-    heads = hidden // 64
+    head_dim = env("HEAD_DIM", 64)
+    heads = hidden // head_dim
     device = os.environ.get("CIUIC_BENCH_DEVICE", "cpu")
     dtype = torch.bfloat16 if os.environ.get("CIUIC_BENCH_DTYPE") == "bf16" else torch.float32
-    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=(hidden * 8 // 3 + 15) // 16 * 16,
-                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
-                      head_dim=64, tie_word_embeddings=False, attn_implementation="sdpa")
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden,
+                      intermediate_size=env("INTERMEDIATE", (hidden * 8 // 3 + 15) // 16 * 16),
+                      num_hidden_layers=layers, num_attention_heads=heads,
+                      num_key_value_heads=env("KV_HEADS", max(1, heads // 2)),
+                      head_dim=head_dim, tie_word_embeddings=False, attn_implementation="sdpa")
     torch.manual_seed(0)
-    model = LlamaForCausalLM(cfg).to(device=device, dtype=dtype).train()
+    torch.set_default_device(device)  # initialise on the device, in the benchmark dtype (fast for 7B)
+    torch.set_default_dtype(dtype)
+    model = LlamaForCausalLM(cfg).train()
+    torch.set_default_dtype(torch.float32)
     ids = torch.randint(0, vocab, (env("BATCH", 2), env("SEQ", 256)), device=device)
     labels = ids.roll(-1, 1)
 
