@@ -33,8 +33,8 @@ if(NOT CIUIC_TORCH_PREFIX)
 endif()
 set(CIUIC_TORCH_PREFIX "${CIUIC_TORCH_PREFIX}" CACHE PATH "LibTorch (the torch package folder)")
 get_filename_component(CIUIC_TORCH_PREFIX "${CIUIC_TORCH_PREFIX}" ABSOLUTE)
-file(STRINGS "${CIUIC_TORCH_PREFIX}/include/torch/headeronly/version.h" _tv REGEX "define TORCH_VERSION_(MAJOR|MINOR|PATCH) ")
-string(REGEX REPLACE "[^;]*MAJOR ([0-9]+);[^;]*MINOR ([0-9]+);[^;]*PATCH ([0-9]+)" "\\1.\\2.\\3" CIUIC_TORCH_VERSION "${_tv}")
+include(CiuicTorch)
+ciuic_torch_version("${CIUIC_TORCH_PREFIX}" CIUIC_TORCH_VERSION)
 
 # ---- CUDA / NCCL --------------------------------------------------------------------------------
 set(CIUIC_HAVE_CUDA OFF)
@@ -50,30 +50,10 @@ if(NOT CIUIC_WITH_CUDA STREQUAL "OFF")
   endif()
 endif()
 
-# ciuic::torch — what every ciuic target links.
-add_library(ciuic_torch INTERFACE)
-if(CIUIC_HAVE_CUDA)
-  # Torch's own config (it finds CUDA again); naming the architecture skips its GPU probe.
-  if(NOT TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
-    set(TORCH_CUDA_ARCH_LIST "9.0")
-  endif()
-  find_package(Torch REQUIRED PATHS "${CIUIC_TORCH_PREFIX}/share/cmake/Torch" NO_DEFAULT_PATH)
-  target_link_libraries(ciuic_torch INTERFACE ${TORCH_LIBRARIES} CUDA::cudart)
-  target_compile_definitions(ciuic_torch INTERFACE CIUIC_WITH_CUDA=1)
-else()
-  # CPU-only: import torch_cpu and c10 directly. Torch's config would insist on a CUDA toolkit
-  # (the PyPI wheel is a CUDA build), which a CPU machine need not have.
-  find_library(CIUIC_TORCH_CPU_LIB torch_cpu PATHS "${CIUIC_TORCH_PREFIX}/lib" NO_DEFAULT_PATH REQUIRED)
-  find_library(CIUIC_C10_LIB c10 PATHS "${CIUIC_TORCH_PREFIX}/lib" NO_DEFAULT_PATH REQUIRED)
-  target_link_libraries(ciuic_torch INTERFACE ${CIUIC_TORCH_CPU_LIB} ${CIUIC_C10_LIB})
-  target_include_directories(ciuic_torch SYSTEM INTERFACE
-    "${CIUIC_TORCH_PREFIX}/include" "${CIUIC_TORCH_PREFIX}/include/torch/csrc/api/include")
-  target_compile_definitions(ciuic_torch INTERFACE USE_DISTRIBUTED USE_C10D_GLOO USE_RPC
-                             USE_TENSORPIPE _GLIBCXX_USE_CXX11_ABI=1)
-endif()
+# ciuic::torch — what every ciuic target links (cmake/CiuicTorch.cmake, shared with the installed
+# CiuicConfig.cmake).
+ciuic_torch_target(ciuic_torch PREFIX "${CIUIC_TORCH_PREFIX}" CUDA ${CIUIC_HAVE_CUDA})
 set(TORCH_INSTALL_PREFIX "${CIUIC_TORCH_PREFIX}")
-# torch's fmt headers (v12) come before Debian's (v9) in include order: compile them header-only.
-target_compile_definitions(ciuic_torch INTERFACE FMT_HEADER_ONLY=1)
 add_library(ciuic::torch ALIAS ciuic_torch)
 message(STATUS "ciuic: LibTorch ${CIUIC_TORCH_VERSION} at ${CIUIC_TORCH_PREFIX}; CUDA/NCCL parts: ${CIUIC_HAVE_CUDA}")
 

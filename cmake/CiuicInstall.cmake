@@ -1,0 +1,59 @@
+# `cmake --install <build> --prefix P` — the SDK and runtime, relocatable:
+#   P/bin/ciuic-run                        (RUNPATH $ORIGIN/../lib, then LibTorch's folder)
+#   P/lib/libciuic.so*                     (RUNPATH $ORIGIN, then LibTorch's folder)
+#   P/lib/ciuic/plugins/libciuic_*.so      (RUNPATH $ORIGIN/../.., then LibTorch's folder)
+#   P/include/ciuic/*.h                    (the SDK headers + the generated version.h)
+#   P/lib/cmake/Ciuic/                     CiuicConfig.cmake, CiuicConfigVersion.cmake,
+#                                          CiuicTargets*.cmake, CiuicPlugin.cmake, CiuicTorch.cmake
+#   P/share/doc/ciuic/                     docs/*.md
+#   P/share/ciuic/examples/                examples/ (hello_plugin: a plugin built against P)
+# ciuic-run and the plugins come with their own install() rules (apps/, ciuic_add_plugin).
+include(CMakePackageConfigHelpers)
+set(CIUIC_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/Ciuic)
+
+# ciuic::core links ciuic::torch, a target of this build naming LibTorch by absolute paths. The
+# installed package must not carry those: its config finds LibTorch again (the same version:
+# plugins must match the core's build fingerprint) and defines ciuic::libtorch, which the
+# exported ciuic::core links instead.
+get_target_property(_ciuic_links ciuic INTERFACE_LINK_LIBRARIES)
+set(_ciuic_new_links "")
+set(_ciuic_found_torch OFF)
+foreach(_l IN LISTS _ciuic_links)
+  if(_l STREQUAL "ciuic::torch")
+    list(APPEND _ciuic_new_links "$<BUILD_INTERFACE:ciuic::torch>" "$<INSTALL_INTERFACE:ciuic::libtorch>")
+    set(_ciuic_found_torch ON)
+  else()
+    list(APPEND _ciuic_new_links "${_l}")
+  endif()
+endforeach()
+if(NOT _ciuic_found_torch)
+  message(FATAL_ERROR "CiuicInstall: ciuic no longer links ciuic::torch publicly; update the export of LibTorch here")
+endif()
+set_target_properties(ciuic PROPERTIES INTERFACE_LINK_LIBRARIES "${_ciuic_new_links}")
+
+install(TARGETS ciuic EXPORT CiuicTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/core/include/ciuic DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        FILES_MATCHING PATTERN "*.h")
+install(DIRECTORY DESTINATION ${CMAKE_INSTALL_LIBDIR}/ciuic/plugins)  # exists even without plugins
+install(FILES ${CMAKE_BINARY_DIR}/generated/ciuic/version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ciuic)
+install(EXPORT CiuicTargets NAMESPACE ciuic:: DESTINATION ${CIUIC_INSTALL_CMAKEDIR})
+
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/CiuicConfig.cmake.in
+                              ${CMAKE_BINARY_DIR}/cmake/CiuicConfig.cmake
+                              INSTALL_DESTINATION ${CIUIC_INSTALL_CMAKEDIR}
+                              PATH_VARS CMAKE_INSTALL_LIBDIR)
+# Pre-1.0: a minor version may change the SDK (the plugin API version and the build
+# fingerprint are checked again at load time anyway).
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/cmake/CiuicConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/cmake/CiuicConfig.cmake ${CMAKE_BINARY_DIR}/cmake/CiuicConfigVersion.cmake
+              ${PROJECT_SOURCE_DIR}/cmake/CiuicPlugin.cmake ${PROJECT_SOURCE_DIR}/cmake/CiuicTorch.cmake
+        DESTINATION ${CIUIC_INSTALL_CMAKEDIR})
+
+if(EXISTS ${PROJECT_SOURCE_DIR}/docs)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md")
+endif()
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/examples/ DESTINATION ${CMAKE_INSTALL_DATADIR}/ciuic/examples
+        PATTERN "build*" EXCLUDE)

@@ -6,6 +6,13 @@
 # ciuic source tree and, through find_package(Ciuic), for out-of-tree plugin authors.
 # The library links ciuic::core (and through it LibTorch) dynamically and is compiled with
 # hidden visibility; only the two entry points defined by CIUIC_DEFINE_PLUGIN are exported.
+#
+# Output folder: OUTPUT_DIRECTORY, else the build's plugin folder (in the ciuic tree:
+# build/lib/ciuic/plugins; out of tree: <build>/plugins — pass it to ciuic-run --plugin-path).
+# Installation (unless NO_INSTALL): <prefix>/lib/ciuic/plugins, where an installed ciuic-run
+# finds it without --plugin-path when <prefix> is ciuic's own prefix.
+include(GNUInstallDirs)
+
 function(ciuic_add_plugin)
   cmake_parse_arguments(P "NO_INSTALL" "SLOT;NAME;OUTPUT_DIRECTORY" "SOURCES;LIBRARIES;INCLUDE_DIRECTORIES" ${ARGN})
   if(NOT P_SLOT OR NOT P_NAME OR NOT P_SOURCES)
@@ -14,9 +21,13 @@ function(ciuic_add_plugin)
   if(NOT P_SLOT MATCHES "^(comm|sharding|offload|precision|data)$")
     message(FATAL_ERROR "ciuic_add_plugin: SLOT must be comm, sharding, offload, precision or data (got '${P_SLOT}')")
   endif()
+  if(NOT P_NAME MATCHES "^[A-Za-z0-9_]+$")
+    message(FATAL_ERROR "ciuic_add_plugin: NAME may hold letters, digits and '_' only (got '${P_NAME}')")
+  endif()
   set(target ciuic_${P_SLOT}_${P_NAME})
   add_library(${target} MODULE ${P_SOURCES})
   target_link_libraries(${target} PRIVATE ciuic::core ${P_LIBRARIES})
+  target_compile_features(${target} PRIVATE cxx_std_20)
   if(P_INCLUDE_DIRECTORIES)
     target_include_directories(${target} PRIVATE ${P_INCLUDE_DIRECTORIES})
   endif()
@@ -27,15 +38,24 @@ function(ciuic_add_plugin)
       set(P_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/plugins)
     endif()
   endif()
+  # Installed next to libciuic (<prefix>/lib/ciuic/plugins -> $ORIGIN/../..); out of tree, also
+  # where the ciuic package's libciuic is, in case the plugin is installed elsewhere.
+  set(_rpath "$ORIGIN/../..")
+  if(NOT CIUIC_IN_TREE)
+    get_target_property(_core ciuic::core LOCATION)
+    get_filename_component(_core_dir "${_core}" DIRECTORY)
+    list(APPEND _rpath "${_core_dir}")
+  endif()
+  list(APPEND _rpath "${TORCH_INSTALL_PREFIX}/lib")
   set_target_properties(${target} PROPERTIES
     PREFIX "lib"
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON
     LIBRARY_OUTPUT_DIRECTORY ${P_OUTPUT_DIRECTORY}
     BUILD_RPATH "$<TARGET_FILE_DIR:ciuic::core>"
-    INSTALL_RPATH "$ORIGIN/../..;${TORCH_INSTALL_PREFIX}/lib")
+    INSTALL_RPATH "${_rpath}")
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
-  if(CIUIC_IN_TREE AND NOT P_NO_INSTALL)
+  if(NOT P_NO_INSTALL)
     install(TARGETS ${target} LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}/ciuic/plugins)
   endif()
 endfunction()

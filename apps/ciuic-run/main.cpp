@@ -28,7 +28,7 @@ void print_help(const po::options_description& visible) {
   std::cout << kUsage << "\n"
             << "Fine-tunes a Llama/DeepSeek-architecture model as the TOML recipe RECIPE says. Without a\n"
                "launcher around it, ciuic-run starts nproc_per_node worker processes itself (single-process\n"
-               "runs stay in this process); under torchrun, srun or mpirun it runs as one worker.\n\n"
+               "runs stay in this process); under torchrun, srun or mpirun it runs as one worker.\n"
             << visible << "\n"
             << "Recipe sections (every key, type and default: ciuic-run --help-recipe; plugin options:\n"
                "ciuic-run --list-plugins --verbose):\n"
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   bool list = false, verbose = false;
   int nproc = 0, nnodes = 0;
 
-  po::options_description run_opts("Running a recipe");
+  po::options_description run_opts("Running a recipe", 100, 50);
   run_opts.add_options()
       ("set", po::value<std::vector<std::string>>(&o.overrides)->composing()->value_name("section.key=value"),
        "override one recipe value (repeatable); the value is TOML (train.seq_len=128, "
@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
        "validate the recipe, create every chosen plugin once in this process, print a summary, exit")
       ("print-recipe", po::bool_switch(&o.print_recipe),
        "print the resolved recipe (defaults included, origin of each value) and exit");
-  po::options_description info_opts("Information");
+  po::options_description info_opts("Information", 100, 50);
   info_opts.add_options()
       ("list-plugins", po::bool_switch(&list), "list the plugins found: <slot> <name> <version> <path>")
       ("verbose,v", po::bool_switch(&verbose), "with --list-plugins: every option (key, default, type, help)")
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   hidden.add_options()("recipe", po::value<std::string>(&o.recipe));
   po::options_description all;
   all.add(run_opts).add(info_opts).add(hidden);
-  po::options_description visible;
+  po::options_description visible(100, 50);
   visible.add(run_opts).add(info_opts);
   po::positional_options_description pos;
   pos.add("recipe", 1);

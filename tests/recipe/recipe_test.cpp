@@ -10,6 +10,7 @@
 
 #include <ciuic/error.h>
 
+#include "base/text.h"
 #include "recipe/recipe.h"
 #include "recipe/schema.h"
 #include "support.h"
@@ -332,4 +333,50 @@ TEST(RecipeConfig, FailNamesTheKeyAndLocation) {
   }
   EXPECT_THROW(r.section("sharding"), ciuic::Error);
   EXPECT_THROW(r.section("nope"), ciuic::Error);
+}
+
+// docs/recipe.md lists every core key in its section's table.
+TEST(RecipeDocs, ReferenceListsEveryCoreKey) {
+  const std::string doc = ciuic_test::slurp(CIUIC_SOURCE_DIR "/docs/recipe.md");
+  ASSERT_FALSE(doc.empty());
+  for (const auto& s : ciuic::recipe::core_schema()) {
+    if (s.plugin_slot) continue;
+    const size_t begin = doc.find("### `[" + s.name + "]`");
+    ASSERT_NE(begin, std::string::npos) << "no heading for [" << s.name << "]";
+    const size_t end = doc.find("\n### ", begin + 1);
+    const std::string part = doc.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    for (const auto& k : s.keys)
+      EXPECT_NE(part.find("| `" + k.key + "` | " + ciuic::recipe::describe_expected(k) + " |"), std::string::npos)
+          << "docs/recipe.md lacks [" << s.name << "] " << k.key << " (" << ciuic::recipe::describe_expected(k) << ")";
+  }
+}
+
+// Every committed recipe passes the core schema (plugin options are checked by --dry-run tests).
+TEST(RecipeConfigs, CommittedRecipesLoad) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(CIUIC_SOURCE_DIR "/configs")) {
+    if (e.path().extension() != ".toml") continue;
+    try {
+      Recipe::load(e.path().string());
+    } catch (const ciuic::Error& err) {
+      ADD_FAILURE() << err.what();
+    }
+    ++n;
+  }
+  EXPECT_GT(n, 0);
+}
+
+// Known distances (Levenshtein's textbook examples; OSA counts one adjacent swap as one edit).
+TEST(RecipeText, EditDistanceAndClosest) {
+  using ciuic::text::closest;
+  using ciuic::text::edit_distance;
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("flaw", "lawn"), 2u);
+  EXPECT_EQ(edit_distance("seq_len", "seqlen"), 1u);
+  EXPECT_EQ(edit_distance("trian", "train"), 1u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(closest("micro_batch", {"micro_batch_size", "seq_len"}), "");  // 5 edits: too far
+  EXPECT_EQ(closest("SEQ_LEN", {"seq_len", "max_steps"}), "seq_len");     // case only
+  EXPECT_EQ(closest("lr", {"eps", "lr_min"}), "");
+  EXPECT_EQ(closest("warmup_num_step", {"warmup_min_lr", "warmup_num_steps"}), "warmup_num_steps");
 }

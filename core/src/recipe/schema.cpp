@@ -84,7 +84,7 @@ std::vector<SectionSpec> build_core_schema() {
       K("nproc_per_node", kI, "1", "worker processes on each node (one per GPU)").min(1),
       K("nnodes", kI, "1", "number of nodes").min(1),
       K("device", kS, "\"cpu\"", "device to compute on").choices("cpu|cuda"),
-      K("memory_per_device_gib", kF, "0.0", "memory cap per device in GiB for the planner; 0 = no cap").min(0),
+      K("memory_per_device_gib", kF, "0.0", "memory cap per device in GiB (CUDA caching allocator; the planner); 0 = no cap").min(0),
       K("timeout_s", kF, "600.0", "rendezvous and collective timeout in seconds").min(0, true),
       K("output", kS, "\"rank0\"", "whose output the launcher shows").choices("rank0|all"),
   }});
@@ -124,6 +124,9 @@ std::vector<SectionSpec> build_core_schema() {
       K("eval_batches", kI, "0", "micro-batches per evaluation; 0 = the whole split").min(0),
       K("nonfinite", kS, "\"stop\"", "on a non-finite loss: stop the run, or skip the step").choices("stop|skip"),
       K("max_nonfinite_skips", kI, "10", "with nonfinite = skip: stop after this many skipped steps").min(0),
+      K("exact_match_file", kS, "\"\"", "chat JSONL of held-out questions: greedy answers are scored by exact match before and after training; \"\" = off"),
+      K("exact_match_limit", kI, "0", "questions scored from exact_match_file; 0 = all").min(0),
+      K("exact_match_max_new_tokens", kI, "32", "longest greedy answer generated").min(1),
   }});
   v.push_back({"optimizer", "AdamW hyper-parameters", {
       K("type", kS, "\"adamw\"", "optimizer").choices("adamw"),

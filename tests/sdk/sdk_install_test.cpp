@@ -1,0 +1,104 @@
+// The installed SDK: `cmake --install` into a prefix, moved elsewhere (relocatable), an
+// out-of-tree plugin (examples/hello_plugin) configured with find_package(Ciuic) and built
+// against it, then listed and instantiated by the installed ciuic-run.
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "support.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using ciuic_test::has;
+using ciuic_test::Result;
+using ciuic_test::slurp;
+
+}  // namespace
+
+TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
+  const fs::path root = fs::path(CIUIC_TEST_TMP) / "sdk";
+  fs::remove_all(root);
+  fs::create_directories(root / "io");
+  const fs::path io = root / "io", first = root / "first-prefix", prefix = root / "prefix";
+  const std::string cmake = CIUIC_CMAKE_COMMAND;
+
+  Result r = ciuic_test::run_command(cmake + " --install " CIUIC_BUILD_DIR " --prefix " + first.string(), io);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  fs::rename(first, prefix);  // nothing may refer to where it was installed
+
+  for (const char* f : {"bin/ciuic-run", "lib/libciuic.so", "include/ciuic/plugin.h", "include/ciuic/version.h",
+                        "include/ciuic/ciuic.h", "lib/cmake/Ciuic/CiuicConfig.cmake",
+                        "lib/cmake/Ciuic/CiuicConfigVersion.cmake", "lib/cmake/Ciuic/CiuicTargets.cmake",
+                        "lib/cmake/Ciuic/CiuicPlugin.cmake", "lib/ciuic/plugins"})
+    EXPECT_TRUE(fs::exists(prefix / f)) << f;
+  // Every plugin of the build is installed; none of the test-only plugins is.
+  if (fs::exists(CIUIC_PLUGIN_DIR))
+    for (const auto& e : fs::directory_iterator(CIUIC_PLUGIN_DIR))
+      EXPECT_TRUE(fs::exists(prefix / "lib/ciuic/plugins" / e.path().filename())) << e.path();
+  EXPECT_FALSE(fs::exists(prefix / "lib/ciuic/plugins/libciuic_data_test.so"));
+  // The package files name neither the build tree nor the first prefix.
+  for (const auto& e : fs::directory_iterator(prefix / "lib/cmake/Ciuic")) {
+    const std::string text = slurp(e.path());
+    EXPECT_FALSE(has(text, CIUIC_BUILD_DIR)) << e.path();
+    EXPECT_FALSE(has(text, first.string())) << e.path();
+  }
+  // The installed ciuic-run loads the installed libciuic and lists the installed plugins.
+  r = ciuic_test::run_command("ldd " + (prefix / "bin/ciuic-run").string(), io);
+  const size_t at = r.out.find("libciuic.so.0 => ");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const size_t from = at + 17, to = r.out.find(" (", from);
+  EXPECT_EQ(fs::weakly_canonical(r.out.substr(from, to - from)), fs::weakly_canonical(prefix / "lib/libciuic.so.0"))
+      << r.out;
+  r = ciuic_test::run_command((prefix / "bin/ciuic-run").string() + " --list-plugins", io);
+  EXPECT_EQ(r.code, 0) << r.err;
+  for (const auto& e : fs::directory_iterator(prefix / "lib/ciuic/plugins"))
+    EXPECT_TRUE(has(r.out, e.path().string() + "\n")) << e.path() << "\n" << r.out;
+
+  // Configure and build the example against the moved prefix.
+  const fs::path hello = root / "hello";
+  std::string configure = cmake + " -S " CIUIC_SOURCE_DIR "/examples/hello_plugin -B " + hello.string() +
+                          " -G '" CIUIC_CMAKE_GENERATOR "' -DCMAKE_MAKE_PROGRAM=" CIUIC_CMAKE_MAKE_PROGRAM
+                          " -DCMAKE_CXX_COMPILER=" CIUIC_CXX_COMPILER " -DCMAKE_BUILD_TYPE=Release"
+                          " -DCMAKE_PREFIX_PATH=" + prefix.string();
+  const std::string ccache = CIUIC_CCACHE;
+  if (!ccache.empty() && ccache.find("NOTFOUND") == std::string::npos)
+    configure += " -DCMAKE_CXX_COMPILER_LAUNCHER=" + ccache;
+  r = ciuic_test::run_command(configure, io);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  r = ciuic_test::run_command(cmake + " --build " + hello.string(), io);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  const fs::path plugin = hello / "plugins" / "libciuic_precision_hello.so";
+  ASSERT_TRUE(fs::exists(plugin));
+
+  const std::string run = (prefix / "bin/ciuic-run").string();
+  r = ciuic_test::run_command(run + " --list-plugins --verbose --plugin-path " + (hello / "plugins").string(), io);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "precision hello")) << r.out;
+  EXPECT_TRUE(has(r.out, "1.0.0") && has(r.out, plugin.string() + "\n")) << r.out;
+  EXPECT_TRUE(has(r.out, "loss_scale = 1.0")) << r.out;
+  EXPECT_EQ(r.err, "");
+
+  // A dry run of a recipe choosing it (the other slots from the test plugins of the build).
+  const fs::path recipe = root / "hello.toml";
+  std::ofstream(recipe) << "[train]\nmax_steps = 1\n"
+                           "[comm]\nplugin = \"test\"\n[sharding]\nplugin = \"test\"\n"
+                           "[data]\nplugin = \"test\"\npath = \"x\"\n"
+                           "[precision]\nplugin = \"hello\"\ngreeting = \"hi from the SDK test\"\n";
+  const std::string paths = " --plugin-path " CIUIC_TEST_PLUGINS "/good --plugin-path " + (hello / "plugins").string();
+  r = ciuic_test::run_command(run + " " + recipe.string() + paths + " --dry-run", io);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "precision hello")) << r.out;
+  EXPECT_TRUE(has(r.out, plugin.string())) << r.out;
+  EXPECT_TRUE(has(r.err, "precision/hello: hi from the SDK test (static loss scale 1.0")) << r.err;
+  // Its own check, reported with the recipe location.
+  r = ciuic_test::run_command(run + " " + recipe.string() + paths + " --dry-run --set 'precision.greeting=\"\"'", io);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "ciuic-run: error: plugin precision/hello (" + plugin.string() +
+                             "): --set: [precision] greeting = \"\": must not be empty"))
+      << r.err;
+  fs::remove_all(root);
+}
