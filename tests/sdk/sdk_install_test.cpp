@@ -1,11 +1,15 @@
 // The installed SDK: `cmake --install` into a prefix, moved elsewhere (relocatable), an
 // out-of-tree plugin (examples/hello_plugin) configured with find_package(Ciuic) and built
 // against it, then listed and instantiated by the installed ciuic-run.
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include <gtest/gtest.h>
+
+#include <ciuic/plugin.h>
+#include <ciuic/version.h>
 
 #include "support.h"
 
@@ -60,15 +64,31 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
 
   // Configure and build the example against the moved prefix.
   const fs::path hello = root / "hello";
-  std::string configure = cmake + " -S " CIUIC_SOURCE_DIR "/examples/hello_plugin -B " + hello.string() +
-                          " -G '" CIUIC_CMAKE_GENERATOR "' -DCMAKE_MAKE_PROGRAM=" CIUIC_CMAKE_MAKE_PROGRAM
-                          " -DCMAKE_CXX_COMPILER=" CIUIC_CXX_COMPILER " -DCMAKE_BUILD_TYPE=Release"
-                          " -DCMAKE_PREFIX_PATH=" + prefix.string();
-  const std::string ccache = CIUIC_CCACHE;
-  if (!ccache.empty() && ccache.find("NOTFOUND") == std::string::npos)
-    configure += " -DCMAKE_CXX_COMPILER_LAUNCHER=" + ccache;
-  r = ciuic_test::run_command(configure, io);
+  auto configure = [&](const fs::path& build, const std::string& extra) {
+    std::string c = cmake + " -S " CIUIC_SOURCE_DIR "/examples/hello_plugin -B " + build.string() +
+                    " -G '" CIUIC_CMAKE_GENERATOR "' -DCMAKE_MAKE_PROGRAM=" CIUIC_CMAKE_MAKE_PROGRAM
+                    " -DCMAKE_CXX_COMPILER=" CIUIC_CXX_COMPILER " -DCMAKE_BUILD_TYPE=Release"
+                    " -DCMAKE_PREFIX_PATH=" + prefix.string() + extra;
+    const std::string ccache = CIUIC_CCACHE;
+    if (!ccache.empty() && ccache.find("NOTFOUND") == std::string::npos) c += " -DCMAKE_CXX_COMPILER_LAUNCHER=" + ccache;
+    return ciuic_test::run_command(c, io);
+  };
+  r = configure(hello, "");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
+  // The package insists on the LibTorch version ciuic was built with.
+  const fs::path fake = root / "fake-torch";
+  fs::create_directories(fake / "lib");
+  fs::create_directories(fake / "include/torch/headeronly");
+  ciuic_test::write_file(fake / "lib/libtorch_cpu.so", "");
+  ciuic_test::write_file(fake / "include/torch/headeronly/version.h",
+                         "#define TORCH_VERSION_MAJOR 1\n#define TORCH_VERSION_MINOR 2\n#define TORCH_VERSION_PATCH 3\n");
+  Result bad = configure(root / "hello-fake", " -DCIUIC_TORCH_PREFIX=" + fake.string());
+  EXPECT_NE(bad.code, 0);
+  std::string said;  // CMake wraps the reason: compare with whitespace runs as single spaces
+  for (char ch : bad.out + bad.err)
+    if (!std::isspace(static_cast<unsigned char>(ch))) said += ch;
+    else if (!said.empty() && said.back() != ' ') said += ' ';
+  EXPECT_TRUE(has(said, "is version 1.2.3, but ciuic " CIUIC_VERSION " was built against " TORCH_VERSION)) << said;
   r = ciuic_test::run_command(cmake + " --build " + hello.string(), io);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const fs::path plugin = hello / "plugins" / "libciuic_precision_hello.so";

@@ -181,11 +181,16 @@ int list_plugins(const Registry& registry, bool verbose, std::ostream& out, std:
     if (!verbose) continue;
     out << "    " << d.summary << "\n";
     if (d.info->num_options == 0) out << "    (no options)\n";
+    std::vector<std::pair<std::string, std::string>> cols;  // "key = default", expected
+    size_t w1 = 0, w2 = 0;
     for (uint32_t i = 0; i < d.info->num_options; ++i) {
       const recipe::KeySpec k = recipe::key_from_option(d.info->options[i]);
-      out << "    " << pad(k.key + " = " + recipe::default_text(k), 34) << " "
-          << pad(recipe::describe_expected(k), 30) << " " << k.help << "\n";
+      cols.emplace_back(k.key + " = " + recipe::default_text(k), recipe::describe_expected(k));
+      w1 = std::max(w1, cols.back().first.size());
+      w2 = std::max(w2, cols.back().second.size());
     }
+    for (uint32_t i = 0; i < d.info->num_options; ++i)
+      out << "    " << pad(cols[i].first, w1 + 2) << pad(cols[i].second, w2 + 2) << d.info->options[i].help << "\n";
   }
   if (plugins.empty()) out << "(no plugins found)\n";
   if (verbose) {
