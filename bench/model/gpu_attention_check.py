@@ -79,7 +79,40 @@ def main():
                 return out.view(b, t, h, d).transpose(1, 2)
         except ImportError:
             pass
+        # The same with the real boundaries (known on the host: the DataSource's CPU position_ids).
+        docs = [t // 4, t // 2, t - t // 4 - t // 2] * b
+        cu_host = torch.tensor([0] + list(torch.tensor(docs).cumsum(0)), dtype=torch.int32, device=dev)
+        max_doc = max(docs)
+
+        def varlen_host(q, k, v):
+            out = varlen_attn(q.transpose(1, 2).reshape(n_tok, h, d), k.transpose(1, 2).reshape(n_tok, kv, d),
+                              v.transpose(1, 2).reshape(n_tok, kv, d), cu_host, cu_host, max_doc, max_doc,
+                              window_size=(-1, 0))
+            return out.view(b, t, h, d).transpose(1, 2)
+
         ref = F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=rep > 1)
+        got = varlen_host(q, k, v)
+        ms, mib = bench(varlen_host, q, k, v)
+        print(f"\n  flash varlen, host boundaries: {ms:.2f} ms fwd+bwd, peak {mib:.0f} MiB, "
+              f"max abs diff vs mask {(got - ref).abs().max().item():.3e}")
+        try:
+            def cudnn_varlen(q, k, v):
+                out = torch.ops.aten._cudnn_attention_forward(
+                    q.transpose(1, 2).reshape(n_tok, h, d), k.transpose(1, 2).reshape(n_tok, kv, d),
+                    v.transpose(1, 2).reshape(n_tok, kv, d), None, cu_host, cu_host, max_doc, max_doc, True, 0.0,
+                    True)[0]
+                return out.view(b, t, h, d).transpose(1, 2)
+            with torch.no_grad():
+                got = cudnn_varlen(q, k, v)
+            t0 = time.perf_counter()
+            with torch.no_grad():
+                for _ in range(10):
+                    cudnn_varlen(q, k, v)
+            torch.cuda.synchronize()
+            print(f"  cuDNN varlen forward only: {(time.perf_counter() - t0) * 100:.2f} ms, "
+                  f"max abs diff vs mask {(got - ref).abs().max().item():.3e}")
+        except Exception as e:  # noqa: BLE001
+            print("  cuDNN varlen:", str(e).splitlines()[0][:160])
         got = varlen(q, k, v)
         print(f"\nB={b} T={t} heads={h} kv={kv} D={d}   varlen vs mask max abs diff "
               f"{(got - ref).abs().max().item():.3e}")

@@ -34,7 +34,8 @@ int64_t env_or(const char* name, int64_t dflt) {
 struct Setup {
   std::unique_ptr<LlamaModel> model;
   at::Tensor ids, labels, position_ids;
-  bool packed = false;
+  ciuic::model::PackedDocs docs;
+  int packed = 0;  // 0: one document a row, 1: packed rows (dense mask), 2: packed rows + PackedDocs (varlen on CUDA)
   int64_t tokens = 0;
 };
 
@@ -63,7 +64,9 @@ Setup make_setup() {
   std::vector<int64_t> pos;
   for (int64_t len : {t / 8, t / 4, t / 8, t - t / 2})
     for (int64_t i = 0; i < len; ++i) pos.push_back(i);
-  s.position_ids = at::tensor(pos, at::kLong).unsqueeze(0).expand({b, t}).contiguous().to(device);
+  const at::Tensor cpu_pos = at::tensor(pos, at::kLong).unsqueeze(0).expand({b, t}).contiguous();
+  s.position_ids = cpu_pos.to(device);
+  s.docs = ciuic::model::PackedDocs::from_position_ids(cpu_pos, device);
   s.tokens = b * t;
   return s;
 }
@@ -71,7 +74,9 @@ Setup make_setup() {
 void train_step(const Setup& s) {
   for (auto& p : s.model->parameters())
     if (p.grad().defined()) p.mutable_grad().zero_();
-  s.model->loss_sum(s.ids, s.labels, s.packed ? s.position_ids : at::Tensor(), s.packed).backward();
+  s.model->loss_sum(s.ids, s.labels, s.packed ? s.position_ids : at::Tensor(), s.packed != 0,
+                    s.packed == 2 ? &s.docs : nullptr)
+      .backward();
   // Wait for the device: the embedding's gradient is the last one backward produces.
   if (!s.model->device().is_cpu()) s.model->embed_weight().grad().view(-1)[0].item<float>();
 }
@@ -79,16 +84,17 @@ void train_step(const Setup& s) {
 void BM_ForwardBackward(benchmark::State& state) {
   Setup s = make_setup();
   s.model->set_activation_checkpointing(state.range(0) != 0);
-  s.packed = state.range(1) != 0;
+  s.packed = static_cast<int>(state.range(1));
   train_step(s);  // warm-up (allocations, grads)
   for (auto _ : state) train_step(s);
   state.counters["tokens_per_s"] =
       benchmark::Counter(static_cast<double>(s.tokens), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = at::get_num_threads();
   state.SetLabel(std::string(state.range(0) ? "checkpointing on" : "checkpointing off") +
-                 (s.packed ? ", packed (4 documents a row)" : ""));
+                 (s.packed == 1 ? ", packed (4 documents a row), mask"
+                  : s.packed == 2 ? ", packed (4 documents a row), PackedDocs" : ""));
 }
-BENCHMARK(BM_ForwardBackward)->ArgNames({"ckpt", "packed"})->Args({0, 0})->Args({1, 0})->Args({0, 1})->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
+BENCHMARK(BM_ForwardBackward)->ArgNames({"ckpt", "packed"})->Args({0, 0})->Args({1, 0})->Args({0, 1})->Args({0, 2})->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
 
 void BM_Forward(benchmark::State& state) {
   Setup s = make_setup();

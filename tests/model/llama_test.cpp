@@ -16,6 +16,7 @@
 #include <ATen/ops/full_like.h>
 #include <ATen/ops/ones_like.h>
 #include <ATen/ops/randint.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -174,6 +175,29 @@ TEST(Llama, ActivationCheckpointingKeepsGradientsAndHooks) {
   m->set_activation_checkpointing(false);
   const auto p_off = loss_grads(*m, pids, plabels, ppos, true);
   for (const auto& [name, g] : p_off) EXPECT_TRUE(at::equal(g, p_on.at(name))) << name;
+}
+
+TEST(Llama, PackedDocsFromPositionIds) {
+  // Row 0: documents of 3 and 2 tokens; row 1 continues a document (a row start always starts
+  // one), then a document of 3.
+  const at::Tensor pos = at::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 3, 4, 0, 1, 2}, at::kLong).view({2, 5});
+  const PackedDocs d = PackedDocs::from_position_ids(pos, at::kCPU);
+  EXPECT_EQ(d.cu_seqlens.scalar_type(), at::kInt);
+  const std::vector<int32_t> cu(d.cu_seqlens.data_ptr<int32_t>(), d.cu_seqlens.data_ptr<int32_t>() + d.cu_seqlens.numel());
+  EXPECT_EQ(cu, (std::vector<int32_t>{0, 3, 5, 7, 10}));
+  EXPECT_EQ(d.max_len, 3);
+  EXPECT_EQ(d.rows, 2);
+  EXPECT_EQ(d.row_len, 5);
+  expect_error([&] { PackedDocs::from_position_ids(pos.to(at::kFloat), at::kCPU); }, {"[B, T] integer tensor on the CPU"});
+  // On the CPU (and in fp32) the model falls back to the mask: same logits as without docs.
+  auto m = tiny();
+  const at::Tensor ids = expected().tensor("packed.input_ids");
+  const at::Tensor ppos = expected().tensor("packed.position_ids");
+  const PackedDocs docs = PackedDocs::from_position_ids(ppos, at::kCPU);
+  EXPECT_TRUE(at::equal(m->forward(ids, ppos, true, &docs), m->forward(ids, ppos, true)));
+  expect_error([&] { m->forward(ids, ppos, false, &docs); }, {"not marked packed"});
+  const PackedDocs other = PackedDocs::from_position_ids(pos, at::kCPU);
+  expect_error([&] { m->forward(ids, ppos, true, &other); }, {"built for [2, 5]", "the batch is [1, 20]"});
 }
 
 TEST(Llama, PackedGradientsEqualPerDocumentGradients) {

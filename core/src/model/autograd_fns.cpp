@@ -28,11 +28,29 @@ constexpr int64_t kIgnoreIndex = -100;
 
 // ---- activation checkpointing ---------------------------------------------------------------
 //
-// apply(shape, x, cos, sin_signed, mask, weights...) — argument slots (for backward's result):
-//   0 shape (not a tensor), 1 x, 2 cos, 3 sin_signed, 4 mask (optional), 5.. the 9 weights.
+// apply(shape, x, cos, sin_signed, mask, cu_seqlens, docs_meta, weights...) — argument slots
+// (for backward's result): 0 shape (not a tensor), 1 x, 2 cos, 3 sin_signed, 4 mask (optional),
+// 5 cu_seqlens (optional: varlen attention over PackedDocs), 6 docs_meta (not a tensor), 7.. the
+// 9 weights.
+constexpr int kFirstWeightSlot = 7;
+
+struct DocsMeta {
+  int64_t max_len = 0, rows = 0, row_len = 0;
+};
+
+PackedDocs docs_of(const at::Tensor& cu, const DocsMeta& m) {
+  PackedDocs d;
+  d.cu_seqlens = cu;
+  d.max_len = m.max_len;
+  d.rows = m.rows;
+  d.row_len = m.row_len;
+  return d;
+}
+
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static at::Tensor forward(AutogradContext* ctx, const LayerShape& s, const at::Tensor& x, const at::Tensor& cos,
                             const at::Tensor& sin_signed, const std::optional<at::Tensor>& mask,
+                            const std::optional<at::Tensor>& cu_seqlens, const DocsMeta& meta,
                             at::TensorList weights) {
     ctx->saved_data["hidden"] = s.hidden;
     ctx->saved_data["n_heads"] = s.n_heads;
@@ -40,12 +58,17 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     ctx->saved_data["head_dim"] = s.head_dim;
     ctx->saved_data["eps"] = s.eps;
     ctx->saved_data["has_mask"] = mask.has_value();
-    variable_list to_save{x, cos, sin_signed, mask.value_or(at::Tensor())};
+    ctx->saved_data["has_docs"] = cu_seqlens.has_value();
+    ctx->saved_data["max_len"] = meta.max_len;
+    ctx->saved_data["rows"] = meta.rows;
+    ctx->saved_data["row_len"] = meta.row_len;
+    variable_list to_save{x, cos, sin_signed, mask.value_or(at::Tensor()), cu_seqlens.value_or(at::Tensor())};
     to_save.insert(to_save.end(), weights.begin(), weights.end());
     ctx->save_for_backward(to_save);  // the layer input and references to inputs: nothing new
     LayerWeights w;
     for (int i = 0; i < LayerWeights::kCount; ++i) w.t[i] = weights[i];
-    return decoder_layer(w, s, x, {cos, sin_signed}, mask);
+    const PackedDocs docs = cu_seqlens ? docs_of(*cu_seqlens, meta) : PackedDocs{};
+    return decoder_layer(w, s, x, {cos, sin_signed}, mask, nullptr, cu_seqlens ? &docs : nullptr);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
@@ -57,8 +80,13 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     s.head_dim = ctx->saved_data["head_dim"].toInt();
     s.eps = ctx->saved_data["eps"].toDouble();
     const bool has_mask = ctx->saved_data["has_mask"].toBool();
-    // needs_input_grad counts only tensor inputs: x, cos, sin, [mask], weights.
-    const size_t first_weight_edge = has_mask ? 4 : 3;
+    const bool has_docs = ctx->saved_data["has_docs"].toBool();
+    DocsMeta meta;
+    meta.max_len = ctx->saved_data["max_len"].toInt();
+    meta.rows = ctx->saved_data["rows"].toInt();
+    meta.row_len = ctx->saved_data["row_len"].toInt();
+    // needs_input_grad counts only tensor inputs: x, cos, sin, [mask], [cu_seqlens], weights.
+    const size_t first_weight_edge = 3 + (has_mask ? 1 : 0) + (has_docs ? 1 : 0);
 
     // Recompute on detached aliases of the inputs (same storage, fresh leaves): autograd::grad
     // then returns the gradients without touching the real parameters' .grad, and the engine
@@ -73,21 +101,22 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     }
     LayerWeights w;
     for (int i = 0; i < LayerWeights::kCount; ++i) {
-      w.t[i] = saved[4 + i].detach();
+      w.t[i] = saved[5 + i].detach();
       if (ctx->needs_input_grad(first_weight_edge + i)) {
         w.t[i].requires_grad_(true);
         targets.push_back(w.t[i]);
-        target_slot.push_back(5 + i);
+        target_slot.push_back(kFirstWeightSlot + i);
       }
     }
-    variable_list result(5 + LayerWeights::kCount);
+    variable_list result(kFirstWeightSlot + LayerWeights::kCount);
     if (targets.empty()) return result;
     std::optional<at::Tensor> mask;
     if (has_mask) mask = saved[3];
+    const PackedDocs docs = has_docs ? docs_of(saved[4], meta) : PackedDocs{};
     at::Tensor y;
     {
       at::AutoGradMode enable(true);
-      y = decoder_layer(w, s, x, {saved[1], saved[2]}, mask);
+      y = decoder_layer(w, s, x, {saved[1], saved[2]}, mask, nullptr, has_docs ? &docs : nullptr);
     }
     variable_list grads = torch::autograd::grad({y}, targets, {grad_out[0]}, /*retain_graph=*/false,
                                                 /*create_graph=*/false, /*allow_unused=*/true);
@@ -175,9 +204,16 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
 }  // namespace
 
 at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
-                                      const RopeTables& rope, const std::optional<at::Tensor>& mask) {
+                                      const RopeTables& rope, const std::optional<at::Tensor>& mask,
+                                      const PackedDocs* docs) {
   std::vector<at::Tensor> weights(std::begin(w.t), std::end(w.t));
-  return CheckpointedLayer::apply(s, x, rope.cos, rope.sin_signed, mask, at::TensorList(weights));
+  std::optional<at::Tensor> cu;
+  DocsMeta meta;
+  if (docs) {
+    cu = docs->cu_seqlens;
+    meta = {docs->max_len, docs->rows, docs->row_len};
+  }
+  return CheckpointedLayer::apply(s, x, rope.cos, rope.sin_signed, mask, cu, meta, at::TensorList(weights));
 }
 
 at::Tensor linear_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,

@@ -127,7 +127,12 @@ void LlamaModel::init_random(uint64_t seed, double std) {
     }
     at::Generator gen = base.clone();
     gen.set_current_seed(splitmix64(seed ^ splitmix64(index)));
-    t.normal_(0.0, std, gen);
+    // Drawn in fp32 whatever the parameter dtype, so that fp32, bf16 and fp16 runs of one seed
+    // start from the same weights (up to rounding).
+    if (t.scalar_type() == at::kFloat)
+      t.normal_(0.0, std, gen);
+    else
+      t.copy_(at::empty(t.sizes(), t.options().dtype(at::kFloat)).normal_(0.0, std, gen));
   }
   if (cfg_.pad_token_id) embed_[*cfg_.pad_token_id].zero_();
 }
@@ -176,7 +181,7 @@ void LlamaModel::check_tokens(const at::Tensor& t, const char* what, c10::IntArr
 }
 
 at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
-                                   std::vector<KVCacheLayer>* cache) const {
+                                   const PackedDocs* docs, std::vector<KVCacheLayer>* cache) const {
   check_tokens(input_ids, "input_ids", {});
   const int64_t b = input_ids.size(0), t = input_ids.size(1);
   at::Tensor pos = position_ids;
@@ -187,32 +192,44 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
     packed = false;  // one document per row
   }
   const RopeTables rope = rope_tables(inv_freq_, pos, dtype_);
+  if (docs) {
+    if (!packed) throw Error("LlamaModel: document boundaries (PackedDocs) given for a batch not marked packed");
+    if (docs->rows != b || docs->row_len != t || !docs->cu_seqlens.defined() ||
+        docs->cu_seqlens.device() != device_)
+      throw Error("LlamaModel: PackedDocs were built for [" + std::to_string(docs->rows) + ", " +
+                  std::to_string(docs->row_len) + "] position_ids (cu_seqlens on " +
+                  (docs->cu_seqlens.defined() ? docs->cu_seqlens.device().str() : std::string("nothing")) +
+                  "), the batch is [" + std::to_string(b) + ", " + std::to_string(t) + "] on " + device_.str());
+    if (!varlen_attention_supported(dtype_, device_, cfg_.head_dim)) docs = nullptr;  // the mask does it
+  }
   std::optional<at::Tensor> mask;
-  if (packed) mask = packed_causal_mask(pos);
+  if (packed && !docs) mask = packed_causal_mask(pos);
   at::Tensor h = at::embedding(embed_, input_ids, cfg_.pad_token_id.value_or(-1));
   const bool ckpt = checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
   for (size_t i = 0; i < layers_.size(); ++i) {
     if (ckpt)
-      h = checkpointed_decoder_layer(layers_[i], shape_, h, rope, mask);
+      h = checkpointed_decoder_layer(layers_[i], shape_, h, rope, mask, docs);
     else
-      h = decoder_layer(layers_[i], shape_, h, rope, mask, cache ? &(*cache)[i] : nullptr);
+      h = decoder_layer(layers_[i], shape_, h, rope, mask, cache ? &(*cache)[i] : nullptr, docs);
   }
   return at::rms_norm(h, {cfg_.hidden_size}, norm_, cfg_.rms_norm_eps);
 }
 
-at::Tensor LlamaModel::hidden_states(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed) const {
-  return hidden_impl(input_ids, position_ids, packed, nullptr);
+at::Tensor LlamaModel::hidden_states(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
+                                     const PackedDocs* docs) const {
+  return hidden_impl(input_ids, position_ids, packed, docs, nullptr);
 }
 
-at::Tensor LlamaModel::forward(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed) const {
-  return at::linear(hidden_impl(input_ids, position_ids, packed, nullptr), lm_head_weight());
+at::Tensor LlamaModel::forward(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
+                               const PackedDocs* docs) const {
+  return at::linear(hidden_impl(input_ids, position_ids, packed, docs, nullptr), lm_head_weight());
 }
 
 at::Tensor LlamaModel::loss_sum(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& position_ids,
-                                bool packed) const {
+                                bool packed, const PackedDocs* docs) const {
   check_tokens(input_ids, "input_ids", {});
   check_tokens(labels, "labels", input_ids.sizes());
-  at::Tensor h = hidden_impl(input_ids, position_ids, packed, nullptr);
+  at::Tensor h = hidden_impl(input_ids, position_ids, packed, docs, nullptr);
   return linear_cross_entropy_sum(h.reshape({-1, cfg_.hidden_size}), lm_head_weight(),
                                   labels.reshape({-1}).to(at::kLong), loss_chunk_elements_);
 }
@@ -233,7 +250,7 @@ std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& pro
   std::vector<int32_t> out;
   int64_t next_pos = static_cast<int64_t>(prompt.size());
   while (static_cast<int64_t>(out.size()) < max_new_tokens) {
-    at::Tensor h = hidden_impl(ids, pos, false, &cache);
+    at::Tensor h = hidden_impl(ids, pos, false, nullptr, &cache);
     at::Tensor logits = at::linear(h.select(1, h.size(1) - 1), lm_head_weight());  // [1, V]
     const auto next = static_cast<int32_t>(logits.argmax(-1).item<int64_t>());
     out.push_back(next);

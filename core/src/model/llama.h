@@ -92,14 +92,19 @@ class CIUIC_API LlamaModel {
   // packed: rows hold several documents, each starting where position_ids == 0; attention is
   // block-diagonal causal and rotary positions restart per document.
   // Returns logits [B, T, V] in the model dtype.
-  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed) const;
+  // docs (optional, with packed): the rows' document boundaries known on the host
+  // (PackedDocs::from_position_ids of the CPU position_ids); on CUDA in bf16/fp16 attention then
+  // runs as varlen flash attention instead of a dense block-diagonal mask. Same results.
+  at::Tensor forward(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
+                     const PackedDocs* docs = nullptr) const;
   // The final-normed hidden states [B, T, hidden] (what lm_head multiplies).
-  at::Tensor hidden_states(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed) const;
+  at::Tensor hidden_states(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
+                           const PackedDocs* docs = nullptr) const;
   // Sum over positions with labels != -100 of the token cross-entropy, fp32 scalar on the model's
   // device, computed in fp32 from logits upcast chunk by chunk (see set_loss_chunk_elements);
   // labels [B, T] int64 are already shifted (labels[t] is the token after input_ids[t]).
   at::Tensor loss_sum(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& position_ids,
-                      bool packed) const;
+                      bool packed, const PackedDocs* docs = nullptr) const;
   // Greedy decoding with a KV cache. Returns the new tokens only (at most max_new_tokens; the
   // last is stop_id when it was produced). Runs without autograd.
   std::vector<int32_t> generate_greedy(const std::vector<int32_t>& prompt, int64_t max_new_tokens,
@@ -114,7 +119,7 @@ class CIUIC_API LlamaModel {
 
  private:
   at::Tensor hidden_impl(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
-                         std::vector<KVCacheLayer>* cache) const;
+                         const PackedDocs* docs, std::vector<KVCacheLayer>* cache) const;
   void check_tokens(const at::Tensor& t, const char* what, c10::IntArrayRef shape) const;
 
   LlamaConfig cfg_;

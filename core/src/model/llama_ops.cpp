@@ -1,14 +1,19 @@
 // Llama building blocks: rotary tables, the packed-document mask, one decoder layer.
 #include "model/llama_ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <vector>
 #include <numbers>
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/_flash_attention_forward.h>
 #include <ATen/ops/addcmul.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/cumsum.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/eq.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/ones.h>
@@ -72,22 +77,77 @@ at::Tensor packed_causal_mask(const at::Tensor& position_ids) {
   return same.logical_and_(causal).unsqueeze(1);
 }
 
+PackedDocs PackedDocs::from_position_ids(const at::Tensor& cpu_position_ids, c10::Device device) {
+  if (!cpu_position_ids.defined() || cpu_position_ids.dim() != 2 || !cpu_position_ids.device().is_cpu() ||
+      !at::isIntegralType(cpu_position_ids.scalar_type(), /*includeBool=*/false))
+    throw Error("PackedDocs: position_ids must be a [B, T] integer tensor on the CPU");
+  const at::Tensor pos = cpu_position_ids.to(at::kLong).contiguous();
+  PackedDocs d;
+  d.rows = pos.size(0);
+  d.row_len = pos.size(1);
+  const int64_t* p = pos.data_ptr<int64_t>();
+  std::vector<int32_t> cu;
+  int64_t start = 0;
+  const int64_t total = d.rows * d.row_len;
+  if (total > std::numeric_limits<int32_t>::max()) throw Error("PackedDocs: more than 2^31 tokens in one batch");
+  for (int64_t i = 0; i < total; ++i) {
+    if (i % d.row_len == 0 || p[i] == 0) {
+      if (i > start) d.max_len = std::max(d.max_len, i - start);
+      cu.push_back(static_cast<int32_t>(i));
+      start = i;
+    }
+  }
+  if (total > start) d.max_len = std::max(d.max_len, total - start);
+  cu.push_back(static_cast<int32_t>(total));
+  at::Tensor host = at::empty({static_cast<int64_t>(cu.size())}, at::kInt);
+  std::copy(cu.begin(), cu.end(), host.data_ptr<int32_t>());
+  d.cu_seqlens = device.is_cpu() ? host : host.pin_memory().to(device, /*non_blocking=*/true);
+  return d;
+}
+
+bool varlen_attention_supported(at::ScalarType dtype, c10::Device device, int64_t head_dim) {
+  return device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf) && head_dim % 8 == 0 && head_dim <= 256;
+}
+
 namespace {
 inline at::Tensor apply_rope(const at::Tensor& x, const RopeTables& r) {
   // x [B, T, heads, D]; roll by D/2 gives cat(x2, x1), the sign sits in sin_signed.
   return at::addcmul(x * r.cos, at::roll(x, {x.size(-1) / 2}, {-1}), r.sin_signed);
 }
+// The rest of a layer after attention: output projection, residual, MLP block, residual.
+at::Tensor attention_tail(const LayerWeights& w, const LayerShape& s, const at::Tensor& x, const at::Tensor& a) {
+  at::Tensor out = x + at::linear(a, w.wo());
+  at::Tensor h = at::rms_norm(out, {s.hidden}, w.ln_post(), s.eps);
+  at::Tensor m = at::linear(at::silu(at::linear(h, w.w_gate())) * at::linear(h, w.w_up()), w.w_down());
+  return out + m;
+}
 }  // namespace
 
 at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x, const RopeTables& rope,
-                         const std::optional<at::Tensor>& mask, KVCacheLayer* cache) {
+                         const std::optional<at::Tensor>& mask, KVCacheLayer* cache, const PackedDocs* docs) {
   const int64_t b = x.size(0), t = x.size(1);
   at::Tensor h = at::rms_norm(x, {s.hidden}, w.ln_in(), s.eps);
   // Projections stay in [B, T, heads, D] (the layout flash kernels use); the transposes to
   // [B, heads, T, D] for SDPA are views.
-  at::Tensor q = apply_rope(at::linear(h, w.wq()).view({b, t, s.n_heads, s.head_dim}), rope).transpose(1, 2);
-  at::Tensor k = apply_rope(at::linear(h, w.wk()).view({b, t, s.n_kv_heads, s.head_dim}), rope).transpose(1, 2);
-  at::Tensor v = at::linear(h, w.wv()).view({b, t, s.n_kv_heads, s.head_dim}).transpose(1, 2);
+  at::Tensor q = apply_rope(at::linear(h, w.wq()).view({b, t, s.n_heads, s.head_dim}), rope);
+  at::Tensor k = apply_rope(at::linear(h, w.wk()).view({b, t, s.n_kv_heads, s.head_dim}), rope);
+  at::Tensor v = at::linear(h, w.wv()).view({b, t, s.n_kv_heads, s.head_dim});
+  at::Tensor a;
+  if (docs) {
+    // Variable-length flash attention over the documents of the flattened batch ([B*T, heads, D]
+    // views, no copies; GQA handled by the kernel). Differentiable through ATen's own autograd.
+    const int64_t n = b * t;
+    a = std::get<0>(at::_flash_attention_forward(q.view({n, s.n_heads, s.head_dim}),
+                                                 k.view({n, s.n_kv_heads, s.head_dim}),
+                                                 v.view({n, s.n_kv_heads, s.head_dim}), docs->cu_seqlens,
+                                                 docs->cu_seqlens, docs->max_len, docs->max_len, 0.0,
+                                                 /*is_causal=*/true, /*return_debug_mask=*/false))
+            .view({b, t, s.n_heads * s.head_dim});
+    return attention_tail(w, s, x, a);
+  }
+  q = q.transpose(1, 2);
+  k = k.transpose(1, 2);
+  v = v.transpose(1, 2);
   bool causal = !mask.has_value();
   if (cache) {
     if (cache->k.defined()) {
@@ -99,13 +159,9 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
     cache->k = k;
     cache->v = v;
   }
-  at::Tensor a = at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, std::nullopt,
-                                                  /*enable_gqa=*/s.n_heads != s.n_kv_heads);
-  a = a.transpose(1, 2).reshape({b, t, s.n_heads * s.head_dim});
-  at::Tensor out = x + at::linear(a, w.wo());
-  h = at::rms_norm(out, {s.hidden}, w.ln_post(), s.eps);
-  at::Tensor m = at::linear(at::silu(at::linear(h, w.w_gate())) * at::linear(h, w.w_up()), w.w_down());
-  return out + m;
+  a = at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, std::nullopt,
+                                       /*enable_gqa=*/s.n_heads != s.n_kv_heads);
+  return attention_tail(w, s, x, a.transpose(1, 2).reshape({b, t, s.n_heads * s.head_dim}));
 }
 
 }  // namespace ciuic::model
