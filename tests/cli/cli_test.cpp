@@ -158,6 +158,13 @@ TEST(Cli, DryRunCreatesEveryPlugin) {
   for (const char* slot : {"comm", "sharding", "offload", "precision", "data"})
     EXPECT_TRUE(has(r.out, kGood + "/libciuic_" + slot + "_test.so")) << r.out;
   EXPECT_TRUE(has(r.out, "the recipe and its plugins are valid")) << r.out;
+  // [run] plugin_paths, relative to the recipe's folder, instead of --plugin-path.
+  const fs::path dir = fs::path(recipe).parent_path();
+  const std::string rel = fs::relative(kGood, dir).string();
+  ciuic_test::write_file(dir / "paths.toml", "include = [\"recipe.toml\"]\n[run]\nplugin_paths = [\"" + rel + "\"]\n");
+  r = run((dir / "paths.toml").string() + " --dry-run");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, kGood + "/libciuic_data_test.so")) << r.out;
   // Without an offload plugin the core's AdamW is used.
   r = run(recipe + " --plugin-path " + kGood + " --dry-run --set 'offload.plugin=\"\"'");
   EXPECT_EQ(r.code, 0) << r.err;
