@@ -20,7 +20,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: ciuic-run RECIPE [--set section.key=value]... [--plugin-path DIR]... [--nproc N]\n"
     "                 [--nnodes N] [--node-rank R] [--master-addr A] [--master-port P]\n"
-    "                 [--output-all-ranks] [--resume PATH|latest] [--dry-run] [--print-recipe]\n"
+    "                 [--output-all-ranks] [--resume PATH|latest|auto] [--dry-run] [--print-recipe]\n"
     "       ciuic-run --list-plugins [--verbose] [--plugin-path DIR]...\n"
     "       ciuic-run --help | --help-recipe | --version\n";
 
@@ -74,8 +74,9 @@ int main(int argc, char** argv) {
        "port of the rendezvous store (default: a free port; required with several nodes)")
       ("output-all-ranks", po::bool_switch(&o.output_all_ranks),
        "show every rank's output, prefixed by its rank (default: rank 0 and errors)")
-      ("resume", po::value<std::string>(&o.resume)->value_name("PATH|latest"),
-       "resume from a checkpoint folder, or the latest one under [checkpoint] dir")
+      ("resume", po::value<std::string>(&o.resume)->value_name("PATH|latest|auto"),
+       "resume from a checkpoint folder, or the newest one under [checkpoint] dir (latest; auto: "
+       "the newest if any, else start fresh)")
       ("dry-run", po::bool_switch(&o.dry_run),
        "validate the recipe, create every chosen plugin once in this process, print a summary, exit")
       ("print-recipe", po::bool_switch(&o.print_recipe),

@@ -1,7 +1,7 @@
 // The demo's data path with the real pieces: examples/demo/tokenizer.json read by ciuic's
 // Tokenizer, the "plain" chat template, the cached_ssd plugin — compared with the ids the Python
 // `tokenizers` package gives for the same conversations (fixtures/data/demo/hf_ids.json) — and the
-// exact-match helper of examples/demo/demo_eval.h.
+// exact-match helper of core/src/train/exact_match.h.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -12,7 +12,7 @@
 #include <ciuic/error.h>
 
 #include "data_test_support.h"
-#include "demo_eval.h"
+#include "train/exact_match.h"
 
 namespace ciuic::testdata {
 namespace {
@@ -60,7 +60,7 @@ TEST(DemoData, CachedSsdGivesTheHfIdsAndLossOnTheReplyOnly) {
 TEST(DemoEval, ExactMatchWithAnOracleAndAConstantGenerator) {
   auto tok = Tokenizer::from_file(kTokenizer);
   auto tmpl = ChatTemplate::create("plain", *tok);
-  auto questions = demo::load_held_out(kDemoFixtures + "/eval.jsonl");
+  auto questions = train::load_held_out(kDemoFixtures + "/eval.jsonl");
   ASSERT_EQ(questions.size(), 200u);
   // Oracle: the expected answer, as the model would write it (" <answer>" then EOS, then junk).
   std::map<std::vector<int32_t>, std::string> answers;
@@ -72,7 +72,7 @@ TEST(DemoEval, ExactMatchWithAnOracleAndAConstantGenerator) {
     out.push_back(tok->encode("9", false)[0]);
     return out;
   };
-  demo::ExactMatchResult all = demo::exact_match(questions, *tok, *tmpl, oracle);
+  train::ExactMatchResult all = train::exact_match(questions, *tok, *tmpl, oracle);
   EXPECT_EQ(all.total, 200);
   EXPECT_EQ(all.correct, 200);
   EXPECT_EQ(all.by_category.size(), 4u);
@@ -80,11 +80,11 @@ TEST(DemoEval, ExactMatchWithAnOracleAndAConstantGenerator) {
   int64_t zeros = 0;
   for (const auto& q : questions) zeros += q.answer == "0";
   auto zero = [&](const std::vector<int32_t>&, int64_t) { return tok->encode(" 0", false); };
-  demo::ExactMatchResult z = demo::exact_match(questions, *tok, *tmpl, zero);
+  train::ExactMatchResult z = train::exact_match(questions, *tok, *tmpl, zero);
   EXPECT_EQ(z.correct, zeros);
   EXPECT_FALSE(z.mistakes.empty());
-  EXPECT_EQ(demo::exact_match(questions, *tok, *tmpl, zero, 8, 10).total, 10);
-  const std::string table = demo::format_table(z, all);
+  EXPECT_EQ(train::exact_match(questions, *tok, *tmpl, zero, 8, 10).total, 10);
+  const std::string table = train::format_table(z, all);
   EXPECT_NE(table.find("200/200"), std::string::npos) << table;
   EXPECT_NE(table.find("convert"), std::string::npos) << table;
 }
@@ -94,7 +94,7 @@ TEST(DemoEval, MalformedHeldOutFileNamesTheLine) {
   write_file(dir + "/e.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": \"1\"}\n"
                                "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}]}\n");
   try {
-    demo::load_held_out(dir + "/e.jsonl");
+    train::load_held_out(dir + "/e.jsonl");
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("e.jsonl:2: no assistant message"), std::string::npos) << e.what();

@@ -49,7 +49,7 @@ std::string recipe_text(const Shape& s, const std::string& out) {
     << "max_position_embeddings = 64\n"
     << "[train]\nmicro_batch_size = " << s.micro << "\ngradient_accumulation_steps = " << s.accum
     << "\nseq_len = 32\nmax_steps = " << s.steps << "\ngradient_clipping = 1.0\n"
-    << "[optimizer]\nlr = 1e-2\nweight_decay = 0.1\n"
+    << "[optimizer]\nlr = 1e-3\nweight_decay = 0.1\n"
     << "[precision]\nplugin = \"" << s.precision << "\"\n"
     << "[sharding]\nplugin = \"" << s.sharding << "\"\nreduce_bucket_size = 3000\n"
     << "[data]\nplugin = \"synthetic\"\nvocab_size = 64\ndocuments_per_row = 3\n"
@@ -94,19 +94,22 @@ Weights exported(const Result& r) {
   return w;
 }
 
-// Largest per-tensor relative difference ||a - b|| / ||b||.
+// Relative difference of two models, ||a - b|| / ||b|| over all parameters: fp32 runs that
+// differ only in the order of floating-point sums (world size, micro-batch split) land near 1e-7
+// after 5 AdamW steps at lr 1e-3; a real error (a lost bucket, a wrong scale) lands near 1e-2.
 double max_rel(const Weights& a, const Weights& b) {
   EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
+  double num = 0, den = 0;
   for (const auto& [k, t] : b) {
     auto it = a.find(k);
     if (it == a.end()) {
       ADD_FAILURE() << "missing tensor " << k;
       return INFINITY;
     }
-    worst = std::max(worst, (it->second - t).norm().item<double>() / t.norm().item<double>());
+    num += (it->second - t).pow(2).sum().item<double>();
+    den += t.pow(2).sum().item<double>();
   }
-  return worst;
+  return std::sqrt(num / den);
 }
 
 bool identical(const Weights& a, const Weights& b) {
@@ -262,7 +265,7 @@ TEST(TrainE2E, SurvivesKillNineAndResumesExactly) {
                                      "checkpoint.every_steps=1"};
     if (attempt > 0) {
       argv.push_back("--resume");
-      argv.push_back("latest");
+      argv.push_back("auto");  // the first attempt may have died before its first checkpoint
     }
     Child c(argv, dir + "/attempt" + std::to_string(attempt), {"OMP_NUM_THREADS=1"});
     // Let it start and run for a random while, then SIGKILL a worker (a child of ciuic-run).
@@ -276,12 +279,13 @@ TEST(TrainE2E, SurvivesKillNineAndResumesExactly) {
     for (pid_t p : pids) EXPECT_TRUE(ciuic::testing::wait_gone(p, std::chrono::seconds(10)));
     if (c.exit_code() == 0) finished = 1;  // the run ended before the kill
     // Nothing half-written is ever visible as a checkpoint.
+    if (!fs::exists(dir + "/out/checkpoints")) continue;
     for (const auto& e : fs::directory_iterator(dir + "/out/checkpoints"))
       if (e.path().filename().string().rfind("step_", 0) == 0)
         EXPECT_TRUE(fs::exists(e.path() / "manifest.json")) << e.path();
   }
   if (!finished) {
-    Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", recipe, "--resume", "latest"},
+    Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", recipe, "--resume", "auto"},
             dir + "/final", {"OMP_NUM_THREADS=1"});
     ASSERT_TRUE(c.wait(std::chrono::seconds(240)));
     ASSERT_EQ(c.exit_code(), 0) << c.err();
@@ -324,7 +328,7 @@ TEST(TrainE2E, NonFiniteGradientStopsNamingStepAndCheckpoint) {
 }
 
 TEST(TrainE2E, UnwritableCheckpointFolderIsAnError) {
-  const std::string dir = ciuic::testing::fresh_dir("e2e-ro");
+  const std::string dir = ciuic::testing::fresh_dir("e2e-blocked");
   fs::create_directories(dir + "/blocker");
   std::ofstream(dir + "/blocker/file") << "x";  // a file where a folder must go
   Shape s{.world = 1, .micro = 4, .steps = 2};

@@ -105,12 +105,13 @@ class CIUIC_API FlatBuckets {
   std::shared_ptr<HookState> hooks_;
 };
 
-// Global L2 norm of a gradient spread over ranks (each rank passes the part it holds; parts must
-// not overlap) and whether any element is inf/nan anywhere. One all_reduce of two fp64 numbers.
+// Global L2 norm of a gradient and whether any element is inf/nan anywhere. `sharded`: each rank
+// passes the part it holds (parts must not overlap) and the squares are summed across ranks in
+// one all_reduce; otherwise every rank holds the whole gradient (DDP) and nothing is exchanged.
 struct GradNorm {
   double norm = 0.0;     // of the gradient as passed (callers divide by the loss scale)
   bool nonfinite = false;
 };
-CIUIC_API GradNorm global_grad_norm(const at::Tensor& local_part, Comm& comm);
+CIUIC_API GradNorm global_grad_norm(const at::Tensor& local_part, Comm& comm, bool sharded);
 
 }  // namespace ciuic

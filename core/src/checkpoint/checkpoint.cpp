@@ -99,19 +99,23 @@ class ShardSet {
     auto it = pieces_.find(param);
     if (it == pieces_.end())
       throw Error("checkpoint " + folder_of() + " holds no state for parameter " + param);
-    int64_t covered = 0;
+    // Pieces are sorted by parameter offset; replicated shards (DDP: every rank holds
+    // everything) overlap, and each element is taken once.
+    int64_t pos = offset;
+    const int64_t end = offset + length;
     for (const Piece& p : it->second) {
-      const int64_t s = std::max(offset, p.param_offset);
-      const int64_t e = std::min(offset + length, p.param_offset + p.length);
-      if (s >= e) continue;
+      if (pos >= end) break;
+      const int64_t s = std::max(pos, p.param_offset);
+      const int64_t e = std::min(end, p.param_offset + p.length);
+      if (e <= s) continue;
+      if (s > pos) break;  // a gap: reported below
       at::Tensor src = files_[p.file]->tensor(state);
       out.narrow(0, s - offset, e - s).copy_(src.narrow(0, p.shard_offset + (s - p.param_offset), e - s));
-      covered += e - s;
+      pos = e;
     }
-    if (covered != length)
-      throw Error("checkpoint " + folder_of() + " covers " + std::to_string(covered) + " of the " +
-                  std::to_string(length) + " elements [" + std::to_string(offset) + ", " +
-                  std::to_string(offset + length) + ") of " + param + " (" + state + ")");
+    if (pos != end)
+      throw Error("checkpoint " + folder_of() + " has no " + state + " state for elements [" +
+                  std::to_string(pos) + ", " + std::to_string(end) + ") of " + param);
     return out;
   }
 

@@ -147,7 +147,7 @@ StepResult BucketSharding::step(const StepInput& in) {
   }
 
   const double scale = precision_->loss_scale();
-  const GradNorm gn = global_grad_norm(grad_shard_, *comm_);
+  const GradNorm gn = global_grad_norm(grad_shard_, *comm_, /*sharded=*/options_.shards > 1);
   const bool skip = precision_->update(gn.nonfinite, in.step) || gn.nonfinite;
   StepResult r;
   r.grad_norm = gn.nonfinite ? gn.norm : gn.norm / scale;

@@ -254,10 +254,10 @@ std::vector<ShardSlice> FlatBuckets::shard_slices(int64_t chunk_index) const {
 }
 
 // ---- gradient norm ----------------------------------------------------------------------------
-GradNorm global_grad_norm(const at::Tensor& local_part, Comm& comm) {
+GradNorm global_grad_norm(const at::Tensor& local_part, Comm& comm, bool sharded) {
   at::Tensor sq = at::linalg_vector_norm(local_part, 2).to(at::kDouble).square();
   at::Tensor buf = sq.reshape({1}).to(comm.device());
-  comm.all_reduce(buf, ReduceOp::kSum)->wait();
+  if (sharded && comm.size() > 1) comm.all_reduce(buf, ReduceOp::kSum)->wait();
   const double total = buf.cpu().item<double>();
   GradNorm r;
   r.nonfinite = !std::isfinite(total);

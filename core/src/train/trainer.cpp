@@ -26,6 +26,8 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
+#include <set>
 #include <thread>
 
 #include <ATen/Parallel.h>
@@ -53,6 +55,7 @@
 #include "recipe/recipe.h"
 #include "registry/registry.h"
 #include "train/device_info.h"
+#include "train/exact_match.h"
 #include "train/metrics.h"
 
 namespace fs = std::filesystem;
@@ -262,6 +265,10 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
 struct DeviceBatch {
   at::Tensor input_ids, labels, position_ids;
   bool packed = false;
+  // Document boundaries of packed rows (lets the model run varlen flash attention on GPU instead
+  // of a dense block-diagonal mask); built from the CPU position_ids, no host sync.
+  std::optional<model::PackedDocs> docs;
+  const model::PackedDocs* docs_ptr() const { return docs ? &*docs : nullptr; }
 };
 
 DeviceBatch to_device(const Batch& b, c10::Device device, int64_t micro_batch) {
@@ -271,6 +278,8 @@ DeviceBatch to_device(const Batch& b, c10::Device device, int64_t micro_batch) {
   d.labels = b.labels.to(device, async);
   if (b.position_ids.defined()) d.position_ids = b.position_ids.to(device, async);
   d.packed = b.num_documents > micro_batch;
+  if (d.packed && b.position_ids.defined())
+    d.docs = model::PackedDocs::from_position_ids(b.position_ids, device);
   return d;
 }
 
@@ -299,13 +308,49 @@ EvalResult evaluate(Run& r) {
     std::optional<Batch> b = r.data->next_eval();
     if (!b) break;
     DeviceBatch d = to_device(*b, r.ctx.device, r.micro_batch);
-    loss_sum += r.model->loss_sum(d.input_ids, d.labels, d.position_ids, d.packed);
+    loss_sum += r.model->loss_sum(d.input_ids, d.labels, d.position_ids, d.packed, d.docs_ptr());
     tokens += static_cast<double>(b->num_label_tokens);
   }
   const auto g = all_sum(*r.comm, {loss_sum.item<double>(), tokens});
   e.tokens = static_cast<int64_t>(g[1]);
   e.loss = g[1] > 0 ? g[0] / g[1] : NAN;
   return e;
+}
+
+// ---- exact-match evaluation of greedy answers (the demo's "did it learn?") --------------------
+// Each rank answers every world_size-th question; counts (overall and per category) are summed
+// across ranks.
+ExactMatchResult exact_match_all_ranks(Run& r, const std::vector<HeldOutQuestion>& qs,
+                                       int64_t max_new_tokens) {
+  c10::NoGradGuard no_grad;
+  std::vector<HeldOutQuestion> mine;
+  for (size_t i = r.ctx.rank; i < qs.size(); i += r.ctx.world_size) mine.push_back(qs[i]);
+  const std::optional<int32_t> stop = r.tokenizer->eos_id();
+  ExactMatchResult local = exact_match(
+      mine, *r.tokenizer, *r.chat_template,
+      [&](const std::vector<int32_t>& prompt, int64_t max_new) {
+        return r.model->generate_greedy(prompt, max_new, stop);
+      },
+      max_new_tokens);
+  std::set<std::string> cats;
+  for (const auto& q : qs) cats.insert(q.category);
+  std::vector<double> counts = {static_cast<double>(local.correct), static_cast<double>(local.total)};
+  for (const auto& c : cats) {
+    auto it = local.by_category.find(c);
+    counts.push_back(it == local.by_category.end() ? 0.0 : static_cast<double>(it->second.first));
+    counts.push_back(it == local.by_category.end() ? 0.0 : static_cast<double>(it->second.second));
+  }
+  const std::vector<double> g = all_sum(*r.comm, counts);
+  ExactMatchResult all;
+  all.correct = static_cast<int64_t>(g[0]);
+  all.total = static_cast<int64_t>(g[1]);
+  size_t i = 2;
+  for (const auto& c : cats) {
+    all.by_category[c] = {static_cast<int64_t>(g[i]), static_cast<int64_t>(g[i + 1])};
+    i += 2;
+  }
+  all.mistakes = local.mistakes;
+  return all;
 }
 
 // ---- the loop ---------------------------------------------------------------------------------
@@ -337,8 +382,13 @@ int train(Run& r, const WorkerOptions& opts) {
   const checkpoint::Parts parts{r.comm.get(), r.sharding.get(), r.precision.get(), r.data.get()};
 
   checkpoint::TrainerState st;  // step = optimizer steps completed; updates = of those applied
-  if (!opts.resume.empty()) {
-    const std::string folder = checkpoint::resolve(opts.resume, ckpt_dir);
+  // --resume auto: the newest checkpoint if there is one, else a fresh start (for jobs that are
+  // restarted after preemption with the same command line).
+  const bool auto_fresh = opts.resume == "auto" && ckpt.latest().empty();
+  if (auto_fresh && rank0) log_info("--resume auto: no checkpoint in " + ckpt_dir + "; starting fresh");
+  if (!opts.resume.empty() && !auto_fresh) {
+    const std::string folder =
+        checkpoint::resolve(opts.resume == "auto" ? "latest" : opts.resume, ckpt_dir);
     st = ckpt.load(folder, shape, parts);
     if (rank0) log_info("resumed from " + folder + " at step " + std::to_string(st.step));
   }
@@ -360,6 +410,40 @@ int train(Run& r, const WorkerOptions& opts) {
                      ", global batch " + std::to_string(tokens_per_step) + " tokens, " +
                      std::to_string(r.max_steps) + " steps, lr " + r.schedule->describe());
   }
+  // Exact-match accuracy of greedy answers before training (and after, at the end).
+  std::vector<HeldOutQuestion> questions;
+  ExactMatchResult em_before;
+  const std::string em_file = resolve_input(r.train.get_string("exact_match_file"), r.recipe->dir());
+  const int64_t em_tokens = r.train.get_int("exact_match_max_new_tokens");
+  auto score = [&](const char* when) {
+    const ExactMatchResult em = exact_match_all_ranks(r, questions, em_tokens);
+    if (rank0) {
+      nlohmann::json cats = nlohmann::json::object();
+      for (const auto& [c, v] : em.by_category) cats[c] = v.second ? double(v.first) / v.second : 0.0;
+      metrics.write({{"event", "exact_match"}, {"when", when}, {"step", step},
+                     {"accuracy", em.accuracy()}, {"questions", em.total}, {"by_category", cats}});
+    }
+    return em;
+  };
+  if (!em_file.empty()) {
+    if (!r.tokenizer || !r.chat_template)
+      throw UsageError("[train] exact_match_file needs a tokenizer ([model] tokenizer or path)");
+    questions = load_held_out(em_file);
+    const int64_t limit = r.train.get_int("exact_match_limit");
+    if (limit > 0 && static_cast<int64_t>(questions.size()) > limit) questions.resize(limit);
+    if (questions.empty()) throw UsageError("[train] exact_match_file " + em_file + " holds no questions");
+    em_before = score("before");
+    if (rank0)
+      progress.message("exact match before training: " + std::to_string(em_before.correct) + "/" +
+                       std::to_string(em_before.total) + " held-out questions");
+  }
+  if (eval_every > 0 && step == 0) {
+    const EvalResult e = evaluate(r);
+    if (rank0 && e.tokens > 0)
+      metrics.write({{"event", "eval"}, {"step", 0}, {"eval_loss", e.loss},
+                     {"eval_ppl", std::exp(e.loss)}, {"eval_tokens", e.tokens}});
+  }
+
   StopSignals signals;
   reset_peak_memory(r.ctx.device);
   const auto run_start = std::chrono::steady_clock::now();
@@ -392,18 +476,29 @@ int train(Run& r, const WorkerOptions& opts) {
     const double global_labels = std::max(1.0, agreed[0]);
     window_labels += global_labels;
 
-    // 2. Forward and backward, micro-batch by micro-batch.
+    // 2. Forward and backward, micro-batch by micro-batch. On logged steps the device is
+    // synchronised at the phase boundaries so that the phases can be timed.
+    const bool timed = (this_step % log_every == 0) || this_step == r.max_steps;
+    const auto t_fb = std::chrono::steady_clock::now();
     const double scale = r.precision->loss_scale();
     for (int64_t i = 0; i < r.accumulation; ++i) {
       r.sharding->begin_micro_batch(i, i + 1 == r.accumulation);
       DeviceBatch d = to_device(batches[i], r.ctx.device, r.micro_batch);
-      at::Tensor loss_sum = r.model->loss_sum(d.input_ids, d.labels, d.position_ids, d.packed);
+      at::Tensor loss_sum =
+          r.model->loss_sum(d.input_ids, d.labels, d.position_ids, d.packed, d.docs_ptr());
       at::Tensor loss = loss_sum * (scale / global_labels);
       torch::autograd::backward({loss});
       loss_acc.add_(loss_sum.detach());
     }
 
+    double fwd_bwd_s = 0, optim_s = 0;
+    if (timed) {
+      synchronize(r.ctx.device);
+      fwd_bwd_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_fb).count();
+    }
+
     // 3. Optimizer step.
+    const auto t_opt = std::chrono::steady_clock::now();
     StepInput in;
     in.hyper = r.hyper;
     in.hyper.lr = r.schedule->lr(step);
@@ -411,6 +506,10 @@ int train(Run& r, const WorkerOptions& opts) {
     in.step = this_step;
     in.adam_step = st.updates + 1;
     const StepResult res = r.sharding->step(in);
+    if (timed) {
+      synchronize(r.ctx.device);
+      optim_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
+    }
     step = this_step;
     if (res.skipped) {
       ++st.skipped;
@@ -457,7 +556,9 @@ int train(Run& r, const WorkerOptions& opts) {
                               {"skipped", res.skipped},
                               {"tokens", st.tokens},
                               {"tokens_per_s", tps},
-                              {"step_s", step_s}};
+                              {"step_s", step_s},
+                              {"fwd_bwd_s", fwd_bwd_s},
+                              {"optim_s", optim_s}};
         if (r.ctx.device.is_cuda()) {
           const MemoryStats ms = memory_stats(r.ctx.device);
           rec["mem_gib"] = ms.peak_allocated / 1073741824.0;
@@ -498,6 +599,13 @@ int train(Run& r, const WorkerOptions& opts) {
     if (ckpt_every > 0 && step % ckpt_every == 0 && step < r.max_steps) save();
   }
   progress.finish();
+  if (!questions.empty()) {
+    const ExactMatchResult after = score("after");
+    if (rank0) {
+      std::fputs(format_table(em_before, after).c_str(), stderr);
+      for (const auto& m : after.mistakes) log_info("  e.g. " + m);
+    }
+  }
 
   // The end: a final checkpoint (unless the recipe turns it off), and the Hugging Face export,
   // made from the checkpoint's fp32 master weights.
@@ -520,6 +628,7 @@ int train(Run& r, const WorkerOptions& opts) {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   if (rank0) {
     nlohmann::json end = {{"event", "end"},           {"steps", step},
+                          {"world_size", r.ctx.world_size},
                           {"updates", st.updates},    {"skipped", st.skipped},
                           {"tokens", st.tokens},      {"elapsed_s", elapsed},
                           {"tokens_per_s", (st.tokens - tokens_at_start) / std::max(elapsed, 1e-9)},

@@ -11,7 +11,8 @@ class Registry;
 namespace ciuic::train {
 
 struct WorkerOptions {
-  // --resume: "" (fresh start), "latest", or a checkpoint folder.
+  // --resume: "" (fresh start), "latest" (the newest checkpoint; an error when there is none),
+  // "auto" (the newest checkpoint, or a fresh start when there is none), or a checkpoint folder.
   std::string resume;
 };
 

@@ -1,17 +1,17 @@
-// demo_eval.h — exact-match accuracy of greedy answers on held-out chat questions (header-only).
+// train/exact_match.h — exact-match accuracy of greedy answers on held-out chat questions.
 //
-// For `make demo` (and any "questions with exact answers" eval): the trainer loads the held-out
-// file once, and before/after training calls exact_match() with a callback that runs the model's
-// greedy generation; print_table() shows the two results side by side.
+// The trainer's [train] exact_match_file evaluation (what `make demo` shows): the held-out file is
+// loaded once; before and after training each rank scores its share of the questions with the
+// model's greedy generation, the counts are summed across ranks, and format_table() shows the two
+// results side by side.
 //
-//   #include "../../examples/demo/demo_eval.h"   // or add examples/demo to the include path
-//   auto questions = ciuic::demo::load_held_out(dir + "/eval.jsonl");
-//   auto before = ciuic::demo::exact_match(questions, *tokenizer, *chat_template,
+//   auto questions = ciuic::train::load_held_out(dir + "/eval.jsonl");
+//   auto before = ciuic::train::exact_match(questions, *tokenizer, *chat_template,
 //       [&](const std::vector<int32_t>& prompt, int64_t max_new) {
 //         return model.generate_greedy(prompt, max_new, tokenizer->eos_id());
 //       });
 //   ... train ...
-//   std::cout << ciuic::demo::format_table(before, after);
+//   std::cout << ciuic::train::format_table(before, after);
 //
 // Input: JSONL lines {"messages": [...], "answer"?: str, "category"?: str} (gen_demo_data.py's
 // eval.jsonl). The prompt is every message before the last assistant message; the expected answer
@@ -41,7 +41,7 @@
 #include <ciuic/error.h>
 #include <ciuic/tokenizer.h>
 
-namespace ciuic::demo {
+namespace ciuic::train {
 
 struct HeldOutQuestion {
   std::vector<ChatMessage> prompt;  // the conversation up to the expected reply
@@ -167,4 +167,4 @@ inline std::string format_table(const ExactMatchResult& before, const ExactMatch
   return out;
 }
 
-}  // namespace ciuic::demo
+}  // namespace ciuic::train

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs on the GPU host (device tool), from the repository root, with .gpu/ (scripts/gpu/bundle.sh)
+# carried along. One call = one part, so that each fits a 10-minute command:
+#   scripts/gpu/run-suite.sh check    the bundle loads; GPU tests (ctest -L gpu)
+#   scripts/gpu/run-suite.sh part1    GPU tests, NCCL bus bandwidth, 1B ZeRO-2 vs the FSDP2 peer
+#                                     (NVLink and P2P disabled), 1B with cpu_adam under a 24 GiB cap
+#   scripts/gpu/run-suite.sh part2    the seed setups' 7B shapes at 2 ranks (cpu_adam, 24/40 GiB
+#                                     caps), 1B on one GPU vs the peer
+# Every run's log, metrics and peer JSON go to $OUT; scripts/gpu/summarize.py prints the table.
+set -u
+part=${1:-check}
+OUT=${OUT:-/tmp/ciuic-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
+
+# The build was made in /work/main: make that path lead here so its absolute paths resolve.
+if [ ! -e /work/main/.gpu ]; then mkdir -p /work && rm -rf /work/main && ln -s "$PWD" /work/main; fi
+cd /work/main
+mkdir -p /tmp/gpudeps && for f in .gpu/debs/*.deb; do dpkg -x "$f" /tmp/gpudeps; done
+TORCH_LIB=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+export LD_LIBRARY_PATH=/tmp/gpudeps/usr/lib/x86_64-linux-gnu:$TORCH_LIB:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+rm -rf build-gpu && mkdir -p build-gpu && tar xzf .gpu/bundle.tgz -C build-gpu
+B=build-gpu/bin
+ngpu=$(nvidia-smi -L | wc -l)
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpus.txt"
+nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
+"$B/ciuic-run" --version > "$OUT/version.txt" 2>&1 || { cat "$OUT/version.txt"; echo "bundle does not load"; exit 3; }
+"$B/ciuic-run" --list-plugins | tee "$OUT/plugins.txt"
+
+# run NAME TIMEOUT CMD...: one measured program, its output in $OUT/NAME.log
+run() {
+  local name=$1 limit=$2; shift 2
+  echo "=== $name: $*"
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - t0)) s"
+  [ $rc -eq 0 ] || tail -15 "$OUT/$name.log"
+}
+# ciuic NAME TIMEOUT RECIPE ARGS...: a ciuic-run training run; keeps its metrics.jsonl
+ciuic() {
+  local name=$1 limit=$2 recipe=$3; shift 3
+  run "$name" "$limit" "$B/ciuic-run" "$recipe" --set "run.output_dir=\"/tmp/runs/$name\"" "$@"
+  cp "/tmp/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
+}
+peer() {  # peer NAME TIMEOUT NPROC ARGS...
+  local name=$1 limit=$2 n=$3; shift 3
+  run "$name" "$limit" torchrun --standalone --nproc-per-node "$n" bench/peers/fsdp2_llama.py --json "$OUT/$name.json" "$@"
+}
+
+case "$part" in
+check)
+  (cd build-gpu && run gpu-tests 300 ctest -L gpu --output-on-failure)
+  ;;
+part1)
+  (cd build-gpu && run gpu-tests 240 ctest -L gpu --output-on-failure)
+  [ -x scripts/gpu/comm-check.sh ] && run comm-bw 120 scripts/gpu/comm-check.sh build-gpu
+  one_b="configs/llama-1b-bench.toml --set train.max_steps=20 --set log.every_steps=5"
+  ciuic z2-1b-nvlink 150 $one_b --nproc "$ngpu"
+  peer fsdp2-1b-nvlink 150 "$ngpu"
+  ciuic z2-1b-pcie 150 $one_b --nproc "$ngpu" --set comm.transport=pcie
+  NCCL_P2P_DISABLE=1 peer fsdp2-1b-nop2p 150 "$ngpu"
+  ciuic z2-1b-cpuadam 180 $one_b --nproc "$ngpu" --set offload.plugin=cpu_adam \
+        --set cluster.memory_per_device_gib=24.0 --set train.max_steps=10 --set log.every_steps=2
+  ;;
+part2)
+  seven="--nproc $ngpu --set train.max_steps=4 --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false"
+  ciuic ds7b-4090-2rank 280 configs/deepseek-7b-3x4090.toml $seven --set train.gradient_accumulation_steps=2
+  ciuic ds67b-a100-2rank 280 configs/deepseek-6.7b-4xa100.toml $seven --set train.gradient_accumulation_steps=2
+  ;;
+part3)
+  one_b="configs/llama-1b-bench.toml --set train.max_steps=20 --set log.every_steps=5"
+  CUDA_VISIBLE_DEVICES=0 ciuic z2-1b-1gpu 150 $one_b --nproc 1
+  CUDA_VISIBLE_DEVICES=0 peer fsdp2-1b-1gpu 150 1
+  ;;
+esac
+python3 scripts/gpu/summarize.py "$OUT" | tee "$OUT/summary.md"
