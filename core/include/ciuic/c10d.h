@@ -19,12 +19,11 @@
 // include it only in plugins that need it.
 #pragma once
 
-#include <memory>
-
-#include <torch/csrc/distributed/c10d/Store.hpp>
-
 #include <ciuic/export.h>
 #include <ciuic/store.h>
+
+#include <memory>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace ciuic {
 

@@ -1,11 +1,11 @@
 // detect_worker_env(): which launcher started this process, and where this rank sits in the run.
+#include <ciuic/error.h>
+
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-
-#include <ciuic/error.h>
 
 #include "launch/launch.h"
 
@@ -61,9 +61,7 @@ class Vars {
 };
 
 void validate(const WorkerEnv& e, const std::string& origin) {
-  auto fail = [&](const std::string& what) {
-    throw UsageError(origin + " environment: " + what);
-  };
+  auto fail = [&](const std::string& what) { throw UsageError(origin + " environment: " + what); };
   if (e.world_size < 1) fail("the world size must be >= 1");
   if (e.rank >= e.world_size)
     fail("rank " + std::to_string(e.rank) + " is not below the world size " +
@@ -92,12 +90,13 @@ WorkerEnv from_torchrun_vars(const Vars& v, bool ours) {
   e.local_rank = v.req_int({"LOCAL_RANK"}, 0, both);
   e.local_world_size = v.req_int({"LOCAL_WORLD_SIZE"}, 1, both);
   e.node_rank = v.opt_int({"GROUP_RANK", "NODE_RANK"}, 0).value_or(e.rank / e.local_world_size);
-  e.num_nodes = v.opt_int({"GROUP_WORLD_SIZE"}, 1).value_or(
-      (e.world_size + e.local_world_size - 1) / e.local_world_size);
+  e.num_nodes = v.opt_int({"GROUP_WORLD_SIZE"}, 1)
+                    .value_or((e.world_size + e.local_world_size - 1) / e.local_world_size);
   if (auto a = v.str("MASTER_ADDR"); a && !a->empty()) {
     e.master_addr = *a;
   } else if (e.world_size > 1) {
-    throw UsageError(e.launcher + " environment: MASTER_ADDR is not set (the address of the "
+    throw UsageError(e.launcher +
+                     " environment: MASTER_ADDR is not set (the address of the "
                      "rendezvous store, e.g. 127.0.0.1 on one machine)");
   }
   if (e.world_size > 1)
@@ -124,8 +123,8 @@ std::optional<WorkerEnv> from_slurm(const Vars& v) {
   e.rank = v.req_int({"SLURM_PROCID"}, 0, "");
   e.local_rank = v.req_int({"SLURM_LOCALID"}, 0, "srun sets it");
   e.node_rank = v.req_int({"SLURM_NODEID"}, 0, "srun sets it");
-  e.num_nodes = v.opt_int({"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"}, 1)
-                    .value_or(1);
+  e.num_nodes =
+      v.opt_int({"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"}, 1).value_or(1);
   std::optional<int> local;
   for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
     if (auto tpn = v.str(name)) {
@@ -198,7 +197,8 @@ std::optional<WorkerEnv> from_mpi(const Vars& v, bool openmpi) {
   } else if (e.num_nodes == 1) {
     e.master_addr = "127.0.0.1";
   } else {
-    throw UsageError(origin + " environment: MASTER_ADDR is not set; on several nodes it must name "
+    throw UsageError(origin +
+                     " environment: MASTER_ADDR is not set; on several nodes it must name "
                      "the host of rank 0 (mpirun -x MASTER_ADDR=<host> ...)");
   }
   e.master_port = v.opt_int({"MASTER_PORT"}, 1).value_or(29500);
@@ -225,14 +225,28 @@ std::optional<WorkerEnv> detect_worker_env() {
   return env;
 }
 
+void apply_worker_env(const WorkerEnv& env, RunContext& ctx) {
+  ctx.rank = env.rank;
+  ctx.world_size = env.world_size;
+  ctx.local_rank = env.local_rank;
+  ctx.local_world_size = env.local_world_size;
+  ctx.node_rank = env.node_rank;
+  ctx.num_nodes = env.num_nodes;
+  ctx.master_addr = env.master_addr;
+  ctx.master_port = env.master_port;
+}
+
 std::optional<std::string> first_slurm_host(std::string_view list) {
   // The first comma-separated item at bracket depth 0: "prefix[ranges]suffix" or a plain name.
   size_t end = 0;
   int depth = 0;
   for (; end < list.size(); ++end) {
-    if (list[end] == '[') ++depth;
-    else if (list[end] == ']') --depth;
-    else if (list[end] == ',' && depth == 0) break;
+    if (list[end] == '[')
+      ++depth;
+    else if (list[end] == ']')
+      --depth;
+    else if (list[end] == ',' && depth == 0)
+      break;
     if (depth < 0 || depth > 1) return std::nullopt;
   }
   if (depth != 0) return std::nullopt;
@@ -259,8 +273,8 @@ std::optional<int> slurm_tasks_on_node(std::string_view spec, int node_id) {
   long long node = 0;
   while (pos < spec.size()) {
     size_t comma = spec.find(',', pos);
-    std::string_view item = spec.substr(pos, comma == std::string_view::npos ? spec.size() - pos
-                                                                              : comma - pos);
+    std::string_view item =
+        spec.substr(pos, comma == std::string_view::npos ? spec.size() - pos : comma - pos);
     long long repeat = 1;
     size_t paren = item.find('(');
     std::string_view count_s = item.substr(0, paren);

@@ -1,4 +1,5 @@
 // Internal: process launch, worker environment and rendezvous (core/src/launch).
+// (CIUIC_API: exported for ciuic-run and the tests; not part of the plugin SDK.)
 //
 // `ciuic-run recipe.toml` is its own launcher. When the process was not started by a launcher
 // (no RANK/WORLD_SIZE, SLURM_PROCID, OMPI_COMM_WORLD_RANK, ...) it spawns nproc_per_node workers
@@ -7,6 +8,10 @@
 // docs/launch.md is the user-facing description of everything here.
 #pragma once
 
+#include <ciuic/context.h>
+#include <ciuic/export.h>
+#include <ciuic/store.h>
+
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -14,8 +19,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <ciuic/store.h>
 
 namespace ciuic::launch {
 
@@ -59,16 +62,21 @@ using EnvLookup = std::function<const char*(const char* name)>;
 // a pipe to the launcher, which would otherwise receive lines late).
 // Throws UsageError naming the variable when a launcher's variables are incomplete or malformed
 // (e.g. RANK set but LOCAL_RANK not, RANK >= WORLD_SIZE, MASTER_ADDR missing on several nodes).
-std::optional<WorkerEnv> detect_worker_env();
-std::optional<WorkerEnv> detect_worker_env(const EnvLookup& getenv);
+CIUIC_API std::optional<WorkerEnv> detect_worker_env();
+CIUIC_API std::optional<WorkerEnv> detect_worker_env(const EnvLookup& getenv);
 
 // Helpers of detect_worker_env, exposed for tests.
 // The first host of a SLURM node list ("gpu[03-05,9],cpu1" -> "gpu03"); nullopt when the
 // expression is not one this parser understands.
-std::optional<std::string> first_slurm_host(std::string_view nodelist);
+CIUIC_API std::optional<std::string> first_slurm_host(std::string_view nodelist);
 // Tasks on node `node_id` from SLURM's "<count>(x<repeat>),..." form ("4(x2),3" -> 4, 4, 3);
 // nullopt when malformed or node_id is out of range.
-std::optional<int> slurm_tasks_on_node(std::string_view tasks_per_node, int node_id);
+CIUIC_API std::optional<int> slurm_tasks_on_node(std::string_view tasks_per_node, int node_id);
+
+// Copies the rank layout and rendezvous address of `env` into `ctx` (rank, world_size,
+// local_rank, local_world_size, node_rank, num_nodes, master_addr, master_port); leaves the other
+// fields alone.
+CIUIC_API void apply_worker_env(const WorkerEnv& env, RunContext& ctx);
 
 struct LaunchOptions {
   std::vector<std::string> argv;  // the command line to run in each worker (argv[0] = executable;
@@ -111,11 +119,11 @@ struct LaunchOptions {
 // the previous ones before returning. Throws UsageError on invalid options (nproc < 1, node_rank
 // out of range, master_port 0 on several nodes) and Error when the store cannot be started or
 // reached or a worker cannot be forked (before any worker runs, or after stopping those running).
-int launch_and_supervise(const LaunchOptions& options);
+CIUIC_API int launch_and_supervise(const LaunchOptions& options);
 
 // True for a worker output line that the launcher always shows: ciuic error log lines
 // ("ciuic[3] error: ..."), C++ terminate messages ("terminate called ...", "  what(): ...").
-bool is_error_line(std::string_view line);
+CIUIC_API bool is_error_line(std::string_view line);
 
 // Connects this worker to the run's key-value store (a c10d TCPStore client, or the server when
 // rank 0 hosts it) and completes the rendezvous: every rank announces itself and waits until all
@@ -124,18 +132,19 @@ bool is_error_line(std::string_view line);
 // restarts); its timeout is `timeout`.
 // Throws Error naming the address, port, rank and timeout when the store cannot be reached, and
 // on a rendezvous timeout which ranks joined (with their hosts) and which are missing.
-std::shared_ptr<Store> connect_store(const WorkerEnv& env, std::chrono::milliseconds timeout);
+CIUIC_API std::shared_ptr<Store> connect_store(const WorkerEnv& env,
+                                               std::chrono::milliseconds timeout);
 
 // Caps this process's CUDA caching allocator on `device_index` at `gib` GiB (0 = no cap) through
 // CUDACachingAllocator::setMemoryFraction, so that a run can emulate a smaller card; allocations
 // beyond it fail with the allocator's out-of-memory error. Logs the cap. CPU builds: does nothing.
 // Throws UsageError when the cap exceeds the device's memory. Call once the device is current.
-void apply_memory_cap(int device_index, double gib);
+CIUIC_API void apply_memory_cap(int device_index, double gib);
 
 // The message for an out-of-memory failure of `rank`: the cap (0 = none), the allocator's peak
 // allocated and reserved bytes on the device, the device's total memory, and `detail` (the
 // allocator's own message). CPU builds: names the rank and the detail only.
-std::string out_of_memory_message(int rank, int device_index, double cap_gib,
-                                  std::string_view detail);
+CIUIC_API std::string out_of_memory_message(int rank, int device_index, double cap_gib,
+                                            std::string_view detail);
 
 }  // namespace ciuic::launch

@@ -1,9 +1,9 @@
 // cluster.memory_per_device_gib: a cap on the rank's CUDA caching allocator, and the OOM message.
-#include <cstdio>
-#include <string>
-
 #include <ciuic/error.h>
 #include <ciuic/log.h>
+
+#include <cstdio>
+#include <string>
 
 #include "launch/launch.h"
 
@@ -60,13 +60,12 @@ std::string out_of_memory_message(int rank, int device_index, double cap_gib,
 #ifdef CIUIC_WITH_CUDA
   m += " on cuda:" + std::to_string(device_index);
   try {
-    auto stats =
-        c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device_index));
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(
+        static_cast<c10::DeviceIndex>(device_index));
     const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     m += ": peak allocated " + gib_str(static_cast<double>(stats.allocated_bytes[agg].peak)) +
          ", peak reserved " + gib_str(static_cast<double>(stats.reserved_bytes[agg].peak));
-    if (cap_gib > 0)
-      m += ", cap " + gib_str(cap_gib * kGiB) + " (cluster.memory_per_device_gib)";
+    if (cap_gib > 0) m += ", cap " + gib_str(cap_gib * kGiB) + " (cluster.memory_per_device_gib)";
     m += ", device memory " + gib_str(device_total_bytes(device_index));
   } catch (const std::exception&) {
     if (cap_gib > 0) m += " (cap " + gib_str(cap_gib * kGiB) + ")";

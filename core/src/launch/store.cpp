@@ -1,15 +1,13 @@
 // The run's key-value store over c10d's TCPStore, the rendezvous, and c10d_store() (ciuic/c10d.h).
+#include <c10/util/Exception.h>
+#include <ciuic/c10d.h>
+#include <ciuic/error.h>
+#include <ciuic/log.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <thread>
-
-#include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-
-#include <ciuic/c10d.h>
-#include <ciuic/error.h>
-#include <ciuic/log.h>
 
 #include "launch/launch.h"
 #include "launch/tcp_store.h"
@@ -94,9 +92,7 @@ class StoreAdapter final : public c10d::Store {
   explicit StoreAdapter(std::shared_ptr<ciuic::Store> s)
       : c10d::Store(s->timeout()), s_(std::move(s)) {}
 
-  c10::intrusive_ptr<c10d::Store> clone() override {
-    return c10::make_intrusive<StoreAdapter>(s_);
-  }
+  c10::intrusive_ptr<c10d::Store> clone() override { return c10::make_intrusive<StoreAdapter>(s_); }
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
     s_->set(key, std::string(value.begin(), value.end()));
   }
@@ -159,8 +155,7 @@ std::string rank_ranges(const std::vector<int>& ranks) {
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& addr, int port,
-                                                  bool is_server,
+c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& addr, int port, bool is_server,
                                                   std::chrono::milliseconds timeout,
                                                   const std::string& who) {
   if (port < 0 || port > 65535 || (!is_server && port == 0))
@@ -232,8 +227,8 @@ std::shared_ptr<Store> connect_store(const WorkerEnv& env, std::chrono::millisec
                   "; then the store became unreachable: " + c10_message(e2));
     }
     if (njoined > 16) joined += ", ...";
-    throw Error("rendezvous at " + where + " timed out after " + seconds_str(timeout) + " (" +
-                who + " of " + std::to_string(env.world_size) + ", launcher " + env.launcher +
+    throw Error("rendezvous at " + where + " timed out after " + seconds_str(timeout) + " (" + who +
+                " of " + std::to_string(env.world_size) + ", launcher " + env.launcher +
                 "): " + std::to_string(njoined) + " of " + std::to_string(env.world_size) +
                 " ranks joined: " + joined + "; missing ranks: " + rank_ranges(missing) +
                 ". Check that every node was started with the same number of nodes, processes "

@@ -5,6 +5,8 @@
 // the signal handlers (SIGINT, SIGTERM, SIGCHLD) write to; waitpid(WNOHANG) on each live worker
 // after every wake-up. Multi-node runs also poll the run's store (hosted by node 0's launcher)
 // every 500 ms for a failure reported by another node.
+#include <ciuic/error.h>
+#include <ciuic/log.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
@@ -14,19 +16,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <algorithm>
 #include <deque>
 #include <optional>
-#include <thread>
 #include <string>
-#include <vector>
-
+#include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-
-#include <ciuic/error.h>
-#include <ciuic/log.h>
+#include <vector>
 
 #include "launch/launch.h"
 #include "launch/tcp_store.h"
@@ -92,7 +90,8 @@ class SignalScope {
 
  private:
   int fds_[2] = {-1, -1};
-  struct sigaction old_int_ {}, old_term_{}, old_chld_{}, old_pipe_{};
+  struct sigaction old_int_ {
+  }, old_term_{}, old_chld_{}, old_pipe_{};
   sigset_t old_mask_{};
 };
 
@@ -108,7 +107,9 @@ void write_all(int fd, const std::string& s) {
     ssize_t n = write(fd, s.data() + off, s.size() - off);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) {
-      struct pollfd p{fd, POLLOUT, 0};
+      struct pollfd p {
+        fd, POLLOUT, 0
+      };
       poll(&p, 1, 100);
       continue;
     }
@@ -127,7 +128,7 @@ struct Worker {
   int rank = 0;
   pid_t pid = -1;
   bool running = false;
-  int status = 0;       // waitpid status once exited
+  int status = 0;        // waitpid status once exited
   int fd[2] = {-1, -1};  // read ends of the stdout, stderr pipes
   std::string partial[2];
   std::deque<TailLine> tail;
@@ -175,11 +176,21 @@ int usable_cores() {
 }
 
 bool is_launch_var(std::string_view kv) {
-  static const char* kNames[] = {
-      "RANK",       "LOCAL_RANK",       "WORLD_SIZE",      "LOCAL_WORLD_SIZE",
-      "GROUP_RANK", "NODE_RANK",        "GROUP_WORLD_SIZE", "ROLE_RANK",
-      "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",     "CIUIC_LAUNCHER",
-      "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID"};
+  static const char* kNames[] = {"RANK",
+                                 "LOCAL_RANK",
+                                 "WORLD_SIZE",
+                                 "LOCAL_WORLD_SIZE",
+                                 "GROUP_RANK",
+                                 "NODE_RANK",
+                                 "GROUP_WORLD_SIZE",
+                                 "ROLE_RANK",
+                                 "ROLE_WORLD_SIZE",
+                                 "MASTER_ADDR",
+                                 "MASTER_PORT",
+                                 "CIUIC_LAUNCHER",
+                                 "TORCHELASTIC_USE_AGENT_STORE",
+                                 "TORCHELASTIC_RESTART_COUNT",
+                                 "TORCHELASTIC_RUN_ID"};
   size_t eq = kv.find('=');
   std::string_view name = kv.substr(0, eq);
   for (const char* n : kNames)
@@ -302,16 +313,16 @@ class Supervisor {
     const bool server = o_.node_rank == 0;
     tcp_ = open_tcp_store(o_.master_addr, o_.master_port, server, o_.rendezvous_timeout, who);
     port_ = server ? tcp_->getPort() : o_.master_port;
-    store_ = wrap_c10d_store(c10::make_intrusive<c10d::PrefixStore>("ciuic/launch", tcp_),
-                             where(), o_.rendezvous_timeout);
-    if (server)
-      log_debug("launcher: the run's store listens on port " + std::to_string(port_));
+    store_ = wrap_c10d_store(c10::make_intrusive<c10d::PrefixStore>("ciuic/launch", tcp_), where(),
+                             o_.rendezvous_timeout);
+    if (server) log_debug("launcher: the run's store listens on port " + std::to_string(port_));
   }
 
   void start_workers() {
     exe_ = find_executable(o_.argv[0]);
     devnull_ = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (devnull_ < 0) throw Error(std::string("launcher: cannot open /dev/null: ") + strerror(errno));
+    if (devnull_ < 0)
+      throw Error(std::string("launcher: cannot open /dev/null: ") + strerror(errno));
 
     std::vector<std::string> base_env;
     bool have_omp = false;
@@ -322,7 +333,9 @@ class Supervisor {
     }
     const int world = o_.nnodes * o_.nproc_per_node;
     auto common = [&](std::vector<std::string>& env) {
-      auto add = [&](const char* k, const std::string& v) { env.push_back(std::string(k) + "=" + v); };
+      auto add = [&](const char* k, const std::string& v) {
+        env.push_back(std::string(k) + "=" + v);
+      };
       add("WORLD_SIZE", std::to_string(world));
       add("LOCAL_WORLD_SIZE", std::to_string(o_.nproc_per_node));
       add("GROUP_RANK", std::to_string(o_.node_rank));
@@ -356,7 +369,8 @@ class Supervisor {
       envp.push_back(nullptr);
 
       int out[2], err[2];
-      if (pipe2(out, O_CLOEXEC) != 0) throw Error(std::string("launcher: pipe2: ") + strerror(errno));
+      if (pipe2(out, O_CLOEXEC) != 0)
+        throw Error(std::string("launcher: pipe2: ") + strerror(errno));
       if (pipe2(err, O_CLOEXEC) != 0) {
         close(out[0]), close(out[1]);
         throw Error(std::string("launcher: pipe2: ") + strerror(errno));
@@ -385,7 +399,8 @@ class Supervisor {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     const bool err = is_error_line(line);
     const bool show = w.rank == 0 || o_.output_all_ranks || err;
-    if (show) write_all(stream == 0 ? 1 : 2, "[rank " + std::to_string(w.rank) + "] " + line + "\n");
+    if (show)
+      write_all(stream == 0 ? 1 : 2, "[rank " + std::to_string(w.rank) + "] " + line + "\n");
     if (err) w.last_error = line;
     if (stream == 1 && line.find_first_not_of(" \t") != std::string::npos) w.last_stderr = line;
     w.tail.push_back({std::move(line), stream == 1, show});
@@ -468,11 +483,10 @@ class Supervisor {
       if (clean) continue;
       // During an interrupt, exit 130 or death by the forwarded/killing signal is expected.
       const bool expected =
-          (interrupts_ > 0 &&
-           ((WIFEXITED(w.status) && WEXITSTATUS(w.status) == kExitInterrupted) ||
-            (WIFSIGNALED(w.status) &&
-             (WTERMSIG(w.status) == SIGINT || WTERMSIG(w.status) == SIGTERM ||
-              WTERMSIG(w.status) == SIGKILL)))) ||
+          (interrupts_ > 0 && ((WIFEXITED(w.status) && WEXITSTATUS(w.status) == kExitInterrupted) ||
+                               (WIFSIGNALED(w.status) &&
+                                (WTERMSIG(w.status) == SIGINT || WTERMSIG(w.status) == SIGTERM ||
+                                 WTERMSIG(w.status) == SIGKILL)))) ||
           (stopping_ && failed_ != nullptr) || remote_failure_;
       if (expected) continue;
       if (!failed_) {
@@ -504,13 +518,14 @@ class Supervisor {
     try {
       if (!reported_failure_ && !remote_failure_ && store_->check("failed")) {
         remote_failure_ = true;
-        remote_message_ = store_->get("failed");
-        begin_stop("another node failed (" + remote_message_ + ")");
+        remote_message_ = "another node failed (" + store_->get("failed") + ")";
+        begin_stop(remote_message_);
       }
     } catch (const Error& e) {
       if (!remote_failure_ && !failed_) {
         remote_failure_ = true;
-        remote_message_ = "lost contact with the run's store at " + where() + ": " + e.what();
+        remote_message_ =
+            "this launcher lost contact with the run's store at " + where() + ": " + e.what();
         begin_stop(remote_message_);
       }
     }
@@ -545,8 +560,8 @@ class Supervisor {
       }
       int timeout_ms = 200;
       if (stopping_ && running && !killed_) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_deadline_ -
-                                                                          Clock::now());
+        auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(kill_deadline_ - Clock::now());
         timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, 200));
       }
       int n = poll(pfds.data(), pfds.size(), timeout_ms);
@@ -606,8 +621,8 @@ class Supervisor {
     finish_nodes();
     if (failed_) {
       Worker& w = *failed_;
-      std::string msg = "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) +
-                        ") " + describe_status(w.status);
+      std::string msg = "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ") " +
+                        describe_status(w.status);
       const std::string& last = !w.last_error.empty() ? w.last_error : w.last_stderr;
       msg += last.empty() ? "; it printed no error message" : "; last error: " + last;
       std::string hidden;

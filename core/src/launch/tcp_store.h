@@ -2,13 +2,13 @@
 // launcher, which hosts the store of a run on node 0).
 #pragma once
 
+#include <ciuic/export.h>
+#include <ciuic/store.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
-
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
-#include <ciuic/store.h>
 
 namespace ciuic::launch {
 
@@ -16,14 +16,15 @@ namespace ciuic::launch {
 // see TCPStore::getPort()) or a client that retries connecting until `timeout`. `who` names the
 // caller in errors ("rank 3", "the launcher of node 1"). Throws ciuic::Error naming the address,
 // port and timeout.
-c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& addr, int port,
-                                                  bool is_server,
-                                                  std::chrono::milliseconds timeout,
-                                                  const std::string& who);
+CIUIC_API c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& addr, int port,
+                                                            bool is_server,
+                                                            std::chrono::milliseconds timeout,
+                                                            const std::string& who);
 
 // A ciuic::Store over `store` (typically a c10d::PrefixStore). `where` ("host:port") goes into
 // error messages. c10d errors become ciuic::Error; timeouts name the keys and the timeout.
-std::shared_ptr<Store> wrap_c10d_store(c10::intrusive_ptr<c10d::Store> store, std::string where,
-                                       std::chrono::milliseconds timeout);
+CIUIC_API std::shared_ptr<Store> wrap_c10d_store(c10::intrusive_ptr<c10d::Store> store,
+                                                 std::string where,
+                                                 std::chrono::milliseconds timeout);
 
 }  // namespace ciuic::launch

@@ -126,14 +126,7 @@ RunContext make_context(const Recipe& recipe, const launch::WorkerEnv& env) {
   const Config run = recipe.section("run");
   const Config cluster = recipe.section("cluster");
   RunContext ctx;
-  ctx.rank = env.rank;
-  ctx.world_size = env.world_size;
-  ctx.local_rank = env.local_rank;
-  ctx.local_world_size = env.local_world_size;
-  ctx.node_rank = env.node_rank;
-  ctx.num_nodes = env.num_nodes;
-  ctx.master_addr = env.master_addr;
-  ctx.master_port = env.master_port;
+  launch::apply_worker_env(env, ctx);
   ctx.timeout = std::chrono::milliseconds(
       static_cast<int64_t>(cluster.get_float("timeout_s") * 1000.0));
   ctx.run_name = run.get_string("name");
