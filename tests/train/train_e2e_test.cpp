@@ -178,6 +178,68 @@ TEST(TrainE2E, Bf16Zero2TracksFp32) {
   EXPECT_LT(max_rel(exported(bf16_1), exported(fp32)), 3e-2);
 }
 
+// Two launchers on 127.0.0.1 (--nnodes 2, one worker each) train exactly like one launcher with
+// two workers: same ranks, same collectives, so the same bits.
+TEST(TrainE2E, TwoNodesOnLoopbackMatchOneNode) {
+  const Shape s{.world = 2, .micro = 6, .sharding = "zero2"};
+  const Result one = run("onenode", s);
+  EXPECT_RUN_OK(one);
+
+  const std::string dir = ciuic::testing::fresh_dir("e2e-twonodes");
+  Shape per_node = s;
+  per_node.world = 1;  // nproc_per_node
+  std::ofstream(dir + "/recipe.toml") << recipe_text(per_node, dir + "/out");
+  const std::string port = std::to_string(ciuic::testing::free_port());
+  auto node = [&](const char* rank) {
+    return std::make_unique<Child>(
+        std::vector<std::string>{std::string(CIUIC_BIN_DIR) + "/ciuic-run", dir + "/recipe.toml",
+                                 "--nnodes", "2", "--node-rank", rank, "--master-addr",
+                                 "127.0.0.1", "--master-port", port},
+        dir + "/node" + rank, std::vector<std::string>{"OMP_NUM_THREADS=1"});
+  };
+  auto n0 = node("0");
+  auto n1 = node("1");
+  ASSERT_TRUE(n0->wait(std::chrono::seconds(240))) << n0->err();
+  ASSERT_TRUE(n1->wait(std::chrono::seconds(60))) << n1->err();
+  ASSERT_EQ(n0->exit_code(), 0) << n0->err();
+  ASSERT_EQ(n1->exit_code(), 0) << n1->err();
+  Result two;
+  two.dir = dir;
+  EXPECT_TRUE(identical(exported(two), exported(one)));
+  EXPECT_LT(max_rel(exported(two), exported(one)), 1e-6);
+}
+
+// ZeRO-2 keeps 1/world of the fp32 master weights and Adam moments on each rank; DDP keeps all of
+// them. Read from the plugins' own accounting (metrics: shard_optim_gib, rank 0).
+TEST(TrainE2E, Zero2OptimizerStateIsOneWorldthOfDdps) {
+  auto optim_bytes = [](const Result& r) {
+    for (const auto& rec : metrics(r))
+      if (rec.contains("shard_optim_gib")) return rec["shard_optim_gib"].get<double>() * 1073741824.0;
+    ADD_FAILURE() << "no shard_optim_gib in metrics\n" << r.log();
+    return 0.0;
+  };
+  for (int world : {2, 3}) {
+    const Shape z{.world = world, .micro = 2, .steps = 1, .sharding = "zero2"};
+    Shape d = z;
+    d.sharding = "ddp";
+    const Result rz = run("memz" + std::to_string(world), z, {"--set", "log.every_steps=1"});
+    const Result rd = run("memd" + std::to_string(world), d, {"--set", "log.every_steps=1"});
+    EXPECT_RUN_OK(rz);
+    EXPECT_RUN_OK(rd);
+    const double zb = optim_bytes(rz), db = optim_bytes(rd);
+    // 12 bytes (fp32 master, exp_avg, exp_avg_sq) per parameter element. Each bucket is padded
+    // into `world` chunks of a multiple of 64 elements (FlatBuckets), i.e. by < world * 64
+    // elements; buckets hold <= reduce_bucket_size (3000) elements and break only between
+    // parameters, so there are fewer than 2 * elements / 3000 + 2 of them. (Unsharded state
+    // would be `world` times larger: far outside the bound.)
+    const double elements = db / 12.0;
+    const double buckets = 2.0 * elements / 3000.0 + 2.0;
+    EXPECT_GE(zb * world, db * (1.0 - 1e-5)) << "world " << world;
+    EXPECT_LE(zb * world, db + 12.0 * world * 64.0 * buckets) << "world " << world;
+    EXPECT_LT(zb * world, db * 1.5) << "world " << world;
+  }
+}
+
 // ---- learning and metrics ----------------------------------------------------------------------
 TEST(TrainE2E, EveryPrecisionLearnsAPatternAndLogsMetrics) {
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
