@@ -21,6 +21,7 @@ constexpr const char* kUsage =
     "usage: ciuic-run RECIPE [--set section.key=value]... [--plugin-path DIR]... [--nproc N]\n"
     "                 [--nnodes N] [--node-rank R] [--master-addr A] [--master-port P]\n"
     "                 [--output-all-ranks] [--resume PATH|latest|auto] [--dry-run] [--print-recipe]\n"
+    "       ciuic-run --export-hf CKPT OUT [--export-dtype bf16|fp32] [--tokenizer FILE]\n"
     "       ciuic-run --list-plugins [--verbose] [--plugin-path DIR]...\n"
     "       ciuic-run --help | --help-recipe | --version\n";
 
@@ -81,6 +82,18 @@ int main(int argc, char** argv) {
        "validate the recipe, create every chosen plugin once in this process, print a summary, exit")
       ("print-recipe", po::bool_switch(&o.print_recipe),
        "print the resolved recipe (defaults included, origin of each value) and exit");
+  std::vector<std::string> export_args;
+  std::string export_dtype = "bf16", export_tokenizer;
+  po::options_description export_opts("Exporting a checkpoint (no recipe needed)", 100, 50);
+  export_opts.add_options()
+      ("export-hf", po::value<std::vector<std::string>>(&export_args)->multitoken()->value_name("CKPT OUT"),
+       "write a Hugging Face folder OUT (config.json, safetensors) from the checkpoint folder CKPT, "
+       "or the newest one under the checkpoint dir CKPT, saved at any world size; OUT must not "
+       "exist or be empty")
+      ("export-dtype", po::value<std::string>(&export_dtype)->value_name("bf16|fp32"),
+       "with --export-hf: dtype of the exported weights (default bf16)")
+      ("tokenizer", po::value<std::string>(&export_tokenizer)->value_name("FILE"),
+       "with --export-hf: a tokenizer.json to copy into OUT (with its tokenizer_config.json)");
   po::options_description info_opts("Information", 100, 50);
   info_opts.add_options()
       ("list-plugins", po::bool_switch(&list), "list the plugins found: <slot> <name> <version> <path>")
@@ -91,9 +104,9 @@ int main(int argc, char** argv) {
   po::options_description hidden;
   hidden.add_options()("recipe", po::value<std::string>(&o.recipe));
   po::options_description all;
-  all.add(run_opts).add(info_opts).add(hidden);
+  all.add(run_opts).add(export_opts).add(info_opts).add(hidden);
   po::options_description visible(100, 50);
-  visible.add(run_opts).add(info_opts);
+  visible.add(run_opts).add(export_opts).add(info_opts);
   po::positional_options_description pos;
   pos.add("recipe", 1);
 
@@ -119,6 +132,13 @@ int main(int argc, char** argv) {
     if (list) {
       if (!o.recipe.empty()) return fail("--list-plugins takes no recipe (use --print-recipe to check one)", 2);
       return ciuic::app::list_plugins(ciuic::Registry::discover(o.plugin_paths), verbose, std::cout, std::cerr);
+    }
+    if (vm.count("export-hf")) {
+      if (!o.recipe.empty()) return fail("--export-hf takes no recipe: --export-hf CKPT OUT", 2);
+      if (export_args.size() != 2)
+        return fail("--export-hf takes two arguments, CKPT and OUT (got " +
+                        std::to_string(export_args.size()) + ")", 2);
+      return ciuic::app::export_hf(export_args[0], export_args[1], export_dtype, export_tokenizer, std::cout);
     }
     if (o.recipe.empty()) {
       std::cerr << kUsage;

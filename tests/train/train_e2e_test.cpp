@@ -145,6 +145,24 @@ TEST(TrainE2E, Zero2AndDdpMatchSingleProcessAtWorldSizes1To4) {
     }
 }
 
+// The cpu_adam offload (the shard's AdamW in host memory, SIMD + threads) against ZeRO-2's default
+// update (ATen's fused AdamW), 20 steps, world sizes 1-4, each against a single-process run.
+TEST(TrainE2E, Zero2CpuAdamMatchesDeviceUpdateAtWorldSizes1To4) {
+  const Result ref = run("cpuadam-ref", Shape{.world = 1, .micro = 12, .steps = 20});
+  EXPECT_RUN_OK(ref);
+  const Weights w_ref = exported(ref);
+  for (int world : {1, 2, 3, 4}) {
+    const Result r = run("cpuadam" + std::to_string(world),
+                         Shape{.world = world, .micro = 12 / world, .steps = 20},
+                         {"--set", "offload.plugin=cpu_adam"});
+    EXPECT_RUN_OK(r);
+    bool host_state = false;  // the offload's host bytes are accounted (metrics: shard_host_gib)
+    for (const auto& rec : metrics(r)) host_state |= rec.value("shard_host_gib", 0.0) > 0.0;
+    EXPECT_TRUE(host_state) << r.log();
+    EXPECT_LT(max_rel(exported(r), w_ref), 1e-6) << "world " << world;
+  }
+}
+
 TEST(TrainE2E, GradientAccumulationSplitsAgree) {
   // Rows carry different numbers of label tokens (3 documents at random cut points per row), so
   // averaging per-micro-batch means would not agree; summing / N does.
@@ -355,6 +373,66 @@ TEST(TrainE2E, SurvivesKillNineAndResumesExactly) {
   Result r;
   r.dir = dir;
   EXPECT_TRUE(identical(exported(r), exported(full)));
+}
+
+// ciuic-run --export-hf CKPT OUT: the same folder as the run's own export, from a checkpoint saved
+// on 3 ranks; bad arguments and a corrupt checkpoint are refused without leaving OUT behind.
+TEST(TrainE2E, ExportHfFromACheckpoint) {
+  const Result r = run("export", Shape{.world = 3, .micro = 4});
+  EXPECT_RUN_OK(r);
+  const std::string bin = std::string(CIUIC_BIN_DIR) + "/ciuic-run";
+  auto cli = [&](const std::vector<std::string>& args, const std::string& name) {
+    std::vector<std::string> argv{bin};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Child c(argv, r.dir + "/" + name);
+    EXPECT_TRUE(c.wait(std::chrono::seconds(60)));
+    return std::make_pair(c.exit_code(), c.out() + c.err());
+  };
+  const std::string ckpts = r.dir + "/out/checkpoints";
+  auto [code, text] = cli({"--export-hf", ckpts, r.dir + "/hf2", "--export-dtype", "fp32"}, "ok");
+  ASSERT_EQ(code, 0) << text;
+  Result again;
+  again.dir = r.dir + "/again";
+  fs::create_directories(again.dir + "/out");
+  fs::rename(r.dir + "/hf2", again.dir + "/out/hf");
+  EXPECT_TRUE(identical(exported(again), exported(r)));
+  EXPECT_TRUE(fs::exists(again.dir + "/out/hf/config.json"));
+
+  // bf16 by default: the same weights rounded.
+  std::tie(code, text) = cli({"--export-hf", ckpts, r.dir + "/hf16"}, "bf16");
+  ASSERT_EQ(code, 0) << text;
+  auto f16 = ciuic::model::SafetensorsFile::open(r.dir + "/hf16/model.safetensors");
+  for (const auto& e : f16->entries()) EXPECT_EQ(f16->tensor(e.name).scalar_type(), at::kBFloat16) << e.name;
+
+  // Refusals (exit 2) name what is wrong and write nothing.
+  std::tie(code, text) = cli({"--export-hf", ckpts, r.dir + "/out"}, "exists");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(text.find("exists and is not an empty folder"), std::string::npos) << text;
+  std::tie(code, text) = cli({"--export-hf", r.dir + "/nowhere", r.dir + "/x1"}, "missing");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(text.find("--export-hf " + r.dir + "/nowhere: no such checkpoint folder"), std::string::npos) << text;
+  std::tie(code, text) = cli({"--export-hf", ckpts, r.dir + "/x2", "--export-dtype", "fp8"}, "dtype");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(text.find("--export-dtype fp8: expected bf16 or fp32"), std::string::npos) << text;
+  std::tie(code, text) = cli({"--export-hf", ckpts}, "onearg");
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(text.find("takes two arguments"), std::string::npos) << text;
+  EXPECT_FALSE(fs::exists(r.dir + "/x1") || fs::exists(r.dir + "/x2"));
+
+  // A flipped byte in a rank's shard: the checksum names the file (exit 1), nothing is written.
+  std::string rank_file;
+  for (const auto& e : fs::recursive_directory_iterator(ckpts))
+    if (e.path().filename() == "rank_00001.safetensors") rank_file = e.path().string();
+  ASSERT_FALSE(rank_file.empty());
+  {
+    std::fstream f(rank_file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(fs::file_size(rank_file) - 5));
+    f.put('\x7f');
+  }
+  std::tie(code, text) = cli({"--export-hf", ckpts, r.dir + "/x3"}, "corrupt");
+  EXPECT_EQ(code, 1) << text;
+  EXPECT_NE(text.find("rank_00001.safetensors"), std::string::npos) << text;
+  EXPECT_FALSE(fs::exists(r.dir + "/x3"));
 }
 
 TEST(TrainE2E, SigintSavesACheckpointAndExits130) {

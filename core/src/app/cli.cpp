@@ -20,6 +20,8 @@
 #include <ciuic/version.h>
 
 #include "base/text.h"
+#include "checkpoint/checkpoint.h"
+#include "model/hf_export.h"
 #include "launch/launch.h"
 #include "recipe/recipe.h"
 #include "recipe/schema.h"
@@ -230,6 +232,44 @@ std::string recipe_reference_text() {
     os << "\n";
   }
   return os.str();
+}
+
+int export_hf(const std::string& checkpoint, const std::string& out_dir, const std::string& dtype,
+              const std::string& tokenizer, std::ostream& out) {
+  namespace fs = std::filesystem;
+  if (dtype != "bf16" && dtype != "fp32")
+    throw UsageError("--export-dtype " + dtype + ": expected bf16 or fp32");
+  if (!tokenizer.empty() && !fs::is_regular_file(tokenizer))
+    throw UsageError("--tokenizer " + tokenizer + ": no such file");
+  if (out_dir.empty()) throw UsageError("--export-hf needs an output folder: --export-hf CKPT OUT");
+  std::error_code ec;
+  if (fs::exists(out_dir) && !(fs::is_directory(out_dir) && fs::is_empty(out_dir, ec)))
+    throw UsageError("--export-hf: " + out_dir + " exists and is not an empty folder (refusing to overwrite it)");
+  const std::string folder = checkpoint::resolve(checkpoint, checkpoint, "--export-hf");
+  checkpoint::verify(folder, /*checksums=*/true);
+  const model::LlamaConfig config = checkpoint::read_model_config(folder);
+  model::HfExportOptions eo;
+  eo.dtype = dtype == "fp32" ? at::kFloat : at::kBFloat16;
+  if (!tokenizer.empty()) {
+    eo.extra_files.push_back(tokenizer);
+    const fs::path tc = fs::path(tokenizer).parent_path() / "tokenizer_config.json";
+    if (fs::exists(tc)) eo.extra_files.push_back(tc.string());
+  }
+  // Assembled beside OUT, renamed into place when complete.
+  const fs::path target = fs::absolute(out_dir).lexically_normal();
+  const fs::path tmp = target.parent_path() / (".tmp-" + target.filename().string());
+  fs::remove_all(tmp, ec);
+  try {
+    model::write_hf_folder(tmp.string(), config, checkpoint::read_master_weights(folder), eo);
+    if (fs::exists(target)) fs::remove(target);  // the empty folder
+    fs::rename(tmp, target);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  out << "exported " << folder << " (" << config.num_parameters() << " parameters, " << dtype
+      << ") to " << target.string() << "\n";
+  return kExitOk;
 }
 
 }  // namespace ciuic::app

@@ -52,6 +52,16 @@ CIUIC_API int list_plugins(const Registry& registry, bool verbose, std::ostream&
 // against the recipe's folder (Registry::discover adds the default folders in front).
 CIUIC_API std::vector<std::string> plugin_paths(const CliOptions& options, const Recipe* recipe);
 
+// --export-hf CKPT OUT [--export-dtype bf16|fp32] [--tokenizer FILE]: writes a Hugging Face
+// folder (config.json, model*.safetensors, generation_config.json, the tokenizer files) from a
+// checkpoint folder, or the newest complete checkpoint under a checkpoint dir, whatever world size
+// wrote it. Checksums are verified first. OUT must not exist or be empty; the folder is assembled
+// next to it and renamed into place, so a failed export leaves nothing half-written. FILE is a
+// tokenizer.json (its sibling tokenizer_config.json is copied too). Throws UsageError on a bad
+// argument, Error on a corrupt checkpoint or an I/O failure. Prints what it wrote on `out`.
+CIUIC_API int export_hf(const std::string& checkpoint, const std::string& out_dir,
+                        const std::string& dtype, const std::string& tokenizer, std::ostream& out);
+
 // --version: ciuic version, LibTorch version, build fingerprint, plugin API version.
 CIUIC_API std::string version_text();
 // Short list of the recipe sections (for --help) and the full key reference (--help-recipe).

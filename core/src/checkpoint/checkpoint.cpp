@@ -215,16 +215,16 @@ std::vector<fs::path> complete_checkpoints(const std::string& dir) {
 }
 }  // namespace
 
-std::string resolve(const std::string& spec, const std::string& dir) {
+std::string resolve(const std::string& spec, const std::string& dir, const std::string& option) {
   std::string d = dir;
   if (spec != "latest") {
     if (fs::exists(fs::path(spec) / "manifest.json")) return spec;
-    if (!fs::is_directory(spec)) throw UsageError("--resume " + spec + ": no such checkpoint folder");
+    if (!fs::is_directory(spec)) throw UsageError(option + " " + spec + ": no such checkpoint folder");
     d = spec;
   }
   auto all = complete_checkpoints(d);
   if (all.empty())
-    throw UsageError("--resume " + spec + ": no complete checkpoint in " + d +
+    throw UsageError(option + " " + spec + ": no complete checkpoint in " + d +
                      (spec == "latest" ? " (the recipe's [checkpoint] dir)" : ""));
   return all.back().string();
 }

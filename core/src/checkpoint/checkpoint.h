@@ -97,8 +97,9 @@ class Checkpointer {
 
 // "latest" or a folder → a checkpoint folder. "latest" means the newest complete one under `dir`
 // (UsageError when there is none). A folder may also be the checkpoint dir itself (then its
-// newest).
-std::string resolve(const std::string& spec, const std::string& dir);
+// newest). Errors name `option` (the command-line flag that gave `spec`).
+std::string resolve(const std::string& spec, const std::string& dir,
+                    const std::string& option = "--resume");
 
 // Reads and checks manifest.json; with `checksums`, also every file's CRC-32C (sizes are always
 // checked). Throws Error naming the folder and the file at fault.
