@@ -2,10 +2,11 @@
 # Runs on the GPU host (device tool), from the repository root, with .gpu/ (scripts/gpu/bundle.sh)
 # carried along. One call = one part, so that each fits a 10-minute command:
 #   scripts/gpu/run-suite.sh check    the bundle loads; GPU tests (ctest -L gpu)
-#   scripts/gpu/run-suite.sh part1    GPU tests, NCCL bus bandwidth, 1B ZeRO-2 vs the FSDP2 peer
-#                                     (NVLink and P2P disabled), 1B with cpu_adam under a 24 GiB cap
-#   scripts/gpu/run-suite.sh part2    the seed setups' 7B shapes at 2 ranks (cpu_adam, 24/40 GiB
-#                                     caps), 1B on one GPU vs the peer
+#   scripts/gpu/run-suite.sh part1    GPU model tests, ZeRO-2/DDP/cpu_adam parity over NCCL
+#                                     (scripts/gpu/parity.py), 1B ZeRO-2 vs the FSDP2 peer (NVLink)
+#   scripts/gpu/run-suite.sh part2    nccl plugin tests + bus bandwidth (comm-check.sh), 1B with
+#                                     P2P disabled vs the peer, 1B with cpu_adam under a 24 GiB cap
+#   scripts/gpu/run-suite.sh part3    the seed setups' 7B shapes at 2 ranks (24 / 40 GiB caps)
 # Every run's log, metrics and peer JSON go to $OUT; scripts/gpu/summarize.py prints the table.
 set -u
 part=${1:-check}
@@ -22,6 +23,7 @@ TORCH_LIB=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(tor
 export LD_LIBRARY_PATH=/tmp/gpudeps/usr/lib/x86_64-linux-gnu:$TORCH_LIB:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 rm -rf build-gpu && mkdir -p build-gpu && tar xzf .gpu/bundle.tgz -C build-gpu
 B=build-gpu/bin
+one_b="configs/llama-1b-bench.toml --set train.max_steps=20 --set log.every_steps=5"
 ngpu=$(nvidia-smi -L | wc -l)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/gpus.txt"
 nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
@@ -53,26 +55,24 @@ case "$part" in
 check)
   (cd build-gpu && run gpu-tests 300 ctest -L gpu --output-on-failure)
   ;;
-part1)
-  (cd build-gpu && run gpu-tests 240 ctest -L gpu --output-on-failure)
-  [ -x scripts/gpu/comm-check.sh ] && run comm-bw 120 scripts/gpu/comm-check.sh build-gpu
-  one_b="configs/llama-1b-bench.toml --set train.max_steps=20 --set log.every_steps=5"
-  ciuic z2-1b-nvlink 150 $one_b --nproc "$ngpu"
-  peer fsdp2-1b-nvlink 150 "$ngpu"
-  ciuic z2-1b-pcie 150 $one_b --nproc "$ngpu" --set comm.transport=pcie
-  NCCL_P2P_DISABLE=1 peer fsdp2-1b-nop2p 150 "$ngpu"
-  ciuic z2-1b-cpuadam 180 $one_b --nproc "$ngpu" --set offload.plugin=cpu_adam \
-        --set cluster.memory_per_device_gib=24.0 --set train.max_steps=10 --set log.every_steps=2
+part1)  # correctness on the GPUs, then the 1B shape against the FSDP2 peer over NVLink
+  (cd build-gpu && run gpu-tests 150 ctest -L gpu -E comm --output-on-failure)
+  run parity 200 python3 scripts/gpu/parity.py "$B/ciuic-run" /tmp/parity
+  cp /tmp/parity/parity.json "$OUT/" 2>/dev/null
+  ciuic z2-1b-nvlink 100 $one_b --nproc "$ngpu"
+  peer fsdp2-1b-nvlink 100 "$ngpu"
   ;;
-part2)
+part2)  # NCCL through the plugin (tests + bus bandwidth), P2P disabled vs the peer, cpu_adam
+  [ -x scripts/gpu/comm-check.sh ] && MAX_BYTES=268435456 run comm-check 150 scripts/gpu/comm-check.sh build-gpu "$OUT/comm"
+  ciuic z2-1b-pcie 90 $one_b --nproc "$ngpu" --set comm.transport=pcie
+  NCCL_P2P_DISABLE=1 peer fsdp2-1b-nop2p 90 "$ngpu"
+  ciuic z2-1b-cpuadam 150 $one_b --nproc "$ngpu" --set offload.plugin=cpu_adam \
+        --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=2
+  ;;
+part3)  # the seed setups' 7B shapes at 2 ranks (cpu_adam, 24 / 40 GiB caps)
   seven="--nproc $ngpu --set train.max_steps=4 --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false"
-  ciuic ds7b-4090-2rank 280 configs/deepseek-7b-3x4090.toml $seven --set train.gradient_accumulation_steps=2
-  ciuic ds67b-a100-2rank 280 configs/deepseek-6.7b-4xa100.toml $seven --set train.gradient_accumulation_steps=2
-  ;;
-part3)
-  one_b="configs/llama-1b-bench.toml --set train.max_steps=20 --set log.every_steps=5"
-  CUDA_VISIBLE_DEVICES=0 ciuic z2-1b-1gpu 150 $one_b --nproc 1
-  CUDA_VISIBLE_DEVICES=0 peer fsdp2-1b-1gpu 150 1
+  ciuic ds7b-4090-2rank 280 configs/deepseek-7b-3x4090.toml $seven
+  ciuic ds67b-a100-2rank 280 configs/deepseek-6.7b-4xa100.toml $seven
   ;;
 esac
 python3 scripts/gpu/summarize.py "$OUT" | tee "$OUT/summary.md"

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""GPU parity check (scripts/gpu/run-suite.sh part1): trains a tiny fp32 Llama on CUDA with
+ciuic-run as one process, then ZeRO-2 and DDP over NCCL on 2 GPUs with the same global batch,
+and compares the exported fp32 weights: ||a - b|| / ||b|| over all parameters (the CPU suite's
+tests/train/train_e2e_test.cpp measure, here with NCCL's reduction order). Exit 1 above 1e-5.
+
+usage: parity.py CIUIC_RUN OUT_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+
+import torch
+from safetensors.torch import load_file
+
+RECIPE = """
+[run]
+name = "gpu-parity"
+output_dir = "{out}"
+seed = 7
+[cluster]
+device = "cuda"
+nproc_per_node = {world}
+timeout_s = 120.0
+[model.config]
+hidden_size = 256
+intermediate_size = 704
+num_hidden_layers = 2
+num_attention_heads = 4
+num_key_value_heads = 2
+vocab_size = 512
+max_position_embeddings = 256
+[train]
+micro_batch_size = {micro}
+seq_len = 128
+max_steps = 5
+gradient_clipping = 1.0
+[optimizer]
+lr = 1e-3
+weight_decay = 0.1
+[precision]
+plugin = "fp32"
+[comm]
+plugin = "{comm}"
+{comm_extra}
+[sharding]
+plugin = "{sharding}"
+reduce_bucket_size = 100000
+{extra}
+[data]
+plugin = "synthetic"
+vocab_size = 512
+documents_per_row = 3
+[checkpoint]
+export_hf = true
+export_dtype = "fp32"
+[log]
+progress = "off"
+every_steps = 1
+"""
+
+
+def run(ciuic, root, name, **kw):
+    d = os.path.join(root, name)
+    os.makedirs(d, exist_ok=True)
+    kw.setdefault("extra", "")
+    kw.setdefault("comm_extra", "")
+    with open(os.path.join(d, "recipe.toml"), "w") as f:
+        f.write(RECIPE.format(out=os.path.join(d, "out"), **kw))
+    p = subprocess.run([ciuic, os.path.join(d, "recipe.toml")], capture_output=True, text=True,
+                       timeout=240)
+    with open(os.path.join(d, "log.txt"), "w") as f:
+        f.write(p.stdout + p.stderr)
+    if p.returncode != 0:
+        print(f"{name}: exit {p.returncode}\n{p.stderr[-3000:]}")
+        return None
+    return load_file(os.path.join(d, "out", "hf", "model.safetensors"))
+
+
+def rel(a, b):
+    num = sum(((a[k].double() - b[k].double()) ** 2).sum().item() for k in b)
+    den = sum((b[k].double() ** 2).sum().item() for k in b)
+    return (num / den) ** 0.5
+
+
+def main():
+    ciuic, root = sys.argv[1], sys.argv[2]
+    ngpu = torch.cuda.device_count()
+    ref = run(ciuic, root, "single", world=1, micro=8, comm="nccl", sharding="ddp")
+    cases = [("zero2-nccl-w2", dict(world=2, micro=4, comm="nccl", sharding="zero2")),
+             ("ddp-nccl-w2", dict(world=2, micro=4, comm="nccl", sharding="ddp")),
+             ("zero2-nccl-w2-pcie", dict(world=2, micro=4, comm="nccl", sharding="zero2",
+                                         comm_extra='transport = "pcie"')),
+             ("zero2-cpuadam-w2", dict(world=2, micro=4, comm="nccl", sharding="zero2",
+                                       extra='[offload]\nplugin = "cpu_adam"'))]
+    results, ok = {}, ref is not None
+    for name, kw in cases:
+        if kw["world"] > ngpu:
+            print(f"{name}: skipped ({ngpu} GPU)")
+            continue
+        w = run(ciuic, root, name, **kw)
+        if w is None or ref is None:
+            ok = False
+            continue
+        r = rel(w, ref)
+        results[name] = r
+        ok &= r < 1e-5
+        print(f"{name:22s} rel. difference to one process: {r:.2e}  {'ok' if r < 1e-5 else 'FAIL'}")
+    json.dump(results, open(os.path.join(root, "parity.json"), "w"), indent=1)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
