@@ -85,6 +85,22 @@ TEST_F(LaunchTest, KeepsOmpNumThreadsWhenSet) {
   EXPECT_EQ(c->out().find("[rank 1]"), std::string::npos) << "rank 1 shown without --all";
 }
 
+// The progress display passes through the launcher: with CIUIC_PROGRESS_TTY (or a terminal on
+// its stderr), each "\r\033[2K<text>" redraw of rank 0 is redrawn prefixed; a following line clears
+// it first and is printed whole; other ranks' redraws are not shown.
+TEST_F(LaunchTest, ProgressRedrawsOfRankZeroPassThrough) {
+  Child c({kLauncher, "--nproc", "2", "--", kWorker, "progress"}, dir_ + "/launch",
+          {"CIUIC_TEST_PIDDIR=" + dir_, "CIUIC_PROGRESS_TTY=1"});
+  ASSERT_TRUE(c.wait(30s)) << c.err();
+  EXPECT_EQ(c.exit_code(), 0) << c.err();
+  const std::string err = c.err();
+  for (int i = 1; i <= 3; ++i)
+    EXPECT_NE(err.find("\r\033[2K[rank 0] step " + std::to_string(i) + "/3 of rank 0"), std::string::npos) << err;
+  EXPECT_EQ(err.find("of rank 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("/3 of rank 0\r\033[2K[rank 0] finished rank 0\n"), std::string::npos) << err;
+  EXPECT_EQ(err.find("[rank 0] \033"), std::string::npos) << err;  // escape codes never prefixed
+}
+
 TEST_F(LaunchTest, WorkerExitingWithCode3StopsTheRunAndIsNamed) {
   auto c = launch({"--nproc", "3"}, {"fail", "1", "3"});
   ASSERT_TRUE(c->wait(30s)) << c->err();

@@ -76,6 +76,17 @@ int run(int argc, char** argv) {
     write_pid(env->rank, ".child.pid", c);
     sleep_forever();
   }
+  if (mode == "progress") {  // redraws one line on stderr like the trainer's Progress, then a line
+    for (int i = 1; i <= 3; ++i) {
+      fprintf(stderr, "\r\033[2Kstep %d/3 of rank %d", i, env->rank);
+      fflush(stderr);
+      usleep(20000);
+    }
+    fprintf(stderr, "\r\033[2K");
+    fflush(stderr);
+    fprintf(stderr, "finished rank %d\n", env->rank);
+    return 0;
+  }
   if (mode == "noisy") {
     int bad = arg(2), code = arg(3), n = arg(4);
     for (int i = 0; i < n; ++i) printf("line %d of rank %d\n", i, env->rank);

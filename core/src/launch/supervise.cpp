@@ -345,6 +345,9 @@ class Supervisor {
       add("MASTER_ADDR", o_.master_addr);
       add("MASTER_PORT", std::to_string(port_));
       add("CIUIC_LAUNCHER", "1");
+      // The workers' stderr is a pipe to this process; when this process's stderr is a terminal,
+      // rank 0 draws its one-line progress display anyway and this process passes it through.
+      if (tty_) add("CIUIC_PROGRESS_TTY", "1");
       if (!have_omp)
         add("OMP_NUM_THREADS", std::to_string(std::max(1, usable_cores() / o_.nproc_per_node)));
     };
@@ -395,16 +398,40 @@ class Supervisor {
   }
 
   // ---- output ----
+  // A worker's line: shown (prefixed with its rank) or only kept in its tail.
   void emit(Worker& w, int stream, std::string line) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    strip_clear_line(line);
     const bool err = is_error_line(line);
     const bool show = w.rank == 0 || o_.output_all_ranks || err;
-    if (show)
+    if (show) {
+      clear_progress();
       write_all(stream == 0 ? 1 : 2, "[rank " + std::to_string(w.rank) + "] " + line + "\n");
+    }
     if (err) w.last_error = line;
     if (stream == 1 && line.find_first_not_of(" \t") != std::string::npos) w.last_stderr = line;
     w.tail.push_back({std::move(line), stream == 1, show});
     if (w.tail.size() > kTailLines) w.tail.pop_front();
+  }
+
+  // The progress display: rank 0 redraws one line with "\r\033[2K<text>" (no newline) on its
+  // stderr (train/metrics.cpp Progress). Each redraw is passed through to this process's stderr,
+  // prefixed; any other line first clears it.
+  static void strip_clear_line(std::string& s) {
+    static const std::string kClear = "\033[2K";
+    while (s.compare(0, kClear.size(), kClear) == 0) s.erase(0, kClear.size());
+  }
+  void draw_progress(Worker& w, std::string text) {
+    strip_clear_line(text);
+    if (text.empty() || w.rank != 0 || (progress_drawn_ && text == progress_text_)) return;
+    write_all(2, "\r\033[2K[rank 0] " + text);
+    progress_drawn_ = true;
+    progress_text_ = std::move(text);
+  }
+  void clear_progress() {
+    if (!progress_drawn_) return;
+    write_all(2, "\r\033[2K");
+    progress_drawn_ = false;
   }
 
   void read_stream(Worker& w, int stream) {
@@ -422,12 +449,19 @@ class Supervisor {
       }
       std::string& p = w.partial[stream];
       p.append(buf, static_cast<size_t>(n));
-      size_t start = 0, nl;
-      while ((nl = p.find('\n', start)) != std::string::npos) {
-        emit(w, stream, p.substr(start, nl - start));
-        start = nl + 1;
+      size_t start = 0, end;
+      // On stderr a '\r' also ends a segment: the progress text drawn before it (dropped when the
+      // display is off: it was a redraw of the line that a later '\n' completes).
+      const char* terminators = stream == 1 && tty_ ? "\n\r" : "\n";
+      while ((end = p.find_first_of(terminators, start)) != std::string::npos) {
+        if (p[end] == '\n') emit(w, stream, p.substr(start, end - start));
+        else draw_progress(w, p.substr(start, end - start));
+        start = end + 1;
       }
       p.erase(0, start);
+      // A progress redraw arrives whole (one write) and stays unterminated until the next one:
+      // draw what is there now; it is drawn again, complete, if more of it arrives.
+      if (stream == 1 && tty_ && start > 0 && p[0] == '\033') draw_progress(w, p);
       if (p.size() > kMaxLine) {  // a very long line without newline: pass it on in pieces
         emit(w, stream, std::move(p));
         p.clear();
@@ -652,6 +686,10 @@ class Supervisor {
   int port_ = 0;
   bool stopping_ = false;
   bool killed_ = false;
+  // This process's stderr is a terminal (or CIUIC_PROGRESS_TTY says to draw as if it were).
+  const bool tty_ = isatty(STDERR_FILENO) == 1 || std::getenv("CIUIC_PROGRESS_TTY") != nullptr;
+  bool progress_drawn_ = false;                  // a progress line is on the terminal:
+  std::string progress_text_;                    // this one
   int interrupts_ = 0;
   Clock::time_point kill_deadline_{};
   Worker* failed_ = nullptr;

@@ -63,8 +63,10 @@ std::string Progress::eta(int64_t step) const {
 void Progress::update(int64_t step, double loss, double lr, double tokens_per_s, bool log_now) {
   if (!enabled_) return;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %.4f | lr %.2e | %s tok/s | ETA %s",
-                static_cast<long long>(step), static_cast<long long>(total_), loss, lr,
+  char loss_text[32] = "-";  // the loss is read back from the device at logged steps only
+  if (std::isfinite(loss)) std::snprintf(loss_text, sizeof loss_text, "%.4f", loss);
+  std::snprintf(buf, sizeof buf, "step %lld/%lld | loss %s | lr %.2e | %s tok/s | ETA %s",
+                static_cast<long long>(step), static_cast<long long>(total_), loss_text, lr,
                 human_count(tokens_per_s).c_str(), eta(step).c_str());
   if (tty_) {
     std::fprintf(stderr, "\r\033[2K%s", buf);
