@@ -6,7 +6,8 @@
 #                                     (scripts/gpu/parity.py), 1B ZeRO-2 vs the FSDP2 peer (NVLink)
 #   scripts/gpu/run-suite.sh part2    nccl plugin tests + bus bandwidth (comm-check.sh), 1B with
 #                                     P2P disabled vs the peer, 1B with cpu_adam under a 24 GiB cap
-#   scripts/gpu/run-suite.sh part3    the seed setups' 7B shapes at 2 ranks (24 / 40 GiB caps)
+#   scripts/gpu/run-suite.sh part3    part2's 1B pair, comm-check and cpu_adam again (after fixes)
+#   scripts/gpu/run-suite.sh part4    the seed setups' 7B shapes at 2 ranks (24 / 40 GiB caps)
 # Every run's log, metrics and peer JSON go to $OUT; scripts/gpu/summarize.py prints the table.
 set -u
 part=${1:-check}
@@ -62,17 +63,40 @@ part1)  # correctness on the GPUs, then the 1B shape against the FSDP2 peer over
   ciuic z2-1b-nvlink 100 $one_b --nproc "$ngpu"
   peer fsdp2-1b-nvlink 100 "$ngpu"
   ;;
-part2)  # NCCL through the plugin (tests + bus bandwidth), P2P disabled vs the peer, cpu_adam
+part2)  # NCCL through the plugin (tests + bus bandwidth), 1B vs the peer (NVLink, P2P disabled), cpu_adam
+  ciuic z2-1b-nvlink 100 $one_b --nproc "$ngpu"
+  peer fsdp2-1b-nvlink 100 "$ngpu"
   [ -x scripts/gpu/comm-check.sh ] && MAX_BYTES=268435456 run comm-check 150 scripts/gpu/comm-check.sh build-gpu "$OUT/comm"
   ciuic z2-1b-pcie 90 $one_b --nproc "$ngpu" --set comm.transport=pcie
   NCCL_P2P_DISABLE=1 peer fsdp2-1b-nop2p 90 "$ngpu"
   ciuic z2-1b-cpuadam 150 $one_b --nproc "$ngpu" --set offload.plugin=cpu_adam \
         --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=2
   ;;
-part3)  # the seed setups' 7B shapes at 2 ranks (cpu_adam, 24 / 40 GiB caps)
-  seven="--nproc $ngpu --set train.max_steps=4 --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false"
-  ciuic ds7b-4090-2rank 280 configs/deepseek-7b-3x4090.toml $seven
-  ciuic ds67b-a100-2rank 280 configs/deepseek-6.7b-4xa100.toml $seven
+part3)  # part2 again after the bounded in-flight reductions and the nccl enqueue fix, plus cpu_adam
+  ciuic z2-1b-nvlink 100 $one_b --nproc "$ngpu"
+  peer fsdp2-1b-nvlink 100 "$ngpu"
+  [ -x scripts/gpu/comm-check.sh ] && MAX_BYTES=268435456 run comm-check 150 scripts/gpu/comm-check.sh build-gpu "$OUT/comm"
+  ciuic z2-1b-cpuadam 150 $one_b --nproc "$ngpu" --set offload.plugin=cpu_adam \
+        --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=2
+  ;;
+part5)  # part4's 7B runs only (after the set-up and accumulation fixes)
+  seven="--nproc $ngpu --set train.max_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false"
+  ciuic ds7b-4090-2rank 150 configs/deepseek-7b-3x4090.toml $seven
+  ciuic ds67b-a100-2rank 150 configs/deepseek-6.7b-4xa100.toml $seven
+  ;;
+part6)  # the 3x4090 recipe's 7B shape at 2 ranks under the 24 GiB cap
+  ciuic ds7b-4090-2rank 120 configs/deepseek-7b-3x4090.toml --nproc "$ngpu" --set train.max_steps=2 \
+        --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false
+  ;;
+part4)  # cpu_adam at 1B again (asynchronous gradient copies), then the seed setups' 7B shapes at
+        # 2 ranks (cpu_adam; 24 / 40 GiB caps), their own batches
+  ciuic z2-1b-cpuadam 120 $one_b --nproc "$ngpu" --set offload.plugin=cpu_adam \
+        --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=2
+  seven="--nproc $ngpu --set train.max_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false"
+  ciuic ds7b-4090-2rank 160 configs/deepseek-7b-3x4090.toml $seven
+  ciuic ds67b-a100-2rank 160 configs/deepseek-6.7b-4xa100.toml $seven
   ;;
 esac
 python3 scripts/gpu/summarize.py "$OUT" | tee "$OUT/summary.md"
+# The device tool brings back a few files only: everything goes back as one archive.
+tar czf /tmp/suite-$part.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/suite-$part.tgz "$OUT/"

@@ -44,7 +44,9 @@ def main(out):
         if r:
             rows[os.path.basename(p)[: -len(".metrics.jsonl")]] = r
     for p in sorted(glob.glob(os.path.join(out, "*.json"))):
-        rows[os.path.basename(p)[:-5]] = peer_row(p)
+        r = json.load(open(p))
+        if isinstance(r, dict) and r.get("peer"):  # bench/peers output (not parity.json)
+            rows[os.path.basename(p)[:-5]] = peer_row(p)
     cols = ["world", "tokens/s per GPU", "MFU", "peak GiB", "step_s", "fwd_bwd_s", "optim_s",
             "offload_update_s", "offload_copy_wait_s", "loss"]
     print("| run | " + " | ".join(cols) + " |")

@@ -92,6 +92,10 @@ class CIUIC_API BucketSharding : public Sharding {
   };
   void on_bucket_ready(int bucket);
   void launch(int bucket);
+  // Completes the oldest reductions (wait, accumulate into the gradient shard, free the bucket's
+  // buffers) until at most `keep` are in flight, and any finished ones beyond that: the
+  // gradients' memory stays bounded by a few buckets instead of the whole model.
+  void retire(size_t keep);
   void drain();
 
   Options options_;
@@ -111,6 +115,9 @@ class CIUIC_API BucketSharding : public Sharding {
   int64_t micro_batches_ = 0;
   uint64_t peak_pending_bytes_ = 0;
   uint64_t pending_bytes_ = 0;
+  bool host_copies_pending_ = false;  // retire() queued device-to-host copies; drain() waits
+  at::Tensor host_stage_;             // pinned: later micro-batches' reduced chunks (host_grad_)
+  std::vector<int> staged_;           // buckets in host_stage_, added by drain()
   double last_grad_norm_ = 0.0;
 };
 

@@ -8,6 +8,7 @@
 #include "launch/launch.h"
 
 #ifdef CIUIC_WITH_CUDA
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_runtime_api.h>
 #endif
@@ -45,6 +46,9 @@ void apply_memory_cap(int device_index, double gib) {
     throw UsageError("cluster.memory_per_device_gib = " + std::to_string(gib) +
                      " exceeds the memory of cuda:" + std::to_string(device_index) + " (" +
                      gib_str(total) + ")");
+  // The caching allocator sets up its per-device state on CUDA's lazy initialisation; the cap
+  // may come first (before any tensor exists on the device).
+  at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction,
                                                      static_cast<c10::DeviceIndex>(device_index));
   log_info("memory cap: the caching allocator of cuda:" + std::to_string(device_index) +

@@ -6,6 +6,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <ciuic/config.h>
 #include <ciuic/error.h>
@@ -49,7 +50,11 @@ void BucketSharding::setup(const ShardingSetup& s) {
 
   const int64_t S = buckets_->shard_numel();
   const auto dev = flat.options();
-  at::Tensor master = at::empty({S}, dev.dtype(at::kFloat));
+  // The fp32 master shard is built where the offload keeps it: in host memory for a host
+  // optimizer (a 7B shard on 2 ranks is 12.9 GiB: it must not pass through a 24 GB card).
+  const bool host_master = flat.is_cuda() && offload_->wants_host_grad();
+  at::Tensor master = at::empty({S}, host_master ? at::TensorOptions().dtype(at::kFloat)
+                                                 : dev.dtype(at::kFloat));
   {
     c10::NoGradGuard ng;
     for (size_t b = 0; b < buckets_->buckets().size(); ++b) {
@@ -88,6 +93,10 @@ void BucketSharding::begin_micro_batch(int64_t index, bool last) {
   buckets_->arm(options_.reduce_each_micro_batch || last);
 }
 
+// Reductions in flight before the oldest is completed (see retire()): enough to keep the comm
+// stream busy while backward produces the next buckets.
+constexpr size_t kMaxInFlight = 3;
+
 void BucketSharding::on_bucket_ready(int bucket) {
   if (!options_.overlap_comm) {
     std::lock_guard<std::mutex> l(pending_mu_);
@@ -104,10 +113,49 @@ void BucketSharding::launch(int bucket) {
                        ? packed
                        : at::empty({packed.numel() / options_.shards}, packed.options());
   std::unique_ptr<Work> work = reduce(packed, out);
-  std::lock_guard<std::mutex> l(pending_mu_);
-  pending_bytes_ += packed.nbytes() + (out.is_same(packed) ? 0 : out.nbytes());
-  peak_pending_bytes_ = std::max(peak_pending_bytes_, pending_bytes_);
-  pending_.push_back(Pending{bucket, std::move(work), std::move(packed), std::move(out)});
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    pending_bytes_ += packed.nbytes() + (out.is_same(packed) ? 0 : out.nbytes());
+    peak_pending_bytes_ = std::max(peak_pending_bytes_, pending_bytes_);
+    pending_.push_back(Pending{bucket, std::move(work), std::move(packed), std::move(out)});
+  }
+  retire(kMaxInFlight);
+}
+
+void BucketSharding::retire(size_t keep) {
+  c10::NoGradGuard ng;
+  for (;;) {
+    Pending p;
+    {
+      std::lock_guard<std::mutex> l(pending_mu_);
+      if (pending_.empty()) return;
+      if (pending_.size() <= keep && !pending_.front().work->is_completed()) return;
+      p = std::move(pending_.front());
+      pending_.erase(pending_.begin());
+      pending_bytes_ -= p.packed.nbytes() + (p.out.is_same(p.packed) ? 0 : p.out.nbytes());
+    }
+    p.work->wait();
+    const int64_t off = buckets_->shard_offset(p.bucket);
+    at::Tensor region = grad_shard_.narrow(0, off, p.out.numel());
+    if (!host_grad_) {
+      region.add_(p.out);
+    } else if (!options_.reduce_each_micro_batch || micro_batches_ == 1) {
+      // The step's only contribution to this region: an asynchronous copy into pinned host
+      // memory, ordered after the reduction on this thread's stream (drain() waits for it), so
+      // that the backward pass issuing it is not held up.
+      region.copy_(p.out, /*non_blocking=*/true);
+      host_copies_pending_ = true;
+    } else {
+      // A later micro-batch's contribution: an asynchronous copy into a pinned staging shard,
+      // added on the host by drain() (after one wait), not on the backward pass's thread.
+      if (!host_stage_.defined())
+        host_stage_ = at::empty({grad_shard_.numel()}, grad_shard_.options().pinned_memory(true));
+      host_stage_.narrow(0, off, p.out.numel()).copy_(p.out, /*non_blocking=*/true);
+      std::lock_guard<std::mutex> l(pending_mu_);
+      staged_.push_back(p.bucket);
+      host_copies_pending_ = true;
+    }
+  }
 }
 
 void BucketSharding::drain() {
@@ -117,21 +165,18 @@ void BucketSharding::drain() {
     deferred.swap(deferred_);
   }
   for (int b : deferred) launch(b);
-  std::vector<Pending> pending;
-  {
-    std::lock_guard<std::mutex> l(pending_mu_);
-    pending.swap(pending_);
-    pending_bytes_ = 0;
-  }
-  c10::NoGradGuard ng;
-  for (auto& p : pending) {
-    p.work->wait();
-    const int64_t off = buckets_->shard_offset(p.bucket);
-    at::Tensor region = grad_shard_.narrow(0, off, p.out.numel());
-    if (host_grad_)
-      region.add_(p.out.to(at::kCPU));  // waits for the reduction, then accumulates on the host
-    else
-      region.add_(p.out);
+  retire(0);
+  if (host_copies_pending_) {  // the gradient shard is read on the host next
+    const at::Device dev = buckets_->flat().device();
+    c10::impl::VirtualGuardImpl(dev.type()).getStream(dev).synchronize();
+    host_copies_pending_ = false;
+    c10::NoGradGuard ng;
+    for (int b : staged_) {
+      const int64_t off = buckets_->shard_offset(b);
+      const int64_t n = buckets_->buckets()[b].numel / options_.shards;
+      grad_shard_.narrow(0, off, n).add_(host_stage_.narrow(0, off, n));
+    }
+    staged_.clear();
   }
 }
 

@@ -124,8 +124,13 @@ FlatBuckets::FlatBuckets(std::vector<ShardingParam> params, const Options& optio
     shard_offset += b.numel / options_.pad_multiple;
   }
 
-  flat_ = at::empty({offset}, at::TensorOptions().dtype(dtype).device(device));
   c10::NoGradGuard no_grad;
+  // On an accelerator, park the parameters in host memory first, so that the flat buffer never
+  // coexists with a second copy of the model there (a 7B model in bf16 is 12.9 GiB: twice that
+  // would not fit a 24 GB card).
+  if (device.type() != at::kCPU)
+    for (auto& p : params_) p.tensor.set_data(p.tensor.detach().to(at::kCPU));
+  flat_ = at::empty({offset}, at::TensorOptions().dtype(dtype).device(device));
   for (const auto& b : buckets_) {
     for (const auto& m : b.members) {
       auto& p = params_[m.param_index].tensor;

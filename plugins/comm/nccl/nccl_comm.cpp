@@ -425,17 +425,28 @@ class NcclComm final : public ciuic::Comm {
                          ", expected cuda:" + std::to_string(device_));
   }
 
+  // "comm nccl: rank R: <what>", unless `what` already names the plugin (collectives' names do).
+  std::string about(const std::string& what) const {
+    if (what.rfind("comm nccl:", 0) == 0) return what;
+    return "comm nccl: rank " + std::to_string(rank_) + ": " + what;
+  }
+
   void nccl_check(ncclResult_t rc, const std::string& what, ncclComm_t comm) {
     if (rc == ncclSuccess || rc == ncclInProgress) return;
     std::string last = comm ? ncclGetLastError(comm) : "";
-    throw Error("comm nccl: rank " + std::to_string(rank_) + ": " + what +
+    throw Error(about(what) +
                 " failed: " + ncclGetErrorString(rc) + (last.empty() ? "" : " (" + last + ")"));
   }
 
   // Polls the non-blocking communicator until its last operation finished; throws (without
   // aborting) on an error or after the timeout.
   void wait_ready(const std::string& what) {
-    const auto deadline = Clock::now() + timeout_;
+    const auto start = Clock::now();
+    const auto deadline = start + timeout_;
+    // An enqueue that returned ncclInProgress is usually done within microseconds: spin (yielding)
+    // briefly before sleeping, since a sleep costs ~60 us at least and collectives are issued
+    // from the backward pass's thread.
+    const auto spin_until = start + std::chrono::microseconds(300);
     auto pause = std::chrono::microseconds(10);
     for (;;) {
       ncclResult_t state = ncclSuccess;
@@ -443,9 +454,13 @@ class NcclComm final : public ciuic::Comm {
       if (rc != ncclSuccess) state = rc;
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) nccl_check(state, what, comm_);
-      if (Clock::now() > deadline)
-        throw Error("comm nccl: rank " + std::to_string(rank_) + ": " + what +
-                    " did not complete within " + seconds_str(timeout_));
+      const auto now = Clock::now();
+      if (now > deadline)
+        throw Error(about(what) + " did not complete within " + seconds_str(timeout_));
+      if (now < spin_until) {
+        std::this_thread::yield();
+        continue;
+      }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(10000));
     }
