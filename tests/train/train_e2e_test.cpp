@@ -467,6 +467,17 @@ TEST(TrainE2E, NonFiniteGradientStopsNamingStepAndCheckpoint) {
   EXPECT_NE(r.err.find("last good checkpoint: "), std::string::npos) << r.log();
 }
 
+// A model that cannot be allocated: every rank names itself and what it tried; exit 1.
+TEST(TrainE2E, OutOfMemoryNamesTheRankAndTheSize) {
+  const Result r = run("oom", Shape{.world = 2, .micro = 2, .steps = 1},
+                       {"--set", "model.config.vocab_size=40000000000"}, 60);
+  EXPECT_EQ(r.code, 1) << r.log();
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("rank [01] ran out of host memory: can't allocate memory: you tried to allocate [0-9]+ bytes")))
+      << r.log();
+  EXPECT_NE(r.err.find("last error: ciuic-run: error: rank "), std::string::npos) << r.log();
+}
+
 TEST(TrainE2E, UnwritableCheckpointFolderIsAnError) {
   const std::string dir = ciuic::testing::fresh_dir("e2e-blocked");
   fs::create_directories(dir + "/blocker");

@@ -35,6 +35,7 @@
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <ciuic/comm.h>
@@ -641,8 +642,29 @@ int train(Run& r, const WorkerOptions& opts) {
 int run_worker(const Recipe& recipe, const Registry& registry, const launch::WorkerEnv& env,
                const WorkerOptions& options) {
   set_log_rank(env.world_size > 1 ? env.rank : -1);
-  Run run = build_run(recipe, registry, env);
-  return train(run, options);
+  try {
+    Run run = build_run(recipe, registry, env);
+    return train(run, options);
+  } catch (const c10::OutOfMemoryError& e) {
+    // LibTorch's message is long and generic: name the rank, the cap and the peaks instead
+    // (the first sentence of LibTorch's message, with the size it tried, is kept).
+    std::string detail = e.what_without_backtrace();
+    if (const auto dot = detail.find(". "); dot != std::string::npos) detail.resize(dot);
+    const Config cluster = recipe.section("cluster");
+    if (cluster.get_string("device") != "cuda")
+      throw Error("rank " + std::to_string(env.rank) + " ran out of host memory: " + detail);
+    throw Error(launch::out_of_memory_message(env.rank, env.local_rank,
+                                              cluster.get_float("memory_per_device_gib"), detail));
+  } catch (const c10::Error& e) {
+    // The CPU allocator reports a failed allocation as a plain c10::Error.
+    const std::string m = e.what_without_backtrace();
+    const auto at = m.find("DefaultCPUAllocator: can't allocate memory");
+    if (at == std::string::npos) throw;
+    std::string detail = m.substr(at + std::string("DefaultCPUAllocator: ").size());
+    if (const auto code = detail.find(". Error code"); code != std::string::npos) detail.resize(code);
+    throw Error("rank " + std::to_string(env.rank) + " ran out of host memory: " + detail +
+                " (model, optimizer state and batches of this recipe do not fit)");
+  }
 }
 
 }  // namespace ciuic::train
