@@ -270,7 +270,8 @@ TEST(TrainE2E, EveryPrecisionLearnsAPatternAndLogsMetrics) {
     ASSERT_GE(m.size(), 3u) << r.log();
     const auto& first = m.front();
     for (const char* k : {"step", "loss", "lr", "grad_norm", "loss_scale", "skipped", "tokens",
-                          "tokens_per_s", "step_s"})
+                          "tokens_per_s", "step_s", "fwd_bwd_s", "optim_s", "step_drain_s",
+                          "step_norm_s", "step_update_s", "step_publish_s", "shard_optim_gib"})
       EXPECT_TRUE(first.contains(k)) << precision << ": metrics lack " << k << ": " << first.dump();
     EXPECT_EQ(m.back().value("event", ""), "end") << m.back().dump();
     double last = NAN;

@@ -119,6 +119,14 @@ class CIUIC_API BucketSharding : public Sharding {
   at::Tensor host_stage_;             // pinned: later micro-batches' reduced chunks (host_grad_)
   std::vector<int> staged_;           // buckets in host_stage_, added by drain()
   double last_grad_norm_ = 0.0;
+  // Host wall time of the last step()'s phases, in metrics as step_<phase>_s: drain (the
+  // remaining reductions, and with a host optimizer the wait for the gradient copies: exposed
+  // transfer time), norm (global gradient norm, one all-reduce and a read-back), update (the
+  // offload's step: AdamW and its own copies), publish (making parameters current: ZeRO-2's
+  // all-gather). On a GPU, phases that only enqueue work measure the enqueueing.
+  struct PhaseTimes {
+    double drain_s = 0, norm_s = 0, update_s = 0, publish_s = 0;
+  } phase_;
 };
 
 }  // namespace ciuic

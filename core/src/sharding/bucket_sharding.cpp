@@ -1,6 +1,7 @@
 // BucketSharding: the shared machinery of the ddp and zero2 plugins (ciuic/bucket_sharding.h).
 #include <ciuic/bucket_sharding.h>
 
+#include <chrono>
 #include <cmath>
 
 #include <ATen/ops/empty.h>
@@ -181,6 +182,9 @@ void BucketSharding::drain() {
 }
 
 StepResult BucketSharding::step(const StepInput& in) {
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto t = Clock::now();
   buckets_->flush();
   drain();
   if (last_micro_batch_ && options_.shards >= 1) {
@@ -190,13 +194,17 @@ StepResult BucketSharding::step(const StepInput& in) {
       offload_->grad_ready(off, grad_shard_.narrow(0, off, bks[b].numel / options_.shards));
     }
   }
+  phase_.drain_s = since(t);
 
+  t = Clock::now();
   const double scale = precision_->loss_scale();
   const GradNorm gn = global_grad_norm(grad_shard_, *comm_, /*sharded=*/options_.shards > 1);
   const bool skip = precision_->update(gn.nonfinite, in.step) || gn.nonfinite;
   StepResult r;
   r.grad_norm = gn.nonfinite ? gn.norm : gn.norm / scale;
   last_grad_norm_ = r.grad_norm;
+  phase_.norm_s = since(t);
+  phase_.update_s = phase_.publish_s = 0.0;
   if (skip) {
     r.skipped = true;
     return r;
@@ -204,10 +212,14 @@ StepResult BucketSharding::step(const StepInput& in) {
   double coef = 1.0;
   if (in.max_grad_norm > 0 && r.grad_norm > in.max_grad_norm)
     coef = in.max_grad_norm / (r.grad_norm + 1e-6);
+  t = Clock::now();
   acquire_param_shard();
   offload_->step(grad_shard_, coef / scale, in.hyper, in.adam_step, param_shard_);
+  phase_.update_s = since(t);
+  t = Clock::now();
   publish();
   release_param_shard();
+  phase_.publish_s = since(t);
   return r;
 }
 
@@ -266,6 +278,11 @@ void BucketSharding::append_metrics(Metrics& out) const {
   out.set("shard_grad_gib", m.grad_bytes / 1073741824.0);
   out.set("shard_optim_gib", m.optimizer_bytes / 1073741824.0);
   if (m.host_bytes) out.set("shard_host_gib", m.host_bytes / 1073741824.0);
+  // Host wall time of the last step's phases (see PhaseTimes).
+  out.set("step_drain_s", phase_.drain_s);
+  out.set("step_norm_s", phase_.norm_s);
+  out.set("step_update_s", phase_.update_s);
+  out.set("step_publish_s", phase_.publish_s);
 }
 
 }  // namespace ciuic
