@@ -84,7 +84,10 @@ part5)  # part4's 7B runs only (after the set-up and accumulation fixes)
   ciuic ds7b-4090-2rank 150 configs/deepseek-7b-3x4090.toml $seven
   ciuic ds67b-a100-2rank 150 configs/deepseek-6.7b-4xa100.toml $seven
   ;;
-part6)  # the 3x4090 recipe's 7B shape at 2 ranks under the 24 GiB cap
+part6)  # parity again (the host-gradient paths changed after part1), then the 3x4090 recipe's 7B
+        # shape at 2 ranks under the 24 GiB cap
+  run parity 200 python3 scripts/gpu/parity.py "$B/ciuic-run" /tmp/parity
+  cp /tmp/parity/parity.json "$OUT/" 2>/dev/null
   ciuic ds7b-4090-2rank 120 configs/deepseek-7b-3x4090.toml --nproc "$ngpu" --set train.max_steps=2 \
         --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false
   ;;
