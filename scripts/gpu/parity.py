@@ -33,6 +33,7 @@ vocab_size = 512
 max_position_embeddings = 256
 [train]
 micro_batch_size = {micro}
+gradient_accumulation_steps = {accum}
 seq_len = 128
 max_steps = 5
 gradient_clipping = 1.0
@@ -66,6 +67,7 @@ def run(ciuic, root, name, **kw):
     os.makedirs(d, exist_ok=True)
     kw.setdefault("extra", "")
     kw.setdefault("comm_extra", "")
+    kw.setdefault("accum", 1)
     with open(os.path.join(d, "recipe.toml"), "w") as f:
         f.write(RECIPE.format(out=os.path.join(d, "out"), **kw))
     p = subprocess.run([ciuic, os.path.join(d, "recipe.toml")], capture_output=True, text=True,
@@ -93,7 +95,10 @@ def main():
              ("zero2-nccl-w2-pcie", dict(world=2, micro=4, comm="nccl", sharding="zero2",
                                          comm_extra='transport = "pcie"')),
              ("zero2-cpuadam-w2", dict(world=2, micro=4, comm="nccl", sharding="zero2",
-                                       extra='[offload]\nplugin = "cpu_adam"'))]
+                                       extra='[offload]\nplugin = "cpu_adam"')),
+             # 2 micro-batches, each reduced: the host staging path of a host optimizer
+             ("zero2-cpuadam-w2-acc2", dict(world=2, micro=2, accum=2, comm="nccl",
+                                            sharding="zero2", extra='[offload]\nplugin = "cpu_adam"'))]
     results, ok = {}, ref is not None
     for name, kw in cases:
         if kw["world"] > ngpu:
