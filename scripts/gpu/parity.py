@@ -4,7 +4,8 @@ ciuic-run as one process, then ZeRO-2 and DDP over NCCL on 2 GPUs with the same 
 and compares the exported fp32 weights: ||a - b|| / ||b|| over all parameters (the CPU suite's
 tests/train/train_e2e_test.cpp measure, here with NCCL's reduction order). Exit 1 above 1e-5.
 
-usage: parity.py CIUIC_RUN OUT_DIR
+usage: parity.py CIUIC_RUN OUT_DIR [--cpu]
+  --cpu: the same cases on CPU workers over gloo (a check of this script)
 """
 import json
 import os
@@ -20,7 +21,7 @@ name = "gpu-parity"
 output_dir = "{out}"
 seed = 7
 [cluster]
-device = "cuda"
+device = "{device}"
 nproc_per_node = {world}
 timeout_s = 120.0
 [model.config]
@@ -68,6 +69,9 @@ def run(ciuic, root, name, **kw):
     kw.setdefault("extra", "")
     kw.setdefault("comm_extra", "")
     kw.setdefault("accum", 1)
+    kw["device"] = "cpu" if CPU else "cuda"
+    if CPU:
+        kw["comm"] = "gloo"
     with open(os.path.join(d, "recipe.toml"), "w") as f:
         f.write(RECIPE.format(out=os.path.join(d, "out"), **kw))
     p = subprocess.run([ciuic, os.path.join(d, "recipe.toml")], capture_output=True, text=True,
@@ -86,9 +90,13 @@ def rel(a, b):
     return (num / den) ** 0.5
 
 
+CPU = "--cpu" in sys.argv
+
+
 def main():
     ciuic, root = sys.argv[1], sys.argv[2]
-    ngpu = torch.cuda.device_count()
+    ngpu = 4 if CPU else torch.cuda.device_count()
+    limit = 1e-5
     ref = run(ciuic, root, "single", world=1, micro=8, comm="nccl", sharding="ddp")
     cases = [("zero2-nccl-w2", dict(world=2, micro=4, comm="nccl", sharding="zero2")),
              ("ddp-nccl-w2", dict(world=2, micro=4, comm="nccl", sharding="ddp")),
@@ -101,6 +109,8 @@ def main():
                                             sharding="zero2", extra='[offload]\nplugin = "cpu_adam"'))]
     results, ok = {}, ref is not None
     for name, kw in cases:
+        if CPU and "comm_extra" in kw:
+            continue  # a transport is an nccl option
         if kw["world"] > ngpu:
             print(f"{name}: skipped ({ngpu} GPU)")
             continue
@@ -110,8 +120,8 @@ def main():
             continue
         r = rel(w, ref)
         results[name] = r
-        ok &= r < 1e-5
-        print(f"{name:22s} rel. difference to one process: {r:.2e}  {'ok' if r < 1e-5 else 'FAIL'}")
+        ok &= r < limit
+        print(f"{name:22s} rel. difference to one process: {r:.2e}  {'ok' if r < limit else 'FAIL'}")
     json.dump(results, open(os.path.join(root, "parity.json"), "w"), indent=1)
     sys.exit(0 if ok else 1)
 
