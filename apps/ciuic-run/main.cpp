@@ -20,7 +20,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: ciuic-run RECIPE [--set section.key=value]... [--plugin-path DIR]... [--nproc N]\n"
     "                 [--nnodes N] [--node-rank R] [--master-addr A] [--master-port P]\n"
-    "                 [--output-all-ranks] [--resume PATH|latest|auto] [--dry-run] [--print-recipe]\n"
+    "                 [--output-all-ranks] [--resume PATH|latest|auto] [--dry-run] [--print-recipe] [--plan]\n"
     "       ciuic-run --export-hf CKPT OUT [--export-dtype bf16|fp32] [--tokenizer FILE]\n"
     "       ciuic-run --list-plugins [--verbose] [--plugin-path DIR]...\n"
     "       ciuic-run --help | --help-recipe | --version\n";
@@ -80,6 +80,9 @@ int main(int argc, char** argv) {
        "the newest if any, else start fresh)")
       ("dry-run", po::bool_switch(&o.dry_run),
        "validate the recipe, create every chosen plugin once in this process, print a summary, exit")
+      ("plan", po::bool_switch(&o.plan),
+       "print the memory plan per rank (parameters, gradients, optimizer state, activations; device "
+       "and host) and whether it fits [cluster] memory_per_device_gib, then exit; allocates nothing")
       ("print-recipe", po::bool_switch(&o.print_recipe),
        "print the resolved recipe (defaults included, origin of each value) and exit");
   std::vector<std::string> export_args;

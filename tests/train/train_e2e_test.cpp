@@ -479,6 +479,66 @@ TEST(TrainE2E, OutOfMemoryNamesTheRankAndTheSize) {
   EXPECT_NE(r.err.find("last error: ciuic-run: error: rank "), std::string::npos) << r.log();
 }
 
+// ---- memory planner (ciuic-run --plan) ---------------------------------------------------------
+struct PlanOut {
+  int code = -1;
+  std::string text;
+  double device_gib = NAN;
+};
+PlanOut plan(const std::vector<std::string>& args) {
+  static int n = 0;
+  const std::string dir = ciuic::testing::fresh_dir("e2e-plan" + std::to_string(n++));
+  std::vector<std::string> argv{std::string(CIUIC_BIN_DIR) + "/ciuic-run"};
+  for (const auto& a : args) argv.push_back(a);
+  argv.push_back("--plan");
+  Child c(argv, dir + "/plan");
+  PlanOut r;
+  if (!c.wait(std::chrono::seconds(60))) return r;
+  r.code = c.exit_code();
+  r.text = c.out() + c.err();
+  std::smatch m;
+  if (std::regex_search(r.text, m, std::regex("total cuda: ([0-9.]+) GiB"))) r.device_gib = std::stod(m[1]);
+  return r;
+}
+
+// Peaks measured on 2 x H200 on 2026-11-30 (docs/performance.md; metrics mem_gib = peak allocated
+// by the caching allocator), against the plan of the same recipe: within 10%.
+TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
+  const std::string src = CIUIC_SOURCE_DIR;
+  struct Case {
+    std::vector<std::string> args;
+    double measured_gib;
+  };
+  const std::vector<Case> cases = {
+      {{src + "/configs/llama-1b-bench.toml", "--nproc", "2"}, 29.03},
+      {{src + "/configs/llama-1b-bench.toml", "--nproc", "2", "--set", "offload.plugin=cpu_adam",
+        "--set", "cluster.memory_per_device_gib=24.0"}, 21.67},
+      {{src + "/configs/deepseek-6.7b-4xa100.toml", "--nproc", "2"}, 18.90},
+  };
+  for (const auto& c : cases) {
+    const PlanOut p = plan(c.args);
+    ASSERT_EQ(p.code, 0) << p.text;
+    EXPECT_NEAR(p.device_gib, c.measured_gib, 0.10 * c.measured_gib) << p.text;
+  }
+}
+
+TEST(TrainE2E, PlanSaysWhatDoesNotFitAndWhatWouldHelp) {
+  const std::string recipe = std::string(CIUIC_SOURCE_DIR) + "/configs/deepseek-7b-3x4090.toml";
+  const PlanOut fits = plan({recipe});
+  ASSERT_EQ(fits.code, 0) << fits.text;
+  EXPECT_NE(fits.text.find("of the 24.00 GiB cap ([cluster] memory_per_device_gib): fits"), std::string::npos) << fits.text;
+  EXPECT_NE(fits.text.find("host   master weights + AdamW moments"), std::string::npos) << fits.text;
+  const PlanOut big = plan({recipe, "--set", "offload.plugin=\"\"", "--set", "model.activation_checkpointing=false"});
+  ASSERT_EQ(big.code, 0) << big.text;
+  EXPECT_GT(big.device_gib, 24.0);
+  EXPECT_NE(big.text.find("does NOT fit"), std::string::npos) << big.text;
+  EXPECT_NE(big.text.find("[offload] plugin = \"cpu_adam\" moves master weights"), std::string::npos) << big.text;
+  EXPECT_NE(big.text.find("[model] activation_checkpointing = true"), std::string::npos) << big.text;
+  const PlanOut bad = plan({recipe, "--set", "offload.plugin=nosuch"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.text.find("unknown offload plugin 'nosuch'"), std::string::npos) << bad.text;
+}
+
 TEST(TrainE2E, UnwritableCheckpointFolderIsAnError) {
   const std::string dir = ciuic::testing::fresh_dir("e2e-blocked");
   fs::create_directories(dir + "/blocker");

@@ -26,6 +26,7 @@
 #include "recipe/recipe.h"
 #include "recipe/schema.h"
 #include "registry/registry.h"
+#include "train/plan.h"
 #include "train/worker.h"
 
 namespace ciuic::app {
@@ -139,6 +140,10 @@ int run_recipe(const CliOptions& o) {
   const Recipe recipe = Recipe::load(o.recipe, effective_overrides(o));
   apply_log_level(recipe);
   const Registry registry = Registry::discover(plugin_paths(o, &recipe));
+  if (o.plan) {  // needs only the precision and sharding plugins (a CPU build plans GPU recipes)
+    std::cout << train::plan_text(train::plan_memory(recipe, registry)) << std::flush;
+    return kExitOk;
+  }
   recipe.validate_plugins(registry);
   if (o.print_recipe) {
     std::cout << recipe.resolved_toml(registry) << std::flush;
@@ -146,6 +151,12 @@ int run_recipe(const CliOptions& o) {
   }
   if (o.dry_run) return dry_run(recipe, registry);
 
+  if (!launch::detect_worker_env() && recipe.section("cluster").get_float("memory_per_device_gib") > 0) {
+    const train::MemoryPlan plan = train::plan_memory(recipe, registry);
+    if (!plan.fits)
+      log_warn("the memory plan says this recipe does not fit [cluster] memory_per_device_gib "
+               "(see ciuic-run " + o.recipe + " --plan):\n" + train::plan_text(plan));
+  }
   train::WorkerOptions wopts;
   wopts.resume = o.resume;
   if (auto env = launch::detect_worker_env()) return train::run_worker(recipe, registry, *env, wopts);

@@ -32,6 +32,7 @@ struct CliOptions {
   std::string resume;                      // --resume PATH|latest
   bool dry_run = false;                    // --dry-run
   bool print_recipe = false;               // --print-recipe
+  bool plan = false;                       // --plan
   std::vector<std::string> argv;           // this process's command line (workers rerun it)
 };
 
@@ -39,8 +40,8 @@ struct CliOptions {
 // --output-all-ranks (which therefore win).
 CIUIC_API std::vector<std::string> effective_overrides(const CliOptions& options);
 
-// RECIPE [...]: load, validate, then print (--print-recipe), check by instantiating every plugin
-// once (--dry-run), or train (as a worker, single-process, or as the launcher of the workers).
+// RECIPE [...]: load, validate, then print (--print-recipe), estimate memory per rank (--plan,
+// train/plan.h; exit 0), check by instantiating every plugin once (--dry-run), or train (as a worker, single-process, or as the launcher of the workers).
 CIUIC_API int run_recipe(const CliOptions& options);
 
 // --list-plugins [--verbose]: one line per plugin "<slot> <name> <version> <path>"; verbose adds

@@ -177,6 +177,14 @@ model::LlamaConfig model_config(const Recipe& recipe, const std::string& model_p
   return model::LlamaConfig{}.with_overrides(overrides, origin);
 }
 
+}  // namespace
+
+model::LlamaConfig recipe_model_config(const Recipe& recipe) {
+  return model_config(recipe, resolve_input(recipe.section("model").get_string("path"), recipe.dir()));
+}
+
+namespace {
+
 Run build_run(const Recipe& recipe, const Registry& registry, const launch::WorkerEnv& env) {
   Run r(recipe);
   r.ctx = make_context(recipe, env);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "launch/launch.h"
+#include "model/config.h"
 
 namespace ciuic {
 class Recipe;
@@ -15,6 +16,10 @@ struct WorkerOptions {
   // "auto" (the newest checkpoint, or a fresh start when there is none), or a checkpoint folder.
   std::string resume;
 };
+
+// The recipe's model architecture: [model] path's config.json with [model.config] on top, or
+// [model.config] alone (random initialisation).
+CIUIC_API model::LlamaConfig recipe_model_config(const Recipe& recipe);
 
 // Builds the run context for `env`, creates the recipe's plugins, trains, checkpoints and exports
 // as the recipe says. Returns the process exit code; throws ciuic::Error on failure.
