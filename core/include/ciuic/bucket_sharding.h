@@ -43,6 +43,10 @@ class Config;
 
 class CIUIC_API BucketSharding : public Sharding {
  public:
+  // Reductions in flight before the oldest is completed (see retire()): enough to keep the comm
+  // stream busy while backward produces the next buckets. (The memory planner counts on it.)
+  static constexpr size_t kMaxInFlight = 3;
+
   struct Options {
     int64_t bucket_elements = 50'000'000;
     bool overlap_comm = true;

@@ -52,6 +52,9 @@ CIUIC_API std::vector<LlamaParamSpec> llama_parameter_specs(const LlamaConfig& c
 
 class CIUIC_API LlamaModel {
  public:
+  // Logit elements per chunk of loss_sum (set_loss_chunk_elements), by default.
+  static constexpr int64_t kDefaultLossChunkElements = int64_t{1} << 26;
+
   // Allocates the parameters (uninitialised). dtype: kFloat, kBFloat16 or kHalf.
   LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device device);
   ~LlamaModel();
@@ -132,7 +135,7 @@ class CIUIC_API LlamaModel {
   at::Tensor norm_;
   at::Tensor lm_head_;  // undefined when tied
   bool checkpointing_ = false;
-  int64_t loss_chunk_elements_ = int64_t{1} << 26;
+  int64_t loss_chunk_elements_ = kDefaultLossChunkElements;
 };
 
 }  // namespace ciuic::model

@@ -94,10 +94,6 @@ void BucketSharding::begin_micro_batch(int64_t index, bool last) {
   buckets_->arm(options_.reduce_each_micro_batch || last);
 }
 
-// Reductions in flight before the oldest is completed (see retire()): enough to keep the comm
-// stream busy while backward produces the next buckets.
-constexpr size_t kMaxInFlight = 3;
-
 void BucketSharding::on_bucket_ready(int bucket) {
   if (!options_.overlap_comm) {
     std::lock_guard<std::mutex> l(pending_mu_);

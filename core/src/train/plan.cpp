@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <sstream>
 
+#include <ciuic/bucket_sharding.h>
 #include <ciuic/config.h>
 #include <ciuic/error.h>
 
 #include "model/config.h"
+#include "model/llama.h"
 #include "recipe/recipe.h"
 #include "registry/registry.h"
 #include "train/worker.h"
@@ -17,8 +19,9 @@ namespace ciuic::train {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-constexpr double kInFlight = 3 + 1;  // BucketSharding's kMaxInFlight reductions + the one being packed
-constexpr double kLossChunk = double(int64_t{1} << 26);  // LlamaModel::loss_chunk_elements_
+// BucketSharding's in-flight reductions, plus the one being packed.
+constexpr double kInFlight = BucketSharding::kMaxInFlight + 1;
+constexpr double kLossChunk = double(model::LlamaModel::kDefaultLossChunkElements);
 
 std::string gib(double b) {
   char buf[32];
