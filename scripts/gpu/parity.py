@@ -2,7 +2,9 @@
 """GPU parity check (scripts/gpu/run-suite.sh part1): trains a tiny fp32 Llama on CUDA with
 ciuic-run as one process, then ZeRO-2 and DDP over NCCL on 2 GPUs with the same global batch,
 and compares the exported fp32 weights: ||a - b|| / ||b|| over all parameters (the CPU suite's
-tests/train/train_e2e_test.cpp measure, here with NCCL's reduction order). Exit 1 above 1e-5.
+tests/train/train_e2e_test.cpp measure, here with NCCL's reduction order), and the logged
+gradient norms step by step (clipping at 1.0 is active: a wrong norm changes the weights too).
+Exit 1 above 1e-5 (weights) or 1e-4 (norms).
 
 usage: parity.py CIUIC_RUN OUT_DIR [--cpu]
   --cpu: the same cases on CPU workers over gloo (a check of this script)
@@ -81,7 +83,9 @@ def run(ciuic, root, name, **kw):
     if p.returncode != 0:
         print(f"{name}: exit {p.returncode}\n{p.stderr[-3000:]}")
         return None
-    return load_file(os.path.join(d, "out", "hf", "model.safetensors"))
+    norms = [json.loads(l)["grad_norm"] for l in open(os.path.join(d, "out", "metrics.jsonl"))
+             if '"grad_norm"' in l]
+    return load_file(os.path.join(d, "out", "hf", "model.safetensors")), norms
 
 
 def rel(a, b):
@@ -108,6 +112,9 @@ def main():
              ("zero2-cpuadam-w2-acc2", dict(world=2, micro=2, accum=2, comm="nccl",
                                             sharding="zero2", extra='[offload]\nplugin = "cpu_adam"'))]
     results, ok = {}, ref is not None
+    if ref is not None:
+        ref, ref_norms = ref
+        print("one process: gradient norms " + ", ".join(f"{n:.4f}" for n in ref_norms))
     for name, kw in cases:
         if CPU and "comm_extra" in kw:
             continue  # a transport is an nccl option
@@ -118,10 +125,15 @@ def main():
         if w is None or ref is None:
             ok = False
             continue
+        w, norms = w
         r = rel(w, ref)
+        dn = max(abs(a - b) / b for a, b in zip(norms, ref_norms)) if len(norms) == len(ref_norms) else float("inf")
         results[name] = r
-        ok &= r < limit
-        print(f"{name:22s} rel. difference to one process: {r:.2e}  {'ok' if r < limit else 'FAIL'}")
+        results[name + ":grad_norm"] = dn
+        good = r < limit and dn < 1e-4
+        ok &= good
+        print(f"{name:22s} rel. difference to one process: weights {r:.2e}, gradient norms {dn:.2e}"
+              f"  {'ok' if good else 'FAIL'}")
     json.dump(results, open(os.path.join(root, "parity.json"), "w"), indent=1)
     sys.exit(0 if ok else 1)
 

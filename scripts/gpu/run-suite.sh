@@ -8,6 +8,9 @@
 #                                     P2P disabled vs the peer, 1B with cpu_adam under a 24 GiB cap
 #   scripts/gpu/run-suite.sh part3    part2's 1B pair, comm-check and cpu_adam again (after fixes)
 #   scripts/gpu/run-suite.sh part4    the seed setups' 7B shapes at 2 ranks (24 / 40 GiB caps)
+#   scripts/gpu/run-suite.sh part5    part4's 7B runs only
+#   scripts/gpu/run-suite.sh part6    parity, then zero2+cpu_adam+bf16 at 1B and at the 3x4090
+#                                     recipe's 7B shape (2 ranks, 24 GiB cap) with the step breakdown
 # Every run's log, metrics and peer JSON go to $OUT; scripts/gpu/summarize.py prints the table.
 set -u
 part=${1:-check}
@@ -84,12 +87,15 @@ part5)  # part4's 7B runs only (after the set-up and accumulation fixes)
   ciuic ds7b-4090-2rank 150 configs/deepseek-7b-3x4090.toml $seven
   ciuic ds67b-a100-2rank 150 configs/deepseek-6.7b-4xa100.toml $seven
   ;;
-part6)  # parity again (the host-gradient paths changed after part1), then the 3x4090 recipe's 7B
-        # shape at 2 ranks under the 24 GiB cap
-  run parity 200 python3 scripts/gpu/parity.py "$B/ciuic-run" /tmp/parity
+part6)  # parity again (the host-gradient paths changed after part1), then zero2+cpu_adam+bf16 with
+        # the step breakdown: the 1B shape and the 3x4090 recipe's 7B shape at 2 ranks, 24 GiB cap
+  run parity 180 python3 scripts/gpu/parity.py "$B/ciuic-run" /tmp/parity
   cp /tmp/parity/parity.json "$OUT/" 2>/dev/null
-  ciuic ds7b-4090-2rank 120 configs/deepseek-7b-3x4090.toml --nproc "$ngpu" --set train.max_steps=2 \
-        --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false
+  ciuic z2-1b-cpuadam 120 $one_b --nproc "$ngpu" --set offload.plugin=cpu_adam \
+        --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=1
+  ciuic ds7b-4090-2rank 220 configs/deepseek-7b-3x4090.toml --nproc "$ngpu" --set train.max_steps=6 \
+        --set scheduler.warmup_num_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 \
+        --set checkpoint.save_final=false
   ;;
 part4)  # cpu_adam at 1B again (asynchronous gradient copies), then the seed setups' 7B shapes at
         # 2 ranks (cpu_adam; 24 / 40 GiB caps), their own batches

@@ -329,6 +329,19 @@ TEST(TrainE2E, IncompatibleCheckpointIsRefused) {
       << batch.log();
 }
 
+// A schedule that cannot fit the run is refused by the launcher, before any worker starts (and so
+// before a worker spends minutes building tens of GiB of optimizer state), naming the keys.
+TEST(TrainE2E, ScheduleLongerThanTheRunIsRefusedBeforeWorkersStart) {
+  Shape s{.world = 2, .micro = 4, .steps = 5};
+  s.extra = "[scheduler]\ntype = \"warmup_cosine\"\nwarmup_num_steps = 10\n";
+  const Result r = run("refuse-schedule", s);
+  EXPECT_EQ(r.code, 2) << r.log();
+  EXPECT_NE(r.err.find("[scheduler] total_num_steps"), std::string::npos) << r.log();
+  EXPECT_NE(r.err.find("warmup_num_steps = 10"), std::string::npos) << r.log();
+  EXPECT_EQ(r.err.find("started 2 worker"), std::string::npos) << r.log();
+  EXPECT_FALSE(fs::exists(r.dir + "/out/metrics.jsonl")) << r.log();
+}
+
 // Kill -9 one worker at random moments (checkpoints every step, so some kills land inside a
 // checkpoint write), resume from latest each time, and reach the uninterrupted run's parameters.
 TEST(TrainE2E, SurvivesKillNineAndResumesExactly) {

@@ -113,5 +113,9 @@ struct GradNorm {
   bool nonfinite = false;
 };
 CIUIC_API GradNorm global_grad_norm(const at::Tensor& local_part, Comm& comm, bool sharded);
+// The same from this rank's sum of squares already computed: a one-element fp64 tensor on any
+// device (e.g. accumulated bucket by bucket while backward ran). Not modified.
+CIUIC_API GradNorm global_grad_norm_from_squares(const at::Tensor& local_sum_sq, Comm& comm,
+                                                 bool sharded);
 
 }  // namespace ciuic

@@ -145,6 +145,7 @@ int run_recipe(const CliOptions& o) {
     return kExitOk;
   }
   recipe.validate_plugins(registry);
+  train::check_recipe(recipe);
   if (o.print_recipe) {
     std::cout << recipe.resolved_toml(registry) << std::flush;
     return kExitOk;

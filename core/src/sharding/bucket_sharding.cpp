@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/linalg_vector_norm.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -85,6 +86,8 @@ void BucketSharding::begin_micro_batch(int64_t index, bool last) {
   if (index == 0) {
     grad_shard_.zero_();
     micro_batches_ = 0;
+    sum_sq_ = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(buckets_->flat().device()));
+    sum_sq_valid_ = true;
   } else if (options_.reduce_each_micro_batch) {
     buckets_->flush();
     drain();
@@ -134,9 +137,13 @@ void BucketSharding::retire(size_t keep) {
     p.work->wait();
     const int64_t off = buckets_->shard_offset(p.bucket);
     at::Tensor region = grad_shard_.narrow(0, off, p.out.numel());
+    // The region's only contribution this step: its squares count towards the step's norm now.
+    const bool only = !options_.reduce_each_micro_batch || micro_batches_ == 1;
+    if (only) add_squares(p.out);
+    else sum_sq_valid_ = false;
     if (!host_grad_) {
       region.add_(p.out);
-    } else if (!options_.reduce_each_micro_batch || micro_batches_ == 1) {
+    } else if (only) {
       // The step's only contribution to this region: an asynchronous copy into pinned host
       // memory, ordered after the reduction on this thread's stream (drain() waits for it), so
       // that the backward pass issuing it is not held up.
@@ -153,6 +160,14 @@ void BucketSharding::retire(size_t keep) {
       host_copies_pending_ = true;
     }
   }
+}
+
+void BucketSharding::add_squares(const at::Tensor& reduced) {
+  if (!sum_sq_valid_) return;
+  // fp32 accumulation inside the bucket (as the norm of the whole shard had), fp64 across buckets.
+  sum_sq_.add_(at::linalg_vector_norm(reduced, 2, c10::nullopt, false, at::kFloat)
+                   .to(at::kDouble)
+                   .square());
 }
 
 void BucketSharding::drain() {
@@ -194,7 +209,9 @@ StepResult BucketSharding::step(const StepInput& in) {
 
   t = Clock::now();
   const double scale = precision_->loss_scale();
-  const GradNorm gn = global_grad_norm(grad_shard_, *comm_, /*sharded=*/options_.shards > 1);
+  const bool sharded = options_.shards > 1;
+  const GradNorm gn = sum_sq_valid_ ? global_grad_norm_from_squares(sum_sq_, *comm_, sharded)
+                                    : global_grad_norm(grad_shard_, *comm_, sharded);
   const bool skip = precision_->update(gn.nonfinite, in.step) || gn.nonfinite;
   StepResult r;
   r.grad_norm = gn.nonfinite ? gn.norm : gn.norm / scale;

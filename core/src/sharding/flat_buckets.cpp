@@ -261,7 +261,12 @@ std::vector<ShardSlice> FlatBuckets::shard_slices(int64_t chunk_index) const {
 // ---- gradient norm ----------------------------------------------------------------------------
 GradNorm global_grad_norm(const at::Tensor& local_part, Comm& comm, bool sharded) {
   at::Tensor sq = at::linalg_vector_norm(local_part, 2).to(at::kDouble).square();
-  at::Tensor buf = sq.reshape({1}).to(comm.device());
+  return global_grad_norm_from_squares(sq.reshape({1}), comm, sharded);
+}
+
+GradNorm global_grad_norm_from_squares(const at::Tensor& local_sum_sq, Comm& comm, bool sharded) {
+  at::Tensor buf = local_sum_sq.reshape({1}).to(comm.device(), at::kDouble, /*non_blocking=*/false,
+                                               /*copy=*/true);
   if (sharded && comm.size() > 1) comm.all_reduce(buf, ReduceOp::kSum)->wait();
   const double total = buf.cpu().item<double>();
   GradNorm r;

@@ -183,6 +183,12 @@ model::LlamaConfig recipe_model_config(const Recipe& recipe) {
   return model_config(recipe, resolve_input(recipe.section("model").get_string("path"), recipe.dir()));
 }
 
+void check_recipe(const Recipe& recipe) {
+  const Config train = recipe.section("train");
+  optim::LrSchedule::create(recipe.section("scheduler"), recipe.section("optimizer").get_float("lr"),
+                            train.get_int("max_steps"));
+}
+
 namespace {
 
 Run build_run(const Recipe& recipe, const Registry& registry, const launch::WorkerEnv& env) {
@@ -199,6 +205,8 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   r.hyper.beta2 = betas.at(1);
   r.hyper.eps = r.optimizer.get_float("eps");
   r.hyper.weight_decay = r.optimizer.get_float("weight_decay");
+  // The schedule first: a recipe error must not wait for tens of GiB of optimizer state.
+  r.schedule = optim::LrSchedule::create(r.scheduler, r.hyper.lr, r.max_steps);
   r.device = device_info(r.ctx.device, r.log.get_float("peak_tflops"));
 
   // Plugins: comm first (the others may talk through it), then policy, optimizer, data.
@@ -258,8 +266,6 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   da.tokenizer = r.tokenizer.get();
   da.chat_template = r.chat_template.get();
   r.data->open(da);
-
-  r.schedule = optim::LrSchedule::create(r.scheduler, r.hyper.lr, r.max_steps);
   return r;
 }
 

@@ -21,6 +21,11 @@ struct WorkerOptions {
 // [model.config] alone (random initialisation).
 CIUIC_API model::LlamaConfig recipe_model_config(const Recipe& recipe);
 
+// Checks across keys that need no plugin, device or data (the learning-rate schedule against
+// train.max_steps), so that the launcher refuses such a recipe before starting any worker.
+// Throws ConfigError naming the key.
+CIUIC_API void check_recipe(const Recipe& recipe);
+
 // Builds the run context for `env`, creates the recipe's plugins, trains, checkpoints and exports
 // as the recipe says. Returns the process exit code; throws ciuic::Error on failure.
 int run_worker(const Recipe& recipe, const Registry& registry, const launch::WorkerEnv& env,
