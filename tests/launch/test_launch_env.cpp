@@ -4,6 +4,7 @@
 #include <ciuic/error.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
 #include <string>
 
@@ -258,6 +259,25 @@ TEST(MemoryCap, CpuBuildsIgnoreTheCapAndNameRankAndCapOnOom) {
   EXPECT_EQ(m, "rank 3 ran out of memory (cap 8.00 GiB): could not allocate 2 GiB");
 }
 #endif
+
+// Expandable segments unless the user configured the allocator (either variable name).
+TEST(AllocatorDefaults, SetOnlyWhenTheUserSetNothing) {
+  unsetenv("PYTORCH_ALLOC_CONF");
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  EXPECT_EQ(apply_allocator_defaults(), "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True");
+  ASSERT_NE(std::getenv("PYTORCH_CUDA_ALLOC_CONF"), nullptr);
+  EXPECT_STREQ(std::getenv("PYTORCH_CUDA_ALLOC_CONF"), "expandable_segments:True");
+
+  setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128", 1);
+  EXPECT_EQ(apply_allocator_defaults(), "PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:128");
+  EXPECT_STREQ(std::getenv("PYTORCH_CUDA_ALLOC_CONF"), "max_split_size_mb:128");
+
+  unsetenv("PYTORCH_CUDA_ALLOC_CONF");
+  setenv("PYTORCH_ALLOC_CONF", "expandable_segments:False", 1);
+  EXPECT_EQ(apply_allocator_defaults(), "PYTORCH_ALLOC_CONF=expandable_segments:False");
+  EXPECT_EQ(std::getenv("PYTORCH_CUDA_ALLOC_CONF"), nullptr);
+  unsetenv("PYTORCH_ALLOC_CONF");
+}
 
 }  // namespace
 }  // namespace ciuic::launch

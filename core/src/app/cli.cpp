@@ -139,6 +139,8 @@ int run_recipe(const CliOptions& o) {
   if (o.recipe.empty()) throw UsageError("no recipe given (usage: ciuic-run RECIPE [options]; see ciuic-run --help)");
   const Recipe recipe = Recipe::load(o.recipe, effective_overrides(o));
   apply_log_level(recipe);
+  // Before anything touches CUDA; the workers the launcher starts inherit it.
+  log_debug("CUDA allocator: " + launch::apply_allocator_defaults());
   const Registry registry = Registry::discover(plugin_paths(o, &recipe));
   if (o.plan) {  // needs only the precision and sharding plugins (a CPU build plans GPU recipes)
     std::cout << train::plan_text(train::plan_memory(recipe, registry)) << std::flush;

@@ -141,6 +141,17 @@ CIUIC_API std::shared_ptr<Store> connect_store(const WorkerEnv& env,
 // Throws UsageError when the cap exceeds the device's memory. Call once the device is current.
 CIUIC_API void apply_memory_cap(int device_index, double gib);
 
+// The CUDA caching allocator's settings ciuic runs with unless the user chose their own: when
+// neither PYTORCH_ALLOC_CONF nor PYTORCH_CUDA_ALLOC_CONF is set, sets PYTORCH_CUDA_ALLOC_CONF to
+// kAllocatorDefault in this process's environment (workers inherit it). Expandable segments map
+// more memory into one segment instead of caching fixed-size blocks: under a memory cap a run that
+// allocates differently sized buffers every micro-batch (gradient buckets, activations, loss
+// chunks) otherwise fails with memory reserved but unused (the DeepSeek-7B shape under 24 GiB:
+// 19.4 GiB allocated, 24.0 GiB reserved). Call before anything touches CUDA. Returns the
+// setting now in force ("" = the allocator's own defaults) for the log.
+inline constexpr const char* kAllocatorDefault = "expandable_segments:True";
+CIUIC_API std::string apply_allocator_defaults();
+
 // The message for an out-of-memory failure of `rank`: the cap (0 = none), the allocator's peak
 // allocated and reserved bytes on the device, the device's total memory, and `detail` (the
 // allocator's own message). CPU builds: names the rank and the detail only.

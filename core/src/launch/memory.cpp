@@ -3,6 +3,7 @@
 #include <ciuic/log.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "launch/launch.h"
@@ -37,6 +38,13 @@ double device_total_bytes(int device_index) {
 
 }  // namespace
 
+std::string apply_allocator_defaults() {
+  for (const char* name : {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"})
+    if (const char* v = std::getenv(name)) return std::string(name) + "=" + v;
+  setenv("PYTORCH_CUDA_ALLOC_CONF", kAllocatorDefault, /*overwrite=*/0);
+  return std::string("PYTORCH_CUDA_ALLOC_CONF=") + kAllocatorDefault;
+}
+
 void apply_memory_cap(int device_index, double gib) {
   if (gib <= 0) return;
 #ifdef CIUIC_WITH_CUDA
@@ -51,8 +59,11 @@ void apply_memory_cap(int device_index, double gib) {
   at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction,
                                                      static_cast<c10::DeviceIndex>(device_index));
+  const char* conf = std::getenv("PYTORCH_ALLOC_CONF");
+  if (!conf) conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
   log_info("memory cap: the caching allocator of cuda:" + std::to_string(device_index) +
-           " may hold at most " + gib_str(gib * kGiB) + " of " + gib_str(total));
+           " may hold at most " + gib_str(gib * kGiB) + " of " + gib_str(total) +
+           (conf ? std::string(" (") + conf + ")" : std::string()));
 #else
   log_debug("cluster.memory_per_device_gib applies to CUDA devices only; ignored on CPU");
 #endif
