@@ -75,8 +75,10 @@ TEST(Registry, RefusesEachDefectWithFileExpectedAndFound) {
   EXPECT_TRUE(r.list().empty());
   EXPECT_EQ(r.refusals().size(), 7u);
   const std::string api = refusal_of(r, "libciuic_data_oldapi.so");
-  EXPECT_EQ(api, kBad + "/libciuic_data_oldapi.so: plugin API version mismatch: expected 1 (ciuic " CIUIC_VERSION
-                 "), found 999; rebuild the plugin against this ciuic SDK");
+  EXPECT_EQ(api, kBad + "/libciuic_data_oldapi.so: plugin API version mismatch: expected " +
+                     std::to_string(ciuic::kPluginApiVersion) + " (ciuic " CIUIC_VERSION "), found " +
+                     std::to_string(ciuic::kPluginApiVersion + 998) +
+                     "; rebuild the plugin against this ciuic SDK");
   EXPECT_EQ(refusal_of(r, "libciuic_data_otherabi.so"),
             kBad + "/libciuic_data_otherabi.so: build fingerprint mismatch: expected \"" +
                 ciuic::core_build_fingerprint() +
@@ -139,7 +141,8 @@ TEST(Registry, UnknownNameListsAvailableAndRefused) {
     FAIL();
   } catch (const ciuic::UsageError& e) {
     EXPECT_TRUE(ciuic_test::has(e.what(), "unknown data plugin 'oldapi'; " + kBad +
-                                       "/libciuic_data_oldapi.so was refused: plugin API version mismatch: expected 1"))
+                                       "/libciuic_data_oldapi.so was refused: plugin API version mismatch: expected " +
+                                std::to_string(ciuic::kPluginApiVersion) + " "))
         << e.what();
   }
   try {

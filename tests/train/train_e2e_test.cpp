@@ -128,6 +128,19 @@ std::vector<nlohmann::json> metrics(const Result& r) {
   return out;
 }
 
+// Largest relative difference between two runs' logged gradient norms, step by step.
+double max_norm_rel(const Result& a, const Result& b) {
+  std::vector<double> na, nb;
+  for (const auto& rec : metrics(a))
+    if (rec.contains("grad_norm")) na.push_back(rec["grad_norm"].get<double>());
+  for (const auto& rec : metrics(b))
+    if (rec.contains("grad_norm")) nb.push_back(rec["grad_norm"].get<double>());
+  if (na.empty() || na.size() != nb.size()) return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < na.size(); ++i) worst = std::max(worst, std::abs(na[i] - nb[i]) / nb[i]);
+  return worst;
+}
+
 #define EXPECT_RUN_OK(r) ASSERT_EQ((r).code, 0) << (r).log()
 
 // ---- parity ----------------------------------------------------------------------------------
@@ -160,6 +173,19 @@ TEST(TrainE2E, Zero2CpuAdamMatchesDeviceUpdateAtWorldSizes1To4) {
     for (const auto& rec : metrics(r)) host_state |= rec.value("shard_host_gib", 0.0) > 0.0;
     EXPECT_TRUE(host_state) << r.log();
     EXPECT_LT(max_rel(exported(r), w_ref), 1e-6) << "world " << world;
+    EXPECT_LT(max_norm_rel(r, ref), 1e-5) << "world " << world;
+  }
+  // Gradient accumulation through the host fold (assign on the first micro-batch, add after,
+  // squares on the last), reduced every micro-batch and only on the last (no_sync).
+  const std::vector<std::pair<std::string, std::vector<std::string>>> acc = {
+      {"cpuadam-acc", {"--set", "offload.plugin=cpu_adam"}},
+      {"cpuadam-nosync",
+       {"--set", "offload.plugin=cpu_adam", "--set", "sharding.grad_accumulation=no_sync"}}};
+  for (const auto& [name, args] : acc) {
+    const Result r = run(name, Shape{.world = 2, .micro = 2, .accum = 3, .steps = 20}, args);
+    EXPECT_RUN_OK(r);
+    EXPECT_LT(max_rel(exported(r), w_ref), 1e-6) << name;
+    EXPECT_LT(max_norm_rel(r, ref), 1e-5) << name;
   }
 }
 
@@ -527,6 +553,7 @@ TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
       {{src + "/configs/llama-1b-bench.toml", "--nproc", "2", "--set", "offload.plugin=cpu_adam",
         "--set", "cluster.memory_per_device_gib=24.0"}, 21.67},
       {{src + "/configs/deepseek-6.7b-4xa100.toml", "--nproc", "2"}, 18.90},
+      {{src + "/configs/deepseek-7b-3x4090.toml", "--nproc", "2"}, 19.37},
   };
   for (const auto& c : cases) {
     const PlanOut p = plan(c.args);

@@ -40,6 +40,7 @@
 namespace ciuic {
 
 class Config;
+class HostAccumulator;
 
 class CIUIC_API BucketSharding : public Sharding {
  public:
@@ -59,6 +60,7 @@ class CIUIC_API BucketSharding : public Sharding {
   // reduce_bucket_size (elements, float or int), overlap_comm (bool), grad_accumulation
   // ("reduce_each" | "no_sync").
   static Options options_from(const Config& config);
+  ~BucketSharding() override;
 
   void setup(const ShardingSetup& setup) override;
   void begin_micro_batch(int64_t index, bool last) override;
@@ -108,7 +110,14 @@ class CIUIC_API BucketSharding : public Sharding {
   Offload* offload_ = nullptr;
   std::unique_ptr<FlatBuckets> buckets_;
   at::Tensor grad_shard_;   // fp32 accumulator of this rank's reduced gradient
-  bool host_grad_ = false;  // grad_shard_ in (pinned) host memory: Offload::wants_host_grad()
+  // Offload::wants_host_grad(): grad_shard_ lives in host memory (pinned on CUDA), and reduced
+  // chunks are folded into it by host_acc_'s thread (sharding/host_accumulator.h) from
+  // host_stage_, a pinned copy in the reduce dtype (CUDA; on CPU the chunks are read in place).
+  bool host_grad_ = false;
+  std::unique_ptr<HostAccumulator> host_acc_;
+  at::Tensor host_stage_;
+  double host_sum_sq_ = 0;  // this step's, from host_acc_ (the last micro-batch's chunks)
+  double host_busy_s_ = 0, host_blocked_s_ = 0;  // last step: host_acc_->take_times()
   at::Tensor param_shard_;  // param dtype; aliases the flat buffer when shards == 1
   void acquire_param_shard();
   void release_param_shard();
@@ -119,22 +128,18 @@ class CIUIC_API BucketSharding : public Sharding {
   int64_t micro_batches_ = 0;
   uint64_t peak_pending_bytes_ = 0;
   uint64_t pending_bytes_ = 0;
-  bool host_copies_pending_ = false;  // retire() queued device-to-host copies; drain() waits
-  at::Tensor host_stage_;             // pinned: later micro-batches' reduced chunks (host_grad_)
-  std::vector<int> staged_;           // buckets in host_stage_, added by drain()
   double last_grad_norm_ = 0.0;
-  // This step's sum of squared reduced gradients, accumulated (fp64, on the gradient's device) as
-  // retire() completes each bucket's reduction, while backward still runs: step() then needs no
-  // pass over the gradient shard (on a host optimizer, 2 bytes/s of host bandwidth per element
-  // fewer, and ~0.2 s at 1B). Valid while every element of the shard has at most one
-  // contribution this step (one micro-batch, or "no_sync"); with several reduced micro-batches
-  // the shard is a sum and step() takes the norm of the shard itself.
+  // Device path: this step's sum of squared reduced gradients, accumulated (fp64, on the device)
+  // as retire() completes each bucket's reduction, while backward still runs, so that step()
+  // needs no pass over the shard. Valid while every element has one contribution this step (one
+  // micro-batch, or "no_sync"); with several reduced micro-batches step() takes the norm of the
+  // shard (on the device). The host path gets its squares from the fold (host_sum_sq_).
   at::Tensor sum_sq_;
   bool sum_sq_valid_ = false;
   void add_squares(const at::Tensor& reduced);
   // Host wall time of the last step()'s phases, in metrics as step_<phase>_s: drain (the
-  // remaining reductions, and with a host optimizer the wait for the gradient copies: exposed
-  // transfer time), norm (global gradient norm, one all-reduce and a read-back), update (the
+  // remaining reductions, and with a host optimizer the wait for the copies and folds still
+  // queued: exposed transfer time), norm (global gradient norm, one all-reduce and a read-back), update (the
   // offload's step: AdamW and its own copies), publish (making parameters current: ZeRO-2's
   // all-gather). On a GPU, phases that only enqueue work measure the enqueueing.
   struct PhaseTimes {

@@ -46,7 +46,8 @@ class Config;
 struct RunContext;
 
 // Bumped whenever any SDK header changes in a way that breaks a compiled plugin.
-inline constexpr uint32_t kPluginApiVersion = 1;
+//   2: BucketSharding's members changed (host gradient accumulation, per-bucket norm).
+inline constexpr uint32_t kPluginApiVersion = 2;
 
 // The five slots a recipe fills. The numeric values are part of the ABI.
 enum class Slot : uint32_t {

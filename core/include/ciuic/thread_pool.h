@@ -1,4 +1,7 @@
-// A fixed team of threads that runs one parallel job at a time together with the caller.
+// ciuic/thread_pool.h — a fixed team of threads that runs one parallel job at a time together
+// with the caller (cpu_adam's update, the sharding's host gradient fold). Its own threads, not
+// ATen's: a job run from a thread ATen did not size (a plugin's or the core's background thread)
+// gets exactly the parallelism asked for.
 //
 // run(fn) calls fn(i) for every i in [0, size()) concurrently — i = 0 on the calling thread,
 // the others on the team's workers — and returns when all calls have returned. Workers sleep on a
@@ -16,9 +19,11 @@
 #include <thread>
 #include <vector>
 
-namespace ciuic_cpu_adam {
+#include <ciuic/export.h>
 
-class ThreadPool {
+namespace ciuic {
+
+class CIUIC_API ThreadPool {
  public:
   explicit ThreadPool(int threads);  // threads >= 1; starts threads - 1 workers
   ~ThreadPool();                     // stops and joins the workers
@@ -46,4 +51,4 @@ class ThreadPool {
   std::exception_ptr error_;
 };
 
-}  // namespace ciuic_cpu_adam
+}  // namespace ciuic

@@ -1,8 +1,8 @@
-#include "thread_pool.h"
+#include <ciuic/thread_pool.h>
 
 #include <algorithm>
 
-namespace ciuic_cpu_adam {
+namespace ciuic {
 
 ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this, i] { worker(i); });
@@ -76,4 +76,4 @@ std::pair<int64_t, int64_t> ThreadPool::piece(int64_t begin, int64_t end, int pa
   return {b, e};
 }
 
-}  // namespace ciuic_cpu_adam
+}  // namespace ciuic

@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 
+#include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/linalg_vector_norm.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
@@ -13,9 +15,12 @@
 #include <ciuic/config.h>
 #include <ciuic/error.h>
 
+#include "sharding/host_accumulator.h"
+
 namespace ciuic {
 
 BucketSharding::BucketSharding(const Options& options) : options_(options) {}
+BucketSharding::~BucketSharding() = default;
 
 BucketSharding::Options BucketSharding::options_from(const Config& config) {
   Options o;
@@ -74,9 +79,14 @@ void BucketSharding::setup(const ShardingSetup& s) {
   os.device = flat.device();
   offload_->setup(os);
 
-  host_grad_ = flat.is_cuda() && offload_->wants_host_grad();
-  grad_shard_ = host_grad_ ? at::zeros({S}, at::TensorOptions().dtype(at::kFloat).pinned_memory(true))
+  host_grad_ = offload_->wants_host_grad();
+  grad_shard_ = host_grad_ ? at::zeros({S}, at::TensorOptions().dtype(at::kFloat).pinned_memory(flat.is_cuda()))
                            : at::zeros({S}, dev.dtype(at::kFloat));
+  host_acc_.reset();
+  host_stage_ = at::Tensor();
+  if (host_grad_)  // half the rank's cores fold gradients; the rest keep the GPU and comm fed
+    host_acc_ = std::make_unique<HostAccumulator>(static_cast<int>(buckets_->buckets().size()),
+                                                  std::max(1, at::get_num_threads() / 2));
   if (options_.shards == 1) param_shard_ = flat;
   buckets_->install_hooks([this](int b) { on_bucket_ready(b); });
 }
@@ -84,7 +94,8 @@ void BucketSharding::setup(const ShardingSetup& s) {
 void BucketSharding::begin_micro_batch(int64_t index, bool last) {
   if (!buckets_) throw Error("sharding: begin_micro_batch before setup");
   if (index == 0) {
-    grad_shard_.zero_();
+    // The host path assigns each region on its first contribution: no pass to zero it.
+    if (!host_grad_) grad_shard_.zero_();
     micro_batches_ = 0;
     sum_sq_ = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(buckets_->flat().device()));
     sum_sq_valid_ = true;
@@ -136,29 +147,35 @@ void BucketSharding::retire(size_t keep) {
     }
     p.work->wait();
     const int64_t off = buckets_->shard_offset(p.bucket);
-    at::Tensor region = grad_shard_.narrow(0, off, p.out.numel());
-    // The region's only contribution this step: its squares count towards the step's norm now.
-    const bool only = !options_.reduce_each_micro_batch || micro_batches_ == 1;
-    if (only) add_squares(p.out);
-    else sum_sq_valid_ = false;
+    const int64_t n = p.out.numel();
+    at::Tensor region = grad_shard_.narrow(0, off, n);
+    // The region's first contribution this step (reduce_each: micro-batch 1; no_sync: the only).
+    const bool first = !options_.reduce_each_micro_batch || micro_batches_ == 1;
     if (!host_grad_) {
+      // The only contribution: its squares count towards the step's norm now.
+      if (first && last_micro_batch_) add_squares(p.out);
+      else sum_sq_valid_ = false;
       region.add_(p.out);
-    } else if (only) {
-      // The step's only contribution to this region: an asynchronous copy into pinned host
-      // memory, ordered after the reduction on this thread's stream (drain() waits for it), so
-      // that the backward pass issuing it is not held up.
-      region.copy_(p.out, /*non_blocking=*/true);
-      host_copies_pending_ = true;
-    } else {
-      // A later micro-batch's contribution: an asynchronous copy into a pinned staging shard,
-      // added on the host by drain() (after one wait), not on the backward pass's thread.
-      if (!host_stage_.defined())
-        host_stage_ = at::empty({grad_shard_.numel()}, grad_shard_.options().pinned_memory(true));
-      host_stage_.narrow(0, off, p.out.numel()).copy_(p.out, /*non_blocking=*/true);
-      std::lock_guard<std::mutex> l(pending_mu_);
-      staged_.push_back(p.bucket);
-      host_copies_pending_ = true;
+      continue;
     }
+    // Host path: the chunk goes to the host in the reduce dtype; host_acc_'s thread folds it into
+    // the fp32 shard (assigning on the first contribution) and, on the last micro-batch, sums the
+    // squares of the result. Nothing here waits for the GPU.
+    at::Tensor src = p.out;
+    std::unique_ptr<c10::Event> ready;
+    if (!p.out.is_cpu()) {
+      if (!host_stage_.defined() || host_stage_.scalar_type() != p.out.scalar_type())
+        host_stage_ = at::empty({grad_shard_.numel()},
+                                p.out.options().device(at::kCPU).pinned_memory(true));
+      host_acc_->wait_free(p.bucket);  // the previous micro-batch's fold of this region is done
+      src = host_stage_.narrow(0, off, n);
+      src.copy_(p.out, /*non_blocking=*/true);
+      const at::Device dev = p.out.device();
+      ready = std::make_unique<c10::Event>(dev.type());
+      ready->record(c10::impl::VirtualGuardImpl(dev.type()).getStream(dev));
+    }
+    host_acc_->submit(p.bucket, region, src, std::move(ready), /*assign=*/first,
+                      /*squares=*/last_micro_batch_);
   }
 }
 
@@ -178,18 +195,6 @@ void BucketSharding::drain() {
   }
   for (int b : deferred) launch(b);
   retire(0);
-  if (host_copies_pending_) {  // the gradient shard is read on the host next
-    const at::Device dev = buckets_->flat().device();
-    c10::impl::VirtualGuardImpl(dev.type()).getStream(dev).synchronize();
-    host_copies_pending_ = false;
-    c10::NoGradGuard ng;
-    for (int b : staged_) {
-      const int64_t off = buckets_->shard_offset(b);
-      const int64_t n = buckets_->buckets()[b].numel / options_.shards;
-      grad_shard_.narrow(0, off, n).add_(host_stage_.narrow(0, off, n));
-    }
-    staged_.clear();
-  }
 }
 
 StepResult BucketSharding::step(const StepInput& in) {
@@ -198,6 +203,12 @@ StepResult BucketSharding::step(const StepInput& in) {
   auto t = Clock::now();
   buckets_->flush();
   drain();
+  if (host_acc_) {  // the gradient shard is read next: the folds still queued are exposed time
+    host_sum_sq_ = host_acc_->wait_all();
+    const HostAccumulator::Times ht = host_acc_->take_times();
+    host_busy_s_ = ht.busy_s;
+    host_blocked_s_ = ht.blocked_s;
+  }
   if (last_micro_batch_ && options_.shards >= 1) {
     const auto& bks = buckets_->buckets();
     for (size_t b = 0; b < bks.size(); ++b) {
@@ -210,8 +221,10 @@ StepResult BucketSharding::step(const StepInput& in) {
   t = Clock::now();
   const double scale = precision_->loss_scale();
   const bool sharded = options_.shards > 1;
-  const GradNorm gn = sum_sq_valid_ ? global_grad_norm_from_squares(sum_sq_, *comm_, sharded)
-                                    : global_grad_norm(grad_shard_, *comm_, sharded);
+  const GradNorm gn =
+      host_acc_ ? global_grad_norm_from_squares(at::full({1}, host_sum_sq_, at::kDouble), *comm_, sharded)
+      : sum_sq_valid_ ? global_grad_norm_from_squares(sum_sq_, *comm_, sharded)
+                      : global_grad_norm(grad_shard_, *comm_, sharded);
   const bool skip = precision_->update(gn.nonfinite, in.step) || gn.nonfinite;
   StepResult r;
   r.grad_norm = gn.nonfinite ? gn.norm : gn.norm / scale;
@@ -253,6 +266,8 @@ ShardingMemory BucketSharding::memory() const {
   const OffloadMemory om = offload_->memory();
   m.optimizer_bytes = om.host_bytes + om.device_bytes;
   m.host_bytes = om.host_bytes;
+  if (host_grad_)
+    m.host_bytes += grad_shard_.nbytes() + (host_stage_.defined() ? host_stage_.nbytes() : 0);
   return m;
 }
 
@@ -296,6 +311,10 @@ void BucketSharding::append_metrics(Metrics& out) const {
   out.set("step_norm_s", phase_.norm_s);
   out.set("step_update_s", phase_.update_s);
   out.set("step_publish_s", phase_.publish_s);
+  if (host_acc_) {
+    out.set("grad_host_fold_s", host_busy_s_);
+    out.set("grad_host_blocked_s", host_blocked_s_);
+  }
 }
 
 }  // namespace ciuic

@@ -92,8 +92,8 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
       "fp32 x 3, 1/" + std::to_string(int(shards)) + " of the model" +
           (host_state ? " (cpu_adam: pinned host memory)" : ""));
   add("gradient shard", !host_state, S * 4, "fp32");
-  if (host_state && reduce_each && accumulation > 1)
-    add("gradient staging", false, S * 4, "pinned, later micro-batches' reduced gradients");
+  if (host_state)  // BucketSharding's host path: every reduced chunk crosses here before the fold
+    add("gradient staging", false, S * rbytes, "pinned, reduced chunks before the host fold");
   const double chunk_factor = shards > 1 ? 1.0 + 1.0 / shards : 1.0;  // packed bucket + output chunk
   add("reductions in flight", true, std::min(P, kInFlight * bucket) * rbytes * chunk_factor,
       "up to " + std::to_string(int(kInFlight)) + " buckets of " + std::to_string(int64_t(bucket)) +

@@ -47,7 +47,7 @@
 
 #include "adamw_kernel.h"
 #include "copier.h"
-#include "thread_pool.h"
+#include <ciuic/thread_pool.h>
 
 namespace ciuic_cpu_adam {
 namespace {
@@ -134,7 +134,7 @@ class CpuAdam final : public ciuic::Offload {
     pin_option_ = cfg.get_bool("pin_memory");
     tile_ = cfg.get_int("tile_size");
     force_staged_ = cfg.get_string("pipeline") == "staged";
-    pool_ = std::make_unique<ThreadPool>(threads_);
+    pool_ = std::make_unique<ciuic::ThreadPool>(threads_);
   }
 
   void setup(const ciuic::OffloadSetup& s) override {
@@ -165,7 +165,7 @@ class CpuAdam final : public ciuic::Offload {
     float* v = exp_avg_sq_.data_ptr<float>();
     // First touch by the thread that will update each piece.
     pool_->run([&](int i) {
-      auto [b, e] = ThreadPool::piece(0, numel_, pool_->size(), i, kAlign);
+      auto [b, e] = ciuic::ThreadPool::piece(0, numel_, pool_->size(), i, kAlign);
       std::memcpy(p + b, src + b, (e - b) * sizeof(float));
       std::memset(m + b, 0, (e - b) * sizeof(float));
       std::memset(v + b, 0, (e - b) * sizeof(float));
@@ -316,7 +316,7 @@ class CpuAdam final : public ciuic::Offload {
     const auto t0 = Clock::now();
     const int parts = pool_->size();
     pool_->run([&](int i) {
-      auto [b, e] = ThreadPool::piece(begin, end, parts, i, kAlign);
+      auto [b, e] = ciuic::ThreadPool::piece(begin, end, parts, i, kAlign);
       auto run = std::upper_bound(runs_.begin(), runs_.end(), b,
                                   [](int64_t x, const Run& r) { return x < r.end; });
       for (; b < e && run != runs_.end(); ++run) {
@@ -411,7 +411,7 @@ class CpuAdam final : public ciuic::Offload {
   bool pin_option_ = true;
   int64_t tile_ = 1 << 22;
   bool force_staged_ = false;
-  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ciuic::ThreadPool> pool_;
 
   // Set by setup().
   bool ready_ = false;
