@@ -113,6 +113,10 @@ struct GradNorm {
   bool nonfinite = false;
 };
 CIUIC_API GradNorm global_grad_norm(const at::Tensor& local_part, Comm& comm, bool sharded);
+// Sum of squares of `x` as a one-element fp64 tensor on x's device: fp32 within rows of 4096
+// elements, fp64 across them (relative error ~1e-7 at any length; one fp32 reduction over a large
+// CPU tensor is off by 1e-5 and more).
+CIUIC_API at::Tensor sum_of_squares(const at::Tensor& x);
 // The same from this rank's sum of squares already computed: a one-element fp64 tensor on any
 // device (e.g. accumulated bucket by bucket while backward ran). Not modified.
 CIUIC_API GradNorm global_grad_norm_from_squares(const at::Tensor& local_sum_sq, Comm& comm,

@@ -7,7 +7,6 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
-#include <ATen/ops/linalg_vector_norm.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -181,10 +180,7 @@ void BucketSharding::retire(size_t keep) {
 
 void BucketSharding::add_squares(const at::Tensor& reduced) {
   if (!sum_sq_valid_) return;
-  // fp32 accumulation inside the bucket (as the norm of the whole shard had), fp64 across buckets.
-  sum_sq_.add_(at::linalg_vector_norm(reduced, 2, c10::nullopt, false, at::kFloat)
-                   .to(at::kDouble)
-                   .square());
+  sum_sq_.add_(sum_of_squares(reduced));
 }
 
 void BucketSharding::drain() {

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 #include <ATen/ops/linalg_vector_norm.h>
 #include <ATen/ops/stack.h>
@@ -259,9 +260,30 @@ std::vector<ShardSlice> FlatBuckets::shard_slices(int64_t chunk_index) const {
 }
 
 // ---- gradient norm ----------------------------------------------------------------------------
+at::Tensor sum_of_squares(const at::Tensor& x) {
+  // fp32 norms of rows of kRow elements, their squares summed in fp64: one fp32 reduction over a
+  // whole shard is off by ~1e-5 relative at 270k elements on a CPU (3.6e-5 at 800k), 64k-element
+  // rows by 2e-6, 4k-element rows by ~1e-7.
+  constexpr int64_t kRow = 1 << 12;
+  const at::Tensor flat = x.reshape({-1});
+  const int64_t n = flat.numel(), rows = n / kRow;
+  at::Tensor sq = at::zeros({1}, flat.options().dtype(at::kDouble));
+  if (rows > 0)
+    sq += at::linalg_vector_norm(flat.narrow(0, 0, rows * kRow).view({rows, kRow}), 2, {1}, false,
+                                 at::kFloat)
+              .to(at::kDouble)
+              .square()
+              .sum();
+  if (n > rows * kRow)
+    sq += at::linalg_vector_norm(flat.narrow(0, rows * kRow, n - rows * kRow), 2, c10::nullopt,
+                                 false, at::kFloat)
+              .to(at::kDouble)
+              .square();
+  return sq;
+}
+
 GradNorm global_grad_norm(const at::Tensor& local_part, Comm& comm, bool sharded) {
-  at::Tensor sq = at::linalg_vector_norm(local_part, 2).to(at::kDouble).square();
-  return global_grad_norm_from_squares(sq.reshape({1}), comm, sharded);
+  return global_grad_norm_from_squares(sum_of_squares(local_part), comm, sharded);
 }
 
 GradNorm global_grad_norm_from_squares(const at::Tensor& local_sum_sq, Comm& comm, bool sharded) {
