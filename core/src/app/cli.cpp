@@ -154,7 +154,8 @@ int run_recipe(const CliOptions& o) {
   }
   if (o.dry_run) return dry_run(recipe, registry);
 
-  if (!launch::detect_worker_env() && recipe.section("cluster").get_float("memory_per_device_gib") > 0) {
+  const auto worker_env = launch::detect_worker_env();
+  if (!worker_env && recipe.section("cluster").get_float("memory_per_device_gib") > 0) {
     const train::MemoryPlan plan = train::plan_memory(recipe, registry);
     if (!plan.fits)
       log_warn("the memory plan says this recipe does not fit [cluster] memory_per_device_gib "
@@ -162,7 +163,7 @@ int run_recipe(const CliOptions& o) {
   }
   train::WorkerOptions wopts;
   wopts.resume = o.resume;
-  if (auto env = launch::detect_worker_env()) return train::run_worker(recipe, registry, *env, wopts);
+  if (worker_env) return train::run_worker(recipe, registry, *worker_env, wopts);
   const Config cluster = recipe.section("cluster");
   const int nproc = static_cast<int>(cluster.get_int("nproc_per_node"));
   const int nnodes = static_cast<int>(cluster.get_int("nnodes"));

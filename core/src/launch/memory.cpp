@@ -36,13 +36,19 @@ double device_total_bytes(int device_index) {
 }
 #endif
 
+// The allocator setting in force, as "NAME=value" ("" when neither variable is set).
+std::string allocator_conf() {
+  for (const char* name : {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"})
+    if (const char* v = std::getenv(name)) return std::string(name) + "=" + v;
+  return "";
+}
+
 }  // namespace
 
 std::string apply_allocator_defaults() {
-  for (const char* name : {"PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"})
-    if (const char* v = std::getenv(name)) return std::string(name) + "=" + v;
+  if (std::string conf = allocator_conf(); !conf.empty()) return conf;
   setenv("PYTORCH_CUDA_ALLOC_CONF", kAllocatorDefault, /*overwrite=*/0);
-  return std::string("PYTORCH_CUDA_ALLOC_CONF=") + kAllocatorDefault;
+  return allocator_conf();
 }
 
 void apply_memory_cap(int device_index, double gib) {
@@ -59,11 +65,10 @@ void apply_memory_cap(int device_index, double gib) {
   at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
   c10::cuda::CUDACachingAllocator::setMemoryFraction(fraction,
                                                      static_cast<c10::DeviceIndex>(device_index));
-  const char* conf = std::getenv("PYTORCH_ALLOC_CONF");
-  if (!conf) conf = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  const std::string conf = allocator_conf();
   log_info("memory cap: the caching allocator of cuda:" + std::to_string(device_index) +
            " may hold at most " + gib_str(gib * kGiB) + " of " + gib_str(total) +
-           (conf ? std::string(" (") + conf + ")" : std::string()));
+           (conf.empty() ? std::string() : " (" + conf + ")"));
 #else
   log_debug("cluster.memory_per_device_gib applies to CUDA devices only; ignored on CPU");
 #endif

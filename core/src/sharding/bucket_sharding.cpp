@@ -96,8 +96,9 @@ void BucketSharding::begin_micro_batch(int64_t index, bool last) {
     // The host path assigns each region on its first contribution: no pass to zero it.
     if (!host_grad_) grad_shard_.zero_();
     micro_batches_ = 0;
-    sum_sq_ = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(buckets_->flat().device()));
-    sum_sq_valid_ = true;
+    sum_sq_valid_ = !host_grad_;  // the host path takes its squares in the fold
+    if (sum_sq_valid_)
+      sum_sq_ = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(buckets_->flat().device()));
   } else if (options_.reduce_each_micro_batch) {
     buckets_->flush();
     drain();

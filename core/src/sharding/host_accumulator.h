@@ -6,9 +6,9 @@
 // background thread, while the GPU goes on with backward and the next micro-batches:
 //
 //   autograd thread (retire)                      accumulator thread
-//   wait_free(bucket)  <- previous job on the      
-//                         bucket's staging region   
-//   D2H copy into staging, record event            
+//   wait_free(bucket)  <- previous job on the
+//                         bucket's staging region
+//   D2H copy into staging, record event
 //   submit(job) --------------------------------->  wait event; dst = (assign ? 0 : dst) + src,
 //                                                   in parallel; sum of squares of dst if asked
 //   step(): wait_all() -> sum of squares  <-------  done

@@ -6,7 +6,7 @@
 // from the model config, the world size and the chosen sharding / offload / precision plugins.
 // The model states follow the code exactly (BucketSharding's layout and buffers); activations are
 // counted per decoder layer from the tensors autograd keeps. Checked against peaks measured on
-// H200s (tests/train/plan_test.cpp, within 10%).
+// H200s (TrainE2E.PlanMatchesPeaksMeasuredOnH200 in tests/train/train_e2e_test.cpp, within 10%).
 #pragma once
 
 #include <cstdint>
