@@ -1,8 +1,11 @@
 # `cmake --install <build> --prefix P` — the SDK and runtime, relocatable:
 #   P/bin/ciuic-run                        (RUNPATH $ORIGIN/../lib, then LibTorch's folder)
-#   P/lib/libciuic.so*                     (RUNPATH $ORIGIN, then LibTorch's folder)
+#   P/lib/libciuic_sdk.so*                 the SDK plugins link (RUNPATH $ORIGIN, then LibTorch's)
+#   P/lib/libciuic.so*                     the engine ciuic-run uses (not exported: no headers)
+#   P/lib/libciuic_*_kit.a                 the kits (static; headers in include/ciuic/kit/)
 #   P/lib/ciuic/plugins/libciuic_*.so      (RUNPATH $ORIGIN/../.., then LibTorch's folder)
 #   P/include/ciuic/*.h                    (the SDK headers + the generated version.h)
+#   P/include/ciuic/kit/*.h                (the kits' headers)
 #   P/lib/cmake/Ciuic/                     CiuicConfig.cmake, CiuicConfigVersion.cmake,
 #                                          CiuicTargets*.cmake, CiuicPlugin.cmake, CiuicTorch.cmake
 #   P/share/doc/ciuic/                     docs/*.md
@@ -11,11 +14,11 @@
 include(CMakePackageConfigHelpers)
 set(CIUIC_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/Ciuic)
 
-# ciuic::core links ciuic::torch, a target of this build naming LibTorch by absolute paths. The
+# ciuic::sdk links ciuic::torch, a target of this build naming LibTorch by absolute paths. The
 # installed package must not carry those: its config finds LibTorch again (the same version:
 # plugins must match the core's build fingerprint) and defines ciuic::libtorch, which the
-# exported ciuic::core links instead.
-get_target_property(_ciuic_links ciuic INTERFACE_LINK_LIBRARIES)
+# exported ciuic::sdk links instead.
+get_target_property(_ciuic_links ciuic_sdk INTERFACE_LINK_LIBRARIES)
 set(_ciuic_new_links "")
 set(_ciuic_found_torch OFF)
 foreach(_l IN LISTS _ciuic_links)
@@ -27,13 +30,14 @@ foreach(_l IN LISTS _ciuic_links)
   endif()
 endforeach()
 if(NOT _ciuic_found_torch)
-  message(FATAL_ERROR "CiuicInstall: ciuic no longer links ciuic::torch publicly; update the export of LibTorch here")
+  message(FATAL_ERROR "CiuicInstall: ciuic_sdk no longer links ciuic::torch publicly; update the export of LibTorch here")
 endif()
-set_target_properties(ciuic PROPERTIES INTERFACE_LINK_LIBRARIES "${_ciuic_new_links}")
+set_target_properties(ciuic_sdk PROPERTIES INTERFACE_LINK_LIBRARIES "${_ciuic_new_links}")
 
-install(TARGETS ciuic EXPORT CiuicTargets
+install(TARGETS ciuic_sdk EXPORT CiuicTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS ciuic LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/core/include/ciuic DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
 install(DIRECTORY DESTINATION ${CMAKE_INSTALL_LIBDIR}/ciuic/plugins)  # exists even without plugins

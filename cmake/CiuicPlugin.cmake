@@ -1,11 +1,14 @@
-# ciuic_add_plugin(SLOT <comm|sharding|offload|precision|data> NAME <name>
+# ciuic_add_plugin(SLOT <comm|sharding|optimizer|precision|data> NAME <name>
 #                  SOURCES <files...> [LIBRARIES <targets...>] [INCLUDE_DIRECTORIES <dirs...>]
 #                  [OUTPUT_DIRECTORY <dir>] [NO_INSTALL])
 #
 # Builds libciuic_<slot>_<name>.so, a MODULE library the ciuic registry can load. Works in the
 # ciuic source tree and, through find_package(Ciuic), for out-of-tree plugin authors.
-# The library links ciuic::core (and through it LibTorch) dynamically and is compiled with
-# hidden visibility; only the two entry points defined by CIUIC_DEFINE_PLUGIN are exported.
+# The library links the SDK, ciuic::sdk (and through it LibTorch), dynamically, plus LIBRARIES
+# (e.g. the static kits ciuic::optim_kit, ciuic::data_kit), and nothing of the engine: it is
+# linked with --no-undefined, so a call into libciuic (the engine) fails at link time instead of
+# at load time. Compiled with hidden visibility; only the two entry points defined by
+# CIUIC_DEFINE_PLUGIN are exported.
 #
 # Output folder: OUTPUT_DIRECTORY, else the build's plugin folder (in the ciuic tree:
 # build/lib/ciuic/plugins; out of tree: <build>/plugins — pass it to ciuic-run --plugin-path).
@@ -18,15 +21,20 @@ function(ciuic_add_plugin)
   if(NOT P_SLOT OR NOT P_NAME OR NOT P_SOURCES)
     message(FATAL_ERROR "ciuic_add_plugin: SLOT, NAME and SOURCES are required")
   endif()
-  if(NOT P_SLOT MATCHES "^(comm|sharding|offload|precision|data)$")
-    message(FATAL_ERROR "ciuic_add_plugin: SLOT must be comm, sharding, offload, precision or data (got '${P_SLOT}')")
+  if(P_SLOT STREQUAL "offload")
+    message(FATAL_ERROR "ciuic_add_plugin: the 'offload' slot is now 'optimizer' (plugin API 3): "
+                        "implement ciuic::Optimizer (ciuic/optimizer.h) and use SLOT optimizer")
+  endif()
+  if(NOT P_SLOT MATCHES "^(comm|sharding|optimizer|precision|data)$")
+    message(FATAL_ERROR "ciuic_add_plugin: SLOT must be comm, sharding, optimizer, precision or data (got '${P_SLOT}')")
   endif()
   if(NOT P_NAME MATCHES "^[A-Za-z0-9_]+$")
     message(FATAL_ERROR "ciuic_add_plugin: NAME may hold letters, digits and '_' only (got '${P_NAME}')")
   endif()
   set(target ciuic_${P_SLOT}_${P_NAME})
   add_library(${target} MODULE ${P_SOURCES})
-  target_link_libraries(${target} PRIVATE ciuic::core ${P_LIBRARIES})
+  target_link_libraries(${target} PRIVATE ciuic::sdk ${P_LIBRARIES})
+  target_link_options(${target} PRIVATE -Wl,--no-undefined)
   target_compile_features(${target} PRIVATE cxx_std_20)
   if(P_INCLUDE_DIRECTORIES)
     target_include_directories(${target} PRIVATE ${P_INCLUDE_DIRECTORIES})
@@ -38,11 +46,11 @@ function(ciuic_add_plugin)
       set(P_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/plugins)
     endif()
   endif()
-  # Installed next to libciuic (<prefix>/lib/ciuic/plugins -> $ORIGIN/../..); out of tree, also
-  # where the ciuic package's libciuic is, in case the plugin is installed elsewhere.
+  # Installed next to libciuic_sdk (<prefix>/lib/ciuic/plugins -> $ORIGIN/../..); out of tree,
+  # also where the ciuic package's libciuic_sdk is, in case the plugin is installed elsewhere.
   set(_rpath "$ORIGIN/../..")
   if(NOT CIUIC_IN_TREE)
-    get_target_property(_core ciuic::core LOCATION)
+    get_target_property(_core ciuic::sdk LOCATION)
     get_filename_component(_core_dir "${_core}" DIRECTORY)
     list(APPEND _rpath "${_core_dir}")
   endif()
@@ -52,7 +60,7 @@ function(ciuic_add_plugin)
     CXX_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON
     LIBRARY_OUTPUT_DIRECTORY ${P_OUTPUT_DIRECTORY}
-    BUILD_RPATH "$<TARGET_FILE_DIR:ciuic::core>"
+    BUILD_RPATH "$<TARGET_FILE_DIR:ciuic::sdk>"
     INSTALL_RPATH "${_rpath}")
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
   if(NOT P_NO_INSTALL)

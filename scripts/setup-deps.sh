@@ -3,7 +3,11 @@
 #   scripts/setup-deps.sh            Debian packages + .venv with torch (LibTorch)
 #   scripts/setup-deps.sh --fixtures also transformers/tokenizers/safetensors (fixture generators)
 # Idempotent: a second run prints "ok" lines and changes nothing.
-# Environment: CIUIC_VENV (default .venv), CIUIC_TORCH_VERSION (default 2.11.0, the GPU host's).
+# Environment: CIUIC_VENV (default .venv), CIUIC_TORCH_VERSION (default 2.11.0, the GPU host's),
+#   CIUIC_TORCH_DEPS=1 to install torch's Python dependencies (the nvidia-* CUDA wheels, ~2.7 GB)
+#   on a machine without a GPU too. By default a machine without nvidia-smi gets the torch wheel
+#   alone: the CPU build links only libtorch_cpu/libc10 from it (found without importing torch),
+#   and nothing of ciuic imports torch in Python.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,12 +58,22 @@ PY
 if [ "${have_torch%%+*}" = "$TORCH_VERSION" ]; then
   say "ok: torch $have_torch in $VENV"
 else
-  say "installing torch==$TORCH_VERSION into $VENV (LibTorch; large download, once)"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+  if command -v nvidia-smi >/dev/null 2>&1 || [ "${CIUIC_TORCH_DEPS:-0}" = 1 ]; then
+    say "installing torch==$TORCH_VERSION with its CUDA dependencies into $VENV (LibTorch; large download, once)"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+  else
+    # No GPU here: the wheel alone (LibTorch's CPU libraries and headers), not the 2.7 GB of
+    # nvidia-* wheels a CPU build never loads. CIUIC_TORCH_DEPS=1 installs them anyway.
+    say "installing torch==$TORCH_VERSION (the wheel alone: no GPU here) into $VENV (LibTorch; large download, once)"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps "torch==$TORCH_VERSION"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check numpy
+  fi
 fi
 
 if [ "$want_fixtures" = 1 ]; then
-  fx=(transformers tokenizers safetensors)
+  # transformers and tokenizers generate fixtures; torch's own Python dependencies (not the CUDA
+  # wheels) let `import torch` work where the wheel was installed alone.
+  fx=(transformers tokenizers safetensors filelock typing-extensions sympy networkx jinja2 fsspec)
   if "$VENV/bin/python" -c "import transformers, tokenizers, safetensors" 2>/dev/null; then
     say "ok: fixture packages (${fx[*]})"
   else

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/factory.h"
 #include "data_test_support.h"
 
 namespace {
@@ -54,7 +55,7 @@ struct Opened {
     a.seq_len = T;
     a.micro_batch_size = mb;
     a.seed = 1;
-    if (use_bpe) bpe = Tokenizer::from_file(std::string(CIUIC_SOURCE_DIR) + "/examples/demo/tokenizer.json");
+    if (use_bpe) bpe = load_tokenizer(std::string(CIUIC_SOURCE_DIR) + "/examples/demo/tokenizer.json");
     a.tokenizer = use_bpe ? bpe.get() : &tok;
     src->open(a);
   }

@@ -1,7 +1,7 @@
 // CPU AdamW throughput, side by side in one run (docs/performance/optim.md):
 //   cpu_adam plugin (each SIMD level this CPU has, 1 and 2 threads; fp32 gradients in, bf16
 //   parameters out), torch::optim::AdamW, ATen's at::_fused_adamw_ on the CPU, and the core's
-//   device AdamW on a CPU run — against the machine's memory bandwidth measured by the same binary
+//   adamw optimizer plugin on a CPU run — against the machine's memory bandwidth measured by the same binary
 //   (STREAM-style triad and memcpy over arrays far larger than the caches).
 //
 // Bytes per step and parameter, the minimum any AdamW moves: read p, g, m, v (16) + write p, m, v
@@ -29,10 +29,10 @@
 #include <torch/optim/adamw.h>
 
 #include <ciuic/context.h>
-#include <ciuic/offload.h>
+#include <ciuic/optimizer.h>
+#include <ciuic/precision.h>
 #include <ciuic/store.h>
 
-#include "optim/device_adamw.h"
 #include "recipe/recipe.h"
 #include "registry/registry.h"
 
@@ -106,56 +106,77 @@ const ciuic::RunContext& context() {
   return ctx;
 }
 
-std::shared_ptr<ciuic::Offload> make_cpu_adam(const std::string& simd, int threads) {
-  static const ciuic::Registry registry =
-      ciuic::Registry::from_paths({CIUIC_PLUGIN_DIR "/libciuic_offload_cpu_adam.so"});
-  const std::string text = "[train]\nmax_steps = 1\n[data]\nplugin = \"synthetic\"\n[offload]\n"
-                           "plugin = \"cpu_adam\"\nsimd = \"" + simd + "\"\nthreads = " +
-                           std::to_string(threads) + "\n";
-  const auto recipe = ciuic::Recipe::parse(text, "bench.toml");
-  const auto& desc = registry.get(ciuic::Slot::kOffload, "cpu_adam");
-  return registry.create<ciuic::Offload>(ciuic::Slot::kOffload, "cpu_adam",
-                                         recipe.plugin_config(ciuic::Slot::kOffload, *desc.info),
-                                         context());
+const ciuic::Registry& registry() {
+  static const ciuic::Registry r =
+      ciuic::Registry::from_paths({CIUIC_PLUGIN_DIR "/libciuic_optimizer_cpu_adam.so",
+                                   CIUIC_PLUGIN_DIR "/libciuic_optimizer_adamw.so"});
+  return r;
 }
 
-// The shard: 99% with weight decay, a no-decay tail (norms), as a model's would be.
-ciuic::OffloadSetup shard(at::ScalarType param_dtype) {
-  ciuic::OffloadSetup s;
+std::shared_ptr<ciuic::Optimizer> make_optimizer(const std::string& plugin, const std::string& options) {
+  const std::string text = "[train]\nmax_steps = 1\n[data]\nplugin = \"synthetic\"\n[optimizer]\n"
+                           "plugin = \"" + plugin + "\"\n" + options;
+  const auto recipe = ciuic::Recipe::parse(text, "bench.toml");
+  const auto& desc = registry().get(ciuic::Slot::kOptimizer, plugin);
+  return registry().create<ciuic::Optimizer>(ciuic::Slot::kOptimizer, plugin,
+                                             recipe.plugin_config(ciuic::Slot::kOptimizer, *desc.info),
+                                             context());
+}
+
+// Rounds to nearest even (the base class's default).
+class Bf16Policy final : public ciuic::Precision {
+ public:
+  at::ScalarType param_dtype() const override { return at::kBFloat16; }
+  at::ScalarType reduce_dtype() const override { return at::kFloat; }
+  double loss_scale() const override { return 1.0; }
+  bool needs_overflow_check() const override { return false; }
+  bool update(bool, int64_t) override { return false; }
+  int64_t skipped_steps() const override { return 0; }
+};
+
+// The shard: 99% with weight decay, a no-decay tail (norms), as a model's would be; one gradient
+// region.
+ciuic::OptimizerSetup shard(const at::Tensor& init, const ciuic::Precision& precision) {
+  ciuic::OptimizerSetup s;
   s.numel = numel();
   const int64_t split = numel() - numel() / 100;
   s.segments = {{0, split, true}, {split, numel(), false}};
-  s.master_init = at::randn({numel()}) * 0.02;
-  s.param_dtype = param_dtype;
+  s.grad_regions = {{0, numel()}};
+  s.initial = {ciuic::ShardValues{0, init}};
+  s.param_dtype = init.scalar_type();
+  s.precision = &precision;
   return s;
 }
 
-ciuic::AdamWHyper hyper() {
-  ciuic::AdamWHyper h;
+// The update alone (step()): the gradient is handed over once and stays in the optimizer's shard.
+void run_optimizer(benchmark::State& state, ciuic::Optimizer& o) {
+  static const Bf16Policy policy;
+  const at::Tensor init = (at::randn({numel()}) * 0.02).to(at::kBFloat16);
+  o.setup(shard(init, policy));
+  o.accumulate_grad(0, at::randn({numel()}) * 1e-3, /*first=*/true, /*last=*/true);
+  o.finish_grads();
+  at::Tensor params = at::empty({numel()}, at::kBFloat16);
+  ciuic::OptimizerStep h;
   h.lr = kLr;
   h.weight_decay = kWd;
-  return h;
-}
-
-void run_offload(benchmark::State& state, ciuic::Offload& o) {
-  o.setup(shard(at::kBFloat16));
-  const at::Tensor g = at::randn({numel()}) * 1e-3;
-  at::Tensor params = at::empty({numel()}, at::kBFloat16);
-  int64_t t = 1;
-  o.step(g, 1.0, hyper(), t++, params);  // warm-up: page faults, thread start
-  for (auto _ : state) o.step(g, 1.0, hyper(), t++, params);
+  h.t = 1;
+  o.step(h, params);  // warm-up: page faults, thread start
+  for (auto _ : state) {
+    ++h.t;
+    o.step(h, params);
+  }
   set_bytes(state, 30);
 }
 
 void BM_CpuAdam(benchmark::State& state, const std::string& simd) {
-  auto o = make_cpu_adam(simd, static_cast<int>(state.range(0)));
-  run_offload(state, *o);
+  auto o = make_optimizer("cpu_adam", "simd = \"" + simd + "\"\nthreads = " + std::to_string(state.range(0)) + "\n");
+  run_optimizer(state, *o);
 }
 
 void BM_DeviceAdamW(benchmark::State& state) {
   at::set_num_threads(static_cast<int>(state.range(0)));
-  auto o = ciuic::optim::make_device_adamw();
-  run_offload(state, *o);
+  auto o = make_optimizer("adamw", "");
+  run_optimizer(state, *o);
 }
 
 void BM_TorchAdamW(benchmark::State& state) {

@@ -5,6 +5,7 @@
 // config (deepseek_llm, llama3) — so that HF tokenizers and ciuic encode the very same documents
 // with the very same tokenizers. Without it, the committed test fixtures are used (small
 // vocabularies; documents made from the fixture strings): a smoke run, not a figure to quote.
+#include "tokenizer/factory.h"
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -59,7 +60,7 @@ const Input& input() {
 
 void BM_Encode(benchmark::State& state, const char* config) {
   const Input& in = input();
-  auto tok = ciuic::Tokenizer::from_file(in.dir + "/" + config + "/tokenizer.json");
+  auto tok = ciuic::load_tokenizer(in.dir + "/" + config + "/tokenizer.json");
   size_t tokens = 0;
   for (auto _ : state) {
     for (const std::string& d : in.docs) tokens += tok->encode(d, false).size();
@@ -76,7 +77,7 @@ void BM_EncodeColdCache(benchmark::State& state, const char* config) {
   const Input& in = input();
   for (auto _ : state) {
     state.PauseTiming();
-    auto tok = ciuic::Tokenizer::from_file(in.dir + "/" + config + "/tokenizer.json");
+    auto tok = ciuic::load_tokenizer(in.dir + "/" + config + "/tokenizer.json");
     state.ResumeTiming();
     for (const std::string& d : in.docs) benchmark::DoNotOptimize(tok->encode(d, false));
   }
@@ -86,7 +87,7 @@ void BM_EncodeColdCache(benchmark::State& state, const char* config) {
 
 void BM_Load(benchmark::State& state, const char* config) {
   const Input& in = input();
-  for (auto _ : state) benchmark::DoNotOptimize(ciuic::Tokenizer::from_file(in.dir + "/" + config + "/tokenizer.json"));
+  for (auto _ : state) benchmark::DoNotOptimize(ciuic::load_tokenizer(in.dir + "/" + config + "/tokenizer.json"));
 }
 
 }  // namespace

@@ -107,10 +107,10 @@ def main():
              ("zero2-nccl-w2-pcie", dict(world=2, micro=4, comm="nccl", sharding="zero2",
                                          comm_extra='transport = "pcie"')),
              ("zero2-cpuadam-w2", dict(world=2, micro=4, comm="nccl", sharding="zero2",
-                                       extra='[offload]\nplugin = "cpu_adam"')),
+                                       extra='[optimizer]\nplugin = "cpu_adam"')),
              # 2 micro-batches, each reduced: the host staging path of a host optimizer
              ("zero2-cpuadam-w2-acc2", dict(world=2, micro=2, accum=2, comm="nccl",
-                                            sharding="zero2", extra='[offload]\nplugin = "cpu_adam"'))]
+                                            sharding="zero2", extra='[optimizer]\nplugin = "cpu_adam"'))]
     results, ok = {}, ref is not None
     if ref is not None:
         ref, ref_norms = ref

@@ -75,14 +75,14 @@ part2)  # NCCL through the plugin (tests + bus bandwidth), 1B vs the peer (NVLin
   [ -x scripts/gpu/comm-check.sh ] && MAX_BYTES=268435456 run comm-check 150 scripts/gpu/comm-check.sh build-gpu "$OUT/comm"
   ciuic z2-1b-pcie 90 $one_b --nproc "$ngpu" --set comm.transport=pcie
   NCCL_P2P_DISABLE=1 peer fsdp2-1b-nop2p 90 "$ngpu"
-  ciuic z2-1b-cpuadam 150 $one_b --nproc "$ngpu" --set offload.plugin=cpu_adam \
+  ciuic z2-1b-cpuadam 150 $one_b --nproc "$ngpu" --set optimizer.plugin=cpu_adam \
         --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=2
   ;;
 part3)  # part2 again after the bounded in-flight reductions and the nccl enqueue fix, plus cpu_adam
   ciuic z2-1b-nvlink 100 $one_b --nproc "$ngpu"
   peer fsdp2-1b-nvlink 100 "$ngpu"
   [ -x scripts/gpu/comm-check.sh ] && MAX_BYTES=268435456 run comm-check 150 scripts/gpu/comm-check.sh build-gpu "$OUT/comm"
-  ciuic z2-1b-cpuadam 150 $one_b --nproc "$ngpu" --set offload.plugin=cpu_adam \
+  ciuic z2-1b-cpuadam 150 $one_b --nproc "$ngpu" --set optimizer.plugin=cpu_adam \
         --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=2
   ;;
 part5)  # part4's 7B runs only (after the set-up and accumulation fixes)
@@ -94,7 +94,7 @@ part6)  # parity again (the host-gradient paths changed after part1), then zero2
         # the step breakdown: the 1B shape and the 3x4090 recipe's 7B shape at 2 ranks, 24 GiB cap
   run parity 180 python3 scripts/gpu/parity.py "$B/ciuic-run" /tmp/parity
   cp /tmp/parity/parity.json "$OUT/" 2>/dev/null
-  ciuic z2-1b-cpuadam 120 $one_b --nproc "$ngpu" --set offload.plugin=cpu_adam \
+  ciuic z2-1b-cpuadam 120 $one_b --nproc "$ngpu" --set optimizer.plugin=cpu_adam \
         --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=1
   ciuic ds7b-4090-2rank 220 configs/deepseek-7b-3x4090.toml --nproc "$ngpu" --set train.max_steps=6 \
         --set scheduler.warmup_num_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 \
@@ -109,14 +109,14 @@ part8)  # after the host gradient fold: parity, 1B (device update and cpu_adam),
   run parity 150 python3 scripts/gpu/parity.py "$B/ciuic-run" /tmp/parity
   cp /tmp/parity/parity.json "$OUT/" 2>/dev/null
   ciuic z2-1b-nvlink 80 $one_b --nproc "$ngpu"
-  ciuic z2-1b-cpuadam 90 $one_b --nproc "$ngpu" --set offload.plugin=cpu_adam \
+  ciuic z2-1b-cpuadam 90 $one_b --nproc "$ngpu" --set optimizer.plugin=cpu_adam \
         --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=1
   seven="--nproc $ngpu --set train.max_steps=6 --set scheduler.warmup_num_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false"
   ciuic ds7b-4090-2rank 200 configs/deepseek-7b-3x4090.toml $seven
   ciuic ds67b-a100-2rank 150 configs/deepseek-6.7b-4xa100.toml $seven
   ;;
 part9)  # the host fold on its own thread team: 1B cpu_adam, then 3 steps of the 3x4090 7B shape
-  ciuic z2-1b-cpuadam 70 $one_b --nproc "$ngpu" --set offload.plugin=cpu_adam \
+  ciuic z2-1b-cpuadam 70 $one_b --nproc "$ngpu" --set optimizer.plugin=cpu_adam \
         --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=1
   ciuic ds7b-4090-2rank 160 configs/deepseek-7b-3x4090.toml --nproc "$ngpu" --set train.max_steps=3 \
         --set scheduler.warmup_num_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 \
@@ -124,7 +124,7 @@ part9)  # the host fold on its own thread team: 1B cpu_adam, then 3 steps of the
   ;;
 part4)  # cpu_adam at 1B again (asynchronous gradient copies), then the seed setups' 7B shapes at
         # 2 ranks (cpu_adam; 24 / 40 GiB caps), their own batches
-  ciuic z2-1b-cpuadam 120 $one_b --nproc "$ngpu" --set offload.plugin=cpu_adam \
+  ciuic z2-1b-cpuadam 120 $one_b --nproc "$ngpu" --set optimizer.plugin=cpu_adam \
         --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=2
   seven="--nproc $ngpu --set train.max_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false"
   ciuic ds7b-4090-2rank 160 configs/deepseek-7b-3x4090.toml $seven

@@ -24,7 +24,7 @@ def ciuic_row(path):
            "MFU": statistics.median(r.get("mfu", float("nan")) for r in steady),
            "peak GiB": max(r.get("mem_gib", 0) for r in steps),
            "loss": steps[-1]["loss"]}
-    for k in ("fwd_bwd_s", "optim_s", "step_s", "offload_update_s", "offload_copy_wait_s", "comm_busy_s",
+    for k in ("fwd_bwd_s", "optim_s", "step_s", "optim_update_s", "optim_copy_wait_s", "comm_busy_s",
               "step_drain_s", "step_norm_s", "step_update_s", "step_publish_s",
               "grad_host_fold_s", "grad_host_blocked_s"):
         vals = [r[k] for r in steady if k in r]
@@ -51,7 +51,7 @@ def main(out):
             rows[os.path.basename(p)[:-5]] = peer_row(p)
     cols = ["world", "tokens/s per GPU", "MFU", "peak GiB", "step_s", "fwd_bwd_s", "optim_s",
             "step_drain_s", "step_norm_s", "step_update_s", "step_publish_s",
-            "offload_update_s", "offload_copy_wait_s", "grad_host_fold_s", "grad_host_blocked_s",
+            "optim_update_s", "optim_copy_wait_s", "grad_host_fold_s", "grad_host_blocked_s",
             "loss"]
     print("| run | " + " | ".join(cols) + " |")
     print("|---" * (len(cols) + 1) + "|")

@@ -48,7 +48,7 @@ class AbHarness(unittest.TestCase):
         # The ddp runs really used ddp: its optimizer state is unsharded (2x zero2's at 2 ranks).
         def optim_gib(side):
             recs = [json.loads(l) for l in open(os.path.join(out, f"{side}-0", "metrics.jsonl"))]
-            return next(r["shard_optim_gib"] for r in recs if "shard_optim_gib" in r)
+            return next(r["optim_state_gib"] for r in recs if "optim_state_gib" in r)
         self.assertGreater(optim_gib("ddp"), 1.8 * optim_gib("zero2"))
         svg = open(os.path.join(out, "ab.svg")).read()
         self.assertTrue(svg.startswith("<svg") and svg.rstrip().endswith("</svg>"))

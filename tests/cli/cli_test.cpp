@@ -37,7 +37,7 @@ std::string write_recipe(const fs::path& dir, const std::string& text) {
 
 const std::string kAllTest =
     "[run]\nname = \"cli\"\n[train]\nmax_steps = 2\n"
-    "[comm]\nplugin = \"test\"\n[sharding]\nplugin = \"test\"\n[offload]\nplugin = \"test\"\n"
+    "[comm]\nplugin = \"test\"\n[sharding]\nplugin = \"test\"\n[optimizer]\nplugin = \"test\"\n"
     "[precision]\nplugin = \"test\"\n[data]\nplugin = \"test\"\npath = \"data.jsonl\"\n";
 
 }  // namespace
@@ -114,7 +114,7 @@ TEST(Cli, ListPluginsListsEveryPluginOfTheBuild) {
   EXPECT_FALSE(has(r.out, kGood));
   r = run("--list-plugins --plugin-path " + kGood);
   EXPECT_EQ(r.code, 0);
-  for (const char* slot : {"comm", "sharding", "offload", "precision"})
+  for (const char* slot : {"comm", "sharding", "optimizer", "precision"})
     EXPECT_TRUE(has(r.out, kGood + "/libciuic_" + slot + "_test.so\n")) << r.out;
   EXPECT_TRUE(has(r.out, "0.2.0")) << r.out;
 }
@@ -155,7 +155,7 @@ TEST(Cli, DryRunCreatesEveryPlugin) {
   const std::string recipe = write_recipe(test_dir(), kAllTest);
   Result r = run(recipe + " --plugin-path " + kGood + " --dry-run");
   EXPECT_EQ(r.code, 0) << r.err;
-  for (const char* slot : {"comm", "sharding", "offload", "precision", "data"})
+  for (const char* slot : {"comm", "sharding", "optimizer", "precision", "data"})
     EXPECT_TRUE(has(r.out, kGood + "/libciuic_" + slot + "_test.so")) << r.out;
   EXPECT_TRUE(has(r.out, "the recipe and its plugins are valid")) << r.out;
   // [run] plugin_paths, relative to the recipe's folder, instead of --plugin-path.
@@ -165,10 +165,10 @@ TEST(Cli, DryRunCreatesEveryPlugin) {
   r = run((dir / "paths.toml").string() + " --dry-run");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, kGood + "/libciuic_data_test.so")) << r.out;
-  // Without an offload plugin the core's AdamW is used.
-  r = run(recipe + " --plugin-path " + kGood + " --dry-run --set 'offload.plugin=\"\"'");
-  EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_TRUE(has(r.out, "none (the core's AdamW on the device)")) << r.out;
+  // The deprecated [offload] section still chooses the optimizer, with a warning.
+  r = run(recipe + " --plugin-path " + kGood + " --dry-run --set 'offload.plugin=\"test\"' --set 'optimizer.plugin=\"test\"'");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "[offload] and [optimizer] both choose a plugin")) << r.err;
 }
 
 TEST(Cli, PluginErrorsExitTwo) {

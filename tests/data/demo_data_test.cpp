@@ -11,6 +11,7 @@
 
 #include <ciuic/error.h>
 
+#include "tokenizer/factory.h"
 #include "data_test_support.h"
 #include "train/exact_match.h"
 
@@ -22,8 +23,8 @@ const std::string kDemoFixtures = std::string(CIUIC_FIXTURES_DIR) + "/data/demo"
 const std::string kTokenizer = std::string(CIUIC_SOURCE_DIR) + "/examples/demo/tokenizer.json";
 
 TEST(DemoData, CachedSsdGivesTheHfIdsAndLossOnTheReplyOnly) {
-  auto tok = Tokenizer::from_file(kTokenizer);
-  auto tmpl = ChatTemplate::create("plain", *tok);
+  auto tok = load_tokenizer(kTokenizer);
+  auto tmpl = make_chat_template("plain", *tok);
   const std::string dir = temp_dir("demo");
   RunContext ctx = make_context(dir);
   auto src = registry().create<DataSource>(
@@ -58,8 +59,8 @@ TEST(DemoData, CachedSsdGivesTheHfIdsAndLossOnTheReplyOnly) {
 }
 
 TEST(DemoEval, ExactMatchWithAnOracleAndAConstantGenerator) {
-  auto tok = Tokenizer::from_file(kTokenizer);
-  auto tmpl = ChatTemplate::create("plain", *tok);
+  auto tok = load_tokenizer(kTokenizer);
+  auto tmpl = make_chat_template("plain", *tok);
   auto questions = train::load_held_out(kDemoFixtures + "/eval.jsonl");
   ASSERT_EQ(questions.size(), 200u);
   // Oracle: the expected answer, as the model would write it (" <answer>" then EOS, then junk).

@@ -92,7 +92,7 @@ TEST(PluginSection, ValidateAgainstRealPlugins) {
   ASSERT_EQ(reg.list().size(), 5u);
   const std::string all_test =
       "[train]\nmax_steps = 1\n"
-      "[comm]\nplugin = \"test\"\n[sharding]\nplugin = \"test\"\n[offload]\nplugin = \"test\"\n"
+      "[comm]\nplugin = \"test\"\n[sharding]\nplugin = \"test\"\n[optimizer]\nplugin = \"test\"\n"
       "[precision]\nplugin = \"test\"\n";
   // Good: everything chosen exists, options valid.
   Recipe ok = Recipe::parse(all_test + "[data]\nplugin = \"test\"\npath = \"p\"\nbuffer = 8\n", "r.toml");
@@ -144,14 +144,46 @@ TEST(PluginSection, ValidateAgainstRealPlugins) {
                                           "available sharding plugins: test (searched: ", 0), 0u)
         << e.what();
   }
-  // [offload] without a plugin may not hold options.
-  Recipe off = Recipe::parse(all_test + "[data]\nplugin = \"test\"\npath = \"p\"\n", "r.toml",
-                             {"offload.plugin=\"\"", "offload.pin=true"});
+  // [optimizer] holds the core's keys (lr, weight_decay) beside the plugin's options: neither is
+  // an unknown key of the other, and the plugin's schema does not see lr.
+  Recipe opt = Recipe::parse(all_test + "[data]\nplugin = \"test\"\npath = \"p\"\n", "r.toml",
+                             {"optimizer.lr=0.5", "optimizer.weight_decay=0.1"});
+  EXPECT_NO_THROW(opt.validate_plugins(reg));
+  EXPECT_EQ(opt.section("optimizer").get_float("lr"), 0.5);
+  EXPECT_EQ(opt.section("optimizer").get_float("weight_decay"), 0.1);
+  EXPECT_EQ(opt.plugin_config(Slot::kOptimizer, *reg.get(Slot::kOptimizer, "test").info).keys().size(), 0u);
+  // A key neither the core nor the plugin knows is reported against the plugin's schema.
+  Recipe typo = Recipe::parse(all_test + "[data]\nplugin = \"test\"\npath = \"p\"\n", "r.toml",
+                              {"optimizer.lrr=0.5"});
   try {
-    off.validate_plugins(reg);
+    typo.validate_plugins(reg);
     FAIL() << "no error";
   } catch (const UsageError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "--set offload.pin=true: [offload] sets 'pin' but chooses no plugin (add plugin = \"<name>\")");
+    EXPECT_EQ(std::string(e.what()), "--set optimizer.lrr=0.5: unknown key 'lrr' in [optimizer] (plugin test) (it takes no options)");
+  }
+}
+
+// Spellings of earlier versions are rewritten, with a warning that says what to write.
+TEST(PluginSection, DeprecatedOffloadAndOptimizerType) {
+  Recipe r = Recipe::parse("[train]\nmax_steps = 1\n[data]\nplugin = \"x\"\n"
+                           "[optimizer]\nlr = 0.01\n[offload]\nplugin = \"cpu_adam\"\nthreads = 3\n",
+                           "r.toml");
+  EXPECT_EQ(r.plugin_name(Slot::kOptimizer), "cpu_adam");
+  EXPECT_EQ(r.plugin_location(Slot::kOptimizer), "r.toml:8:10");
+  EXPECT_EQ(r.section("optimizer").get_float("lr"), 0.01);
+  ASSERT_EQ(r.warnings().size(), 1u);
+  EXPECT_EQ(r.warnings()[0], "r.toml:7:2: [offload] is deprecated: write [optimizer] plugin = \"cpu_adam\" "
+                             "(with the same options) instead");
+  Recipe t = Recipe::parse("[train]\nmax_steps = 1\n[data]\nplugin = \"x\"\n[optimizer]\ntype = \"adamw\"\n", "r.toml");
+  EXPECT_EQ(t.plugin_name(Slot::kOptimizer), "adamw");
+  ASSERT_EQ(t.warnings().size(), 1u);
+  EXPECT_EQ(t.warnings()[0], "r.toml:6:8: [optimizer] type is deprecated: write [optimizer] plugin = \"adamw\" instead");
+  // Both spellings at once are a mistake, not a guess.
+  try {
+    Recipe::parse("[train]\nmax_steps = 1\n[data]\nplugin = \"x\"\n[optimizer]\nplugin = \"adamw\"\n"
+                  "[offload]\nplugin = \"cpu_adam\"\n", "r.toml");
+    FAIL() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("[offload] and [optimizer] both choose a plugin"), std::string::npos) << e.what();
   }
 }

@@ -53,7 +53,7 @@ TEST(Registry, LoadsTheTestPlugins) {
   Registry r = Registry::from_paths({kGood});
   auto list = r.list();
   ASSERT_EQ(list.size(), 5u);
-  const Slot order[] = {Slot::kComm, Slot::kSharding, Slot::kOffload, Slot::kPrecision, Slot::kData};
+  const Slot order[] = {Slot::kComm, Slot::kSharding, Slot::kOptimizer, Slot::kPrecision, Slot::kData};
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(list[i].slot, order[i]);
     EXPECT_EQ(list[i].name, "test");
@@ -113,7 +113,7 @@ TEST(Registry, RefusesUnreadableAndMisnamedFiles) {
   EXPECT_EQ(refusal_of(r, "libciuic_data_folder.so"), p + "libciuic_data_folder.so: cannot be read: not a regular file");
   EXPECT_EQ(refusal_of(r, "libciuic_bogus_x.so"),
             p + "libciuic_bogus_x.so: file name does not follow libciuic_<slot>_<name>.so with <slot> one of comm, "
-                "sharding, offload, precision, data");
+                "sharding, optimizer, precision, data");
   EXPECT_EQ(refusal_of(r, "libciuic_data_empty.so"),
             p + "libciuic_data_empty.so: not a shared library (expected an ELF file, found an empty file)");
   if (::geteuid() == 0) {

@@ -1,6 +1,8 @@
-// The installed SDK: `cmake --install` into a prefix, moved elsewhere (relocatable), an
-// out-of-tree plugin (examples/hello_plugin) configured with find_package(Ciuic) and built
-// against it, then listed and instantiated by the installed ciuic-run.
+// The installed SDK: `cmake --install` into a prefix, moved elsewhere (relocatable), the
+// out-of-tree example plugins (examples/hello_plugin, zero1_plugin, lion_plugin) configured with
+// find_package(Ciuic) and built against it — the SDK and the kits only — then listed and
+// instantiated by the installed ciuic-run. A plugin that calls into the engine fails to link.
+// The example builds are kept in <build>/sdk-examples for sdk_examples_test (a ctest fixture).
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -34,7 +36,9 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   fs::rename(first, prefix);  // nothing may refer to where it was installed
 
-  for (const char* f : {"bin/ciuic-run", "lib/libciuic.so", "include/ciuic/plugin.h", "include/ciuic/version.h",
+  for (const char* f : {"bin/ciuic-run", "lib/libciuic.so", "lib/libciuic_sdk.so", "lib/libciuic_optim_kit.a",
+                        "include/ciuic/plugin.h", "include/ciuic/version.h", "include/ciuic/optimizer.h",
+                        "include/ciuic/kit/bucket_sharding.h", "include/ciuic/kit/shard_optimizer.h",
                         "include/ciuic/ciuic.h", "lib/cmake/Ciuic/CiuicConfig.cmake",
                         "lib/cmake/Ciuic/CiuicConfigVersion.cmake", "lib/cmake/Ciuic/CiuicTargets.cmake",
                         "lib/cmake/Ciuic/CiuicPlugin.cmake", "lib/ciuic/plugins"})
@@ -62,16 +66,25 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
   for (const auto& e : fs::directory_iterator(prefix / "lib/ciuic/plugins"))
     EXPECT_TRUE(has(r.out, e.path().string() + "\n")) << e.path() << "\n" << r.out;
 
-  // Configure and build the example against the moved prefix.
-  const fs::path hello = root / "hello";
-  auto configure = [&](const fs::path& build, const std::string& extra) {
-    std::string c = cmake + " -S " CIUIC_SOURCE_DIR "/examples/hello_plugin -B " + build.string() +
+  // No engine header is installed: plugins see the SDK and the kits only.
+  for (const char* f : {"include/ciuic/recipe.h", "include/recipe/recipe.h", "include/train/worker.h"})
+    EXPECT_FALSE(fs::exists(prefix / f)) << f;
+
+  // Configure and build the examples against the moved prefix.
+  const fs::path examples = fs::path(CIUIC_BUILD_DIR) / "sdk-examples";
+  fs::remove_all(examples);
+  const fs::path hello = examples / "hello";
+  auto configure_dir = [&](const std::string& source, const fs::path& build, const std::string& extra) {
+    std::string c = cmake + " -S " + source + " -B " + build.string() +
                     " -G '" CIUIC_CMAKE_GENERATOR "' -DCMAKE_MAKE_PROGRAM=" CIUIC_CMAKE_MAKE_PROGRAM
                     " -DCMAKE_CXX_COMPILER=" CIUIC_CXX_COMPILER " -DCMAKE_BUILD_TYPE=Release"
                     " -DCMAKE_PREFIX_PATH=" + prefix.string() + extra;
     const std::string ccache = CIUIC_CCACHE;
     if (!ccache.empty() && ccache.find("NOTFOUND") == std::string::npos) c += " -DCMAKE_CXX_COMPILER_LAUNCHER=" + ccache;
     return ciuic_test::run_command(c, io);
+  };
+  auto configure = [&](const fs::path& build, const std::string& extra) {
+    return configure_dir(CIUIC_SOURCE_DIR "/examples/hello_plugin", build, extra);
   };
   r = configure(hello, "");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
@@ -83,6 +96,7 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
   ciuic_test::write_file(fake / "include/torch/headeronly/version.h",
                          "#define TORCH_VERSION_MAJOR 1\n#define TORCH_VERSION_MINOR 2\n#define TORCH_VERSION_PATCH 3\n");
   Result bad = configure(root / "hello-fake", " -DCIUIC_TORCH_PREFIX=" + fake.string());
+  fs::remove_all(root / "hello-fake");
   EXPECT_NE(bad.code, 0);
   std::string said;  // CMake wraps the reason: compare with whitespace runs as single spaces
   for (char ch : bad.out + bad.err)
@@ -106,6 +120,7 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
   const fs::path recipe = root / "hello.toml";
   std::ofstream(recipe) << "[train]\nmax_steps = 1\n"
                            "[comm]\nplugin = \"test\"\n[sharding]\nplugin = \"test\"\n"
+                           "[optimizer]\nplugin = \"test\"\n"
                            "[data]\nplugin = \"test\"\npath = \"x\"\n"
                            "[precision]\nplugin = \"hello\"\ngreeting = \"hi from the SDK test\"\n";
   const std::string paths = " --plugin-path " CIUIC_TEST_PLUGINS "/good --plugin-path " + (hello / "plugins").string();
@@ -120,5 +135,41 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
   EXPECT_TRUE(has(r.err, "ciuic-run: error: plugin precision/hello (" + plugin.string() +
                              "): --set: [precision] greeting = \"\": must not be empty"))
       << r.err;
+
+  // The examples on the kits: ZeRO-1 (sharding) and Lion (optimizer), built with the SDK and the
+  // optim kit alone (sdk_examples_test trains with them).
+  for (const char* name : {"zero1", "lion"}) {
+    const fs::path build = examples / name;
+    r = configure_dir(std::string(CIUIC_SOURCE_DIR "/examples/") + name + "_plugin", build, "");
+    ASSERT_EQ(r.code, 0) << name << "\n" << r.out << r.err;
+    r = ciuic_test::run_command(cmake + " --build " + build.string(), io);
+    ASSERT_EQ(r.code, 0) << name << "\n" << r.out << r.err;
+  }
+  r = ciuic_test::run_command(run + " --list-plugins --plugin-path " + (examples / "zero1/plugins").string() +
+                                  " --plugin-path " + (examples / "lion/plugins").string(), io);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "sharding  zero1")) << r.out;
+  EXPECT_TRUE(has(r.out, "optimizer lion")) << r.out;
+
+  // A plugin that calls a function of the engine (libciuic: here the tokenizer loader, declared by
+  // hand since no engine header is installed) does not link: plugins link the SDK alone.
+  const fs::path badsrc = root / "engine_call";
+  fs::create_directories(badsrc);
+  ciuic_test::write_file(badsrc / "CMakeLists.txt",
+                         "cmake_minimum_required(VERSION 3.22)\nproject(engine_call LANGUAGES CXX)\n"
+                         "find_package(Ciuic 0.1 REQUIRED)\n"
+                         "ciuic_add_plugin(SLOT data NAME engine_call SOURCES engine_call.cpp)\n");
+  ciuic_test::write_file(badsrc / "engine_call.cpp",
+                         "#include <memory>\n#include <string>\n#include <ciuic/plugin.h>\n"
+                         "namespace ciuic { class Tokenizer;\n"
+                         "std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& path); }\n"
+                         "namespace { ciuic::PluginObject* make(const ciuic::PluginArgs&) {\n"
+                         "  ciuic::load_tokenizer(\"x\"); return nullptr; } }\n"
+                         "CIUIC_DEFINE_PLUGIN_NO_OPTIONS(ciuic::Slot::kData, \"engine_call\", \"0.1\", \"calls the engine\", make)\n");
+  r = configure_dir(badsrc.string(), root / "engine_call_build", "");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  r = ciuic_test::run_command(cmake + " --build " + (root / "engine_call_build").string(), io);
+  EXPECT_NE(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out + r.err, "undefined reference to `ciuic::load_tokenizer")) << r.out << r.err;
   fs::remove_all(root);
 }

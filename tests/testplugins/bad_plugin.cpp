@@ -50,7 +50,7 @@ constexpr const char* kName = "baddefault";
 
 [[maybe_unused]] const ciuic::PluginInfo* info() {
   static const ciuic::PluginInfo kInfo{kApi, kSlot, kName, "0.0.1", "a defective test plugin",
-                                       kFingerprint, kOptions, 1};
+                                       kFingerprint, kOptions, 1, nullptr};
   return &kInfo;
 }
 

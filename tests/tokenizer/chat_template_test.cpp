@@ -7,6 +7,7 @@
 #include <ciuic/error.h>
 #include <ciuic/tokenizer.h>
 
+#include "tokenizer/factory.h"
 #include "test_util.h"
 
 namespace ciuic {
@@ -25,12 +26,12 @@ class ChatFixtureTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ChatFixtureTest, MatchesTransformersApplyChatTemplate) {
   const std::string dir = test::tokenizer_fixture_dir(GetParam());
-  auto tok = Tokenizer::from_file(dir + "/tokenizer.json");
+  auto tok = load_tokenizer(dir + "/tokenizer.json");
   json expected = test::read_json_file(dir + "/expected.json");
   ASSERT_GE(expected["chats"].size(), 10u);
   for (const json& c : expected["chats"]) {
     const std::string name = c["template"].get<std::string>();
-    auto tmpl = ChatTemplate::create(name, *tok);
+    auto tmpl = make_chat_template(name, *tok);
     EXPECT_EQ(tmpl->name(), name);
     std::vector<ChatMessage> msgs = messages_of(c["messages"]);
     const std::string where = GetParam() + "/" + name + ": " + c["messages"].dump();
@@ -55,8 +56,8 @@ INSTANTIATE_TEST_SUITE_P(Hf, ChatFixtureTest, ::testing::Values("deepseek_llm", 
                          [](const auto& info) { return info.param; });
 
 TEST(ChatTemplate, MaskCoversRepliesAndTheirEos) {
-  auto tok = Tokenizer::from_file(test::tokenizer_fixture_dir("deepseek_llm") + "/tokenizer.json");
-  auto tmpl = ChatTemplate::create("deepseek", *tok);
+  auto tok = load_tokenizer(test::tokenizer_fixture_dir("deepseek_llm") + "/tokenizer.json");
+  auto tmpl = make_chat_template("deepseek", *tok);
   EncodedChat e = tmpl->encode({{"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}, {"assistant", "Ciao"}}, true);
   ASSERT_EQ(e.ids.size(), e.loss_mask.size());
   EXPECT_EQ(e.ids.front(), *tok->bos_id());
@@ -79,8 +80,8 @@ TEST(ChatTemplate, MaskCoversRepliesAndTheirEos) {
 }
 
 TEST(ChatTemplate, ConcurrentEncode) {
-  auto tok = Tokenizer::from_file(test::tokenizer_fixture_dir("deepseek_llm") + "/tokenizer.json");
-  auto tmpl = ChatTemplate::create("deepseek", *tok);
+  auto tok = load_tokenizer(test::tokenizer_fixture_dir("deepseek_llm") + "/tokenizer.json");
+  auto tmpl = make_chat_template("deepseek", *tok);
   std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "数 12345?"}, {"assistant", "  ok 😀\n"}};
   EncodedChat ref = tmpl->encode(msgs, true);
   std::vector<std::thread> threads;
@@ -97,10 +98,10 @@ TEST(ChatTemplate, ConcurrentEncode) {
 }
 
 TEST(ChatTemplate, NamesAndUnknownName) {
-  EXPECT_EQ(ChatTemplate::names(), (std::vector<std::string>{"deepseek", "plain"}));
-  auto tok = Tokenizer::from_file(test::tokenizer_fixture_dir("gpt2") + "/tokenizer.json");
+  EXPECT_EQ(chat_template_names(), (std::vector<std::string>{"deepseek", "plain"}));
+  auto tok = load_tokenizer(test::tokenizer_fixture_dir("gpt2") + "/tokenizer.json");
   try {
-    ChatTemplate::create("chatml", *tok);
+    make_chat_template("chatml", *tok);
     FAIL() << "expected UsageError";
   } catch (const UsageError& e) {
     EXPECT_STREQ(e.what(), "unknown chat template 'chatml' (known: deepseek, plain)");
@@ -109,8 +110,8 @@ TEST(ChatTemplate, NamesAndUnknownName) {
 }
 
 TEST(ChatTemplate, UnknownRoleIsAnError) {
-  auto tok = Tokenizer::from_file(test::tokenizer_fixture_dir("deepseek_llm") + "/tokenizer.json");
-  auto tmpl = ChatTemplate::create("deepseek", *tok);
+  auto tok = load_tokenizer(test::tokenizer_fixture_dir("deepseek_llm") + "/tokenizer.json");
+  auto tmpl = make_chat_template("deepseek", *tok);
   try {
     tmpl->encode({{"user", "x"}, {"tool", "y"}}, true);
     FAIL() << "expected Error";
@@ -123,17 +124,17 @@ TEST(ChatTemplate, DeepseekNeedsBosAndEos) {
   // A tokenizer without BOS/EOS (no tokenizer_config.json, no template, no known names).
   json tj = test::read_json_file(test::tokenizer_fixture_dir("gpt2") + "/tokenizer.json");
   tj["added_tokens"] = json::array();
-  auto tok = Tokenizer::from_json(tj.dump(), "bare.json");
+  auto tok = tokenizer_from_json(tj.dump(), "bare.json");
   EXPECT_FALSE(tok->bos_id());
   EXPECT_FALSE(tok->eos_id());
   try {
-    ChatTemplate::create("deepseek", *tok);
+    make_chat_template("deepseek", *tok);
     FAIL() << "expected UsageError";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("chat template 'deepseek' needs a BOS token"), std::string::npos) << e.what();
   }
   // "plain" works without them: no BOS, replies end with "\n\n".
-  auto plain = ChatTemplate::create("plain", *tok);
+  auto plain = make_chat_template("plain", *tok);
   EXPECT_EQ(plain->render({{"system", "S"}, {"user", "U"}, {"assistant", "A"}}),
             "System: S\n\nUser: U\n\nAssistant: A\n\n");
   EXPECT_EQ(plain->encode_prompt({{"user", "U"}}), tok->encode("User: U\n\nAssistant:", false));

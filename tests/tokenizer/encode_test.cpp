@@ -8,6 +8,7 @@
 #include <ciuic/error.h>
 #include <ciuic/tokenizer.h>
 
+#include "tokenizer/factory.h"
 #include "test_util.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -30,7 +31,7 @@ class FixtureTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     dir_ = tokenizer_fixture_dir(GetParam());
-    tok_ = Tokenizer::from_file(dir_ + "/tokenizer.json");
+    tok_ = load_tokenizer(dir_ + "/tokenizer.json");
     expected_ = read_json_file(dir_ + "/expected.json");
     ASSERT_GT(expected_["cases"].size(), 200u) << "fixture too small";
   }
@@ -151,7 +152,7 @@ TEST(Tokenizer, HugeRunsDoNotExhaustRegexResources) {
   // 200k spaces / newlines / digits / letters in one piece: backtracking patterns like
   // \s+(?!\S) must neither fail (PCRE2 JIT stack) nor lose text.
   for (const char* name : {"llama3", "deepseek_llm", "gpt2"}) {
-    auto tok = Tokenizer::from_file(test::tokenizer_fixture_dir(name) + "/tokenizer.json");
+    auto tok = load_tokenizer(test::tokenizer_fixture_dir(name) + "/tokenizer.json");
     for (const std::string& s : {std::string(200000, ' ') + "x", std::string(100000, '\n') + " y",
                                  std::string(100000, '7'), std::string(50000, 'a') + std::string(50000, '\t')}) {
       std::vector<int32_t> ids = tok->encode(s, false);

@@ -6,6 +6,7 @@
 #include <ciuic/error.h>
 #include <ciuic/tokenizer.h>
 
+#include "tokenizer/factory.h"
 #include "test_util.h"
 #include "tokenizer/hf_tokenizer.h"
 
@@ -31,7 +32,7 @@ json base() { return test::read_json_file(test::tokenizer_fixture_dir("deepseek_
 std::string error_after(const std::function<void(json&)>& mutate) {
   json j = base();
   mutate(j);
-  return error_of([&] { Tokenizer::from_json(j.dump(), "bad.json"); });
+  return error_of([&] { tokenizer_from_json(j.dump(), "bad.json"); });
 }
 
 // Expects the exact message.
@@ -47,12 +48,12 @@ void expect_error_prefix(const std::function<void(json&)>& mutate, const std::st
 
 TEST(TokenizerErrors, MissingFileAndDirectory) {
   {
-    const std::string what = error_of([&] { Tokenizer::from_file("/nonexistent/dir/tokenizer.json"); });
+    const std::string what = error_of([&] { load_tokenizer("/nonexistent/dir/tokenizer.json"); });
     EXPECT_EQ(what, "cannot read tokenizer file '/nonexistent/dir/tokenizer.json': no such file");
   }
   const std::string dir = test::tokenizer_fixture_dir("gpt2");
   {
-    const std::string what = error_of([&] { Tokenizer::from_file(dir); });
+    const std::string what = error_of([&] { load_tokenizer(dir); });
     EXPECT_EQ(what,
               "cannot read tokenizer file '" + dir + "': it is a directory (expected tokenizer.json)");
   }
@@ -61,7 +62,7 @@ TEST(TokenizerErrors, MissingFileAndDirectory) {
 TEST(TokenizerErrors, MalformedJsonNamesLineAndColumn) {
   std::string path = test::write_temp_file("malformed/tokenizer.json", "{\n  \"model\": {\"type\": \"BPE\",,}\n}\n");
   {
-    const std::string what = error_of([&] { Tokenizer::from_file(path); });
+    const std::string what = error_of([&] { load_tokenizer(path); });
     std::string m = what;
     EXPECT_EQ(m.rfind(path + ": malformed JSON at line 2, column 27: syntax error while parsing object key", 0), 0u)
         << m;
@@ -70,11 +71,11 @@ TEST(TokenizerErrors, MalformedJsonNamesLineAndColumn) {
 
 TEST(TokenizerErrors, NotATokenizerJson) {
   {
-    const std::string what = error_of([&] { Tokenizer::from_json("[1, 2]", "x.json"); });
+    const std::string what = error_of([&] { tokenizer_from_json("[1, 2]", "x.json"); });
     EXPECT_EQ(what, "x.json: /: expected a JSON object (an HF tokenizer.json)");
   }
   {
-    const std::string what = error_of([&] { Tokenizer::from_json("{}", "x.json"); });
+    const std::string what = error_of([&] { tokenizer_from_json("{}", "x.json"); });
     EXPECT_EQ(what, "x.json: /model: missing (not an HF tokenizer.json?)");
   }
 }
@@ -156,29 +157,29 @@ TEST(TokenizerErrors, BadTokenizerConfig) {
   std::string path = test::write_temp_file("badcfg/tokenizer.json", tj);
   std::string cfg = test::write_temp_file("badcfg/tokenizer_config.json", "{\"eos_token\": \"<|nope|>\"}");
   {
-    const std::string what = error_of([&] { Tokenizer::from_file(path); });
+    const std::string what = error_of([&] { load_tokenizer(path); });
     EXPECT_EQ(what, cfg + ": /eos_token: token \"<|nope|>\" is not in the tokenizer's vocabulary");
   }
   test::write_temp_file("badcfg/tokenizer_config.json", "{\"bos_token\": [1]}");
   {
-    const std::string what = error_of([&] { Tokenizer::from_file(path); });
+    const std::string what = error_of([&] { load_tokenizer(path); });
     EXPECT_EQ(what, cfg + ": /bos_token: expected a string or {\"content\": ...}, got [1]");
   }
   test::write_temp_file("badcfg/tokenizer_config.json", "{\"bos_token\": ");
   {
-    const std::string what = error_of([&] { Tokenizer::from_file(path); });
+    const std::string what = error_of([&] { load_tokenizer(path); });
     EXPECT_EQ(what.rfind(cfg + ": malformed JSON at line 1, column 15: syntax error", 0), 0u) << what;
   }
   // {"content": ...} objects (as transformers writes them) are understood.
   test::write_temp_file("badcfg/tokenizer_config.json",
                         "{\"bos_token\": {\"content\": \"<|endoftext|>\", \"lstrip\": false}, \"eos_token\": null}");
-  auto tok = Tokenizer::from_file(path);
+  auto tok = load_tokenizer(path);
   EXPECT_EQ(tok->bos_id(), tok->token_to_id("<|endoftext|>"));
   EXPECT_FALSE(tok->eos_id());
 }
 
 TEST(TokenizerErrors, InvalidUtf8Text) {
-  auto tok = Tokenizer::from_file(test::tokenizer_fixture_dir("deepseek_llm") + "/tokenizer.json");
+  auto tok = load_tokenizer(test::tokenizer_fixture_dir("deepseek_llm") + "/tokenizer.json");
   {
     const std::string what = error_of([&] { tok->encode("ok \xC3\x28 bad", false); });
     EXPECT_EQ(what, "tokenizer (" + test::tokenizer_fixture_dir("deepseek_llm") +
@@ -192,24 +193,24 @@ TEST(TokenizerErrors, InvalidUtf8Text) {
 
 TEST(TokenizerErrors, DecodeIsLossyLikeHf) {
   // A lone continuation byte token decodes to U+FFFD (Rust's from_utf8_lossy), unknown ids are skipped.
-  auto tok = Tokenizer::from_file(test::tokenizer_fixture_dir("gpt2") + "/tokenizer.json");
+  auto tok = load_tokenizer(test::tokenizer_fixture_dir("gpt2") + "/tokenizer.json");
   EXPECT_EQ(tok->decode({*tok->token_to_id("Ã")}, false), "\xEF\xBF\xBD");  // 0xC3 alone
   EXPECT_EQ(tok->decode({-5, 1 << 30}, false), "");
 }
 
 TEST(Tokenizer, FingerprintIsStableAndSensitive) {
   json j = base();
-  auto a = Tokenizer::from_json(j.dump(), "a.json");
-  auto b = Tokenizer::from_json(j.dump(2), "b.json");  // formatting and origin do not matter
+  auto a = tokenizer_from_json(j.dump(), "a.json");
+  auto b = tokenizer_from_json(j.dump(2), "b.json");  // formatting and origin do not matter
   EXPECT_EQ(a->fingerprint(), b->fingerprint());
   EXPECT_EQ(a->fingerprint().size(), 16u);
   EXPECT_EQ(a->fingerprint().find_first_not_of("0123456789abcdef"), std::string::npos);
   json k = j;
   std::swap(k["model"]["merges"][0], k["model"]["merges"][1]);
-  EXPECT_NE(Tokenizer::from_json(k.dump(), "k.json")->fingerprint(), a->fingerprint());
+  EXPECT_NE(tokenizer_from_json(k.dump(), "k.json")->fingerprint(), a->fingerprint());
   json l = j;
   l["added_tokens"][2]["lstrip"] = true;
-  EXPECT_NE(Tokenizer::from_json(l.dump(), "l.json")->fingerprint(), a->fingerprint());
+  EXPECT_NE(tokenizer_from_json(l.dump(), "l.json")->fingerprint(), a->fingerprint());
   // FNV-1a 64 reference values (from the algorithm's published test vectors).
   EXPECT_EQ(tok::fnv1a64_hex(""), "cbf29ce484222325");
   EXPECT_EQ(tok::fnv1a64_hex("a"), "af63dc4c8601ec8c");

@@ -4,6 +4,7 @@
 
 #include <ciuic/tokenizer.h>
 
+#include "tokenizer/factory.h"
 #include "test_util.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -25,7 +26,7 @@ std::shared_ptr<const tok::HfTokenizer> with_step(const json& step) {
               {"pretokenizers",
                json::array({step, {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
             {"decoder", {{"type", "ByteLevel"}}}};
-  auto tok = Tokenizer::from_json(j.dump(), "split-test");
+  auto tok = tokenizer_from_json(j.dump(), "split-test");
   return std::dynamic_pointer_cast<const tok::HfTokenizer>(tok);
 }
 

@@ -27,6 +27,14 @@
 
 namespace ciuic {
 
+// A Store implementation that is itself backed by a c10d::Store (the engine's TCPStore-backed
+// store) derives from this too, so that c10d_store() hands out the c10d store directly.
+class CIUIC_API C10dBackedStore {
+ public:
+  virtual ~C10dBackedStore();
+  virtual c10::intrusive_ptr<c10d::Store> c10d() const = 0;
+};
+
 // `store` must not be null.
 CIUIC_API c10::intrusive_ptr<c10d::Store> c10d_store(const std::shared_ptr<Store>& store);
 

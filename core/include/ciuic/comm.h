@@ -1,4 +1,4 @@
-// ciuic/comm.h — the communication backend slot ([comm] plugin = "gloo" | "nccl" | ...).
+// ciuic/comm.h — the communication backend slot ([comm] plugin = gloo | nccl | ...).
 //
 // A Comm connects the ranks of one run (created once per process, after the context is
 // complete) and runs collectives on tensors of its device() (CPU tensors for gloo, CUDA tensors

@@ -1,4 +1,4 @@
-// ciuic/data.h — the data source slot ([data] plugin = "cached_ssd" | "synthetic" | ...).
+// ciuic/data.h — the data source slot ([data] plugin = cached_ssd | synthetic | ...).
 //
 // A DataSource yields micro-batches for one rank. Given the same (seed, world, rank, settings)
 // it yields the same sequence of batches on every run; ranks see disjoint samples; cursor() /

@@ -44,22 +44,44 @@ namespace ciuic {
 
 class Config;
 struct RunContext;
+struct PlanContext;
 
-// Bumped whenever any SDK header changes in a way that breaks a compiled plugin.
-//   2: BucketSharding's members changed (host gradient accumulation, per-bucket norm).
-inline constexpr uint32_t kPluginApiVersion = 2;
+// Optional: answers for the plugin's own memory in `ciuic-run --plan` (ciuic/plan.h). Called on
+// the main thread with the plugin's validated options, before any plugin object exists; must not
+// allocate devices, open files or talk to other ranks.
+using PluginPlanFn = void(const Config& options, PlanContext& plan);
+
+// The plugin API version. Like LLVM_PLUGIN_API_VERSION, the loader accepts a plugin only when its
+// info record carries exactly this number (and the same build fingerprint, below).
+//
+// What the number covers: the layout of PluginInfo and OptionSpec, the slot interfaces (the
+// classes in comm.h, sharding.h, optimizer.h, precision.h, data.h and the types their methods
+// take: their virtual functions, order and signatures), config.h, context.h, plan.h, state.h,
+// store.h, tokenizer.h, metrics.h and the SDK's exported functions. Any change to these that a
+// compiled plugin would notice (a virtual added, removed or reordered; a member of a struct passed
+// across the boundary added, removed or retyped; an exported function removed or changed) bumps it,
+// with a line below. What it does not cover: the kits (libciuic_optim_kit.a, libciuic_data_kit.a),
+// which are static libraries a plugin carries inside itself — changing them never breaks a
+// compiled plugin; and the engine (libciuic), which plugins do not link.
+//   1: first release.
+//   2: BucketSharding's members changed (then part of the SDK).
+//   3: the "offload" slot became "optimizer" (ciuic/optimizer.h: the optimizer owns the gradient
+//      shard and receives reduced chunks); Precision::round_to_param; PluginInfo::plan; the
+//      bucketed sharding machinery left the SDK for the optim kit.
+inline constexpr uint32_t kPluginApiVersion = 3;
 
 // The five slots a recipe fills. The numeric values are part of the ABI.
 enum class Slot : uint32_t {
   kComm = 0,       // ciuic/comm.h       Comm
   kSharding = 1,   // ciuic/sharding.h   Sharding
-  kOffload = 2,    // ciuic/offload.h    Offload
+  kOptimizer = 2,  // ciuic/optimizer.h  Optimizer
   kPrecision = 3,  // ciuic/precision.h  Precision
   kData = 4,       // ciuic/data.h       DataSource
 };
 inline constexpr int kNumSlots = 5;
 
-// "comm", "sharding", "offload", "precision", "data" (also the recipe section names).
+// "comm", "sharding", "optimizer", "precision", "data" (also the recipe section names and the
+// <slot> of plugin file names libciuic_<slot>_<name>.so).
 CIUIC_API const char* slot_name(Slot slot);
 
 enum class OptionType : uint32_t {
@@ -91,12 +113,13 @@ struct OptionSpec {
 struct PluginInfo {
   uint32_t api_version;           // must equal the core's kPluginApiVersion
   Slot slot;
-  const char* name;               // e.g. "zero2"; unique within its slot
+  const char* name;               // e.g. zero2; unique within its slot
   const char* version;            // the plugin's own version, e.g. "1.0.0"
   const char* summary;            // one line
   const char* build_fingerprint;  // CIUIC_BUILD_FINGERPRINT as seen when the plugin was compiled
   const OptionSpec* options;
   uint32_t num_options;
+  PluginPlanFn* plan;             // may be null: the planner then says it cannot count this plugin
 };
 
 // Base of every object a plugin creates. Non-copyable; destroyed by the core.
@@ -148,21 +171,9 @@ CIUIC_API const char* core_build_fingerprint();
   ";compiler=" CIUIC_COMPILER_FAMILY_
 
 // Defines and exports the two entry points. Use once per plugin library, at namespace scope.
-// OPTIONS is an array of ciuic::OptionSpec (or use CIUIC_DEFINE_PLUGIN_NO_OPTIONS).
-#define CIUIC_DEFINE_PLUGIN(SLOT, NAME, VERSION, SUMMARY, OPTIONS, FACTORY)                     \
-  namespace ciuic_plugin_entry_ {                                                             \
-  const ::ciuic::PluginInfo* info() {                                                         \
-    static const ::ciuic::PluginInfo kInfo{                                                   \
-        ::ciuic::kPluginApiVersion, SLOT, NAME, VERSION, SUMMARY, CIUIC_BUILD_FINGERPRINT,    \
-        OPTIONS, static_cast<uint32_t>(sizeof(OPTIONS) / sizeof(::ciuic::OptionSpec))};       \
-    return &kInfo;                                                                            \
-  }                                                                                           \
-  ::ciuic::PluginObject* create(const ::ciuic::PluginArgs& args) { return (FACTORY)(args); }  \
-  }                                                                                           \
-  BOOST_DLL_ALIAS(ciuic_plugin_entry_::info, ciuic_plugin_info)                               \
-  BOOST_DLL_ALIAS(ciuic_plugin_entry_::create, ciuic_plugin_create)
-
-#define CIUIC_DEFINE_PLUGIN_NO_OPTIONS(SLOT, NAME, VERSION, SUMMARY, FACTORY)                    \
+// OPTIONS is an array of ciuic::OptionSpec (or use CIUIC_DEFINE_PLUGIN_NO_OPTIONS); PLAN a
+// ciuic::PluginPlanFn (CIUIC_DEFINE_PLUGIN_PLANNED) or none.
+#define CIUIC_DEFINE_PLUGIN_IMPL_(SLOT, NAME, VERSION, SUMMARY, OPTS, NOPTS, FACTORY, PLAN)       \
   namespace ciuic_plugin_entry_ {                                                             \
   const ::ciuic::PluginInfo* info() {                                                         \
     static const ::ciuic::PluginInfo kInfo{::ciuic::kPluginApiVersion,                        \
@@ -171,11 +182,28 @@ CIUIC_API const char* core_build_fingerprint();
                                            VERSION,                                           \
                                            SUMMARY,                                           \
                                            CIUIC_BUILD_FINGERPRINT,                           \
-                                           nullptr,                                           \
-                                           0};                                                \
+                                           OPTS,                                              \
+                                           NOPTS,                                             \
+                                           PLAN};                                             \
     return &kInfo;                                                                            \
   }                                                                                           \
   ::ciuic::PluginObject* create(const ::ciuic::PluginArgs& args) { return (FACTORY)(args); }  \
   }                                                                                           \
   BOOST_DLL_ALIAS(ciuic_plugin_entry_::info, ciuic_plugin_info)                               \
   BOOST_DLL_ALIAS(ciuic_plugin_entry_::create, ciuic_plugin_create)
+
+#define CIUIC_OPTION_COUNT_(OPTIONS) static_cast<uint32_t>(sizeof(OPTIONS) / sizeof(::ciuic::OptionSpec))
+
+#define CIUIC_DEFINE_PLUGIN(SLOT, NAME, VERSION, SUMMARY, OPTIONS, FACTORY)                      \
+  CIUIC_DEFINE_PLUGIN_IMPL_(SLOT, NAME, VERSION, SUMMARY, OPTIONS, CIUIC_OPTION_COUNT_(OPTIONS), \
+                            FACTORY, nullptr)
+
+#define CIUIC_DEFINE_PLUGIN_PLANNED(SLOT, NAME, VERSION, SUMMARY, OPTIONS, FACTORY, PLAN)        \
+  CIUIC_DEFINE_PLUGIN_IMPL_(SLOT, NAME, VERSION, SUMMARY, OPTIONS, CIUIC_OPTION_COUNT_(OPTIONS), \
+                            FACTORY, PLAN)
+
+#define CIUIC_DEFINE_PLUGIN_NO_OPTIONS(SLOT, NAME, VERSION, SUMMARY, FACTORY)                    \
+  CIUIC_DEFINE_PLUGIN_IMPL_(SLOT, NAME, VERSION, SUMMARY, nullptr, 0, FACTORY, nullptr)
+
+#define CIUIC_DEFINE_PLUGIN_NO_OPTIONS_PLANNED(SLOT, NAME, VERSION, SUMMARY, FACTORY, PLAN)      \
+  CIUIC_DEFINE_PLUGIN_IMPL_(SLOT, NAME, VERSION, SUMMARY, nullptr, 0, FACTORY, PLAN)

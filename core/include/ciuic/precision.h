@@ -1,7 +1,8 @@
-// ciuic/precision.h — the precision policy slot ([precision] plugin = "fp32" | "bf16" | "fp16").
+// ciuic/precision.h — the precision policy slot ([precision] plugin = fp32 | bf16 | fp16 | ...).
 //
-// Decides the dtype of parameters and compute, the dtype gradients are reduced in, and loss
-// scaling. Master weights and optimizer moments are always fp32 (held by the Offload slot).
+// Decides the dtype of parameters and compute, the dtype gradients are reduced in, loss scaling,
+// and how fp32 master weights become parameters (round_to_param). Master weights and optimizer
+// moments are always fp32 (held by the Optimizer slot).
 //
 // The step protocol, driven by the trainer and the Sharding:
 //   1. loss * loss_scale() is back-propagated (loss_scale() is 1 without loss scaling);
@@ -12,8 +13,15 @@
 //   4. gradients are multiplied by 1/loss_scale() *as it was before update()* — the Sharding reads
 //      loss_scale() before calling update().
 //
-// Threading: main thread only. Failure: update() throws ciuic::Error when a dynamic scale would
-// fall below its minimum (the message names the step).
+// Rounding: every optimizer writes updated parameters through round_to_param() — after each
+// update and when a checkpoint is loaded — so a policy decides how the fp32 master becomes the
+// parameter dtype (e.g. stochastic rounding). When rounds_to_nearest() is true (the default) the
+// policy promises round_to_param() is plain round-to-nearest-even, and an optimizer may fuse that
+// rounding into its own update kernel instead of calling it.
+//
+// Threading: main thread only, except round_to_param(), which an optimizer may call from its own
+// threads for disjoint parts of the shard at once (it must be reentrant). Failure: update() throws
+// ciuic::Error when a dynamic scale would fall below its minimum (the message names the step).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +45,15 @@ class CIUIC_API Precision : public PluginObject {
   virtual bool update(bool found_inf, int64_t step) = 0;
   // Steps skipped so far because of overflow.
   virtual int64_t skipped_steps() const = 0;
+
+  // out <- master rounded to out's dtype (param_dtype()). `master`: 1-D fp32, `out`: same numel,
+  // both contiguous, on the same device (host optimizers round into host staging memory and copy
+  // it to the device themselves). `shard_offset`: the
+  // position of master[0] in the rank's shard and `t` the optimizer step, for rounding that
+  // depends on position and time (a counter-based random stream). Default: round to nearest even.
+  virtual void round_to_param(const at::Tensor& master, at::Tensor& out, int64_t shard_offset,
+                              int64_t t) const;
+  virtual bool rounds_to_nearest() const;
 
   // Checkpointed state (the scale and its counters); default: none.
   virtual void save_state(StateDict& out) const;

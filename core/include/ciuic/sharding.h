@@ -1,4 +1,4 @@
-// ciuic/sharding.h — the optimizer sharding slot ([sharding] plugin = "ddp" | "zero2" | ...).
+// ciuic/sharding.h — the optimizer sharding slot ([sharding] plugin = ddp | zero2 | ...).
 //
 // A Sharding decides how parameters, gradients and optimizer state are laid out across ranks and
 // when collectives run. The trainer drives it like this, once per optimizer step of
@@ -15,11 +15,17 @@
 // step() returns, every parameter holds its updated value on every rank and no gradient state of
 // this step remains (the next begin_micro_batch(0, ..) starts from zero).
 //
-// step() must: finish all gradient reductions; if precision.needs_overflow_check(), agree on
-// inf/nan across ranks; call precision.update() exactly once; on a skipped step leave parameters
-// and optimizer state untouched; otherwise compute the global gradient L2 norm (of the unscaled,
-// reduced gradient), clip to max_grad_norm when > 0, update its shard through the Offload, and
-// make every rank's parameters current.
+// The Sharding decides WHICH elements of the model each rank updates (its shard) and moves
+// gradients and parameters between ranks; the Optimizer (ciuic/optimizer.h) holds the shard's
+// state and does the update. setup() lays the shard out and calls optimizer.setup(); as
+// reductions complete it hands each reduced chunk to optimizer.accumulate_grad() (no gradient
+// shard of its own).
+//
+// step() must: finish all gradient reductions; take optimizer.finish_grads() and turn it into the
+// global gradient L2 norm (summing across ranks when shards differ); call precision.update()
+// exactly once (a non-finite norm is the overflow signal); on a skipped step leave parameters and
+// optimizer state untouched; otherwise clip to max_grad_norm when > 0, call optimizer.step() with
+// grad_scale = clip coefficient / loss scale, and make every rank's parameters current.
 //
 // Gradients arriving at the hooks are of sum(token losses) / global_label_tokens per rank, so the
 // reduction across ranks is a SUM (never an average): the trainer normalises the loss.
@@ -36,14 +42,14 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <ciuic/optim.h>
+#include <ciuic/optimizer.h>
 #include <ciuic/plugin.h>
 #include <ciuic/state.h>
 
 namespace ciuic {
 
 class Comm;
-class Offload;
+class Optimizer;
 class Precision;
 
 struct ShardingParam {
@@ -56,16 +62,17 @@ struct ShardingSetup {
   std::vector<ShardingParam> params;  // in forward order (embedding first)
   Comm* comm = nullptr;               // never null (a world of 1 still has a Comm)
   Precision* precision = nullptr;     // never null
-  Offload* offload = nullptr;         // never null: the core supplies its device AdamW by default
+  Optimizer* optimizer = nullptr;     // never null
   int64_t gradient_accumulation_steps = 1;
 };
 
 struct StepInput {
-  AdamWHyper hyper;
+  double lr = 0.0;             // this step's scheduled learning rate
+  double weight_decay = 0.0;   // [optimizer] weight_decay
   double max_grad_norm = 0.0;  // <= 0: no clipping
   int64_t step = 1;            // 1-based optimizer step (for messages and the precision policy)
-  int64_t adam_step = 1;       // AdamW's t if this step is applied: 1 + updates applied so far
-                               // (skipped steps do not count, as in PyTorch and DeepSpeed)
+  int64_t t = 1;               // the optimizer's t if this step is applied: 1 + updates applied
+                               // so far (skipped steps do not count, as in PyTorch and DeepSpeed)
 };
 
 struct StepResult {
@@ -74,11 +81,10 @@ struct StepResult {
                            // gradient was non-finite (never applied, whatever the policy)
 };
 
+// What the Sharding itself holds (the optimizer's memory is Optimizer::memory()).
 struct ShardingMemory {
-  uint64_t param_bytes = 0;      // device bytes of parameters held by this rank
-  uint64_t grad_bytes = 0;       // device bytes of gradient storage (buckets, shards, accumulators)
-  uint64_t optimizer_bytes = 0;  // bytes of master weights + moments held for this rank (any place)
-  uint64_t host_bytes = 0;       // of the above, in host memory
+  uint64_t param_bytes = 0;  // device bytes of parameters held by this rank
+  uint64_t grad_bytes = 0;   // device bytes of gradient buffers (buckets in flight, peak)
 };
 
 // Part of a parameter held in this rank's shard: elements [param_offset, param_offset + length)
@@ -90,8 +96,9 @@ struct ShardSlice {
   int64_t shard_offset = 0;
 };
 
-// Returns elements [offset, offset + length) of the flattened fp32 `state` ("master", "exp_avg",
-// "exp_avg_sq") of parameter `param`, as a 1-D fp32 CPU tensor — whatever world size wrote it.
+// Returns elements [offset, offset + length) of the flattened fp32 `state` (one of the optimizer's
+// state_names(), e.g. "master", "exp_avg") of parameter `param`, as a 1-D fp32 CPU tensor —
+// whatever world size wrote it.
 using SliceFetcher = std::function<at::Tensor(const std::string& state, const std::string& param,
                                               int64_t offset, int64_t length)>;
 
@@ -102,9 +109,10 @@ class CIUIC_API Sharding : public PluginObject {
   virtual StepResult step(const StepInput& input) = 0;
   virtual ShardingMemory memory() const = 0;
 
-  // Checkpoints. layout() describes this rank's shard; save_state() returns the shard's
-  // "master", "exp_avg", "exp_avg_sq" (1-D fp32 CPU, layout() order) plus anything else the
-  // plugin needs; load_state() rebuilds the shard from per-parameter slices.
+  // Checkpoints. layout() describes this rank's shard; save_state() returns the optimizer's state
+  // (1-D fp32 CPU tensors in layout() order, Optimizer::save_state) plus anything else the plugin
+  // needs; load_state() rebuilds each of the optimizer's state_names() for its shard from
+  // per-parameter slices, hands them to the optimizer and makes the parameters current.
   virtual std::vector<ShardSlice> layout() const = 0;
   virtual void save_state(StateDict& out) const = 0;
   virtual void load_state(const SliceFetcher& fetch) = 0;

@@ -6,7 +6,10 @@
 // tokens are matched before BPE.
 //
 // ChatTemplate turns a conversation into token ids plus a per-token "carries loss" mask for
-// training. Templates are chosen by name in the recipe ([data] chat_template).
+// training. Templates are chosen by name in the recipe ([model] chat_template).
+//
+// Plugins receive both from the core (DataOpenArgs); the engine builds them (its loaders are not
+// part of the SDK).
 //
 // Both are immutable after construction and safe to use from many threads at once.
 // Failure: construction throws ciuic::Error naming the file and what is unsupported or malformed.
@@ -26,9 +29,6 @@ namespace ciuic {
 class CIUIC_API Tokenizer {
  public:
   virtual ~Tokenizer();
-  static std::shared_ptr<const Tokenizer> from_file(const std::string& tokenizer_json_path);
-  static std::shared_ptr<const Tokenizer> from_json(std::string_view tokenizer_json,
-                                                    std::string_view origin = "<string>");
 
   // Encodes `text`. Special/added tokens written in the text are recognised. With
   // add_special_tokens, the post-processor's tokens (e.g. BOS) are added as HF does.
@@ -58,9 +58,6 @@ struct EncodedChat {
 class CIUIC_API ChatTemplate {
  public:
   virtual ~ChatTemplate();
-  // Known names: "deepseek" (DeepSeek-LLM chat format), "plain" ("User: ...\n\nAssistant: ...").
-  static std::unique_ptr<ChatTemplate> create(std::string_view name, const Tokenizer& tokenizer);
-  static std::vector<std::string> names();
 
   virtual std::string name() const = 0;
   // The conversation rendered as text (for inspection and tests).

@@ -14,7 +14,7 @@
 #include <ciuic/data.h>
 #include <ciuic/error.h>
 #include <ciuic/log.h>
-#include <ciuic/offload.h>
+#include <ciuic/optimizer.h>
 #include <ciuic/precision.h>
 #include <ciuic/sharding.h>
 #include <ciuic/version.h>
@@ -26,7 +26,7 @@
 #include "recipe/recipe.h"
 #include "recipe/schema.h"
 #include "registry/registry.h"
-#include "train/plan.h"
+#include "plan/plan.h"
 #include "train/worker.h"
 
 namespace ciuic::app {
@@ -112,16 +112,12 @@ int dry_run(const Recipe& recipe, const Registry& registry) {
     const Slot slot = static_cast<Slot>(i);
     const std::string name = recipe.plugin_name(slot);
     os << "  " << pad(slot_name(slot), 10);
-    if (name.empty()) {
-      os << "none (the core's AdamW on the device)\n";
-      continue;
-    }
     const PluginDescriptor& d = registry.get(slot, name);
     const Config config = recipe.plugin_config(slot, *d.info);
     switch (slot) {
       case Slot::kComm: objects.push_back(registry.create<Comm>(slot, name, config, ctx)); break;
       case Slot::kSharding: objects.push_back(registry.create<Sharding>(slot, name, config, ctx)); break;
-      case Slot::kOffload: objects.push_back(registry.create<Offload>(slot, name, config, ctx)); break;
+      case Slot::kOptimizer: objects.push_back(registry.create<Optimizer>(slot, name, config, ctx)); break;
       case Slot::kPrecision: objects.push_back(registry.create<Precision>(slot, name, config, ctx)); break;
       case Slot::kData: objects.push_back(registry.create<DataSource>(slot, name, config, ctx)); break;
     }
@@ -139,11 +135,13 @@ int run_recipe(const CliOptions& o) {
   if (o.recipe.empty()) throw UsageError("no recipe given (usage: ciuic-run RECIPE [options]; see ciuic-run --help)");
   const Recipe recipe = Recipe::load(o.recipe, effective_overrides(o));
   apply_log_level(recipe);
+  if (!launch::detect_worker_env() || launch::detect_worker_env()->rank == 0)
+    for (const std::string& w : recipe.warnings()) log_warn(w);
   // Before anything touches CUDA; the workers the launcher starts inherit it.
   log_debug("CUDA allocator: " + launch::apply_allocator_defaults());
   const Registry registry = Registry::discover(plugin_paths(o, &recipe));
-  if (o.plan) {  // needs only the precision and sharding plugins (a CPU build plans GPU recipes)
-    std::cout << train::plan_text(train::plan_memory(recipe, registry)) << std::flush;
+  if (o.plan) {  // needs the precision, sharding and optimizer plugins (a CPU build plans GPU recipes)
+    std::cout << plan::plan_text(plan::plan_memory(recipe, registry)) << std::flush;
     return kExitOk;
   }
   recipe.validate_plugins(registry);
@@ -156,10 +154,10 @@ int run_recipe(const CliOptions& o) {
 
   const auto worker_env = launch::detect_worker_env();
   if (!worker_env && recipe.section("cluster").get_float("memory_per_device_gib") > 0) {
-    const train::MemoryPlan plan = train::plan_memory(recipe, registry);
-    if (!plan.fits)
+    const plan::MemoryPlan mp = plan::plan_memory(recipe, registry);
+    if (!mp.fits)
       log_warn("the memory plan says this recipe does not fit [cluster] memory_per_device_gib "
-               "(see ciuic-run " + o.recipe + " --plan):\n" + train::plan_text(plan));
+               "(see ciuic-run " + o.recipe + " --plan):\n" + plan::plan_text(mp));
   }
   train::WorkerOptions wopts;
   wopts.resume = o.resume;
@@ -252,8 +250,9 @@ std::string recipe_reference_text() {
 int export_hf(const std::string& checkpoint, const std::string& out_dir, const std::string& dtype,
               const std::string& tokenizer, std::ostream& out) {
   namespace fs = std::filesystem;
-  if (dtype != "bf16" && dtype != "fp32")
-    throw UsageError("--export-dtype " + dtype + ": expected bf16 or fp32");
+  const std::optional<at::ScalarType> export_dtype = model::export_dtype_from_name(dtype);
+  if (!export_dtype)
+    throw UsageError("--export-dtype " + dtype + ": expected one of " + model::export_dtype_names());
   if (!tokenizer.empty() && !fs::is_regular_file(tokenizer))
     throw UsageError("--tokenizer " + tokenizer + ": no such file");
   if (out_dir.empty()) throw UsageError("--export-hf needs an output folder: --export-hf CKPT OUT");
@@ -264,7 +263,7 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, const s
   checkpoint::verify(folder, /*checksums=*/true);
   const model::LlamaConfig config = checkpoint::read_model_config(folder);
   model::HfExportOptions eo;
-  eo.dtype = dtype == "fp32" ? at::kFloat : at::kBFloat16;
+  eo.dtype = *export_dtype;
   if (!tokenizer.empty()) {
     eo.extra_files.push_back(tokenizer);
     const fs::path tc = fs::path(tokenizer).parent_path() / "tokenizer_config.json";

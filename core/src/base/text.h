@@ -24,7 +24,5 @@ CIUIC_API std::string join(const std::vector<std::string>& items, std::string_vi
 // Splits `s` at every `sep` (empty fields are kept).
 CIUIC_API std::vector<std::string> split(std::string_view s, char sep);
 
-// `s` as a TOML basic string literal: "..." with ", \ and control characters escaped.
-CIUIC_API std::string toml_quote(std::string_view s);
 
 }  // namespace ciuic::text

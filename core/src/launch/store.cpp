@@ -1,4 +1,5 @@
-// The run's key-value store over c10d's TCPStore, the rendezvous, and c10d_store() (ciuic/c10d.h).
+// The run's key-value store over c10d's TCPStore (a ciuic/c10d.h C10dBackedStore) and the
+// rendezvous.
 #include <c10/util/Exception.h>
 #include <ciuic/c10d.h>
 #include <ciuic/error.h>
@@ -35,7 +36,7 @@ std::string c10_message(const c10::Error& e) {
   return m;
 }
 
-class C10dRunStore final : public Store {
+class C10dRunStore final : public Store, public C10dBackedStore {
  public:
   C10dRunStore(c10::intrusive_ptr<c10d::Store> store, std::string where,
                std::chrono::milliseconds timeout)
@@ -64,7 +65,7 @@ class C10dRunStore final : public Store {
   }
   std::chrono::milliseconds timeout() const override { return timeout_; }
 
-  const c10::intrusive_ptr<c10d::Store>& c10d() const { return store_; }
+  c10::intrusive_ptr<c10d::Store> c10d() const override { return store_; }
 
  private:
   template <class F>
@@ -84,54 +85,6 @@ class C10dRunStore final : public Store {
   c10::intrusive_ptr<c10d::Store> store_;
   std::string where_;
   std::chrono::milliseconds timeout_;
-};
-
-// c10d::Store over any ciuic::Store.
-class StoreAdapter final : public c10d::Store {
- public:
-  explicit StoreAdapter(std::shared_ptr<ciuic::Store> s)
-      : c10d::Store(s->timeout()), s_(std::move(s)) {}
-
-  c10::intrusive_ptr<c10d::Store> clone() override { return c10::make_intrusive<StoreAdapter>(s_); }
-  void set(const std::string& key, const std::vector<uint8_t>& value) override {
-    s_->set(key, std::string(value.begin(), value.end()));
-  }
-  std::vector<uint8_t> get(const std::string& key) override {
-    wait({key}, timeout_);
-    std::string v = s_->get(key);
-    return std::vector<uint8_t>(v.begin(), v.end());
-  }
-  int64_t add(const std::string& key, int64_t value) override { return s_->add(key, value); }
-  bool deleteKey(const std::string&) override {
-    C10_THROW_ERROR(NotImplementedError, "ciuic store adapter: deleteKey is not supported");
-  }
-  bool check(const std::vector<std::string>& keys) override {
-    for (const auto& k : keys)
-      if (!s_->check(k)) return false;
-    return true;
-  }
-  int64_t getNumKeys() override {
-    C10_THROW_ERROR(NotImplementedError, "ciuic store adapter: getNumKeys is not supported");
-  }
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    // Poll so that c10d's own timeout (which may differ from the store's) is honoured and reported
-    // the way c10d callers expect (DistStoreError).
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    auto pause = std::chrono::microseconds(100);
-    while (!check(keys)) {
-      if (timeout != kNoTimeout && std::chrono::steady_clock::now() >= deadline)
-        C10_THROW_ERROR(DistStoreError, "ciuic store: timed out after " +
-                                            std::to_string(timeout.count()) +
-                                            " ms waiting for key(s) " + join_keys(keys));
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(10000));
-    }
-  }
-
- private:
-  std::shared_ptr<ciuic::Store> s_;
 };
 
 std::string host_name() {
@@ -241,10 +194,5 @@ std::shared_ptr<Store> connect_store(const WorkerEnv& env, std::chrono::millisec
 
 }  // namespace launch
 
-c10::intrusive_ptr<c10d::Store> c10d_store(const std::shared_ptr<Store>& store) {
-  if (!store) throw Error("c10d_store: the store is null");
-  if (auto* run = dynamic_cast<launch::C10dRunStore*>(store.get())) return run->c10d();
-  return c10::make_intrusive<launch::StoreAdapter>(store);
-}
 
 }  // namespace ciuic

@@ -18,6 +18,27 @@
 
 namespace ciuic::model {
 
+namespace {
+struct DtypeName {
+  const char* name;
+  at::ScalarType dtype;
+};
+constexpr DtypeName kExportDtypes[] = {{"bf16", at::kBFloat16}, {"fp32", at::kFloat}};
+}  // namespace
+
+std::optional<at::ScalarType> export_dtype_from_name(std::string_view name) {
+  for (const DtypeName& d : kExportDtypes)
+    if (name == d.name) return d.dtype;
+  return std::nullopt;
+}
+
+std::string export_dtype_names() {
+  std::string s;
+  for (const DtypeName& d : kExportDtypes) s += (s.empty() ? "" : "|") + std::string(d.name);
+  return s;
+}
+
+
 namespace fs = std::filesystem;
 
 namespace {

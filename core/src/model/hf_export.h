@@ -13,6 +13,9 @@
 // shape does not belong to `config`'s architecture, a missing extra file, I/O errors).
 #pragma once
 
+#include <optional>
+#include <string_view>
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -24,6 +27,13 @@
 #include <ciuic/export.h>
 
 namespace ciuic::model {
+
+// The dtype names an export accepts ([checkpoint] export_dtype, --export-dtype): the one table
+// of dtype names in the engine (tests/arch holds it to that). nullopt for other names.
+CIUIC_API std::optional<at::ScalarType> export_dtype_from_name(std::string_view name);
+// "bf16|fp32": for messages.
+CIUIC_API std::string export_dtype_names();
+
 
 struct HfExportOptions {
   // Floating-point tensors are written in this dtype: kBFloat16 (the usual release format) or kFloat.

@@ -9,6 +9,8 @@
 #include <string_view>
 
 #include <ciuic/error.h>
+
+#include "sdk/toml_format.h"
 #include <ciuic/log.h>
 
 namespace ciuic::optim {
@@ -64,11 +66,6 @@ bool written(const Config& c, std::string_view key) {
   return c.has(key) && c.location(key) != "<default>";
 }
 
-std::string fmt_num(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
-}
 
 enum class WarmupType { kLog, kLinear };
 
@@ -108,7 +105,7 @@ class ConstantLr final : public LrSchedule {
     check_step(step);
     return lr_;
   }
-  std::string describe() const override { return "constant (lr " + fmt_num(lr_) + ")"; }
+  std::string describe() const override { return "constant (lr " + format_number(lr_) + ")"; }
 
  private:
   double lr_;
@@ -134,7 +131,7 @@ class WarmupLr final : public LrSchedule {
 
   std::string describe() const override {
     std::string s = total_ >= 0 ? "warmup_decay (" : "warmup (";
-    s += warmup_.describe() + " from lr " + fmt_num(min_lr_) + " to " + fmt_num(max_lr_);
+    s += warmup_.describe() + " from lr " + format_number(min_lr_) + " to " + format_number(max_lr_);
     if (total_ >= 0) s += ", then linear decay to 0 at step " + std::to_string(total_);
     return s + ")";
   }
@@ -171,9 +168,9 @@ class WarmupCosineLr final : public LrSchedule {
   }
 
   std::string describe() const override {
-    return "warmup_cosine (" + warmup_.describe() + " from ratio " + fmt_num(warmup_min_ratio_) +
-           ", cosine to ratio " + fmt_num(cos_min_ratio_) + " at step " + std::to_string(total_) +
-           ", base lr " + fmt_num(base_lr_) + ")";
+    return "warmup_cosine (" + warmup_.describe() + " from ratio " + format_number(warmup_min_ratio_) +
+           ", cosine to ratio " + format_number(cos_min_ratio_) + " at step " + std::to_string(total_) +
+           ", base lr " + format_number(base_lr_) + ")";
   }
 
  private:

@@ -15,9 +15,9 @@
 #include <ciuic/error.h>
 
 #include "base/text.h"
-#include "recipe/config_impl.h"
+#include "sdk/config_impl.h"
+#include "sdk/toml_format.h"
 #include "recipe/schema.h"
-#include "registry/registry.h"
 
 namespace ciuic {
 
@@ -36,6 +36,7 @@ class Recipe::Impl {
   toml::table root;                 // merged recipe as written (after includes and overrides)
   LocationMap locs;
   std::map<std::string, Config, std::less<>> sections;  // validated core sections
+  std::vector<std::string> warnings;                     // deprecated spellings, rewritten
 
   const toml::table* written(std::string_view section) const {
     const toml::table* t = &root;
@@ -294,7 +295,7 @@ void check_top_level(const toml::table& root, const LocationMap& locs, const std
   }
 }
 
-// A plugin section's `plugin` key: a non-empty string (offload: "" means none).
+// A plugin section's `plugin` key: a non-empty string.
 void check_plugin_key(const recipe::SectionSpec& spec, const toml::table* t, const LocationMap& locs,
                       const std::string& origin, bool report_missing, ErrorList& errors) {
   const toml::node* p = t ? t->get("plugin") : nullptr;
@@ -311,7 +312,7 @@ void check_plugin_key(const recipe::SectionSpec& spec, const toml::table* t, con
   if (!p->is_string()) {
     errors.add(loc(spec.name + ".plugin", true), "[" + spec.name + "] plugin: expected a string (a plugin name), found " +
                                                     recipe::describe_found(*p));
-  } else if (p->value_exact<std::string>()->empty() && spec.name != "offload") {
+  } else if (p->value_exact<std::string>()->empty()) {
     errors.add(loc(spec.name + ".plugin", true),
                "[" + spec.name + "] plugin: expected a plugin name, found an empty string");
   }
@@ -337,18 +338,88 @@ bool is_slot(std::string_view name) {
 // ---- loading --------------------------------------------------------------------------------
 namespace {
 
+// Spellings of earlier versions, rewritten to today's with a warning that says what to write:
+//   [offload] plugin = <name> (+ options)  ->  [optimizer] plugin = <name> (+ options)
+//   [optimizer] type = <name>              ->  [optimizer] plugin = <name>
+void rewrite_deprecated(Recipe::Impl& r, ErrorList& errors) {
+  if (toml::table* off = r.root.get_as<toml::table>("offload")) {
+    const std::string where = r.key_location("offload");
+    toml::table* opt = r.root.get_as<toml::table>("optimizer");
+    if (!opt) {
+      r.root.insert_or_assign("optimizer", toml::table{});
+      opt = r.root.get_as<toml::table>("optimizer");
+      r.locs["optimizer"] = r.locs["offload"];
+    }
+    const auto plugin = off->get_as<std::string>("plugin");
+    if (plugin && opt->contains("plugin")) {
+      errors.add(where, "[offload] and [optimizer] both choose a plugin: [offload] is the old name of "
+                        "[optimizer]; write only [optimizer] plugin = \"" + plugin->get() + "\"");
+    } else if (plugin && plugin->get().empty()) {
+      r.warnings.push_back(where + ": [offload] plugin = \"\" is deprecated: the default optimizer "
+                                   "(adamw, on the device) needs no section; remove [offload]");
+    } else {
+      for (auto&& [k, v] : *off) {
+        const std::string key(k.str());
+        if (opt->contains(key)) {
+          errors.add(r.key_location("offload." + key),
+                     "[offload] " + key + " is also set in [optimizer]: [offload] is the old name "
+                     "of [optimizer]; keep one");
+          continue;
+        }
+        opt->insert_or_assign(key, v);
+        if (auto it = r.locs.find("offload." + key); it != r.locs.end()) r.locs["optimizer." + key] = it->second;
+      }
+      r.warnings.push_back(where + ": [offload] is deprecated: write [optimizer] plugin = \"" +
+                           (plugin ? plugin->get() : std::string("<name>")) +
+                           "\" (with the same options) instead");
+    }
+    r.root.erase("offload");
+  }
+  if (toml::table* opt = r.root.get_as<toml::table>("optimizer")) {
+    if (const toml::node* type = opt->get("type")) {
+      const std::string where = r.key_location("optimizer.type");
+      const auto name = type->value_exact<std::string>();
+      if (!name || name->empty()) {
+        errors.add(where, "[optimizer] type: expected an optimizer name, found " + recipe::describe_found(*type) +
+                              " ('type' is deprecated: write [optimizer] plugin = \"<name>\")");
+      } else if (opt->contains("plugin")) {
+        errors.add(where, "[optimizer] type is the old name of [optimizer] plugin: keep only plugin");
+      } else {
+        r.warnings.push_back(where + ": [optimizer] type is deprecated: write [optimizer] plugin = \"" +
+                             *name + "\" instead");
+        opt->insert_or_assign("plugin", *name);
+        r.locs["optimizer.plugin"] = r.locs["optimizer.type"];
+      }
+      opt->erase("type");
+    }
+  }
+}
+
 std::shared_ptr<Recipe::Impl> finish(std::shared_ptr<Recipe::Impl> impl, Loader& loader,
                                      const std::vector<std::string>& overrides) {
   impl->files = loader.files;
   impl->overrides = overrides;
   ErrorList& errors = loader.errors;
   for (const auto& o : overrides) apply_override(o, impl->root, impl->locs, errors);
+  rewrite_deprecated(*impl, errors);
   check_top_level(impl->root, impl->locs, impl->origin, errors);
   const auto known = recipe::core_known_sections();
   for (const auto& spec : recipe::core_schema()) {
     const toml::table* t = impl->written(spec.name);
     if (spec.plugin_slot) {
       check_plugin_key(spec, t, impl->locs, impl->origin, !loader.incomplete, errors);
+      if (spec.keys.size() > 1) {  // core keys besides `plugin` ([optimizer] lr, weight_decay)
+        recipe::SectionInput in;
+        in.section = spec.name;
+        in.written = t;
+        in.locations = &impl->locs;
+        in.origin = impl->origin;
+        in.report_missing = !loader.incomplete;
+        in.skip = {"plugin"};
+        in.others_ok = true;  // the plugin's options: validated once the plugin is known
+        std::vector<KeySpec> core(spec.keys.begin() + 1, spec.keys.end());
+        impl->sections.emplace(spec.name, Config(recipe::validate_section(in, core, known, errors)));
+      }
       continue;
     }
     recipe::SectionInput in;
@@ -378,6 +449,8 @@ std::shared_ptr<Recipe::Impl> finish(std::shared_ptr<Recipe::Impl> impl, Loader&
 }
 
 }  // namespace
+
+PluginCatalog::~PluginCatalog() = default;
 
 Recipe::Recipe(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
@@ -419,27 +492,40 @@ Config Recipe::section(std::string_view name) const {
   if (it == impl_->sections.end()) {
     if (is_slot(name))
       throw Error("internal error: Recipe::section(\"" + std::string(name) +
-                  "\"): plugin sections are read through Recipe::plugin_config()");
+                  "\"): this plugin section has no core keys; read it through "
+                  "Recipe::plugin_config()");
     throw Error("internal error: Recipe::section(\"" + std::string(name) + "\"): no such core section");
   }
   return it->second;
 }
 
 bool Recipe::has_section(std::string_view name) const { return impl_->written(name) != nullptr; }
+const std::vector<std::string>& Recipe::warnings() const { return impl_->warnings; }
 
 // ---- plugins --------------------------------------------------------------------------------
+namespace {
+// The one table of default plugins: what a recipe gets for a slot it does not choose, on a CPU
+// and on a CUDA run. (data has none: [data] plugin is required.)
+struct DefaultPlugin {
+  Slot slot;
+  const char* cpu;
+  const char* cuda;
+};
+constexpr DefaultPlugin kDefaultPlugins[] = {
+    {Slot::kComm, "gloo", "nccl"},
+    {Slot::kSharding, "ddp", "ddp"},
+    {Slot::kOptimizer, "adamw", "adamw"},
+    {Slot::kPrecision, "fp32", "fp32"},
+};
+}  // namespace
+
 std::string Recipe::plugin_name(Slot slot) const {
   if (const toml::table* t = impl_->written(slot_name(slot)))
     if (auto p = t->get_as<std::string>("plugin")) return p->get();
-  switch (slot) {
-    case Slot::kComm:
-      return section("cluster").get_string("device") == "cuda" ? "nccl" : "gloo";
-    case Slot::kSharding: return "ddp";
-    case Slot::kPrecision: return "fp32";
-    case Slot::kOffload: return "";
-    case Slot::kData: return "";  // required: load() has failed without it
-  }
-  return "";
+  const bool cuda = section("cluster").get_string("device") == "cuda";
+  for (const DefaultPlugin& d : kDefaultPlugins)
+    if (d.slot == slot) return cuda ? d.cuda : d.cpu;
+  return "";  // data: required, load() has failed without it
 }
 
 std::string Recipe::plugin_location(Slot slot) const {
@@ -457,7 +543,8 @@ recipe::SectionInput plugin_input(const Recipe::Impl& r, Slot slot, const Plugin
   in.written = r.written(in.section);
   in.locations = &r.locs;
   in.origin = r.origin;
-  in.skip = {"plugin"};
+  if (const recipe::SectionSpec* spec = recipe::find_section(in.section))
+    for (const KeySpec& k : spec->keys) in.skip.push_back(k.key);  // the core's keys
   in.owner = std::string("plugin ") + (info.name ? info.name : "?");
   return in;
 }
@@ -478,7 +565,18 @@ Config Recipe::plugin_config(Slot slot, const PluginInfo& info) const {
   return Config(std::move(data));
 }
 
-void Recipe::validate_plugins(const Registry& registry) const {
+Config Recipe::plugin_defaults(Slot slot, const PluginInfo& info) {
+  recipe::SectionInput in;
+  in.section = slot_name(slot);
+  in.origin = "<default>";
+  in.owner = std::string("plugin ") + (info.name ? info.name : "?");
+  ErrorList errors;
+  auto data = recipe::validate_section(in, plugin_keys(info), {}, errors);
+  errors.throw_if_any(std::string("defaults of plugin ") + (info.name ? info.name : "?"));
+  return Config(std::move(data));
+}
+
+void Recipe::validate_plugins(const PluginCatalog& registry) const {
   ErrorList errors;
   auto known = recipe::core_known_sections();
   // Options of the chosen plugins, so a key in the wrong plugin section gets "did you mean [x]".
@@ -486,9 +584,9 @@ void Recipe::validate_plugins(const Registry& registry) const {
     const Slot slot = static_cast<Slot>(i);
     const std::string name = plugin_name(slot);
     if (name.empty()) continue;
-    if (const PluginDescriptor* d = registry.find(slot, name)) {
+    if (const PluginInfo* info = registry.find_info(slot, name)) {
       recipe::KnownSection k{slot_name(slot), {}};
-      for (const auto& key : plugin_keys(*d->info)) k.keys.push_back(key.key);
+      for (const auto& key : plugin_keys(*info)) k.keys.push_back(key.key);
       known.push_back(std::move(k));
     }
   }
@@ -496,30 +594,16 @@ void Recipe::validate_plugins(const Registry& registry) const {
     const Slot slot = static_cast<Slot>(i);
     const std::string s = slot_name(slot);
     const std::string name = plugin_name(slot);
-    if (name.empty()) {
-      // No plugin (offload = none): the section must not hold options.
-      if (const toml::table* t = impl_->written(s)) {
-        for (auto&& [k, v] : *t) {
-          if (k.str() == "plugin") continue;
-          errors.add(impl_->key_location(s + "." + std::string(k.str())),
-                     "[" + s + "] sets '" + std::string(k.str()) + "' but chooses no plugin (add plugin = \"<name>\")");
-        }
-      }
-      continue;
-    }
-    const PluginDescriptor* d = registry.find(slot, name);
-    if (!d) {
+    if (name.empty()) continue;  // data without a plugin: reported by load()
+    const PluginInfo* info = registry.find_info(slot, name);
+    if (!info) {
       const std::string where = impl_->locs.count(s + ".plugin") ? impl_->key_location(s + ".plugin") : "<default>";
-      try {
-        registry.get(slot, name);
-      } catch (const Error& e) {
-        std::string msg = e.what();
-        if (where == "<default>") msg = "[" + s + "] default plugin: " + msg;
-        errors.add(where == "<default>" ? impl_->origin : where, msg);
-      }
+      std::string msg = registry.why_missing(slot, name);
+      if (where == "<default>") msg = "[" + s + "] default plugin: " + msg;
+      errors.add(where == "<default>" ? impl_->origin : where, msg);
       continue;
     }
-    recipe::validate_section(plugin_input(*impl_, slot, *d->info), plugin_keys(*d->info), known, errors);
+    recipe::validate_section(plugin_input(*impl_, slot, *info), plugin_keys(*info), known, errors);
   }
   errors.throw_if_any("recipe " + impl_->origin);
 }
@@ -537,7 +621,7 @@ void print_section(std::ostringstream& os, const std::string& name, const toml::
   for (const auto& key : order) {
     const toml::node* v = values.get(key);
     if (!v || v->is_table()) continue;
-    std::string line = key + " = " + recipe::format_value(*v);
+    std::string line = key + " = " + ciuic::format_value(*v);
     if (line.size() < 44) line.resize(44, ' ');
     os << line << "  # " << where(key) << "\n";
   }
@@ -549,7 +633,7 @@ std::vector<std::string> key_order(const std::vector<KeySpec>& keys) {
   return out;
 }
 
-std::string resolved(const Recipe& r, const Recipe::Impl& impl, const Registry* registry) {
+std::string resolved(const Recipe& r, const Recipe::Impl& impl, const PluginCatalog* registry) {
   std::ostringstream os;
   os << "# ciuic resolved recipe: " << impl.origin;
   if (impl.files.size() > 1) {
@@ -575,18 +659,27 @@ std::string resolved(const Recipe& r, const Recipe::Impl& impl, const Registry* 
     std::map<std::string, std::string> where;
     values.insert_or_assign("plugin", name);
     where["plugin"] = r.plugin_location(slot);
-    const PluginDescriptor* d = registry && !name.empty() ? registry->find(slot, name) : nullptr;
     std::vector<std::string> order{"plugin"};
+    if (spec.keys.size() > 1) {  // the slot's core keys ([optimizer] lr, weight_decay)
+      Config c = r.section(spec.name);
+      for (const auto& k : key_order(spec.keys))
+        if (k != "plugin") order.push_back(k);
+      for (auto&& [k, v] : c.impl().table) {
+        values.insert_or_assign(k.str(), v);
+        where[std::string(k.str())] = c.location(k.str());
+      }
+    }
+    const PluginInfo* d = registry && !name.empty() ? registry->find_info(slot, name) : nullptr;
     if (d) {
-      for (const auto& k : key_order(plugin_keys(*d->info))) order.push_back(k);
-      Config c = r.plugin_config(slot, *d->info);
+      for (const auto& k : key_order(plugin_keys(*d))) order.push_back(k);
+      Config c = r.plugin_config(slot, *d);
       for (auto&& [k, v] : c.impl().table) {
         values.insert_or_assign(k.str(), v);
         where[std::string(k.str())] = c.location(k.str());
       }
     } else if (const toml::table* t = impl.written(spec.name)) {
       for (auto&& [k, v] : *t) {
-        if (k.str() == "plugin") continue;
+        if (k.str() == "plugin" || values.contains(k.str())) continue;
         values.insert_or_assign(k.str(), v);
         where[std::string(k.str())] = impl.key_location(spec.name + "." + std::string(k.str()));
       }
@@ -599,7 +692,7 @@ std::string resolved(const Recipe& r, const Recipe::Impl& impl, const Registry* 
 }  // namespace
 
 std::string Recipe::resolved_toml() const { return resolved(*this, *impl_, nullptr); }
-std::string Recipe::resolved_toml(const Registry& registry) const {
+std::string Recipe::resolved_toml(const PluginCatalog& registry) const {
   return resolved(*this, *impl_, &registry);
 }
 

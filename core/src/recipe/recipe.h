@@ -16,9 +16,15 @@
 // TOML and contains no quotes, brackets, braces, '=' or '#', a bare word taken as a string
 // (`comm.plugin=gloo`, `model.path=/models/x`).
 //
-// Plugin sections ([comm] [sharding] [offload] [precision] [data]) hold `plugin = "<name>"` plus
-// that plugin's options; their options are validated against the plugin's declared OptionSpec
-// list by plugin_config() / validate_plugins(), once the registry knows the plugins.
+// Plugin sections ([comm] [sharding] [optimizer] [precision] [data]) hold `plugin = "<name>"` plus
+// that plugin's options ([optimizer] also the core keys lr and weight_decay, read through
+// section("optimizer")); the options are validated against the plugin's declared OptionSpec list
+// by plugin_config() / validate_plugins(), once the plugins are known (a PluginCatalog: the
+// registry; recipe/ does not depend on registry/).
+//
+// Deprecated spellings are rewritten with a warning (warnings()): [offload] plugin = <name> (with
+// its options) becomes [optimizer] plugin = <name>; [optimizer] type = <name> becomes
+// [optimizer] plugin = <name>.
 //
 // A Recipe is immutable after loading, cheap to copy (shared state) and safe to read from any
 // thread.
@@ -35,7 +41,16 @@
 
 namespace ciuic {
 
-class Registry;
+// What the recipe needs to know of the installed plugins (implemented by the Registry).
+class CIUIC_API PluginCatalog {
+ public:
+  virtual ~PluginCatalog();
+  // The info record of an accepted plugin, or null.
+  virtual const PluginInfo* find_info(Slot slot, std::string_view name) const = 0;
+  // Why `name` is not available, as a sentence for the user (unknown name and the closest known
+  // one, refusal of a file of that name, the searched folders).
+  virtual std::string why_missing(Slot slot, std::string_view name) const = 0;
+};
 
 class CIUIC_API Recipe {
  public:
@@ -58,30 +73,36 @@ class CIUIC_API Recipe {
   const std::vector<std::string>& overrides() const;
 
   // A validated core section with defaults filled in: "run", "cluster", "model", "model.config",
-  // "train", "optimizer", "scheduler", "checkpoint", "log". Throws ciuic::Error for other names
-  // (plugin sections are read through plugin_config()).
+  // "train", "scheduler", "checkpoint", "log", and the core keys of "optimizer" (lr,
+  // weight_decay). Throws ciuic::Error for other names (plugin options are read through
+  // plugin_config()).
   Config section(std::string_view name) const;
   // True when the recipe (a file or a --set) wrote the section, not only its defaults.
   bool has_section(std::string_view name) const;
+  // "<file>:<line>:<col>: <old spelling> is deprecated: <what to write>" for every deprecated
+  // spelling that was rewritten (the launcher logs them once).
+  const std::vector<std::string>& warnings() const;
 
-  // Plugin chosen for a slot: [<slot>] plugin = "...", with defaults: comm = gloo (cpu) / nccl
-  // (cuda), sharding = ddp, precision = fp32, offload = "" (none: the core's device AdamW),
-  // data = required (checked at load).
+  // Plugin chosen for a slot: [<slot>] plugin = "...", else the default from the one table of
+  // default plugins in recipe.cpp (data has none: required, checked at load).
   std::string plugin_name(Slot slot) const;
   // Where the choice was made: "<file>:<line>:<col>", "--set" or "<default>".
   std::string plugin_location(Slot slot) const;
   // The slot's section (without `plugin`) validated against the plugin's declared options:
   // defaults filled in, a location per key. Throws UsageError listing all errors.
   Config plugin_config(Slot slot, const PluginInfo& info) const;
+  // The plugin's declared defaults alone, as if its section were empty (for planning an
+  // alternative to the recipe's choice).
+  static Config plugin_defaults(Slot slot, const PluginInfo& info);
   // Validates every slot's plugin choice (it exists and loaded) and options against the
   // registry; throws one UsageError listing all problems of all slots.
-  void validate_plugins(const Registry& registry) const;
+  void validate_plugins(const PluginCatalog& plugins) const;
 
   // The whole recipe as TOML with defaults included and the origin of every value as a comment
   // (--print-recipe). Plugin sections hold what was written; the overload with a registry also
   // fills in the plugins' defaults. The text loads back as an equivalent recipe.
   std::string resolved_toml() const;
-  std::string resolved_toml(const Registry& registry) const;
+  std::string resolved_toml(const PluginCatalog& plugins) const;
 
   class Impl;
 

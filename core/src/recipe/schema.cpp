@@ -63,7 +63,7 @@ constexpr auto kFL = OptionType::kFloatList;
 SectionSpec slot_section(const char* name, const char* help, const char* plugin_help,
                          bool required) {
   SectionSpec s{name, help, {}, true};
-  // The comm default depends on [cluster] device and offload's is "none": filled by the Recipe.
+  // Defaults come from the table of default plugins in recipe.cpp (comm depends on [cluster] device).
   K plugin("plugin", kS, required ? nullptr : "", plugin_help);
   s.keys.push_back(required ? KeySpec(plugin) : KeySpec(plugin.optional()));
   return s;
@@ -128,13 +128,7 @@ std::vector<SectionSpec> build_core_schema() {
       K("exact_match_limit", kI, "0", "questions scored from exact_match_file; 0 = all").min(0),
       K("exact_match_max_new_tokens", kI, "32", "longest greedy answer generated").min(1),
   }});
-  v.push_back({"optimizer", "AdamW hyper-parameters", {
-      K("type", kS, "\"adamw\"", "optimizer").choices("adamw"),
-      K("lr", kF, "1e-4", "peak learning rate").min(0),
-      K("betas", kFL, "[0.9, 0.999]", "AdamW beta1, beta2").size(2).min(0).max(1, true),
-      K("eps", kF, "1e-8", "AdamW epsilon").min(0),
-      K("weight_decay", kF, "0.0", "decoupled weight decay (matrices only)").min(0),
-  }});
+
   v.push_back({"scheduler", "learning-rate schedule (DeepSpeed's names and meanings)", {
       K("type", kS, "\"constant\"", "schedule").choices("constant|warmup|warmup_decay|warmup_cosine"),
       K("warmup_min_lr", kF, "0.0", "learning rate at step 0 (warmup, warmup_decay)").min(0),
@@ -149,8 +143,14 @@ std::vector<SectionSpec> build_core_schema() {
                            "comm plugin; default gloo (device cpu) or nccl (device cuda)", false));
   v.push_back(slot_section("sharding", "optimizer sharding plugin and its options",
                            "sharding plugin; default ddp", false));
-  v.push_back(slot_section("offload", "optimizer offload plugin and its options",
-                           "offload plugin; default none (AdamW on the device)", false));
+  {
+    SectionSpec o = slot_section("optimizer", "optimizer plugin, learning rate, weight decay, and the plugin's options",
+                                 "optimizer plugin; default adamw (on the device); cpu_adam keeps the "
+                                 "state in host memory", false);
+    o.keys.push_back(K("lr", kF, "1e-4", "peak learning rate (the schedule's)").min(0));
+    o.keys.push_back(K("weight_decay", kF, "0.0", "decoupled weight decay (matrices only)").min(0));
+    v.push_back(std::move(o));
+  }
   v.push_back(slot_section("precision", "precision policy plugin and its options",
                            "precision plugin; default fp32", false));
   v.push_back(slot_section("data", "data source plugin and its options",
@@ -173,28 +173,9 @@ std::vector<SectionSpec> build_core_schema() {
   return v;
 }
 
-std::string fmt_num(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);  // shortest round-trip form
-  std::string s(buf, r.ptr);
-  // "2e+08" -> "2e8", "1e-04" -> "1e-4" (still TOML floats: the exponent makes them so).
-  if (size_t e = s.find('e'); e != std::string::npos) {
-    std::string mant = s.substr(0, e), exp = s.substr(e + 1);
-    bool neg = !exp.empty() && exp[0] == '-';
-    if (!exp.empty() && (exp[0] == '-' || exp[0] == '+')) exp.erase(0, 1);
-    while (exp.size() > 1 && exp[0] == '0') exp.erase(0, 1);
-    s = mant + "e" + (neg ? "-" : "") + exp;
-  }
-  return s;
-}
 
-std::string float_literal(double v) {
-  std::string s = fmt_num(v);
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // keep it a TOML float
-  return s;
-}
+
+
 
 bool is_float_list_element(const toml::node& n) { return n.is_floating_point() || n.is_integer(); }
 
@@ -265,7 +246,7 @@ std::string describe_expected(const KeySpec& s) {
       if (s.choices.empty()) return "a string";
       {
         std::vector<std::string> quoted;
-        for (const auto& c : text::split(s.choices, '|')) quoted.push_back(text::toml_quote(c));
+        for (const auto& c : text::split(s.choices, '|')) quoted.push_back(toml_quote(c));
         return "one of " + text::join(quoted, ", ");
       }
     case OptionType::kStringList:
@@ -282,12 +263,12 @@ std::string describe_expected(const KeySpec& s) {
   const bool has_min = !std::isnan(s.min), has_max = !std::isnan(s.max);
   std::string range;
   if (has_min && has_max) {
-    range = std::string("in ") + (s.min_exclusive ? "(" : "[") + fmt_num(s.min) + ", " +
-            fmt_num(s.max) + (s.max_exclusive ? ")" : "]");
+    range = std::string("in ") + (s.min_exclusive ? "(" : "[") + format_number(s.min) + ", " +
+            format_number(s.max) + (s.max_exclusive ? ")" : "]");
   } else if (has_min) {
-    range = std::string(s.min_exclusive ? "> " : ">= ") + fmt_num(s.min);
+    range = std::string(s.min_exclusive ? "> " : ">= ") + format_number(s.min);
   } else if (has_max) {
-    range = std::string(s.max_exclusive ? "< " : "<= ") + fmt_num(s.max);
+    range = std::string(s.max_exclusive ? "< " : "<= ") + format_number(s.max);
   }
   if (!range.empty()) out += (s.type == OptionType::kFloatList ? ", each " : " ") + range;
   return out;
@@ -302,25 +283,7 @@ std::string default_text(const KeySpec& s) {
   return s.default_literal;
 }
 
-std::string format_value(const toml::node& node) {
-  if (auto v = node.value_exact<std::string>()) return text::toml_quote(*v);
-  if (auto v = node.value_exact<bool>()) return *v ? "true" : "false";
-  if (auto v = node.value_exact<int64_t>()) return std::to_string(*v);
-  if (auto v = node.value_exact<double>()) return float_literal(*v);
-  if (const toml::array* a = node.as_array()) {
-    std::string out = "[";
-    for (size_t i = 0; i < a->size(); ++i) out += (i ? ", " : "") + format_value(*a->get(i));
-    return out + "]";
-  }
-  if (const toml::table* t = node.as_table()) {
-    std::string out = "{";
-    bool first = true;
-    for (auto&& [k, v] : *t) {
-      out += (first ? " " : ", ") + std::string(k.str()) + " = " + format_value(v);
-      first = false;
-    }
-    return out + (first ? "}" : " }");
-  }
+
   std::ostringstream os;  // dates and times
   node.visit([&](auto&& v) {
     if constexpr (toml::is_value<decltype(v)>) os << *v;
@@ -434,9 +397,9 @@ std::string check_value(const KeySpec& s, const toml::node& v, std::unique_ptr<t
         bool ok = false;
         for (const auto& c : choices) ok = ok || c == x;
         if (!ok) {
-          std::string m = text::toml_quote(x) + " is not allowed: expected " + want;
+          std::string m = toml_quote(x) + " is not allowed: expected " + want;
           std::string near = text::closest(x, choices);
-          if (!near.empty()) m += "; did you mean " + text::toml_quote(near) + "?";
+          if (!near.empty()) m += "; did you mean " + toml_quote(near) + "?";
           return m;
         }
       }
@@ -528,7 +491,7 @@ std::shared_ptr<Config::Impl> validate_section(const SectionInput& in,
       if (skipped(key)) continue;
       bool found = false;
       for (const auto& s : keys) found = found || s.key == key;
-      if (found) continue;
+      if (found || in.others_ok) continue;
       const std::string where = loc_of(in, key, false);
       if (v.is_table()) {
         std::string m = "unknown section [" + in.section + "." + key + "]";

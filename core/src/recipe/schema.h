@@ -21,7 +21,8 @@
 #include <ciuic/config.h>
 #include <ciuic/plugin.h>
 
-#include "recipe/config_impl.h"
+#include "sdk/config_impl.h"
+#include "sdk/toml_format.h"
 
 namespace ciuic::recipe {
 
@@ -49,11 +50,14 @@ struct SectionSpec {
   std::string name;  // "train", "model.config", "sharding"
   std::string help;  // one line
   std::vector<KeySpec> keys;
-  bool plugin_slot = false;  // [comm] [sharding] [offload] [precision] [data]: 'plugin' + options
+  // [comm] [sharding] [optimizer] [precision] [data]: 'plugin' + that plugin's options, plus the
+  // core keys listed in `keys` (always 'plugin'; [optimizer] also lr and weight_decay, which the
+  // schedule and the sharding need whatever the optimizer).
+  bool plugin_slot = false;
 };
 
 // The core sections, in the order the resolved recipe and the docs list them. Slot sections
-// appear with their `plugin` key only.
+// appear with their core keys only (`plugin`, and [optimizer]'s lr and weight_decay).
 CIUIC_API const std::vector<SectionSpec>& core_schema();
 CIUIC_API const SectionSpec* find_section(std::string_view name);
 CIUIC_API std::vector<std::string> section_names();
@@ -71,8 +75,6 @@ CIUIC_API std::string describe_expected(const KeySpec& spec);
 // The default as listed for users: the literal, "(required)" or "(unset)".
 CIUIC_API std::string default_text(const KeySpec& spec);
 
-// The TOML literal of a value (shortest round-trip floats, basic strings, inline arrays/tables).
-CIUIC_API std::string format_value(const toml::node& node);
 // What a value is, for messages: "a float (2.5)", "a string (\"1e-4\")", "a table".
 CIUIC_API std::string describe_found(const toml::node& node);
 // Parses a single TOML value literal; nullopt when it is not one.
@@ -116,6 +118,8 @@ struct SectionInput {
   const LocationMap* locations = nullptr;
   std::string origin;                    // the top-level recipe file, for problems without a line
   std::vector<std::string> skip;         // keys checked elsewhere (`plugin`, sub-sections)
+  bool others_ok = false;                // keys not in the spec are not errors (a slot section's
+                                         // core keys are read before its plugin is known)
   std::string owner;                     // "plugin zero2" for plugin sections, "" for the core
   bool report_missing = true;            // false when a file failed to parse (its keys are unknown)
 };

@@ -173,8 +173,15 @@ class Loader {
     Slot fslot{};
     std::string fname;
     if (!looks_like_plugin(file) || !parse_file_name(file, fslot, fname)) {
-      refuse(path, "", "",
-             "file name does not follow libciuic_<slot>_<name>.so with <slot> one of " + slot_list());
+      if (file.rfind("libciuic_offload_", 0) == 0)
+        refuse(path, "", "",
+               "the 'offload' slot is now 'optimizer' (plugin API " +
+                   std::to_string(kPluginApiVersion) +
+                   "): port the plugin to ciuic::Optimizer (ciuic/optimizer.h) and rebuild it as "
+                   "libciuic_optimizer_<name>.so");
+      else
+        refuse(path, "", "",
+               "file name does not follow libciuic_<slot>_<name>.so with <slot> one of " + slot_list());
       return;
     }
     const std::string fs_slot = slot_name(fslot);
@@ -311,8 +318,7 @@ const PluginDescriptor* Registry::find(Slot slot, std::string_view name) const {
   return e ? &e->desc : nullptr;
 }
 
-const PluginDescriptor& Registry::get(Slot slot, std::string_view name) const {
-  if (const PluginDescriptor* d = find(slot, name)) return *d;
+std::string Registry::why_missing(Slot slot, std::string_view name) const {
   const std::string s = slot_name(slot);
   std::vector<std::string> names;
   for (const auto& e : impl_->plugins)
@@ -328,7 +334,17 @@ const PluginDescriptor& Registry::get(Slot slot, std::string_view name) const {
     msg += "; available " + s + " plugins: " + text::join(names, ", ");
   msg += " (searched: " + (impl_->search.empty() ? std::string("nothing") : text::join(impl_->search, ", ")) +
          "; add folders with --plugin-path, $CIUIC_PLUGIN_PATH or [run] plugin_paths)";
-  throw UsageError(msg);
+  return msg;
+}
+
+const PluginInfo* Registry::find_info(Slot slot, std::string_view name) const {
+  const PluginDescriptor* d = find(slot, name);
+  return d ? d->info : nullptr;
+}
+
+const PluginDescriptor& Registry::get(Slot slot, std::string_view name) const {
+  if (const PluginDescriptor* d = find(slot, name)) return *d;
+  throw UsageError(why_missing(slot, name));
 }
 
 std::vector<std::string> Registry::refusals() const {

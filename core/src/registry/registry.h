@@ -47,6 +47,8 @@
 #include <ciuic/export.h>
 #include <ciuic/plugin.h>
 
+#include "recipe/recipe.h"
+
 namespace ciuic {
 
 struct PluginDescriptor {
@@ -55,7 +57,7 @@ struct PluginDescriptor {
   const PluginInfo* info;  // the plugin's static record; valid until process exit
 };
 
-class CIUIC_API Registry {
+class CIUIC_API Registry final : public PluginCatalog {
  public:
   // The default search path (1.-3. above) followed by `extra_paths`; see the file comment.
   static Registry discover(const std::vector<std::string>& extra_paths);
@@ -65,9 +67,12 @@ class CIUIC_API Registry {
   // Accepted plugins, sorted by slot (enum order), then name.
   std::vector<PluginDescriptor> list() const;
   const PluginDescriptor* find(Slot slot, std::string_view name) const;
-  // Throws UsageError: "unknown <slot> plugin '<name>'", the closest name, the available
-  // plugins of that slot, the searched folders, and the refusal of any file of that name.
+  // Throws UsageError(why_missing(slot, name)) when there is no such accepted plugin.
   const PluginDescriptor& get(Slot slot, std::string_view name) const;
+  // PluginCatalog: "unknown <slot> plugin '<name>'", the closest name, the available plugins of
+  // that slot, the searched folders, and the refusal of any file of that name.
+  const PluginInfo* find_info(Slot slot, std::string_view name) const override;
+  std::string why_missing(Slot slot, std::string_view name) const override;
   // "<file>: <why>" for every refused file, in search order.
   std::vector<std::string> refusals() const;
   // "<file>: shadowed by <file>" for accepted files that lost to a later one of the same name.
@@ -81,7 +86,7 @@ class CIUIC_API Registry {
   // with "plugin <slot>/<name> (<path>): " in front; a factory returning null is an Error too.
   std::shared_ptr<PluginObject> create_object(Slot slot, std::string_view name,
                                               const Config& config, const RunContext& ctx) const;
-  // create_object() cast to the slot's interface (Comm, Sharding, Offload, Precision,
+  // create_object() cast to the slot's interface (Comm, Sharding, Optimizer, Precision,
   // DataSource); an object of another type is an Error naming the plugin and both types.
   template <class T>
   std::shared_ptr<T> create(Slot slot, std::string_view name, const Config& config,

@@ -9,12 +9,12 @@
 // With assistant_only, the boundaries are "...Assistant:" | " reply<eos>" | "User: ...": the
 // pre-tokenizers of DeepSeek, Llama-3 and GPT-2 never join ':' with a following space, and an
 // added token (EOS) is always a boundary, so the ids are the same there too.
+#include "tokenizer/factory.h"
 #include <ciuic/error.h>
 #include <ciuic/tokenizer.h>
 
 namespace ciuic {
 
-ChatTemplate::~ChatTemplate() = default;
 
 namespace {
 
@@ -126,9 +126,9 @@ Style plain_style() {
 
 }  // namespace
 
-std::vector<std::string> ChatTemplate::names() { return {"deepseek", "plain"}; }
+std::vector<std::string> chat_template_names() { return {"deepseek", "plain"}; }
 
-std::unique_ptr<ChatTemplate> ChatTemplate::create(std::string_view name, const Tokenizer& tokenizer) {
+std::unique_ptr<ChatTemplate> make_chat_template(std::string_view name, const Tokenizer& tokenizer) {
   if (name == "deepseek") return std::make_unique<RoleTemplate>(deepseek_style(), tokenizer);
   if (name == "plain") return std::make_unique<RoleTemplate>(plain_style(), tokenizer);
   std::string known;

@@ -12,12 +12,12 @@
 #include <ciuic/error.h>
 #include <ciuic/log.h>
 
+#include "tokenizer/factory.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace ciuic {
 
-Tokenizer::~Tokenizer() = default;
 
 namespace tok {
 
@@ -664,11 +664,11 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
 
 }  // namespace tok
 
-std::shared_ptr<const Tokenizer> Tokenizer::from_json(std::string_view tokenizer_json, std::string_view origin) {
+std::shared_ptr<const Tokenizer> tokenizer_from_json(std::string_view tokenizer_json, std::string_view origin) {
   return std::make_shared<tok::HfTokenizer>(tokenizer_json, std::string(origin), std::string_view(), std::string());
 }
 
-std::shared_ptr<const Tokenizer> Tokenizer::from_file(const std::string& tokenizer_json_path) {
+std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& tokenizer_json_path) {
   std::string text = tok::read_file(tokenizer_json_path, "tokenizer file");
   std::filesystem::path cfg = std::filesystem::path(tokenizer_json_path).parent_path() / "tokenizer_config.json";
   std::string cfg_text;

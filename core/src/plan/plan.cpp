@@ -1,0 +1,238 @@
+// The memory planner (plan/plan.h): model terms here, everything else from the plugins.
+#include "plan/plan.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <optional>
+#include <sstream>
+
+#include <ciuic/config.h>
+#include <ciuic/error.h>
+
+#include "model/config.h"
+#include "model/llama.h"
+#include "recipe/recipe.h"
+#include "registry/registry.h"
+#include "train/worker.h"
+
+namespace ciuic::plan {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// GiB for sizes of a GiB and more, MiB below (tiny models plan in MiB).
+std::string bytes_text(double b) {
+  char buf[32];
+  if (b >= kGiB || b == 0)
+    std::snprintf(buf, sizeof buf, "%.2f GiB", b / kGiB);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / kMiB);
+  return buf;
+}
+
+double physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+// The slots that answer, in the order of ciuic/plan.h.
+constexpr Slot kOrder[] = {Slot::kPrecision, Slot::kSharding, Slot::kOptimizer, Slot::kComm, Slot::kData};
+
+// A plugin as the planner uses it: its info and options (the recipe's, or its defaults when it
+// stands in as an alternative).
+struct Choice {
+  std::string name;
+  const PluginInfo* info = nullptr;
+  std::optional<Config> options;
+};
+
+struct Inputs {
+  PlanContext base;  // the planner's inputs, no answers yet
+  model::LlamaConfig model;
+  bool checkpointing = false;
+};
+
+// Runs every slot's answer, then the model terms; `unknown` collects what was not counted.
+PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots], std::vector<std::string>* unknown) {
+  PlanContext ctx = in.base;
+  for (Slot slot : kOrder) {
+    const Choice& c = choices[static_cast<int>(slot)];
+    const std::string who = std::string(slot_name(slot)) + " " + c.name;
+    if (!c.info) {
+      if (unknown && !c.name.empty()) unknown->push_back(who + " (not built or not found here)");
+      continue;
+    }
+    if (!c.info->plan) {
+      if (unknown) unknown->push_back(who + " (the plugin gives no memory plan)");
+      continue;
+    }
+    const size_t before = ctx.items.size();
+    c.info->plan(*c.options, ctx);
+    for (size_t i = before; i < ctx.items.size(); ++i) ctx.items[i].by = who;
+  }
+
+  // Model terms. Activations kept for backward, per decoder layer (compute dtype): the residual
+  // input, the normed input, q, k, v, the attention output, the second residual and normed input
+  // (5 x hidden + q + 2 x kv), gate, up, silu(gate) and their product (4 x intermediate).
+  const model::LlamaConfig& m = in.model;
+  const double pb = ctx.param_bytes;
+  const double N = static_cast<double>(ctx.micro_batch_size * ctx.seq_len);
+  const double H = static_cast<double>(m.hidden_size);
+  const double kv = static_cast<double>(m.num_key_value_heads * m.head_dim);
+  const double q = static_cast<double>(m.num_attention_heads * m.head_dim);
+  const double I = static_cast<double>(m.intermediate_size);
+  const double L = static_cast<double>(m.num_hidden_layers);
+  const double layer = (5 * H + q + 2 * kv + 4 * I) * N * pb;
+  if (in.checkpointing)
+    ctx.add("activations", true, L * N * H * pb + layer,
+            "checkpointing: each layer's input, plus one layer recomputed");
+  else
+    ctx.add("activations", true, L * layer + 3 * N * H * pb,
+            std::to_string(m.num_hidden_layers) + " layers x " + bytes_text(layer));
+  ctx.add("loss chunk", true,
+          std::min(N * static_cast<double>(m.vocab_size),
+                   static_cast<double>(model::LlamaModel::kDefaultLossChunkElements)) * 8,
+          "fp32 logits and their gradient, chunk by chunk");
+  for (size_t i = ctx.items.size() - 2; i < ctx.items.size(); ++i) ctx.items[i].by = "model";
+  return ctx;
+}
+
+double device_total(const PlanContext& ctx) {
+  double t = 0;
+  for (const auto& it : ctx.items)
+    if (it.device) t += it.bytes;
+  return t;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
+  MemoryPlan plan;
+  const Config cluster = recipe.section("cluster");
+  const Config train = recipe.section("train");
+  plan.local_world_size = static_cast<int>(cluster.get_int("nproc_per_node"));
+  plan.world_size = static_cast<int>(plan.local_world_size * cluster.get_int("nnodes"));
+  plan.device = cluster.get_string("device");
+  plan.cap = cluster.get_float("memory_per_device_gib") * kGiB;
+
+  Inputs in;
+  in.model = train::recipe_model_config(recipe);
+  in.checkpointing = recipe.section("model").get_bool("activation_checkpointing");
+  PlanContext& b = in.base;
+  b.world_size = plan.world_size;
+  b.local_world_size = plan.local_world_size;
+  b.cuda = plan.device == "cuda";
+  b.num_parameters = in.model.num_parameters();
+  {
+    const model::LlamaConfig& m = in.model;
+    const int64_t H = m.hidden_size;
+    b.largest_parameter = std::max({m.vocab_size * H, m.intermediate_size * H,
+                                    m.num_attention_heads * m.head_dim * H});
+  }
+  b.micro_batch_size = train.get_int("micro_batch_size");
+  b.seq_len = train.get_int("seq_len");
+  b.gradient_accumulation_steps = train.get_int("gradient_accumulation_steps");
+
+  // The recipe's plugins. Those the plan depends on must exist (an error at the recipe's line);
+  // comm and data may be missing from this build.
+  Choice choices[kNumSlots];
+  for (Slot slot : kOrder) {
+    Choice& c = choices[static_cast<int>(slot)];
+    c.name = recipe.plugin_name(slot);
+    c.info = c.name.empty() ? nullptr : registry.find_info(slot, c.name);
+    if (!c.info && (slot == Slot::kPrecision || slot == Slot::kSharding || slot == Slot::kOptimizer)) {
+      const std::string where = recipe.plugin_location(slot);
+      throw UsageError((where == "<default>" ? recipe.path() + ": [" + slot_name(slot) + "] default plugin"
+                                             : where) +
+                       ": " + registry.why_missing(slot, c.name));
+    }
+    if (c.info) c.options = recipe.plugin_config(slot, *c.info);
+  }
+
+  const PlanContext ctx = run(in, choices, &plan.unknown);
+  plan.items = ctx.items;
+  for (const auto& it : plan.items) (it.device ? plan.device_peak : plan.host_per_rank) += it.bytes;
+  plan.host_per_node = plan.host_per_rank * plan.local_world_size;
+  plan.host_available = physical_memory();
+  plan.fits = plan.cap <= 0 || plan.device_peak <= plan.cap;
+  if (plan.fits) return plan;
+
+  // What would help: the other installed sharding and optimizer plugins in place of the
+  // recipe's, then the model terms.
+  for (Slot slot : {Slot::kOptimizer, Slot::kSharding}) {
+    for (const PluginDescriptor& d : registry.list()) {
+      if (d.slot != slot || d.name == choices[static_cast<int>(slot)].name || !d.info->plan) continue;
+      Choice alt[kNumSlots];
+      std::copy(std::begin(choices), std::end(choices), std::begin(alt));
+      Choice& c = alt[static_cast<int>(slot)];
+      c.name = d.name;
+      c.info = d.info;
+      try {
+        c.options = Recipe::plugin_defaults(slot, *d.info);
+      } catch (const Error&) {
+        continue;  // a plugin with required options cannot stand in unasked
+      }
+      const double total = device_total(run(in, alt, nullptr));
+      if (total < plan.device_peak)
+        plan.advice.push_back("[" + std::string(slot_name(slot)) + "] plugin = \"" + d.name +
+                              "\": " + bytes_text(total) + " per device (-" +
+                              bytes_text(plan.device_peak - total) + ")" +
+                              (total <= plan.cap ? ", fits" : ", still above the cap"));
+    }
+  }
+  if (!in.checkpointing) {
+    Inputs ck = in;
+    ck.checkpointing = true;
+    const double saved = plan.device_peak - device_total(run(ck, choices, nullptr));
+    plan.advice.push_back("[model] activation_checkpointing = true keeps each layer's input and one "
+                          "layer's activations: -" + bytes_text(saved));
+  }
+  if (b.micro_batch_size > 1)
+    plan.advice.push_back("a smaller [train] micro_batch_size (with more gradient_accumulation_steps): "
+                          "activations scale with it");
+  for (const auto& it : plan.items)
+    if (it.what == "parameters" && it.bytes > plan.cap)
+      plan.advice.push_back("the parameters alone (" + bytes_text(it.bytes) + ", " + it.by +
+                            ") exceed the cap");
+  return plan;
+}
+
+std::string plan_text(const MemoryPlan& plan) {
+  std::ostringstream os;
+  os << "memory plan per rank (" << plan.world_size << " rank(s), " << plan.local_world_size
+     << " per node, " << plan.device << "); peak at the start of backward:\n";
+  for (bool device : {true, false}) {
+    for (const auto& it : plan.items)
+      if (it.device == device) {
+        char line[200];
+        std::snprintf(line, sizeof line, "  %-6s %-34s %12s  ", device ? plan.device.c_str() : "host",
+                      it.what.c_str(), bytes_text(it.bytes).c_str());
+        os << line << it.note << "  [" << it.by << "]\n";
+      }
+  }
+  os << "  total " << plan.device << ": " << bytes_text(plan.device_peak);
+  if (plan.cap > 0)
+    os << " of the " << bytes_text(plan.cap) << " cap ([cluster] memory_per_device_gib): "
+       << (plan.fits ? "fits" : "does NOT fit");
+  os << "\n  total host: " << bytes_text(plan.host_per_rank) << " per rank, "
+     << bytes_text(plan.host_per_node) << " per node (" << plan.local_world_size << " rank(s))";
+  if (plan.host_available > 0) {
+    os << "; this machine has " << bytes_text(plan.host_available);
+    if (plan.host_per_node > plan.host_available) os << ": NOT enough host memory";
+  }
+  os << "\n";
+  for (const auto& u : plan.unknown) os << "  not counted: " << u << "\n";
+  if (!plan.advice.empty()) {
+    os << "what would help:\n";
+    for (const auto& a : plan.advice) os << "  - " << a << "\n";
+  }
+  os << "(estimates: model states follow the plugins' own accounting; activations within ~10% of "
+        "measured peaks)\n";
+  return os.str();
+}
+
+}  // namespace ciuic::plan

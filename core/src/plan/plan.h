@@ -1,0 +1,55 @@
+// Internal: the memory planner behind `ciuic-run RECIPE --plan` (DESIGN §9).
+//
+// Estimates, before anything is allocated, the peak bytes per GPU (or per CPU worker) and the
+// host memory per rank and per node of a recipe. The planner knows only the model: it asks the
+// recipe's plugins for everything else through the `plan` function of their info record
+// (ciuic/plan.h) — precision, then sharding, then optimizer, then comm and data — and adds the
+// model terms itself: activations kept for backward per decoder layer (with or without
+// checkpointing) and the loss chunk. A plugin without a plan function is listed as not counted.
+//
+// When the recipe does not fit [cluster] memory_per_device_gib it says what would: the other
+// installed sharding and optimizer plugins are planned in place of the recipe's (with their
+// default options) and those that lower the peak are named with their totals; activation
+// checkpointing and a smaller micro-batch are model terms.
+//
+// Held to peaks measured on H200s: TrainE2E.PlanMatchesPeaksMeasuredOnH200
+// (tests/train/train_e2e_test.cpp, within 10%).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ciuic/export.h>
+#include <ciuic/plan.h>
+
+namespace ciuic {
+class Recipe;
+class Registry;
+}  // namespace ciuic
+
+namespace ciuic::plan {
+
+struct MemoryPlan {
+  int world_size = 1;
+  int local_world_size = 1;
+  std::string device;               // "cuda" or "cpu"
+  std::vector<PlanItem> items;      // everything alive at the peak (start of backward), per rank
+  double device_peak = 0;           // sum of the device items
+  double host_per_rank = 0;         // sum of the host items
+  double host_per_node = 0;         // host_per_rank x ranks on a node
+  double host_available = 0;        // this machine's physical memory (0: unknown)
+  double cap = 0;                   // [cluster] memory_per_device_gib in bytes (0: none)
+  bool fits = true;                 // device_peak <= cap (or no cap)
+  std::vector<std::string> unknown;  // "<slot> <plugin> (why)": not counted
+  std::vector<std::string> advice;   // when it does not fit: what would
+};
+
+// Throws UsageError naming the recipe location for a sharding, optimizer or precision plugin that
+// is not installed, and for what the recipe leaves undefined (a model folder without config.json).
+// Comm and data plugins missing from this build are listed as not counted (a CPU build can plan
+// a GPU recipe).
+CIUIC_API MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry);
+CIUIC_API std::string plan_text(const MemoryPlan& plan);
+
+}  // namespace ciuic::plan

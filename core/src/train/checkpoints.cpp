@@ -1,0 +1,70 @@
+// The checkpoint policy of a run (train/checkpoints.h).
+#include "train/checkpoints.h"
+
+#include <filesystem>
+
+#include <ciuic/log.h>
+
+#include "model/hf_export.h"
+
+namespace fs = std::filesystem;
+
+namespace ciuic::train {
+
+Checkpoints::Checkpoints(Run& run, const std::string& resume)
+    : r_(run), ckpt_(run.opt.checkpoint_dir, run.opt.keep_last, run.ctx) {
+  shape_.model = run.model->config();
+  shape_.global_rows = run.opt.micro_batch * run.opt.accumulation * run.ctx.world_size;
+  shape_.seq_len = run.opt.seq_len;
+  for (const auto& [name, t] : run.model->named_parameters()) shape_.params.emplace_back(name, t.sizes().vec());
+  parts_ = checkpoint::Parts{run.comm.get(), run.sharding.get(), run.precision.get(), run.data.get()};
+
+  const bool rank0 = run.ctx.rank == 0;
+  // --resume auto: the newest checkpoint if there is one, else a fresh start (for jobs that are
+  // restarted after preemption with the same command line).
+  const bool auto_fresh = resume == "auto" && ckpt_.latest().empty();
+  if (auto_fresh && rank0)
+    log_info("--resume auto: no checkpoint in " + ckpt_.dir() + "; starting fresh");
+  if (resume.empty() || auto_fresh) return;
+  const std::string folder = checkpoint::resolve(resume == "auto" ? "latest" : resume, ckpt_.dir());
+  st_ = ckpt_.load(folder, shape_, parts_);
+  if (rank0) log_info("resumed from " + folder + " at step " + std::to_string(st_.step));
+}
+
+std::string Checkpoints::save() {
+  const std::string where = ckpt_.save(st_, shape_, parts_);
+  if (r_.ctx.rank == 0) log_info("checkpoint saved: " + where);
+  return where;
+}
+
+void Checkpoints::after_step() {
+  const int64_t every = r_.opt.checkpoint_every;
+  if (every > 0 && st_.step % every == 0 && st_.step < r_.opt.max_steps) save();
+}
+
+void Checkpoints::on_signal(const std::string& cursor) {
+  if (!r_.opt.save_on_signal || st_.step == 0) return;
+  // The interrupted step had already taken its batches: give them back, so that a resumed run
+  // trains on exactly the batches an uninterrupted one would have.
+  r_.data->seek(cursor);
+  save();
+}
+
+void Checkpoints::finish() {
+  std::string final_ckpt;
+  if (r_.opt.save_final || r_.opt.export_hf) final_ckpt = save();
+  if (!r_.opt.export_hf || r_.ctx.rank != 0) return;
+  // The Hugging Face export is made from the checkpoint's fp32 master weights.
+  const std::string out = (fs::path(r_.opt.output_dir) / "hf").string();
+  model::HfExportOptions eo;
+  eo.dtype = model::export_dtype_from_name(r_.opt.export_dtype).value_or(at::kBFloat16);
+  if (!r_.opt.tokenizer_path.empty()) {
+    eo.extra_files.push_back(r_.opt.tokenizer_path);
+    const fs::path tc = fs::path(r_.opt.tokenizer_path).parent_path() / "tokenizer_config.json";
+    if (fs::exists(tc)) eo.extra_files.push_back(tc.string());
+  }
+  model::write_hf_folder(out, r_.model->config(), checkpoint::read_master_weights(final_ckpt), eo);
+  log_info("exported Hugging Face model to " + out);
+}
+
+}  // namespace ciuic::train

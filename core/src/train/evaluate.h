@@ -1,0 +1,44 @@
+// Internal: evaluation during a run — the held-out loss and the exact match of greedy answers.
+//
+// Both are collective (every rank evaluates its part; sums are all-reduced) and run without
+// gradients. The Evaluator reads its settings from TrainOptions and writes its results through
+// the Reporter.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "train/exact_match.h"
+#include "train/run.h"
+
+namespace ciuic::train {
+
+class Reporter;
+
+struct EvalResult {
+  double loss = 0;      // mean token loss over the held-out split; NaN without one
+  int64_t tokens = 0;   // label tokens it covered (all ranks)
+};
+
+class Evaluator {
+ public:
+  // Loads [train] exact_match_file (when set) and checks a tokenizer is there to use it.
+  explicit Evaluator(Run& run);
+
+  // At the start of a run (step 0 of a fresh run): exact match "before" and the step-0 eval.
+  void before_training(int64_t step, Reporter& report);
+  // After a step: the held-out loss when [train] eval_every_steps says so (and at the last step).
+  void after_step(int64_t step, Reporter& report);
+  // At the end: exact match "after", with the before/after table.
+  void after_training(int64_t step, Reporter& report);
+
+  EvalResult held_out_loss();
+
+ private:
+  ExactMatchResult exact_match_all_ranks();
+  Run& r_;
+  std::vector<HeldOutQuestion> questions_;
+  ExactMatchResult before_;
+};
+
+}  // namespace ciuic::train

@@ -1,0 +1,73 @@
+// TrainOptions::from (train/options.h): the one place the trainer reads core recipe keys.
+#include "train/options.h"
+
+#include <filesystem>
+
+#include <ciuic/config.h>
+
+#include "recipe/recipe.h"
+
+namespace fs = std::filesystem;
+
+namespace ciuic::train {
+
+std::string resolve_input(const std::string& p, const std::string& base) {
+  if (p.empty()) return p;
+  fs::path path(p);
+  return path.is_absolute() ? p : (fs::path(base) / path).lexically_normal().string();
+}
+
+TrainOptions TrainOptions::from(const Recipe& recipe) {
+  TrainOptions o;
+  const Config t = recipe.section("train");
+  o.micro_batch = t.get_int("micro_batch_size");
+  o.accumulation = t.get_int("gradient_accumulation_steps");
+  o.seq_len = t.get_int("seq_len");
+  o.max_steps = t.get_int("max_steps");
+  o.clip = t.get_float("gradient_clipping");
+  o.eval_every = t.get_int("eval_every_steps");
+  o.eval_batches = t.get_int("eval_batches");
+  o.nonfinite_skip = t.get_string("nonfinite") == "skip";
+  o.max_nonfinite_skips = t.get_int("max_nonfinite_skips");
+  o.exact_match_file = resolve_input(t.get_string("exact_match_file"), recipe.dir());
+  o.exact_match_limit = t.get_int("exact_match_limit");
+  o.exact_match_max_new_tokens = t.get_int("exact_match_max_new_tokens");
+
+  const Config opt = recipe.section("optimizer");
+  o.lr = opt.get_float("lr");
+  o.weight_decay = opt.get_float("weight_decay");
+
+  const Config m = recipe.section("model");
+  o.model_path = resolve_input(m.get_string("path"), recipe.dir());
+  o.tokenizer_path = resolve_input(m.get_string("tokenizer"), recipe.dir());
+  if (o.tokenizer_path.empty() && !o.model_path.empty() &&
+      fs::exists(fs::path(o.model_path) / "tokenizer.json"))
+    o.tokenizer_path = (fs::path(o.model_path) / "tokenizer.json").string();
+  o.chat_template = m.get_string("chat_template");
+  o.activation_checkpointing = m.get_bool("activation_checkpointing");
+  o.init_std = m.get_float("init_std");
+
+  o.output_dir = recipe.section("run").get_string("output_dir");
+  const Config cluster = recipe.section("cluster");
+  o.cuda = cluster.get_string("device") == "cuda";
+  o.memory_cap_gib = cluster.get_float("memory_per_device_gib");
+
+  const Config c = recipe.section("checkpoint");
+  o.checkpoint_dir = c.get_string("dir").empty() ? (fs::path(o.output_dir) / "checkpoints").string()
+                                                  : c.get_string("dir");
+  o.checkpoint_every = c.get_int("every_steps");
+  o.keep_last = c.get_int("keep_last");
+  o.export_hf = c.get_bool("export_hf");
+  o.export_dtype = c.get_string("export_dtype");
+  o.save_on_signal = c.get_bool("on_signal");
+  o.save_final = c.get_bool("save_final");
+
+  const Config l = recipe.section("log");
+  o.log_every = l.get_int("every_steps");
+  o.metrics_path = (fs::path(o.output_dir) / l.get_string("metrics_file")).string();
+  o.progress = l.get_string("progress");
+  o.peak_tflops = l.get_float("peak_tflops");
+  return o;
+}
+
+}  // namespace ciuic::train

@@ -1,0 +1,73 @@
+// Internal: the recipe's core sections as the trainer uses them — typed, read once.
+//
+// Everything the training loop and its helpers (run.h, report.h, evaluate.h, checkpoints.h)
+// read from [train], [optimizer], [model], [checkpoint], [log] and [run] is here, so that no
+// string-keyed recipe read happens inside the loop. Defaults live in the recipe schema
+// (core/src/recipe/schema.cpp), one per key; this struct has none of its own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ciuic {
+class Recipe;
+}
+
+namespace ciuic::train {
+
+struct TrainOptions {
+  // [train]
+  int64_t micro_batch = 0;
+  int64_t accumulation = 0;  // gradient_accumulation_steps
+  int64_t seq_len = 0;
+  int64_t max_steps = 0;
+  double clip = 0.0;  // gradient_clipping; 0 = off
+  int64_t eval_every = 0;
+  int64_t eval_batches = 0;  // 0 = the whole held-out split
+  bool nonfinite_skip = false;
+  int64_t max_nonfinite_skips = 0;
+  std::string exact_match_file;  // resolved against the recipe's folder; "" = off
+  int64_t exact_match_limit = 0;
+  int64_t exact_match_max_new_tokens = 0;
+
+  // [optimizer] (the core's keys; the plugin's own options are read by the plugin)
+  double lr = 0.0;
+  double weight_decay = 0.0;
+
+  // [model]
+  std::string model_path;      // resolved; "" = random initialisation from [model.config]
+  std::string tokenizer_path;  // resolved; "" = <model_path>/tokenizer.json when it exists
+  std::string chat_template;
+  bool activation_checkpointing = false;
+  double init_std = 0.0;
+
+  // [checkpoint]
+  std::string checkpoint_dir;  // resolved: "" in the recipe = <output_dir>/checkpoints
+  int64_t checkpoint_every = 0;
+  int64_t keep_last = 0;
+  bool export_hf = false;
+  std::string export_dtype;  // a name model::export_dtype_from_name() knows (schema choices)
+  bool save_on_signal = false;
+  bool save_final = false;
+
+  // [log]
+  int64_t log_every = 1;
+  std::string metrics_path;  // resolved against output_dir
+  std::string progress;      // "auto" | "on" | "off"
+  double peak_tflops = 0.0;  // 0 = from the GPU name table
+
+  // [run], [cluster]
+  std::string output_dir;
+  bool cuda = false;            // [cluster] device
+  double memory_cap_gib = 0.0;  // [cluster] memory_per_device_gib; 0 = none
+
+  // Global batch in tokens: micro_batch x seq_len x accumulation x world.
+  int64_t tokens_per_step(int world_size) const { return micro_batch * seq_len * accumulation * world_size; }
+
+  static TrainOptions from(const Recipe& recipe);
+};
+
+// `p` relative to `base` (a recipe's folder), unless absolute or empty.
+std::string resolve_input(const std::string& p, const std::string& base);
+
+}  // namespace ciuic::train

@@ -1,0 +1,143 @@
+// The Reporter (train/report.h): metrics records, MFU, memory, the progress line.
+#include "train/report.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+
+#include <ATen/ops/zeros.h>
+
+#include <ciuic/log.h>
+#include <ciuic/metrics.h>
+
+#include "train/device_info.h"
+#include "train/evaluate.h"
+#include "train/exact_match.h"
+
+namespace ciuic::train {
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+}  // namespace
+
+Reporter::Reporter(Run& run, const checkpoint::TrainerState& start)
+    : r_(run),
+      rank0_(run.ctx.rank == 0),
+      metrics_(rank0_ ? run.opt.metrics_path : std::string()),
+      progress_(start.step + 1, run.opt.max_steps, rank0_ && run.opt.progress != "off",
+                run.opt.progress == "on" || std::getenv("CIUIC_PROGRESS_TTY") != nullptr),
+      flops_per_token_(run.model->config().flops_per_token(run.opt.seq_len)),
+      tokens_per_step_(run.opt.tokens_per_step(run.ctx.world_size)),
+      tokens_at_start_(start.tokens),
+      last_loss_(NAN) {
+  loss_acc_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(run.ctx.device));
+}
+
+void Reporter::begin_training() {
+  reset_peak_memory(r_.ctx.device);
+  run_start_ = window_start_ = step_start_ = Clock::now();
+}
+
+void Reporter::announce() {
+  if (!rank0_) return;
+  const auto& mc = r_.model->config();
+  progress_.message("training " + std::to_string(mc.num_parameters()) + " parameters (" +
+                    std::to_string(mc.num_hidden_layers) + " layers, hidden " +
+                    std::to_string(mc.hidden_size) + ") on " + std::to_string(r_.ctx.world_size) +
+                    " rank(s) of " + r_.device.name + ": " + r_.comm->backend_name() +
+                    ", global batch " + std::to_string(tokens_per_step_) + " tokens, " +
+                    std::to_string(r_.opt.max_steps) + " steps, lr " + r_.schedule->describe());
+}
+
+bool Reporter::logged(int64_t step) const {
+  return step % r_.opt.log_every == 0 || step == r_.opt.max_steps;
+}
+
+void Reporter::add_loss(const at::Tensor& loss_sum) { loss_acc_.add_(loss_sum); }
+
+void Reporter::step(const StepStats& s, const checkpoint::TrainerState& st) {
+  const auto now = Clock::now();
+  const double step_s = seconds(step_start_, now);
+  window_tokens_ += static_cast<double>(tokens_per_step_);
+  window_labels_ += s.global_labels;
+  const double window_s = std::max(seconds(window_start_, now), 1e-9);
+  const double tps = window_tokens_ / window_s;
+  if (!logged(s.step)) {
+    progress_.update(s.step, last_loss_, s.lr, tps, false);
+    return;
+  }
+  // Mean token loss over the steps since the last log (all ranks).
+  last_loss_ = all_sum(*r_.comm, {loss_acc_.item<double>()})[0] / std::max(1.0, window_labels_);
+  loss_acc_.zero_();
+  window_start_ = now;
+  window_tokens_ = window_labels_ = 0;
+  if (rank0_) {
+    nlohmann::json rec = {{"step", s.step},
+                          {"loss", last_loss_},
+                          {"lr", s.lr},
+                          {"grad_norm", s.result.grad_norm},
+                          {"loss_scale", s.loss_scale},
+                          {"skipped", s.result.skipped},
+                          {"tokens", st.tokens},
+                          {"tokens_per_s", tps},
+                          {"step_s", step_s},
+                          {"fwd_bwd_s", s.fwd_bwd_s},
+                          {"optim_s", s.optim_s}};
+    if (r_.ctx.device.is_cuda()) {
+      const MemoryStats ms = memory_stats(r_.ctx.device);
+      rec["mem_gib"] = ms.peak_allocated / 1073741824.0;
+      rec["mem_reserved_gib"] = ms.peak_reserved / 1073741824.0;
+      if (r_.device.peak_tflops > 0)
+        rec["mfu"] = flops_per_token_ * tps / r_.ctx.world_size / (r_.device.peak_tflops * 1e12);
+    }
+    Metrics pm;
+    for (const PluginObject* p : r_.plugins()) p->append_metrics(pm);
+    for (const auto& [k, v] : pm.values) rec[k] = v;
+    metrics_.write(rec);
+  }
+  progress_.update(s.step, last_loss_, s.lr, tps, true);
+}
+
+void Reporter::eval(int64_t step, const EvalResult& e) {
+  if (!rank0_ || e.tokens <= 0) return;
+  if (step > 0)
+    progress_.message("eval at step " + std::to_string(step) + ": loss " + std::to_string(e.loss) +
+                      ", perplexity " + std::to_string(std::exp(e.loss)));
+  metrics_.write({{"event", "eval"}, {"step", step}, {"eval_loss", e.loss},
+                  {"eval_ppl", std::exp(e.loss)}, {"eval_tokens", e.tokens}});
+}
+
+void Reporter::exact_match(const char* when, int64_t step, const ExactMatchResult& em) {
+  if (!rank0_) return;
+  nlohmann::json cats = nlohmann::json::object();
+  for (const auto& [c, v] : em.by_category) cats[c] = v.second ? double(v.first) / v.second : 0.0;
+  metrics_.write({{"event", "exact_match"}, {"when", when}, {"step", step},
+                  {"accuracy", em.accuracy()}, {"questions", em.total}, {"by_category", cats}});
+}
+
+void Reporter::message(const std::string& line) {
+  if (rank0_) progress_.message(line);
+}
+
+void Reporter::interrupted(int64_t step) {
+  progress_.finish();
+  if (rank0_) log_info("stopping at step " + std::to_string(step) + " on a signal");
+  metrics_.write({{"event", "interrupted"}, {"step", step}});
+}
+
+void Reporter::end(const checkpoint::TrainerState& st) {
+  const double elapsed = seconds(run_start_, Clock::now());
+  if (!rank0_) return;
+  const double tps = (st.tokens - tokens_at_start_) / std::max(elapsed, 1e-9);
+  nlohmann::json end = {{"event", "end"},        {"steps", st.step},
+                        {"world_size", r_.ctx.world_size},
+                        {"updates", st.updates}, {"skipped", st.skipped},
+                        {"tokens", st.tokens},   {"elapsed_s", elapsed},
+                        {"tokens_per_s", tps},   {"final_loss", last_loss_}};
+  if (r_.ctx.device.is_cuda()) end["peak_mem_gib"] = memory_stats(r_.ctx.device).peak_allocated / 1073741824.0;
+  metrics_.write(end);
+  log_info("done: " + std::to_string(st.step) + " steps, final loss " + std::to_string(last_loss_) +
+           ", " + human_count(tps) + " tokens/s, " + human_duration(elapsed));
+}
+
+}  // namespace ciuic::train

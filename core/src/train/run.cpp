@@ -1,0 +1,177 @@
+// build_run() and the small helpers the loop uses (train/run.h).
+#include "train/run.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/tensor.h>
+#include <nlohmann/json.hpp>
+
+#include <ciuic/config.h>
+#include <ciuic/error.h>
+
+#include "model/config.h"
+#include "optim/schedule.h"
+#include "recipe/recipe.h"
+#include "registry/registry.h"
+#include "tokenizer/factory.h"
+#include "train/worker.h"
+
+namespace fs = std::filesystem;
+
+namespace ciuic::train {
+namespace {
+
+// Recipe sections -> RunContext for this worker.
+RunContext make_context(const Recipe& recipe, const TrainOptions& opt, const launch::WorkerEnv& env) {
+  const Config run = recipe.section("run");
+  const Config cluster = recipe.section("cluster");
+  RunContext ctx;
+  launch::apply_worker_env(env, ctx);
+  ctx.timeout = std::chrono::milliseconds(static_cast<int64_t>(cluster.get_float("timeout_s") * 1000.0));
+  ctx.run_name = run.get_string("name");
+  ctx.output_dir = opt.output_dir;
+  ctx.recipe_dir = recipe.dir();
+  ctx.seed = static_cast<uint64_t>(run.get_int("seed"));
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  ctx.cpu_threads = std::max(1, static_cast<int>(hw) / std::max(1, env.local_world_size));
+  if (cluster.get_string("device") == "cuda") {
+    ctx.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+    set_current_device(ctx.device);
+    launch::apply_memory_cap(env.local_rank, cluster.get_float("memory_per_device_gib"));
+  }
+  at::set_num_threads(ctx.cpu_threads);
+  std::error_code ec;
+  fs::create_directories(ctx.output_dir, ec);
+  if (ec) throw Error("cannot create output_dir " + ctx.output_dir + ": " + ec.message());
+  ctx.store = launch::connect_store(env, ctx.timeout);
+  return ctx;
+}
+
+template <class T>
+std::shared_ptr<T> make_plugin(const Recipe& recipe, const Registry& registry, Slot slot,
+                               const RunContext& ctx) {
+  const std::string name = recipe.plugin_name(slot);
+  const PluginDescriptor& d = registry.get(slot, name);
+  return registry.create<T>(slot, name, recipe.plugin_config(slot, *d.info), ctx);
+}
+
+// [model] -> LlamaConfig: the folder's config.json with [model.config] on top, or
+// [model.config] alone for a randomly initialised model.
+model::LlamaConfig model_config(const Recipe& recipe, const std::string& model_path) {
+  const Config mc = recipe.section("model.config");
+  nlohmann::json overrides = nlohmann::json::object();
+  for (const std::string& k : mc.keys()) {
+    if (k == "tie_word_embeddings") overrides[k] = mc.get_bool(k);
+    else if (k == "rope_theta" || k == "rms_norm_eps" || k == "rope_scaling_factor")
+      overrides[k] = mc.get_float(k);
+    else if (k == "rope_scaling_type") overrides[k] = mc.get_string(k);
+    else overrides[k] = mc.get_int(k);
+  }
+  const std::string origin = recipe.path().empty() ? "[model.config]" : recipe.path() + " [model.config]";
+  if (!model_path.empty())
+    return model::LlamaConfig::from_file((fs::path(model_path) / "config.json").string())
+        .with_overrides(overrides, origin);
+  return model::LlamaConfig{}.with_overrides(overrides, origin);
+}
+
+}  // namespace
+
+model::LlamaConfig recipe_model_config(const Recipe& recipe) {
+  return model_config(recipe, resolve_input(recipe.section("model").get_string("path"), recipe.dir()));
+}
+
+void check_recipe(const Recipe& recipe) {
+  const Config train = recipe.section("train");
+  optim::LrSchedule::create(recipe.section("scheduler"), recipe.section("optimizer").get_float("lr"),
+                            train.get_int("max_steps"));
+}
+
+std::vector<const PluginObject*> Run::plugins() const {
+  return {comm.get(), precision.get(), optimizer.get(), sharding.get(), data.get()};
+}
+
+Run build_run(const Recipe& recipe, const Registry& registry, const launch::WorkerEnv& env) {
+  Run r;
+  r.opt = TrainOptions::from(recipe);
+  r.ctx = make_context(recipe, r.opt, env);
+  // The schedule first: a recipe error must not wait for tens of GiB of optimizer state.
+  r.schedule = optim::LrSchedule::create(recipe.section("scheduler"), r.opt.lr, r.opt.max_steps);
+  r.device = device_info(r.ctx.device, r.opt.peak_tflops);
+
+  r.comm = make_plugin<Comm>(recipe, registry, Slot::kComm, r.ctx);
+  if (r.comm->size() != r.ctx.world_size || r.comm->rank() != r.ctx.rank)
+    throw Error("comm plugin " + r.comm->backend_name() + " reports rank " +
+                std::to_string(r.comm->rank()) + " of " + std::to_string(r.comm->size()) +
+                " but this worker is rank " + std::to_string(r.ctx.rank) + " of " +
+                std::to_string(r.ctx.world_size));
+  r.precision = make_plugin<Precision>(recipe, registry, Slot::kPrecision, r.ctx);
+  r.optimizer = make_plugin<Optimizer>(recipe, registry, Slot::kOptimizer, r.ctx);
+  r.sharding = make_plugin<Sharding>(recipe, registry, Slot::kSharding, r.ctx);
+  r.data = make_plugin<DataSource>(recipe, registry, Slot::kData, r.ctx);
+
+  if (!r.opt.tokenizer_path.empty()) {
+    r.tokenizer = load_tokenizer(r.opt.tokenizer_path);
+    r.chat_template = make_chat_template(r.opt.chat_template, *r.tokenizer);
+  }
+  const model::LlamaConfig cfg = recipe_model_config(recipe);
+  if (r.tokenizer && r.tokenizer->vocab_size() > cfg.vocab_size)
+    throw UsageError("tokenizer " + r.opt.tokenizer_path + " has " +
+                     std::to_string(r.tokenizer->vocab_size()) +
+                     " tokens but the model's vocab_size is " + std::to_string(cfg.vocab_size));
+  r.model = std::make_unique<model::LlamaModel>(cfg, r.precision->param_dtype(), r.ctx.device);
+  if (r.opt.model_path.empty())
+    r.model->init_random(r.ctx.seed, r.opt.init_std);
+  else
+    r.model->load_hf(r.opt.model_path);
+  r.model->set_activation_checkpointing(r.opt.activation_checkpointing);
+
+  ShardingSetup ss;
+  for (auto& [name, t] : r.model->named_parameters())
+    ss.params.push_back(ShardingParam{name, t, /*weight_decay=*/t.dim() >= 2});
+  ss.comm = r.comm.get();
+  ss.precision = r.precision.get();
+  ss.optimizer = r.optimizer.get();
+  ss.gradient_accumulation_steps = r.opt.accumulation;
+  r.sharding->setup(ss);
+
+  DataOpenArgs da;
+  da.seq_len = r.opt.seq_len;
+  da.micro_batch_size = r.opt.micro_batch;
+  da.seed = r.ctx.seed;
+  da.rank = r.ctx.rank;
+  da.world_size = r.ctx.world_size;
+  da.pin_memory = r.ctx.device.is_cuda();
+  da.tokenizer = r.tokenizer.get();
+  da.chat_template = r.chat_template.get();
+  r.data->open(da);
+  return r;
+}
+
+DeviceBatch to_device(const Batch& b, c10::Device device, int64_t micro_batch) {
+  DeviceBatch d;
+  const bool async = device.is_cuda();
+  d.input_ids = b.input_ids.to(device, /*non_blocking=*/async);
+  d.labels = b.labels.to(device, async);
+  if (b.position_ids.defined()) d.position_ids = b.position_ids.to(device, async);
+  d.packed = b.num_documents > micro_batch;
+  if (d.packed && b.position_ids.defined())
+    d.docs = model::PackedDocs::from_position_ids(b.position_ids, device);
+  return d;
+}
+
+at::Tensor loss_sum(Run& r, const DeviceBatch& d) {
+  return r.model->loss_sum(d.input_ids, d.labels, d.position_ids, d.packed, d.docs_ptr());
+}
+
+std::vector<double> all_sum(Comm& comm, const std::vector<double>& values) {
+  at::Tensor t = at::tensor(values, at::kDouble).to(comm.device());
+  comm.all_reduce(t, ReduceOp::kSum)->wait();
+  t = t.cpu();
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
+}  // namespace ciuic::train

@@ -1,0 +1,486 @@
+// cpu_adam — the optimizer plugin that keeps the rank's fp32 master weights, AdamW moments and
+// gradient shard in host memory and updates them there with a SIMD, multi-threaded AdamW
+// (ZeRO-Offload's CPU Adam).
+//
+// Data flow of one step on a CUDA run:
+//
+//   accumulate_grad(region, chunk)   (as the Sharding's reductions complete, during backward)
+//     chunk --D2H on the current stream--> pinned staging (reduce dtype), event recorded;
+//     the fold thread (host_accumulator.h) waits for the event and folds the staging region into
+//     the fp32 gradient shard (assign on the step's first chunk, add after; squares for the norm
+//     on the last)
+//   finish_grads()                   waits for the folds still queued -> sum of squares
+//   step():
+//     for each tile of tile_size elements:
+//       threads: AdamW on master/m/v of the tile, parameters rounded into staging slot k % 2
+//       staging slot --upload stream--> params_out tile      (overlaps the next tile's update)
+//     the current stream waits for the uploads; the host waits for the last two
+//
+// On a CPU run ("direct"): chunks are host memory and are folded from where they are; the threads
+// write params_out in the parameter dtype during the update — no copies. `pipeline = "staged"`
+// forces the staged upload path on the CPU (synchronous copies): it exercises the same bookkeeping
+// in CPU-only tests.
+//
+// Rounding: when the precision policy rounds to nearest even (Precision::rounds_to_nearest), the
+// kernel writes the parameter dtype itself; otherwise the kernel updates the master only and the
+// policy's round_to_param() converts each tile.
+//
+// Threading: the interface is called on the main thread; the update runs on a private team of
+// `threads` threads (the main thread included). Work is split into contiguous, 64-element
+// aligned pieces, the same split for first touch at setup() and for every step.
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <ciuic/config.h>
+#include <ciuic/context.h>
+#include <ciuic/error.h>
+#include <ciuic/log.h>
+#include <ciuic/optimizer.h>
+#include <ciuic/plan.h>
+#include <ciuic/plugin.h>
+#include <ciuic/precision.h>
+
+#include "adamw_kernel.h"
+#include "copier.h"
+#include "host_accumulator.h"
+#include <ciuic/thread_pool.h>
+
+namespace ciuic_cpu_adam {
+namespace {
+
+constexpr const char* kWho = "optimizer cpu_adam";
+constexpr int64_t kAlign = 64;  // elements: every thread's piece starts on a 256-byte boundary
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+Dtype to_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return Dtype::kF32;
+    case at::kBFloat16: return Dtype::kBF16;
+    case at::kHalf: return Dtype::kF16;
+    default: throw ciuic::Error(std::string(kWho) + ": unsupported dtype " + c10::toString(t));
+  }
+}
+
+std::string gib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1u << 30));
+  return buf;
+}
+
+struct Hyper {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+
+// The coefficients of step t, rounded to fp32 the way torch::optim::AdamW's scalars are.
+Coefficients coefficients(const Hyper& h, const ciuic::OptimizerStep& a) {
+  Coefficients c;
+  const double bias_correction1 = 1.0 - std::pow(h.beta1, static_cast<double>(a.t));
+  const double bias_correction2 = 1.0 - std::pow(h.beta2, static_cast<double>(a.t));
+  c.grad_scale = static_cast<float>(a.grad_scale);
+  c.decay = static_cast<float>(1.0 - a.lr * a.weight_decay);
+  c.beta1 = static_cast<float>(h.beta1);
+  c.one_minus_beta1 = static_cast<float>(1.0 - h.beta1);
+  c.beta2 = static_cast<float>(h.beta2);
+  c.one_minus_beta2 = static_cast<float>(1.0 - h.beta2);
+  c.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  c.eps = static_cast<float>(h.eps);
+  c.neg_step_size = static_cast<float>(-(a.lr / bias_correction1));
+  return c;
+}
+
+int usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
+struct Run {  // consecutive segments with the same weight-decay flag
+  int64_t begin, end;
+  bool decay;
+};
+
+class CpuAdam final : public ciuic::Optimizer {
+ public:
+  CpuAdam(const ciuic::Config& cfg, const ciuic::RunContext& ctx) {
+    const int64_t threads = cfg.get_int("threads");
+    threads_ = static_cast<int>(threads > 0 ? threads : std::max(1, ctx.cpu_threads));
+    if (threads_ > usable_cpus())
+      ciuic::log_warn(std::string(kWho) + ": " + std::to_string(threads_) +
+                      " threads on " + std::to_string(usable_cpus()) +
+                      " usable CPUs: the update will be slower than with fewer threads");
+
+    const std::string simd = cfg.get_string("simd");
+    if (simd == "auto") {
+      simd_ = simd_best();
+    } else {
+      simd_ = simd == "avx512" ? SimdLevel::kAvx512
+              : simd == "avx2" ? SimdLevel::kAvx2
+                               : SimdLevel::kScalar;
+      if (!simd_supported(simd_)) {
+        std::string have = "scalar";
+        if (simd_supported(SimdLevel::kAvx2)) have = "avx2, " + have;
+        if (simd_supported(SimdLevel::kAvx512)) have = "avx512, " + have;
+        cfg.fail("simd", std::string("this CPU does not support ") +
+                             (simd_ == SimdLevel::kAvx512 ? "AVX-512 (avx512f + avx512bw)"
+                                                          : "AVX2 (avx2 + fma + f16c)") +
+                             "; it supports " + have + " (or use \"auto\")");
+      }
+    }
+    kernel_ = kernel_for(simd_);
+    pin_option_ = cfg.get_bool("pin_memory");
+    tile_ = cfg.get_int("tile_size");
+    force_staged_ = cfg.get_string("pipeline") == "staged";
+    const auto betas = cfg.get_float_list("betas");
+    if (betas.size() != 2 || betas[0] >= 1.0 || betas[1] >= 1.0)
+      cfg.fail("betas", "expected two numbers [beta1, beta2], each in [0, 1)");
+    hyper_.beta1 = betas[0];
+    hyper_.beta2 = betas[1];
+    hyper_.eps = cfg.get_float("eps");
+    pool_ = std::make_unique<ciuic::ThreadPool>(threads_);
+  }
+
+  void setup(const ciuic::OptimizerSetup& s) override {
+    ciuic::check_optimizer_setup(s, kWho);
+    ready_ = false;
+    setup_ = s;
+    setup_.initial.clear();  // views into the model: not kept
+    numel_ = s.numel;
+    device_ = s.device;
+    param_dtype_ = s.param_dtype;
+    precision_ = s.precision;
+    staged_ = force_staged_ || !device_.is_cpu();
+    pinned_ = pin_option_ && device_.is_cuda();
+    runs_.clear();
+    for (const ciuic::ShardSegment& seg : s.segments) {
+      if (seg.end == seg.begin) continue;
+      if (!runs_.empty() && runs_.back().decay == seg.weight_decay)
+        runs_.back().end = seg.end;
+      else
+        runs_.push_back({seg.begin, seg.end, seg.weight_decay});
+    }
+
+    master_ = host_empty(numel_, at::kFloat);
+    exp_avg_ = host_empty(numel_, at::kFloat);
+    exp_avg_sq_ = host_empty(numel_, at::kFloat);
+    grad_ = host_empty(numel_, at::kFloat);
+    float* p = master_.data_ptr<float>();
+    float* m = exp_avg_.data_ptr<float>();
+    float* v = exp_avg_sq_.data_ptr<float>();
+    float* g = grad_.data_ptr<float>();
+    // First touch by the thread that will update (and fold) each piece.
+    pool_->run([&](int i) {
+      auto [b, e] = ciuic::ThreadPool::piece(0, numel_, pool_->size(), i, kAlign);
+      std::memset(p + b, 0, (e - b) * sizeof(float));
+      std::memset(m + b, 0, (e - b) * sizeof(float));
+      std::memset(v + b, 0, (e - b) * sizeof(float));
+      std::memset(g + b, 0, (e - b) * sizeof(float));
+    });
+    for (const ciuic::ShardValues& piece : s.initial)  // device -> host, converted to fp32
+      master_.narrow(0, piece.shard_offset, piece.values.numel()).copy_(piece.values.reshape({-1}));
+
+    stage_ = at::Tensor();
+    staging_[0] = staging_[1] = at::Tensor();
+    copier_.reset();
+    if (staged_) {
+      const int64_t tile = std::min(tile_, numel_);
+      staging_[0] = host_empty(std::max<int64_t>(tile, 1), param_dtype_);
+      staging_[1] = host_empty(std::max<int64_t>(tile, 1), param_dtype_);
+      copier_ = std::make_unique<Copier>(device_);
+    }
+    // Half the rank's cores fold gradients while backward runs; the rest keep the GPU and the
+    // links fed.
+    fold_ = std::make_unique<HostAccumulator>(static_cast<int>(s.grad_regions.size()),
+                                              std::max(1, threads_ / 2));
+    ready_ = true;
+    ciuic::log_info(std::string(kWho) + ": " + std::to_string(numel_) + " elements, " +
+                    gib(memory().host_bytes + memory().device_bytes) +
+                    (pinned_ ? " of pinned" : " of") + " host memory, " +
+                    std::to_string(threads_) + " threads, " + simd_name(simd_) + " kernel, " +
+                    (staged_ ? "staged uploads in tiles of " + std::to_string(tile_)
+                             : std::string("direct in-memory update")));
+  }
+
+  void accumulate_grad(int region, const at::Tensor& chunk, bool first, bool last) override {
+    require_setup("accumulate_grad");
+    ciuic::check_grad_chunk(setup_, region, chunk, kWho);
+    const ciuic::ShardRegion& r = setup_.grad_regions[static_cast<size_t>(region)];
+    at::Tensor dst = grad_.narrow(0, r.offset, r.numel);
+    at::Tensor src = chunk;
+    std::unique_ptr<c10::Event> ready;
+    if (!chunk.is_cpu()) {
+      // The chunk crosses to pinned memory in its own dtype (bf16 runs: half the bytes), on the
+      // current stream; the fold thread waits for the event.
+      if (!stage_.defined() || stage_.scalar_type() != chunk.scalar_type())
+        stage_ = host_empty(numel_, chunk.scalar_type(), /*pin=*/true);
+      fold_->wait_free(region);  // the previous micro-batch's fold of this region is done
+      src = stage_.narrow(0, r.offset, r.numel);
+      src.copy_(chunk, /*non_blocking=*/true);
+      const at::Device dev = chunk.device();
+      ready = std::make_unique<c10::Event>(dev.type());
+      ready->record(c10::impl::VirtualGuardImpl(dev.type()).getStream(dev));
+    }
+    fold_->submit(region, dst, src, std::move(ready), first, last);
+  }
+
+  at::Tensor finish_grads() override {
+    require_setup("finish_grads");
+    const double sum_sq = fold_->wait_all();
+    const HostAccumulator::Times t = fold_->take_times();
+    fold_busy_s_ = t.busy_s;
+    fold_blocked_s_ = t.blocked_s;
+    return at::full({1}, sum_sq, at::TensorOptions().dtype(at::kDouble));
+  }
+
+  void step(const ciuic::OptimizerStep& args, at::Tensor& params_out) override {
+    require_setup("step");
+    ciuic::check_optimizer_step(setup_, args, params_out, kWho);
+    const auto t0 = Clock::now();
+    update_s_ = copy_wait_s_ = 0;
+    const Coefficients c = coefficients(hyper_, args);
+    const bool fused_rounding = precision_->rounds_to_nearest();
+    if (numel_ > 0) {
+      if (staged_) {
+        step_staged(&c, args.t, params_out);
+      } else {
+        update(0, numel_, fused_rounding ? params_out.data_ptr() : nullptr, to_dtype(param_dtype_), c);
+        if (!fused_rounding) {
+          at::Tensor out = params_out.view({numel_});
+          precision_->round_to_param(master_, out, 0, args.t);
+        }
+      }
+    }
+    step_s_ = seconds_since(t0);
+  }
+
+  void write_params(at::Tensor& params_out) override {
+    require_setup("write_params");
+    if (numel_ == 0) return;
+    if (staged_) {
+      step_staged(nullptr, 0, params_out);
+    } else {
+      at::Tensor out = params_out.view({numel_});
+      precision_->round_to_param(master_, out, 0, 0);
+    }
+  }
+
+  std::vector<std::string> state_names() const override {
+    return {"master", "exp_avg", "exp_avg_sq"};
+  }
+
+  void save_state(ciuic::StateDict& out) const override {
+    require_setup("save_state");
+    out.emplace_back("master", master_.clone());
+    out.emplace_back("exp_avg", exp_avg_.clone());
+    out.emplace_back("exp_avg_sq", exp_avg_sq_.clone());
+  }
+
+  void load_state(const ciuic::StateDict& in) override {
+    require_setup("load_state");
+    // All three are checked before any is copied: a bad state leaves this object unchanged.
+    const at::Tensor m = ciuic::optimizer_state_tensor(in, "master", numel_, kWho);
+    const at::Tensor a = ciuic::optimizer_state_tensor(in, "exp_avg", numel_, kWho);
+    const at::Tensor s = ciuic::optimizer_state_tensor(in, "exp_avg_sq", numel_, kWho);
+    master_.copy_(m);
+    exp_avg_.copy_(a);
+    exp_avg_sq_.copy_(s);
+  }
+
+  ciuic::OptimizerMemory memory() const override {
+    uint64_t bytes = 0;
+    for (const at::Tensor* t : {&master_, &exp_avg_, &exp_avg_sq_, &grad_, &stage_, &staging_[0],
+                                &staging_[1]})
+      if (t->defined()) bytes += static_cast<uint64_t>(t->nbytes());
+    ciuic::OptimizerMemory mem;
+    // On a CPU run the run's "device" is host memory.
+    (device_.is_cpu() ? mem.device_bytes : mem.host_bytes) = bytes;
+    return mem;
+  }
+
+  void append_metrics(ciuic::Metrics& out) const override {
+    const ciuic::OptimizerMemory m = memory();
+    out.set("optim_host_gib", static_cast<double>(m.host_bytes + m.device_bytes) / (1u << 30));
+    out.set("optim_step_s", step_s_);
+    out.set("optim_update_s", update_s_);
+    out.set("optim_copy_wait_s", copy_wait_s_);
+    out.set("grad_host_fold_s", fold_busy_s_);
+    out.set("grad_host_blocked_s", fold_blocked_s_);
+  }
+
+ private:
+  void require_setup(const char* what) const {
+    if (!ready_) throw ciuic::Error(std::string(kWho) + ": " + what + "() called before setup()");
+  }
+
+  at::Tensor host_empty(int64_t n, at::ScalarType dtype, bool pin_on_cuda = false) const {
+    const bool pin = pinned_ || (pin_on_cuda && device_.is_cuda());
+    const auto opts = at::TensorOptions().dtype(dtype).device(at::kCPU).pinned_memory(pin);
+    try {
+      return at::empty({n}, opts);
+    } catch (const std::exception& e) {
+      const uint64_t bytes = static_cast<uint64_t>(n) * c10::elementSize(dtype);
+      throw ciuic::Error(std::string(kWho) + ": could not allocate " + std::to_string(bytes) +
+                         " bytes (" + gib(bytes) + ") of " + (pin ? "pinned " : "") +
+                         "host memory" + (pin ? " (try pin_memory = false)" : "") + ": " +
+                         e.what());
+    }
+  }
+
+  // AdamW on elements [begin, end) with the whole team, reading the gradient shard in place.
+  // `out` points at element `begin` of the output (parameter dtype `od`) or is null (master only).
+  void update(int64_t begin, int64_t end, void* out, Dtype od, const Coefficients& c) {
+    const auto t0 = Clock::now();
+    const int parts = pool_->size();
+    const float* grad = grad_.const_data_ptr<float>() + begin;
+    pool_->run([&](int i) {
+      auto [b, e] = ciuic::ThreadPool::piece(begin, end, parts, i, kAlign);
+      auto run = std::upper_bound(runs_.begin(), runs_.end(), b,
+                                  [](int64_t x, const Run& r) { return x < r.end; });
+      for (; b < e && run != runs_.end(); ++run) {
+        const int64_t f = std::min(e, run->end);
+        KernelArgs a;
+        a.p = master_.data_ptr<float>() + b;
+        a.m = exp_avg_.data_ptr<float>() + b;
+        a.v = exp_avg_sq_.data_ptr<float>() + b;
+        a.grad = grad + (b - begin);
+        a.grad_dtype = Dtype::kF32;
+        a.out = out ? static_cast<char*>(out) + (b - begin) * dtype_size(od) : nullptr;
+        a.out_dtype = od;
+        a.n = f - b;
+        a.c = c;
+        a.decay = run->decay ? c.decay : 1.0f;
+        kernel_(a);
+        b = f;
+      }
+    });
+    update_s_ += seconds_since(t0);
+  }
+
+  void timed_wait(int64_t ticket) {
+    const auto t0 = Clock::now();
+    copier_->wait(ticket);
+    copy_wait_s_ += seconds_since(t0);
+  }
+
+  // Tile by tile: update (when `c` is given; else only rounding, for write_params) into staging
+  // slot k % 2, then upload the slot to params_out while the next tile is computed.
+  void step_staged(const Coefficients* c, int64_t t, at::Tensor& params_out) {
+    const Dtype od = to_dtype(param_dtype_);
+    const bool fused_rounding = c && precision_->rounds_to_nearest();
+    at::Tensor out = params_out.view({numel_});
+    int64_t slot_ticket[2] = {-1, -1};
+    for (int64_t a = 0, k = 0; a < numel_; a += tile_, ++k) {
+      const int64_t b = std::min(numel_, a + tile_);
+      const int s = static_cast<int>(k % 2);
+      if (slot_ticket[s] >= 0) timed_wait(slot_ticket[s]);
+      at::Tensor slot = staging_[s].narrow(0, 0, b - a);
+      if (c) update(a, b, fused_rounding ? slot.data_ptr() : nullptr, od, *c);
+      if (!fused_rounding) {
+        at::Tensor master = master_.narrow(0, a, b - a);
+        precision_->round_to_param(master, slot, a, t);
+      }
+      slot_ticket[s] = copier_->upload(out.narrow(0, a, b - a), slot);
+    }
+    copier_->current_stream_waits_for_uploads();
+    // The staging slots are rewritten by the next step: their uploads must be over by then.
+    for (int64_t ticket : slot_ticket)
+      if (ticket >= 0) timed_wait(ticket);
+    copier_->reset();
+  }
+
+  // Options.
+  int threads_ = 1;
+  SimdLevel simd_ = SimdLevel::kScalar;
+  KernelFn kernel_ = nullptr;
+  bool pin_option_ = true;
+  int64_t tile_ = 1 << 22;
+  bool force_staged_ = false;
+  Hyper hyper_;
+  std::unique_ptr<ciuic::ThreadPool> pool_;
+
+  // Set by setup().
+  bool ready_ = false;
+  ciuic::OptimizerSetup setup_;  // without `initial`
+  int64_t numel_ = 0;
+  c10::Device device_{c10::kCPU};
+  at::ScalarType param_dtype_ = at::kFloat;
+  const ciuic::Precision* precision_ = nullptr;
+  bool staged_ = false;
+  bool pinned_ = false;
+  std::vector<Run> runs_;
+  at::Tensor master_, exp_avg_, exp_avg_sq_;  // fp32, host
+  at::Tensor grad_;                           // fp32, host: the gradient shard
+  at::Tensor stage_;                          // CUDA: pinned landing zone of reduced chunks
+  at::Tensor staging_[2];                     // staged: parameter tiles (param dtype)
+  std::unique_ptr<Copier> copier_;
+  std::unique_ptr<HostAccumulator> fold_;
+
+  // Last step's timings (seconds).
+  double step_s_ = 0, update_s_ = 0, copy_wait_s_ = 0, fold_busy_s_ = 0, fold_blocked_s_ = 0;
+};
+
+const ciuic::OptionSpec kOptions[] = {
+    {"threads", ciuic::OptionType::kInt, "0",
+     "CPU threads for the update; 0 = the cores this rank may use (host cores / local ranks)", 0,
+     4096, nullptr},
+    {"simd", ciuic::OptionType::kString, "\"auto\"",
+     "AdamW kernel: auto (the best this CPU supports), avx512, avx2, scalar", NAN, NAN,
+     "auto|avx512|avx2|scalar"},
+    {"pin_memory", ciuic::OptionType::kBool, "true",
+     "page-locked host buffers on CUDA runs (asynchronous, faster copies)", NAN, NAN, nullptr},
+    {"tile_size", ciuic::OptionType::kInt, "4194304",
+     "elements per tile: the unit in which copies and the update overlap", 4096, 1073741824.0,
+     nullptr},
+    {"pipeline", ciuic::OptionType::kString, "\"auto\"",
+     "auto: staged copies on CUDA, direct in-memory update on CPU; staged: always stage (tests)",
+     NAN, NAN, "auto|staged"},
+    {"betas", ciuic::OptionType::kFloatList, "[0.9, 0.999]", "AdamW beta1, beta2 (each in [0, 1))",
+     0.0, 1.0, nullptr},
+    {"eps", ciuic::OptionType::kFloat, "1e-8", "AdamW epsilon (added to sqrt(v))", 0.0, NAN,
+     nullptr},
+};
+
+// The planner's answer: master, moments and the gradient shard in (pinned) host memory on GPU
+// runs, plus the landing zone of reduced chunks and two upload tiles.
+void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
+  const double S = static_cast<double>(p.shard_numel > 0 ? p.shard_numel : p.num_parameters);
+  const bool host = p.cuda;  // on a CPU run the run's "device" is host memory
+  const std::string pin = host && cfg.get_bool("pin_memory") ? "pinned, " : "";
+  p.add("master weights + AdamW moments", !host, S * 12, pin + "fp32 x 3 per shard element");
+  p.add("gradient shard", !host, S * 4, pin + "fp32, folded from reduced chunks");
+  if (host) {
+    p.add("gradient staging", false, S * p.reduce_bytes, "pinned, reduced chunks before the fold");
+    p.add("parameter upload tiles", false,
+          2.0 * std::min<double>(S, static_cast<double>(cfg.get_int("tile_size"))) * p.param_bytes,
+          "two tiles in flight");
+  }
+}
+
+}  // namespace
+}  // namespace ciuic_cpu_adam
+
+CIUIC_DEFINE_PLUGIN_PLANNED(ciuic::Slot::kOptimizer, "cpu_adam", "1.0.0",
+                            "AdamW of the shard in host memory: AVX-512/AVX2 (chosen at run "
+                            "time), multi-threaded, gradients folded on the host during backward, "
+                            "uploads overlapped with the update in tiles",
+                            ciuic_cpu_adam::kOptions,
+                            [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
+                              return new ciuic_cpu_adam::CpuAdam(a.config, a.context);
+                            },
+                            ciuic_cpu_adam::plan)

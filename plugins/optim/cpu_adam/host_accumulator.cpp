@@ -1,0 +1,183 @@
+// HostAccumulator (host_accumulator.h).
+#include "host_accumulator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <ciuic/error.h>
+
+namespace ciuic_cpu_adam {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+inline float to_float(float x) { return x; }
+inline float to_float(uint16_t bf16_bits) {  // bf16 -> fp32 is exact: the high half of the word
+  const uint32_t u = static_cast<uint32_t>(bf16_bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline float to_float(c10::Half h) { return static_cast<float>(h); }
+
+// dst[0, n) = (assign ? 0 : dst) + src; returns the sum of squares of the result when asked, in
+// fp64 over 8 lanes (written so that the compiler vectorises it without reassociating).
+template <class S>
+double fold_range(float* dst, const S* src, int64_t n, bool assign, bool squares) {
+  constexpr int64_t kBlock = 1024;  // fold a block, then square it while it is in cache
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    if (assign) {
+      for (int64_t i = b; i < e; ++i) dst[i] = to_float(src[i]);
+    } else {
+      for (int64_t i = b; i < e; ++i) dst[i] += to_float(src[i]);
+    }
+    if (!squares) continue;
+    int64_t i = b;
+    for (; i + 8 <= e; i += 8)
+      for (int k = 0; k < 8; ++k) {
+        const double x = dst[i + k];
+        lane[k] += x * x;
+      }
+    for (; i < e; ++i) lane[0] += static_cast<double>(dst[i]) * dst[i];
+  }
+  double total = 0;
+  for (double l : lane) total += l;
+  return total;
+}
+
+}  // namespace
+
+double HostAccumulator::fold(float* dst, const at::Tensor& src, bool assign, bool squares) {
+  const int64_t n = src.numel();
+  // Small jobs on one thread: waking the team costs more than it saves.
+  const int parts = n < (1 << 16) ? 1 : team_->size();
+  std::vector<double> partial(static_cast<size_t>(parts), 0.0);
+  const at::ScalarType st = src.scalar_type();
+  const void* s = src.const_data_ptr();
+  auto body = [&](int i) {
+    if (i >= parts) return;
+    const auto [b, e] = ciuic::ThreadPool::piece(0, n, parts, i, /*align=*/64);
+    if (b >= e) return;
+    double r = 0;
+    if (st == at::kFloat) r = fold_range(dst + b, static_cast<const float*>(s) + b, e - b, assign, squares);
+    else if (st == at::kBFloat16) r = fold_range(dst + b, static_cast<const uint16_t*>(s) + b, e - b, assign, squares);
+    else r = fold_range(dst + b, static_cast<const c10::Half*>(s) + b, e - b, assign, squares);
+    partial[static_cast<size_t>(i)] = r;
+  };
+  if (parts == 1) body(0);
+  else team_->run(body);
+  double total = 0;
+  for (double p : partial) total += p;
+  return total;
+}
+
+HostAccumulator::HostAccumulator(int buckets, int threads)
+    : team_(std::make_unique<ciuic::ThreadPool>(std::max(1, threads))),
+      last_ticket_(static_cast<size_t>(buckets), 0) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+HostAccumulator::~HostAccumulator() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void HostAccumulator::rethrow_locked() {
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+void HostAccumulator::wait_free(int bucket) {
+  const auto t0 = Clock::now();
+  std::unique_lock<std::mutex> l(mu_);
+  const int64_t need = last_ticket_.at(static_cast<size_t>(bucket));
+  if (done_ < need) {
+    cv_.wait(l, [&] { return done_ >= need || error_; });
+    times_.blocked_s += since(t0);
+  }
+  rethrow_locked();
+}
+
+void HostAccumulator::submit(int bucket, at::Tensor dst, at::Tensor src,
+                             std::unique_ptr<c10::Event> ready, bool assign, bool squares) {
+  if (!dst.is_cpu() || dst.scalar_type() != at::kFloat || !dst.is_contiguous() || !src.is_cpu() ||
+      !src.is_contiguous() || src.numel() != dst.numel() ||
+      (src.scalar_type() != at::kFloat && src.scalar_type() != at::kBFloat16 &&
+       src.scalar_type() != at::kHalf))
+    throw ciuic::Error("optimizer cpu_adam: host gradient accumulation needs a contiguous fp32 CPU destination and "
+                "a CPU fp32/bf16/fp16 source of the same length");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    rethrow_locked();
+    const int64_t ticket = next_ticket_++;
+    last_ticket_.at(static_cast<size_t>(bucket)) = ticket;
+    queue_.push_back(Job{ticket, std::move(dst), std::move(src), std::move(ready), assign, squares});
+  }
+  cv_.notify_all();
+}
+
+double HostAccumulator::wait_all() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return done_ == next_ticket_ - 1 || error_; });
+  rethrow_locked();
+  const double s = squares_;
+  squares_ = 0;
+  return s;
+}
+
+HostAccumulator::Times HostAccumulator::take_times() {
+  std::lock_guard<std::mutex> l(mu_);
+  Times t = times_;
+  times_ = Times{};
+  return t;
+}
+
+void HostAccumulator::loop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_ and nothing left
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    const auto t0 = Clock::now();
+    double sq = 0;
+    std::exception_ptr err;
+    try {
+      if (job.ready) job.ready->synchronize();
+      sq = fold(job.dst.data_ptr<float>(), job.src, job.assign, job.squares);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    job.dst = job.src = at::Tensor();
+    job.ready.reset();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      done_ = job.ticket;
+      if (job.squares) squares_ += sq;
+      if (err && !error_) error_ = err;
+      times_.busy_s += since(t0);
+    }
+    cv_.notify_all();
+  }
+}
+
+}  // namespace ciuic_cpu_adam

@@ -1,0 +1,98 @@
+// cpu_adam's gradient sink: how reduced gradient chunks reach the fp32 gradient shard in host
+// memory (Optimizer::accumulate_grad, ciuic/optimizer.h).
+//
+// Each reduced bucket chunk crosses to pinned host memory in the reduce dtype (bf16 on bf16 runs:
+// half the bytes of fp32) and is folded into the fp32 gradient shard on the host by this object's
+// background thread, while the GPU goes on with backward and the next micro-batches:
+//
+//   autograd thread (accumulate_grad)             accumulator thread
+//   wait_free(bucket)  <- previous job on the
+//                         bucket's staging region
+//   D2H copy into staging, record event
+//   submit(job) --------------------------------->  wait event; dst = (assign ? 0 : dst) + src,
+//                                                   in parallel; sum of squares of dst if asked
+//   step(): wait_all() -> sum of squares  <-------  done
+//
+// Jobs run in submission order, one at a time, each split over a team of `threads` threads
+// (ciuic/thread_pool.h; ATen's parallel_for on a thread it did not size ran single-threaded:
+// 0.65 s for the 1B shard on H200, where 8 threads take ~0.05 s). Without
+// it, the 8 micro-batches of the DeepSeek-7B recipe each waited on the GPU stream and added a
+// 13.8 GB fp32 staging shard on the training thread (~1.1 s exposed per micro-batch on 2xH200).
+//
+// Threading: submit(), wait_free() and wait_all() are called from the training or autograd
+// thread (never concurrently with each other: the Sharding's accumulate_grad() and
+// finish_grads() calls alternate);
+// the callbacks run on the private thread. Failure: an exception inside a job is kept and
+// rethrown by the next wait_free()/wait_all(); the destructor waits for queued jobs.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Event.h>
+
+#include <ciuic/thread_pool.h>
+
+namespace ciuic_cpu_adam {
+
+class HostAccumulator {
+ public:
+  // `buckets`: how many staging regions wait_free() tracks; `threads`: the team size per job.
+  HostAccumulator(int buckets, int threads);
+  ~HostAccumulator();
+  HostAccumulator(const HostAccumulator&) = delete;
+  HostAccumulator& operator=(const HostAccumulator&) = delete;
+
+  // Blocks until the last job submitted for `bucket` has run, so its source region may be
+  // overwritten. Returns at once when it has.
+  void wait_free(int bucket);
+
+  // Queues dst = (assign ? 0 : dst) + src for a CPU fp32 `dst` and a CPU `src` of the same
+  // length (fp32, bf16 or fp16), after `ready` (the copy that fills src; null: src is ready).
+  // With `squares`, dst's sum of squares after the update is added to what wait_all() returns.
+  void submit(int bucket, at::Tensor dst, at::Tensor src, std::unique_ptr<c10::Event> ready,
+              bool assign, bool squares);
+
+  // Blocks until every queued job has run; returns the sum of squares of the `squares` jobs since
+  // the previous wait_all() and resets it.
+  double wait_all();
+
+  // Seconds the thread spent in jobs (including waiting for their copies), and seconds callers
+  // blocked in wait_free(), since the previous take_times().
+  struct Times {
+    double busy_s = 0, blocked_s = 0;
+  };
+  Times take_times();
+
+ private:
+  struct Job {
+    int64_t ticket;
+    at::Tensor dst, src;
+    std::unique_ptr<c10::Event> ready;
+    bool assign, squares;
+  };
+  void loop();
+  void rethrow_locked();
+  double fold(float* dst, const at::Tensor& src, bool assign, bool squares);
+
+  std::unique_ptr<ciuic::ThreadPool> team_;  // used by the accumulator thread only
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  std::vector<int64_t> last_ticket_;  // per bucket
+  int64_t next_ticket_ = 1, done_ = 0;
+  double squares_ = 0;
+  Times times_;
+  std::exception_ptr error_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ciuic_cpu_adam

@@ -1,0 +1,45 @@
+// sharding/ddp: every rank holds all parameters, gradients and optimizer state. Gradient buckets
+// are all-reduced (SUM) as backward completes them; every rank then applies the same update to
+// the whole flat buffer. At world size 1 this is plain single-process training.
+#include <ciuic/kit/bucket_sharding.h>
+#include <ciuic/config.h>
+#include <ciuic/context.h>
+
+namespace {
+
+const ciuic::OptionSpec kOptions[] = {
+    {"reduce_bucket_size", ciuic::OptionType::kFloat, "2.5e7",
+     "elements per gradient bucket (one all-reduce each)", 1, NAN},
+    {"overlap_comm", ciuic::OptionType::kBool, "true",
+     "launch each bucket's all-reduce as soon as backward completes it"},
+    {"grad_accumulation", ciuic::OptionType::kString, "\"no_sync\"",
+     "no_sync: accumulate locally and reduce after the last micro-batch; reduce_each: reduce every "
+     "micro-batch into an fp32 accumulator",
+     NAN, NAN, "no_sync|reduce_each"},
+};
+
+class Ddp final : public ciuic::BucketSharding {
+ public:
+  explicit Ddp(const ciuic::Config& cfg) : BucketSharding(options_from(cfg)) {}
+
+ protected:
+  std::unique_ptr<ciuic::Work> reduce(at::Tensor& packed, at::Tensor& /*out = packed*/) override {
+    return comm().all_reduce(packed, ciuic::ReduceOp::kSum);
+  }
+  bool reduce_in_place() const override { return true; }
+  void publish() override {}  // the optimizer wrote the whole flat buffer on every rank
+};
+
+void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
+  ciuic::BucketSharding::plan_buckets(cfg, p, /*shards=*/1, /*chunk_buffers=*/false);
+}
+
+}  // namespace
+
+CIUIC_DEFINE_PLUGIN_PLANNED(ciuic::Slot::kSharding, "ddp", "1.0.0",
+                            "data parallel: bucketed all-reduce overlapped with backward",
+                            kOptions,
+                            [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
+                              return new Ddp(a.config);
+                            },
+                            plan)

@@ -1,0 +1,144 @@
+// ciuic/kit/bucket_sharding.h — part of the optim kit (libciuic_optim_kit.a; a static library
+// that sharding plugins link, not part of the SDK's ABI): a Sharding skeleton for bucketed
+// data-parallel strategies.
+//
+// BucketSharding implements the Sharding protocol (ciuic/sharding.h) on top of FlatBuckets and
+// leaves a strategy exactly three decisions:
+//
+//   reduce(packed, out)  how one bucket's packed gradient (reduce dtype, bucket size) is combined
+//                        across ranks into `out`, this rank's chunk of it (chunk_size elements):
+//                        DDP all-reduces in place (out aliases packed); ZeRO reduce-scatters;
+//                        ZeRO-1 all-reduces and takes its chunk.
+//   reduce_in_place()    whether `out` is `packed` itself or a chunk-size buffer of its own.
+//   publish()            how updated parameters reach every rank after this rank's shard was
+//                        updated (ZeRO: all-gather the shards into the flat buffer; DDP: nothing,
+//                        every rank updated everything).
+//
+// Everything else is shared: parameters moved into the bucketed flat buffer and broadcast from
+// rank 0 at setup; bucket reductions launched from autograd hooks as buckets complete
+// (overlap_comm) or all after backward, at most kMaxInFlight at once; each completed reduction
+// handed to the Optimizer (Optimizer::accumulate_grad, region = bucket index); gradient
+// accumulation either without communication until the last micro-batch ("no_sync": autograd
+// accumulates param.grad) or reduced every micro-batch ("reduce_each": no full-size gradient
+// survives a micro-batch); the global norm from the optimizer's squares; precision.update();
+// clipping; the update; memory accounting; checkpoint layout.
+//
+// The shard of rank r is chunk `shard_index` of every bucket, in bucket order (FlatBuckets::
+// shard_*). With shards == 1 the shard is the whole flat buffer, and the optimizer writes updated
+// parameters straight into it.
+//
+// Threading and failure: as ciuic/sharding.h says.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include <ciuic/comm.h>
+#include <ciuic/kit/flat_buckets.h>
+#include <ciuic/optimizer.h>
+#include <ciuic/plan.h>
+#include <ciuic/precision.h>
+#include <ciuic/sharding.h>
+
+namespace ciuic {
+
+class Config;
+
+class BucketSharding : public Sharding {
+ public:
+  // Reductions in flight before the oldest is completed (see retire()): enough to keep the comm
+  // stream busy while backward produces the next buckets. (plan_buckets() counts on it.)
+  static constexpr size_t kMaxInFlight = 3;
+
+  struct Options {
+    int64_t bucket_elements = 0;          // required (>= 1)
+    bool overlap_comm = true;
+    bool reduce_each_micro_batch = true;  // false: "no_sync"
+    int64_t shards = 1;                   // chunks per bucket (world size for ZeRO)
+    int64_t shard_index = 0;              // this rank's chunk
+  };
+
+  // Reads the options every bucketed strategy declares in its recipe section (with defaults of
+  // its own): reduce_bucket_size (elements, float or int), overlap_comm (bool), grad_accumulation
+  // ("reduce_each" | "no_sync").
+  static Options options_from(const Config& config);
+  // The planner's answer (ciuic/plan.h) for a strategy with these options: the whole parameters on
+  // every rank, reductions in flight, gradients not yet reduced; sets shard_numel and
+  // grad_chunk_elements. `shards` chunks per bucket; `chunk_buffers`: whether a reduction needs a
+  // chunk-size output besides the packed bucket (reduce_in_place() false).
+  static void plan_buckets(const Config& config, PlanContext& plan, int64_t shards,
+                           bool chunk_buffers);
+  ~BucketSharding() override;
+
+  void setup(const ShardingSetup& setup) override;
+  void begin_micro_batch(int64_t index, bool last) override;
+  StepResult step(const StepInput& input) override;
+  ShardingMemory memory() const override;
+  std::vector<ShardSlice> layout() const override;
+  void save_state(StateDict& out) const override;
+  void load_state(const SliceFetcher& fetch) override;
+  void append_metrics(Metrics& out) const override;
+
+ protected:
+  explicit BucketSharding(const Options& options);
+
+  // See the header comment. Called on autograd's thread (overlap_comm) or the training thread.
+  virtual std::unique_ptr<Work> reduce(at::Tensor& packed, at::Tensor& out) = 0;
+  virtual bool reduce_in_place() const = 0;
+  // Makes every rank's parameters current from the updated shards (param_shard() of each rank).
+  virtual void publish() = 0;
+
+  Comm& comm() { return *comm_; }
+  FlatBuckets& buckets() { return *buckets_; }
+  // This rank's shard of the parameters in the parameter dtype (the optimizer's params_out): the
+  // flat buffer itself when shards == 1, else a buffer that exists only during step() and
+  // load_state() (publish() reads it), so it costs no memory while activations are alive.
+  at::Tensor& param_shard() { return param_shard_; }
+  const Options& opts() const { return options_; }
+
+ private:
+  struct Pending {
+    int bucket;
+    std::unique_ptr<Work> work;
+    at::Tensor packed;
+    at::Tensor out;
+  };
+  void on_bucket_ready(int bucket);
+  void launch(int bucket);
+  // Completes the oldest reductions (wait, hand the chunk to the optimizer, free the bucket's
+  // buffers) until at most `keep` are in flight, and any finished ones beyond that: the
+  // gradients' memory stays bounded by a few buckets instead of the whole model.
+  void retire(size_t keep);
+  void drain();
+  void acquire_param_shard();
+  void release_param_shard();
+
+  Options options_;
+  Comm* comm_ = nullptr;
+  Precision* precision_ = nullptr;
+  Optimizer* optimizer_ = nullptr;
+  std::unique_ptr<FlatBuckets> buckets_;
+  at::Tensor param_shard_;  // param dtype; aliases the flat buffer when shards == 1
+  std::mutex pending_mu_;
+  std::vector<Pending> pending_;
+  std::vector<int> deferred_;  // buckets completed while !overlap_comm, launched after backward
+  bool last_micro_batch_ = true;
+  int64_t micro_batches_ = 0;
+  uint64_t peak_pending_bytes_ = 0;
+  uint64_t pending_bytes_ = 0;
+  // Host wall time of the last step()'s phases, in metrics as step_<phase>_s: drain (the
+  // remaining reductions and the optimizer's finish_grads(): exposed gradient time), norm
+  // (global gradient norm: one all-reduce and a read-back), update (the optimizer's step),
+  // publish (making parameters current: ZeRO-2's all-gather). On a GPU, phases that only enqueue
+  // work measure the enqueueing.
+  struct PhaseTimes {
+    double drain_s = 0, norm_s = 0, update_s = 0, publish_s = 0;
+  } phase_;
+};
+
+}  // namespace ciuic

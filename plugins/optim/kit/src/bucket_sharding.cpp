@@ -1,0 +1,274 @@
+// BucketSharding: the shared machinery of the bucketed sharding plugins
+// (ciuic/kit/bucket_sharding.h).
+#include <ciuic/kit/bucket_sharding.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <ATen/ops/empty.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/GradMode.h>
+
+#include <ciuic/config.h>
+#include <ciuic/error.h>
+#include <ciuic/grad_norm.h>
+
+namespace ciuic {
+
+BucketSharding::BucketSharding(const Options& options) : options_(options) {}
+BucketSharding::~BucketSharding() = default;
+
+BucketSharding::Options BucketSharding::options_from(const Config& config) {
+  Options o;
+  const double bucket = config.get_float("reduce_bucket_size");
+  if (bucket < 1 || bucket != std::floor(bucket))
+    config.fail("reduce_bucket_size", "expected a whole number of elements >= 1");
+  o.bucket_elements = static_cast<int64_t>(bucket);
+  o.overlap_comm = config.get_bool("overlap_comm");
+  o.reduce_each_micro_batch = config.get_string("grad_accumulation") == "reduce_each";
+  return o;
+}
+
+void BucketSharding::plan_buckets(const Config& config, PlanContext& plan, int64_t shards,
+                                  bool chunk_buffers) {
+  const Options o = options_from(config);
+  const double P = static_cast<double>(plan.num_parameters);
+  // A bucket holds whole parameters: at least the largest one.
+  const double bucket =
+      std::min(P, std::max(static_cast<double>(o.bucket_elements),
+                           static_cast<double>(plan.largest_parameter)));
+  const double s = static_cast<double>(shards);
+  plan.shard_numel = static_cast<int64_t>(std::ceil(P / s));
+  plan.grad_chunk_elements = static_cast<int64_t>(std::ceil(bucket / s));
+  plan.add("parameters", true, P * plan.param_bytes,
+           std::to_string(plan.num_parameters) + " x " + std::to_string(plan.param_bytes) +
+               " bytes, whole on every rank (flat bucketed buffer)");
+  // The reductions retire() keeps in flight, plus the one being packed: the packed bucket in the
+  // reduce dtype and, when the reduction has its own output, the chunk.
+  const double in_flight = static_cast<double>(kMaxInFlight + 1);
+  const double factor = chunk_buffers ? 1.0 + 1.0 / s : 1.0;
+  plan.add("reductions in flight", true, std::min(P, in_flight * bucket) * plan.reduce_bytes * factor,
+           "up to " + std::to_string(kMaxInFlight + 1) + " buckets of " +
+               std::to_string(static_cast<int64_t>(bucket)) + " elements");
+  const bool keep_all = !o.reduce_each_micro_batch && plan.gradient_accumulation_steps > 1;
+  plan.add("gradients not yet reduced", true, (keep_all ? P : bucket) * plan.param_bytes,
+           keep_all ? "no_sync accumulation keeps every parameter's gradient" : "about one bucket");
+}
+
+void BucketSharding::setup(const ShardingSetup& s) {
+  if (!s.comm || !s.precision || !s.optimizer)
+    throw Error("sharding: setup needs a comm, a precision policy and an optimizer");
+  comm_ = s.comm;
+  precision_ = s.precision;
+  optimizer_ = s.optimizer;
+  if (options_.bucket_elements < 1) throw Error("sharding: bucket size must be >= 1 element");
+  if (options_.shard_index < 0 || options_.shard_index >= options_.shards)
+    throw Error("sharding: shard index out of range");
+
+  FlatBuckets::Options bo;
+  bo.bucket_elements = options_.bucket_elements;
+  bo.pad_multiple = options_.shards;
+  buckets_ = std::make_unique<FlatBuckets>(s.params, bo);
+  at::Tensor& flat = buckets_->flat();
+
+  // Every rank starts from rank 0's parameters.
+  if (comm_->size() > 1) {
+    at::Tensor t = flat.device() == comm_->device() ? flat : flat.to(comm_->device());
+    comm_->broadcast(t, 0)->wait();
+    if (!t.is_same(flat)) flat.copy_(t);
+  }
+
+  // The optimizer builds its master weights from this rank's chunk of every bucket, wherever it
+  // keeps them (a host optimizer's 7B shard must not pass through a 24 GB card).
+  OptimizerSetup os;
+  os.numel = buckets_->shard_numel();
+  os.segments = buckets_->shard_segments(options_.shard_index);
+  for (size_t b = 0; b < buckets_->buckets().size(); ++b) {
+    const auto& bk = buckets_->buckets()[b];
+    const int64_t ch = bk.numel / options_.shards;
+    const int64_t off = buckets_->shard_offset(static_cast<int>(b));
+    os.grad_regions.push_back(ShardRegion{off, ch});
+    os.initial.push_back(ShardValues{off, flat.narrow(0, bk.offset + options_.shard_index * ch, ch)});
+  }
+  os.param_dtype = flat.scalar_type();
+  os.device = flat.device();
+  os.precision = precision_;
+  os.gradient_accumulation_steps = s.gradient_accumulation_steps;
+  optimizer_->setup(os);
+
+  if (options_.shards == 1) param_shard_ = flat;
+  buckets_->install_hooks([this](int b) { on_bucket_ready(b); });
+}
+
+void BucketSharding::begin_micro_batch(int64_t index, bool last) {
+  if (!buckets_) throw Error("sharding: begin_micro_batch before setup");
+  if (index == 0) {
+    micro_batches_ = 0;
+  } else if (options_.reduce_each_micro_batch) {
+    buckets_->flush();
+    drain();
+  }
+  ++micro_batches_;
+  last_micro_batch_ = last;
+  buckets_->arm(options_.reduce_each_micro_batch || last);
+}
+
+void BucketSharding::on_bucket_ready(int bucket) {
+  if (!options_.overlap_comm) {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    deferred_.push_back(bucket);
+    return;
+  }
+  launch(bucket);
+}
+
+void BucketSharding::launch(int bucket) {
+  c10::NoGradGuard ng;
+  at::Tensor packed = buckets_->pack_grads(bucket, precision_->reduce_dtype(), /*release=*/true);
+  at::Tensor out = reduce_in_place()
+                       ? packed
+                       : at::empty({packed.numel() / options_.shards}, packed.options());
+  std::unique_ptr<Work> work = reduce(packed, out);
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    pending_bytes_ += packed.nbytes() + (out.is_same(packed) ? 0 : out.nbytes());
+    peak_pending_bytes_ = std::max(peak_pending_bytes_, pending_bytes_);
+    pending_.push_back(Pending{bucket, std::move(work), std::move(packed), std::move(out)});
+  }
+  retire(kMaxInFlight);
+}
+
+void BucketSharding::retire(size_t keep) {
+  c10::NoGradGuard ng;
+  for (;;) {
+    Pending p;
+    {
+      std::lock_guard<std::mutex> l(pending_mu_);
+      if (pending_.empty()) return;
+      if (pending_.size() <= keep && !pending_.front().work->is_completed()) return;
+      p = std::move(pending_.front());
+      pending_.erase(pending_.begin());
+      pending_bytes_ -= p.packed.nbytes() + (p.out.is_same(p.packed) ? 0 : p.out.nbytes());
+    }
+    p.work->wait();
+    // The region's first contribution this step (reduce_each: micro-batch 1; no_sync: the only)
+    // and whether it is its last.
+    const bool first = !options_.reduce_each_micro_batch || micro_batches_ == 1;
+    at::Tensor chunk = p.out;
+    if (options_.shards > 1 && p.out.is_same(p.packed))  // reduced in place: take our chunk
+      chunk = p.out.narrow(0, options_.shard_index * (p.out.numel() / options_.shards),
+                           p.out.numel() / options_.shards);
+    optimizer_->accumulate_grad(p.bucket, chunk, first, last_micro_batch_);
+  }
+}
+
+void BucketSharding::drain() {
+  std::vector<int> deferred;
+  {
+    std::lock_guard<std::mutex> l(pending_mu_);
+    deferred.swap(deferred_);
+  }
+  for (int b : deferred) launch(b);
+  retire(0);
+}
+
+StepResult BucketSharding::step(const StepInput& in) {
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto t = Clock::now();
+  buckets_->flush();
+  drain();
+  const at::Tensor sum_sq = optimizer_->finish_grads();
+  phase_.drain_s = since(t);
+
+  t = Clock::now();
+  const double scale = precision_->loss_scale();
+  const GradNorm gn = global_grad_norm_from_squares(sum_sq, *comm_, options_.shards > 1);
+  const bool skip = precision_->update(gn.nonfinite, in.step) || gn.nonfinite;
+  StepResult r;
+  r.grad_norm = gn.nonfinite ? gn.norm : gn.norm / scale;
+  phase_.norm_s = since(t);
+  phase_.update_s = phase_.publish_s = 0.0;
+  if (skip) {
+    r.skipped = true;
+    return r;
+  }
+  double coef = 1.0;
+  if (in.max_grad_norm > 0 && r.grad_norm > in.max_grad_norm)
+    coef = in.max_grad_norm / (r.grad_norm + 1e-6);
+  t = Clock::now();
+  acquire_param_shard();
+  OptimizerStep args;
+  args.lr = in.lr;
+  args.weight_decay = in.weight_decay;
+  args.grad_scale = coef / scale;
+  args.t = in.t;
+  optimizer_->step(args, param_shard_);
+  phase_.update_s = since(t);
+  t = Clock::now();
+  publish();
+  release_param_shard();
+  phase_.publish_s = since(t);
+  return r;
+}
+
+void BucketSharding::acquire_param_shard() {
+  if (options_.shards == 1) return;  // the flat buffer itself
+  param_shard_ = at::empty({buckets_->shard_numel()}, buckets_->flat().options());
+}
+
+void BucketSharding::release_param_shard() {
+  if (options_.shards > 1) param_shard_ = at::Tensor();
+}
+
+ShardingMemory BucketSharding::memory() const {
+  ShardingMemory m;
+  if (!buckets_) return m;
+  m.param_bytes = buckets_->flat().nbytes();  // + a transient shard-size buffer during step()
+  m.grad_bytes = peak_pending_bytes_;
+  return m;
+}
+
+std::vector<ShardSlice> BucketSharding::layout() const {
+  return buckets_->shard_slices(options_.shard_index);
+}
+
+void BucketSharding::save_state(StateDict& out) const { optimizer_->save_state(out); }
+
+void BucketSharding::load_state(const SliceFetcher& fetch) {
+  const int64_t S = buckets_->shard_numel();
+  const std::vector<ShardSlice> slices = layout();
+  StateDict sd;
+  for (const std::string& name : optimizer_->state_names()) {
+    at::Tensor t = at::zeros({S}, at::kFloat);
+    for (const ShardSlice& sl : slices) {
+      at::Tensor part = fetch(name, sl.param, sl.param_offset, sl.length);
+      if (!part.defined() || part.numel() != sl.length)
+        throw Error("sharding: checkpoint slice of " + name + " for " + sl.param +
+                    " has the wrong size");
+      t.narrow(0, sl.shard_offset, sl.length).copy_(part.reshape({-1}));
+    }
+    sd.emplace_back(name, t);
+  }
+  optimizer_->load_state(sd);
+  // Parameters follow the loaded master weights, rounded by the precision policy.
+  c10::NoGradGuard ng;
+  acquire_param_shard();
+  optimizer_->write_params(param_shard_);
+  publish();
+  release_param_shard();
+}
+
+void BucketSharding::append_metrics(Metrics& out) const {
+  const ShardingMemory m = memory();
+  out.set("shard_param_gib", m.param_bytes / 1073741824.0);
+  out.set("shard_grad_gib", m.grad_bytes / 1073741824.0);
+  // Host wall time of the last step's phases (see PhaseTimes).
+  out.set("step_drain_s", phase_.drain_s);
+  out.set("step_norm_s", phase_.norm_s);
+  out.set("step_update_s", phase_.update_s);
+  out.set("step_publish_s", phase_.publish_s);
+}
+
+}  // namespace ciuic

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Before/after on the GPU host, side by side in one call: the tree at .gpu/base (the commit before
+# a change, exported with `git archive`) against this working tree, both built here
+# (scripts/gpu/build-on-host.sh). Carry .gpu (base sources + debs) to the device tool.
+#   scripts/gpu/ab-arch.sh build     build both (Release, CUDA)
+#   scripts/gpu/ab-arch.sh one       GPU parity of the new build (parity.py), 1B ZeRO-2 at 2 ranks
+#                                    over NVLink: base, new, base, new
+#   scripts/gpu/ab-arch.sh seven     the 3x4090 recipe's 7B shape at 2 ranks (pcie, 24 GiB cap):
+#                                    base, new (and more variants of the new build when given)
+# Every run's log and metrics go to $OUT; scripts/gpu/summarize.py prints the table.
+set -u
+what=${1:-build}
+OUT=${OUT:-/tmp/ciuic-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+ngpu=$(nvidia-smi -L | wc -l)
+run() {
+  local name=$1 limit=$2; shift 2
+  echo "=== $name: $*"
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - t0)) s"
+  [ $rc -eq 0 ] || tail -20 "$OUT/$name.log"
+}
+ciuic() {  # ciuic NAME TIMEOUT BUILD RECIPE ARGS...  (the base build reads the base tree's recipe)
+  local name=$1 limit=$2 build=$3 recipe=$4; shift 4
+  [ "$build" = build-base ] && recipe=.gpu/base/$recipe
+  rm -rf "/tmp/runs/$name"
+  run "$name" "$limit" "$build/bin/ciuic-run" "$recipe" --set "run.output_dir=\"/tmp/runs/$name\"" "$@"
+  cp "/tmp/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
+}
+one_b="configs/llama-1b-bench.toml --nproc $ngpu --set train.max_steps=20 --set log.every_steps=5"
+seven="configs/deepseek-7b-3x4090.toml --nproc $ngpu --set train.max_steps=4 --set scheduler.warmup_num_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false"
+case "$what" in
+build)
+  run build-new 420 bash scripts/gpu/build-on-host.sh . build-gpu
+  run build-base 420 bash scripts/gpu/build-on-host.sh .gpu/base build-base
+  ls build-gpu/lib/ciuic/plugins build-base/lib/ciuic/plugins
+  ;;
+one)
+  run parity 200 python3 scripts/gpu/parity.py build-gpu/bin/ciuic-run /tmp/parity
+  cp /tmp/parity/parity.json "$OUT/" 2>/dev/null
+  for i in 1 2; do
+    ciuic base-1b-$i 100 build-base $one_b
+    ciuic new-1b-$i 100 build-gpu $one_b
+  done
+  ;;
+seven)
+  ciuic base-7b 240 build-base $seven
+  ciuic new-7b 240 build-gpu $seven
+  shift
+  n=0
+  for extra in "$@"; do  # more variants of the new build: "--set a=b --set c=d"
+    n=$((n + 1))
+    ciuic new-7b-v$n 240 build-gpu $seven $extra
+  done
+  ;;
+esac
+python3 scripts/gpu/summarize.py "$OUT" | tee "$OUT/summary.md"
+tar czf /tmp/ab-$what.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/ab-$what.tgz "$OUT/"

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds ciuic's runner and plugins (CUDA, Release; no tests, no benchmarks) ON the GPU host, from
+# a source folder, with the Debian packages that host lacks carried in .gpu/debs
+# (scripts/gpu/fetch-debs.sh fetches them here). On the 2-GPU host's 32 cores this is quicker than
+# building here and shipping binaries.
+# Usage: scripts/gpu/build-on-host.sh [SRC [BUILD]]     (defaults: . build-gpu)
+set -euo pipefail
+src=${1:-.} build=${2:-build-gpu}
+prefix=/tmp/deps
+if [ ! -d "$prefix/usr" ]; then
+  mkdir -p "$prefix"
+  for f in .gpu/debs/*.deb; do dpkg -x "$f" "$prefix"; done
+fi
+torch=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+cmake -S "$src" -B "$build" -G Ninja -DCIUIC_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release \
+  -DCIUIC_BUILD_TESTS=OFF -DCIUIC_BUILD_BENCH=OFF \
+  "-DCMAKE_PREFIX_PATH=$prefix/usr;$torch" -DBoost_ROOT=$prefix/usr -DBoost_NO_SYSTEM_PATHS=ON \
+  -DBoost_INCLUDE_DIR=$prefix/usr/include > "$build.configure.log" 2>&1 || { tail -30 "$build.configure.log"; exit 1; }
+cmake --build "$build" -j "$(nproc)" 2>&1 | tail -5

@@ -1,0 +1,124 @@
+// The architecture's rules, checked on the source tree (docs/architecture.md, "Layers"):
+//   * the engine names no plugin outside the one table of default plugins (and the table of
+//     export dtype names, whose "bf16"/"fp32" are dtype names, not the precision plugins);
+//   * plugins and the out-of-tree examples include only the SDK (<ciuic/...>, the kits) and
+//     their own files: no engine header, no other plugin's files;
+//   * recipe/ does not include registry/ (the registry depends on the recipe, not both ways);
+//   * the training loop fits on a screen.
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kRoot = CIUIC_SOURCE_DIR;
+
+std::vector<std::string> lines_of(const fs::path& p) {
+  std::ifstream in(p);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+std::vector<fs::path> sources(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    const auto ext = e.path().extension();
+    if (e.is_regular_file() && (ext == ".cpp" || ext == ".h" || ext == ".in")) out.push_back(e.path());
+  }
+  return out;
+}
+
+// Lines [first, last] of `file` between the line containing `open` and the next line "};".
+bool inside_table(const std::vector<std::string>& lines, size_t at, const std::string& open) {
+  for (size_t i = at + 1; i-- > 0;) {
+    if (lines[i].find(open) != std::string::npos) return true;
+    if (i != at && lines[i].find("};") != std::string::npos) return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST(Architecture, TheEngineNamesNoPluginOutsideTheDefaultsTable) {
+  const std::regex name("\"(zero1|zero2|ddp|cpu_adam|adamw|lion|bf16|fp16|fp32|nccl|gloo|synthetic|cached_ssd)\"");
+  std::vector<std::string> found;
+  for (const fs::path& p : sources(kRoot / "core")) {
+    const auto lines = lines_of(p);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (!std::regex_search(lines[i], name)) continue;
+      const std::string rel = fs::relative(p, kRoot).string();
+      if (rel == "core/src/recipe/recipe.cpp" && inside_table(lines, i, "kDefaultPlugins[] = {")) continue;
+      if (rel == "core/src/model/hf_export.cpp" && inside_table(lines, i, "kExportDtypes[] =")) continue;
+      found.push_back(rel + ":" + std::to_string(i + 1) + ": " + lines[i]);
+    }
+  }
+  std::string all;
+  for (const auto& f : found) all += f + "\n";
+  EXPECT_TRUE(found.empty()) << "the engine names plugins outside the table of defaults:\n" << all;
+}
+
+TEST(Architecture, PluginsIncludeOnlyTheSdkAndTheirOwnFiles) {
+  const std::regex quoted("^\\s*#\\s*include\\s*\"([^\"]+)\"");
+  const std::regex angled("^\\s*#\\s*include\\s*<ciuic/([^>]+)>");
+  std::vector<std::string> bad;
+  for (const fs::path& top : {kRoot / "plugins", kRoot / "examples"}) {
+    for (const fs::path& p : sources(top)) {
+      const auto lines = lines_of(p);
+      for (size_t i = 0; i < lines.size(); ++i) {
+        std::smatch m;
+        const std::string where = fs::relative(p, kRoot).string() + ":" + std::to_string(i + 1);
+        if (std::regex_search(lines[i], m, quoted)) {
+          // Own files: next to the source (or in its folder tree), never above the plugin's
+          // folder, never the engine's.
+          const std::string inc = m[1];
+          if (inc.find("..") != std::string::npos && inc.rfind("../common/", 0) != 0)
+            bad.push_back(where + ": " + inc + " leaves the plugin's folder");
+          for (const char* engine : {"recipe/", "registry/", "train/", "model/", "launch/", "tokenizer/",
+                                     "checkpoint/", "plan/", "app/", "base/", "sdk/", "optim/schedule"})
+            if (inc.rfind(engine, 0) == 0) bad.push_back(where + ": " + inc + " is an engine header");
+        }
+        if (std::regex_search(lines[i], m, angled)) {
+          const fs::path h = std::string(m[1]);
+          const bool sdk = fs::exists(kRoot / "core/include/ciuic" / h) ||
+                           (h.filename() == "version.h" && h.parent_path().empty());
+          const bool kit = h.parent_path() == "kit";
+          if (!sdk && !kit) bad.push_back(where + ": <ciuic/" + h.string() + "> is not an SDK header");
+        }
+      }
+    }
+  }
+  std::string all;
+  for (const auto& b : bad) all += b + "\n";
+  EXPECT_TRUE(bad.empty()) << all;
+}
+
+TEST(Architecture, RecipeDoesNotIncludeRegistry) {
+  for (const fs::path& p : sources(kRoot / "core/src/recipe"))
+    for (const auto& l : lines_of(p))
+      EXPECT_EQ(l.find("registry/"), std::string::npos) << p << ": " << l;
+}
+
+TEST(Architecture, TheTrainingLoopFitsOnAScreen) {
+  const auto lines = lines_of(kRoot / "core/src/train/trainer.cpp");
+  size_t begin = 0, end = 0;
+  for (size_t i = 0; i < lines.size(); ++i)
+    if (lines[i].rfind("int train(", 0) == 0) begin = i;
+  for (size_t i = begin; i < lines.size(); ++i)
+    if (lines[i] == "}") {
+      end = i;
+      break;
+    }
+  ASSERT_GT(begin, 0u) << "no `int train(` in trainer.cpp";
+  EXPECT_LE(end - begin + 1, 80u) << "train() is " << end - begin + 1 << " lines";
+  // No string-keyed recipe reads in the trainer: options are typed and read once (options.h).
+  for (const char* f : {"trainer.cpp", "report.cpp", "evaluate.cpp", "checkpoints.cpp"})
+    for (const auto& l : lines_of(kRoot / "core/src/train" / f))
+      EXPECT_EQ(l.find(".get_"), std::string::npos) << f << ": " << l;
+}

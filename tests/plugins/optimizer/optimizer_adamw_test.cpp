@@ -1,0 +1,686 @@
+// The AdamW optimizer plugins — adamw (on the run's device, ATen's fused kernel) and cpu_adam
+// (host memory, SIMD) — against torch::optim::AdamW (the C++ frontend: mul_/add_/addcmul_/
+// addcdiv_ on separate tensors, an independent implementation), over 20 steps with weight decay,
+// bias correction, a changing lr, decay / no-decay segments, grad_scale, bf16/fp16 gradient
+// chunks and parameters, gradients arriving in several chunks per region; the gradient norm's
+// sum of squares against fp64; the bf16/fp16 copy-back against at::Tensor::to() and hand-computed
+// round-to-nearest-even on tie cases; a precision policy with its own rounding (used by the
+// update and by write_params); state save/load round trips; every bad-input message.
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/optim/adamw.h>
+
+#include <ciuic/config.h>
+#include <ciuic/context.h>
+#include <ciuic/error.h>
+#include <ciuic/optimizer.h>
+#include <ciuic/precision.h>
+#include <ciuic/store.h>
+
+#include "recipe/recipe.h"
+#include "registry/registry.h"
+
+using ciuic::Optimizer;
+using ciuic::OptimizerSetup;
+using ciuic::OptimizerStep;
+using ciuic::ShardSegment;
+using ciuic::StateDict;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// ---- creating the optimizers -------------------------------------------------------------------
+
+const ciuic::RunContext& context() {
+  static const ciuic::RunContext ctx = [] {
+    ciuic::RunContext c;
+    c.store = ciuic::make_local_store(std::chrono::seconds(1));
+    c.cpu_threads = 2;
+    return c;
+  }();
+  return ctx;
+}
+
+const ciuic::Registry& registry() {
+  static const ciuic::Registry r =
+      ciuic::Registry::from_paths({CIUIC_PLUGIN_DIR "/libciuic_optimizer_cpu_adam.so",
+                                   CIUIC_PLUGIN_DIR "/libciuic_optimizer_adamw.so"});
+  return r;
+}
+
+// The [optimizer] section as the recipe validates it (defaults filled in, the plugin's schema).
+ciuic::Config optimizer_config(const std::string& plugin, const std::string& options) {
+  const std::string text = "[train]\nmax_steps = 1\n[data]\nplugin = \"synthetic\"\n"
+                           "[optimizer]\nplugin = \"" + plugin + "\"\n" + options;
+  const ciuic::Recipe recipe = ciuic::Recipe::parse(text, "test.toml");
+  return recipe.plugin_config(ciuic::Slot::kOptimizer,
+                              *registry().get(ciuic::Slot::kOptimizer, plugin).info);
+}
+
+std::shared_ptr<Optimizer> make_optimizer(const std::string& plugin, const std::string& options) {
+  return registry().create<Optimizer>(ciuic::Slot::kOptimizer, plugin,
+                                      optimizer_config(plugin, options), context());
+}
+std::shared_ptr<Optimizer> make_cpu_adam(const std::string& options) {
+  return make_optimizer("cpu_adam", options);
+}
+std::shared_ptr<Optimizer> make_adamw() { return make_optimizer("adamw", ""); }
+
+// Every cpu_adam configuration worth testing on this machine: each supported SIMD level, the
+// direct and the staged pipeline (tiles smaller than the shard), 1 and 3 threads.
+struct Variant {
+  std::string name, options;
+};
+std::vector<Variant> cpu_adam_variants() {
+  std::vector<Variant> v;
+  for (const char* simd : {"scalar", "avx2", "avx512"}) {
+    try {
+      make_cpu_adam(std::string("simd = \"") + simd + "\"");
+    } catch (const ciuic::Error&) {
+      continue;  // not supported by this CPU (tested below)
+    }
+    const std::string s = std::string("simd = \"") + simd + "\"\n";
+    v.push_back({std::string(simd) + "/direct/1", s + "threads = 1\n"});
+    v.push_back({std::string(simd) + "/direct/3", s + "threads = 3\n"});
+    v.push_back({std::string(simd) + "/staged/3", s + "threads = 3\npipeline = \"staged\"\ntile_size = 4096\n"});
+  }
+  return v;
+}
+
+// The default precision policy: round to nearest even (the base class's).
+class NearestEven final : public ciuic::Precision {
+ public:
+  at::ScalarType param_dtype() const override { return at::kFloat; }
+  at::ScalarType reduce_dtype() const override { return at::kFloat; }
+  double loss_scale() const override { return 1.0; }
+  bool needs_overflow_check() const override { return false; }
+  bool update(bool, int64_t) override { return false; }
+  int64_t skipped_steps() const override { return 0; }
+};
+const NearestEven kNearestEven;
+
+// ---- the problem and the reference ---------------------------------------------------------------
+
+// A shard of 10007 elements (not a multiple of any vector width): decay, no-decay (a "norm"),
+// decay, no-decay (padding).
+constexpr int64_t kNumel = 10007;
+std::vector<ShardSegment> segments() {
+  return {{0, 4000, true}, {4000, 4133, false}, {4133, 9990, true}, {9990, kNumel, false}};
+}
+
+// The plugins' defaults: betas (0.9, 0.999), eps 1e-8.
+constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8, kWeightDecay = 0.1;
+
+OptimizerStep hyper(int64_t step, double grad_scale = 1.0) {
+  OptimizerStep h;
+  h.lr = 1e-3 * (0.5 + 0.05 * static_cast<double>(step));  // a changing (scheduled) lr
+  h.weight_decay = kWeightDecay;
+  h.grad_scale = grad_scale;
+  h.t = step;
+  return h;
+}
+
+// The shard's gradient regions, as a sharding would deliver them (not aligned to segments).
+std::vector<ciuic::ShardRegion> regions() { return {{0, 3000}, {3000, 4000}, {7000, kNumel - 7000}}; }
+
+// The gradient of step `step`: deterministic, varying magnitudes, some exact zeros.
+at::Tensor gradient(int64_t step, at::ScalarType dtype) {
+  at::Generator gen = at::detail::createCPUGenerator(1000 + static_cast<uint64_t>(step));
+  at::Tensor g = at::randn({kNumel}, gen) * (0.01 * static_cast<double>(step % 5 + 1));
+  g.narrow(0, 17, 5).zero_();
+  return g.to(dtype);
+}
+
+at::Tensor initial_master() {
+  at::Generator gen = at::detail::createCPUGenerator(7);
+  return at::randn({kNumel}, gen) * 0.5;
+}
+
+// torch::optim::AdamW on the same shard, one parameter per segment, two groups.
+class Reference {
+ public:
+  explicit Reference(const at::Tensor& init) {
+    std::vector<at::Tensor> decay, no_decay;
+    for (const ShardSegment& s : segments()) {
+      params_.push_back(init.narrow(0, s.begin, s.end - s.begin).clone().set_requires_grad(true));
+      (s.weight_decay ? decay : no_decay).push_back(params_.back());
+    }
+    const OptimizerStep h = hyper(1);
+    auto opts = [&](double wd) {
+      return std::make_unique<torch::optim::AdamWOptions>(
+          torch::optim::AdamWOptions(h.lr).betas({kBeta1, kBeta2}).eps(kEps).weight_decay(wd));
+    };
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    groups.emplace_back(decay, opts(kWeightDecay));
+    groups.emplace_back(no_decay, opts(0.0));
+    opt_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(h.lr));
+  }
+
+  // g: the gradient as given to the optimizer (any dtype); the reference sees fp32 g * scale.
+  void step(const at::Tensor& g, const OptimizerStep& h) {
+    at::Tensor g32 = g.to(at::kFloat);
+    if (h.grad_scale != 1.0) g32 = g32 * h.grad_scale;
+    size_t i = 0;
+    for (const ShardSegment& s : segments())
+      params_[i++].mutable_grad() = g32.narrow(0, s.begin, s.end - s.begin).clone();
+    for (auto& group : opt_->param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(h.lr);
+    opt_->step();
+  }
+
+  at::Tensor master() const { return at::cat(params_).detach(); }
+  at::Tensor moment(bool second) const {
+    std::vector<at::Tensor> parts;
+    for (const at::Tensor& p : params_) {
+      auto& st = static_cast<torch::optim::AdamWParamState&>(
+          *opt_->state().at(p.unsafeGetTensorImpl()));
+      parts.push_back(second ? st.exp_avg_sq() : st.exp_avg());
+    }
+    return at::cat(parts);
+  }
+
+ private:
+  std::vector<at::Tensor> params_;
+  std::unique_ptr<torch::optim::AdamW> opt_;
+};
+
+// Largest relative difference |a - b| / max(|b|, rms(b)) over all elements: relative to the
+// element, except that elements far below the tensor's typical magnitude (a parameter crossing
+// zero) are measured against that magnitude instead of their own.
+double max_rel(const at::Tensor& a, const at::Tensor& b) {
+  const double rms = b.square().mean().sqrt().item<double>();
+  return ((a - b).abs() / b.abs().clamp_min(rms)).max().item<double>();
+}
+
+// `init` in the parameter dtype (as the model holds it), the shard's regions and segments.
+OptimizerSetup make_setup(at::ScalarType param_dtype, const at::Tensor& init,
+                          const ciuic::Precision* precision = &kNearestEven) {
+  OptimizerSetup s;
+  s.numel = init.numel();
+  s.segments = init.numel() == kNumel ? segments() : std::vector<ShardSegment>{{0, init.numel(), true}};
+  s.grad_regions = init.numel() == kNumel ? regions()
+                                          : std::vector<ciuic::ShardRegion>{{0, init.numel()}};
+  s.initial = {ciuic::ShardValues{0, init.to(param_dtype)}};
+  s.param_dtype = param_dtype;
+  s.precision = precision;
+  return s;
+}
+
+struct RunResult {
+  at::Tensor master, exp_avg, exp_avg_sq, params;
+};
+
+RunResult state_of(const Optimizer& o, const at::Tensor& params) {
+  StateDict sd;
+  o.save_state(sd);
+  return {ciuic::state_get(sd, "master"), ciuic::state_get(sd, "exp_avg"),
+          ciuic::state_get(sd, "exp_avg_sq"), params.clone()};
+}
+
+// Hands `g` over region by region (in a scrambled order), in `parts` contributions that sum to g
+// (the first assigns, the others add, the last is marked), as a sharding with `parts` reduced
+// micro-batches would; returns finish_grads()'s sum of squares.
+double feed(Optimizer& o, const at::Tensor& g, int parts = 1) {
+  const auto rs = regions();
+  std::vector<at::Tensor> pieces;
+  at::Tensor rest = g.to(at::kFloat);
+  for (int k = 0; k + 1 < parts; ++k) {
+    at::Tensor piece = (g.to(at::kFloat) * (0.25 * (k + 1))).to(g.scalar_type()).to(at::kFloat);
+    pieces.push_back(piece);
+    rest = rest - piece;
+  }
+  pieces.push_back(rest);
+  const int n = static_cast<int>(rs.size());
+  for (int k = 0; k < parts; ++k)
+    for (int j = 0; j < n; ++j) {
+      const int i = (j * 2 + k) % n;  // another order for each contribution
+      const auto& r = rs[static_cast<size_t>(i)];
+      // Contributions in fp32 keep the sum exact; a single one keeps g's own dtype.
+      const at::Tensor chunk = (parts == 1 ? g : pieces[static_cast<size_t>(k)])
+                                   .narrow(0, r.offset, r.numel).contiguous();
+      o.accumulate_grad(i, chunk, /*first=*/k == 0, /*last=*/k + 1 == parts);
+    }
+  const at::Tensor sq = o.finish_grads();
+  EXPECT_EQ(sq.scalar_type(), at::kDouble);
+  EXPECT_EQ(sq.numel(), 1);
+  return sq.cpu().item<double>();
+}
+
+// Runs steps [first, last] on `o` (and on `ref` when given).
+void run_steps(Optimizer& o, Reference* ref, int64_t first, int64_t last, at::ScalarType grad_dtype,
+               double grad_scale, at::Tensor& params) {
+  for (int64_t t = first; t <= last; ++t) {
+    const at::Tensor g = gradient(t, grad_dtype);
+    feed(o, g);
+    o.step(hyper(t, grad_scale), params);
+    if (ref) ref->step(g, hyper(t, grad_scale));
+  }
+}
+
+// 20 steps against torch::optim::AdamW; returns the optimizer's final state.
+RunResult check_against_torch(Optimizer& o, at::ScalarType param_dtype, at::ScalarType grad_dtype,
+                              double grad_scale) {
+  const at::Tensor init = initial_master().to(param_dtype).to(at::kFloat);
+  o.setup(make_setup(param_dtype, init));
+  Reference ref(init);
+  at::Tensor params = at::empty({kNumel}, at::TensorOptions().dtype(param_dtype));
+  run_steps(o, &ref, 1, 20, grad_dtype, grad_scale, params);
+  RunResult r = state_of(o, params);
+  EXPECT_LT(max_rel(r.master, ref.master()), 1e-6);
+  EXPECT_LT(max_rel(r.exp_avg, ref.moment(false)), 1e-6);
+  EXPECT_LT(max_rel(r.exp_avg_sq, ref.moment(true)), 1e-6);
+  // The parameters are the master rounded to their dtype, exactly as ATen rounds.
+  EXPECT_TRUE(at::equal(params, r.master.to(param_dtype)));
+  return r;
+}
+
+void expect_bitwise_equal(const RunResult& a, const RunResult& b, const std::string& what) {
+  EXPECT_TRUE(at::equal(a.master, b.master)) << what;
+  EXPECT_TRUE(at::equal(a.exp_avg, b.exp_avg)) << what;
+  EXPECT_TRUE(at::equal(a.exp_avg_sq, b.exp_avg_sq)) << what;
+  EXPECT_TRUE(at::equal(a.params, b.params)) << what;
+}
+
+}  // namespace
+
+// ---- adamw (on the device) ----------------------------------------------------------------------
+
+TEST(OptimizerAdamw, MatchesTorchAdamWInFp32) { check_against_torch(*make_adamw(), at::kFloat, at::kFloat, 1.0); }
+
+TEST(OptimizerAdamw, GradScaleBf16ChunksBf16Parameters) {
+  check_against_torch(*make_adamw(), at::kBFloat16, at::kBFloat16, 0.37 / 1024);
+}
+
+TEST(OptimizerAdamw, Fp16ChunksAndParameters) {
+  check_against_torch(*make_adamw(), at::kHalf, at::kHalf, 1.0 / 65536);
+}
+
+// ---- cpu_adam ----------------------------------------------------------------------------------
+
+TEST(OptimizerCpuAdam, EveryVariantMatchesTorchAdamWAndTheOthersBitwise) {
+  const auto variants = cpu_adam_variants();
+  ASSERT_GE(variants.size(), 3u);  // scalar is always there
+  struct Case {
+    at::ScalarType param, grad;
+    double scale;
+  };
+  for (const Case& c : {Case{at::kFloat, at::kFloat, 1.0}, Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024},
+                        Case{at::kHalf, at::kHalf, 1.0 / 65536}, Case{at::kBFloat16, at::kFloat, 0.5}}) {
+    std::optional<RunResult> first;
+    for (const Variant& v : variants) {
+      SCOPED_TRACE(v.name + " param " + c10::toString(c.param) + " grad " + c10::toString(c.grad));
+      auto o = make_cpu_adam(v.options);
+      RunResult r = check_against_torch(*o, c.param, c.grad, c.scale);
+      // Every SIMD level, thread count and pipeline computes the same IEEE operations.
+      if (first)
+        expect_bitwise_equal(r, *first, v.name + " vs " + variants.front().name);
+      else
+        first = r;
+    }
+  }
+}
+
+TEST(OptimizerCpuAdam, MemoryAndMetrics) {
+  auto o = make_cpu_adam("threads = 2");
+  o->setup(make_setup(at::kFloat, initial_master()));
+  // master, m, v and the gradient shard; on a CPU run that is the run's "device" memory.
+  EXPECT_EQ(o->memory().device_bytes, static_cast<uint64_t>(16 * kNumel));
+  EXPECT_EQ(o->memory().host_bytes, 0u);
+  at::Tensor params = at::empty({kNumel});
+  feed(*o, gradient(1, at::kFloat));
+  o->step(hyper(1), params);
+  ciuic::Metrics m;
+  o->append_metrics(m);
+  std::vector<std::string> keys;
+  for (auto& kv : m.values) keys.push_back(kv.first);
+  EXPECT_EQ(keys, (std::vector<std::string>{"optim_host_gib", "optim_step_s", "optim_update_s",
+                                            "optim_copy_wait_s", "grad_host_fold_s",
+                                            "grad_host_blocked_s"}));
+  EXPECT_NEAR(m.values[0].second, 16.0 * kNumel / (1 << 30), 1e-12);
+  EXPECT_GT(m.values[2].second, 0.0);
+
+  auto staged = make_cpu_adam("pipeline = \"staged\"\ntile_size = 4096");
+  staged->setup(make_setup(at::kBFloat16, initial_master()));
+  // master, m, v, gradient + two bf16 staging tiles.
+  EXPECT_EQ(staged->memory().device_bytes, static_cast<uint64_t>(16 * kNumel + 2 * 2 * 4096));
+}
+
+// ---- both: the gradient sink --------------------------------------------------------------------
+
+namespace {
+std::vector<std::pair<std::string, std::function<std::shared_ptr<Optimizer>()>>> all_optimizers() {
+  return {{"adamw", [] { return make_adamw(); }},
+          {"cpu_adam direct", [] { return make_cpu_adam("threads = 2"); }},
+          {"cpu_adam staged", [] { return make_cpu_adam("threads = 2\npipeline = \"staged\"\ntile_size = 4096"); }}};
+}
+}  // namespace
+
+TEST(OptimizerGradSink, SquaresMatchFp64AndSeveralContributionsSum) {
+  for (const auto& [name, make] : all_optimizers()) {
+    SCOPED_TRACE(name);
+    for (int parts : {1, 3}) {
+      auto o = make();
+      o->setup(make_setup(at::kFloat, initial_master()));
+      const at::Tensor g = gradient(3, at::kFloat);
+      const double sq = feed(*o, g, parts);
+      const double want = g.to(at::kDouble).square().sum().item<double>();
+      EXPECT_NEAR(sq, want, 1e-6 * want) << parts << " contribution(s)";
+      // A second step starts from nothing: the first chunk assigns.
+      const double again = feed(*o, g, parts);
+      EXPECT_NEAR(again, want, 1e-6 * want);
+      // And the update uses the accumulated gradient: as torch with g.
+      at::Tensor params = at::empty({kNumel});
+      o->step(hyper(1), params);
+      auto ref = make();
+      ref->setup(make_setup(at::kFloat, initial_master()));
+      feed(*ref, g, 1);
+      at::Tensor p1 = at::empty({kNumel});
+      ref->step(hyper(1), p1);
+      EXPECT_LT(max_rel(params, p1), 1e-6);
+    }
+  }
+}
+
+// A policy that truncates toward zero: every optimizer must write parameters through it, after
+// updates and in write_params() (resume).
+class TowardZero final : public ciuic::Precision {
+ public:
+  at::ScalarType param_dtype() const override { return at::kBFloat16; }
+  at::ScalarType reduce_dtype() const override { return at::kFloat; }
+  double loss_scale() const override { return 1.0; }
+  bool needs_overflow_check() const override { return false; }
+  bool update(bool, int64_t) override { return false; }
+  int64_t skipped_steps() const override { return 0; }
+  bool rounds_to_nearest() const override { return false; }
+  void round_to_param(const at::Tensor& master, at::Tensor& out, int64_t, int64_t) const override {
+    calls++;
+    // bf16 = the top 16 bits of the fp32 pattern: dropping the rest truncates toward zero.
+    out.copy_((master.contiguous().view(at::kInt).bitwise_and(static_cast<int32_t>(0xFFFF0000u)))
+                  .view(at::kFloat).to(at::kBFloat16));
+  }
+  mutable int calls = 0;
+};
+
+TEST(OptimizerRounding, PrecisionPolicyRoundsTheParameters) {
+  for (const auto& [name, make] : all_optimizers()) {
+    SCOPED_TRACE(name);
+    TowardZero tz;
+    auto o = make();
+    o->setup(make_setup(at::kBFloat16, initial_master(), &tz));
+    at::Tensor params = at::empty({kNumel}, at::kBFloat16);
+    run_steps(*o, nullptr, 1, 3, at::kFloat, 1.0, params);
+    EXPECT_GT(tz.calls, 0);
+    StateDict sd;
+    o->save_state(sd);
+    const at::Tensor master = ciuic::state_get(sd, "master");
+    const at::Tensor truncated = master.view(at::kInt).bitwise_and(static_cast<int32_t>(0xFFFF0000u))
+                                     .view(at::kFloat).to(at::kBFloat16);
+    EXPECT_TRUE(at::equal(params, truncated));
+    EXPECT_FALSE(at::equal(params, master.to(at::kBFloat16)));  // nearest-even differs somewhere
+    // write_params (resume) goes through the policy too.
+    at::Tensor again = at::zeros({kNumel}, at::kBFloat16);
+    o->write_params(again);
+    EXPECT_TRUE(at::equal(again, truncated));
+  }
+}
+
+// ---- shared: copy-back rounding, state round trip, errors -----------------------------------------
+
+namespace {
+
+float from_bits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// The master is loaded with `values`; one lr = 0 step leaves it unchanged, so params_out is
+// `values` rounded.
+at::Tensor copy_back(Optimizer& o, const std::vector<float>& values, at::ScalarType dtype) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  o.setup(make_setup(dtype, at::zeros({n})));
+  StateDict in = {{"master", at::tensor(values)}, {"exp_avg", at::zeros({n})}, {"exp_avg_sq", at::zeros({n})}};
+  o.load_state(in);
+  OptimizerStep h;
+  h.lr = 0;
+  h.weight_decay = 0;
+  h.t = 1;
+  at::Tensor params = at::empty({n}, at::TensorOptions().dtype(dtype));
+  o.accumulate_grad(0, at::full({n}, 0.5f), true, true);
+  o.finish_grads();
+  o.step(h, params);
+  StateDict sd;
+  o.save_state(sd);
+  EXPECT_TRUE(at::isclose(ciuic::state_get(sd, "master"), at::tensor(values), 0, 0,
+                          /*equal_nan=*/true).all().item<bool>());
+  return params;
+}
+
+// (input bits, expected bf16 bits): ties go to the even neighbour.
+const std::vector<std::pair<uint32_t, uint16_t>> kBf16Cases = {
+    {0x3F808000u, 0x3F80},  // 1 + 2^-8: tie between 0x3F80 and 0x3F81 -> even 0x3F80
+    {0x3F818000u, 0x3F82},  // tie between 0x3F81 and 0x3F82 -> even 0x3F82
+    {0x3F808001u, 0x3F81},  // just above the tie -> up
+    {0x3F807FFFu, 0x3F80},  // just below -> down
+    {0xBF818000u, 0xBF82},  // negative tie -> even
+    {0x7F7FFFFFu, 0x7F80},  // max float rounds to +inf
+    {0x7F7F7FFFu, 0x7F7F},  // below the tie: largest finite bf16
+    {0x7F800000u, 0x7F80},  // +inf
+    {0xFF800000u, 0xFF80},  // -inf
+    {0x00018000u, 0x0002},  // subnormal tie -> even
+    {0x00008000u, 0x0000},  // subnormal tie -> even (zero)
+    {0x00000001u, 0x0000},  // smallest subnormal -> 0
+    {0x3F800000u, 0x3F80},  // exact
+};
+
+// (input, expected fp16 bits).
+const std::vector<std::pair<float, uint16_t>> kHalfCases = {
+    {1.0f + 0x1p-11f, 0x3C00},         // tie between 1 and 1 + 2^-10 -> even (1)
+    {1.0f + 3 * 0x1p-11f, 0x3C02},     // tie -> even (1 + 2^-9)
+    {1.0f + 0x1p-11f + 0x1p-20f, 0x3C01},
+    {-(1.0f + 3 * 0x1p-11f), 0xBC02},
+    {65504.0f, 0x7BFF},                 // max half
+    {65519.0f, 0x7BFF},                 // below the tie with 65536 -> max half
+    {65520.0f, 0x7C00},                 // tie -> even = 2^16 = inf
+    {1e6f, 0x7C00},                     // overflow -> inf
+    {0x1p-25f, 0x0000},                 // half the smallest subnormal: tie -> even (0)
+    {3 * 0x1p-25f, 0x0002},             // 1.5 subnormal ulps: tie -> even (2)
+    {0x1p-24f, 0x0001},                 // smallest subnormal
+    {0x1p-14f, 0x0400},                 // smallest normal
+    {-2.5f, 0xC100},
+};
+
+// Repeats the cases so that they land in vector bodies and in ragged tails.
+template <class T>
+std::vector<T> repeated(const std::vector<T>& cases, int times) {
+  std::vector<T> out;
+  for (int i = 0; i < times; ++i) out.insert(out.end(), cases.begin(), cases.end());
+  return out;
+}
+
+void check_copy_back(const std::function<std::shared_ptr<Optimizer>()>& make, const std::string& what) {
+  SCOPED_TRACE(what);
+  {
+    const auto cases = repeated(kBf16Cases, 5);  // 65 elements
+    std::vector<float> in;
+    for (auto& c : cases) in.push_back(from_bits(c.first));
+    in.push_back(std::nanf(""));
+    auto o = make();
+    const at::Tensor out = copy_back(*o, in, at::kBFloat16);
+    const at::Tensor bits = out.view(at::kShort);
+    for (size_t i = 0; i < cases.size(); ++i)
+      EXPECT_EQ(static_cast<uint16_t>(bits[i].item<int16_t>()), cases[i].second)
+          << "bf16 case " << i % kBf16Cases.size() << " at " << i;
+    EXPECT_TRUE(std::isnan(out[static_cast<int64_t>(cases.size())].item<float>()));
+    // Against ATen's own float -> bf16 conversion (NaN payloads aside).
+    const at::Tensor aten = at::tensor(in).to(at::kBFloat16);
+    EXPECT_TRUE(at::equal(out.narrow(0, 0, static_cast<int64_t>(cases.size())),
+                          aten.narrow(0, 0, static_cast<int64_t>(cases.size()))));
+  }
+  {
+    const auto cases = repeated(kHalfCases, 5);
+    std::vector<float> in;
+    for (auto& c : cases) in.push_back(c.first);
+    auto o = make();
+    const at::Tensor out = copy_back(*o, in, at::kHalf);
+    const at::Tensor bits = out.view(at::kShort);
+    for (size_t i = 0; i < cases.size(); ++i)
+      EXPECT_EQ(static_cast<uint16_t>(bits[i].item<int16_t>()), cases[i].second)
+          << "fp16 case " << i % kHalfCases.size() << " at " << i;
+    EXPECT_TRUE(at::equal(out, at::tensor(in).to(at::kHalf)));
+  }
+}
+
+// Save after 8 steps, load into a fresh object, continue 8 steps: identical to not stopping.
+void check_round_trip(const std::function<std::shared_ptr<Optimizer>()>& make, const std::string& what) {
+  SCOPED_TRACE(what);
+  const at::Tensor init = initial_master();
+  auto a = make();
+  a->setup(make_setup(at::kBFloat16, init));
+  at::Tensor pa = at::empty({kNumel}, at::kBFloat16);
+  run_steps(*a, nullptr, 1, 8, at::kFloat, 0.7, pa);
+  StateDict saved;
+  a->save_state(saved);
+  ASSERT_EQ(saved.size(), 3u);
+  for (const auto& [key, t] : saved) {
+    EXPECT_EQ(t.scalar_type(), at::kFloat) << key;
+    EXPECT_EQ(t.dim(), 1) << key;
+    EXPECT_EQ(t.numel(), kNumel) << key;
+    EXPECT_TRUE(t.device().is_cpu()) << key;
+  }
+  const at::Tensor saved_master = ciuic::state_get(saved, "master").clone();
+
+  auto b = make();
+  b->setup(make_setup(at::kBFloat16, at::zeros({kNumel})));
+  b->load_state(saved);
+  at::Tensor pb = at::empty({kNumel}, at::kBFloat16);
+  run_steps(*a, nullptr, 9, 16, at::kFloat, 0.7, pa);
+  run_steps(*b, nullptr, 9, 16, at::kFloat, 0.7, pb);
+  expect_bitwise_equal(state_of(*a, pa), state_of(*b, pb), "resumed vs uninterrupted");
+  // The saved tensors were copies, not views of the live state.
+  EXPECT_TRUE(at::equal(ciuic::state_get(saved, "master"), saved_master));
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ciuic::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+void check_errors(const std::function<std::shared_ptr<Optimizer>()>& make, const std::string& who) {
+  SCOPED_TRACE(who);
+  auto o = make();
+  at::Tensor params = at::empty({kNumel});
+  std::string e = error_of([&] { o->step(hyper(1), params); });
+  EXPECT_TRUE(contains(e, who + ": step() called before setup()")) << e;
+
+  OptimizerSetup s = make_setup(at::kFloat, initial_master());
+  s.segments = {{0, 100, true}, {120, kNumel, false}};
+  e = error_of([&] { o->setup(s); });
+  EXPECT_TRUE(contains(e, who + ": setup() segment 1 is [120, 10007)")) << e;
+  EXPECT_TRUE(contains(e, "starting at 100")) << e;
+  s.segments = {{0, 100, true}};
+  e = error_of([&] { o->setup(s); });
+  EXPECT_TRUE(contains(e, "segments end at 100 but the shard has 10007 elements")) << e;
+  s = make_setup(at::kFloat, initial_master());
+  s.grad_regions = {{0, 5000}, {6000, 4007}};
+  e = error_of([&] { o->setup(s); });
+  EXPECT_TRUE(contains(e, who + ": setup() gradient region 1 is [6000, 10007)")) << e;
+  s = make_setup(at::kFloat, initial_master());
+  s.initial = {ciuic::ShardValues{10000, at::zeros({100})}};
+  e = error_of([&] { o->setup(s); });
+  EXPECT_TRUE(contains(e, who + ": setup() initial values [10000, 10100) lie outside the shard")) << e;
+  s = make_setup(at::kFloat, initial_master());
+  s.param_dtype = at::kDouble;
+  e = error_of([&] { o->setup(s); });
+  EXPECT_TRUE(contains(e, "parameter dtype Double is not supported")) << e;
+  s = make_setup(at::kFloat, initial_master());
+  s.precision = nullptr;
+  e = error_of([&] { o->setup(s); });
+  EXPECT_TRUE(contains(e, who + ": setup() without a precision policy")) << e;
+
+  o->setup(make_setup(at::kFloat, initial_master()));
+  e = error_of([&] { o->accumulate_grad(7, at::zeros({5}), true, true); });
+  EXPECT_TRUE(contains(e, who + ": gradient chunk for region 7: there are 3 regions")) << e;
+  e = error_of([&] { o->accumulate_grad(1, at::zeros({5}), true, true); });
+  EXPECT_TRUE(contains(e, who + ": gradient chunk for region 1 must be a contiguous fp32, bf16 or fp16 tensor of 4000 elements on cpu, got a Float tensor of 5 elements on cpu")) << e;
+  feed(*o, gradient(1, at::kFloat));
+  at::Tensor half_params = params.to(at::kHalf);
+  e = error_of([&] { o->step(hyper(1), half_params); });
+  EXPECT_TRUE(contains(e, "params_out must be a contiguous Float tensor of 10007 elements on cpu, got a Half")) << e;
+  e = error_of([&] { o->step(hyper(1, NAN), params); });
+  EXPECT_TRUE(contains(e, "grad_scale must be finite and > 0")) << e;
+  OptimizerStep t0 = hyper(1);
+  t0.t = 0;
+  e = error_of([&] { o->step(t0, params); });
+  EXPECT_TRUE(contains(e, "step count t must be >= 1, got 0")) << e;
+
+  StateDict sd;
+  o->save_state(sd);
+  StateDict missing = {sd[0], sd[2]};
+  e = error_of([&] { o->load_state(missing); });
+  EXPECT_TRUE(contains(e, who + ": optimizer state has no \"exp_avg\" tensor")) << e;
+  StateDict wrong = sd;
+  wrong[2].second = at::zeros({kNumel - 1});
+  e = error_of([&] { o->load_state(wrong); });
+  EXPECT_TRUE(contains(e, "\"exp_avg_sq\" must be a 1-D fp32 tensor of 10007 elements, got a Float tensor of 10006")) << e;
+  // A refused state leaves the object as it was.
+  StateDict after;
+  o->save_state(after);
+  EXPECT_TRUE(at::equal(after[0].second, sd[0].second));
+}
+
+}  // namespace
+
+TEST(OptimizerAdamw, CopyBackRoundsToNearestEven) { check_copy_back(make_adamw, "adamw"); }
+
+TEST(OptimizerCpuAdam, CopyBackRoundsToNearestEven) {
+  for (const Variant& v : cpu_adam_variants())
+    check_copy_back([&] { return make_cpu_adam(v.options); }, v.name);
+}
+
+TEST(OptimizerAdamw, StateRoundTripContinuesIdentically) { check_round_trip(make_adamw, "adamw"); }
+
+TEST(OptimizerCpuAdam, StateRoundTripContinuesIdentically) {
+  check_round_trip([] { return make_cpu_adam(""); }, "cpu_adam direct");
+  check_round_trip([] { return make_cpu_adam("pipeline = \"staged\"\ntile_size = 4096"); }, "cpu_adam staged");
+}
+
+TEST(OptimizerAdamw, BadInputMessages) { check_errors(make_adamw, "optimizer adamw"); }
+
+TEST(OptimizerCpuAdam, BadInputMessages) { check_errors([] { return make_cpu_adam(""); }, "optimizer cpu_adam"); }
+
+TEST(OptimizerCpuAdam, OptionErrors) {
+  // Checked by the recipe against the plugin's declared options.
+  std::string e = error_of([] { optimizer_config("cpu_adam", "simd = \"sse\""); });
+  EXPECT_TRUE(contains(e, "simd")) << e;
+  EXPECT_TRUE(contains(e, "auto")) << e;
+  e = error_of([] { optimizer_config("cpu_adam", "tile_size = 10"); });
+  EXPECT_TRUE(contains(e, "tile_size")) << e;
+  e = error_of([] { optimizer_config("cpu_adam", "threads = -1"); });
+  EXPECT_TRUE(contains(e, "threads")) << e;
+  e = error_of([] { make_cpu_adam("betas = [0.9, 1.0]"); });
+  EXPECT_TRUE(contains(e, "[optimizer] betas = [0.9, 1.0]: expected two numbers [beta1, beta2], each in [0, 1)")) << e;
+  // Checked by the plugin: a forced SIMD level this CPU lacks.
+  for (const char* level : {"avx512", "avx2"}) {
+    e = error_of([&] { make_cpu_adam(std::string("simd = \"") + level + "\""); });
+    if (e == "(no error)") continue;  // supported here
+    EXPECT_TRUE(contains(e, "test.toml:")) << e;
+    EXPECT_TRUE(contains(e, "[optimizer] simd = \"" + std::string(level) + "\": this CPU does not support")) << e;
+    EXPECT_TRUE(contains(e, "it supports")) << e;
+  }
+}
