@@ -209,12 +209,18 @@ struct Result {
   double ms = 0, gbs = 0;
 };
 
+// Whether a run failed: `error_occurred` up to Google Benchmark 1.7 (Debian 12), `skipped` from 1.8.
+template <class R>
+auto failed(const R& r, int) -> decltype(bool(r.error_occurred)) { return r.error_occurred; }
+template <class R>
+auto failed(const R& r, long) -> decltype(bool(r.skipped)) { return static_cast<int>(r.skipped) != 0; }
+
 class Collector : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     for (const Run& r : runs) {
-      if (r.error_occurred) continue;
+      if (failed(r, 0)) continue;
       Result res{r.benchmark_name(), r.GetAdjustedRealTime(), 0};
       auto it = r.counters.find("GB/s");
       if (it != r.counters.end()) res.gbs = it->second.value;
@@ -278,7 +284,7 @@ int main(int argc, char** argv) {
   }
   for (const char* simd : {"avx512", "avx2", "scalar"}) {
     try {
-      make_cpu_adam(simd, 1);
+      make_optimizer("cpu_adam", std::string("simd = \"") + simd + "\"\nthreads = 1\n");
     } catch (const std::exception&) {
       std::printf("cpu_adam simd = %s: not supported by this CPU, skipped\n", simd);
       continue;

@@ -73,6 +73,12 @@ std::string format_value(const toml::node& node) {
     }
     return out + (first ? "}" : " }");
   }
+  std::ostringstream os;  // dates and times
+  node.visit([&](auto&& v) {
+    if constexpr (toml::is_value<decltype(v)>) os << *v;
+  });
+  return os.str();
+}
 
 std::string toml_location(const toml::node& node, const std::string& fallback) {
   const auto& src = node.source();

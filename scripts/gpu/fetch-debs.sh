@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .gpu/debs && cd .gpu/debs
 apt-get download libtomlplusplus-dev libtomlplusplus3 libgloo-dev libboost-program-options1.74-dev \
-  libboost-program-options1.74.0 libboost1.74-dev 2>&1 | grep -v unsandboxed || true
+  libboost-program-options1.74.0 libboost1.74-dev libpcre2-dev libpcre2-8-0 2>&1 | grep -v unsandboxed || true
 ls -la

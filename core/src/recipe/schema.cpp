@@ -284,13 +284,6 @@ std::string default_text(const KeySpec& s) {
 }
 
 
-  std::ostringstream os;  // dates and times
-  node.visit([&](auto&& v) {
-    if constexpr (toml::is_value<decltype(v)>) os << *v;
-  });
-  return os.str();
-}
-
 std::string describe_found(const toml::node& node) {
   switch (node.type()) {
     case toml::node_type::string: return "a string (" + format_value(node) + ")";

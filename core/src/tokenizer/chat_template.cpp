@@ -132,7 +132,7 @@ std::unique_ptr<ChatTemplate> make_chat_template(std::string_view name, const To
   if (name == "deepseek") return std::make_unique<RoleTemplate>(deepseek_style(), tokenizer);
   if (name == "plain") return std::make_unique<RoleTemplate>(plain_style(), tokenizer);
   std::string known;
-  for (const std::string& n : names()) known += (known.empty() ? "" : ", ") + n;
+  for (const std::string& n : chat_template_names()) known += (known.empty() ? "" : ", ") + n;
   throw UsageError("unknown chat template '" + std::string(name) + "' (known: " + known + ")");
 }
 
