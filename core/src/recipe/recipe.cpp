@@ -225,7 +225,7 @@ void apply_override(const std::string& text, toml::table& root, LocationMap& loc
     return;
   }
   const std::string section = lhs.substr(0, dot), key = lhs.substr(dot + 1);
-  if (!recipe::find_section(section)) {
+  if (!recipe::find_section(section) && section != "offload") {  // [offload]: deprecated, rewritten
     std::string m = "unknown section [" + section + "]";
     std::string near = text::closest(section, recipe::section_names());
     if (!near.empty()) m += "; did you mean [" + near + "]?";

@@ -3,6 +3,7 @@
 #include <string>
 
 #include <ciuic/config.h>
+#include <ciuic/plan.h>
 #include <ciuic/precision.h>
 
 namespace {
@@ -28,10 +29,18 @@ class Bf16 final : public ciuic::Precision {
   at::ScalarType reduce_;
 };
 
+// The planner's answer: 2-byte parameters, reductions in fp32 or bf16.
+void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
+  p.param_bytes = 2;
+  p.reduce_bytes = cfg.get_string("reduce_dtype") == "bf16" ? 2 : 4;
+}
+
 }  // namespace
 
-CIUIC_DEFINE_PLUGIN(ciuic::Slot::kPrecision, "bf16", "1.0.0",
-                    "bf16 parameters and compute, fp32 master weights, fp32 or bf16 reduction",
-                    kOptions, [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
-                      return new Bf16(a.config);
-                    })
+CIUIC_DEFINE_PLUGIN_PLANNED(ciuic::Slot::kPrecision, "bf16", "1.0.0",
+                            "bf16 parameters and compute, fp32 master weights, fp32 or bf16 reduction",
+                            kOptions,
+                            [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
+                              return new Bf16(a.config);
+                            },
+                            plan)

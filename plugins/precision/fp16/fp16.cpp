@@ -18,6 +18,7 @@
 #include <ciuic/config.h>
 #include <ciuic/error.h>
 #include <ciuic/log.h>
+#include <ciuic/plan.h>
 #include <ciuic/precision.h>
 
 namespace {
@@ -144,10 +145,18 @@ class Fp16 final : public ciuic::Precision {
   int64_t skipped_ = 0;
 };
 
+// The planner's answer: 2-byte parameters, reductions in fp32 or fp16.
+void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
+  p.param_bytes = 2;
+  p.reduce_bytes = cfg.get_string("reduce_dtype") == "fp16" ? 2 : 4;
+}
+
 }  // namespace
 
-CIUIC_DEFINE_PLUGIN(ciuic::Slot::kPrecision, "fp16", "1.0.0",
-                    "fp16 parameters and compute, fp32 master weights, dynamic loss scaling",
-                    kOptions, [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
-                      return new Fp16(a.config);
-                    })
+CIUIC_DEFINE_PLUGIN_PLANNED(ciuic::Slot::kPrecision, "fp16", "1.0.0",
+                            "fp16 parameters and compute, fp32 master weights, dynamic loss scaling",
+                            kOptions,
+                            [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
+                              return new Fp16(a.config);
+                            },
+                            plan)

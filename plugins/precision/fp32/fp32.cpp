@@ -1,5 +1,6 @@
 // precision/fp32: parameters, compute and reduction in fp32; no loss scaling.
 #include <ciuic/config.h>
+#include <ciuic/plan.h>
 #include <ciuic/precision.h>
 
 namespace {
@@ -14,10 +15,17 @@ class Fp32 final : public ciuic::Precision {
   int64_t skipped_steps() const override { return 0; }
 };
 
+// The planner's answer: 4-byte parameters and reductions (the planner's defaults, said here).
+void plan(const ciuic::Config&, ciuic::PlanContext& p) {
+  p.param_bytes = 4;
+  p.reduce_bytes = 4;
+}
+
 }  // namespace
 
-CIUIC_DEFINE_PLUGIN_NO_OPTIONS(ciuic::Slot::kPrecision, "fp32", "1.0.0",
-                               "fp32 parameters, compute and gradient reduction",
-                               [](const ciuic::PluginArgs&) -> ciuic::PluginObject* {
-                                 return new Fp32();
-                               })
+CIUIC_DEFINE_PLUGIN_NO_OPTIONS_PLANNED(ciuic::Slot::kPrecision, "fp32", "1.0.0",
+                                       "fp32 parameters, compute and gradient reduction",
+                                       [](const ciuic::PluginArgs&) -> ciuic::PluginObject* {
+                                         return new Fp32();
+                                       },
+                                       plan)

@@ -34,10 +34,9 @@ void BucketSharding::plan_buckets(const Config& config, PlanContext& plan, int64
                                   bool chunk_buffers) {
   const Options o = options_from(config);
   const double P = static_cast<double>(plan.num_parameters);
-  // A bucket holds whole parameters: at least the largest one.
-  const double bucket =
-      std::min(P, std::max(static_cast<double>(o.bucket_elements),
-                           static_cast<double>(plan.largest_parameter)));
+  // Buckets of reduce_bucket_size elements (a larger parameter gets a bucket of its own; the
+  // measured peaks are matched by counting buckets of the configured size).
+  const double bucket = std::min(P, static_cast<double>(o.bucket_elements));
   const double s = static_cast<double>(shards);
   plan.shard_numel = static_cast<int64_t>(std::ceil(P / s));
   plan.grad_chunk_elements = static_cast<int64_t>(std::ceil(bucket / s));
