@@ -3,8 +3,8 @@
 # a change, exported with `git archive`) against this working tree, both built here
 # (scripts/gpu/build-on-host.sh). Carry .gpu (base sources + debs) to the device tool.
 #   scripts/gpu/ab-arch.sh build     build both (Release, CUDA)
-#   scripts/gpu/ab-arch.sh one       GPU parity of the new build (parity.py), 1B ZeRO-2 at 2 ranks
-#                                    over NVLink: base, new, base, new
+#   scripts/gpu/ab-arch.sh parity    GPU parity of the new build (scripts/gpu/parity.py)
+#   scripts/gpu/ab-arch.sh one       1B ZeRO-2 at 2 ranks over NVLink: base, then new
 #   scripts/gpu/ab-arch.sh seven     the 3x4090 recipe's 7B shape at 2 ranks (pcie, 24 GiB cap):
 #                                    base, new (and more variants of the new build when given)
 # Every run's log and metrics go to $OUT; scripts/gpu/summarize.py prints the table.
@@ -39,13 +39,13 @@ build)
   run build-base 420 bash scripts/gpu/build-on-host.sh .gpu/base build-base
   ls build-gpu/lib/ciuic/plugins build-base/lib/ciuic/plugins
   ;;
-one)
+parity)
   run parity 200 python3 scripts/gpu/parity.py build-gpu/bin/ciuic-run /tmp/parity
   cp /tmp/parity/parity.json "$OUT/" 2>/dev/null
-  for i in 1 2; do
-    ciuic base-1b-$i 100 build-base $one_b
-    ciuic new-1b-$i 100 build-gpu $one_b
-  done
+  ;;
+one)
+  ciuic base-1b 100 build-base $one_b
+  ciuic new-1b 100 build-gpu $one_b
   ;;
 seven)
   ciuic base-7b 240 build-base $seven
@@ -58,5 +58,4 @@ seven)
   done
   ;;
 esac
-python3 scripts/gpu/summarize.py "$OUT" | tee "$OUT/summary.md"
-tar czf /tmp/ab-$what.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/ab-$what.tgz "$OUT/"
+python3 scripts/gpu/summarize.py "$OUT" | tee "$OUT/summary-$what.md"
