@@ -41,6 +41,7 @@ seq_len = 128
 max_steps = 5
 gradient_clipping = 1.0
 [optimizer]
+plugin = "{optimizer}"
 lr = 1e-3
 weight_decay = 0.1
 [precision]
@@ -71,6 +72,7 @@ def run(ciuic, root, name, **kw):
     kw.setdefault("extra", "")
     kw.setdefault("comm_extra", "")
     kw.setdefault("accum", 1)
+    kw.setdefault("optimizer", "adamw")
     kw["device"] = "cpu" if CPU else "cuda"
     if CPU:
         kw["comm"] = "gloo"
@@ -107,10 +109,10 @@ def main():
              ("zero2-nccl-w2-pcie", dict(world=2, micro=4, comm="nccl", sharding="zero2",
                                          comm_extra='transport = "pcie"')),
              ("zero2-cpuadam-w2", dict(world=2, micro=4, comm="nccl", sharding="zero2",
-                                       extra='[optimizer]\nplugin = "cpu_adam"')),
+                                       optimizer="cpu_adam")),
              # 2 micro-batches, each reduced: the host staging path of a host optimizer
              ("zero2-cpuadam-w2-acc2", dict(world=2, micro=2, accum=2, comm="nccl",
-                                            sharding="zero2", extra='[optimizer]\nplugin = "cpu_adam"'))]
+                                            sharding="zero2", optimizer="cpu_adam"))]
     results, ok = {}, ref is not None
     if ref is not None:
         ref, ref_norms = ref

@@ -9,6 +9,7 @@
 //   259 system, 260 user, 261 assistant. assistant_only: loss on the reply bytes and its EOS.
 #pragma once
 
+#include <ciuic/files.h>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -104,7 +105,7 @@ inline const Registry& registry() {
 // A fresh folder under CIUIC_TEST_TMP.
 inline std::string temp_dir(const std::string& name) {
   std::string d = std::string(CIUIC_TEST_TMP) + "/data/" + name;
-  std::filesystem::remove_all(d);
+  { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(d).string(), rm_ec); }
   std::filesystem::create_directories(d);
   return d;
 }

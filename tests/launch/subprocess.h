@@ -5,6 +5,7 @@
 // reaped and checked.
 #pragma once
 
+#include <ciuic/files.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -38,7 +39,7 @@ inline std::string read_file(const std::string& path) {
 inline std::string fresh_dir(const std::string& name) {
   namespace fs = std::filesystem;
   fs::path p = fs::path(CIUIC_TEST_TMP) / (name + "-" + std::to_string(getpid()));
-  fs::remove_all(p);
+  { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(p).string(), rm_ec); }
   fs::create_directories(p);
   return p.string();
 }

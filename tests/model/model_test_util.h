@@ -1,6 +1,7 @@
 // Helpers shared by the model tests.
 #pragma once
 
+#include <ciuic/files.h>
 #include <filesystem>
 #include <string>
 
@@ -20,7 +21,7 @@ inline std::string temp_dir(const std::string& name) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::filesystem::path p = std::filesystem::path(CIUIC_TEST_TMP) / "model" /
                             (std::string(info->test_suite_name()) + "." + info->name() + "." + name);
-  std::filesystem::remove_all(p);
+  { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(p).string(), rm_ec); }
   std::filesystem::create_directories(p);
   return p.string();
 }

@@ -180,7 +180,7 @@ TEST(PluginSection, DeprecatedOffloadAndOptimizerType) {
   Recipe t = Recipe::parse("[train]\nmax_steps = 1\n[data]\nplugin = \"x\"\n[optimizer]\ntype = \"adamw\"\n", "r.toml");
   EXPECT_EQ(t.plugin_name(Slot::kOptimizer), "adamw");
   ASSERT_EQ(t.warnings().size(), 1u);
-  EXPECT_EQ(t.warnings()[0], "r.toml:6:1: [optimizer] type is deprecated: write [optimizer] plugin = \"adamw\" instead");
+  EXPECT_EQ(t.warnings()[0], "r.toml:6:8: [optimizer] type is deprecated: write [optimizer] plugin = \"adamw\" instead");
   // Both spellings at once are a mistake, not a guess.
   try {
     Recipe::parse("[train]\nmax_steps = 1\n[data]\nplugin = \"x\"\n[optimizer]\nplugin = \"adamw\"\n"

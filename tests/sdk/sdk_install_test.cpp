@@ -3,6 +3,7 @@
 // find_package(Ciuic) and built against it — the SDK and the kits only — then listed and
 // instantiated by the installed ciuic-run. A plugin that calls into the engine fails to link.
 // The example builds are kept in <build>/sdk-examples for sdk_examples_test (a ctest fixture).
+#include <ciuic/files.h>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -27,7 +28,7 @@ using ciuic_test::slurp;
 
 TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
   const fs::path root = fs::path(CIUIC_TEST_TMP) / "sdk";
-  fs::remove_all(root);
+  { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(root).string(), rm_ec); }
   fs::create_directories(root / "io");
   const fs::path io = root / "io", first = root / "first-prefix", prefix = root / "prefix";
   const std::string cmake = CIUIC_CMAKE_COMMAND;
@@ -72,7 +73,7 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
 
   // Configure and build the examples against the moved prefix.
   const fs::path examples = fs::path(CIUIC_BUILD_DIR) / "sdk-examples";
-  fs::remove_all(examples);
+  { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(examples).string(), rm_ec); }
   const fs::path hello = examples / "hello";
   auto configure_dir = [&](const std::string& source, const fs::path& build, const std::string& extra) {
     std::string c = cmake + " -S " + source + " -B " + build.string() +
@@ -96,7 +97,7 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
   ciuic_test::write_file(fake / "include/torch/headeronly/version.h",
                          "#define TORCH_VERSION_MAJOR 1\n#define TORCH_VERSION_MINOR 2\n#define TORCH_VERSION_PATCH 3\n");
   Result bad = configure(root / "hello-fake", " -DCIUIC_TORCH_PREFIX=" + fake.string());
-  fs::remove_all(root / "hello-fake");
+  { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(root / "hello-fake").string(), rm_ec); }
   EXPECT_NE(bad.code, 0);
   std::string said;  // CMake wraps the reason: compare with whitespace runs as single spaces
   for (char ch : bad.out + bad.err)
@@ -171,5 +172,5 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
   r = ciuic_test::run_command(cmake + " --build " + (root / "engine_call_build").string(), io);
   EXPECT_NE(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(has(r.out + r.err, "undefined reference to `ciuic::load_tokenizer")) << r.out << r.err;
-  fs::remove_all(root);
+  { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(root).string(), rm_ec); }
 }

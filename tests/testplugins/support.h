@@ -3,6 +3,7 @@
 // their include path).
 #pragma once
 
+#include <ciuic/files.h>
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -20,7 +21,7 @@ inline std::filesystem::path test_dir(const std::string& area) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::filesystem::path d = std::filesystem::path(CIUIC_TEST_TMP) / area /
                             (std::string(info->test_suite_name()) + "." + info->name());
-  std::filesystem::remove_all(d);
+  { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(d).string(), rm_ec); }
   std::filesystem::create_directories(d);
   return d;
 }

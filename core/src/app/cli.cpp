@@ -13,6 +13,7 @@
 #include <ciuic/comm.h>
 #include <ciuic/data.h>
 #include <ciuic/error.h>
+#include <ciuic/files.h>
 #include <ciuic/log.h>
 #include <ciuic/optimizer.h>
 #include <ciuic/precision.h>
@@ -77,7 +78,7 @@ class TempDir {
   }
   ~TempDir() {
     std::error_code ec;
-    fs::remove_all(path_, ec);
+    remove_tree(path_, ec);
   }
   const std::string& path() const { return path_; }
 
@@ -272,13 +273,13 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, const s
   // Assembled beside OUT, renamed into place when complete.
   const fs::path target = fs::absolute(out_dir).lexically_normal();
   const fs::path tmp = target.parent_path() / (".tmp-" + target.filename().string());
-  fs::remove_all(tmp, ec);
+  remove_tree((tmp).string(), ec);
   try {
     model::write_hf_folder(tmp.string(), config, checkpoint::read_master_weights(folder), eo);
     if (fs::exists(target)) fs::remove(target);  // the empty folder
     fs::rename(tmp, target);
   } catch (...) {
-    fs::remove_all(tmp, ec);
+    remove_tree((tmp).string(), ec);
     throw;
   }
   out << "exported " << folder << " (" << config.num_parameters() << " parameters, " << dtype

@@ -18,6 +18,7 @@
 
 #include <ciuic/checksum.h>
 #include <ciuic/error.h>
+#include <ciuic/files.h>
 #include <ciuic/log.h>
 
 namespace fs = std::filesystem;
@@ -251,7 +252,10 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
     try {
       fs::create_directories(dir_);
       for (const auto& e : fs::directory_iterator(dir_))
-        if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());
+        if (e.path().filename().string().rfind(".tmp-", 0) == 0) {
+          std::error_code rec;
+          if (!remove_tree(e.path().string(), rec)) throw std::filesystem::filesystem_error("cannot remove", e.path(), rec);
+        }
       fs::create_directories(tmp);
     } catch (const std::exception& e) {
       status = std::string("cannot prepare checkpoint folder ") + tmp.string() + ": " + e.what();
@@ -340,14 +344,15 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
       const fs::path old = fs::path(dir_) / (".tmp-old-" + step_name(st.step));
       fs::rename(final_dir, old);
       fs::rename(tmp, final_dir);
-      fs::remove_all(old);
+      std::error_code rec;
+      if (!remove_tree(old.string(), rec)) throw std::filesystem::filesystem_error("cannot remove", old, rec);
     } else {
       fs::rename(tmp, final_dir);
     }
     fsync_dir(dir_);
   } catch (const std::exception& e) {
     std::error_code ec;
-    fs::remove_all(tmp, ec);
+    remove_tree((tmp).string(), ec);
     const std::string msg = e.what();
     store.set(key + "done", nlohmann::json{{"error", msg}}.dump());
     throw Error("checkpoint at step " + std::to_string(st.step) + " failed (the previous "
@@ -361,7 +366,7 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
     auto all = complete_checkpoints(dir_);
     for (size_t i = 0; i + keep_last_ < all.size(); ++i) {
       std::error_code ec;
-      fs::remove_all(all[i], ec);
+      remove_tree((all[i]).string(), ec);
       if (ec) log_warn("could not remove old checkpoint " + all[i].string() + ": " + ec.message());
     }
   }

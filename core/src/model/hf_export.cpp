@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ciuic/error.h>
+#include <ciuic/files.h>
 
 #include "model/llama.h"
 
@@ -56,7 +57,7 @@ struct TempDir {
   ~TempDir() {
     if (!keep && !path.empty()) {
       std::error_code ec;
-      fs::remove_all(path, ec);
+      remove_tree((path).string(), ec);
     }
   }
 };
@@ -97,7 +98,7 @@ void write_hf_folder(const std::string& folder, const LlamaConfig& config, const
   if (ec) throw Error(folder + ": cannot create the parent folder " + parent.string() + ": " + ec.message());
   TempDir tmp;
   tmp.path = parent / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()));
-  fs::remove_all(tmp.path, ec);
+  remove_tree((tmp.path).string(), ec);
   if (!fs::create_directory(tmp.path, ec))
     throw Error(folder + ": cannot create " + tmp.path.string() + ": " + ec.message());
 
@@ -125,7 +126,7 @@ void write_hf_folder(const std::string& folder, const LlamaConfig& config, const
     if (::renameat2(AT_FDCWD, tmp.path.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
       // Filesystems without RENAME_EXCHANGE: move the old folder aside, then the new one in.
       const fs::path old = parent / ("." + target.filename().string() + ".old-" + std::to_string(::getpid()));
-      fs::remove_all(old, ec);
+      remove_tree((old).string(), ec);
       if (::rename(target.c_str(), old.c_str()) != 0)
         throw Error(folder + ": cannot move the existing folder aside: " + std::strerror(errno));
       if (::rename(tmp.path.c_str(), target.c_str()) != 0) {
@@ -133,7 +134,7 @@ void write_hf_folder(const std::string& folder, const LlamaConfig& config, const
         ::rename(old.c_str(), target.c_str());
         throw Error(folder + ": cannot rename the new folder into place: " + std::strerror(err));
       }
-      fs::remove_all(old, ec);
+      remove_tree((old).string(), ec);
       tmp.keep = true;
     }
     // After the exchange tmp.path holds the old folder: TempDir removes it.

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include <ciuic/error.h>
+#include <ciuic/files.h>
 
 namespace ciuic::data {
 namespace fs = std::filesystem;
@@ -152,7 +153,7 @@ void make_dirs(const std::string& dir) {
 
 void remove_tree(const std::string& path) {
   std::error_code ec;
-  fs::remove_all(path, ec);
+  ciuic::remove_tree(path, ec);
 }
 
 bool file_exists(const std::string& path) {
