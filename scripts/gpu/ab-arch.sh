@@ -47,6 +47,12 @@ one)
   ciuic base-1b 100 build-base $one_b
   ciuic new-1b 100 build-gpu $one_b
   ;;
+cpuadam)  # 1B ZeRO-2 + cpu_adam under a 24 GiB cap (the host optimizer path), base/new twice
+  for i in 1 2; do
+    ciuic base-1b-cpuadam-$i 90 build-base $one_b --set offload.plugin=cpu_adam --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=1
+    ciuic new-1b-cpuadam-$i 90 build-gpu $one_b --set optimizer.plugin=cpu_adam --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=1
+  done
+  ;;
 seven)
   ciuic base-7b 240 build-base $seven
   ciuic new-7b 240 build-gpu $seven
