@@ -7,15 +7,13 @@
 //   v  <- beta2 * v + (1 - beta2) * g^2
 //   p  <- p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
 // through ATen's fused kernel at::_fused_adamw_ (CUDA: the multi-tensor kernel; CPU: ATen's
-// vectorised, threaded kernel), one call per weight-decay group (ShardOptimizer, the optim kit).
+// vectorised, threaded kernel), one call per weight-decay group: the optim kit's ShardOptimizer
+// and fused_adamw(), which other optimizer plugins can reuse.
 // Results match torch::optim::AdamW to ~1 ulp per step (the fused kernel evaluates exp_avg as a
 // lerp, torch::optim::AdamW as mul + add); tests/plugins/optimizer hold them to 1e-6 relative.
 //
 // State: master, exp_avg, exp_avg_sq (fp32) and the fp32 gradient shard: 16 bytes per shard
 // element on the device.
-#include <ATen/ops/_fused_adamw.h>
-#include <ATen/ops/full.h>
-
 #include <ciuic/config.h>
 #include <ciuic/context.h>
 #include <ciuic/kit/shard_optimizer.h>
@@ -43,19 +41,11 @@ class AdamW final : public ciuic::ShardOptimizer {
 
  protected:
   void update(Group& g, double lr, double weight_decay, int64_t t) override {
-    // The step count as the fused kernel wants it: one fp32 scalar tensor per list entry.
-    if (!step_t_.defined() || step_t_.device() != g.master[0].device())
-      step_t_ = at::full({}, 0.0, g.master[0].options());
-    step_t_.fill_(static_cast<double>(t));
-    const std::vector<at::Tensor> steps(g.master.size(), step_t_);
-    at::_fused_adamw_(g.master, g.grad, g.moments[0], g.moments[1], /*max_exp_avg_sqs=*/{}, steps,
-                      lr, beta1_, beta2_, weight_decay, eps_, /*amsgrad=*/false,
-                      /*maximize=*/false, /*grad_scale=*/std::nullopt, /*found_inf=*/std::nullopt);
+    ciuic::fused_adamw(g, lr, beta1_, beta2_, eps_, weight_decay, t);
   }
 
  private:
   double beta1_ = 0.9, beta2_ = 0.999, eps_ = 1e-8;
-  at::Tensor step_t_;
 };
 
 void plan(const ciuic::Config&, ciuic::PlanContext& p) {

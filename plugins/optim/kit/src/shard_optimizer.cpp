@@ -4,7 +4,9 @@
 
 #include <chrono>
 
+#include <ATen/ops/_fused_adamw.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 
@@ -132,6 +134,18 @@ void ShardOptimizer::plan_device_state(PlanContext& plan, int moments, const std
            "fp32 x " + std::to_string(1 + moments) + " per shard element (" +
                std::to_string(static_cast<int64_t>(S)) + ")");
   plan.add("gradient shard", true, S * 4.0, "fp32, accumulated from reduced chunks");
+}
+
+void fused_adamw(ShardOptimizer::Group& g, double lr, double beta1, double beta2, double eps,
+                 double weight_decay, int64_t t) {
+  if (g.empty()) return;
+  if (g.moments.size() != 2) throw Error("fused_adamw: the group needs exp_avg and exp_avg_sq");
+  // The step count as the fused kernel wants it: an fp32 scalar tensor per list entry.
+  const at::Tensor step = at::full({}, static_cast<double>(t), g.master[0].options());
+  const std::vector<at::Tensor> steps(g.master.size(), step);
+  at::_fused_adamw_(g.master, g.grad, g.moments[0], g.moments[1], /*max_exp_avg_sqs=*/{}, steps, lr,
+                    beta1, beta2, weight_decay, eps, /*amsgrad=*/false, /*maximize=*/false,
+                    /*grad_scale=*/std::nullopt, /*found_inf=*/std::nullopt);
 }
 
 }  // namespace ciuic

@@ -81,4 +81,11 @@ class ShardOptimizer : public Optimizer {
   double last_step_s_ = 0;
 };
 
+// PyTorch's AdamW (decoupled weight decay) on one group, through ATen's fused kernel
+// (at::_fused_adamw_: CUDA's multi-tensor kernel, or ATen's vectorised CPU kernel): the update of
+// the in-tree `adamw`, for optimizer plugins that want AdamW's arithmetic in their own skeleton.
+// `group.moments` must hold exp_avg and exp_avg_sq, in that order.
+void fused_adamw(ShardOptimizer::Group& group, double lr, double beta1, double beta2, double eps,
+                 double weight_decay, int64_t t);
+
 }  // namespace ciuic
