@@ -7,6 +7,7 @@
 #   scripts/gpu/ab-arch.sh one       1B ZeRO-2 at 2 ranks over NVLink: base, then new
 #   scripts/gpu/ab-arch.sh seven     the 3x4090 recipe's 7B shape at 2 ranks (pcie, 24 GiB cap):
 #                                    base, new (and more variants of the new build when given)
+#   scripts/gpu/ab-arch.sh seven-reversed   the same, new first
 # Every run's log and metrics go to $OUT; scripts/gpu/summarize.py prints the table.
 set -u
 what=${1:-build}
@@ -59,6 +60,16 @@ seven)
   shift
   n=0
   for extra in "$@"; do  # more variants of the new build: "--set a=b --set c=d"
+    n=$((n + 1))
+    ciuic new-7b-v$n 240 build-gpu $seven $extra
+  done
+  ;;
+seven-reversed)  # the new build first (the base ran first in the earlier call)
+  ciuic new-7b 240 build-gpu $seven
+  ciuic base-7b 240 build-base $seven
+  shift
+  n=0
+  for extra in "$@"; do
     n=$((n + 1))
     ciuic new-7b-v$n 240 build-gpu $seven $extra
   done
