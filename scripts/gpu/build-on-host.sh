@@ -10,7 +10,8 @@ set -euo pipefail
 src=${1:-.} build=${2:-build-gpu}
 prefix=/tmp/deps
 mkdir -p "$prefix"
-for f in .gpu/debs/*.deb; do dpkg -x "$f" "$prefix"; done
+# Unpacked once (two builds started together must not unpack over each other).
+[ -e "$prefix/.unpacked" ] || { for f in .gpu/debs/*.deb; do dpkg -x "$f" "$prefix"; done; touch "$prefix/.unpacked"; }
 export PKG_CONFIG_PATH=$prefix/usr/lib/x86_64-linux-gnu/pkgconfig:${PKG_CONFIG_PATH:-}
 torch=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 cmake -S "$src" -B "$build" -G Ninja -DCIUIC_WITH_CUDA=${CIUIC_HOST_CUDA:-ON} -DCMAKE_BUILD_TYPE=${CIUIC_HOST_BUILD_TYPE:-Release} \

@@ -14,13 +14,14 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 t0=$SECONDS
 ncpu=$(nproc)
+mkdir -p /tmp/deps && [ -e /tmp/deps/.unpacked ] || { for f in .gpu/debs/*.deb; do dpkg -x "$f" /tmp/deps; done; touch /tmp/deps/.unpacked; }
 case "$what" in
 tests)
   (CIUIC_HOST_CUDA=OFF CIUIC_HOST_TESTS=ON CIUIC_HOST_BUILD_TYPE=RelWithDebInfo CIUIC_HOST_JOBS=$((ncpu / 2)) \
      bash scripts/gpu/build-on-host.sh . build-cpu > "$OUT/build-cpu.txt" 2>&1; echo "cpu rc=$?" >> "$OUT/build-cpu.txt") &
   (CIUIC_HOST_JOBS=$((ncpu / 2)) bash scripts/gpu/build-on-host.sh . build-gpu > "$OUT/build-gpu.txt" 2>&1; echo "gpu rc=$?" >> "$OUT/build-gpu.txt") &
   wait
-  echo "builds: $((SECONDS - t0)) s"; tail -4 "$OUT/build-cpu.txt" "$OUT/build-gpu.txt"
+  echo "builds: $((SECONDS - t0)) s"; tail -n 4 "$OUT/build-cpu.txt" "$OUT/build-gpu.txt"
   grep -E "error|FAILED" build-cpu.build.log build-gpu.build.log | head -40
   (cd build-cpu && CUDA_VISIBLE_DEVICES= timeout 330 ctest -j 12 --output-on-failure > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?" >> "$OUT/ctest.log") &
   ct=$!
@@ -35,7 +36,7 @@ seven)
   (CIUIC_HOST_JOBS=$((ncpu / 2)) bash scripts/gpu/build-on-host.sh . build-gpu > "$OUT/build-gpu.txt" 2>&1; echo "gpu rc=$?" >> "$OUT/build-gpu.txt") &
   (CIUIC_HOST_JOBS=$((ncpu / 2)) bash scripts/gpu/build-on-host.sh .gpu/base build-base > "$OUT/build-base.txt" 2>&1; echo "base rc=$?" >> "$OUT/build-base.txt") &
   wait
-  echo "builds: $((SECONDS - t0)) s"; tail -2 "$OUT/build-gpu.txt" "$OUT/build-base.txt"
+  echo "builds: $((SECONDS - t0)) s"; tail -n 2 "$OUT/build-gpu.txt" "$OUT/build-base.txt"
   OUT=$OUT bash scripts/gpu/ab-arch.sh seven-reversed "${@:2}"
   ;;
 esac
