@@ -14,7 +14,7 @@ cmake -S . -B "$build" -G Ninja -DCIUIC_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release 
 # the benchmarks it calls. (CPU-only tests are left out: they take long to build on small hosts.)
 targets="ciuic-run ciuic_comm_gloo ciuic_comm_nccl ciuic_data_cached_ssd ciuic_data_synthetic
   ciuic_optimizer_cpu_adam ciuic_optimizer_adamw ciuic_precision_bf16 ciuic_precision_fp16 ciuic_precision_fp32
-  ciuic_sharding_ddp ciuic_sharding_zero2 model_gpu_test test_comm_nccl ciuic_test_launch
+  ciuic_sharding_ddp ciuic_sharding_zero2 model_gpu_test comm_nccl_test ciuic_test_launch
   ciuic_test_worker bench_comm model_bench optim_bench"
 cmake --build "$build" -j "$(nproc)" --target $targets
 rm -rf .gpu && mkdir -p .gpu/debs

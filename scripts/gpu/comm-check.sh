@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU checks of the nccl comm plugin, from an existing CUDA build (this script builds nothing):
-#   1. tests/comm test_comm_nccl (label gpu): every collective vs a CPU reference on 2 GPUs, for
+#   1. tests/plugins/comm comm_nccl_test (label gpu): every collective vs a CPU reference on 2 GPUs, for
 #      the transports auto, nvlink, pcie and shm, plus the timeout/abort path;
 #   2. bench/comm bench_comm: bus bandwidth (nccl-tests' definition) of all_reduce,
 #      reduce_scatter and all_gather through the plugin and through NCCL alone, for the transports
@@ -8,7 +8,7 @@
 # then prints one table (markdown) with the results and the ratios measured side by side.
 #
 # Usage: scripts/gpu/comm-check.sh BUILD_DIR [OUT_DIR]
-#   BUILD_DIR  a build configured with -DCIUIC_WITH_CUDA=ON, with the targets test_comm_nccl,
+#   BUILD_DIR  a build configured with -DCIUIC_WITH_CUDA=ON, with the targets comm_nccl_test,
 #              bench_comm, ciuic_test_launch and the plugin ciuic_comm_nccl built
 #   OUT_DIR    logs and JSON results (default: BUILD_DIR/comm-check)
 # Environment: NPROC (default 2), MAX_BYTES (default 1073741824), ITERS (default 20).
@@ -23,7 +23,7 @@ mkdir -p "$out"
 # NVLink multicast (NVLS) stays off on shared GPU hosts; the plugin never turns it on.
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
 
-for f in bin/test_comm_nccl bin/bench_comm bin/ciuic_test_launch lib/ciuic/plugins/libciuic_comm_nccl.so; do
+for f in bin/comm_nccl_test bin/bench_comm bin/ciuic_test_launch lib/ciuic/plugins/libciuic_comm_nccl.so; do
   [[ -e $build/$f ]] || { echo "comm-check: $build/$f is missing (build it first)" >&2; exit 2; }
 done
 
@@ -32,14 +32,14 @@ echo "== GPUs"
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>/dev/null || echo "(nvidia-smi unavailable)"
 nvidia-smi topo -m 2>/dev/null | head -n 4 || true
 
-echo "== test_comm_nccl"
-"$build/bin/test_comm_nccl" --gtest_color=no >"$out/test_comm_nccl.log" 2>&1
+echo "== comm_nccl_test"
+"$build/bin/comm_nccl_test" --gtest_color=no >"$out/comm_nccl_test.log" 2>&1
 rc=$?
-grep -E '^\[ +(OK|FAILED|SKIPPED) +\] ' "$out/test_comm_nccl.log" | sed 's/^/  /'
-grep -E 'checks, [0-9]+ failures|timeout error after' "$out/test_comm_nccl.log" | sed 's/^/  /'
+grep -E '^\[ +(OK|FAILED|SKIPPED) +\] ' "$out/comm_nccl_test.log" | sed 's/^/  /'
+grep -E 'checks, [0-9]+ failures|timeout error after' "$out/comm_nccl_test.log" | sed 's/^/  /'
 if [[ $rc -ne 0 ]]; then
-  echo "  test_comm_nccl FAILED (exit $rc): see $out/test_comm_nccl.log"; status=1
-  grep -E 'error|Failure' "$out/test_comm_nccl.log" | head -n 20 | sed 's/^/    /'
+  echo "  comm_nccl_test FAILED (exit $rc): see $out/comm_nccl_test.log"; status=1
+  grep -E 'error|Failure' "$out/comm_nccl_test.log" | head -n 20 | sed 's/^/    /'
 fi
 
 for t in auto pcie; do

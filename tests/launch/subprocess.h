@@ -1,4 +1,4 @@
-// Test helpers for multi-process tests (tests/launch, tests/comm): run a program with its output
+// Test helpers for multi-process tests (tests/launch, tests/plugins/comm): run a program with its output
 // in files, wait with a deadline, check that processes are gone, find a free port. A Child is
 // SIGKILLed and reaped when destroyed, so a failing test leaves nothing behind; the test process
 // becomes a child subreaper so that orphans of killed launchers are reparented to it and can be

@@ -110,7 +110,10 @@ TEST(SdkExamples, LionMatchesThePublishedUpdate) {
   lion->save_state(sd);
   const at::Tensor want_p = tensor(fx["master"]), want_m = tensor(fx["exp_avg"]);
   EXPECT_LT(((ciuic::state_get(sd, "master") - want_p).abs() / want_p.abs().clamp_min(1e-3)).max().item<double>(), 1e-6);
-  EXPECT_LT(((ciuic::state_get(sd, "exp_avg") - want_m).abs() / want_m.abs().clamp_min(1e-6)).max().item<double>(), 1e-5);
+  // The momentum is a running mix that cancels: element-wise relative error is meaningless near
+  // zero (ATen's lerp and the fixture's two products round differently), so compare against its scale.
+  EXPECT_LT((ciuic::state_get(sd, "exp_avg") - want_m).abs().max().item<double>(),
+            1e-6 * want_m.abs().max().item<double>());
   EXPECT_TRUE(at::equal(params, ciuic::state_get(sd, "master")));
 }
 

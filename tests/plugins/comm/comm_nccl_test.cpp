@@ -14,7 +14,7 @@
 #include <chrono>
 #include <thread>
 
-#include "../launch/subprocess.h"
+#include "../../launch/subprocess.h"
 #include "comm_test_util.h"
 #include "launch/launch.h"
 

@@ -2,7 +2,7 @@
 // run started by ciuic_test_launch (the launcher), at world sizes 2, 3 and 4 (the latter as two
 // "nodes" of two on 127.0.0.1). Each worker runs every collective on several dtypes, sizes and
 // reduce ops and compares with references computed independently from all ranks' inputs with
-// ATen (tests/comm/comm_test_util.h). In-process tests cover world 1 and argument errors.
+// ATen (tests/plugins/comm/comm_test_util.h). In-process tests cover world 1 and argument errors.
 #include <ciuic/error.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <chrono>
 #include <thread>
 
-#include "../launch/subprocess.h"
+#include "../../launch/subprocess.h"
 #include "comm_test_util.h"
 #include "launch/launch.h"
 

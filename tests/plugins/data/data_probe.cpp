@@ -1,5 +1,5 @@
 // data_probe — opens a data source in its own process and prints what it read, for the
-// multi-process data tests (tests/data/data_multiproc_test.cpp).
+// multi-process data tests (tests/plugins/data/data_multiproc_test.cpp).
 //
 //   data_probe <recipe_dir> <data-section.toml> <rank> <world> <batches> <out.json>
 //
