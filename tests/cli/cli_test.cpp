@@ -195,3 +195,20 @@ TEST(Cli, PluginErrorsExitTwo) {
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "unknown comm plugin 'test'")) << r.err;
 }
+
+// An error a data plugin raises in open() (a bad input file, found only when the run starts)
+// names the plugin and its file as factory errors do, and keeps its exit code (2: bad input).
+TEST(Cli, DataPluginOpenErrorsNameThePlugin) {
+  const fs::path dir = test_dir();
+  const std::string recipe = write_recipe(
+      dir, "[run]\nname = \"cli-open\"\noutput_dir = \"" + (dir / "out").string() + "\"\n"
+           "[model.config]\nhidden_size = 32\nintermediate_size = 64\nnum_hidden_layers = 1\n"
+           "num_attention_heads = 4\nnum_key_value_heads = 2\nvocab_size = 64\n"
+           "max_position_embeddings = 64\n"
+           "[train]\nmicro_batch_size = 1\nseq_len = 16\nmax_steps = 1\n"
+           "[data]\nplugin = \"test\"\npath = \"open-boom\"\n");
+  const Result r = run(recipe + " --plugin-path " + kGood + " --nproc 1");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "plugin data/test (" + kGood + "/libciuic_data_test.so): open-boom: cannot read this input"))
+      << r.err;
+}

@@ -17,8 +17,13 @@ class TestData final : public ciuic::DataSource {
         files_(static_cast<double>(c.get_string_list("files").size())),
         weights_(c.get_float_list("weights")) {
     if (c.get_string("path") == "boom") c.fail("path", "the test plugin was asked to fail");
+    open_boom_ = c.get_string("path") == "open-boom";
   }
-  void open(const ciuic::DataOpenArgs&) override {}
+  // path = "open-boom": open() fails as a plugin with a bad input file would (the engine must
+  // add the plugin's name and file to the message).
+  void open(const ciuic::DataOpenArgs&) override {
+    if (open_boom_) throw ciuic::UsageError("open-boom: cannot read this input");
+  }
   ciuic::Batch next() override { throw ciuic::Error("data/test yields no batches"); }
   std::string cursor() const override { return "{}"; }
   void seek(const std::string&) override {}
@@ -40,6 +45,7 @@ class TestData final : public ciuic::DataSource {
   bool mode_slow_;
   double files_;
   std::vector<double> weights_;
+  bool open_boom_ = false;
 };
 
 const ciuic::OptionSpec kOptions[] = {

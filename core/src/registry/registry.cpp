@@ -362,7 +362,7 @@ std::shared_ptr<PluginObject> Registry::create_object(Slot slot, std::string_vie
                                                       const RunContext& ctx) const {
   const PluginDescriptor& d = get(slot, name);
   const Impl::Entry* e = impl_->find(slot, name);
-  const std::string context = "plugin " + std::string(slot_name(slot)) + "/" + d.name + " (" + d.path + ")";
+  const std::string context = describe(slot, d.name);
   auto cfg = std::make_shared<const Config>(config);
   PluginObject* raw = nullptr;
   try {
@@ -379,6 +379,11 @@ std::shared_ptr<PluginObject> Registry::create_object(Slot slot, std::string_vie
   if (!raw) throw Error(context + ": the factory returned no object");
   auto lib = e->lib;
   return std::shared_ptr<PluginObject>(raw, [lib, cfg](PluginObject* p) { delete p; });
+}
+
+std::string Registry::describe(Slot slot, std::string_view name) const {
+  const PluginDescriptor& d = get(slot, name);
+  return "plugin " + std::string(slot_name(slot)) + "/" + d.name + " (" + d.path + ")";
 }
 
 void Registry::wrong_type(Slot slot, std::string_view name, const std::type_info& want,

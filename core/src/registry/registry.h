@@ -69,6 +69,8 @@ class CIUIC_API Registry final : public PluginCatalog {
   const PluginDescriptor* find(Slot slot, std::string_view name) const;
   // Throws UsageError(why_missing(slot, name)) when there is no such accepted plugin.
   const PluginDescriptor& get(Slot slot, std::string_view name) const;
+  // "plugin <slot>/<name> (<file>)": the prefix of every error a plugin call raises.
+  std::string describe(Slot slot, std::string_view name) const;
   // PluginCatalog: "unknown <slot> plugin '<name>'", the closest name, the available plugins of
   // that slot, the searched folders, and the refusal of any file of that name.
   const PluginInfo* find_info(Slot slot, std::string_view name) const override;

@@ -8,6 +8,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/ops/tensor.h>
+#include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
 #include <ciuic/config.h>
@@ -57,6 +58,21 @@ std::shared_ptr<T> make_plugin(const Recipe& recipe, const Registry& registry, S
   const std::string name = recipe.plugin_name(slot);
   const PluginDescriptor& d = registry.get(slot, name);
   return registry.create<T>(slot, name, recipe.plugin_config(slot, *d.info), ctx);
+}
+
+// Runs a call into a plugin so that whatever it throws names the plugin and its file, as the
+// factory's errors do (Registry::create_object); the exit code is kept.
+template <typename F>
+void as_plugin(const Recipe& recipe, const Registry& registry, Slot slot, F&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    throw e.with_context(registry.describe(slot, recipe.plugin_name(slot)));
+  } catch (const c10::Error& e) {
+    throw Error(registry.describe(slot, recipe.plugin_name(slot)) + ": " + e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    throw Error(registry.describe(slot, recipe.plugin_name(slot)) + ": " + e.what());
+  }
 }
 
 // [model] -> LlamaConfig: the folder's config.json with [model.config] on top, or
@@ -147,7 +163,7 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   da.pin_memory = r.ctx.device.is_cuda();
   da.tokenizer = r.tokenizer.get();
   da.chat_template = r.chat_template.get();
-  r.data->open(da);
+  as_plugin(recipe, registry, Slot::kData, [&] { r.data->open(da); });
   return r;
 }
 
