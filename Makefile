@@ -22,8 +22,13 @@ configure: setup $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
-	scripts/demo.sh $(BUILD)
+# The demo builds only what it runs (target `runtime`: ciuic-run and the plugins, not the tests
+# and benchmarks) and prints the time of each phase.
+demo:
+	@t0=$$(date +%s) && $(MAKE) --no-print-directory configure && t1=$$(date +%s) && \
+	cmake --build $(BUILD) -j $(JOBS) --target runtime && t2=$$(date +%s) && \
+	scripts/demo.sh $(BUILD) && t3=$$(date +%s) && \
+	echo "make demo: set-up and configure $$((t1 - t0)) s, build $$((t2 - t1)) s, data + training + evaluation $$((t3 - t2)) s"
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j 2 $(CTEST_ARGS)
