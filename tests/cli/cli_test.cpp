@@ -195,3 +195,38 @@ TEST(Cli, PluginErrorsExitTwo) {
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "unknown comm plugin 'test'")) << r.err;
 }
+
+TEST(Cli, FromDeepSpeedWritesAnEquivalentRecipe) {
+  const std::string seed = CIUIC_SOURCE_DIR "/tests/fixtures/deepspeed/ds_config_4xa100_seed.json";
+  const fs::path out = test_dir() / "from_ds.toml";
+  fs::remove(out);
+  Result r = run("--from-deepspeed " + seed + " --nproc 4 --set train.micro_batch_size=2 -o " + out.string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "ciuic-run: ignored: zero_optimization.allgather_bucket_size: ciuic all-gathers")) << r.err;
+  EXPECT_TRUE(has(r.err, "placeholders to edit (or give with --set): ")) << r.err;
+  EXPECT_TRUE(has(r.err, "ciuic-run: wrote " + out.string())) << r.err;
+  const std::string text = ciuic_test::slurp(out.string());
+  for (const char* s : {"[sharding]\nplugin = \"zero2\"", "warmup_max_lr = 3e-5", "nproc_per_node = 4", "micro_batch_size = 2",
+                        "#   zero_optimization.reduce_scatter: "})
+    EXPECT_TRUE(has(text, s)) << s << "\n" << text;
+  // Without -o the recipe goes to stdout.
+  r = run("--from-deepspeed " + seed);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "# Imported from " + seed)) << r.out;
+  // Refusals, "auto" and a missing file exit 2.
+  const fs::path z3 = test_dir() / "z3.json";
+  std::ofstream(z3) << R"({"zero_optimization": {"stage": 3}, "optimizer": {"params": {"lr": "auto"}}})";
+  r = run("--from-deepspeed " + z3.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "optimizer.params.lr = \"auto\": give it with --set optimizer.lr=<value>")) << r.err;
+  r = run("--from-deepspeed " + z3.string() + " --set optimizer.lr=1e-5");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "zero_optimization.stage = 3: ZeRO-3")) << r.err;
+  r = run("--from-deepspeed /nonexistent/ds.json");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "--from-deepspeed: no such file: /nonexistent/ds.json")) << r.err;
+  r = run("recipe.toml -o x.toml");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "-o/--output goes with --from-deepspeed")) << r.err;
+}
+
