@@ -23,6 +23,7 @@ constexpr const char* kUsage =
     "                 [--output-all-ranks] [--resume PATH|latest|auto] [--dry-run] [--print-recipe] [--plan]\n"
     "       ciuic-run --export-hf CKPT OUT [--export-dtype bf16|fp32] [--tokenizer FILE]\n"
     "       ciuic-run --from-deepspeed DS_CONFIG.json [--set section.key=value]... [-o RECIPE.toml]\n"
+    "       ciuic-run --plot RUN_DIR\n"
     "       ciuic-run --list-plugins [--verbose] [--plugin-path DIR]...\n"
     "       ciuic-run --help | --help-recipe | --version\n";
 
@@ -98,14 +99,17 @@ int main(int argc, char** argv) {
        "with --export-hf: dtype of the exported weights (default bf16)")
       ("tokenizer", po::value<std::string>(&export_tokenizer)->value_name("FILE"),
        "with --export-hf: a tokenizer.json to copy into OUT (with its tokenizer_config.json)");
-  std::string from_ds, output;
-  po::options_description tool_opts("Converting (no recipe needed)", 100, 50);
+  std::string from_ds, output, plot_dir;
+  po::options_description tool_opts("Converting and reporting (no recipe needed)", 100, 50);
   tool_opts.add_options()
       ("from-deepspeed", po::value<std::string>(&from_ds)->value_name("FILE"),
        "write an equivalent recipe for the DeepSpeed config FILE (docs/deepspeed.md); --set gives recipe "
        "keys for \"auto\" values and the rest (model, data, max_steps); --nproc/--nnodes give the world size")
       ("output,o", po::value<std::string>(&output)->value_name("FILE"),
-       "with --from-deepspeed: write the recipe to FILE instead of stdout");
+       "with --from-deepspeed: write the recipe to FILE instead of stdout")
+      ("plot", po::value<std::string>(&plot_dir)->value_name("RUN_DIR"),
+       "write RUN_DIR/report.html (loss, eval loss, lr, grad norm, tokens/s, MFU, memory over steps) from "
+       "RUN_DIR/metrics.jsonl and print its path");
   po::options_description info_opts("Information", 100, 50);
   info_opts.add_options()
       ("list-plugins", po::bool_switch(&list), "list the plugins found: <slot> <name> <version> <path>")
@@ -158,6 +162,10 @@ int main(int argc, char** argv) {
       return ciuic::app::from_deepspeed(from_ds, ciuic::app::effective_overrides(o), output, std::cout, std::cerr);
     }
     if (vm.count("output")) return fail("-o/--output goes with --from-deepspeed", 2);
+    if (vm.count("plot")) {
+      if (!o.recipe.empty()) return fail("--plot takes a run folder, not a recipe: --plot RUN_DIR", 2);
+      return ciuic::app::plot(plot_dir, std::cout);
+    }
     if (o.recipe.empty()) {
       std::cerr << kUsage;
       return fail("no recipe given (see ciuic-run --help)", 2);

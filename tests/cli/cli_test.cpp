@@ -230,3 +230,16 @@ TEST(Cli, FromDeepSpeedWritesAnEquivalentRecipe) {
   EXPECT_TRUE(has(r.err, "-o/--output goes with --from-deepspeed")) << r.err;
 }
 
+TEST(Cli, PlotWritesTheRunReport) {
+  const fs::path dir = test_dir() / "plot_run";
+  fs::create_directories(dir);
+  std::ofstream(dir / "metrics.jsonl") << "{\"step\": 1, \"loss\": 3.0, \"lr\": 1e-4}\n{\"step\": 2, \"loss\": 2.5, \"lr\": 1e-4}\n";
+  Result r = run("--plot " + dir.string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, (dir / "report.html").string() + "\n");
+  EXPECT_TRUE(has(ciuic_test::slurp((dir / "report.html").string()), "<svg")) << r.out;
+  r = run("--plot " + (test_dir() / "no_such_run").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "no metrics file at")) << r.err;
+}
+

@@ -30,6 +30,7 @@
 #include "recipe/schema.h"
 #include "registry/registry.h"
 #include "plan/plan.h"
+#include "train/html_report.h"
 #include "train/worker.h"
 
 namespace ciuic::app {
@@ -272,6 +273,11 @@ int from_deepspeed(const std::string& config, const std::vector<std::string>& ov
     if (!f) throw Error("cannot write " + out_path);
   }
   err << "ciuic-run: wrote " << out_path << " (check it: ciuic-run " << out_path << " --print-recipe)\n";
+  return kExitOk;
+}
+
+int plot(const std::string& run_dir, std::ostream& out) {
+  out << train::write_html_report(run_dir) << "\n";
   return kExitOk;
 }
 

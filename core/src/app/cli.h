@@ -71,6 +71,10 @@ CIUIC_API int export_hf(const std::string& checkpoint, const std::string& out_di
 CIUIC_API int from_deepspeed(const std::string& config, const std::vector<std::string>& overrides,
                              const std::string& out_path, std::ostream& out, std::ostream& err);
 
+// --plot RUN_DIR: writes RUN_DIR/report.html (train/html_report.h) from RUN_DIR/metrics.jsonl (or
+// from the metrics file given instead of a folder) and prints its path.
+CIUIC_API int plot(const std::string& run_dir, std::ostream& out);
+
 // --version: ciuic version, LibTorch version, build fingerprint, plugin API version.
 CIUIC_API std::string version_text();
 // Short list of the recipe sections (for --help) and the full key reference (--help-recipe).
