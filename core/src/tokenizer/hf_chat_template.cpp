@@ -10,7 +10,8 @@
 //      when both are prefixes of the whole rendering;
 //   3. otherwise (templates that re-render earlier turns, e.g. Mistral's system prompt placed in
 //      the last user turn), the reply's content found in order in the rendering (as written or
-//      trimmed), plus the special token that immediately follows it (its end of turn).
+//      trimmed), with the spaces just before it and the special token just after it (its end of
+//      turn): what the model generates after the prompt.
 // A token carries loss when its bytes overlap an assistant range (HF marks char_to_token(start)
 // .. char_to_token(end - 1)). docs/tokenizer.md explains the method and its checks.
 #include <filesystem>
@@ -174,6 +175,7 @@ class HfChatTemplate final : public ChatTemplate {
                          "is unknown; add {% generation %} ... {% endgeneration %} around the reply in the "
                          "template, or set [data] assistant_only_loss = false");
       const size_t e = b + len + special_token_at(text, b + len);
+      while (b > cursor && text[b - 1] == ' ') --b;  // a space before the reply is generated with it
       spans.emplace_back(b, e);
       cursor = e;
     }
