@@ -195,6 +195,9 @@ TEST(DeepSpeedImport, AutoValuesAreNamedWithTheSetToGive) {
   EXPECT_EQ(value(t, "sharding.reduce_bucket_size"), "5e7");
   EXPECT_EQ(value(t, "model.path"), "\"/models/x\"");
   EXPECT_TRUE(im.placeholders.empty()) << im.toml;
+  bool tbs = false;
+  for (const auto& i : im.ignored) tbs = tbs || i.rfind("train_batch_size: \"auto\"", 0) == 0;
+  EXPECT_TRUE(tbs);
   expect_loads(im);
 }
 

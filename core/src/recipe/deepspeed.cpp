@@ -325,7 +325,13 @@ class Importer {
   void batch(const json& root) {
     const json* mb = take(root, "", "train_micro_batch_size_per_gpu", "train.micro_batch_size");
     const json* gas = take(root, "", "gradient_accumulation_steps", "train.gradient_accumulation_steps");
-    const json* tbs = take(root, "", "train_batch_size", "");
+    const json* tbs = nullptr;
+    if (root.contains("train_batch_size") && root["train_batch_size"] == "auto") {
+      read_.insert("train_batch_size");  // the HF Trainer's product of the other two: nothing to check
+      ignore("train_batch_size", "\"auto\": micro-batch x accumulation x world size");
+    } else {
+      tbs = take(root, "", "train_batch_size", "");
+    }
     std::optional<int64_t> m, g, t;
     if (mb) m = integer(*mb, "train_micro_batch_size_per_gpu");
     else if (auto v = set_number("train.micro_batch_size")) m = static_cast<int64_t>(*v);
