@@ -15,7 +15,9 @@ Output:
   - a table on the terminal: per metric, median and spread (min-max) over the repetitions for A
     and B, and the ratio B/A of the medians;
   - DIR/ab.json: the same, plus every run's figures;
-  - DIR/ab.svg: a self-contained chart (tokens/s of every repetition for A and B, ratio).
+  - DIR/ab.svg: a self-contained chart (tokens/s of every repetition for A and B, ratio);
+  - DIR/ab-loss.svg: the loss curves (loss over steps) of every run of A and of B, to see that a
+    faster side also trains the same (or how differently).
 
 Exit status: 0; 2 on a usage error or when a run fails (naming the side, repetition and the run's
 log file). Only the Python standard library is needed.
@@ -87,7 +89,8 @@ def run_once(args, side, rep, recipe, overrides, out_dir):
         raise HarnessError(f"{side} (repetition {rep + 1}): fewer than 2 logged steps in "
                            f"{run_dir}/metrics.jsonl (use --steps >= 2)")
     steady = steps[1:]
-    figures = {"wall_s": wall}
+    figures = {"wall_s": wall,
+               "loss_curve": [[r["step"], r["loss"]] for r in steps if isinstance(r.get("loss"), (int, float))]}
     for key, (_, how, _) in METRICS.items():
         vals = [r[key] for r in steady if isinstance(r.get(key), (int, float))]
         if how == "rate":  # a cumulative counter: its increase per step
@@ -188,6 +191,49 @@ def svg_chart(names, runs, summary, title):
     return "\n".join(parts)
 
 
+def svg_loss_chart(names, runs, title):
+    """Loss over steps: one line per run, A's in blue and B's in orange (repetitions overlaid)."""
+    colors = dict(zip(names, ("#4e79a7", "#f28e2b")))
+    curves = [(n, i, [(s, l) for s, l in r.get("loss_curve", []) if math.isfinite(l)])
+              for n in names for i, r in enumerate(runs[n])]
+    pts = [p for _, _, c in curves for p in c]
+    W, H, L, R, T, B = 640, 360, 70, 20, 50, 50
+    pw, ph = W - L - R, H - T - B
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+             f'font-family="sans-serif" font-size="12">',
+             f'<rect width="{W}" height="{H}" fill="white"/>',
+             f'<text x="{W / 2}" y="22" text-anchor="middle" font-size="14">{escape(title)}: loss per step</text>']
+    if pts:
+        x0, x1 = min(p[0] for p in pts), max(p[0] for p in pts)
+        y0, y1 = min(p[1] for p in pts), max(p[1] for p in pts)
+        if x1 == x0:
+            x0, x1 = x0 - 1, x1 + 1
+        pad = (y1 - y0) * 0.05 or abs(y0) * 0.05 or 1.0
+        y0, y1 = y0 - pad, y1 + pad
+        x = lambda s: L + (s - x0) / (x1 - x0) * pw
+        y = lambda v: T + ph - (v - y0) / (y1 - y0) * ph
+        for i in range(5):
+            v = y0 + (y1 - y0) * i / 4
+            parts.append(f'<line x1="{L}" x2="{W - R}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/>')
+            parts.append(f'<text x="{L - 6}" y="{y(v) + 4:.1f}" text-anchor="end">{fmt(v)}</text>')
+        for s in sorted({x0, x1, round((x0 + x1) / 2)}):
+            parts.append(f'<text x="{x(s):.1f}" y="{T + ph + 16}" text-anchor="middle">{fmt(s)}</text>')
+        parts.append(f'<text x="{L + pw / 2}" y="{T + ph + 32}" text-anchor="middle">step</text>')
+        for name, rep, c in curves:
+            if c:
+                line = " ".join(f"{x(s):.1f},{y(v):.1f}" for s, v in c)
+                parts.append(f'<polyline data-side="{escape(name)}" data-rep="{rep + 1}" points="{line}" '
+                             f'fill="none" stroke="{colors[name]}" stroke-width="1.5" stroke-opacity="0.8"/>')
+    else:
+        parts.append(f'<text x="{W / 2}" y="{H / 2}" text-anchor="middle">no loss logged</text>')
+    for j, name in enumerate(names):
+        lx = L + j * 200
+        parts.append(f'<rect x="{lx}" y="{H - 12}" width="12" height="4" fill="{colors[name]}"/>')
+        parts.append(f'<text x="{lx + 18}" y="{H - 6}">{escape(name)} (every repetition)</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
 def escape(s):
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
@@ -250,7 +296,9 @@ def main(argv=None):
         json.dump(result, f, indent=1)
     with open(os.path.join(args.out, "ab.svg"), "w") as f:
         f.write(svg_chart(names, runs, summary, f"{names[0]} vs {names[1]}"))
-    print(f"\n[ab] {args.out}/ab.json, {args.out}/ab.svg", file=sys.stderr)
+    with open(os.path.join(args.out, "ab-loss.svg"), "w") as f:
+        f.write(svg_loss_chart(names, runs, f"{names[0]} vs {names[1]}"))
+    print(f"\n[ab] {args.out}/ab.json, {args.out}/ab.svg, {args.out}/ab-loss.svg", file=sys.stderr)
     return 0
 
 

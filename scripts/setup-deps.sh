@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ciuic needs to build and test, and nothing that is already there.
 #   scripts/setup-deps.sh            Debian packages + .venv with torch (LibTorch)
-#   scripts/setup-deps.sh --fixtures also transformers/tokenizers/safetensors (fixture generators)
+#   scripts/setup-deps.sh --fixtures also transformers/tokenizers/safetensors/tensorboard (fixture
+#                                    generators, and the tests that read ciuic's outputs with them)
 # Idempotent: a second run prints "ok" lines and changes nothing.
 # Environment: CIUIC_VENV (default .venv), CIUIC_TORCH_VERSION (default 2.11.0, the GPU host's),
 #   CIUIC_TORCH_DEPS=1 to install torch's Python dependencies (the nvidia-* CUDA wheels, ~2.7 GB)
@@ -17,7 +18,7 @@ want_fixtures=0
 for a in "$@"; do
   case "$a" in
     --fixtures) want_fixtures=1 ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
     *) echo "setup-deps: unknown argument '$a'" >&2; exit 2 ;;
   esac
 done
@@ -73,8 +74,12 @@ fi
 if [ "$want_fixtures" = 1 ]; then
   # transformers and tokenizers generate fixtures; torch's own Python dependencies (not the CUDA
   # wheels) let `import torch` work where the wheel was installed alone.
-  fx=(transformers tokenizers safetensors filelock typing-extensions sympy networkx jinja2 fsspec)
-  if "$VENV/bin/python" -c "import transformers, tokenizers, safetensors" 2>/dev/null; then
+  # tensorboard: its event reader checks ciuic's event files (tests/train/read_tensorboard.py);
+  # measured: ~19 MB of wheels, 58 MB installed (tensorboard 12, its data server 20, grpcio 19,
+  # protobuf, markdown, werkzeug, absl) -- too much for every CI run, where monitoring_test checks
+  # the bytes against a committed file written by tensorboard instead.
+  fx=(transformers tokenizers safetensors tensorboard filelock typing-extensions sympy networkx jinja2 fsspec)
+  if "$VENV/bin/python" -c "import transformers, tokenizers, safetensors, tensorboard" 2>/dev/null; then
     say "ok: fixture packages (${fx[*]})"
   else
     say "installing fixture packages: ${fx[*]}"

@@ -22,6 +22,8 @@ constexpr const char* kUsage =
     "                 [--nnodes N] [--node-rank R] [--master-addr A] [--master-port P]\n"
     "                 [--output-all-ranks] [--resume PATH|latest|auto] [--dry-run] [--print-recipe] [--plan]\n"
     "       ciuic-run --export-hf CKPT OUT [--export-dtype bf16|fp32] [--tokenizer FILE]\n"
+    "       ciuic-run --from-deepspeed DS_CONFIG.json [--set section.key=value]... [-o RECIPE.toml]\n"
+    "       ciuic-run --plot RUN_DIR\n"
     "       ciuic-run --list-plugins [--verbose] [--plugin-path DIR]...\n"
     "       ciuic-run --help | --help-recipe | --version\n";
 
@@ -97,6 +99,17 @@ int main(int argc, char** argv) {
        "with --export-hf: dtype of the exported weights (default bf16)")
       ("tokenizer", po::value<std::string>(&export_tokenizer)->value_name("FILE"),
        "with --export-hf: a tokenizer.json to copy into OUT (with its tokenizer_config.json)");
+  std::string from_ds, output, plot_dir;
+  po::options_description tool_opts("Converting and reporting (no recipe needed)", 100, 50);
+  tool_opts.add_options()
+      ("from-deepspeed", po::value<std::string>(&from_ds)->value_name("FILE"),
+       "write an equivalent recipe for the DeepSpeed config FILE (docs/deepspeed.md); --set gives recipe "
+       "keys for \"auto\" values and the rest (model, data, max_steps); --nproc/--nnodes give the world size")
+      ("output,o", po::value<std::string>(&output)->value_name("FILE"),
+       "with --from-deepspeed: write the recipe to FILE instead of stdout")
+      ("plot", po::value<std::string>(&plot_dir)->value_name("RUN_DIR"),
+       "write RUN_DIR/report.html (loss, eval loss, lr, grad norm, tokens/s, MFU, memory over steps) from "
+       "RUN_DIR/metrics.jsonl and print its path");
   po::options_description info_opts("Information", 100, 50);
   info_opts.add_options()
       ("list-plugins", po::bool_switch(&list), "list the plugins found: <slot> <name> <version> <path>")
@@ -107,9 +120,9 @@ int main(int argc, char** argv) {
   po::options_description hidden;
   hidden.add_options()("recipe", po::value<std::string>(&o.recipe));
   po::options_description all;
-  all.add(run_opts).add(export_opts).add(info_opts).add(hidden);
+  all.add(run_opts).add(export_opts).add(tool_opts).add(info_opts).add(hidden);
   po::options_description visible(100, 50);
-  visible.add(run_opts).add(export_opts).add(info_opts);
+  visible.add(run_opts).add(export_opts).add(tool_opts).add(info_opts);
   po::positional_options_description pos;
   pos.add("recipe", 1);
 
@@ -142,6 +155,16 @@ int main(int argc, char** argv) {
         return fail("--export-hf takes two arguments, CKPT and OUT (got " +
                         std::to_string(export_args.size()) + ")", 2);
       return ciuic::app::export_hf(export_args[0], export_args[1], export_dtype, export_tokenizer, std::cout);
+    }
+    if (vm.count("from-deepspeed")) {
+      if (!o.recipe.empty())
+        return fail("--from-deepspeed takes no recipe: --from-deepspeed DS_CONFIG.json [-o RECIPE.toml]", 2);
+      return ciuic::app::from_deepspeed(from_ds, ciuic::app::effective_overrides(o), output, std::cout, std::cerr);
+    }
+    if (vm.count("output")) return fail("-o/--output goes with --from-deepspeed", 2);
+    if (vm.count("plot")) {
+      if (!o.recipe.empty()) return fail("--plot takes a run folder, not a recipe: --plot RUN_DIR", 2);
+      return ciuic::app::plot(plot_dir, std::cout);
     }
     if (o.recipe.empty()) {
       std::cerr << kUsage;

@@ -54,6 +54,18 @@ class AbHarness(unittest.TestCase):
         self.assertTrue(svg.startswith("<svg") and svg.rstrip().endswith("</svg>"))
         self.assertIn("ddp/zero2 = ", svg)
         self.assertIn("tokens/s (all ranks)", p.stdout)
+        # Loss curves: one line per run, one point per logged step, the runs' own losses.
+        loss_svg = open(os.path.join(out, "ab-loss.svg")).read()
+        self.assertTrue(loss_svg.startswith("<svg") and loss_svg.rstrip().endswith("</svg>"))
+        for side in ("zero2", "ddp"):
+            for rep in range(2):
+                recs = [json.loads(l) for l in open(os.path.join(out, f"{side}-{rep}", "metrics.jsonl"))]
+                losses = [[r["step"], r["loss"]] for r in recs if "event" not in r and "step" in r]
+                self.assertEqual(res["runs"][side][rep]["loss_curve"], losses)
+                tag = f'data-side="{side}" data-rep="{rep + 1}" points="'
+                self.assertIn(tag, loss_svg)
+                points = loss_svg.split(tag)[1].split('"')[0].split()
+                self.assertEqual(len(points), 4)
 
     def test_failing_side_is_named(self):
         out = tempfile.mkdtemp(prefix="ab-")

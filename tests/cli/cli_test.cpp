@@ -212,3 +212,51 @@ TEST(Cli, DataPluginOpenErrorsNameThePlugin) {
   EXPECT_TRUE(has(r.err, "plugin data/test (" + kGood + "/libciuic_data_test.so): open-boom: cannot read this input"))
       << r.err;
 }
+
+TEST(Cli, FromDeepSpeedWritesAnEquivalentRecipe) {
+  const std::string seed = CIUIC_SOURCE_DIR "/tests/fixtures/deepspeed/ds_config_4xa100_seed.json";
+  const fs::path out = test_dir() / "from_ds.toml";
+  fs::remove(out);
+  Result r = run("--from-deepspeed " + seed + " --nproc 4 --set train.micro_batch_size=2 -o " + out.string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "ciuic-run: ignored: zero_optimization.allgather_bucket_size: ciuic all-gathers")) << r.err;
+  EXPECT_TRUE(has(r.err, "placeholders to edit (or give with --set): ")) << r.err;
+  EXPECT_TRUE(has(r.err, "ciuic-run: wrote " + out.string())) << r.err;
+  const std::string text = ciuic_test::slurp(out.string());
+  for (const char* s : {"[sharding]\nplugin = \"zero2\"", "warmup_max_lr = 3e-5", "nproc_per_node = 4", "micro_batch_size = 2",
+                        "#   zero_optimization.reduce_scatter: "})
+    EXPECT_TRUE(has(text, s)) << s << "\n" << text;
+  // Without -o the recipe goes to stdout.
+  r = run("--from-deepspeed " + seed);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "# Imported from " + seed)) << r.out;
+  // Refusals, "auto" and a missing file exit 2.
+  const fs::path z3 = test_dir() / "z3.json";
+  std::ofstream(z3) << R"({"zero_optimization": {"stage": 3}, "optimizer": {"params": {"lr": "auto"}}})";
+  r = run("--from-deepspeed " + z3.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "optimizer.params.lr = \"auto\": give it with --set optimizer.lr=<value>")) << r.err;
+  r = run("--from-deepspeed " + z3.string() + " --set optimizer.lr=1e-5");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "zero_optimization.stage = 3: ZeRO-3")) << r.err;
+  r = run("--from-deepspeed /nonexistent/ds.json");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "--from-deepspeed: no such file: /nonexistent/ds.json")) << r.err;
+  r = run("recipe.toml -o x.toml");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "-o/--output goes with --from-deepspeed")) << r.err;
+}
+
+TEST(Cli, PlotWritesTheRunReport) {
+  const fs::path dir = test_dir() / "plot_run";
+  fs::create_directories(dir);
+  std::ofstream(dir / "metrics.jsonl") << "{\"step\": 1, \"loss\": 3.0, \"lr\": 1e-4}\n{\"step\": 2, \"loss\": 2.5, \"lr\": 1e-4}\n";
+  Result r = run("--plot " + dir.string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, (dir / "report.html").string() + "\n");
+  EXPECT_TRUE(has(ciuic_test::slurp((dir / "report.html").string()), "<svg")) << r.out;
+  r = run("--plot " + (test_dir() / "no_such_run").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "no metrics file at")) << r.err;
+}
+

@@ -98,13 +98,13 @@ TEST(ChatTemplate, ConcurrentEncode) {
 }
 
 TEST(ChatTemplate, NamesAndUnknownName) {
-  EXPECT_EQ(chat_template_names(), (std::vector<std::string>{"deepseek", "plain"}));
+  EXPECT_EQ(chat_template_names(), (std::vector<std::string>{"auto", "hf", "deepseek", "plain"}));
   auto tok = load_tokenizer(test::tokenizer_fixture_dir("gpt2") + "/tokenizer.json");
   try {
     make_chat_template("chatml", *tok);
     FAIL() << "expected UsageError";
   } catch (const UsageError& e) {
-    EXPECT_STREQ(e.what(), "unknown chat template 'chatml' (known: deepseek, plain)");
+    EXPECT_STREQ(e.what(), "unknown chat template 'chatml' (known: auto, hf, deepseek, plain)");
     EXPECT_EQ(e.exit_code(), kExitUsage);
   }
 }

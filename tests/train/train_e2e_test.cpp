@@ -181,8 +181,15 @@ TEST(TrainE2E, EveryPrecisionLearnsAPatternAndLogsMetrics) {
     Shape s{.world = 1, .micro = 8, .steps = 60, .precision = precision};
     const Result r = run(std::string("learn-") + precision, s,
                          {"--set", "data.pattern=increment", "--set", "optimizer.lr=3e-3",
-                          "--set", "data.documents_per_row=1", "--set", "log.every_steps=5"});
+                          "--set", "data.documents_per_row=1", "--set", "log.every_steps=5",
+                          "--set", "log.tensorboard=true"});
     EXPECT_RUN_OK(r);
+    // Every run ends with its HTML report; [log] tensorboard adds event files (docs/metrics.md).
+    EXPECT_TRUE(fs::exists(r.dir + "/out/report.html")) << r.log();
+    size_t event_files = 0;
+    for (const auto& f : fs::directory_iterator(r.dir + "/out/tb"))
+      event_files += f.path().filename().string().rfind("events.out.tfevents.", 0) == 0 && fs::file_size(f) > 100;
+    EXPECT_EQ(event_files, 1u) << r.log();
     const auto m = metrics(r);
     ASSERT_GE(m.size(), 3u) << r.log();
     const auto& first = m.front();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <sstream>
@@ -24,10 +25,12 @@
 #include "checkpoint/checkpoint.h"
 #include "model/hf_export.h"
 #include "launch/launch.h"
+#include "recipe/deepspeed.h"
 #include "recipe/recipe.h"
 #include "recipe/schema.h"
 #include "registry/registry.h"
 #include "plan/plan.h"
+#include "train/html_report.h"
 #include "train/worker.h"
 
 namespace ciuic::app {
@@ -246,6 +249,36 @@ std::string recipe_reference_text() {
     os << "\n";
   }
   return os.str();
+}
+
+int from_deepspeed(const std::string& config, const std::vector<std::string>& overrides, const std::string& out_path,
+                   std::ostream& out, std::ostream& err) {
+  std::error_code ec;
+  if (!fs::is_regular_file(config, ec)) throw UsageError("--from-deepspeed: no such file: " + config);
+  std::ifstream in(config, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  recipe::DeepSpeedImport im = recipe::import_deepspeed(ss.str(), config, overrides);
+  for (const auto& n : im.notes) err << "ciuic-run: note: " << n << "\n";
+  for (const auto& i : im.ignored) err << "ciuic-run: ignored: " << i << "\n";
+  if (!im.placeholders.empty())
+    err << "ciuic-run: placeholders to edit (or give with --set): " << text::join(im.placeholders, ", ") << "\n";
+  if (out_path.empty() || out_path == "-") {
+    out << im.toml;
+    return kExitOk;
+  }
+  {
+    std::ofstream f(out_path, std::ios::binary | std::ios::trunc);
+    f << im.toml;
+    if (!f) throw Error("cannot write " + out_path);
+  }
+  err << "ciuic-run: wrote " << out_path << " (check it: ciuic-run " << out_path << " --print-recipe)\n";
+  return kExitOk;
+}
+
+int plot(const std::string& run_dir, std::ostream& out) {
+  out << train::write_html_report(run_dir) << "\n";
+  return kExitOk;
 }
 
 int export_hf(const std::string& checkpoint, const std::string& out_dir, const std::string& dtype,

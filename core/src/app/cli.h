@@ -63,6 +63,18 @@ CIUIC_API std::vector<std::string> plugin_paths(const CliOptions& options, const
 CIUIC_API int export_hf(const std::string& checkpoint, const std::string& out_dir,
                         const std::string& dtype, const std::string& tokenizer, std::ostream& out);
 
+// --from-deepspeed FILE [--set section.key=value]... [-o OUT]: translates a DeepSpeed config into
+// an equivalent recipe (recipe/deepspeed.h, docs/deepspeed.md), written to OUT or `out`. The keys
+// without a ciuic meaning, the notes and the placeholders are listed on `err` (and as comments in
+// the recipe). `overrides` are recipe keys (effective_overrides: --nproc/--nnodes give the world
+// size). Throws UsageError (exit 2) for "auto" values without --set and unsupported features.
+CIUIC_API int from_deepspeed(const std::string& config, const std::vector<std::string>& overrides,
+                             const std::string& out_path, std::ostream& out, std::ostream& err);
+
+// --plot RUN_DIR: writes RUN_DIR/report.html (train/html_report.h) from RUN_DIR/metrics.jsonl (or
+// from the metrics file given instead of a folder) and prints its path.
+CIUIC_API int plot(const std::string& run_dir, std::ostream& out);
+
 // --version: ciuic version, LibTorch version, build fingerprint, plugin API version.
 CIUIC_API std::string version_text();
 // Short list of the recipe sections (for --help) and the full key reference (--help-recipe).

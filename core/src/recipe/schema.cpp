@@ -92,7 +92,8 @@ std::vector<SectionSpec> build_core_schema() {
       K("path", kS, "\"\"",
         "Hugging Face model folder (config.json + safetensors); \"\" = random init from [model.config]"),
       K("tokenizer", kS, "\"\"", "tokenizer.json; \"\" = <path>/tokenizer.json when path is set"),
-      K("chat_template", kS, "\"plain\"", "chat template name for chat data (e.g. plain, deepseek)"),
+      K("chat_template", kS, "\"plain\"",
+        "chat template for chat data: hf (the model's own, tokenizer_config.json), auto (hf if the model has one, else plain), deepseek, plain"),
       K("activation_checkpointing", kB, "false", "recompute layer activations in backward to save memory"),
       K("init_std", kF, "0.02", "standard deviation of the random initialisation").min(0),
   }});
@@ -169,6 +170,7 @@ std::vector<SectionSpec> build_core_schema() {
       K("metrics_file", kS, "\"metrics.jsonl\"", "metrics file (JSON lines), relative to output_dir"),
       K("progress", kS, "\"auto\"", "progress line: auto (when stderr is a terminal), on, off").choices("auto|on|off"),
       K("peak_tflops", kF, "0.0", "device peak TFLOP/s for MFU; 0 = from the GPU name table").min(0),
+      K("tensorboard", kB, "false", "also write TensorBoard event files to <output_dir>/tb"),
   }});
   return v;
 }

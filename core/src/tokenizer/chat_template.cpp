@@ -15,6 +15,7 @@
 
 namespace ciuic {
 
+std::unique_ptr<ChatTemplate> make_hf_chat_template(const Tokenizer& tokenizer);  // hf_chat_template.cpp
 
 namespace {
 
@@ -126,9 +127,16 @@ Style plain_style() {
 
 }  // namespace
 
-std::vector<std::string> chat_template_names() { return {"deepseek", "plain"}; }
+std::vector<std::string> chat_template_names() { return {"auto", "hf", "deepseek", "plain"}; }
 
 std::unique_ptr<ChatTemplate> make_chat_template(std::string_view name, const Tokenizer& tokenizer) {
+  if (name == "hf" || name == "auto") {
+    if (auto t = make_hf_chat_template(tokenizer)) return t;
+    if (name == "auto") return std::make_unique<RoleTemplate>(plain_style(), tokenizer);
+    throw UsageError("chat template 'hf' needs the model's template: a tokenizer_config.json with a chat_template "
+                     "(or a chat_template.jinja) next to tokenizer.json, and there is none (use chat_template = "
+                     "\"auto\" to fall back to \"plain\", or name a built-in template)");
+  }
   if (name == "deepseek") return std::make_unique<RoleTemplate>(deepseek_style(), tokenizer);
   if (name == "plain") return std::make_unique<RoleTemplate>(plain_style(), tokenizer);
   std::string known;

@@ -16,7 +16,10 @@ CIUIC_API std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& tok
 CIUIC_API std::shared_ptr<const Tokenizer> tokenizer_from_json(std::string_view tokenizer_json,
                                                                std::string_view origin = "<string>");
 
-// Known names: "deepseek" (DeepSeek-LLM chat format), "plain" ("User: ...\n\nAssistant: ...").
+// Known names: "hf" (the model's own Jinja template from the tokenizer's sibling
+// tokenizer_config.json or chat_template.jinja, rendered as transformers does), "auto" ("hf"
+// when the model has a template, else "plain"), "deepseek" (DeepSeek-LLM chat format), "plain"
+// ("User: ...\n\nAssistant: ..."). name() of an "hf" template is "hf:<hash of the template>".
 CIUIC_API std::unique_ptr<ChatTemplate> make_chat_template(std::string_view name,
                                                            const Tokenizer& tokenizer);
 CIUIC_API std::vector<std::string> chat_template_names();

@@ -73,6 +73,12 @@ class CIUIC_API HfTokenizer final : public Tokenizer {
   // mapping), added tokens shown as their content. For tests and debugging.
   std::vector<std::string> pre_tokenize(std::string_view text) const;
   const BpeModel& model() const { return *model_; }
+  // The sibling tokenizer_config.json as given (text and path; empty when there was none): the
+  // HF chat template reads its chat_template and special tokens from it.
+  const std::string& config_text() const { return config_text_; }
+  const std::string& config_path() const { return config_path_; }
+  // The bytes token `id` stands for in decoded text (added tokens: their content); "" if unknown.
+  std::string token_bytes(int32_t id) const;
 
  private:
   enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
@@ -119,6 +125,7 @@ class CIUIC_API HfTokenizer final : public Tokenizer {
   bool is_word_char_after(std::string_view s) const;
 
   std::string origin_;
+  std::string config_text_, config_path_;
   std::unique_ptr<BpeModel> model_;
   std::vector<AddedToken> added_;
   std::vector<int32_t> added_by_id_;  // id -> index into added_, -1

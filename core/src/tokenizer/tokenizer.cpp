@@ -301,7 +301,7 @@ void HfTokenizer::parse_decoder(const json& j, const std::string& path) {
 
 HfTokenizer::HfTokenizer(std::string_view json_text, const std::string& origin, std::string_view config_json,
                          const std::string& config_origin)
-    : origin_(origin) {
+    : origin_(origin), config_text_(config_json), config_path_(config_json.empty() ? "" : config_origin) {
   json j = parse_json(json_text, origin_);
   if (!j.is_object()) fail(origin_, "/", "expected a JSON object (an HF tokenizer.json)");
   auto m = j.find("model");
@@ -640,6 +640,16 @@ std::vector<std::string> HfTokenizer::pre_tokenize(std::string_view text) const 
     for_each_final_piece(text, sc, [&](std::string_view piece) { out.emplace_back(piece); });
   }
   return out;
+}
+
+std::string HfTokenizer::token_bytes(int32_t id) const {
+  if (id >= 0 && id < static_cast<int32_t>(added_by_id_.size()) && added_by_id_[id] >= 0) {
+    const AddedToken& a = added_[added_by_id_[id]];
+    std::optional<std::string> b = ByteAlphabet::get().to_bytes(a.content);
+    return b ? *b : a.content;
+  }
+  const std::string* b = model_->id_to_bytes(id);
+  return b ? *b : std::string();
 }
 
 std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {

@@ -8,9 +8,11 @@
 #include <ciuic/error.h>
 #include <ciuic/log.h>
 
+#include "train/tensorboard.h"
+
 namespace ciuic::train {
 
-MetricsLog::MetricsLog(const std::string& path) {
+MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
   f_ = std::fopen(path.c_str(), "a");
   if (!f_) throw Error("cannot open metrics file " + path + " for writing");
@@ -20,11 +22,43 @@ MetricsLog::~MetricsLog() {
   if (f_) std::fclose(f_);
 }
 
+void MetricsLog::enable_tensorboard(const std::string& dir) { tb_ = std::make_unique<TensorBoardWriter>(dir); }
+
 void MetricsLog::write(const nlohmann::json& record) {
+  if (tb_) {
+    int64_t step = 0;
+    auto scalars = tensorboard_scalars(record, &step);
+    if (!scalars.empty()) tb_->add_scalars(step, scalars);
+  }
   if (!f_) return;
   const std::string line = record.dump() + "\n";
   std::fwrite(line.data(), 1, line.size(), f_);
   std::fflush(f_);
+}
+
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& record, int64_t* step) {
+  std::vector<std::pair<std::string, double>> out;
+  if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) return out;
+  *step = record["step"].get<int64_t>();
+  const std::string event = record.value("event", "");
+  std::string prefix;
+  if (event.empty()) prefix = "train/";
+  else if (event == "eval") prefix = "eval/";
+  else if (event == "exact_match") prefix = "exact_match/";
+  else return out;
+  for (auto it = record.begin(); it != record.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "step" || k == "event") continue;
+    double v;
+    if (it->is_number()) v = it->get<double>();
+    else if (it->is_boolean()) v = it->get<bool>() ? 1.0 : 0.0;
+    else continue;
+    std::string name = k;
+    if (event == "eval" && name.rfind("eval_", 0) == 0) name = name.substr(5);
+    if (event == "exact_match" && name == "accuracy") name += "_" + record.value("when", std::string());
+    out.emplace_back(prefix + name, v);
+  }
+  return out;
 }
 
 std::string human_count(double v) {

@@ -5,11 +5,16 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace ciuic::train {
+
+class TensorBoardWriter;
 
 // Appends one JSON object per line to a file; each line is flushed as written, so a crashed run
 // leaves complete records. Only rank 0 writes. An empty path disables it.
@@ -21,10 +26,20 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
   void write(const nlohmann::json& record);
+  // Also writes every record's numbers to a TensorBoard event file in `dir` ([log] tensorboard):
+  // step records as train/<key>, eval records as eval/<key> (eval_loss -> eval/loss),
+  // exact_match as exact_match/accuracy, at the record's step (tensorboard_scalars()).
+  void enable_tensorboard(const std::string& dir);
+  const std::string& path() const { return path_; }
 
  private:
   std::FILE* f_ = nullptr;
+  std::string path_;
+  std::unique_ptr<TensorBoardWriter> tb_;
 };
+
+// The TensorBoard scalars of one metrics record (empty for records without a step).
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& record, int64_t* step);
 
 // "step 12/500 | loss 2.3456 | lr 3.0e-04 | 12.3k tok/s | ETA 3m12s".
 // On a terminal (or when the launcher says its terminal is one: CIUIC_PROGRESS_TTY=1) the line

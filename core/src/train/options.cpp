@@ -67,6 +67,7 @@ TrainOptions TrainOptions::from(const Recipe& recipe) {
   o.metrics_path = (fs::path(o.output_dir) / l.get_string("metrics_file")).string();
   o.progress = l.get_string("progress");
   o.peak_tflops = l.get_float("peak_tflops");
+  o.tensorboard = l.get_bool("tensorboard");
   return o;
 }
 

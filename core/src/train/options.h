@@ -55,6 +55,7 @@ struct TrainOptions {
   std::string metrics_path;  // resolved against output_dir
   std::string progress;      // "auto" | "on" | "off"
   double peak_tflops = 0.0;  // 0 = from the GPU name table
+  bool tensorboard = false;  // also TensorBoard event files in <output_dir>/tb
 
   // [run], [cluster]
   std::string output_dir;

@@ -13,6 +13,7 @@
 #include "train/device_info.h"
 #include "train/evaluate.h"
 #include "train/exact_match.h"
+#include "train/html_report.h"
 
 namespace ciuic::train {
 namespace {
@@ -31,6 +32,8 @@ Reporter::Reporter(Run& run, const checkpoint::TrainerState& start)
       tokens_at_start_(start.tokens),
       last_loss_(NAN) {
   loss_acc_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(run.ctx.device));
+  if (rank0_ && run.opt.tensorboard)
+    metrics_.enable_tensorboard((std::filesystem::path(run.opt.output_dir) / "tb").string());
 }
 
 void Reporter::begin_training() {
@@ -123,6 +126,7 @@ void Reporter::interrupted(int64_t step) {
   progress_.finish();
   if (rank0_) log_info("stopping at step " + std::to_string(step) + " on a signal");
   metrics_.write({{"event", "interrupted"}, {"step", step}});
+  write_html_report_or_warn(metrics_.path());
 }
 
 void Reporter::end(const checkpoint::TrainerState& st) {
@@ -136,6 +140,7 @@ void Reporter::end(const checkpoint::TrainerState& st) {
                         {"tokens_per_s", tps},   {"final_loss", last_loss_}};
   if (r_.ctx.device.is_cuda()) end["peak_mem_gib"] = memory_stats(r_.ctx.device).peak_allocated / 1073741824.0;
   metrics_.write(end);
+  write_html_report_or_warn(metrics_.path());
   log_info("done: " + std::to_string(st.step) + " steps, final loss " + std::to_string(last_loss_) +
            ", " + human_count(tps) + " tokens/s, " + human_duration(elapsed));
 }

@@ -1,0 +1,883 @@
+// DeepSpeed config -> ciuic recipe (see deepspeed.h and docs/deepspeed.md).
+#include "recipe/deepspeed.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <optional>
+#include <functional>
+#include <map>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include <ciuic/error.h>
+
+#include "base/text.h"
+#include "recipe/schema.h"
+
+namespace ciuic::recipe {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// ---- output model --------------------------------------------------------------------------
+struct Entry {
+  std::string key, value, comment;  // value: a TOML literal
+};
+
+struct Section {
+  std::string name;
+  std::vector<std::string> comments;  // printed under the header
+  std::vector<Entry> entries;
+};
+
+std::string float_lit(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  std::string s(buf, r.ptr);
+  if (size_t e = s.find('e'); e != std::string::npos) {  // 2e+08 -> 2e8
+    std::string mant = s.substr(0, e), exp = s.substr(e + 1);
+    bool neg = !exp.empty() && exp[0] == '-';
+    if (!exp.empty() && (exp[0] == '-' || exp[0] == '+')) exp.erase(0, 1);
+    while (exp.size() > 1 && exp[0] == '0') exp.erase(0, 1);
+    s = mant + "e" + (neg ? "-" : "") + exp;
+  }
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+std::string short_json(const json& v) {
+  std::string s = v.dump();
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+class Importer {
+ public:
+  Importer(std::string origin, const std::vector<std::string>& overrides) : origin_(std::move(origin)) {
+    for (const auto& o : overrides) parse_override(o);
+  }
+
+  DeepSpeedImport run(const std::string& text) {
+    json root = json::parse(text, nullptr, false);
+    if (root.is_discarded()) {
+      // Position of the first error from a throwing parse.
+      try {
+        (void)json::parse(text);
+      } catch (const json::parse_error& e) {
+        throw UsageError(origin_ + ": not valid JSON: " + std::string(e.what()) +
+                         " (ciuic-run --from-deepspeed reads a DeepSpeed config .json)");
+      }
+    }
+    if (!root.is_object()) throw UsageError(origin_ + ": expected a JSON object (a DeepSpeed config)");
+
+    batch(root);
+    clipping(root);
+    precision(root);
+    zero(root);
+    optimizer(root);
+    scheduler(root);
+    monitoring(root);
+    top_level_rest(root);
+    finish_placeholders();
+
+    if (!missing_auto_.empty()) {
+      std::string m = origin_ + ": " + std::to_string(missing_auto_.size()) +
+                      " value(s) are \"auto\" (the HF Trainer fills them in; ciuic needs them given):";
+      for (const auto& a : missing_auto_) m += "\n  " + a;
+      throw UsageError(m);
+    }
+    if (!refused_.empty()) {
+      std::string m = origin_ + ": " +
+                      (refused_.size() == 1 ? std::string("uses a feature ciuic does not support:")
+                                            : std::to_string(refused_.size()) + " features ciuic does not support:");
+      for (const auto& r : refused_) m += "\n  " + r;
+      throw UsageError(m);
+    }
+    apply_overrides();
+    DeepSpeedImport out;
+    out.toml = render();
+    out.ignored = ignored_;
+    out.notes = notes_;
+    out.placeholders = placeholders_;
+    return out;
+  }
+
+ private:
+  // ---- --set ------------------------------------------------------------------------------
+  void parse_override(const std::string& o) {
+    const size_t eq = o.find('=');
+    if (eq == std::string::npos) throw UsageError("--set " + o + ": expected section.key=value");
+    std::string lhs = o.substr(0, eq), rhs = o.substr(eq + 1);
+    while (!lhs.empty() && std::isspace(static_cast<unsigned char>(lhs.back()))) lhs.pop_back();
+    while (!rhs.empty() && std::isspace(static_cast<unsigned char>(rhs.front()))) rhs.erase(0, 1);
+    const size_t dot = lhs.rfind('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 == lhs.size())
+      throw UsageError("--set " + o + ": expected section.key=value (recipe keys, e.g. optimizer.lr=3e-5)");
+    const std::string sec = lhs.substr(0, dot);
+    if (!find_section(sec)) {
+      std::string m = "--set " + o + ": unknown recipe section [" + sec + "]";
+      const std::string near = text::closest(sec, section_names());
+      if (!near.empty()) m += "; did you mean [" + near + "]?";
+      m += " (--set names recipe keys, not DeepSpeed keys)";
+      throw UsageError(m);
+    }
+    std::string lit;
+    if (auto t = parse_literal(rhs)) {
+      lit = format_value(*t->get("v"));
+    } else if (!rhs.empty() && rhs.find_first_of("\"'[]{}=#") == std::string::npos) {
+      lit = text::toml_quote(rhs);
+    } else {
+      throw UsageError("--set " + o + ": the value is not a TOML value (strings need quotes: '\"text\"')");
+    }
+    sets_.emplace_back(lhs, lit);
+  }
+
+  const std::string* set_value(const std::string& recipe_key) const {
+    const std::string* v = nullptr;
+    for (const auto& [k, val] : sets_)
+      if (k == recipe_key) v = &val;
+    return v;
+  }
+
+  std::optional<double> set_number(const std::string& recipe_key) const {
+    const std::string* v = set_value(recipe_key);
+    if (!v) return std::nullopt;
+    auto t = parse_literal(*v);
+    if (!t) return std::nullopt;
+    const toml::node* n = t->get("v");
+    if (auto i = n->value_exact<int64_t>()) return static_cast<double>(*i);
+    if (auto f = n->value_exact<double>()) return *f;
+    return std::nullopt;
+  }
+
+  void apply_overrides() {
+    for (const auto& [lhs, lit] : sets_) {
+      const size_t dot = lhs.rfind('.');
+      Section& s = sec(lhs.substr(0, dot));
+      const std::string key = lhs.substr(dot + 1);
+      bool done = false;
+      for (auto& e : s.entries)
+        if (e.key == key) {
+          e.value = lit;
+          e.comment = "--set";
+          done = true;
+        }
+      if (!done) s.entries.push_back({key, lit, "--set"});
+      placeholders_.erase(std::remove(placeholders_.begin(), placeholders_.end(), lhs), placeholders_.end());
+    }
+  }
+
+  // ---- output -------------------------------------------------------------------------------
+  Section& sec(const std::string& name) {
+    for (auto& s : sections_)
+      if (s.name == name) return s;
+    sections_.push_back(Section{name, {}, {}});
+    return sections_.back();
+  }
+
+  void put(const std::string& section, const std::string& key, const std::string& value, const std::string& comment) {
+    Section& s = sec(section);
+    for (auto& e : s.entries)
+      if (e.key == key) {
+        e.value = value;
+        e.comment = comment;
+        return;
+      }
+    s.entries.push_back({key, value, comment});
+  }
+
+  void ignore(const std::string& path, const std::string& reason) { ignored_.push_back(path + ": " + reason); }
+  void note(const std::string& n) { notes_.push_back(n); }
+  void refuse(const std::string& path, const std::string& why) { refused_.push_back(path + ": " + why); }
+
+  std::string render() const {
+    static const char* kOrder[] = {"run", "cluster", "model", "model.config", "train", "optimizer", "scheduler",
+                                   "precision", "comm", "sharding", "data", "checkpoint", "log"};
+    std::string o = "# Imported from " + origin_ + " by ciuic-run --from-deepspeed (docs/deepspeed.md).\n";
+    o += "# Each value says where it comes from: a DeepSpeed key, DeepSpeed's default, --set, or a placeholder.\n";
+    if (!notes_.empty()) {
+      o += "#\n# Notes:\n";
+      for (const auto& n : notes_) o += "#   " + n + "\n";
+    }
+    if (!ignored_.empty()) {
+      o += "#\n# DeepSpeed keys without a ciuic meaning (ignored):\n";
+      for (const auto& i : ignored_) o += "#   " + i + "\n";
+    }
+    if (!placeholders_.empty()) {
+      o += "#\n# Placeholders (a DeepSpeed config does not say them; edit, or give them with --set):\n";
+      for (const auto& p : placeholders_) o += "#   " + p + "\n";
+    }
+    std::vector<const Section*> order;
+    for (const char* n : kOrder)
+      for (const auto& s : sections_)
+        if (s.name == n) order.push_back(&s);
+    for (const auto& s : sections_) {
+      bool known = false;
+      for (const char* n : kOrder) known = known || s.name == n;
+      if (!known) order.push_back(&s);
+    }
+    for (const Section* s : order) {
+      if (s->entries.empty() && s->comments.empty()) continue;
+      o += "\n[" + s->name + "]\n";
+      for (const auto& c : s->comments) o += "# " + c + "\n";
+      size_t w = 0;
+      for (const auto& e : s->entries) w = std::max(w, e.key.size() + 3 + e.value.size());
+      for (const auto& e : s->entries) {
+        std::string line = e.key + " = " + e.value;
+        if (!e.comment.empty()) line += std::string(w + 2 - line.size(), ' ') + "# " + e.comment;
+        o += line + "\n";
+      }
+    }
+    return o;
+  }
+
+  // ---- reading JSON -------------------------------------------------------------------------
+  // Marks `key` of `obj` (at `path`) as read; returns null when absent. "auto" is recorded as
+  // missing unless --set gives recipe_key (then null is returned and the --set value is used).
+  const json* take(const json& obj, const std::string& path, const std::string& key, const std::string& recipe_key) {
+    read_.insert(join(path, key));
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) return nullptr;
+    if (it->is_string() && it->get<std::string>() == "auto") {
+      if (recipe_key.empty()) {
+        refuse(join(path, key), "\"auto\" has no ciuic equivalent here; write the value");
+      } else if (!set_value(recipe_key)) {
+        missing_auto_.push_back(join(path, key) + " = \"auto\": give it with --set " + recipe_key + "=<value>");
+      }
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+
+  [[noreturn]] void type_error(const std::string& path, const std::string& want, const json& v) const {
+    throw UsageError(origin_ + ": " + path + ": expected " + want + ", found " + short_json(v));
+  }
+
+  double number(const json& v, const std::string& path) const {
+    if (v.is_number()) return v.get<double>();
+    if (v.is_string()) {  // DeepSpeed configs sometimes quote numbers ("2e8")
+      const std::string s = v.get<std::string>();
+      double d = 0;
+      auto r = std::from_chars(s.data(), s.data() + s.size(), d);
+      if (r.ec == std::errc() && r.ptr == s.data() + s.size()) return d;
+    }
+    type_error(path, "a number", v);
+  }
+
+  int64_t integer(const json& v, const std::string& path) const {
+    const double d = number(v, path);
+    if (d != std::floor(d) || std::fabs(d) > 9e15) type_error(path, "an integer", v);
+    return static_cast<int64_t>(d);
+  }
+
+  bool boolean(const json& v, const std::string& path) const {
+    if (v.is_boolean()) return v.get<bool>();
+    type_error(path, "true or false", v);
+  }
+
+  std::string string(const json& v, const std::string& path) const {
+    if (v.is_string()) return v.get<std::string>();
+    type_error(path, "a string", v);
+  }
+
+  const json& object(const json& v, const std::string& path) const {
+    if (!v.is_object()) type_error(path, "an object", v);
+    return v;
+  }
+
+  // Keys of `obj` not read: ignored with a reason from `reasons` (key -> reason), else refused
+  // when `unknown_refused`, else ignored as unknown.
+  void rest(const json& obj, const std::string& path, const std::map<std::string, std::string>& reasons,
+            const std::map<std::string, std::function<void(const json&, const std::string&)>>& special = {}) {
+    for (auto it = obj.begin(); it != obj.end(); ++it) {
+      const std::string p = join(path, it.key());
+      if (read_.count(p)) continue;
+      read_.insert(p);
+      if (auto s = special.find(it.key()); s != special.end()) {
+        s->second(it.value(), p);
+        continue;
+      }
+      if (auto r = reasons.find(it.key()); r != reasons.end()) {
+        ignore(p, r->second);
+        continue;
+      }
+      ignore(p, "not a DeepSpeed key ciuic knows (DeepSpeed would ignore or reject it)");
+    }
+  }
+
+  // A feature that is off unless enabled: refused when enabled.
+  std::function<void(const json&, const std::string&)> refuse_if_enabled(const std::string& what) {
+    return [this, what](const json& v, const std::string& p) {
+      bool on = false;
+      if (v.is_boolean()) on = v.get<bool>();
+      else if (v.is_object()) on = v.contains("enabled") && v["enabled"].is_boolean() && v["enabled"].get<bool>();
+      else if (v.is_number()) on = v.get<double>() > 1;
+      if (on) refuse(p, what);
+      else ignore(p, "disabled");
+    };
+  }
+
+  // ---- sections -----------------------------------------------------------------------------
+  void batch(const json& root) {
+    const json* mb = take(root, "", "train_micro_batch_size_per_gpu", "train.micro_batch_size");
+    const json* gas = take(root, "", "gradient_accumulation_steps", "train.gradient_accumulation_steps");
+    const json* tbs = nullptr;
+    if (root.contains("train_batch_size") && root["train_batch_size"] == "auto") {
+      read_.insert("train_batch_size");  // the HF Trainer's product of the other two: nothing to check
+      ignore("train_batch_size", "\"auto\": micro-batch x accumulation x world size");
+    } else {
+      tbs = take(root, "", "train_batch_size", "");
+    }
+    std::optional<int64_t> m, g, t;
+    if (mb) m = integer(*mb, "train_micro_batch_size_per_gpu");
+    else if (auto v = set_number("train.micro_batch_size")) m = static_cast<int64_t>(*v);
+    if (gas) g = integer(*gas, "gradient_accumulation_steps");
+    else if (auto v = set_number("train.gradient_accumulation_steps")) g = static_cast<int64_t>(*v);
+    if (tbs) t = integer(*tbs, "train_batch_size");
+    for (auto [v, name] : {std::pair{m, "train_micro_batch_size_per_gpu"}, std::pair{g, "gradient_accumulation_steps"},
+                           std::pair{t, "train_batch_size"}})
+      if (v && *v < 1) throw UsageError(origin_ + ": " + name + " = " + std::to_string(*v) + ": expected >= 1");
+    std::optional<int64_t> world;
+    const auto nproc = set_number("cluster.nproc_per_node"), nnodes = set_number("cluster.nnodes");
+    if (nproc || nnodes) world = static_cast<int64_t>(nproc.value_or(1) * nnodes.value_or(1));
+    const std::string world_text = world ? std::to_string(*world) : "";
+    auto need_world = [&](const std::string& what) {
+      throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) + " needs the world size to derive " +
+                       what + ": give --nproc N (and --nnodes N), or --set cluster.nproc_per_node=N");
+    };
+    // DeepSpeed: train_batch_size = micro x accumulation x world; any two give the third.
+    if (t) {
+      if (m && g) {
+        if (world) {
+          if (*m * *g * *world != *t)
+            throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) + " but train_micro_batch_size_per_gpu x "
+                             "gradient_accumulation_steps x world size = " + std::to_string(*m) + " x " +
+                             std::to_string(*g) + " x " + world_text + " = " + std::to_string(*m * *g * *world));
+        } else {
+          if (*t % (*m * *g) != 0)
+            throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) + " is not a multiple of "
+                             "train_micro_batch_size_per_gpu x gradient_accumulation_steps = " + std::to_string(*m * *g));
+          world = *t / (*m * *g);
+          put("cluster", "nproc_per_node", std::to_string(*world),
+              "train_batch_size / (micro x accumulation); set nnodes if these ranks span nodes");
+        }
+      } else if (m) {
+        if (!world) need_world("gradient_accumulation_steps");
+        if (*t % (*m * *world) != 0)
+          throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) + " is not divisible by "
+                           "train_micro_batch_size_per_gpu x world size = " + std::to_string(*m) + " x " + world_text);
+        g = *t / (*m * *world);
+        put("train", "gradient_accumulation_steps", std::to_string(*g), "train_batch_size / (micro x world " + world_text + ")");
+      } else if (g) {
+        if (!world) need_world("train_micro_batch_size_per_gpu");
+        if (*t % (*g * *world) != 0)
+          throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) + " is not divisible by "
+                           "gradient_accumulation_steps x world size = " + std::to_string(*g) + " x " + world_text);
+        m = *t / (*g * *world);
+        put("train", "micro_batch_size", std::to_string(*m), "train_batch_size / (accumulation x world " + world_text + ")");
+      } else {
+        if (!world) need_world("train_micro_batch_size_per_gpu");
+        if (*t % *world != 0)
+          throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) + " is not divisible by the world size " + world_text);
+        m = *t / *world;
+        g = 1;
+        put("train", "micro_batch_size", std::to_string(*m), "train_batch_size / world " + world_text + " (DeepSpeed)");
+        put("train", "gradient_accumulation_steps", "1", "DeepSpeed's default when only train_batch_size is given");
+      }
+    }
+    if (mb) put("train", "micro_batch_size", std::to_string(*m), "train_micro_batch_size_per_gpu");
+    if (gas) put("train", "gradient_accumulation_steps", std::to_string(*g), "gradient_accumulation_steps");
+    if (!m && !t && !set_value("train.micro_batch_size")) {
+      put("train", "micro_batch_size", "1", "placeholder: the config gives no batch size");
+      placeholders_.push_back("train.micro_batch_size");
+    }
+    if (m && !g && !t && !set_value("train.gradient_accumulation_steps"))
+      put("train", "gradient_accumulation_steps", "1", "DeepSpeed's default");
+  }
+
+  void clipping(const json& root) {
+    if (const json* v = take(root, "", "gradient_clipping", "train.gradient_clipping")) {
+      put("train", "gradient_clipping", float_lit(number(*v, "gradient_clipping")), "gradient_clipping");
+    } else if (!set_value("train.gradient_clipping")) {
+      put("train", "gradient_clipping", "0.0", "DeepSpeed's default: no clipping (ciuic's own default is 1.0)");
+    }
+  }
+
+  bool enabled(const json& obj, const std::string& path, const std::string& recipe_key = "") {
+    const json* e = take(obj, path, "enabled", recipe_key);
+    return e && boolean(*e, path + ".enabled");
+  }
+
+  void precision(const json& root) {
+    read_.insert("fp16");
+    read_.insert("bf16");
+    read_.insert("bfloat16");
+    const json* fp16 = root.contains("fp16") ? &object(root["fp16"], "fp16") : nullptr;
+    const json* bf16 = root.contains("bf16") ? &object(root["bf16"], "bf16")
+                       : root.contains("bfloat16") ? &object(root["bfloat16"], "bfloat16") : nullptr;
+    const std::string bf_path = root.contains("bf16") ? "bf16" : "bfloat16";
+    const bool fp16_on = fp16 && enabled(*fp16, "fp16", "precision.plugin");
+    const bool bf16_on = bf16 && enabled(*bf16, bf_path, "precision.plugin");
+    if (fp16_on && bf16_on) throw UsageError(origin_ + ": fp16 and bf16 are both enabled (DeepSpeed refuses this too)");
+    std::string plugin = fp16_on ? "fp16" : bf16_on ? "bf16" : "fp32";
+    if (const std::string* s = set_value("precision.plugin")) plugin = s->substr(1, s->size() - 2);
+    put("precision", "plugin", text::toml_quote(plugin),
+        fp16_on ? std::string("fp16.enabled") : bf16_on ? bf_path + ".enabled" : std::string("neither fp16 nor bf16 enabled"));
+    if (fp16) {
+      const std::map<std::string, std::string> ignored_fp16 = {
+          {"auto_cast", "ciuic computes the whole model in the precision's dtype (no autocast)"},
+          {"fp16_master_weights_and_grads", "ciuic keeps fp32 master weights"},
+      };
+      if (plugin == "fp16") {
+        struct K {
+          const char* ds;
+          const char* key;
+          bool is_int;
+          const char* dflt;
+        };
+        for (const K& k : {K{"loss_scale", "loss_scale", false, "0.0"}, K{"initial_scale_power", "initial_scale_power", true, "16"},
+                           K{"loss_scale_window", "loss_scale_window", true, "1000"}, K{"hysteresis", "hysteresis", true, "2"},
+                           K{"consecutive_hysteresis", "consecutive_hysteresis", false, "false"},
+                           K{"min_loss_scale", "min_loss_scale", false, "1.0"}}) {
+          const std::string p = std::string("fp16.") + k.ds;
+          if (const json* v = take(*fp16, "fp16", k.ds, std::string("precision.") + k.key)) {
+            std::string lit = std::string(k.key) == "consecutive_hysteresis" ? (boolean(*v, p) ? "true" : "false")
+                              : k.is_int ? std::to_string(integer(*v, p)) : float_lit(number(*v, p));
+            put("precision", k.key, lit, p);
+          } else if (!set_value(std::string("precision.") + k.key)) {
+            put("precision", k.key, k.dflt, "DeepSpeed's default");
+          }
+        }
+        if (const json* v = take(*fp16, "fp16", "fp16_master_weights_and_grads", "");
+            v && boolean(*v, "fp16.fp16_master_weights_and_grads"))
+          refuse("fp16.fp16_master_weights_and_grads", "ciuic keeps fp32 master weights and gradients");
+        rest(*fp16, "fp16", ignored_fp16);
+      } else {
+        for (auto it = fp16->begin(); it != fp16->end(); ++it)
+          if (!read_.count("fp16." + it.key())) ignore("fp16." + it.key(), "fp16 is not enabled");
+      }
+    }
+    if (bf16 && !bf16_on) {
+      for (auto it = bf16->begin(); it != bf16->end(); ++it)
+        if (!read_.count(bf_path + "." + it.key())) ignore(bf_path + "." + it.key(), "bf16 is not enabled");
+    } else if (bf16) {
+      rest(*bf16, bf_path, {{"immediate_grad_update", "ciuic applies gradients at the step"},
+                            {"check_grad_overflow", "bf16 needs no overflow check"},
+                            {"bf16_master_weights_and_grads", "ciuic keeps fp32 master weights"},
+                            {"bf16_optimizer_states", "ciuic keeps fp32 optimizer state"}});
+    }
+    // Gradient reduction dtype.
+    if (const json* v = take(root, "", "communication_data_type", "precision.reduce_dtype")) {
+      std::string d = string(*v, "communication_data_type");
+      if (d == "fp32" || d == "float32" || d == "float") d = "fp32";
+      else if (d == "fp16" || d == "float16" || d == "half") d = "fp16";
+      else if (d == "bf16" || d == "bfloat16") d = "bf16";
+      else throw UsageError(origin_ + ": communication_data_type = " + short_json(*v) + ": expected fp32, fp16 or bf16");
+      if (plugin == "fp32") {
+        if (d != "fp32") ignore("communication_data_type", "with fp32 training ciuic reduces gradients in fp32");
+      } else if (d != "fp32" && d != plugin) {
+        refuse("communication_data_type", "\"" + d + "\" with " + plugin + " training (ciuic reduces in fp32 or the training dtype)");
+      } else {
+        put("precision", "reduce_dtype", text::toml_quote(d), "communication_data_type");
+      }
+    } else if (plugin != "fp32" && !set_value("precision.reduce_dtype")) {
+      put("precision", "reduce_dtype", "\"fp32\"",
+          "ciuic's default: exact fp32 sums; DeepSpeed reduces in " + plugin +
+              " when communication_data_type is unset (\"" + plugin + "\" halves the traffic)");
+    }
+  }
+
+  void zero(const json& root) {
+    read_.insert("zero_optimization");
+    int64_t stage = 0;
+    const json* z = nullptr;
+    if (root.contains("zero_optimization")) {
+      if (root["zero_optimization"].is_boolean()) {  // legacy "zero_optimization": true = stage 1
+        stage = root["zero_optimization"].get<bool>() ? 1 : 0;
+      } else {
+        z = &object(root["zero_optimization"], "zero_optimization");
+        if (const json* s = take(*z, "zero_optimization", "stage", "sharding.plugin")) stage = integer(*s, "zero_optimization.stage");
+      }
+    }
+    const std::string P = "zero_optimization";
+    std::string plugin;
+    if (stage == 0) {
+      plugin = "ddp";
+    } else if (stage == 1 || stage == 2) {
+      plugin = "zero2";
+      if (stage == 1)
+        note("zero_optimization.stage = 1 -> sharding \"zero2\": ciuic shards gradients as well as optimizer state "
+             "(ZeRO-2); the updates are the same, memory is lower, reductions are reduce-scatters");
+    } else if (stage == 3) {
+      refuse("zero_optimization.stage = 3", "ZeRO-3 (parameter partitioning) is not implemented; use stage 2, "
+                                            "with offload_optimizer for memory");
+      plugin = "zero2";
+    } else {
+      throw UsageError(origin_ + ": zero_optimization.stage = " + std::to_string(stage) + ": expected 0, 1, 2 or 3");
+    }
+    put("sharding", "plugin", text::toml_quote(plugin), z ? "zero_optimization.stage = " + std::to_string(stage) : "no zero_optimization: plain data parallelism");
+    std::optional<double> reduce_bucket;
+    if (z) {
+      if (const json* v = take(*z, P, "reduce_bucket_size", "sharding.reduce_bucket_size")) {
+        reduce_bucket = number(*v, P + ".reduce_bucket_size");
+        put("sharding", "reduce_bucket_size", float_lit(*reduce_bucket), "zero_optimization.reduce_bucket_size (elements)");
+      }
+      if (const json* v = take(*z, P, "overlap_comm", "sharding.overlap_comm"))
+        put("sharding", "overlap_comm", boolean(*v, P + ".overlap_comm") ? "true" : "false", "zero_optimization.overlap_comm");
+    }
+    if (!reduce_bucket && !set_value("sharding.reduce_bucket_size"))
+      put("sharding", "reduce_bucket_size", "5e8", "DeepSpeed's default (elements)");
+    bool have_overlap = false;
+    for (const auto& e : sec("sharding").entries) have_overlap = have_overlap || e.key == "overlap_comm";
+    if (!have_overlap && !set_value("sharding.overlap_comm"))
+      put("sharding", "overlap_comm", "true",
+          "ciuic overlaps by default (DeepSpeed's default is false below stage 3; the results are the same)");
+    // Optimizer offload.
+    offload_ = "none";
+    if (z) {
+      if (z->contains("offload_optimizer")) {
+        read_.insert(P + ".offload_optimizer");
+        const json& o = object((*z)["offload_optimizer"], P + ".offload_optimizer");
+        const std::string OP = P + ".offload_optimizer";
+        if (const json* d = take(o, OP, "device", "optimizer.plugin")) offload_ = string(*d, OP + ".device");
+        if (offload_ == "nvme") refuse(OP + ".device = \"nvme\"", "NVMe offload is not implemented (use \"cpu\": optimizer state in host memory)");
+        else if (offload_ != "cpu" && offload_ != "none") throw UsageError(origin_ + ": " + OP + ".device = " + short_json(o["device"]) + ": expected \"cpu\", \"nvme\" or \"none\"");
+        if (offload_ == "cpu") {
+          if (const json* v = take(o, OP, "pin_memory", "optimizer.pin_memory"))
+            pin_memory_ = boolean(*v, OP + ".pin_memory");
+          if (const json* v = take(o, OP, "ratio", "")) {
+            const double r = number(*v, OP + ".ratio");
+            if (r < 1) refuse(OP + ".ratio", "partial offload (ratio " + float_lit(r) + ") is not implemented; ciuic offloads all optimizer state");
+          }
+        }
+        rest(o, OP, {{"nvme_path", "NVMe only"}, {"buffer_count", "NVMe only"}, {"fast_init", "NVMe only"},
+                     {"pipeline", "NVMe only"}, {"pipeline_read", "NVMe only"}, {"pipeline_write", "NVMe only"},
+                     {"pin_memory", "no offload"}, {"ratio", "no offload"}});
+      }
+      if (const json* v = take(*z, P, "cpu_offload", "optimizer.plugin"); v && boolean(*v, P + ".cpu_offload")) {
+        offload_ = "cpu";
+        note("zero_optimization.cpu_offload (legacy) = true -> [optimizer] plugin = \"cpu_adam\"");
+      }
+      if (z->contains("offload_param")) {
+        read_.insert(P + ".offload_param");
+        const json& o = (*z)["offload_param"];
+        if (o.is_object() && o.value("device", "none") != "none")
+          refuse(P + ".offload_param", "parameter offload is a ZeRO-3 feature and is not implemented");
+        else ignore(P + ".offload_param", "device none");
+      }
+      const std::string allgather_reason =
+          "ciuic all-gathers each reduce bucket in one call: its size is reduce_bucket_size" +
+          (reduce_bucket ? std::string(" (") + float_lit(*reduce_bucket) + ")" : std::string());
+      std::map<std::string, std::string> reasons = {
+          {"allgather_bucket_size", allgather_reason},
+          {"allgather_partitions", "ciuic always all-gathers the updated shards (no broadcast variant)"},
+          {"reduce_scatter", "ciuic's zero2 always reduce-scatters into the shard owners (same result as all-reduce)"},
+          {"contiguous_gradients", "ciuic always packs gradients into contiguous flat buckets"},
+          {"round_robin_gradients", "ciuic's shards own a chunk of every bucket, already balanced"},
+          {"elastic_checkpoint", "ciuic checkpoints load at any world size"},
+          {"load_from_fp32_weights", "ciuic resumes from its fp32 master weights"},
+          {"ignore_unused_parameters", "every parameter of ciuic's models gets a gradient"},
+          {"legacy_stage1", "no legacy mode"},
+          {"sub_group_size", "ZeRO-3 only"},
+          {"use_multi_rank_bucket_allreduce", "no such option: one collective per bucket"},
+          {"memory_efficient_linear", "ZeRO-3 only"},
+          {"gather_16bit_weights_on_model_save", "ciuic exports from fp32 master weights (--export-hf)"},
+          {"log_trace_cache_warnings", "ZeRO-3 only"},
+      };
+      auto stage3 = [this](const json&, const std::string& p) { ignore(p, "ZeRO-3 only"); };
+      std::map<std::string, std::function<void(const json&, const std::string&)>> special;
+      for (auto it = z->begin(); it != z->end(); ++it)
+        if (it.key().rfind("stage3_", 0) == 0) special[it.key()] = stage3;
+      special["zero_quantized_weights"] = refuse_if_enabled("ZeRO++ quantized weights are not implemented");
+      special["zero_quantized_gradients"] = refuse_if_enabled("ZeRO++ quantized gradients are not implemented");
+      special["zero_quantized_nontrainable_weights"] = refuse_if_enabled("ZeRO++ quantized weights are not implemented");
+      special["zero_hpz_partition_size"] = refuse_if_enabled("ZeRO++ hierarchical partitioning is not implemented");
+      special["mics_shard_size"] = [this](const json& v, const std::string& p) {
+        if (v.is_number() && v.get<double>() > 0) refuse(p, "MiCS is not implemented");
+        else ignore(p, "disabled");
+      };
+      special["mics_hierarchical_params_gather"] = refuse_if_enabled("MiCS is not implemented");
+      rest(*z, P, reasons, special);
+    }
+  }
+
+  void optimizer(const json& root) {
+    read_.insert("optimizer");
+    std::string plugin = offload_ == "cpu" ? "cpu_adam" : "adamw";
+    if (const std::string* s = set_value("optimizer.plugin")) plugin = s->substr(1, s->size() - 2);
+    put("optimizer", "plugin", text::toml_quote(plugin),
+        offload_ == "cpu" ? "zero_optimization.offload_optimizer.device = \"cpu\": AdamW in host memory"
+                          : "AdamW on the device (no optimizer offload)");
+    if (plugin == "cpu_adam" && pin_memory_) put("optimizer", "pin_memory", *pin_memory_ ? "true" : "false", "offload_optimizer.pin_memory");
+    if (!root.contains("optimizer")) {
+      note("no optimizer section: DeepSpeed then uses the client's optimizer; ciuic uses AdamW with the values below");
+      if (!set_value("optimizer.lr")) {
+        put("optimizer", "lr", "1e-4", "placeholder: the config gives no learning rate");
+        placeholders_.push_back("optimizer.lr");
+      }
+      return;
+    }
+    const std::string P = "optimizer";
+    const json& o = object(root["optimizer"], P);
+    std::string type = "AdamW";
+    if (const json* t = take(o, P, "type", "")) type = string(*t, "optimizer.type");
+    std::string lower;
+    for (char c : type) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const json* params = nullptr;
+    if (o.contains("params")) {
+      read_.insert("optimizer.params");
+      params = &object(o["params"], "optimizer.params");
+    }
+    const std::string PP = "optimizer.params";
+    bool adam_w_mode = true;
+    if (params)
+      if (const json* v = take(*params, PP, "adam_w_mode", "")) adam_w_mode = boolean(*v, PP + ".adam_w_mode");
+    if (lower != "adam" && lower != "adamw") {
+      refuse("optimizer.type = \"" + type + "\"", "ciuic implements AdamW (types Adam and AdamW); "
+             "1-bit Adam/LAMB, LAMB, Lion, SGD, Adagrad and others are not available");
+    }
+    if (params) {
+      if (const json* v = take(*params, PP, "lr", "optimizer.lr"))
+        put("optimizer", "lr", float_lit(number(*v, PP + ".lr")), "optimizer.params.lr");
+      if (const json* v = take(*params, PP, "betas", "optimizer.betas")) {
+        if (!v->is_array() || v->size() != 2) type_error(PP + ".betas", "a list of two numbers", *v);
+        put("optimizer", "betas", "[" + float_lit(number((*v)[0], PP + ".betas[0]")) + ", " +
+                                      float_lit(number((*v)[1], PP + ".betas[1]")) + "]", "optimizer.params.betas");
+      } else if (!set_value("optimizer.betas")) {
+        put("optimizer", "betas", "[0.9, 0.999]", "DeepSpeed's default");
+      }
+      if (const json* v = take(*params, PP, "eps", "optimizer.eps"))
+        put("optimizer", "eps", float_lit(number(*v, PP + ".eps")), "optimizer.params.eps");
+      else if (!set_value("optimizer.eps"))
+        put("optimizer", "eps", "1e-8", "DeepSpeed's default");
+      double wd = 0;
+      if (const json* v = take(*params, PP, "weight_decay", "optimizer.weight_decay")) {
+        wd = number(*v, PP + ".weight_decay");
+        put("optimizer", "weight_decay", float_lit(wd), "optimizer.params.weight_decay; ciuic decays matrices only, as the HF Trainer's groups do");
+      } else if (!set_value("optimizer.weight_decay")) {
+        put("optimizer", "weight_decay", "0.0", "DeepSpeed's default");
+      }
+      if (lower == "adam" && !adam_w_mode && wd != 0)
+        refuse("optimizer.params.adam_w_mode = false", "Adam with L2 weight decay is not implemented (ciuic's decay is decoupled, AdamW)");
+      if (const json* v = take(*params, PP, "amsgrad", ""); v && boolean(*v, PP + ".amsgrad"))
+        refuse("optimizer.params.amsgrad", "AMSGrad is not implemented");
+      if (const json* v = take(*params, PP, "bias_correction", ""); v && !boolean(*v, PP + ".bias_correction"))
+        refuse("optimizer.params.bias_correction = false", "ciuic's AdamW always corrects the moments' bias");
+      rest(*params, PP, {{"torch_adam", "an implementation choice; ciuic has its own kernels"},
+                         {"fused", "an implementation choice"}, {"foreach", "an implementation choice"},
+                         {"capturable", "an implementation choice"}, {"set_grad_none", "no meaning"},
+                         {"adam_w_mode", "AdamW either way"}, {"amsgrad", "off"}, {"bias_correction", "on, as ciuic"}});
+    } else if (!set_value("optimizer.lr")) {
+      put("optimizer", "lr", "1e-3", "DeepSpeed's Adam default");
+    }
+    rest(o, P, {});
+    if (lower == "adam") note("optimizer.type = \"Adam\" with adam_w_mode (DeepSpeed's default) is AdamW");
+  }
+
+  void scheduler(const json& root) {
+    read_.insert("scheduler");
+    if (!root.contains("scheduler")) {
+      put("scheduler", "type", "\"constant\"", "no scheduler: the optimizer's lr throughout");
+      return;
+    }
+    const std::string P = "scheduler";
+    const json& s = object(root["scheduler"], P);
+    const json* t = take(s, P, "type", "scheduler.type");
+    const std::string type = t ? string(*t, "scheduler.type") : "";
+    const json empty = json::object();
+    const json* params = &empty;
+    if (s.contains("params")) {
+      read_.insert("scheduler.params");
+      params = &object(s["params"], "scheduler.params");
+    }
+    const std::string PP = "scheduler.params";
+    auto num_key = [&](const char* ds, const char* key, const char* dflt, bool is_int) {
+      if (const json* v = take(*params, PP, ds, std::string("scheduler.") + key)) {
+        const std::string p = PP + "." + ds;
+        put("scheduler", key, is_int ? std::to_string(integer(*v, p)) : float_lit(number(*v, p)), p);
+        return true;
+      }
+      if (!set_value(std::string("scheduler.") + key) && dflt) put("scheduler", key, dflt, "DeepSpeed's default");
+      return false;
+    };
+    auto warmup_type = [&] {
+      if (const json* v = take(*params, PP, "warmup_type", "scheduler.warmup_type")) {
+        const std::string w = string(*v, PP + ".warmup_type");
+        if (w != "log" && w != "linear") throw UsageError(origin_ + ": " + PP + ".warmup_type = " + short_json(*v) + ": expected \"log\" or \"linear\"");
+        put("scheduler", "warmup_type", text::toml_quote(w), PP + ".warmup_type");
+      } else if (!set_value("scheduler.warmup_type")) {
+        put("scheduler", "warmup_type", "\"log\"", "DeepSpeed's default");
+      }
+    };
+    auto total_steps = [&] {
+      if (const json* v = take(*params, PP, "total_num_steps", "scheduler.total_num_steps")) {
+        const int64_t n = integer(*v, PP + ".total_num_steps");
+        put("scheduler", "total_num_steps", std::to_string(n), PP + ".total_num_steps");
+        total_steps_ = n;
+      } else if (set_value("scheduler.total_num_steps")) {
+        if (auto n = set_number("scheduler.total_num_steps")) total_steps_ = static_cast<int64_t>(*n);
+      } else if (!missing_auto_.empty() && missing_auto_.back().rfind(PP + ".total_num_steps", 0) == 0) {
+        // reported as "auto"
+      } else {
+        throw UsageError(origin_ + ": " + type + " needs scheduler.params.total_num_steps");
+      }
+    };
+    if (type == "WarmupLR" || type == "WarmupDecayLR") {
+      put("scheduler", "type", type == "WarmupLR" ? "\"warmup\"" : "\"warmup_decay\"", "scheduler.type = \"" + type + "\"");
+      num_key("warmup_min_lr", "warmup_min_lr", "0.0", false);
+      num_key("warmup_max_lr", "warmup_max_lr", "0.001", false);
+      num_key("warmup_num_steps", "warmup_num_steps", "1000", true);
+      warmup_type();
+      if (type == "WarmupDecayLR") total_steps();
+    } else if (type == "WarmupCosineLR") {
+      put("scheduler", "type", "\"warmup_cosine\"", "scheduler.type = \"WarmupCosineLR\" (ratios of [optimizer] lr)");
+      num_key("warmup_min_ratio", "warmup_min_ratio", "0.0", false);
+      num_key("warmup_num_steps", "warmup_num_steps", "1000", true);
+      num_key("cos_min_ratio", "cos_min_ratio", "1e-4", false);
+      warmup_type();
+      total_steps();
+    } else if (type == "OneCycle" || type == "LRRangeTest") {
+      refuse("scheduler.type = \"" + type + "\"",
+             "not implemented; ciuic has WarmupLR, WarmupDecayLR and WarmupCosineLR (or no scheduler)");
+      return;
+    } else if (t) {
+      throw UsageError(origin_ + ": scheduler.type = " + short_json(*t) +
+                       ": expected WarmupLR, WarmupDecayLR, WarmupCosineLR (OneCycle and LRRangeTest are not supported)");
+    } else {
+      return;  // "auto" type, reported
+    }
+    if (type != "WarmupCosineLR") {
+      // The optimizer's lr is not what WarmupLR/WarmupDecayLR reach: say so when they differ.
+      for (const auto& e : sec("optimizer").entries)
+        for (const auto& f : sec("scheduler").entries)
+          if (e.key == "lr" && f.key == "warmup_max_lr" && e.value != f.value)
+            note("DeepSpeed's " + type + " sets the learning rate itself: warmup_max_lr (" + f.value +
+                 ") is the peak, not optimizer.params.lr (" + e.value + "); ciuic does the same");
+    }
+    rest(*params, PP, {{"last_batch_iteration", "ciuic's schedule is a function of the step counter (resume restores it)"}});
+    rest(s, P, {});
+  }
+
+  void monitoring(const json& root) {
+    if (root.contains("tensorboard")) {
+      read_.insert("tensorboard");
+      const json& t = root["tensorboard"];
+      if (t.is_object() && t.value("enabled", false)) {
+        put("log", "tensorboard", "true", "tensorboard.enabled (event files in <output_dir>/tb)");
+        for (auto it = t.begin(); it != t.end(); ++it)
+          if (it.key() != "enabled") ignore("tensorboard." + it.key(), "ciuic writes <run.output_dir>/tb");
+        read_.insert("tensorboard.enabled");
+      } else {
+        ignore("tensorboard", "disabled");
+      }
+    }
+    if (const json* v = take(root, "", "steps_per_print", "log.every_steps"))
+      put("log", "every_steps", std::to_string(integer(*v, "steps_per_print")), "steps_per_print");
+  }
+
+  void top_level_rest(const json& root) {
+    std::map<std::string, std::string> reasons = {
+        {"wall_clock_breakdown", "ciuic always times the phases of a step (metrics.jsonl)"},
+        {"memory_breakdown", "ciuic logs peak memory in metrics.jsonl; `ciuic-run --plan` predicts it"},
+        {"dump_state", "no meaning"},
+        {"prescale_gradients", "ciuic normalises the loss exactly by the global token count"},
+        {"gradient_predivide_factor", "ciuic normalises the loss exactly by the global token count"},
+        {"sparse_gradients", "ciuic's embeddings have dense gradients"},
+        {"zero_allow_untested_optimizer", "ciuic's optimizers are its own"},
+        {"zero_force_ds_cpu_optimizer", "ciuic's optimizers are its own"},
+        {"flops_profiler", "ciuic logs MFU in metrics.jsonl"},
+        {"wandb", "not supported: use [log] tensorboard or metrics.jsonl"},
+        {"csv_monitor", "metrics.jsonl holds every metric"},
+        {"comms_logger", "the comm plugin reports comm_calls/comm_bytes/comm_busy_s in metrics.jsonl"},
+        {"checkpoint", "ciuic's checkpoints are always universal; see [checkpoint]"},
+        {"aio", "NVMe only"},
+        {"activation_checkpointing", "configures DeepSpeed's checkpointing API that model code calls; set [model] "
+                                     "activation_checkpointing = true to recompute layer activations"},
+        {"gradient_accumulation_dtype", "ciuic accumulates gradients in fp32"},
+        {"data_types", "ciuic accumulates gradients in fp32"},
+        {"seq_parallel_communication_data_type", "no sequence parallelism"},
+        {"communication_data_type_scaler", "no meaning"},
+        {"train_batch_size", "derived"},
+        {"timers", "ciuic always times the phases of a step"},
+        {"dataloader_drop_last", "ciuic's data plugins never yield partial batches"},
+        {"disable_allgather", "no meaning"},
+        {"use_data_before_expert_parallel_", "no meaning"},
+        {"graph_harvesting", "no meaning"},
+        {"zero_optimization", "read"},
+        {"compile", "ciuic's model is native C++"},
+    };
+    std::map<std::string, std::function<void(const json&, const std::string&)>> special = {
+        {"amp", refuse_if_enabled("Apex AMP is not supported (use fp16 or bf16)")},
+        {"elasticity", refuse_if_enabled("DeepSpeed elasticity is not supported (ciuic resumes at any world size)")},
+        {"pipeline", [this](const json& v, const std::string& p) {
+           if (v.is_object() && v.value("stages", 1) > 1) refuse(p, "pipeline parallelism is not implemented");
+           else ignore(p, "no pipeline stages");
+         }},
+        {"tensor_parallel", [this](const json& v, const std::string& p) {
+           int64_t n = 1;
+           if (v.is_object()) n = v.value("autotp_size", v.value("tp_size", 1));
+           if (n > 1) refuse(p, "tensor parallelism is not implemented");
+           else ignore(p, "no tensor parallelism");
+         }},
+        {"sequence_parallel_size", [this](const json& v, const std::string& p) {
+           if (v.is_number() && v.get<double>() > 1) refuse(p, "sequence parallelism is not implemented");
+           else ignore(p, "1");
+         }},
+        {"hybrid_engine", refuse_if_enabled("the hybrid (RLHF) engine is not supported")},
+        {"compression_training", refuse_if_enabled("compression training is not supported")},
+        {"data_efficiency", refuse_if_enabled("data efficiency (curriculum, random-LTD) is not supported")},
+        {"curriculum_learning", refuse_if_enabled("curriculum learning is not supported")},
+        {"progressive_layer_drop", refuse_if_enabled("progressive layer drop is not supported")},
+        {"eigenvalue", refuse_if_enabled("eigenvalue computation is not supported")},
+        {"quantize_training", refuse_if_enabled("quantized training is not supported")},
+        {"weight_quantization", refuse_if_enabled("weight quantization is not supported")},
+        {"moe", refuse_if_enabled("mixture of experts is not supported")},
+    };
+    rest(root, "", reasons, special);
+  }
+
+  void finish_placeholders() {
+    if (!set_value("train.max_steps")) {
+      if (total_steps_) {
+        put("train", "max_steps", std::to_string(*total_steps_), "scheduler.params.total_num_steps");
+      } else {
+        put("train", "max_steps", "1000", "placeholder: a DeepSpeed config does not say how long to train");
+        placeholders_.push_back("train.max_steps");
+      }
+    }
+    if (!set_value("model.path") && !set_value("model.config.hidden_size")) {
+      put("model", "path", "\"model\"", "placeholder: the Hugging Face model folder");
+      placeholders_.push_back("model.path");
+    }
+    if (!set_value("model.chat_template")) put("model", "chat_template", "\"auto\"", "the model's own template (tokenizer_config.json)");
+    if (!set_value("data.plugin")) {
+      put("data", "plugin", "\"cached_ssd\"", "placeholder: a DeepSpeed config names no data (docs/data.md)");
+      if (!set_value("data.sources")) put("data", "sources", "[\"train.jsonl\"]", "placeholder: JSONL files or globs");
+      if (!set_value("data.format")) put("data", "format", "\"chat\"", "placeholder: {messages: [{role, content}]}");
+      placeholders_.push_back("data.plugin");
+    }
+  }
+
+  std::string origin_;
+  std::vector<std::pair<std::string, std::string>> sets_;  // recipe key -> TOML literal
+  std::vector<Section> sections_;
+  std::vector<std::string> ignored_, notes_, placeholders_, refused_, missing_auto_;
+  std::set<std::string> read_;
+  std::string offload_ = "none";
+  std::optional<bool> pin_memory_;
+  std::optional<int64_t> total_steps_;
+};
+
+}  // namespace
+
+DeepSpeedImport import_deepspeed(const std::string& json_text, const std::string& origin,
+                                 const std::vector<std::string>& overrides) {
+  Importer im(origin, overrides);
+  return im.run(json_text);
+}
+
+}  // namespace ciuic::recipe

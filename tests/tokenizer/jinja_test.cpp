@@ -1,0 +1,229 @@
+// The Jinja engine and the "hf" chat template vs transformers (fixtures written by
+// tests/fixtures/gen_chat_templates.py): language cases one by one, then the real chat templates
+// of Llama-3, DeepSeek-LLM, Qwen2 and Mistral (v0.1, v0.3) on a dozen conversation shapes —
+// rendered text, ids, generation prompts and HF's {% generation %} assistant masks.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include <ciuic/error.h>
+#include <ciuic/tokenizer.h>
+
+#include "test_util.h"
+#include "tokenizer/factory.h"
+#include "tokenizer/jinja.h"
+
+namespace ciuic {
+namespace {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+std::string fixture_dir() { return std::string(CIUIC_FIXTURES_DIR) + "/chat_templates"; }
+
+std::vector<ChatMessage> messages_of(const json& j) {
+  std::vector<ChatMessage> out;
+  for (const json& m : j) out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  return out;
+}
+
+TEST(Jinja, LanguageCasesMatchTransformers) {
+  ordered_json cases = ordered_json::parse(test::read_text_file(fixture_dir() + "/jinja_cases.json"));
+  ASSERT_GE(cases.size(), 50u);
+  for (const auto& c : cases) {
+    const std::string name = c["name"].get<std::string>();
+    SCOPED_TRACE(name);
+    try {
+      jinja::Template t(c["template"].get<std::string>(), name);
+      jinja::Rendered r = t.render(c["vars"]);
+      if (c.contains("error")) {
+        ADD_FAILURE() << "expected the error \"" << c["error"].get<std::string>() << "\", rendered " << r.text;
+        continue;
+      }
+      EXPECT_EQ(r.text, c["text"].get<std::string>());
+    } catch (const jinja::TemplateError& e) {
+      if (!c.contains("error")) {
+        ADD_FAILURE() << "unexpected error: " << e.what();
+        continue;
+      }
+      // Same message as jinja2's (ours may add where it happened).
+      EXPECT_NE(e.message().find(c["error"].get<std::string>()), std::string::npos)
+          << "ours: " << e.message() << "\nHF: " << c["error"].get<std::string>();
+    }
+  }
+}
+
+TEST(Jinja, GenerationBlocksGiveByteRanges) {
+  jinja::Template t("{% for m in messages %}{{ m.role }}: {% if m.role == 'assistant' %}{% generation %}"
+                    "{{ m.content }}!{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}");
+  EXPECT_TRUE(t.has_generation_blocks());
+  ordered_json v = {{"messages", {{{"role", "user"}, {"content", "hé"}}, {{"role", "assistant"}, {"content", "yo"}}}}};
+  jinja::Rendered r = t.render(v);
+  EXPECT_EQ(r.text, "user: hé\nassistant: yo!\n");
+  ASSERT_EQ(r.generation.size(), 1u);
+  EXPECT_EQ(r.text.substr(r.generation[0].first, r.generation[0].second - r.generation[0].first), "yo!");
+}
+
+TEST(Jinja, ParseErrorsNamePlaceAndConstruct) {
+  auto message = [](const std::string& src) {
+    try {
+      jinja::Template t(src, "tpl");
+      return std::string("no error");
+    } catch (const jinja::TemplateError& e) {
+      EXPECT_EQ(e.exit_code(), kExitUsage);
+      return std::string(e.what());
+    }
+  };
+  EXPECT_EQ(message("{% for x in y %}"), "tpl:1:17: missing {% endfor %}");
+  EXPECT_EQ(message("a\n{{ x + }}"), "tpl:2:9: unexpected '}}' in an expression");
+  EXPECT_EQ(message("{% include 'x' %}"),
+            "tpl:1:4: unsupported statement '{% include %}' (chat templates support if, for, set, macro, call, "
+            "break, continue, generation, raw)");
+  EXPECT_EQ(message("{% endif %}"), "tpl:1:4: unexpected '{% endif %}' (no open block it could close)");
+  EXPECT_EQ(message("{{ 'abc }}"), "tpl:1:4: unterminated string literal");
+  EXPECT_EQ(message("{% break %}"), "tpl:1:4: 'break' outside of a for loop");
+  EXPECT_EQ(message("{{ x "), "tpl:1:1: unclosed tag '{{'");
+}
+
+TEST(Jinja, RaiseExceptionIsMarked) {
+  jinja::Template t("{{ raise_exception('roles must alternate') }}", "tpl");
+  try {
+    t.render(ordered_json::object());
+    FAIL();
+  } catch (const jinja::TemplateError& e) {
+    EXPECT_TRUE(e.raised());
+    EXPECT_EQ(e.message(), "roles must alternate");
+  }
+}
+
+// ---- the models' real templates through ChatTemplate "hf" ----------------------------------
+class HfTemplateTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HfTemplateTest, MatchesApplyChatTemplate) {
+  const std::string dir = fixture_dir() + "/" + GetParam();
+  auto tok = load_tokenizer(dir + "/tokenizer.json");
+  auto tmpl = make_chat_template("hf", *tok);
+  EXPECT_EQ(tmpl->name().rfind("hf:", 0), 0u) << tmpl->name();
+  json expected = test::read_json_file(dir + "/expected.json");
+  size_t checked = 0;
+  for (const json& c : expected["conversations"]) {
+    std::vector<ChatMessage> msgs = messages_of(c["messages"]);
+    SCOPED_TRACE(GetParam() + ": " + c["messages"].dump());
+    if (c.contains("error")) {
+      try {
+        tmpl->render(msgs);
+        ADD_FAILURE() << "expected the template to refuse: " << c["error"].get<std::string>();
+      } catch (const UsageError& e) {
+        EXPECT_NE(std::string(e.what()).find(c["error"].get<std::string>()), std::string::npos) << e.what();
+      }
+      continue;
+    }
+    ++checked;
+    EXPECT_EQ(tmpl->render(msgs), c["text"].get<std::string>());
+    std::vector<int32_t> ids = c["ids"].get<std::vector<int32_t>>();
+    EncodedChat all = tmpl->encode(msgs, false);
+    EXPECT_EQ(all.ids, ids) << "ours: " << test::ids_to_string(all.ids) << "\nHF:   " << test::ids_to_string(ids);
+    EncodedChat asst = tmpl->encode(msgs, true);
+    EXPECT_EQ(asst.ids, ids);
+    EXPECT_EQ(asst.loss_mask, c["assistant_mask"].get<std::vector<uint8_t>>())
+        << "ours: " << test::ids_to_string(std::vector<int32_t>(asst.loss_mask.begin(), asst.loss_mask.end()));
+    EXPECT_EQ(tmpl->encode_prompt(msgs), c["prompt_ids"].get<std::vector<int32_t>>());
+  }
+  EXPECT_GE(checked, 7u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, HfTemplateTest,
+                         ::testing::Values("llama3", "deepseek_llm", "qwen2", "mistral_v1", "mistral_v3"),
+                         [](const auto& info) { return info.param; });
+
+TEST(HfTemplate, DeepseekFixtureEqualsTheBuiltIn) {
+  // tests/fixtures/tokenizer/deepseek_llm carries DeepSeek's template: "hf" must do what
+  // "deepseek" does, mask included, on the tokenizer fixture's chats.
+  auto tok = load_tokenizer(test::tokenizer_fixture_dir("deepseek_llm") + "/tokenizer.json");
+  auto hf = make_chat_template("hf", *tok);
+  json expected = test::read_json_file(test::tokenizer_fixture_dir("deepseek_llm") + "/expected.json");
+  for (const json& c : expected["chats"]) {
+    if (c["template"] != "deepseek") continue;
+    std::vector<ChatMessage> msgs = messages_of(c["messages"]);
+    EncodedChat e = hf->encode(msgs, true);
+    EXPECT_EQ(e.ids, c["ids"].get<std::vector<int32_t>>()) << c["messages"].dump();
+    EXPECT_EQ(e.loss_mask, c["assistant_mask"].get<std::vector<uint8_t>>()) << c["messages"].dump();
+  }
+}
+
+TEST(HfTemplate, AutoFallsBackToPlainAndHfNeedsATemplate) {
+  auto tok = load_tokenizer(test::tokenizer_fixture_dir("gpt2") + "/tokenizer.json");  // no template
+  EXPECT_EQ(make_chat_template("auto", *tok)->name(), "plain");
+  try {
+    make_chat_template("hf", *tok);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("chat template 'hf' needs the model's template"), std::string::npos);
+  }
+  auto with = load_tokenizer(fixture_dir() + "/qwen2/tokenizer.json");
+  EXPECT_EQ(make_chat_template("auto", *with)->name(), make_chat_template("hf", *with)->name());
+}
+
+TEST(HfTemplate, ChatTemplateJinjaFileWinsAndListFormIsRead) {
+  namespace fs = std::filesystem;
+  const fs::path d = fs::path(CIUIC_TEST_TMP) / "tokenizer" / "hf_template_forms";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  fs::copy_file(fixture_dir() + "/qwen2/tokenizer.json", d / "tokenizer.json");
+  json cfg = test::read_json_file(fixture_dir() + "/qwen2/tokenizer_config.json");
+  cfg["chat_template"] = json::array({{{"name", "tool_use"}, {"template", "TOOLS"}},
+                                      {{"name", "default"}, {"template", "{% for m in messages %}[{{ m.content }}]{% endfor %}"}}});
+  test::write_temp_file("hf_template_forms/tokenizer_config.json", cfg.dump());
+  auto tok = load_tokenizer((d / "tokenizer.json").string());
+  EXPECT_EQ(make_chat_template("hf", *tok)->render({{"user", "a"}, {"assistant", "b"}}), "[a][b]");
+  test::write_temp_file("hf_template_forms/chat_template.jinja", "{% for m in messages %}<{{ m.role }}>{% endfor %}");
+  auto tok2 = load_tokenizer((d / "tokenizer.json").string());
+  EXPECT_EQ(make_chat_template("hf", *tok2)->render({{"user", "a"}}), "<user>");
+}
+
+TEST(HfTemplate, RewrittenRepliesAreAClearError) {
+  // A template that prints something other than the reply and has no generation blocks: the
+  // assistant's tokens cannot be known.
+  namespace fs = std::filesystem;
+  const fs::path d = fs::path(CIUIC_TEST_TMP) / "tokenizer" / "hf_template_rewrite";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  fs::copy_file(fixture_dir() + "/qwen2/tokenizer.json", d / "tokenizer.json");
+  json cfg = test::read_json_file(fixture_dir() + "/qwen2/tokenizer_config.json");
+  // Earlier turns are re-rendered differently (count of messages in every turn), and replies are
+  // upper-cased: neither prefixes nor the reply text can be found.
+  cfg["chat_template"] = "{% for m in messages %}{{ messages|length }}{{ m.content|upper }}|{% endfor %}";
+  test::write_temp_file("hf_template_rewrite/tokenizer_config.json", cfg.dump());
+  auto tok = load_tokenizer((d / "tokenizer.json").string());
+  auto t = make_chat_template("hf", *tok);
+  EXPECT_EQ(t->encode({{"user", "q"}, {"assistant", "a"}}, false).ids.size(),
+            tok->encode("2Q|2A|", false).size());
+  try {
+    t->encode({{"user", "q"}, {"assistant", "a"}}, true);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot find assistant message 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(HfTemplate, ThreadSafe) {
+  auto tok = load_tokenizer(fixture_dir() + "/mistral_v3/tokenizer.json");
+  auto t = make_chat_template("hf", *tok);
+  std::vector<ChatMessage> msgs{{"system", "S"}, {"user", "a"}, {"assistant", "b"}, {"user", "c"}, {"assistant", "d"}};
+  EncodedChat ref = t->encode(msgs, true);
+  std::vector<int> bad(4, 0);
+  std::vector<std::thread> th;
+  for (int k = 0; k < 4; ++k)
+    th.emplace_back([&, k] {
+      for (int i = 0; i < 50; ++i) {
+        EncodedChat e = t->encode(msgs, true);
+        if (e.ids != ref.ids || e.loss_mask != ref.loss_mask) ++bad[k];
+      }
+    });
+  for (auto& x : th) x.join();
+  for (int b : bad) EXPECT_EQ(b, 0);
+}
+
+}  // namespace
+}  // namespace ciuic

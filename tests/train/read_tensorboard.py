@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Reads the TensorBoard event files that monitoring_test wrote with ciuic's TensorBoardWriter back
+through the `tensorboard` package's event reader (EventAccumulator, what TensorBoard's scalar
+dashboard uses) and compares every scalar with the expected.json written next to them. ctest runs
+it as tensorboard_reads_ciuic_events after monitoring_test; without the package (CI's venv has only
+torch; scripts/setup-deps.sh --fixtures installs it) it exits 77, reported as skipped.
+
+    .venv/bin/python tests/train/read_tensorboard.py <folder with events.out.tfevents.* and expected.json>
+"""
+import json
+import math
+import os
+import struct
+import sys
+
+try:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+except ImportError as e:
+    print(f"skipped: {e} (scripts/setup-deps.sh --fixtures installs tensorboard)")
+    sys.exit(77)
+
+
+def f32(x):
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def main():
+    folder = sys.argv[1]
+    expected = json.load(open(os.path.join(folder, "expected.json")))
+    acc = EventAccumulator(folder, size_guidance={"scalars": 0})
+    acc.Reload()
+    tags = sorted(acc.Tags()["scalars"])
+    want_tags = sorted(expected)
+    if tags != want_tags:
+        print(f"tags differ: read {tags}, expected {want_tags}")
+        sys.exit(1)
+    bad = 0
+    for tag, points in expected.items():
+        got = [(e.step, e.value) for e in acc.Scalars(tag)]
+        want = [(p[0], f32(float(p[1]))) for p in points]
+        same = len(got) == len(want) and all(
+            gs == ws and (gv == wv or (math.isnan(gv) and math.isnan(wv))) for (gs, gv), (ws, wv) in zip(got, want))
+        if not same:
+            bad += 1
+            print(f"{tag}: read {got}, expected {want}")
+    print(f"{len(expected)} tags, {sum(len(v) for v in expected.values())} scalars read back; {bad} differ")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
