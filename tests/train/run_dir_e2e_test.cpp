@@ -284,20 +284,28 @@ TEST(RunDirE2E, CheckpointDirThatIsAFileIsRefusedAtStart) {
   EXPECT_EQ(ciuic::testing::read_file(d + "/file"), "x");
 }
 
-// keep_last prunes only this run's lineage: a run resumed from an earlier checkpoint keeps the
-// later checkpoint of its own past and another run's checkpoint (copied in), and its own newest.
-TEST(RunDirE2E, PruningKeepsCheckpointsOfOtherLineagesAndLaterSteps) {
+// keep_last prunes only this run's lineage: another run's checkpoint (copied in) stays. A run
+// resumed from an earlier checkpoint moves the later one of its abandoned history aside (never
+// deleted), so that --resume latest continues this run, not the abandoned one.
+TEST(RunDirE2E, PruningKeepsOtherLineagesAndLaterCheckpointsAreSetAside) {
   const std::string d = ciuic::testing::fresh_dir("rundir-e2e-lineage");
   ASSERT_NO_FATAL_FAILURE(old_run(d, d + "/out", {"--set", "checkpoint.keep_last=2"}));
   ASSERT_EQ(step_folders(d + "/out/checkpoints"), (std::vector<std::string>{"step_00000005", "step_00000010"}));
+  const std::string id10 = run_id(d + "/out/checkpoints/step_00000010");
   const Result other = run(d, d + "/other", 3);
   ASSERT_RUN_OK(other);
   fs::copy(d + "/other/checkpoints/step_00000003", d + "/out/checkpoints/step_00000003", fs::copy_options::recursive);
   const Result r = run(d, d + "/out", 8,
                        {"--resume", d + "/out/checkpoints/step_00000005", "--set", "checkpoint.every_steps=1"});
   ASSERT_RUN_OK(r);
-  EXPECT_EQ(step_folders(d + "/out/checkpoints"),
-            (std::vector<std::string>{"step_00000003", "step_00000008", "step_00000010"}));
-  EXPECT_EQ(run_id(d + "/out/checkpoints/step_00000008"), run_id(d + "/out/checkpoints/step_00000010"));
-  EXPECT_NE(run_id(d + "/out/checkpoints/step_00000003"), run_id(d + "/out/checkpoints/step_00000010"));
+  EXPECT_TRUE(has(r.err, "resumed from step_00000005, an earlier checkpoint than step_00000010: moved those into " +
+                             d + "/out/checkpoints/replaced-")) << r.err;
+  EXPECT_EQ(step_folders(d + "/out/checkpoints"), (std::vector<std::string>{"step_00000003", "step_00000008"}));
+  std::vector<std::string> replaced;
+  for (const auto& e : fs::directory_iterator(d + "/out/checkpoints"))
+    if (e.path().filename().string().rfind("replaced-", 0) == 0) replaced.push_back(e.path().string());
+  ASSERT_EQ(replaced.size(), 1u);
+  EXPECT_EQ(run_id(replaced[0] + "/step_00000010"), id10);
+  EXPECT_EQ(run_id(d + "/out/checkpoints/step_00000008"), id10);
+  EXPECT_NE(run_id(d + "/out/checkpoints/step_00000003"), id10);
 }

@@ -470,7 +470,39 @@ TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape
   if (trainer.contains("run_id") && trainer["run_id"].is_string()) run_id_ = trainer["run_id"].get<std::string>();
   loaded_ = folder;
   last_good_ = folder;
+  if (ctx_.rank == 0) set_aside_later(folder);
   return st;
+}
+
+void Checkpointer::set_aside_later(const std::string& folder) {
+  fs::path loaded = fs::path(folder).lexically_normal();
+  if (!loaded.has_filename()) loaded = loaded.parent_path();
+  std::error_code ec;
+  if (!fs::equivalent(loaded.parent_path(), dir_, ec)) return;  // resumed from another folder
+  std::vector<fs::path> later;  // complete_checkpoints() is sorted by step
+  bool after = false;
+  for (const fs::path& p : complete_checkpoints(dir_)) {
+    if (after) later.push_back(p);
+    if (p.filename() == loaded.filename()) after = true;
+  }
+  if (later.empty()) return;
+  fs::path aside = fs::path(dir_) / replaced_name();
+  for (int i = 2; fs::exists(aside); ++i) aside = fs::path(dir_) / (replaced_name() + "-" + std::to_string(i));
+  std::string names;
+  for (const fs::path& p : later) {
+    fs::create_directories(aside, ec);
+    if (!ec) fs::rename(p, aside / p.filename(), ec);
+    if (ec) {
+      log_warn("cannot move the later checkpoint " + p.string() + " aside (" + ec.message() +
+               "): --resume latest would pick it rather than this run's newest");
+      continue;
+    }
+    names += (names.empty() ? "" : ", ") + p.filename().string();
+  }
+  if (!names.empty())
+    log_warn("resumed from " + loaded.filename().string() + ", an earlier checkpoint than " + names +
+             ": moved those into " + aside.string() + " (nothing is deleted), so that the newest "
+             "checkpoint in " + dir_ + " is always this run's");
 }
 
 // ---- offline readers ------------------------------------------------------------------------------

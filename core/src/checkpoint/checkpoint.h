@@ -19,11 +19,13 @@
 // Run lineage: a fresh run gets a new run id; a resumed run inherits the id of the checkpoint it
 // resumed (a checkpoint without one, written before ids existed, gives a new id). Pruning removes
 // only checkpoints of this lineage — same run id, at most the step just saved — and never
-// another run's (another or no run id), nor a later step of this lineage that a run resumed
-// from an earlier checkpoint left behind. Re-saving a step whose folder exists replaces it when
-// it is of this lineage (or the folder this run resumed from) and otherwise moves it into
-// <dir>/replaced-<date-time>/ with a warning. (That another run's checkpoints are not in the
-// folder at all is checked before the run starts: checkpoint/run_dir.h.)
+// another run's (another or no run id). A run resumed from an earlier checkpoint of its
+// checkpoint dir abandons the later ones: load() moves them into <dir>/replaced-<date-time>/
+// with a warning, so that "latest" is always this run's newest (never deleted). Re-saving a step
+// whose folder exists replaces it when it is of this lineage (or the folder this run resumed
+// from) and otherwise moves it into <dir>/replaced-<date-time>/ with a warning. (That another
+// run's checkpoints are not in the folder at all is checked before the run starts:
+// checkpoint/run_dir.h.)
 //
 // Resuming on another world size: every rank of the new run reads, for each element of its new
 // shard, the matching slice from whichever old rank file holds it (the layouts say where), so a run
@@ -101,6 +103,9 @@ class Checkpointer {
  private:
   // True for a checkpoint folder of this run's lineage.
   bool ours(const std::string& folder) const;
+  // Rank 0, after load(folder): when `folder` is in dir() and later checkpoints follow it there,
+  // moves them into dir()/replaced-<date-time>/ with a warning.
+  void set_aside_later(const std::string& folder);
 
   std::string dir_;
   int64_t keep_last_;

@@ -27,7 +27,7 @@
 //      or a stray --overwrite in a script therefore never destroys a run; the user deletes the
 //      replaced-* folder when sure. The checkpoint dir is created once the checks pass.
 //
-// Who claims (app/cli.cpp, train/trainer.cpp):
+// Who claims (app/cli.cpp, train/run.cpp build_run):
 //   - ciuic-run as its own launcher: the launcher of node 0, before it starts any worker, for the
 //     whole run; launchers of other nodes claim nothing (the folders are on a filesystem that
 //     every node sees, as checkpoints already require, and one holder per run cannot deadlock
