@@ -20,7 +20,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: ciuic-run RECIPE [--set section.key=value]... [--plugin-path DIR]... [--nproc N]\n"
     "                 [--nnodes N] [--node-rank R] [--master-addr A] [--master-port P]\n"
-    "                 [--output-all-ranks] [--resume PATH|latest|auto] [--dry-run] [--print-recipe] [--plan]\n"
+    "                 [--output-all-ranks] [--resume PATH|latest|auto | --overwrite] [--dry-run]\n"
+    "                 [--print-recipe] [--plan]\n"
     "       ciuic-run --export-hf CKPT OUT [--export-dtype bf16|fp32] [--tokenizer FILE]\n"
     "       ciuic-run --from-deepspeed DS_CONFIG.json [--set section.key=value]... [-o RECIPE.toml]\n"
     "       ciuic-run --plot RUN_DIR\n"
@@ -80,6 +81,10 @@ int main(int argc, char** argv) {
       ("resume", po::value<std::string>(&o.resume)->value_name("PATH|latest|auto"),
        "resume from a checkpoint folder, or the newest one under [checkpoint] dir (latest; auto: "
        "the newest if any, else start fresh)")
+      ("overwrite", po::bool_switch(&o.overwrite),
+       "start fresh in a run.output_dir or [checkpoint] dir that holds another run's checkpoints, "
+       "metrics or hf/ export: move them into <dir>/replaced-<date-time>/ first (nothing is "
+       "deleted). Without --resume or --overwrite such a folder is refused")
       ("dry-run", po::bool_switch(&o.dry_run),
        "validate the recipe, create every chosen plugin once in this process, print a summary, exit")
       ("plan", po::bool_switch(&o.plan),

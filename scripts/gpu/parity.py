@@ -11,6 +11,7 @@ usage: parity.py CIUIC_RUN OUT_DIR [--cpu]
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -69,6 +70,7 @@ every_steps = 1
 def run(ciuic, root, name, **kw):
     d = os.path.join(root, name)
     os.makedirs(d, exist_ok=True)
+    shutil.rmtree(os.path.join(d, "out"), ignore_errors=True)  # ciuic-run refuses another run's files
     kw.setdefault("extra", "")
     kw.setdefault("comm_extra", "")
     kw.setdefault("accum", 1)

@@ -50,6 +50,7 @@ run() {
 # ciuic NAME TIMEOUT RECIPE ARGS...: a ciuic-run training run; keeps its metrics.jsonl
 ciuic() {
   local name=$1 limit=$2 recipe=$3; shift 3
+  rm -rf "/tmp/runs/$name"  # a fresh run each time (ciuic-run refuses a folder with another run's files)
   run "$name" "$limit" "$B/ciuic-run" "$recipe" --set "run.output_dir=\"/tmp/runs/$name\"" "$@"
   cp "/tmp/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
 }

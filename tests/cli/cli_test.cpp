@@ -46,7 +46,7 @@ TEST(Cli, HelpExplainsOptionsExitCodesAndDocs) {
   Result r = run("--help");
   EXPECT_EQ(r.code, 0) << r.err;
   for (const char* s : {"--set", "--plugin-path", "--nproc", "--nnodes", "--node-rank", "--master-addr", "--master-port",
-                        "--output-all-ranks", "--resume", "--dry-run", "--print-recipe", "--list-plugins", "--verbose",
+                        "--output-all-ranks", "--resume", "--overwrite", "replaced-<date-time>", "--dry-run", "--print-recipe", "--list-plugins", "--verbose",
                         "--version", "[train]", "[model.config]", "Exit codes", "130", "docs/recipe.md", "docs/plugins.md"})
     EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
   r = run("--help-recipe");

@@ -497,15 +497,17 @@ TEST(TrainE2E, PlanSaysWhatDoesNotFitAndWhatWouldHelp) {
   EXPECT_NE(bad.text.find("--set: unknown optimizer plugin 'nosuch'"), std::string::npos) << bad.text;
 }
 
+// Refused at start (checkpoint/run_dir.h), before any training, naming the file in the way.
 TEST(TrainE2E, UnwritableCheckpointFolderIsAnError) {
   const std::string dir = ciuic::testing::fresh_dir("e2e-blocked");
   fs::create_directories(dir + "/blocker");
   std::ofstream(dir + "/blocker/file") << "x";  // a file where a folder must go
   Shape s{.world = 1, .micro = 4, .steps = 2};
   const Result r = run("ro", s, {"--set", "checkpoint.dir=\"" + dir + "/blocker/file/ckpt\""});
-  EXPECT_EQ(r.code, 1) << r.log();
-  EXPECT_NE(r.err.find("checkpoint"), std::string::npos) << r.log();
-  EXPECT_NE(r.err.find(dir + "/blocker/file"), std::string::npos) << r.log();
+  EXPECT_EQ(r.code, 2) << r.log();
+  EXPECT_NE(r.err.find("[checkpoint] dir " + dir + "/blocker/file/ckpt cannot be created: " + dir +
+                       "/blocker/file is a file"), std::string::npos) << r.log();
+  EXPECT_FALSE(fs::exists(r.dir + "/out/metrics.jsonl")) << r.log();
 }
 
 }  // namespace

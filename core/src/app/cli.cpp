@@ -23,6 +23,7 @@
 
 #include "base/text.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/run_dir.h"
 #include "model/hf_export.h"
 #include "launch/launch.h"
 #include "recipe/deepspeed.h"
@@ -31,6 +32,7 @@
 #include "registry/registry.h"
 #include "plan/plan.h"
 #include "train/html_report.h"
+#include "train/options.h"
 #include "train/worker.h"
 
 namespace ciuic::app {
@@ -165,10 +167,21 @@ int run_recipe(const CliOptions& o) {
   }
   train::WorkerOptions wopts;
   wopts.resume = o.resume;
-  if (worker_env) return train::run_worker(recipe, registry, *worker_env, wopts);
+  wopts.overwrite = o.overwrite;
+  if (worker_env) {
+    // Under ciuic-run's own launcher, the launcher of node 0 claimed the run directory for the
+    // run; under any other launcher, rank 0 claims it (checkpoint/run_dir.h).
+    wopts.claim_run_dir = worker_env->launcher != "ciuic";
+    return train::run_worker(recipe, registry, *worker_env, wopts);
+  }
   const Config cluster = recipe.section("cluster");
   const int nproc = static_cast<int>(cluster.get_int("nproc_per_node"));
   const int nnodes = static_cast<int>(cluster.get_int("nnodes"));
+  // Before any worker builds anything: one process per run checks the folders, takes the run
+  // lock (held until this process ends) and refuses or moves another run's files.
+  checkpoint::RunDirClaim claim;
+  if (o.node_rank == 0)
+    claim = checkpoint::claim_run_dir(train::TrainOptions::from(recipe).run_paths(), {o.resume, o.overwrite});
   if (nproc * nnodes == 1) {
     launch::WorkerEnv env;
     env.launcher = "none";

@@ -29,7 +29,8 @@ struct CliOptions {
   std::string master_addr = "127.0.0.1";   // --master-addr
   int master_port = 0;                     // --master-port (0: a free port, single node)
   bool output_all_ranks = false;           // --output-all-ranks: [cluster] output = "all"
-  std::string resume;                      // --resume PATH|latest
+  std::string resume;                      // --resume PATH|latest|auto
+  bool overwrite = false;                  // --overwrite (checkpoint/run_dir.h)
   bool dry_run = false;                    // --dry-run
   bool print_recipe = false;               // --print-recipe
   bool plan = false;                       // --plan

@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <random>
 #include <regex>
 #include <sstream>
 
@@ -20,6 +22,8 @@
 #include <ciuic/error.h>
 #include <ciuic/files.h>
 #include <ciuic/log.h>
+
+#include "checkpoint/run_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -58,6 +62,20 @@ void fsync_dir(const fs::path& dir) {
     ::fsync(fd);
     ::close(fd);
   }
+}
+
+// A new run id: the UTC start time and 64 random bits ("20260102T101112Z-3fa2c1d9e0b4a7f1").
+std::string new_run_id() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  std::random_device rd;
+  const uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%s-%016llx", stamp, static_cast<unsigned long long>(r));
+  return buf;
 }
 
 nlohmann::json shape_json(const RunShape& s) {
@@ -237,7 +255,21 @@ std::string Checkpointer::latest() const {
 
 // ---- save ---------------------------------------------------------------------------------------
 Checkpointer::Checkpointer(std::string dir, int64_t keep_last, const RunContext& ctx)
-    : dir_(std::move(dir)), keep_last_(keep_last), ctx_(ctx) {}
+    : dir_(std::move(dir)), keep_last_(keep_last), ctx_(ctx), run_id_(new_run_id()) {}
+
+std::string read_run_id(const std::string& folder) {
+  std::ifstream in(fs::path(folder) / "trainer.json");
+  if (!in) return "";
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("run_id") || !j["run_id"].is_string()) return "";
+  return j["run_id"].get<std::string>();
+}
+
+bool Checkpointer::ours(const std::string& folder) const {
+  std::error_code ec;
+  if (!loaded_.empty() && fs::equivalent(folder, loaded_, ec)) return true;
+  return read_run_id(folder) == run_id_;
+}
 
 std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, const Parts& parts) {
   Store& store = *ctx_.store;
@@ -327,6 +359,7 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
                               {"skipped", st.skipped},
                               {"nonfinite_skips", st.nonfinite_skips},
                               {"tokens", st.tokens},
+                              {"run_id", run_id_},
                               {"world_size", ctx_.world_size},
                               {"data_cursors", cursors},
                               {"shape", shape_json(shape)}};
@@ -340,6 +373,14 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
                                {"files", files}};
     model::write_file_atomic((tmp / "manifest.json").string(), manifest.dump(2));
     fsync_dir(tmp);
+    if (fs::exists(final_dir) && !ours(final_dir.string())) {
+      // Another run's checkpoint of this step (resumed from elsewhere into a folder holding it):
+      // never deleted, moved aside.
+      const fs::path aside = fs::path(dir_) / replaced_name() / step_name(st.step);
+      fs::create_directories(aside.parent_path());
+      fs::rename(final_dir, aside);
+      log_warn("checkpoint " + final_dir.string() + " belonged to another run; moved to " + aside.string());
+    }
     if (fs::exists(final_dir)) {  // re-saving the same step (e.g. a signal right after a save)
       const fs::path old = fs::path(dir_) / (".tmp-old-" + step_name(st.step));
       fs::rename(final_dir, old);
@@ -361,13 +402,19 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
   store.set(key + "done", nlohmann::json{{"ok", final_dir.string()}}.dump());
   last_good_ = final_dir.string();
 
-  // 4. Prune, oldest first, now that the new one is complete.
+  // 4. Prune, oldest first, now that the new one is complete: this lineage's checkpoints up to
+  // this step only (checkpoint.h).
   if (keep_last_ > 0) {
-    auto all = complete_checkpoints(dir_);
-    for (size_t i = 0; i + keep_last_ < all.size(); ++i) {
+    // complete_checkpoints() is sorted by step: everything up to the folder just saved.
+    std::vector<fs::path> lineage;
+    for (const fs::path& p : complete_checkpoints(dir_)) {
+      if (ours(p.string())) lineage.push_back(p);
+      if (p.filename() == final_dir.filename()) break;
+    }
+    for (size_t i = 0; i + keep_last_ < lineage.size(); ++i) {
       std::error_code ec;
-      remove_tree((all[i]).string(), ec);
-      if (ec) log_warn("could not remove old checkpoint " + all[i].string() + ": " + ec.message());
+      remove_tree(lineage[i].string(), ec);
+      if (ec) log_warn("could not remove old checkpoint " + lineage[i].string() + ": " + ec.message());
     }
   }
   return last_good_;
@@ -420,8 +467,42 @@ TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape
   st.skipped = trainer.at("skipped").get<int64_t>();
   st.nonfinite_skips = trainer.at("nonfinite_skips").get<int64_t>();
   st.tokens = trainer.at("tokens").get<double>();
+  if (trainer.contains("run_id") && trainer["run_id"].is_string()) run_id_ = trainer["run_id"].get<std::string>();
+  loaded_ = folder;
   last_good_ = folder;
+  if (ctx_.rank == 0) set_aside_later(folder);
   return st;
+}
+
+void Checkpointer::set_aside_later(const std::string& folder) {
+  fs::path loaded = fs::path(folder).lexically_normal();
+  if (!loaded.has_filename()) loaded = loaded.parent_path();
+  std::error_code ec;
+  if (!fs::equivalent(loaded.parent_path(), dir_, ec)) return;  // resumed from another folder
+  std::vector<fs::path> later;  // complete_checkpoints() is sorted by step
+  bool after = false;
+  for (const fs::path& p : complete_checkpoints(dir_)) {
+    if (after) later.push_back(p);
+    if (p.filename() == loaded.filename()) after = true;
+  }
+  if (later.empty()) return;
+  fs::path aside = fs::path(dir_) / replaced_name();
+  for (int i = 2; fs::exists(aside); ++i) aside = fs::path(dir_) / (replaced_name() + "-" + std::to_string(i));
+  std::string names;
+  for (const fs::path& p : later) {
+    fs::create_directories(aside, ec);
+    if (!ec) fs::rename(p, aside / p.filename(), ec);
+    if (ec) {
+      log_warn("cannot move the later checkpoint " + p.string() + " aside (" + ec.message() +
+               "): --resume latest would pick it rather than this run's newest");
+      continue;
+    }
+    names += (names.empty() ? "" : ", ") + p.filename().string();
+  }
+  if (!names.empty())
+    log_warn("resumed from " + loaded.filename().string() + ", an earlier checkpoint than " + names +
+             ": moved those into " + aside.string() + " (nothing is deleted), so that the newest "
+             "checkpoint in " + dir_ + " is always this run's");
 }
 
 // ---- offline readers ------------------------------------------------------------------------------

@@ -8,13 +8,24 @@
 //                          parameter's state exactly once, whatever the world size that wrote them.
 //   precision.safetensors  the loss scaler's state (rank 0's; identical on every rank)
 //   trainer.json           step counters, tokens seen, every rank's data cursor, the run's shape
-//                          (model config, global batch, sequence length) and each parameter's
-//                          name and shape
+//                          (model config, global batch, sequence length), each parameter's
+//                          name and shape, and the run id (below)
 //   manifest.json          written LAST: every file with its size and CRC-32C
 // The folder is assembled as <dir>/.tmp-step_<n> and renamed into place only once every rank has
 // written and checksummed its file, so a folder named step_* is always complete; a crash at any
 // point leaves at worst a .tmp-* folder, which is ignored and removed by the next save. Old
 // checkpoints are pruned (keep_last) only after the new one is in place.
+//
+// Run lineage: a fresh run gets a new run id; a resumed run inherits the id of the checkpoint it
+// resumed (a checkpoint without one, written before ids existed, gives a new id). Pruning removes
+// only checkpoints of this lineage — same run id, at most the step just saved — and never
+// another run's (another or no run id). A run resumed from an earlier checkpoint of its
+// checkpoint dir abandons the later ones: load() moves them into <dir>/replaced-<date-time>/
+// with a warning, so that "latest" is always this run's newest (never deleted). Re-saving a step
+// whose folder exists replaces it when it is of this lineage (or the folder this run resumed
+// from) and otherwise moves it into <dir>/replaced-<date-time>/ with a warning. (That another
+// run's checkpoints are not in the folder at all is checked before the run starts:
+// checkpoint/run_dir.h.)
 //
 // Resuming on another world size: every rank of the new run reads, for each element of its new
 // shard, the matching slice from whichever old rank file holds it (the layouts say where), so a run
@@ -86,14 +97,27 @@ class Checkpointer {
   std::string latest() const;
   // The last folder this object saved or loaded ("" if none): for error messages.
   const std::string& last_good() const { return last_good_; }
+  // This run's lineage id (new, or inherited from the checkpoint load() restored).
+  const std::string& run_id() const { return run_id_; }
 
  private:
+  // True for a checkpoint folder of this run's lineage.
+  bool ours(const std::string& folder) const;
+  // Rank 0, after load(folder): when `folder` is in dir() and later checkpoints follow it there,
+  // moves them into dir()/replaced-<date-time>/ with a warning.
+  void set_aside_later(const std::string& folder);
+
   std::string dir_;
   int64_t keep_last_;
   const RunContext& ctx_;
   int64_t saves_ = 0;
   std::string last_good_;
+  std::string run_id_;
+  std::string loaded_;  // the folder load() restored
 };
+
+// The run id in a checkpoint folder's trainer.json; "" when it has none or cannot be read.
+std::string read_run_id(const std::string& folder);
 
 // "latest" or a folder → a checkpoint folder. "latest" means the newest complete one under `dir`
 // (UsageError when there is none). A folder may also be the checkpoint dir itself (then its

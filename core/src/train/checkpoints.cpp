@@ -55,7 +55,7 @@ void Checkpoints::finish() {
   if (r_.opt.save_final || r_.opt.export_hf) final_ckpt = save();
   if (!r_.opt.export_hf || r_.ctx.rank != 0) return;
   // The Hugging Face export is made from the checkpoint's fp32 master weights.
-  const std::string out = (fs::path(r_.opt.output_dir) / "hf").string();
+  const std::string& out = r_.opt.hf_dir;
   model::HfExportOptions eo;
   eo.dtype = model::export_dtype_from_name(r_.opt.export_dtype).value_or(at::kBFloat16);
   if (!r_.opt.tokenizer_path.empty()) {

@@ -17,6 +17,15 @@ std::string resolve_input(const std::string& p, const std::string& base) {
   return path.is_absolute() ? p : (fs::path(base) / path).lexically_normal().string();
 }
 
+checkpoint::RunPaths TrainOptions::run_paths() const {
+  checkpoint::RunPaths p;
+  p.output_dir = output_dir;
+  p.checkpoint_dir = checkpoint_dir;
+  p.metrics_file = metrics_path;
+  p.hf_dir = hf_dir;
+  return p;
+}
+
 TrainOptions TrainOptions::from(const Recipe& recipe) {
   TrainOptions o;
   const Config t = recipe.section("train");
@@ -61,6 +70,7 @@ TrainOptions TrainOptions::from(const Recipe& recipe) {
   o.export_dtype = c.get_string("export_dtype");
   o.save_on_signal = c.get_bool("on_signal");
   o.save_final = c.get_bool("save_final");
+  o.hf_dir = (fs::path(o.output_dir) / "hf").string();
 
   const Config l = recipe.section("log");
   o.log_every = l.get_int("every_steps");

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "checkpoint/run_dir.h"
+
 namespace ciuic {
 class Recipe;
 }
@@ -49,6 +51,7 @@ struct TrainOptions {
   std::string export_dtype;  // a name model::export_dtype_from_name() knows (schema choices)
   bool save_on_signal = false;
   bool save_final = false;
+  std::string hf_dir;  // <output_dir>/hf, where export_hf writes
 
   // [log]
   int64_t log_every = 1;
@@ -64,6 +67,9 @@ struct TrainOptions {
 
   // Global batch in tokens: micro_batch x seq_len x accumulation x world.
   int64_t tokens_per_step(int world_size) const { return micro_batch * seq_len * accumulation * world_size; }
+
+  // The folders and files this run writes, for the start-of-run claim (checkpoint/run_dir.h).
+  checkpoint::RunPaths run_paths() const;
 
   static TrainOptions from(const Recipe& recipe);
 };

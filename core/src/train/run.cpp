@@ -45,9 +45,6 @@ RunContext make_context(const Recipe& recipe, const TrainOptions& opt, const lau
     launch::apply_memory_cap(env.local_rank, cluster.get_float("memory_per_device_gib"));
   }
   at::set_num_threads(ctx.cpu_threads);
-  std::error_code ec;
-  fs::create_directories(ctx.output_dir, ec);
-  if (ec) throw Error("cannot create output_dir " + ctx.output_dir + ": " + ec.message());
   ctx.store = launch::connect_store(env, ctx.timeout);
   return ctx;
 }
@@ -110,10 +107,19 @@ std::vector<const PluginObject*> Run::plugins() const {
   return {comm.get(), precision.get(), optimizer.get(), sharding.get(), data.get()};
 }
 
-Run build_run(const Recipe& recipe, const Registry& registry, const launch::WorkerEnv& env) {
+Run build_run(const Recipe& recipe, const Registry& registry, const launch::WorkerEnv& env,
+              const WorkerOptions& options) {
   Run r;
   r.opt = TrainOptions::from(recipe);
   r.ctx = make_context(recipe, r.opt, env);
+  // Workers of another launcher (torchrun, srun, mpirun): rank 0 checks and locks the run
+  // directory, the other ranks wait for its verdict. Under ciuic-run's launcher, or in one
+  // process, ciuic-run claimed it before starting the run.
+  if (options.claim_run_dir)
+    r.run_dir = checkpoint::claim_run_dir(r.opt.run_paths(), {options.resume, options.overwrite}, r.ctx);
+  std::error_code ec;
+  fs::create_directories(r.opt.output_dir, ec);
+  if (ec) throw Error("cannot create output_dir " + r.opt.output_dir + ": " + ec.message());
   // The schedule first: a recipe error must not wait for tens of GiB of optimizer state.
   r.schedule = optim::LrSchedule::create(recipe.section("scheduler"), r.opt.lr, r.opt.max_steps);
   r.device = device_info(r.ctx.device, r.opt.peak_tflops);

@@ -1,6 +1,7 @@
 // Internal: everything one worker trains with — built once from the recipe, then read by the loop.
 //
-// build_run() makes, in this order: the run context (rank, device, store, memory cap), the
+// build_run() makes, in this order: the run context (rank, device, store, memory cap), the claim
+// on the run directory when this worker must take it (checkpoint/run_dir.h), the
 // learning-rate schedule (a recipe error must not wait for tens of GiB of optimizer state), the
 // plugins (comm first: the others may talk through it; then precision, optimizer, sharding,
 // data), the tokenizer and chat template, the model (from an HF folder or random), and finally
@@ -35,7 +36,10 @@ class Registry;
 
 namespace ciuic::train {
 
+struct WorkerOptions;
+
 struct Run {
+  checkpoint::RunDirClaim run_dir;  // first: its lock is released after everything else
   TrainOptions opt;
   RunContext ctx;
   DeviceInfo device;
@@ -53,7 +57,8 @@ struct Run {
   std::vector<const PluginObject*> plugins() const;
 };
 
-Run build_run(const Recipe& recipe, const Registry& registry, const launch::WorkerEnv& env);
+Run build_run(const Recipe& recipe, const Registry& registry, const launch::WorkerEnv& env,
+              const WorkerOptions& options);
 
 // One micro-batch on the run's device.
 struct DeviceBatch {

@@ -197,7 +197,7 @@ int run_worker(const Recipe& recipe, const Registry& registry, const launch::Wor
   set_log_rank(env.world_size > 1 ? env.rank : -1);
   const TrainOptions opt = TrainOptions::from(recipe);
   try {
-    Run run = build_run(recipe, registry, env);
+    Run run = build_run(recipe, registry, env, options);
     return train(run, options);
   } catch (const c10::OutOfMemoryError& e) {
     // LibTorch's message is long and generic: name the rank, the cap and the peaks instead

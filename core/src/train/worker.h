@@ -15,6 +15,13 @@ struct WorkerOptions {
   // --resume: "" (fresh start), "latest" (the newest checkpoint; an error when there is none),
   // "auto" (the newest checkpoint, or a fresh start when there is none), or a checkpoint folder.
   std::string resume;
+  // Claim the run directory in this worker (checkpoint/run_dir.h: rank 0 checks and locks it, the
+  // other ranks wait for its verdict). Set for workers of other launchers (torchrun, srun,
+  // mpirun); under ciuic-run's own launcher and in a single process, ciuic-run claimed it before
+  // starting the run.
+  bool claim_run_dir = false;
+  // --overwrite: move another run's files out of the way instead of refusing to start.
+  bool overwrite = false;
 };
 
 // The recipe's model architecture: [model] path's config.json with [model.config] on top, or
