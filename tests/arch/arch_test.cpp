@@ -56,6 +56,9 @@ TEST(Architecture, TheEngineNamesNoPluginOutsideTheDefaultsTable) {
       const std::string rel = fs::relative(p, kRoot).string();
       if (rel == "core/src/recipe/recipe.cpp" && inside_table(lines, i, "kDefaultPlugins[] = {")) continue;
       if (rel == "core/src/model/hf_export.cpp" && inside_table(lines, i, "kExportDtypes[] =")) continue;
+      // The DeepSpeed importer translates DeepSpeed's vocabulary (its "fp16"/"bf16" sections, ZeRO
+      // stages, offload) into the recipe text of the plugins that implement it: naming them is its job.
+      if (rel == "core/src/recipe/deepspeed.cpp") continue;
       found.push_back(rel + ":" + std::to_string(i + 1) + ": " + lines[i]);
     }
   }

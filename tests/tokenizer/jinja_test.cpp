@@ -8,6 +8,7 @@
 #include <thread>
 
 #include <ciuic/error.h>
+#include <ciuic/files.h>
 #include <ciuic/tokenizer.h>
 
 #include "test_util.h"
@@ -168,7 +169,7 @@ TEST(HfTemplate, AutoFallsBackToPlainAndHfNeedsATemplate) {
 TEST(HfTemplate, ChatTemplateJinjaFileWinsAndListFormIsRead) {
   namespace fs = std::filesystem;
   const fs::path d = fs::path(CIUIC_TEST_TMP) / "tokenizer" / "hf_template_forms";
-  fs::remove_all(d);
+  { std::error_code rm_ec; ciuic::remove_tree(d.string(), rm_ec); }
   fs::create_directories(d);
   fs::copy_file(fixture_dir() + "/qwen2/tokenizer.json", d / "tokenizer.json");
   json cfg = test::read_json_file(fixture_dir() + "/qwen2/tokenizer_config.json");
@@ -187,7 +188,7 @@ TEST(HfTemplate, RewrittenRepliesAreAClearError) {
   // assistant's tokens cannot be known.
   namespace fs = std::filesystem;
   const fs::path d = fs::path(CIUIC_TEST_TMP) / "tokenizer" / "hf_template_rewrite";
-  fs::remove_all(d);
+  { std::error_code rm_ec; ciuic::remove_tree(d.string(), rm_ec); }
   fs::create_directories(d);
   fs::copy_file(fixture_dir() + "/qwen2/tokenizer.json", d / "tokenizer.json");
   json cfg = test::read_json_file(fixture_dir() + "/qwen2/tokenizer_config.json");

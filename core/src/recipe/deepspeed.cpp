@@ -64,7 +64,8 @@ class Importer {
     if (root.is_discarded()) {
       // Position of the first error from a throwing parse.
       try {
-        (void)json::parse(text);
+        const json check = json::parse(text);  // throws: the first error's position
+        (void)check;
       } catch (const json::parse_error& e) {
         throw UsageError(origin_ + ": not valid JSON: " + std::string(e.what()) +
                          " (ciuic-run --from-deepspeed reads a DeepSpeed config .json)");
@@ -127,7 +128,7 @@ class Importer {
     if (auto t = parse_literal(rhs)) {
       lit = format_value(*t->get("v"));
     } else if (!rhs.empty() && rhs.find_first_of("\"'[]{}=#") == std::string::npos) {
-      lit = text::toml_quote(rhs);
+      lit = toml_quote(rhs);
     } else {
       throw UsageError("--set " + o + ": the value is not a TOML value (strings need quotes: '\"text\"')");
     }
@@ -425,7 +426,7 @@ class Importer {
     if (fp16_on && bf16_on) throw UsageError(origin_ + ": fp16 and bf16 are both enabled (DeepSpeed refuses this too)");
     std::string plugin = fp16_on ? "fp16" : bf16_on ? "bf16" : "fp32";
     if (const std::string* s = set_value("precision.plugin")) plugin = s->substr(1, s->size() - 2);
-    put("precision", "plugin", text::toml_quote(plugin),
+    put("precision", "plugin", toml_quote(plugin),
         fp16_on ? std::string("fp16.enabled") : bf16_on ? bf_path + ".enabled" : std::string("neither fp16 nor bf16 enabled"));
     if (fp16) {
       const std::map<std::string, std::string> ignored_fp16 = {
@@ -482,7 +483,7 @@ class Importer {
       } else if (d != "fp32" && d != plugin) {
         refuse("communication_data_type", "\"" + d + "\" with " + plugin + " training (ciuic reduces in fp32 or the training dtype)");
       } else {
-        put("precision", "reduce_dtype", text::toml_quote(d), "communication_data_type");
+        put("precision", "reduce_dtype", toml_quote(d), "communication_data_type");
       }
     } else if (plugin != "fp32" && !set_value("precision.reduce_dtype")) {
       put("precision", "reduce_dtype", "\"fp32\"",
@@ -519,7 +520,7 @@ class Importer {
     } else {
       throw UsageError(origin_ + ": zero_optimization.stage = " + std::to_string(stage) + ": expected 0, 1, 2 or 3");
     }
-    put("sharding", "plugin", text::toml_quote(plugin), z ? "zero_optimization.stage = " + std::to_string(stage) : "no zero_optimization: plain data parallelism");
+    put("sharding", "plugin", toml_quote(plugin), z ? "zero_optimization.stage = " + std::to_string(stage) : "no zero_optimization: plain data parallelism");
     std::optional<double> reduce_bucket;
     if (z) {
       if (const json* v = take(*z, P, "reduce_bucket_size", "sharding.reduce_bucket_size")) {
@@ -609,7 +610,7 @@ class Importer {
     read_.insert("optimizer");
     std::string plugin = offload_ == "cpu" ? "cpu_adam" : "adamw";
     if (const std::string* s = set_value("optimizer.plugin")) plugin = s->substr(1, s->size() - 2);
-    put("optimizer", "plugin", text::toml_quote(plugin),
+    put("optimizer", "plugin", toml_quote(plugin),
         offload_ == "cpu" ? "zero_optimization.offload_optimizer.device = \"cpu\": AdamW in host memory"
                           : "AdamW on the device (no optimizer offload)");
     if (plugin == "cpu_adam" && pin_memory_) put("optimizer", "pin_memory", *pin_memory_ ? "true" : "false", "offload_optimizer.pin_memory");
@@ -708,7 +709,7 @@ class Importer {
       if (const json* v = take(*params, PP, "warmup_type", "scheduler.warmup_type")) {
         const std::string w = string(*v, PP + ".warmup_type");
         if (w != "log" && w != "linear") throw UsageError(origin_ + ": " + PP + ".warmup_type = " + short_json(*v) + ": expected \"log\" or \"linear\"");
-        put("scheduler", "warmup_type", text::toml_quote(w), PP + ".warmup_type");
+        put("scheduler", "warmup_type", toml_quote(w), PP + ".warmup_type");
       } else if (!set_value("scheduler.warmup_type")) {
         put("scheduler", "warmup_type", "\"log\"", "DeepSpeed's default");
       }

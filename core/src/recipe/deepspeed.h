@@ -24,6 +24,7 @@
 // cluster.nnodes when --set (or --nproc/--nnodes) gives them.
 #pragma once
 
+#include <ciuic/export.h>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,7 @@ struct DeepSpeedImport {
 // `json_text` is the config's content, `origin` its name in messages. Throws UsageError for
 // malformed JSON, wrong types, "auto" values without --set, unsupported features and
 // inconsistent batch sizes.
-DeepSpeedImport import_deepspeed(const std::string& json_text, const std::string& origin,
+CIUIC_API DeepSpeedImport import_deepspeed(const std::string& json_text, const std::string& origin,
                                  const std::vector<std::string>& overrides);
 
 }  // namespace ciuic::recipe

@@ -29,6 +29,7 @@
 // names it. Templates are immutable after parsing and render() is safe from many threads.
 #pragma once
 
+#include <ciuic/export.h>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -43,7 +44,7 @@ namespace ciuic::jinja {
 
 // A template's own error: parse errors (UsageError, "<origin>:<line>:<col>: ...") and errors
 // while rendering, including raise_exception(msg) (message() is the template's message alone).
-class TemplateError : public UsageError {
+class CIUIC_API TemplateError : public UsageError {
  public:
   TemplateError(const std::string& what, std::string message, bool raised)
       : UsageError(what), message_(std::move(message)), raised_(raised) {}
@@ -61,7 +62,7 @@ struct Rendered {
   std::vector<std::pair<size_t, size_t>> generation;
 };
 
-class Template {
+class CIUIC_API Template {
  public:
   // Parses `source`; throws TemplateError naming origin:line:col.
   explicit Template(std::string_view source, std::string origin = "<template>");

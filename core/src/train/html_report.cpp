@@ -236,7 +236,7 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
              {{"peak allocated", "#17becf", or_empty(series("mem_gib"))},
               {"peak reserved", "#7f7f7f", or_empty(series("mem_reserved_gib"))}});
   if (const Series* ls = series("loss_scale"); ls && ls->size() > 1 && ls->begin()->second != ls->rbegin()->second)
-    o << chart("Loss scale", "fp16", {{"loss_scale", "#bcbd22", ls}});
+    o << chart("Loss scale", "dynamic loss scaling", {{"loss_scale", "#bcbd22", ls}});
   o << "</body></html>\n";
   return o.str();
 }

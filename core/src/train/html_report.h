@@ -8,6 +8,7 @@
 // (MFU and memory on CPU runs) are left out.
 #pragma once
 
+#include <ciuic/export.h>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -19,15 +20,15 @@ struct HtmlReportOptions {
 };
 
 // The report as HTML from the text of a metrics.jsonl.
-std::string render_html_report(const std::string& metrics_jsonl, const HtmlReportOptions& options = {});
+CIUIC_API std::string render_html_report(const std::string& metrics_jsonl, const HtmlReportOptions& options = {});
 
 // Reads `run_dir`/metrics.jsonl (or `run_dir` itself when it is a file) and writes report.html next
 // to it (atomically: a temporary file renamed). Returns the path written. Throws UsageError when
 // there is no metrics file, Error when it cannot write.
-std::string write_html_report(const std::string& run_dir_or_metrics_file);
+CIUIC_API std::string write_html_report(const std::string& run_dir_or_metrics_file);
 
 // For the end of a run: write_html_report(metrics_file) and log where it went; a failure is logged as
 // a warning and never fails the run. Does nothing for an empty path (ranks other than 0).
-void write_html_report_or_warn(const std::string& metrics_file) noexcept;
+CIUIC_API void write_html_report_or_warn(const std::string& metrics_file) noexcept;
 
 }  // namespace ciuic::train

@@ -2,6 +2,7 @@
 // one-line progress display.
 #pragma once
 
+#include <ciuic/export.h>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -18,7 +19,7 @@ class TensorBoardWriter;
 
 // Appends one JSON object per line to a file; each line is flushed as written, so a crashed run
 // leaves complete records. Only rank 0 writes. An empty path disables it.
-class MetricsLog {
+class CIUIC_API MetricsLog {
  public:
   MetricsLog() = default;
   explicit MetricsLog(const std::string& path);
@@ -39,7 +40,7 @@ class MetricsLog {
 };
 
 // The TensorBoard scalars of one metrics record (empty for records without a step).
-std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& record, int64_t* step);
+CIUIC_API std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& record, int64_t* step);
 
 // "step 12/500 | loss 2.3456 | lr 3.0e-04 | 12.3k tok/s | ETA 3m12s".
 // On a terminal (or when the launcher says its terminal is one: CIUIC_PROGRESS_TTY=1) the line

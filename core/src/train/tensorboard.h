@@ -6,13 +6,14 @@
 // and each data is a serialized tensorflow.Event protobuf. The first event carries
 // file_version "brain.Event:2"; every scalar is an Event{wall_time, step, summary{value{tag,
 // simple_value}}}, the form TensorBoard's scalar dashboard (and torch's SummaryWriter) uses.
-// tests/train/tensorboard_test.cpp checks the bytes against a file written by the tensorboard
+// tests/train/monitoring_test.cpp checks the bytes against a file written by the tensorboard
 // package's own EventFileWriter and protos, and reads ours back with its event reader.
 //
 // Records are flushed after every add_scalars() call, so a crashed run keeps what it logged.
 // Not thread-safe; rank 0 owns one.
 #pragma once
 
+#include <ciuic/export.h>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -21,7 +22,7 @@
 
 namespace ciuic::train {
 
-class TensorBoardWriter {
+class CIUIC_API TensorBoardWriter {
  public:
   // Creates `dir` if needed and opens a new events.out.tfevents.<unix time>.<host>.<pid>.ciuic
   // in it. Throws ciuic::Error when it cannot. `wall_time` < 0 means now (tests pass fixed times).
