@@ -2,29 +2,49 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include <ciuic/error.h>
 #include <ciuic/log.h>
 
 namespace ciuic::train {
 
-MetricsLog::MetricsLog(const std::string& path) {
+namespace {
+
+std::string write_error(const std::string& path, int err) {
+  return "cannot write metrics file " + path + ": " + std::strerror(err) +
+         " ([log] metrics_file; free some space or point it to another file system)";
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
   f_ = std::fopen(path.c_str(), "a");
-  if (!f_) throw Error("cannot open metrics file " + path + " for writing");
+  if (!f_)
+    throw Error("cannot open metrics file " + path + " for writing: " + std::strerror(errno) +
+                " ([log] metrics_file)");
 }
 
 MetricsLog::~MetricsLog() {
-  if (f_) std::fclose(f_);
+  if (f_) std::fclose(f_);  // every record was flushed (or its failure thrown) by write()
 }
 
 void MetricsLog::write(const nlohmann::json& record) {
   if (!f_) return;
   const std::string line = record.dump() + "\n";
-  std::fwrite(line.data(), 1, line.size(), f_);
-  std::fflush(f_);
+  errno = 0;
+  const bool ok = std::fwrite(line.data(), 1, line.size(), f_) == line.size() && std::fflush(f_) == 0;
+  if (ok) return;
+  const int err = errno != 0 ? errno : EIO;
+  // The stream is unusable: close it now (its buffer cannot be written either) so that the
+  // destructor does not try again, and stop the run.
+  std::fclose(f_);
+  f_ = nullptr;
+  throw Error(write_error(path_, err));
 }
 
 std::string human_count(double v) {

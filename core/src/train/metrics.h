@@ -9,20 +9,25 @@
 
 #include <nlohmann/json.hpp>
 
+#include <ciuic/export.h>
+
 namespace ciuic::train {
 
 // Appends one JSON object per line to a file; each line is flushed as written, so a crashed run
 // leaves complete records. Only rank 0 writes. An empty path disables it.
-class MetricsLog {
+// A record that cannot be written (full disk, I/O error, /dev/full) throws ciuic::Error naming
+// the file and the system's reason: a run never ends "successfully" with its metrics lost.
+class CIUIC_API MetricsLog {
  public:
   MetricsLog() = default;
   explicit MetricsLog(const std::string& path);
   ~MetricsLog();
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
-  void write(const nlohmann::json& record);
+  void write(const nlohmann::json& record);  // throws Error when the record cannot be written
 
  private:
+  std::string path_;
   std::FILE* f_ = nullptr;
 };
 
