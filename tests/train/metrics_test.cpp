@@ -49,6 +49,8 @@ TEST(MetricsLog, AFullDiskIsAnErrorNamingTheFile) {
               "cannot write metrics file /dev/full: No space left on device ([log] metrics_file; free some "
               "space or point it to another file system)");
   }
+  // A later record is not silently dropped either.
+  EXPECT_THROW(log.write({{"event", "end"}}), ciuic::Error);
 }
 
 TEST(MetricsLog, AnUnopenableFileIsAnErrorWithTheReason) {

@@ -34,6 +34,7 @@ MetricsLog::~MetricsLog() {
 }
 
 void MetricsLog::write(const nlohmann::json& record) {
+  if (!error_.empty()) throw Error(error_);  // an earlier record was lost: so is this one
   if (!f_) return;
   const std::string line = record.dump() + "\n";
   errno = 0;
@@ -44,7 +45,8 @@ void MetricsLog::write(const nlohmann::json& record) {
   // destructor does not try again, and stop the run.
   std::fclose(f_);
   f_ = nullptr;
-  throw Error(write_error(path_, err));
+  error_ = write_error(path_, err);
+  throw Error(error_);
 }
 
 std::string human_count(double v) {

@@ -16,7 +16,8 @@ namespace ciuic::train {
 // Appends one JSON object per line to a file; each line is flushed as written, so a crashed run
 // leaves complete records. Only rank 0 writes. An empty path disables it.
 // A record that cannot be written (full disk, I/O error, /dev/full) throws ciuic::Error naming
-// the file and the system's reason: a run never ends "successfully" with its metrics lost.
+// the file and the system's reason, and so does every later write(): a run never ends
+// "successfully" with its metrics lost.
 class CIUIC_API MetricsLog {
  public:
   MetricsLog() = default;
@@ -28,6 +29,7 @@ class CIUIC_API MetricsLog {
 
  private:
   std::string path_;
+  std::string error_;  // the write failure, once there was one
   std::FILE* f_ = nullptr;
 };
 
