@@ -133,6 +133,11 @@ TEST(Cli, ListPluginsVerboseIsTheOptionsReference) {
   EXPECT_TRUE(has(r.err, "ciuic-run: warning: refused " CIUIC_TEST_PLUGINS "/bad/libciuic_data_oldapi.so: plugin API "
                          "version mismatch"))
       << r.err;
+  // A library exporting plain functions as entry points is refused, not called through (it used
+  // to crash every command with SIGSEGV).
+  EXPECT_TRUE(has(r.err, "ciuic-run: warning: refused " CIUIC_TEST_PLUGINS "/bad/libciuic_data_plainfn.so: not a "
+                         "ciuic plugin: entry symbol 'ciuic_plugin_info' is a function of "))
+      << r.err;
 }
 
 TEST(Cli, PrintRecipeShowsTheResolvedRecipe) {

@@ -73,7 +73,7 @@ TEST(Registry, LoadsTheTestPlugins) {
 TEST(Registry, RefusesEachDefectWithFileExpectedAndFound) {
   Registry r = Registry::from_paths({kBad});
   EXPECT_TRUE(r.list().empty());
-  EXPECT_EQ(r.refusals().size(), 7u);
+  EXPECT_EQ(r.refusals().size(), 9u);
   const std::string api = refusal_of(r, "libciuic_data_oldapi.so");
   EXPECT_EQ(api, kBad + "/libciuic_data_oldapi.so: plugin API version mismatch: expected " +
                      std::to_string(ciuic::kPluginApiVersion) + " (ciuic " CIUIC_VERSION "), found " +
@@ -96,6 +96,38 @@ TEST(Registry, RefusesEachDefectWithFileExpectedAndFound) {
                    "an integer, found a float (2e8)");
   EXPECT_EQ(refusal_of(r, "libciuic_data_notalib.so"),
             kBad + "/libciuic_data_notalib.so: not a shared library (expected an ELF file, found other content)");
+}
+
+// Entry points must be Boost.DLL aliases (data objects holding the address of code in the same
+// library). Plain extern "C" functions of those names used to be read as aliases: the loader
+// called through their machine code and every command, --list-plugins included, died of SIGSEGV.
+TEST(Registry, EntryPointsThatAreNotAliasesOfCodeAreRefusedNotCalled) {
+  Registry r = Registry::from_paths({kGood, kBad});
+  const std::string plain = refusal_of(r, "libciuic_data_plainfn.so");
+  EXPECT_EQ(plain.rfind(kBad + "/libciuic_data_plainfn.so: not a ciuic plugin: entry symbol 'ciuic_plugin_info' is "
+                               "a function of ", 0), 0u)
+      << plain;
+  EXPECT_TRUE(ciuic_test::has(plain, " bytes, expected a Boost.DLL alias (a data object of 8 bytes holding the entry "
+                                     "point's address); define the plugin with CIUIC_DEFINE_PLUGIN instead of "
+                                     "exporting extern \"C\" functions of that name"))
+      << plain;
+  EXPECT_EQ(refusal_of(r, "libciuic_data_dataptr.so"),
+            kBad + "/libciuic_data_dataptr.so: not a ciuic plugin: entry symbol 'ciuic_plugin_info' does not hold "
+                   "the address of code in this library (expected a Boost.DLL alias of a function, as "
+                   "CIUIC_DEFINE_PLUGIN defines)");
+  // The other plugins of the path still load and work.
+  EXPECT_EQ(r.list().size(), 5u);
+  auto p = r.create<ciuic::Precision>(Slot::kPrecision, "test", ciuic::Config::from_toml("precision", ""), context());
+  EXPECT_EQ(p->loss_scale(), 1.0);
+  // Asking for the refused plugin names the refusal.
+  try {
+    r.get(Slot::kData, "plainfn");
+    FAIL() << "a refused plugin was found";
+  } catch (const ciuic::UsageError& e) {
+    EXPECT_TRUE(ciuic_test::has(e.what(), "libciuic_data_plainfn.so was refused: not a ciuic plugin: entry symbol "
+                                          "'ciuic_plugin_info' is a function"))
+        << e.what();
+  }
 }
 
 TEST(Registry, RefusesUnreadableAndMisnamedFiles) {

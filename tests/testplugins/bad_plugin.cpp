@@ -1,6 +1,7 @@
 // Libraries the registry must refuse; CMake builds this file once per defect
 // (CIUIC_TEST_DEFECT_<name>). Every factory aborts the process: a refused plugin's factory must
-// never run, and a test that reached one would crash instead of passing.
+// never run, and a test that reached one would crash instead of passing. Entry points that are not
+// Boost.DLL aliases of code (plainfn, dataptr) must be refused without being called or followed.
 #include <cstdlib>
 
 #include <ciuic/plugin.h>
@@ -43,6 +44,12 @@ constexpr const char* kName = "otherabi";
 #elif defined(CIUIC_TEST_DEFECT_nofactory)
 constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
 constexpr const char* kName = "nofactory";
+#elif defined(CIUIC_TEST_DEFECT_plainfn)
+constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
+constexpr const char* kName = "plainfn";
+#elif defined(CIUIC_TEST_DEFECT_dataptr)
+constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
+constexpr const char* kName = "dataptr";
 #else
 constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
 constexpr const char* kName = "baddefault";
@@ -56,7 +63,22 @@ constexpr const char* kName = "baddefault";
 
 }  // namespace
 
-#if defined(CIUIC_TEST_DEFECT_nosym)
+#if defined(CIUIC_TEST_DEFECT_plainfn)
+// The entry points as plain extern "C" functions, not Boost.DLL aliases: a loader that read them
+// as aliases would take their first machine-code bytes for an address and jump there (SIGSEGV).
+extern "C" __attribute__((visibility("default"))) const ciuic::PluginInfo* ciuic_plugin_info() { return info(); }
+extern "C" __attribute__((visibility("default"))) ciuic::PluginObject* ciuic_plugin_create(const ciuic::PluginArgs& a) {
+  return abort_factory(a);
+}
+#elif defined(CIUIC_TEST_DEFECT_dataptr)
+// An alias-shaped data object (pointer-sized) that holds the address of data, not of code: calling
+// it would execute data (SIGSEGV on a non-executable page).
+namespace {
+unsigned char g_not_code[16];  // writable data: never on an executable page
+}
+extern "C" __attribute__((visibility("default"))) const void* const ciuic_plugin_info = g_not_code;
+BOOST_DLL_ALIAS(abort_factory, ciuic_plugin_create)
+#elif defined(CIUIC_TEST_DEFECT_nosym)
 // No entry point at all: only an ordinary exported function.
 extern "C" __attribute__((visibility("default"))) int ciuic_test_not_a_plugin() { return 42; }
 #else

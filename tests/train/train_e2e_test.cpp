@@ -424,6 +424,18 @@ TEST(TrainE2E, NonFiniteGradientStopsNamingStepAndCheckpoint) {
   EXPECT_NE(r.err.find("last good checkpoint: "), std::string::npos) << r.log();
 }
 
+// Metrics that cannot be written (a full disk) stop the run with exit 1 naming the file; the run
+// used to exit 0 with an empty metrics.jsonl. Two ranks: rank 0 writes, rank 1 is stopped with it.
+TEST(TrainE2E, MetricsWriteFailureIsAnError) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this system";
+  const Result r = run("devfull", Shape{.world = 2, .micro = 4, .steps = 3},
+                       {"--set", "log.metrics_file=\"/dev/full\""}, 120);
+  EXPECT_EQ(r.code, 1) << r.log();
+  EXPECT_NE(r.err.find("cannot write metrics file /dev/full: No space left on device"), std::string::npos)
+      << r.log();
+  EXPECT_NE(r.err.find("launcher: rank 0 (pid"), std::string::npos) << r.log();
+}
+
 // A model that cannot be allocated: every rank names itself and what it tried; exit 1.
 TEST(TrainE2E, OutOfMemoryNamesTheRankAndTheSize) {
   const Result r = run("oom", Shape{.world = 2, .micro = 2, .steps = 1},

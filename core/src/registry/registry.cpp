@@ -2,7 +2,9 @@
 #include "registry/registry.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <fcntl.h>
+#include <link.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -121,6 +123,99 @@ std::string precheck_file(const std::string& path) {
   return "";
 }
 
+const char* elf_symbol_type(unsigned type) {
+  switch (type) {
+    case STT_NOTYPE: return "untyped";
+    case STT_OBJECT: return "a data object";
+    case STT_FUNC: return "a function";
+    case STT_SECTION: return "a section";
+    case STT_FILE: return "a file";
+    case STT_COMMON: return "a common block";
+    case STT_TLS: return "a thread-local variable";
+    case STT_GNU_IFUNC: return "an indirect function";
+    default: return "of an unknown kind";
+  }
+}
+
+// True when `addr` lies in an executable segment (PT_LOAD with PF_X) of the object `map`.
+bool in_executable_segment(const link_map* map, const void* addr) {
+  struct Query {
+    const link_map* map;
+    uintptr_t addr;
+    bool found;
+  } q{map, reinterpret_cast<uintptr_t>(addr), false};
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        auto* q = static_cast<Query*>(data);
+        if (info->dlpi_addr != q->map->l_addr || !info->dlpi_name || !q->map->l_name ||
+            std::strcmp(info->dlpi_name, q->map->l_name) != 0)
+          return 0;
+        for (ElfW(Half) i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_X)) continue;
+          const uintptr_t start = info->dlpi_addr + ph.p_vaddr;
+          if (q->addr >= start && q->addr < start + ph.p_memsz) q->found = true;
+        }
+        return 1;
+      },
+      &q);
+  return q.found;
+}
+
+// The entry point `name` of the loaded library `handle`, read the way CIUIC_DEFINE_PLUGIN
+// exports it: a Boost.DLL alias, i.e. an exported data object holding the entry point's address.
+// Everything is checked before the address is used: the symbol is defined by this library (not a
+// dependency), it is a data object of pointer size (a plain extern "C" function of that name
+// would otherwise be read as a pointer and its machine code called: SIGSEGV), and the address it
+// holds lies in this library's code. nullptr with `why` set otherwise.
+void* read_entry_alias(void* handle, const char* name, std::string& why) {
+  const std::string sym = std::string("entry symbol '") + name + "'";
+  dlerror();
+  void* addr = dlsym(handle, name);
+  if (!addr) {
+    why = "not a ciuic plugin: " + sym + " not found (expected a library defined with CIUIC_DEFINE_PLUGIN)";
+    return nullptr;
+  }
+  link_map* self = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &self) != 0 || !self) {
+    why = "cannot inspect the loaded library (dlinfo failed)";
+    return nullptr;
+  }
+  Dl_info di{};
+  link_map* owner = nullptr;
+  if (!dladdr1(addr, &di, reinterpret_cast<void**>(&owner), RTLD_DL_LINKMAP) || owner != self) {
+    why = "not a ciuic plugin: " + sym + " is not defined in this file but in " +
+          (di.dli_fname && *di.dli_fname ? std::string(di.dli_fname) : std::string("another library")) +
+          " (expected a library defined with CIUIC_DEFINE_PLUGIN)";
+    return nullptr;
+  }
+  void* entry = nullptr;
+  const int found = dladdr1(addr, &di, &entry, RTLD_DL_SYMENT);
+  const auto* es = static_cast<const ElfW(Sym)*>(entry);
+  if (!found || !es || !di.dli_sname ||
+      std::strcmp(di.dli_sname, name) != 0 || di.dli_saddr != addr) {
+    why = "not a ciuic plugin: " + sym + " cannot be found in the library's symbol table";
+    return nullptr;
+  }
+  const unsigned type = ELF64_ST_TYPE(es->st_info);
+  if (type != STT_OBJECT || es->st_size != sizeof(void*)) {
+    why = "not a ciuic plugin: " + sym + " is " + elf_symbol_type(type) + " of " +
+          std::to_string(es->st_size) + " bytes, expected a Boost.DLL alias (a data object of " +
+          std::to_string(sizeof(void*)) +
+          " bytes holding the entry point's address); define the plugin with CIUIC_DEFINE_PLUGIN "
+          "instead of exporting extern \"C\" functions of that name";
+    return nullptr;
+  }
+  void* target = *static_cast<void* const*>(addr);
+  if (!in_executable_segment(self, target)) {
+    why = "not a ciuic plugin: " + sym +
+          " does not hold the address of code in this library (expected a Boost.DLL alias of a "
+          "function, as CIUIC_DEFINE_PLUGIN defines)";
+    return nullptr;
+  }
+  return target;
+}
+
 class Loader {
  public:
   explicit Loader(Registry::Impl& r) : r_(r) {}
@@ -199,17 +294,17 @@ class Loader {
              std::string("cannot be loaded as a shared library: ") + (dl ? dl : lec.message()));
       return;
     }
-    for (const char* sym : {kPluginInfoSymbol, kPluginFactorySymbol}) {
-      if (!lib->has(sym)) {
-        refuse(path, fs_slot, fname,
-               std::string("not a ciuic plugin: entry symbol '") + sym +
-                   "' not found (expected a library defined with CIUIC_DEFINE_PLUGIN)");
-        return;
-      }
+    // Both entry points are checked before either is called.
+    std::string why;
+    void* info_fn = read_entry_alias(lib->native(), kPluginInfoSymbol, why);
+    void* create_fn = info_fn ? read_entry_alias(lib->native(), kPluginFactorySymbol, why) : nullptr;
+    if (!info_fn || !create_fn) {
+      refuse(path, fs_slot, fname, why);
+      return;
     }
     const PluginInfo* info = nullptr;
     try {
-      info = lib->get_alias<PluginInfoFn>(kPluginInfoSymbol)();
+      info = reinterpret_cast<PluginInfoFn*>(info_fn)();
     } catch (const std::exception& e) {
       refuse(path, fs_slot, fname, std::string("its info entry point threw: ") + e.what());
       return;
@@ -255,7 +350,7 @@ class Loader {
     Registry::Impl::Entry e;
     e.desc = PluginDescriptor{info->slot, info->name, info->version, info->summary, path, info};
     e.lib = lib;
-    e.factory = &lib->get_alias<PluginFactoryFn>(kPluginFactorySymbol);
+    e.factory = reinterpret_cast<PluginFactoryFn*>(create_fn);
     for (auto& old : r_.plugins) {
       if (old.desc.slot == e.desc.slot && old.desc.name == e.desc.name) {
         r_.shadowed.push_back(old.desc.path + ": shadowed by " + path);

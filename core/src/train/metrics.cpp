@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include <ciuic/error.h>
 #include <ciuic/log.h>
@@ -12,19 +14,31 @@
 
 namespace ciuic::train {
 
+namespace {
+
+std::string write_error(const std::string& path, int err) {
+  return "cannot write metrics file " + path + ": " + std::strerror(err) +
+         " ([log] metrics_file; free some space or point it to another file system)";
+}
+
+}  // namespace
+
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
   if (path.empty()) return;
   f_ = std::fopen(path.c_str(), "a");
-  if (!f_) throw Error("cannot open metrics file " + path + " for writing");
+  if (!f_)
+    throw Error("cannot open metrics file " + path + " for writing: " + std::strerror(errno) +
+                " ([log] metrics_file)");
 }
 
 MetricsLog::~MetricsLog() {
-  if (f_) std::fclose(f_);
+  if (f_) std::fclose(f_);  // every record was flushed (or its failure thrown) by write()
 }
 
 void MetricsLog::enable_tensorboard(const std::string& dir) { tb_ = std::make_unique<TensorBoardWriter>(dir); }
 
 void MetricsLog::write(const nlohmann::json& record) {
+  if (!error_.empty()) throw Error(error_);  // an earlier record was lost: so is this one
   if (tb_) {
     int64_t step = 0;
     auto scalars = tensorboard_scalars(record, &step);
@@ -32,8 +46,16 @@ void MetricsLog::write(const nlohmann::json& record) {
   }
   if (!f_) return;
   const std::string line = record.dump() + "\n";
-  std::fwrite(line.data(), 1, line.size(), f_);
-  std::fflush(f_);
+  errno = 0;
+  const bool ok = std::fwrite(line.data(), 1, line.size(), f_) == line.size() && std::fflush(f_) == 0;
+  if (ok) return;
+  const int err = errno != 0 ? errno : EIO;
+  // The stream is unusable: close it now (its buffer cannot be written either) so that the
+  // destructor does not try again, and stop the run.
+  std::fclose(f_);
+  f_ = nullptr;
+  error_ = write_error(path_, err);
+  throw Error(error_);
 }
 
 std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& record, int64_t* step) {

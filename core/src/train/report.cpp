@@ -7,6 +7,7 @@
 
 #include <ATen/ops/zeros.h>
 
+#include <ciuic/error.h>
 #include <ciuic/log.h>
 #include <ciuic/metrics.h>
 
@@ -125,7 +126,13 @@ void Reporter::message(const std::string& line) {
 void Reporter::interrupted(int64_t step) {
   progress_.finish();
   if (rank0_) log_info("stopping at step " + std::to_string(step) + " on a signal");
-  metrics_.write({{"event", "interrupted"}, {"step", step}});
+  // The signal checkpoint comes next: a metrics file that cannot be written must not cost it.
+  // The run still ends non-zero (interrupted, 130).
+  try {
+    metrics_.write({{"event", "interrupted"}, {"step", step}});
+  } catch (const Error& e) {
+    log_error(std::string(e.what()) + "; writing the checkpoint all the same");
+  }
   write_html_report_or_warn(metrics_.path());
 }
 
