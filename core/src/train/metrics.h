@@ -2,7 +2,6 @@
 // one-line progress display.
 #pragma once
 
-#include <ciuic/export.h>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
