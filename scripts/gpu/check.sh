@@ -23,7 +23,7 @@ tests)
   wait
   echo "builds: $((SECONDS - t0)) s"; tail -n 4 "$OUT/build-cpu.txt" "$OUT/build-gpu.txt"
   grep -E "error|FAILED" build-cpu.build.log build-gpu.build.log | head -40
-  (cd build-cpu && CUDA_VISIBLE_DEVICES= timeout 330 ctest -j 12 --output-on-failure > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?" >> "$OUT/ctest.log") &
+  (cd build-cpu && CUDA_VISIBLE_DEVICES= timeout 360 ctest -j 12 --output-on-failure > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?" >> "$OUT/ctest.log") &
   ct=$!
   timeout 200 python3 scripts/gpu/parity.py build-gpu/bin/ciuic-run /tmp/parity > "$OUT/parity.log" 2>&1
   echo "parity rc=$? after $((SECONDS - t0)) s"; tail -15 "$OUT/parity.log"
