@@ -61,7 +61,8 @@ TEST(Jinja, GenerationBlocksGiveByteRanges) {
   EXPECT_TRUE(t.has_generation_blocks());
   ordered_json v = {{"messages", {{{"role", "user"}, {"content", "hé"}}, {{"role", "assistant"}, {"content", "yo"}}}}};
   jinja::Rendered r = t.render(v);
-  EXPECT_EQ(r.text, "user: hé\nassistant: yo!\n");
+  // trim_blocks (as transformers sets it): the newline right after {% endif %} is dropped.
+  EXPECT_EQ(r.text, "user: héassistant: yo!");
   ASSERT_EQ(r.generation.size(), 1u);
   EXPECT_EQ(r.text.substr(r.generation[0].first, r.generation[0].second - r.generation[0].first), "yo!");
 }
@@ -77,7 +78,7 @@ TEST(Jinja, ParseErrorsNamePlaceAndConstruct) {
     }
   };
   EXPECT_EQ(message("{% for x in y %}"), "tpl:1:17: missing {% endfor %}");
-  EXPECT_EQ(message("a\n{{ x + }}"), "tpl:2:9: unexpected '}}' in an expression");
+  EXPECT_EQ(message("a\n{{ x + }}"), "tpl:2:8: unexpected '}}' in an expression");
   EXPECT_EQ(message("{% include 'x' %}"),
             "tpl:1:4: unsupported statement '{% include %}' (chat templates support if, for, set, macro, call, "
             "break, continue, generation, raw)");

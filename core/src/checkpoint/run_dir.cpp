@@ -186,7 +186,7 @@ void lock_folder(const fs::path& folder, const std::string& what, std::vector<in
 // Another run's files in the run's folders.
 struct Previous {
   std::vector<fs::path> checkpoints;  // step_* folders, by name
-  std::vector<fs::path> files;        // metrics file, hf/ folder
+  std::vector<fs::path> files;        // metrics file, hf/ folder, report.html, tb/ folder
   bool empty() const { return checkpoints.empty() && files.empty(); }
 };
 
@@ -204,6 +204,12 @@ Previous find_previous(const RunPaths& p) {
   if (fs::is_regular_file(p.metrics_file, ec) && fs::file_size(p.metrics_file, ec) > 0 && !ec)
     out.files.emplace_back(p.metrics_file);
   if (fs::is_directory(p.hf_dir, ec) && !fs::is_empty(p.hf_dir, ec) && !ec) out.files.emplace_back(p.hf_dir);
+  // The run report next to the metrics file and the TensorBoard folder ([log] tensorboard)
+  // belong to that run too: moved aside with it, never mixed with the next run's.
+  const fs::path report = fs::path(p.metrics_file).parent_path() / "report.html";
+  if (!p.metrics_file.empty() && fs::is_regular_file(report, ec)) out.files.emplace_back(report);
+  const fs::path tb = fs::path(p.output_dir) / "tb";
+  if (fs::is_directory(tb, ec) && !fs::is_empty(tb, ec) && !ec) out.files.emplace_back(tb);
   return out;
 }
 

@@ -14,7 +14,8 @@
 //    OneCycle, ...) is refused with a UsageError (exit 2) naming the key.
 //  * ZeRO stage 1 becomes ciuic's zero2 (gradients sharded too: same updates, less memory), with
 //    a note; stage 0 becomes ddp.
-//  * The recipe uses the [optimizer] slot: plugin = "adamw" or "cpu_adam" (offload_optimizer).
+//  * The recipe uses the [optimizer] slot: the device AdamW, or the host one when the config sets
+//    offload_optimizer (the plugin names are in deepspeed.cpp's mapping).
 //  * A DeepSpeed config names no model, data or run length: [model], [data] and [train]
 //    max_steps come from --set, else loadable placeholders are written and listed in
 //    `placeholders` (train.max_steps from the scheduler's total_num_steps when it has one).

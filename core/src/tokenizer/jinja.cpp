@@ -550,7 +550,7 @@ class Lexer {
       const bool block = kind == '%';
       out_.push_back(Token{block ? T::kBlockBegin : T::kVarBegin, "", pos_of(open)});
       // raw blocks: the text up to {% endraw %} is literal
-      size_t after = lex_tag(q, block, &strip_next);
+      size_t after = lex_tag(open, q, block, &strip_next);
       if (block && out_.size() >= 3 && out_[out_.size() - 2].type == T::kName && out_[out_.size() - 2].text == "raw" &&
           out_[out_.size() - 3].type == T::kBlockBegin) {
         out_.resize(out_.size() - 3);
@@ -621,15 +621,16 @@ class Lexer {
     }
   }
 
-  // Lexes the inside of a {{ }} or {% %} tag from q; returns the position after the close.
-  size_t lex_tag(size_t q, bool block, bool* strip_next) {
+  // Lexes the inside of a {{ }} or {% %} tag (opened at `open`) from q; returns the position
+  // after the close.
+  size_t lex_tag(size_t open, size_t q, bool block, bool* strip_next) {
     const char close0 = block ? '%' : '}';
     int depth = 0;
     last_plus_ = false;
     size_t p = q;
     while (true) {
       while (p < src_.size() && std::isspace(static_cast<unsigned char>(src_[p]))) ++p;
-      if (p >= src_.size()) fail_at(origin_, pos_of(q), std::string("unclosed tag '") + (block ? "{%" : "{{") + "'");
+      if (p >= src_.size()) fail_at(origin_, pos_of(open), std::string("unclosed tag '") + (block ? "{%" : "{{") + "'");
       // close, optionally with '-' or '+'
       if (depth == 0) {
         size_t c = p;
@@ -1437,7 +1438,7 @@ class Parser {
     while (true) {
       const Token& tk = peek();
       if (tk.type == T::kEof) {
-        if (!ends.empty()) fail("missing {% " + ends[0] + " %}");
+        if (!ends.empty()) fail("missing {% " + ends.back() + " %}");  // the closing tag (not an else)
         return body;
       }
       if (tk.type == T::kText) {
