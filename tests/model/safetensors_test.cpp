@@ -1,5 +1,7 @@
 // safetensors: round trips for every dtype, sharding, reading files written by Python's
 // safetensors package, and every error path with its message (crafted broken files).
+#include <sys/stat.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -226,6 +228,97 @@ TEST(Safetensors, FileErrorsNameFileAndTensor) {
     expect_error([&] { r.load_into("ids", wrong_dtype); }, {p, "tensor `ids`", "dtype I64 in the file"});
     expect_error([&] { SafetensorsFile::open(p)->entry("zz"); }, {p, "tensor `zz` not found"});
   }
+}
+
+// The layout rules of the reference loader: tensors cover the data exactly (no overlap, hole or
+// trailing bytes), no key given twice, the header length exact. Each file is hand-built.
+TEST(Safetensors, LayoutMustCoverDataExactly) {
+  const std::string dir = testing::temp_dir("layout");
+  const std::string two = R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
+                          R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})";
+  {
+    // The well-formed file loads (a control for the cases below).
+    const std::string p = craft(dir, "good.safetensors", two, 16);
+    EXPECT_EQ(SafetensorsFile::open(p)->entries().size(), 2u);
+  }
+  {
+    const std::string p = craft(dir, "overlap.safetensors",
+                                R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
+                                R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})", 12);
+    expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `b`", "[4, 12]", "overlap", "tensor `a`"});
+  }
+  {
+    // Both names on the same bytes.
+    const std::string p = craft(dir, "same.safetensors",
+                                R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
+                                R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 8);
+    expect_error([&] { SafetensorsFile::open(p); }, {p, "overlap"});
+  }
+  {
+    const std::string p = craft(dir, "hole.safetensors",
+                                R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
+                                R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [12, 20]}})", 20);
+    expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `b`", "hole", "[8, 12)"});
+  }
+  {
+    const std::string p = craft(dir, "first.safetensors", R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8);
+    expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `a`", "hole", "start at 0"});
+  }
+  {
+    const std::string p = craft(dir, "trail.safetensors", two, 17);
+    expect_error([&] { SafetensorsFile::open(p); }, {p, "1 byte(s) after the end", "tensor `b`"});
+  }
+  {
+    const std::string p = craft(dir, "empty_trail.safetensors", "{}", 3);
+    expect_error([&] { SafetensorsFile::open(p); }, {p, "3 byte(s)", "no tensor"});
+  }
+  {
+    // Header length one short: the closing brace is read as data (a trailing byte, and malformed
+    // JSON); one long: the first data byte is read as header (malformed JSON or shifted data).
+    const std::string h = two + " ";  // a trailing space, as writers pad, keeps the JSON valid at len-1
+    const std::string p = craft(dir, "short_len.safetensors", h, 16, h.size() - 1);
+    expect_error([&] { SafetensorsFile::open(p); }, {p, "1 byte(s) after the end", "header length"});
+    const std::string q = dir + "/long_len.safetensors";
+    {
+      std::ofstream out(q, std::ios::binary);
+      const uint64_t n = two.size() + 1;  // swallows the first data byte (a space, so the JSON parses)
+      out.write(reinterpret_cast<const char*>(&n), 8);
+      out << two << ' ' << std::string(15, '\0');
+    }
+    expect_error([&] { SafetensorsFile::open(q); }, {q, "tensor `b`", "truncated file"});
+  }
+  {
+    const std::string p = craft(dir, "dup_tensor.safetensors",
+                                R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
+                                R"("a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})", 16);
+    expect_error([&] { SafetensorsFile::open(p); }, {p, "key \"a\" appears twice"});
+  }
+  {
+    const std::string p = craft(dir, "dup_field.safetensors",
+                                R"({"a": {"dtype": "F32", "dtype": "F16", "shape": [2], "data_offsets": [0, 8]}})", 8);
+    expect_error([&] { SafetensorsFile::open(p); }, {p, "key \"dtype\" appears twice"});
+  }
+  {
+    // __metadata__ may repeat its keys (the last wins), as in the reference loader.
+    const std::string p = craft(dir, "dup_meta.safetensors",
+                                R"({"__metadata__": {"f": "1", "f": "2"}, )"
+                                R"("a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 8);
+    EXPECT_EQ(SafetensorsFile::open(p)->metadata().at("f"), "2");
+  }
+  {
+    // dtype x shape must match the byte span (F16 of 3 elements is 6 bytes, not 8).
+    const std::string p = craft(dir, "span.safetensors", R"({"a": {"dtype": "F16", "shape": [3], "data_offsets": [0, 8]}})", 8);
+    expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `a`", "span 8 bytes", "need 6"});
+  }
+}
+
+TEST(Safetensors, RefusesNonRegularFiles) {
+  const std::string dir = testing::temp_dir("special");
+  // A named pipe: opening must not wait for a writer (the test has a ctest TIMEOUT as well).
+  const std::string fifo = dir + "/fifo.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error([&] { SafetensorsFile::open(fifo); }, {fifo, "not a regular file"});
+  expect_error([&] { SafetensorsFile::open("/dev/zero"); }, {"/dev/zero", "not a regular file"});
 }
 
 TEST(Safetensors, WriteErrors) {

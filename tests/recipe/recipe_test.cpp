@@ -1,6 +1,9 @@
 // Recipe loading: defaults, strict validation with located messages, includes, overrides,
 // printing. Expected values are written out by hand from the recipe texts below (line and column
 // numbers counted in the text), never produced by the code under test.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -233,6 +236,32 @@ TEST(RecipeIncludes, CycleIsAnErrorWithItsChain) {
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()), dd + ":1:12: include cycle: " + c + " -> " + dd + " -> " + c);
   }
+}
+
+// Issue 16 item 3: a FIFO or a device as the recipe or an include is refused at once (it used to
+// block forever, or read /dev/zero until memory ran out). alarm() turns a regression into a
+// failure instead of a hang.
+TEST(RecipeIncludes, SpecialFilesAreRefusedWithoutBlocking) {
+  ::alarm(20);
+  fs::path d = test_dir();
+  write_file(d / "a.toml", "include = [\"/dev/zero\"]\n[train]\nmax_steps = 1\n[data]\nplugin = \"x\"\n");
+  try {
+    Recipe::load((d / "a.toml").string());
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), (d / "a.toml").string() +
+                                         ":1:12: cannot read included file /dev/zero: not a regular file (a character device)");
+  }
+  const std::string fifo = (d / "fifo.toml").string();
+  ::unlink(fifo.c_str());
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    Recipe::load(fifo);
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "cannot read recipe " + fifo + ": not a regular file (a FIFO (named pipe))");
+  }
+  ::alarm(0);
 }
 
 TEST(RecipeIncludes, MissingIncludeAndMissingRecipe) {

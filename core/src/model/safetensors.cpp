@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <set>
 #include <sstream>
 
 #include <ATen/core/grad_mode.h>
@@ -114,6 +116,77 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
+// A parser callback that refuses a key repeated within one JSON object (nlohmann would keep the
+// last one silently; the reference loader refuses a repeated field, and a repeated tensor name
+// hides a tensor). Only "__metadata__" may repeat its own keys (the last wins, as in the reference).
+json::parser_callback_t unique_keys_callback(const std::string& path) {
+  struct State {
+    std::vector<std::set<std::string>> open;  // keys of the objects being parsed, outermost first
+    std::vector<bool> check;
+    std::string last_top_key;
+  };
+  auto st = std::make_shared<State>();
+  return [st, path](int, json::parse_event_t event, json& parsed) {
+    using E = json::parse_event_t;
+    if (event == E::object_start) {
+      st->check.push_back(!(st->open.size() == 1 && st->last_top_key == "__metadata__"));
+      st->open.emplace_back();
+    } else if (event == E::object_end) {
+      if (!st->open.empty()) {
+        st->open.pop_back();
+        st->check.pop_back();
+      }
+    } else if (event == E::key && !st->open.empty()) {
+      const auto& k = parsed.get_ref<const std::string&>();
+      if (st->open.size() == 1) st->last_top_key = k;
+      if (st->check.back() && !st->open.back().insert(k).second) {
+        const std::string shown = k.size() <= 80 ? k : k.substr(0, 77) + "...";
+        throw Error(path + ": malformed safetensors header: key \"" + shown +
+                    "\" appears twice in one object (a tensor or a field given twice)");
+      }
+    }
+    return true;
+  };
+}
+
+std::string range_str(uint64_t offset, uint64_t nbytes, uint64_t data_start) {
+  return "[" + std::to_string(offset - data_start) + ", " + std::to_string(offset - data_start + nbytes) + "]";
+}
+
+// As the reference loader requires: sorted by offset, the tensors cover the data bytes (the file
+// after the header) exactly: the first begins at 0, each where the previous ends (no overlap, no
+// hole), the last at the end of the file (no trailing bytes). A header length off by one, a
+// padded file or two tensors sharing bytes are refused here, not found later as wrong weights.
+// Alignment is not required (nor is it by the reference): tensor() copies misaligned data.
+void check_coverage(const std::vector<SafetensorsEntry>& sorted, uint64_t data_start, uint64_t data_size,
+                    const std::string& path) {
+  uint64_t pos = 0;
+  const SafetensorsEntry* prev = nullptr;
+  for (const auto& e : sorted) {
+    const uint64_t b = e.offset - data_start;
+    const std::string where =
+        path + ": tensor `" + e.name + "`: data_offsets " + range_str(e.offset, e.nbytes, data_start);
+    if (b < pos)
+      throw Error(where + " overlap those of tensor `" + prev->name + "` " +
+                  range_str(prev->offset, prev->nbytes, data_start) +
+                  ": two tensors share bytes (a corrupt or hand-edited header)");
+    if (b > pos)
+      throw Error(where + " leave a hole: data bytes [" + std::to_string(pos) + ", " + std::to_string(b) +
+                  ") belong to no tensor" +
+                  (prev ? " (the previous tensor, `" + prev->name + "`, ends at " + std::to_string(pos) + ")"
+                        : std::string(" (the first tensor must start at 0)")) +
+                  "; the format requires the tensors to cover the data exactly");
+    pos = b + e.nbytes;
+    prev = &e;
+  }
+  if (pos != data_size)
+    throw Error(path + ": " + std::to_string(data_size - pos) + " byte(s) after the end of the last tensor's data (" +
+                (prev ? "tensor `" + prev->name + "` ends at data byte " + std::to_string(pos)
+                      : std::string("the header lists no tensor")) +
+                ", the data has " + std::to_string(data_size) +
+                " bytes): trailing garbage, or a wrong header length (" + std::to_string(data_start - 8) + ")");
+}
+
 uint64_t tensor_nbytes(const at::Tensor& t, at::ScalarType dtype) {
   return static_cast<uint64_t>(t.numel()) * c10::elementSize(dtype);
 }
@@ -141,12 +214,17 @@ std::string safetensors_dtype_code(at::ScalarType t) {
 std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::shared_ptr<SafetensorsFile> f(new SafetensorsFile());
   f->path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a named pipe must not wait for a writer; it is refused just below.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(path + ": cannot open safetensors file: " + errno_str());
   struct stat st{};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     throw Error(path + ": cannot stat: " + errno_str());
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw Error(path + ": not a regular file (a device, pipe or socket): expected a safetensors file");
   }
   f->size_ = static_cast<uint64_t>(st.st_size);
   if (f->size_ < 8) {
@@ -170,7 +248,7 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
                 " bytes after the length field, the file has " + std::to_string(f->size_ - 8));
   json h;
   try {
-    h = json::parse(base + 8, base + 8 + header_len);
+    h = json::parse(base + 8, base + 8 + header_len, unique_keys_callback(path));
   } catch (const json::parse_error& e) {
     throw Error(path + ": malformed safetensors header JSON: " + e.what());
   }
@@ -224,8 +302,10 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
     en.offset = data_start + b;
     f->entries_.push_back(std::move(en));
   }
-  std::sort(f->entries_.begin(), f->entries_.end(),
-            [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.offset < b.offset; });
+  std::sort(f->entries_.begin(), f->entries_.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+    return a.offset != b.offset ? a.offset < b.offset : a.nbytes < b.nbytes;
+  });
+  check_coverage(f->entries_, data_start, data_size, path);
   for (size_t i = 0; i < f->entries_.size(); ++i) f->index_[f->entries_[i].name] = i;
   return f;
 }

@@ -13,6 +13,7 @@
 #include <toml++/toml.h>
 
 #include <ciuic/error.h>
+#include <ciuic/files.h>
 
 #include "base/text.h"
 #include "sdk/config_impl.h"
@@ -122,20 +123,17 @@ class Loader {
         return {};
       }
     }
-    std::ifstream in(display, std::ios::binary);
-    std::ostringstream buf;
-    if (in) buf << in.rdbuf();
-    if (!in || (fs::is_directory(display, ec))) {
-      const std::string why = fs::is_directory(display, ec) ? "it is a folder" : std::strerror(errno);
-      if (included_at.empty())
-        errors.add("", "cannot read recipe " + display + ": " + why);
-      else
-        errors.add(included_at, "cannot read included file " + display + ": " + why);
+    // read_input refuses FIFOs and devices (/dev/zero) without blocking, and bounds the size.
+    std::string text;
+    try {
+      text = read_input(display, included_at.empty() ? "recipe" : "included file", kMaxRecipeBytes);
+    } catch (const Error& e) {
+      errors.add(included_at, e.what());
       incomplete = true;
       return {};
     }
     stack.emplace_back(canon, display);
-    Composed c = load_text(buf.str(), display, fs::path(display).parent_path(), stack);
+    Composed c = load_text(text, display, fs::path(display).parent_path(), stack);
     stack.pop_back();
     return c;
   }
