@@ -3,6 +3,7 @@
 #   scripts/gpu/check.sh tests    build this tree as CI does (no CUDA, RelWithDebInfo, tests) and
 #                                 with CUDA (Release), run the whole ctest suite of the CPU build
 #                                 with no GPU visible, and GPU parity (scripts/gpu/parity.py)
+#   scripts/gpu/check.sh cpu      the CI build and suite only
 #   scripts/gpu/check.sh seven    build this tree and .gpu/base (CUDA, Release) and run the
 #                                 3x4090 recipe's 7B shape at 2 ranks: this tree first, then base
 # Everything lands in $OUT (logs, metrics, ctest.log, summary-*.md). Carry .gpu.
@@ -29,6 +30,14 @@ tests)
   echo "parity rc=$? after $((SECONDS - t0)) s"; tail -15 "$OUT/parity.log"
   cp /tmp/parity/parity.json "$OUT/" 2>/dev/null
   wait $ct
+  grep -E "tests passed|Total Test|\*\*\*|Test +#|ctest rc" "$OUT/ctest.log"
+  grep -E "^\[  FAILED|Failure" "$OUT/ctest.log" | head -30
+  ;;
+cpu)  # the CI build and suite only (no CUDA build, no parity)
+  CIUIC_HOST_CUDA=OFF CIUIC_HOST_TESTS=ON CIUIC_HOST_BUILD_TYPE=RelWithDebInfo \
+    bash scripts/gpu/build-on-host.sh . build-cpu > "$OUT/build-cpu.txt" 2>&1
+  echo "build rc=$? after $((SECONDS - t0)) s"; tail -n 3 "$OUT/build-cpu.txt"
+  (cd build-cpu && CUDA_VISIBLE_DEVICES= timeout 360 ctest -j 14 --output-on-failure > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?" >> "$OUT/ctest.log")
   grep -E "tests passed|Total Test|\*\*\*|Test +#|ctest rc" "$OUT/ctest.log"
   grep -E "^\[  FAILED|Failure" "$OUT/ctest.log" | head -30
   ;;
