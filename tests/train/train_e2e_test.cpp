@@ -433,7 +433,9 @@ TEST(TrainE2E, MetricsWriteFailureIsAnError) {
   EXPECT_EQ(r.code, 1) << r.log();
   EXPECT_NE(r.err.find("cannot write metrics file /dev/full: No space left on device"), std::string::npos)
       << r.log();
-  EXPECT_NE(r.err.find("launcher: rank 0 (pid"), std::string::npos) << r.log();
+  // Which rank the launcher names first is a race (rank 1 may see the lost peer before rank 0's
+  // exit is reaped: issue 16 item 9, the launcher should quote the first real error).
+  EXPECT_NE(r.err.find("launcher: rank "), std::string::npos) << r.log();
 }
 
 // A model that cannot be allocated: every rank names itself and what it tried; exit 1.
