@@ -2,10 +2,12 @@
 #   make demo   install what is missing, build, train the tiny CPU recipe
 #   make test   install what is missing, build, run the whole ctest suite
 # Variables: BUILD (build folder), JOBS (parallel compile jobs), CUDA (AUTO|ON|OFF; OFF unless a
-# GPU is visible), CTEST_ARGS (e.g. "-L unit").
+# GPU is visible), BUILD_TYPE (CMake build type of a new build folder; default Release, e.g.
+# RelWithDebInfo for debug info), CTEST_ARGS (e.g. "-L unit").
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 CUDA  ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo AUTO || echo OFF)
+BUILD_TYPE ?=
 CTEST_ARGS ?=
 
 .PHONY: all setup configure build demo test clean
@@ -15,7 +17,7 @@ setup:
 	@scripts/setup-deps.sh
 
 $(BUILD)/build.ninja: | setup
-	cmake -S . -B $(BUILD) -G Ninja -DCIUIC_WITH_CUDA=$(CUDA)
+	cmake -S . -B $(BUILD) -G Ninja -DCIUIC_WITH_CUDA=$(CUDA) $(if $(BUILD_TYPE),-DCMAKE_BUILD_TYPE=$(BUILD_TYPE))
 
 configure: setup $(BUILD)/build.ninja
 
@@ -30,7 +32,10 @@ demo:
 	scripts/demo.sh $(BUILD) && t3=$$(date +%s) && \
 	echo "make demo: set-up and configure $$((t1 - t0)) s, build $$((t2 - t1)) s, data + training + evaluation $$((t3 - t2)) s"
 
-test: build
+# The tests build only what ctest runs (target `test-deps`: the runtime, test programs and test
+# plugins; not the benchmarks, which `make build` builds).
+test: configure
+	cmake --build $(BUILD) -j $(JOBS) --target test-deps
 	cd $(BUILD) && ctest --output-on-failure -j 2 $(CTEST_ARGS)
 
 clean:

@@ -46,6 +46,8 @@ else
 fi
 
 # ---- Python venv with torch (LibTorch for C++) ------------------------------------------------
+# pip --no-compile: no .pyc for torch's thousands of modules (minutes on a slow 2-core machine;
+# the C++ build never imports them).
 if [ ! -x "$VENV/bin/python" ]; then
   say "creating Python venv $VENV"
   python3 -m venv "$VENV"
@@ -61,13 +63,13 @@ if [ "${have_torch%%+*}" = "$TORCH_VERSION" ]; then
 else
   if command -v nvidia-smi >/dev/null 2>&1 || [ "${CIUIC_TORCH_DEPS:-0}" = 1 ]; then
     say "installing torch==$TORCH_VERSION with its CUDA dependencies into $VENV (LibTorch; large download, once)"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile "torch==$TORCH_VERSION" numpy
   else
     # No GPU here: the wheel alone (LibTorch's CPU libraries and headers), not the 2.7 GB of
     # nvidia-* wheels a CPU build never loads. CIUIC_TORCH_DEPS=1 installs them anyway.
     say "installing torch==$TORCH_VERSION (the wheel alone: no GPU here) into $VENV (LibTorch; large download, once)"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps "torch==$TORCH_VERSION"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check numpy
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile --no-deps "torch==$TORCH_VERSION"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile numpy
   fi
 fi
 
@@ -83,7 +85,7 @@ if [ "$want_fixtures" = 1 ]; then
     say "ok: fixture packages (${fx[*]})"
   else
     say "installing fixture packages: ${fx[*]}"
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${fx[@]}"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile "${fx[@]}"
   fi
 fi
 say "done"
