@@ -8,7 +8,9 @@ A is RECIPE_A with the --set and --a-set overrides; B is RECIPE_B (default: RECI
 --set and --b-set overrides (e.g. `--b-set sharding.plugin=ddp`, `--b-set comm.transport=pcie`).
 Each of the N repetitions runs A and B for M optimizer steps each, in the order AB, BA, AB, ...
 (so that drift of the machine — clocks, other load, caches — hits both). Every run is a full
-`ciuic-run` (launch, set-up, training; no checkpoints, no export). From each run's metrics.jsonl
+`ciuic-run` (launch, set-up, training; no checkpoints, no export) cut to M steps with the
+recipe's learning-rate schedule unchanged (a schedule that ends at train.max_steps keeps the
+recipe's max_steps as its length, so M may be shorter than its warm-up). From each run's metrics.jsonl
 the harness takes the steady state: the median over its steps after the first (warm-up).
 
 Output:
@@ -56,12 +58,41 @@ def default_ciuic_run():
     return None
 
 
+def schedule_overrides(args, recipe, overrides):
+    """A run cut to --steps keeps the recipe's learning-rate schedule. A schedule that ends at
+    train.max_steps (warmup_decay or warmup_cosine with total_num_steps = 0) would otherwise be
+    squeezed into --steps, or refused when --steps is shorter than its warm-up: it gets the
+    recipe's own max_steps as total_num_steps. The resolved recipe comes from
+    `ciuic-run --print-recipe`; when that fails, the run itself reports the problem."""
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11: runs as before
+        return []
+    cmd = [args.ciuic_run, recipe, "--print-recipe"]
+    for o in overrides:
+        cmd += ["--set", o]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return []
+    try:
+        resolved = tomllib.loads(p.stdout)
+    except tomllib.TOMLDecodeError:
+        return []
+    sched = resolved.get("scheduler", {})
+    max_steps = resolved.get("train", {}).get("max_steps")
+    if (sched.get("type") in ("warmup_decay", "warmup_cosine") and not sched.get("total_num_steps")
+            and isinstance(max_steps, int) and max_steps > 0):
+        return [f"scheduler.total_num_steps={max_steps}"]
+    return []
+
+
 def run_once(args, side, rep, recipe, overrides, out_dir):
     run_dir = os.path.join(out_dir, f"{side}-{rep}")
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
     cmd = [args.ciuic_run, recipe,
            "--set", f"train.max_steps={args.steps}",
+           *[x for o in schedule_overrides(args, recipe, overrides) for x in ("--set", o)],
            "--set", "log.every_steps=1",
            "--set", 'log.progress="off"',
            "--set", f'run.output_dir="{run_dir}"',

@@ -67,6 +67,24 @@ class AbHarness(unittest.TestCase):
                 points = loss_svg.split(tag)[1].split('"')[0].split()
                 self.assertEqual(len(points), 4)
 
+    def test_steps_shorter_than_the_warmup_keep_the_recipes_schedule(self):
+        # The recipe warms up over 20 of its 40 steps; runs of 3 steps must neither be refused
+        # ("the schedule would never finish its warmup") nor squeeze the schedule into 3 steps.
+        out = tempfile.mkdtemp(prefix="ab-")
+        sched = ["--set", 'scheduler.type="warmup_cosine"', "--set", "scheduler.warmup_num_steps=20",
+                 "--set", 'scheduler.warmup_type="linear"', "--set", "train.max_steps=40",
+                 "--set", "optimizer.lr=0.01"]
+        p = ab(RECIPE, *sched, "--b-set", "sharding.plugin=ddp", "--reps", "1", "--steps", "3", "--out", out)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        for side in ("A", "B"):
+            cmd = open(os.path.join(out, f"{side}-0", "log.txt")).readline()
+            self.assertIn("scheduler.total_num_steps=40", cmd)
+            recs = [json.loads(l) for l in open(os.path.join(out, f"{side}-0", "metrics.jsonl"))]
+            lrs = [r["lr"] for r in recs if "event" not in r and "step" in r]
+            self.assertEqual(len(lrs), 3)
+            # Still warming up linearly towards 0.01 over 20 steps: rising, and far below the peak.
+            self.assertTrue(lrs[0] < lrs[1] < lrs[2] < 0.25 * 0.01, lrs)
+
     def test_failing_side_is_named(self):
         out = tempfile.mkdtemp(prefix="ab-")
         p = ab(RECIPE, "--b-set", "sharding.plugin=nosuch", "--reps", "1", "--steps", "2", "--out", out)
