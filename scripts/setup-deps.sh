@@ -28,7 +28,7 @@ say() { printf 'setup-deps: %s\n' "$*"; }
 # ---- Debian packages -------------------------------------------------------------------------
 apt_pkgs=(cmake ninja-build g++ make ccache pkg-config
           libboost-dev libboost-program-options-dev
-          libtomlplusplus-dev libfmt-dev nlohmann-json3-dev
+          libtomlplusplus-dev nlohmann-json3-dev
           libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev libpcre2-dev
           python3-venv python3-pip)
 missing=()
