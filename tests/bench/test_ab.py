@@ -68,13 +68,16 @@ class AbHarness(unittest.TestCase):
                 self.assertEqual(len(points), 4)
 
     def test_steps_shorter_than_the_warmup_keep_the_recipes_schedule(self):
-        # The recipe warms up over 20 of its 40 steps; runs of 3 steps must neither be refused
+        # A recipe that warms up over 20 of its 40 steps; runs of 3 steps must neither be refused
         # ("the schedule would never finish its warmup") nor squeeze the schedule into 3 steps.
+        # (Its max_steps is in the file: a --set of train.max_steps would override the harness's.)
         out = tempfile.mkdtemp(prefix="ab-")
-        sched = ["--set", 'scheduler.type="warmup_cosine"', "--set", "scheduler.warmup_num_steps=20",
-                 "--set", 'scheduler.warmup_type="linear"', "--set", "train.max_steps=40",
-                 "--set", "optimizer.lr=0.01"]
-        p = ab(RECIPE, *sched, "--b-set", "sharding.plugin=ddp", "--reps", "1", "--steps", "3", "--out", out)
+        recipe = os.path.join(out, "warmup.toml")
+        with open(recipe, "w") as f:
+            f.write("include = [%s]\n[train]\nmax_steps = 40\n[optimizer]\nlr = 0.01\n"
+                    "[scheduler]\ntype = \"warmup_cosine\"\nwarmup_num_steps = 20\nwarmup_type = \"linear\"\n"
+                    % json.dumps(RECIPE))
+        p = ab(recipe, "--b-set", "sharding.plugin=ddp", "--reps", "1", "--steps", "3", "--out", out)
         self.assertEqual(p.returncode, 0, p.stderr)
         for side in ("A", "B"):
             cmd = open(os.path.join(out, f"{side}-0", "log.txt")).readline()
