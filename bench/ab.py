@@ -86,13 +86,13 @@ def schedule_overrides(args, recipe, overrides):
     return []
 
 
-def run_once(args, side, rep, recipe, overrides, out_dir):
+def run_once(args, side, rep, recipe, overrides, out_dir, schedule=()):
     run_dir = os.path.join(out_dir, f"{side}-{rep}")
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
     cmd = [args.ciuic_run, recipe,
            "--set", f"train.max_steps={args.steps}",
-           *[x for o in schedule_overrides(args, recipe, overrides) for x in ("--set", o)],
+           *[x for o in schedule for x in ("--set", o)],
            "--set", "log.every_steps=1",
            "--set", 'log.progress="off"',
            "--set", f'run.output_dir="{run_dir}"',
@@ -304,13 +304,14 @@ def main(argv=None):
         sides = {names[0]: (args.recipe_a, args.common + args.a_set),
                  names[1]: (recipe_b, args.common + args.b_set)}
         os.makedirs(args.out, exist_ok=True)
+        schedules = {n: schedule_overrides(args, *sides[n]) for n in names}  # once per side
         runs = {n: [] for n in names}
         for rep in range(args.reps):
             order = names if rep % 2 == 0 else names[::-1]
             for side in order:
                 recipe, overrides = sides[side]
                 print(f"[ab] repetition {rep + 1}/{args.reps}: {side}", file=sys.stderr, flush=True)
-                runs[side].append(run_once(args, side, rep, recipe, overrides, args.out))
+                runs[side].append(run_once(args, side, rep, recipe, overrides, args.out, schedules[side]))
     except HarnessError as e:
         print(f"ab: error: {e}", file=sys.stderr)
         return 2
