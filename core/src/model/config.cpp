@@ -2,6 +2,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <type_traits>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ciuic/error.h>
+#include <ciuic/files.h>
 
 namespace ciuic::model {
 
@@ -222,13 +224,14 @@ LlamaConfig LlamaConfig::from_json(const json& j, const std::string& origin) {
 }
 
 LlamaConfig LlamaConfig::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the model config (expected an HF config.json)");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw Error(path + ": cannot open the model config (expected an HF config.json): no such file");
+  // A regular file of at most kMaxJsonInputBytes: /dev/zero or a FIFO is refused at once.
+  const std::string text = read_input(path, "model config (an HF config.json)", kMaxJsonInputBytes);
   json j;
   try {
-    j = json::parse(ss.str());
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
     throw Error(path + ": malformed JSON: " + e.what());
   }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ciuic/error.h>
+#include <ciuic/files.h>
 #include <ciuic/log.h>
 
 #include "tokenizer/factory.h"
@@ -78,12 +79,8 @@ std::string read_file(const std::string& path, const char* what) {
     throw Error("cannot read " + std::string(what) + " '" + path + "': no such file");
   if (std::filesystem::is_directory(path, ec))
     throw Error("cannot read " + std::string(what) + " '" + path + "': it is a directory (expected tokenizer.json)");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read " + std::string(what) + " '" + path + "': " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error("cannot read " + std::string(what) + " '" + path + "': read error");
-  return ss.str();
+  // A regular file of at most kMaxJsonInputBytes: /dev/zero or a FIFO is refused at once.
+  return read_input(path, what, kMaxJsonInputBytes);
 }
 
 // GPT-2's pre-tokenization regex, as HF's ByteLevel pre-tokenizer compiles it.
