@@ -170,6 +170,11 @@ TEST(LlamaConfig, Errors) {
                {"`head_dim`", "even"});
   expect_error([] { parse(R"({"vocab_size": 100, "eos_token_id": 100})"); }, {"`eos_token_id`", "outside"});
   expect_error([] { parse(R"({"vocab_size": 0})"); }, {"`vocab_size`", "positive"});
+  // Shapes no tensor can have: a message, not std::bad_alloc or a storage-size overflow inside
+  // LibTorch (issue 16 item 6).
+  expect_error([] { parse(R"({"vocab_size": 4611686018427387904})"); }, {"`vocab_size`", "larger than 2^31 - 1"});
+  expect_error([] { parse(R"({"num_hidden_layers": 1000000000})"); }, {"`num_hidden_layers`", "billion parameters"});
+  EXPECT_NO_THROW(parse(kDeepSeekLlm7b));  // 7B is far inside the bound
   expect_error([] { parse("[1, 2]"); }, {"cfg.json", "JSON object"});
   expect_error([] { LlamaConfig::from_file("/nonexistent/config.json"); }, {"/nonexistent/config.json", "cannot open"});
   const std::string bad = testing::temp_dir("cfg") + "/config.json";

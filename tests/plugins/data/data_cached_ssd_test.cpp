@@ -545,6 +545,25 @@ TEST(CachedSsd, SpecialFilesAsSourcesAreRefusedAtOnce) {
   }
 }
 
+// Error text quotes at most a short, well-formed excerpt of a bad line (issue 16 item 6): an
+// unterminated 1 MiB line gives a short message; with on_error = "skip", a line of invalid UTF-8
+// is skipped and its quoted excerpt no longer breaks writing the cache manifest.
+TEST(CachedSsd, BadLinesAreQuotedShortAndAsValidUtf8) {
+  const std::string dir = temp_dir("excerpt");
+  write_file(dir + "/long.jsonl", "{\"text\": \"" + std::string(1 << 20, 'a') + "\n");
+  Source s(dir, "sources = [\"long.jsonl\"]\n", 8, 1);
+  const std::string e = error_of([&] { s.open(); });
+  EXPECT_NE(e.find("long.jsonl:1: malformed JSON"), std::string::npos) << e.substr(0, 500);
+  EXPECT_NE(e.find("bytes in all)"), std::string::npos) << e.substr(0, 500);
+  EXPECT_LT(e.size(), 1000u);
+
+  write_file(dir + "/utf8.jsonl", "{\"text\": \"fine\"}\n{\"text\": \"bad \xff\xfe here\"}\n{\"text\": \"also fine\"}\n");
+  Source k(dir, "sources = [\"utf8.jsonl\"]\non_error = \"skip\"\n", 8, 1);
+  k.open();
+  EXPECT_EQ(k.metric("data_skipped_lines"), 1);
+  EXPECT_EQ(k.metric("data_train_documents"), 2);
+}
+
 TEST(CachedSsd, SkipModeCountsBadLines) {
   std::string dir = temp_dir("skip");
   write_file(dir + "/d.jsonl", "{\"text\": \"doc-1\"}\nnot json\n{\"text\": 5}\n{\"text\": \"doc-2\"}\n");
