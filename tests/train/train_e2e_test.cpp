@@ -236,6 +236,16 @@ TEST(TrainE2E, ResumeOnOtherWorldSizes) {
   }
 }
 
+// A sequence longer than the model's positions trains, with a warning naming both (issue 16 item
+// 10: it was accepted silently).
+TEST(TrainE2E, SeqLenBeyondMaxPositionsIsAWarning) {
+  const Result r = run("seq-beyond", Shape{.world = 1, .micro = 2, .steps = 1},
+                       {"--set", "model.config.max_position_embeddings=16"});
+  EXPECT_RUN_OK(r);
+  EXPECT_NE((r.out + r.err).find("[train] seq_len = 32 is longer than the model's max_position_embeddings = 16"),
+            std::string::npos) << r.log();
+}
+
 TEST(TrainE2E, IncompatibleCheckpointIsRefused) {
   const Result saved = run("saveA", Shape{.world = 1, .micro = 4, .steps = 2});
   EXPECT_RUN_OK(saved);
