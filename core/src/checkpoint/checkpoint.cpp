@@ -478,6 +478,20 @@ TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape
     parts.precision->load_state(StateDict(p.begin(), p.end()));
   }
   const auto& cursors = trainer.at("data_cursors");
+  if (!same_world)
+    // The DataSource contract (ciuic/data.h): a cursor is a global position, the same on every
+    // rank. A plugin whose cursors differ per rank cannot continue on another world size.
+    for (const auto& c : cursors)
+      if (c != cursors.at(0)) {
+        std::string first = cursors.at(0).dump(), other = c.dump();
+        if (first.size() > 80) first = first.substr(0, 80) + "...";
+        if (other.size() > 80) other = other.substr(0, 80) + "...";
+        throw UsageError("cannot resume " + folder + " on " + std::to_string(ctx_.world_size) +
+                         " ranks: it was written on " + std::to_string(old_world) +
+                         " ranks by a data plugin whose cursors differ per rank (" + first + " and " + other +
+                         "), so no rank knows where the others were; resume on " + std::to_string(old_world) +
+                         " ranks, or make the plugin's cursor() a global position (ciuic/data.h)");
+      }
   parts.data->seek(cursors.at(same_world ? ctx_.rank : 0).get<std::string>());
   if (same_world) {
     auto f = model::SafetensorsFile::open((dir / rank_file(ctx_.rank)).string());
