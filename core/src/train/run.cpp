@@ -94,6 +94,10 @@ model::LlamaConfig model_config(const Recipe& recipe, const std::string& model_p
 
 }  // namespace
 
+void open_data_plugin(const Recipe& recipe, const Registry& registry, DataSource& data, const DataOpenArgs& args) {
+  as_plugin(recipe, registry, Slot::kData, [&] { data.open(args); });
+}
+
 model::LlamaConfig recipe_model_config(const Recipe& recipe) {
   return model_config(recipe, resolve_input(recipe.section("model").get_string("path"), recipe.dir()));
 }
@@ -174,7 +178,7 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   da.pin_memory = r.ctx.device.is_cuda();
   da.tokenizer = r.tokenizer.get();
   da.chat_template = r.chat_template.get();
-  as_plugin(recipe, registry, Slot::kData, [&] { r.data->open(da); });
+  open_data_plugin(recipe, registry, *r.data, da);
   return r;
 }
 
