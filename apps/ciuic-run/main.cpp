@@ -86,7 +86,9 @@ int main(int argc, char** argv) {
        "metrics or hf/ export: move them into <dir>/replaced-<date-time>/ first (nothing is "
        "deleted). Without --resume or --overwrite such a folder is refused")
       ("dry-run", po::bool_switch(&o.dry_run),
-       "validate the recipe, create every chosen plugin once in this process, print a summary, exit")
+       "validate the recipe, create every chosen plugin once in this process, then open every input "
+       "the run reads (the model's config.json and weights, tokenizer and chat template, the data "
+       "plugin as rank 0, the --resume checkpoint), print a summary, exit; trains nothing")
       ("plan", po::bool_switch(&o.plan),
        "print the memory plan per rank (parameters, gradients, optimizer state, activations; device "
        "and host) and whether it fits [cluster] memory_per_device_gib, then exit; allocates nothing")

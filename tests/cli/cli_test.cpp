@@ -162,7 +162,8 @@ TEST(Cli, DryRunCreatesEveryPlugin) {
   EXPECT_EQ(r.code, 0) << r.err;
   for (const char* slot : {"comm", "sharding", "optimizer", "precision", "data"})
     EXPECT_TRUE(has(r.out, kGood + "/libciuic_" + slot + "_test.so")) << r.out;
-  EXPECT_TRUE(has(r.out, "the recipe and its plugins are valid")) << r.out;
+  EXPECT_TRUE(has(r.out, "the recipe, its plugins and its inputs are valid")) << r.out;
+  EXPECT_TRUE(has(r.out, "  data       opened as rank 0 of 1\n")) << r.out;
   // [run] plugin_paths, relative to the recipe's folder, instead of --plugin-path.
   const fs::path dir = fs::path(recipe).parent_path();
   const std::string rel = fs::relative(kGood, dir).string();
@@ -174,6 +175,42 @@ TEST(Cli, DryRunCreatesEveryPlugin) {
   r = run(recipe + " --plugin-path " + kGood + " --dry-run --set 'offload.plugin=\"test\"' --set 'optimizer.plugin=\"test\"'");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "[offload] and [optimizer] both choose a plugin")) << r.err;
+}
+
+// --dry-run is a preflight (issue 16 item 7): besides creating every plugin it reads the model's
+// config and checks its weights exist, loads the tokenizer and the chat template, opens the data
+// plugin as rank 0 and checks the checkpoint to resume; each of these, which a run would meet
+// only after starting its workers, fails the dry run with the run's own message.
+TEST(Cli, DryRunOpensEveryInput) {
+  const std::string recipe = write_recipe(test_dir(), kAllTest);
+  const std::string base = recipe + " --plugin-path " + kGood + " --dry-run";
+  Result r = run(base + " --set data.path=open-boom");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "plugin data/test (" + kGood + "/libciuic_data_test.so): open-boom: cannot read this input"))
+      << r.err;
+  r = run(base + " --set model.path=/nonexistent/model");
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(has(r.err, "/nonexistent/model/config.json")) << r.err;
+  const std::string tok = CIUIC_SOURCE_DIR "/examples/demo/tokenizer.json";
+  r = run(base + " --set model.tokenizer=" + tok + " --set model.chat_template=nosuch");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "nosuch")) << r.err;
+  r = run(base + " --set model.tokenizer=" + tok);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "  tokenizer  " + tok + ", ")) << r.out;
+  EXPECT_TRUE(has(r.out, " tokens, chat template plain\n")) << r.out;
+  r = run(base + " --set model.config.eos_token_id=999999");
+  EXPECT_NE(r.code, 0);
+  EXPECT_TRUE(has(r.err, "outside the vocabulary")) << r.err;
+  r = run(base + " --set model.config.vocab_size=300 --set model.tokenizer=" + tok);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "tokens but the model's vocab_size is 300")) << r.err;
+  r = run(base + " --resume /nonexistent/ckpt");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "/nonexistent/ckpt")) << r.err;
+  r = run(base + " --resume auto");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "  resume     auto: no checkpoint yet, a fresh start\n")) << r.out;
 }
 
 TEST(Cli, PluginErrorsExitTwo) {

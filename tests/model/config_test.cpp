@@ -1,10 +1,15 @@
 // LlamaConfig: both rope forms, DeepSeek's published configs, errors, to_json round trip,
 // rotary frequencies against transformers (tests/fixtures/model/rope.json).
+#include <sys/stat.h>
+
+#include <filesystem>
 #include <fstream>
 
 #include <ATen/ops/tensor.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include <ciuic/files.h>
 
 #include "model/config.h"
 #include "model/llama.h"
@@ -165,11 +170,27 @@ TEST(LlamaConfig, Errors) {
                {"`head_dim`", "even"});
   expect_error([] { parse(R"({"vocab_size": 100, "eos_token_id": 100})"); }, {"`eos_token_id`", "outside"});
   expect_error([] { parse(R"({"vocab_size": 0})"); }, {"`vocab_size`", "positive"});
+  // Shapes no tensor can have: a message, not std::bad_alloc or a storage-size overflow inside
+  // LibTorch (issue 16 item 6).
+  expect_error([] { parse(R"({"vocab_size": 4611686018427387904})"); }, {"`vocab_size`", "larger than 2^31 - 1"});
+  expect_error([] { parse(R"({"num_hidden_layers": 1000000000})"); }, {"`num_hidden_layers`", "billion parameters"});
+  EXPECT_NO_THROW(parse(kDeepSeekLlm7b));  // 7B is far inside the bound
   expect_error([] { parse("[1, 2]"); }, {"cfg.json", "JSON object"});
   expect_error([] { LlamaConfig::from_file("/nonexistent/config.json"); }, {"/nonexistent/config.json", "cannot open"});
   const std::string bad = testing::temp_dir("cfg") + "/config.json";
   std::ofstream(bad) << "{\"hidden_size\": 64,";
   expect_error([&] { LlamaConfig::from_file(bad); }, {bad, "malformed JSON"});
+  // Special files are refused at once (issue 16 item 3): /dev/zero would grow memory forever, a
+  // FIFO without a writer would block forever; a file over the bound is refused before reading.
+  expect_error([] { LlamaConfig::from_file("/dev/zero"); },
+               {"cannot read model config (an HF config.json) /dev/zero: not a regular file (a character device)"});
+  const std::string fifo = testing::temp_dir("cfg-fifo") + "/config.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  expect_error([&] { LlamaConfig::from_file(fifo); }, {fifo, "not a regular file (a FIFO (named pipe))"});
+  const std::string huge = testing::temp_dir("cfg-huge") + "/config.json";
+  std::ofstream(huge).close();
+  std::filesystem::resize_file(huge, kMaxJsonInputBytes + 1);  // sparse: nothing is written
+  expect_error([&] { LlamaConfig::from_file(huge); }, {huge, "over the limit of 268435456 bytes"});
 }
 
 TEST(LlamaConfig, ParameterSpecsAgreeWithCount) {

@@ -1,5 +1,6 @@
 // Encoding / decoding vs HF `tokenizers` on the committed fixtures (tests/fixtures/gen_tokenizer.py).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <random>
@@ -159,6 +160,41 @@ TEST(Tokenizer, HugeRunsDoNotExhaustRegexResources) {
       EXPECT_EQ(tok->decode(ids, false), s) << name << " " << s.size();
     }
   }
+}
+
+// Added tokens longer than the matcher's trie (LiteralMatcher::kTrieDepth bytes) are matched
+// leftmost-longest like short ones, and a 20 MB added token costs memory of its own size, not a
+// trie node per byte (issue 16 item 10: it cost 1.7 GB of RSS).
+TEST(Tokenizer, LongAddedTokensAreMatchedLeftmostLongestInTheirOwnSize) {
+  json j = read_json_file(tokenizer_fixture_dir("gpt2") + "/tokenizer.json");
+  const int32_t first = load_tokenizer(tokenizer_fixture_dir("gpt2") + "/tokenizer.json")->vocab_size();
+  const size_t depth = tok::LiteralMatcher::kTrieDepth;
+  const std::vector<std::string> contents = {
+      std::string(depth - 1, 'a'), std::string(depth, 'a'), std::string(depth + 1, 'a'),
+      std::string(200, 'a'), std::string(100, 'b') + "x", std::string(100, 'b') + "xyz",
+      std::string(20u << 20, 'q') + "end"};
+  for (size_t i = 0; i < contents.size(); ++i)
+    j["added_tokens"].push_back({{"id", first + static_cast<int32_t>(i)}, {"content", contents[i]},
+                                 {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                                 {"normalized", false}, {"special", true}});
+  struct rusage before {};
+  ::getrusage(RUSAGE_SELF, &before);
+  auto tok = tokenizer_from_json(j.dump(), "long-added");
+  j = json();
+  struct rusage after {};
+  ::getrusage(RUSAGE_SELF, &after);
+  // The JSON text and its parse hold a few copies of the 20 MB token; a node per byte held 1.7 GB.
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 600L << 10) << "peak RSS grew by " << (after.ru_maxrss - before.ru_maxrss) << " KiB";
+
+  // At each start the longest pattern wins: 200 a's (not 63/64/65), 65 a's (not 63/64), the
+  // b...xyz token (not b...x), then b...x where "xyz" does not follow.
+  const std::string text = "x" + contents[3] + "y" + contents[2] + "z" + contents[5] + contents[4] + "w" + contents[6] + "!";
+  const std::vector<int32_t> ids = tok->encode(text, false);
+  std::vector<int32_t> added;
+  for (int32_t id : ids)
+    if (id >= first) added.push_back(id - first);
+  EXPECT_EQ(added, (std::vector<int32_t>{3, 2, 5, 4, 6}));
+  EXPECT_EQ(tok->decode(ids, false), text);
 }
 
 }  // namespace

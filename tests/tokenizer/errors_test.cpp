@@ -1,9 +1,14 @@
 // Every bad-input path of Tokenizer construction and encode, with its message.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include <ciuic/error.h>
+#include <ciuic/files.h>
 #include <ciuic/tokenizer.h>
 
 #include "tokenizer/factory.h"
@@ -57,6 +62,26 @@ TEST(TokenizerErrors, MissingFileAndDirectory) {
     EXPECT_EQ(what,
               "cannot read tokenizer file '" + dir + "': it is a directory (expected tokenizer.json)");
   }
+}
+
+// Special files are refused at once (issue 16 item 3): /dev/zero would grow memory forever, a FIFO
+// without a writer would block forever; a file over the bound is refused before it is read.
+TEST(TokenizerErrors, SpecialAndHugeFilesAreRefusedAtOnce) {
+  EXPECT_EQ(error_of([&] { load_tokenizer("/dev/zero"); }),
+            "cannot read tokenizer file /dev/zero: not a regular file (a character device)");
+  // A fresh folder: opening a FIFO left by an earlier run for writing would block.
+  const std::filesystem::path dir = std::filesystem::path(CIUIC_TEST_TMP) / "tokenizer" / "special";
+  { std::error_code ec; ciuic::remove_tree(dir.string(), ec); }
+  std::filesystem::create_directories(dir);
+  const std::string fifo = (dir / "tokenizer.json").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << fifo;
+  EXPECT_EQ(error_of([&] { load_tokenizer(fifo); }),
+            "cannot read tokenizer file " + fifo + ": not a regular file (a FIFO (named pipe))");
+  const std::string huge = (dir / "huge.json").string();
+  std::ofstream(huge).close();
+  std::filesystem::resize_file(huge, kMaxJsonInputBytes + 1);  // sparse: nothing is written
+  EXPECT_EQ(error_of([&] { load_tokenizer(huge); }),
+            "cannot read tokenizer file " + huge + ": it has 268435457 bytes, over the limit of 268435456 bytes for this file");
 }
 
 TEST(TokenizerErrors, MalformedJsonNamesLineAndColumn) {

@@ -22,6 +22,8 @@
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
+#include <ciuic/checksum.h>
+
 #include "e2e_support.h"
 
 namespace fs = std::filesystem;
@@ -234,6 +236,41 @@ TEST(TrainE2E, ResumeOnOtherWorldSizes) {
     EXPECT_RUN_OK(r);
     EXPECT_LT(max_rel(exported(r), exported(full)), 1e-6) << "resumed on " << world;
   }
+}
+
+// A sequence longer than the model's positions trains, with a warning naming both (issue 16 item
+// 10: it was accepted silently).
+TEST(TrainE2E, SeqLenBeyondMaxPositionsIsAWarning) {
+  const Result r = run("seq-beyond", Shape{.world = 1, .micro = 2, .steps = 1},
+                       {"--set", "model.config.max_position_embeddings=16"});
+  EXPECT_RUN_OK(r);
+  EXPECT_NE((r.out + r.err).find("[train] seq_len = 32 is longer than the model's max_position_embeddings = 16"),
+            std::string::npos) << r.log();
+}
+
+// The data slot's cursor contract (ciuic/data.h, issue 19 item 3): cursors are global positions.
+// A checkpoint whose ranks' cursors differ (what a plugin with per-rank cursors writes; made here
+// by editing trainer.json and its manifest entry) resumes on its own world size but is refused on
+// another, naming both cursors, instead of silently continuing from rank 0's.
+TEST(TrainE2E, PerRankCursorsAreRefusedOnAnotherWorldSize) {
+  const Result saved = run("cursors2", Shape{.world = 2, .micro = 3, .steps = 2});
+  EXPECT_RUN_OK(saved);
+  std::string ckpt;
+  for (const auto& e : fs::directory_iterator(saved.dir + "/out/checkpoints"))
+    if (e.path().filename().string().rfind("step_", 0) == 0) ckpt = e.path().string();
+  ASSERT_FALSE(ckpt.empty());
+  nlohmann::json trainer = nlohmann::json::parse(std::ifstream(ckpt + "/trainer.json"));
+  ASSERT_EQ(trainer["data_cursors"].size(), 2u);
+  trainer["data_cursors"][1] = "{\"epoch\": 0, \"row\": 999}";
+  const std::string text = trainer.dump(2);
+  std::ofstream(ckpt + "/trainer.json", std::ios::binary | std::ios::trunc) << text;
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(ckpt + "/manifest.json"));
+  manifest["files"]["trainer.json"] = {{"bytes", text.size()}, {"crc32c", ciuic::crc32c(text.data(), text.size())}};
+  std::ofstream(ckpt + "/manifest.json", std::ios::binary | std::ios::trunc) << manifest.dump(2);
+  const Result other = run("cursors1", Shape{.world = 1, .micro = 6, .steps = 4}, {"--resume", ckpt});
+  EXPECT_EQ(other.code, 2) << other.log();
+  EXPECT_NE(other.err.find("by a data plugin whose cursors differ per rank"), std::string::npos) << other.log();
+  EXPECT_NE(other.err.find("row\\\": 999"), std::string::npos) << other.log();
 }
 
 TEST(TrainE2E, IncompatibleCheckpointIsRefused) {

@@ -61,6 +61,13 @@ class CIUIC_API DataSource : public PluginObject {
   // reshuffled from the seed and the epoch number.
   virtual Batch next() = 0;
   // Opaque position (JSON text) of the next batch next() will return; seek() restores it.
+  // Contract: the cursor is a global position — after the same number of next() calls every rank
+  // returns the same string, naming the next global batch (e.g. {"epoch": e, "row": r}, rank k
+  // reading r + k). A checkpoint stores every rank's cursor. Resumed on the same world size, each
+  // rank seeks to its own; on another world size, every rank seeks to rank 0's, and seek() must
+  // then continue this rank's share of that global batch for the new world size and micro-batch
+  // (DataOpenArgs). A checkpoint whose ranks' cursors differ cannot resume on another world size
+  // and is refused, naming both cursors.
   virtual std::string cursor() const = 0;
   virtual void seek(const std::string& cursor) = 0;
   virtual int64_t epoch() const = 0;

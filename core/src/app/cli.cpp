@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include <ATen/Context.h>
+
 #include <ciuic/comm.h>
 #include <ciuic/data.h>
 #include <ciuic/error.h>
@@ -31,6 +33,7 @@
 #include "recipe/schema.h"
 #include "registry/registry.h"
 #include "plan/plan.h"
+#include "tokenizer/factory.h"
 #include "train/html_report.h"
 #include "train/options.h"
 #include "train/worker.h"
@@ -91,7 +94,7 @@ class TempDir {
   std::string path_;
 };
 
-int dry_run(const Recipe& recipe, const Registry& registry) {
+int dry_run(const Recipe& recipe, const Registry& registry, const std::string& resume) {
   const Config cluster = recipe.section("cluster");
   const Config run = recipe.section("run");
   TempDir out_dir;
@@ -118,6 +121,13 @@ int dry_run(const Recipe& recipe, const Registry& registry) {
     const Slot slot = static_cast<Slot>(i);
     const std::string name = recipe.plugin_name(slot);
     os << "  " << pad(slot_name(slot), 10);
+    if (!registry.find(slot, name) && ctx.device.is_cuda() && !at::hasCUDA()) {
+      // A GPU recipe checked on a CPU-only build: its CUDA plugins were not built; the rest is
+      // still checked.
+      os << pad(name, 12) << "not in this build (built without CUDA: CIUIC_WITH_CUDA=OFF); not checked\n";
+      objects.push_back(nullptr);
+      continue;
+    }
     const PluginDescriptor& d = registry.get(slot, name);
     const Config config = recipe.plugin_config(slot, *d.info);
     switch (slot) {
@@ -129,8 +139,55 @@ int dry_run(const Recipe& recipe, const Registry& registry) {
     }
     os << pad(d.name, 12) << pad(d.version, 9) << "created  " << d.path << "\n";
   }
+  // Preflight: every input the run reads, opened as the run opens it; nothing is trained.
+  const train::TrainOptions opt = train::TrainOptions::from(recipe);
+  const model::LlamaConfig cfg = train::recipe_model_config(recipe);  // reads [model] path's config.json
+  if (!opt.model_path.empty()) {
+    const fs::path p(opt.model_path);
+    if (!fs::exists(p / "model.safetensors") && !fs::exists(p / "model.safetensors.index.json"))
+      throw UsageError("[model] path " + opt.model_path +
+                       ": no model.safetensors or model.safetensors.index.json (expected a Hugging Face model folder)");
+  }
+  os << "  model      " << (opt.model_path.empty() ? std::string("random init") : opt.model_path) << ", "
+     << cfg.num_parameters() << " parameters\n";
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::unique_ptr<ChatTemplate> chat_template;
+  if (!opt.tokenizer_path.empty()) {
+    tokenizer = load_tokenizer(opt.tokenizer_path);
+    chat_template = make_chat_template(opt.chat_template, *tokenizer);
+    if (tokenizer->vocab_size() > cfg.vocab_size)
+      throw UsageError("tokenizer " + opt.tokenizer_path + " has " + std::to_string(tokenizer->vocab_size()) +
+                       " tokens but the model's vocab_size is " + std::to_string(cfg.vocab_size));
+    os << "  tokenizer  " << opt.tokenizer_path << ", " << tokenizer->vocab_size() << " tokens, chat template "
+       << opt.chat_template << "\n";
+  }
+  if (auto* data = dynamic_cast<DataSource*>(objects[static_cast<size_t>(Slot::kData)].get())) {
+    DataOpenArgs da;
+    da.seq_len = opt.seq_len;
+    da.micro_batch_size = opt.micro_batch;
+    da.seed = ctx.seed;
+    da.rank = 0;
+    da.world_size = static_cast<int>(cluster.get_int("nnodes") * cluster.get_int("nproc_per_node"));
+    da.tokenizer = tokenizer.get();
+    da.chat_template = chat_template.get();
+    train::open_data_plugin(recipe, registry, *data, da);
+    os << "  data       opened as rank 0 of " << da.world_size << "\n";
+  }
+  if (!resume.empty()) {
+    std::string folder;
+    if (resume != "auto")
+      folder = checkpoint::resolve(resume, opt.checkpoint_dir);
+    else
+      try {
+        folder = checkpoint::resolve("latest", opt.checkpoint_dir);
+      } catch (const UsageError&) {  // --resume auto without a checkpoint: a fresh start
+      }
+    if (!folder.empty()) checkpoint::verify(folder, /*checksums=*/false);
+    os << "  resume     " << (folder.empty() ? "auto: no checkpoint yet, a fresh start" : folder + " (manifest and sizes checked)")
+       << "\n";
+  }
   while (!objects.empty()) objects.pop_back();
-  os << "the recipe and its plugins are valid; nothing was trained\n";
+  os << "the recipe, its plugins and its inputs are valid; nothing was trained\n";
   std::cout << os.str() << std::flush;
   return kExitOk;
 }
@@ -156,7 +213,7 @@ int run_recipe(const CliOptions& o) {
     std::cout << recipe.resolved_toml(registry) << std::flush;
     return kExitOk;
   }
-  if (o.dry_run) return dry_run(recipe, registry);
+  if (o.dry_run) return dry_run(recipe, registry, o.resume);
 
   const auto worker_env = launch::detect_worker_env();
   if (!worker_env && recipe.section("cluster").get_float("memory_per_device_gib") > 0) {

@@ -56,6 +56,34 @@ nlohmann::json read_json(const fs::path& p) {
   }
 }
 
+// The manifest's structure, checked before any value is used: a hand-edited or foreign file gets a
+// message naming it, not a JSON library exception; file names are plain names inside the folder.
+void check_manifest(const nlohmann::json& m, const fs::path& mpath) {
+  auto bad = [&](const std::string& what) {
+    return Error(mpath.string() + ": not a valid ciuic checkpoint manifest: " + what);
+  };
+  if (!m.is_object()) throw bad("expected a JSON object");
+  if (!m.contains("format") || m["format"] != kFormat) throw Error(mpath.string() + ": not a ciuic checkpoint manifest");
+  if (!m.contains("version") || !m["version"].is_number_integer()) throw bad("\"version\" must be an integer");
+  if (!m.contains("files") || !m["files"].is_object()) throw bad("\"files\" must be an object");
+  for (const auto& [name, info] : m["files"].items()) {
+    const std::string shown = name.size() > 64 ? name.substr(0, 64) + "..." : name;
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+      throw bad("file name \"" + shown + "\" is not a plain name inside the checkpoint folder");
+    if (!info.is_object() || !info.contains("bytes") || !info["bytes"].is_number_unsigned() ||
+        !info.contains("crc32c") || !info["crc32c"].is_number_unsigned())
+      throw bad("file \"" + shown + "\" needs unsigned integers \"bytes\" and \"crc32c\"");
+  }
+}
+
+// A JSON library exception met while reading a checkpoint's trainer.json (a field missing or of
+// the wrong type) as an Error naming the folder.
+[[noreturn]] void malformed(const std::string& folder, const nlohmann::json::exception& e) {
+  std::string what = e.what();
+  if (what.size() > 200) what = what.substr(0, 200) + "...";
+  throw Error("checkpoint " + folder + ": malformed trainer.json or manifest.json (" + what + ")");
+}
+
 void fsync_dir(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
@@ -193,8 +221,7 @@ nlohmann::json verify(const std::string& folder, bool checksums) {
   if (!fs::exists(mpath))
     throw Error("checkpoint " + folder + " is incomplete: manifest.json is missing");
   nlohmann::json m = read_json(mpath);
-  if (m.value("format", "") != kFormat)
-    throw Error(mpath.string() + ": not a ciuic checkpoint manifest");
+  check_manifest(m, mpath);
   if (m.value("version", 0) != kFormatVersion)
     throw Error(mpath.string() + ": checkpoint format version " + std::to_string(m.value("version", 0)) +
                 ", this ciuic reads version " + std::to_string(kFormatVersion));
@@ -220,7 +247,8 @@ std::vector<fs::path> complete_checkpoints(const std::string& dir) {
   std::vector<std::pair<int64_t, fs::path>> found;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return {};
-  static const std::regex re("step_([0-9]+)");
+  // At most 18 digits (what int64 holds): a folder with more is not a checkpoint of ours.
+  static const std::regex re("step_([0-9]{1,18})");
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string n = e.path().filename().string();
@@ -421,7 +449,7 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
 }
 
 // ---- load ---------------------------------------------------------------------------------------
-TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape, const Parts& parts) {
+TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape, const Parts& parts) try {
   const nlohmann::json manifest = verify(folder, /*checksums=*/false);
   const fs::path dir(folder);
   const nlohmann::json trainer = read_json(dir / "trainer.json");
@@ -450,6 +478,20 @@ TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape
     parts.precision->load_state(StateDict(p.begin(), p.end()));
   }
   const auto& cursors = trainer.at("data_cursors");
+  if (!same_world)
+    // The DataSource contract (ciuic/data.h): a cursor is a global position, the same on every
+    // rank. A plugin whose cursors differ per rank cannot continue on another world size.
+    for (const auto& c : cursors)
+      if (c != cursors.at(0)) {
+        std::string first = cursors.at(0).dump(), other = c.dump();
+        if (first.size() > 80) first = first.substr(0, 80) + "...";
+        if (other.size() > 80) other = other.substr(0, 80) + "...";
+        throw UsageError("cannot resume " + folder + " on " + std::to_string(ctx_.world_size) +
+                         " ranks: it was written on " + std::to_string(old_world) +
+                         " ranks by a data plugin whose cursors differ per rank (" + first + " and " + other +
+                         "), so no rank knows where the others were; resume on " + std::to_string(old_world) +
+                         " ranks, or make the plugin's cursor() a global position (ciuic/data.h)");
+      }
   parts.data->seek(cursors.at(same_world ? ctx_.rank : 0).get<std::string>());
   if (same_world) {
     auto f = model::SafetensorsFile::open((dir / rank_file(ctx_.rank)).string());
@@ -472,6 +514,8 @@ TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape
   last_good_ = folder;
   if (ctx_.rank == 0) set_aside_later(folder);
   return st;
+} catch (const nlohmann::json::exception& e) {
+  malformed(folder, e);
 }
 
 void Checkpointer::set_aside_later(const std::string& folder) {
@@ -506,13 +550,15 @@ void Checkpointer::set_aside_later(const std::string& folder) {
 }
 
 // ---- offline readers ------------------------------------------------------------------------------
-model::LlamaConfig read_model_config(const std::string& folder) {
+model::LlamaConfig read_model_config(const std::string& folder) try {
   const nlohmann::json trainer = read_json(fs::path(folder) / "trainer.json");
   return model::LlamaConfig::from_json(trainer.at("shape").at("model_config"),
                                        (fs::path(folder) / "trainer.json").string());
+} catch (const nlohmann::json::exception& e) {
+  malformed(folder, e);
 }
 
-model::NamedTensors read_master_weights(const std::string& folder) {
+model::NamedTensors read_master_weights(const std::string& folder) try {
   verify(folder, /*checksums=*/true);
   const fs::path dir(folder);
   const nlohmann::json trainer = read_json(dir / "trainer.json");
@@ -526,6 +572,8 @@ model::NamedTensors read_master_weights(const std::string& folder) {
     out.emplace_back(name, shards.fetch("master", name, 0, n).view(shape));
   }
   return out;
+} catch (const nlohmann::json::exception& e) {
+  malformed(folder, e);
 }
 
 }  // namespace ciuic::checkpoint

@@ -2,6 +2,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <type_traits>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ciuic/error.h>
+#include <ciuic/files.h>
 
 namespace ciuic::model {
 
@@ -192,6 +194,27 @@ void LlamaConfig::validate(const std::string& origin) const {
   positive("num_key_value_heads", num_key_value_heads);
   positive("head_dim", head_dim);
   positive("max_position_embeddings", max_position_embeddings);
+  // Sizes a tensor can have: every dimension within int32 (the kernels index with it), and a
+  // parameter count (computed in double, so it cannot overflow) below 2^40 (about 1.1 trillion),
+  // beyond any model a few GPUs fine-tune. Otherwise `num_hidden_layers = 1e9` or
+  // `vocab_size = 2^62` ends in std::bad_alloc or a storage-size overflow deep inside LibTorch.
+  constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
+  for (auto [key, v] : {std::pair{"vocab_size", vocab_size}, std::pair{"hidden_size", hidden_size},
+                        std::pair{"intermediate_size", intermediate_size},
+                        std::pair{"num_hidden_layers", num_hidden_layers},
+                        std::pair{"num_attention_heads", num_attention_heads},
+                        std::pair{"num_key_value_heads", num_key_value_heads}, std::pair{"head_dim", head_dim},
+                        std::pair{"max_position_embeddings", max_position_embeddings}})
+    if (v > kMaxDim) bad_key(origin, key, std::to_string(v) + " is larger than 2^31 - 1");
+  const double h = static_cast<double>(hidden_size), q = static_cast<double>(num_attention_heads) * head_dim,
+               kv = static_cast<double>(num_key_value_heads) * head_dim;
+  const double per_layer = h * (q + 2 * kv) + q * h + 3 * h * static_cast<double>(intermediate_size) + 2 * h;
+  const double params = static_cast<double>(num_hidden_layers) * per_layer + 2 * static_cast<double>(vocab_size) * h;
+  if (params >= std::ldexp(1.0, 40))
+    bad_key(origin, "num_hidden_layers",
+            "this shape has about " + std::to_string(static_cast<int64_t>(params / 1e9)) +
+                " billion parameters, more than 2^40: check num_hidden_layers, hidden_size, "
+                "intermediate_size and vocab_size");
   if (num_attention_heads % num_key_value_heads != 0)
     bad_key(origin, "num_key_value_heads",
             "num_attention_heads (" + std::to_string(num_attention_heads) + ") must be a multiple of it (" +
@@ -222,13 +245,14 @@ LlamaConfig LlamaConfig::from_json(const json& j, const std::string& origin) {
 }
 
 LlamaConfig LlamaConfig::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open the model config (expected an HF config.json)");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw Error(path + ": cannot open the model config (expected an HF config.json): no such file");
+  // A regular file of at most kMaxJsonInputBytes: /dev/zero or a FIFO is refused at once.
+  const std::string text = read_input(path, "model config (an HF config.json)", kMaxJsonInputBytes);
   json j;
   try {
-    j = json::parse(ss.str());
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
     throw Error(path + ": malformed JSON: " + e.what());
   }

@@ -85,7 +85,8 @@ std::vector<SectionSpec> build_core_schema() {
       K("nnodes", kI, "1", "number of nodes").min(1),
       K("device", kS, "\"cpu\"", "device to compute on").choices("cpu|cuda"),
       K("memory_per_device_gib", kF, "0.0", "memory cap per device in GiB (CUDA caching allocator; the planner); 0 = no cap").min(0),
-      K("timeout_s", kF, "600.0", "rendezvous and collective timeout in seconds").min(0, true),
+      // At most a week: 1e300 passed validation and failed inside gloo (issue 16 item 6).
+      K("timeout_s", kF, "600.0", "rendezvous and collective timeout in seconds").min(0, true).max(604800),
       K("output", kS, "\"rank0\"", "whose output the launcher shows").choices("rank0|all"),
   }});
   v.push_back({"model", "model folder or inline architecture, tokenizer, chat template", {

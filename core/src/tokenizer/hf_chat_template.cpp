@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ciuic/error.h>
+#include <ciuic/files.h>
 #include <ciuic/tokenizer.h>
 
 #include "tokenizer/hf_tokenizer.h"
@@ -33,13 +34,7 @@ namespace {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) throw Error("cannot read " + p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_text(const fs::path& p) { return read_input(p.string(), "chat template", kMaxJsonInputBytes); }
 
 std::string token_string(const nlohmann::json& v) {
   if (v.is_string()) return v.get<std::string>();

@@ -37,6 +37,9 @@ struct AddedToken {
 
 // Leftmost-longest exact matching of a set of strings (HF uses an Aho-Corasick automaton with
 // MatchKind::LeftmostLongest; at each start position, left to right, the longest pattern wins).
+// A byte trie for the first kTrieDepth bytes of each pattern; the bytes after that are kept whole
+// at the node of depth kTrieDepth (longest first) and compared with memcmp, so memory grows with
+// the patterns' total length (a 20 MB added token costs about 20 MB, not a node per byte).
 class LiteralMatcher {
  public:
   void add(std::string_view pattern, int32_t value);
@@ -44,10 +47,14 @@ class LiteralMatcher {
   // The first match starting at or after `pos`: its start, length and value.
   bool find(std::string_view text, size_t pos, size_t* start, size_t* len, int32_t* value) const;
 
+  static constexpr size_t kTrieDepth = 64;
+
  private:
   struct Node {
     std::vector<std::pair<uint8_t, int32_t>> kids;  // sorted by byte
     int32_t value = -1;
+    // At depth kTrieDepth only: the rest of each longer pattern and its value, longest first.
+    std::vector<std::pair<std::string, int32_t>> tails;
   };
   int32_t child(int32_t node, uint8_t b) const;
   std::vector<Node> nodes_{Node{}};

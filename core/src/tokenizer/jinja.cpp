@@ -1911,7 +1911,11 @@ class Parser {
           it->pos = p;
           it->obj = std::move(n->obj);
           auto l = std::make_unique<Literal>();
-          l->v = Value::integer(std::stoll(next().text));
+          const Token& t = next();
+          int64_t index = 0;
+          auto r = std::from_chars(t.text.data(), t.text.data() + t.text.size(), index);
+          if (r.ec != std::errc()) fail_at(origin_, t.pos, "integer literal out of range: " + t.text);
+          l->v = Value::integer(index);
           it->key = std::move(l);
           e = std::move(it);
           continue;
@@ -2392,7 +2396,10 @@ Value attr_path(Ctx& c, Pos p, const Value& v, const std::string& path) {
     std::string part = path.substr(i, j - i);
     if (cur.is_undefined()) return cur;
     bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; });
-    cur = digits ? get_item(c, p, cur, Value::integer(std::stoll(part))) : get_item(c, p, cur, Value::string(part));
+    int64_t index = 0;
+    if (digits && std::from_chars(part.data(), part.data() + part.size(), index).ec != std::errc())
+      rt_fail(c, p, "index out of range: " + part);
+    cur = digits ? get_item(c, p, cur, Value::integer(index)) : get_item(c, p, cur, Value::string(part));
     i = j + 1;
   }
   return cur;

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ciuic/error.h>
+#include <ciuic/files.h>
 #include <ciuic/log.h>
 
 #include "tokenizer/factory.h"
@@ -78,12 +79,8 @@ std::string read_file(const std::string& path, const char* what) {
     throw Error("cannot read " + std::string(what) + " '" + path + "': no such file");
   if (std::filesystem::is_directory(path, ec))
     throw Error("cannot read " + std::string(what) + " '" + path + "': it is a directory (expected tokenizer.json)");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read " + std::string(what) + " '" + path + "': " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error("cannot read " + std::string(what) + " '" + path + "': read error");
-  return ss.str();
+  // A regular file of at most kMaxJsonInputBytes: /dev/zero or a FIFO is refused at once.
+  return read_input(path, what, kMaxJsonInputBytes);
 }
 
 // GPT-2's pre-tokenization regex, as HF's ByteLevel pre-tokenizer compiles it.
@@ -118,7 +115,9 @@ int32_t LiteralMatcher::child(int32_t node, uint8_t b) const {
 void LiteralMatcher::add(std::string_view pattern, int32_t value) {
   if (pattern.empty()) return;
   int32_t node = 0;
-  for (unsigned char b : pattern) {
+  const size_t depth = std::min(pattern.size(), kTrieDepth);
+  for (size_t i = 0; i < depth; ++i) {
+    const auto b = static_cast<unsigned char>(pattern[i]);
     int32_t next = child(node, b);
     if (next < 0) {
       next = static_cast<int32_t>(nodes_.size());
@@ -129,7 +128,19 @@ void LiteralMatcher::add(std::string_view pattern, int32_t value) {
     }
     node = next;
   }
-  nodes_[node].value = value;
+  if (pattern.size() == depth) {
+    nodes_[node].value = value;
+    return;
+  }
+  const std::string_view rest = pattern.substr(depth);
+  auto& tails = nodes_[node].tails;
+  for (auto& t : tails)
+    if (t.first == rest) {
+      t.second = value;
+      return;
+    }
+  auto at = std::find_if(tails.begin(), tails.end(), [&](const auto& t) { return t.first.size() < rest.size(); });
+  tails.insert(at, {std::string(rest), value});
 }
 
 bool LiteralMatcher::find(std::string_view text, size_t pos, size_t* start, size_t* len, int32_t* value) const {
@@ -147,6 +158,14 @@ bool LiteralMatcher::find(std::string_view text, size_t pos, size_t* start, size
         best_value = nodes_[node].value;
         best_len = q - p;
       }
+      // Patterns longer than the trie (only at depth kTrieDepth, which has no children): the
+      // first that matches is the longest.
+      for (const auto& [rest, v] : nodes_[node].tails)
+        if (rest.size() <= text.size() - q && std::memcmp(data + q, rest.data(), rest.size()) == 0) {
+          best_value = v;
+          best_len = q - p + rest.size();
+          break;
+        }
       if (q >= text.size()) break;
       node = child(node, data[q]);
       if (node < 0) break;

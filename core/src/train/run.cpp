@@ -13,6 +13,7 @@
 
 #include <ciuic/config.h>
 #include <ciuic/error.h>
+#include <ciuic/log.h>
 
 #include "model/config.h"
 #include "optim/schedule.h"
@@ -93,6 +94,10 @@ model::LlamaConfig model_config(const Recipe& recipe, const std::string& model_p
 
 }  // namespace
 
+void open_data_plugin(const Recipe& recipe, const Registry& registry, DataSource& data, const DataOpenArgs& args) {
+  as_plugin(recipe, registry, Slot::kData, [&] { data.open(args); });
+}
+
 model::LlamaConfig recipe_model_config(const Recipe& recipe) {
   return model_config(recipe, resolve_input(recipe.section("model").get_string("path"), recipe.dir()));
 }
@@ -144,6 +149,10 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
     throw UsageError("tokenizer " + r.opt.tokenizer_path + " has " +
                      std::to_string(r.tokenizer->vocab_size()) +
                      " tokens but the model's vocab_size is " + std::to_string(cfg.vocab_size));
+  if (r.opt.seq_len > cfg.max_position_embeddings && r.ctx.rank == 0)
+    log_warn("[train] seq_len = " + std::to_string(r.opt.seq_len) + " is longer than the model's max_position_embeddings = " +
+             std::to_string(cfg.max_position_embeddings) + ": positions past it were never trained (rotary embeddings "
+             "extrapolate)");
   r.model = std::make_unique<model::LlamaModel>(cfg, r.precision->param_dtype(), r.ctx.device);
   if (r.opt.model_path.empty())
     r.model->init_random(r.ctx.seed, r.opt.init_std);
@@ -169,7 +178,7 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   da.pin_memory = r.ctx.device.is_cuda();
   da.tokenizer = r.tokenizer.get();
   da.chat_template = r.chat_template.get();
-  as_plugin(recipe, registry, Slot::kData, [&] { r.data->open(da); });
+  open_data_plugin(recipe, registry, *r.data, da);
   return r;
 }
 

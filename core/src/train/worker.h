@@ -7,6 +7,8 @@
 namespace ciuic {
 class Recipe;
 class Registry;
+class DataSource;
+struct DataOpenArgs;
 }  // namespace ciuic
 
 namespace ciuic::train {
@@ -32,6 +34,12 @@ CIUIC_API model::LlamaConfig recipe_model_config(const Recipe& recipe);
 // train.max_steps), so that the launcher refuses such a recipe before starting any worker.
 // Throws ConfigError naming the key.
 CIUIC_API void check_recipe(const Recipe& recipe);
+
+// Opens `data` (the recipe's data plugin) with `args`. Whatever the plugin throws names the plugin
+// and its file, as the factory's errors do, with its exit code kept. The run and --dry-run's
+// preflight open data this way.
+CIUIC_API void open_data_plugin(const Recipe& recipe, const Registry& registry, DataSource& data,
+                                const DataOpenArgs& args);
 
 // Builds the run context for `env`, creates the recipe's plugins, trains, checkpoints and exports
 // as the recipe says. Returns the process exit code; throws ciuic::Error on failure.

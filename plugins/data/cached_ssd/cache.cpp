@@ -365,7 +365,8 @@ void build_cache(const CacheSettings& s, const nlohmann::json& inputs, const std
         {"build_seconds", st.build_seconds},
         {"threads", threads}}},
   };
-  const std::string text = m.dump(2) + "\n";
+  // Replace, not throw, should a quoted bad line still hold invalid UTF-8 (LineError bounds it).
+  const std::string text = m.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   write_file_synced(tmp + "/manifest.json", {{text.data(), text.size()}});  // written last
   fsync_dir(tmp);
   log_info("data cache: tokenized " + std::to_string(st.documents) + " documents, " +
@@ -384,9 +385,29 @@ nlohmann::json read_matching_manifest(const std::string& dir, const std::string&
   const std::string path = dir + "/manifest.json";
   if (!file_exists(path)) return nullptr;
   nlohmann::json m = nlohmann::json::parse(read_text_file(path), nullptr, false);
-  if (m.is_discarded() || !m.is_object() || m.value("format", "") != "ciuic-token-cache" ||
-      m.value("version", 0u) != kCacheFormatVersion || m.value("key", "") != key)
+  if (m.is_discarded() || !m.is_object() || !m.contains("format") || m["format"] != "ciuic-token-cache" ||
+      !m.contains("version") || m["version"] != kCacheFormatVersion || !m.contains("key") || m["key"] != key)
     return nullptr;
+  // Ours and for these inputs: every field the reader uses must be there with its type, so a
+  // damaged manifest is reported as such (not as a JSON library exception).
+  auto file_entry = [](const nlohmann::json& e) {
+    return e.is_object() && e.contains("bytes") && e["bytes"].is_number_unsigned() && e.contains("xxh64") &&
+           e["xxh64"].is_string();
+  };
+  bool ok = m.contains("sources") && m["sources"].is_array() && m.contains("shards") && m["shards"].is_array() &&
+            m.contains("index") && file_entry(m["index"]) && m["index"].contains("documents") &&
+            m["index"]["documents"].is_number_unsigned() && m.contains("stats") && m["stats"].is_object();
+  if (ok)
+    for (const auto& sh : m["shards"])
+      ok = ok && file_entry(sh) && sh.contains("file") && sh["file"].is_string() &&
+           sh["file"].get<std::string>().find('/') == std::string::npos;
+  if (ok)
+    for (const auto& src : m["sources"]) ok = ok && src.is_object();
+  for (const char* k : {"documents", "tokens", "loss_tokens", "skipped_lines", "empty_documents", "no_loss_documents"})
+    if (ok && m["stats"].contains(k)) ok = m["stats"][k].is_number_unsigned();
+  if (!ok)
+    throw Error("data cache manifest " + path + " is damaged (a field is missing or of the wrong type; delete " + dir +
+                " to rebuild it)");
   return m;
 }
 

@@ -2,6 +2,8 @@
 // packed into rows, shuffled per epoch, sliced by rank, prefetched on a background thread.
 // User documentation: docs/data.md. Pieces: documents.h (one line → tokens), cache.h (build,
 // reuse, verify), layout.h (rows, labels, positions), prefetch.h (background producer).
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -261,6 +263,12 @@ class CachedSsd final : public DataSource {
         if (!file_exists(p)) config_->fail(key, "no such file: " + p);
         out.push_back(p);
       }
+    }
+    // Sources are streamed: a FIFO would block the cache build forever and a device never end.
+    for (const auto& p : out) {
+      struct stat st {};
+      if (::stat(p.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+        config_->fail(key, p + " is not a regular file (expected a JSONL or text file, not a folder, FIFO or device)");
     }
     return out;
   }

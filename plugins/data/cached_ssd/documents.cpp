@@ -4,6 +4,41 @@
 
 namespace ciuic::data {
 
+std::string bounded_utf8(std::string_view s, size_t max) {
+  auto cont = [&](size_t i) { return i < s.size() && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80; };
+  std::string out;
+  size_t i = 0;
+  while (i < s.size() && out.size() < max) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    size_t n = 0;  // length of a well-formed sequence starting at i, 0 if none
+    if (b < 0x80) {
+      n = 1;
+    } else if (b >= 0xC2 && b <= 0xDF) {
+      n = cont(i + 1) ? 2 : 0;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      const auto c = i + 1 < s.size() ? static_cast<unsigned char>(s[i + 1]) : 0;
+      const bool ok = (b == 0xE0 ? c >= 0xA0 : b == 0xED ? c <= 0x9F : true);
+      n = ok && cont(i + 1) && cont(i + 2) ? 3 : 0;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      const auto c = i + 1 < s.size() ? static_cast<unsigned char>(s[i + 1]) : 0;
+      const bool ok = (b == 0xF0 ? c >= 0x90 : b == 0xF4 ? c <= 0x8F : true);
+      n = ok && cont(i + 1) && cont(i + 2) && cont(i + 3) ? 4 : 0;
+    }
+    if (n) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else {
+      static const char* hex = "0123456789ABCDEF";
+      out += "\\x";
+      out += hex[b >> 4];
+      out += hex[b & 15];
+      ++i;
+    }
+  }
+  if (i < s.size()) out += "... (" + std::to_string(s.size()) + " bytes in all)";
+  return out;
+}
+
 namespace {
 
 std::string type_name(const nlohmann::json& j) { return j.type_name(); }

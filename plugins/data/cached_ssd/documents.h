@@ -37,9 +37,15 @@ struct DocumentSettings {
   const ChatTemplate* chat_template = nullptr;
 };
 
+// `s` cut to about `max` bytes (whole characters; "... (N bytes in all)" appended when cut), with
+// every byte that is not part of well-formed UTF-8 written as \xNN: error text that quotes user data
+// (a 50 MB unterminated line, invalid UTF-8) stays short and can be written into JSON.
+std::string bounded_utf8(std::string_view s, size_t max = 300);
+
+// The messages are bounded_utf8: they quote user data.
 class LineError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit LineError(const std::string& what) : std::runtime_error(bounded_utf8(what)) {}
 };
 
 // Appends the encoded document to ids/mask. Returns the number of tokens appended (0 for a

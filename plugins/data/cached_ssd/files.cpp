@@ -162,11 +162,8 @@ bool file_exists(const std::string& path) {
 }
 
 std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_errno("cannot open", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  // A regular file of at most kMaxJsonInputBytes (a cache manifest): never a FIFO or a device.
+  return ciuic::read_input(path, "data cache file", ciuic::kMaxJsonInputBytes);
 }
 
 bool has_glob_chars(std::string_view s) { return s.find_first_of("*?[") != std::string_view::npos; }

@@ -2,6 +2,7 @@
 // written out by hand from the ByteTokenizer's rules (data_test_support.h), not computed by the
 // plugin's code; XXH64 is compared with the Python `xxhash` package (fixtures/data/xxh64.json).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -529,6 +530,39 @@ INSTANTIATE_TEST_SUITE_P(
                 "eval_fraction", "not both"},
         BadCase{"recipe_location", "", "sources = [\"nope.jsonl\"]\n", "recipe.toml:1:", "[data] sources"}),
     [](const auto& info) { return info.param.name; });
+
+// Sources are streamed: a FIFO without a writer would block the cache build forever and a device
+// would never end; both, and a folder, are refused before anything is read (issue 16 item 3).
+TEST(CachedSsd, SpecialFilesAsSourcesAreRefusedAtOnce) {
+  const std::string dir = temp_dir("special");
+  ASSERT_EQ(::mkfifo((dir + "/pipe.jsonl").c_str(), 0600), 0);
+  std::filesystem::create_directories(dir + "/folder.jsonl");
+  for (const std::string src : {"pipe.jsonl", "folder.jsonl", "/dev/zero"}) {
+    Source s(dir, "sources = [\"" + src + "\"]\n", 8, 1);
+    const std::string e = error_of([&] { s.open(); });
+    EXPECT_NE(e.find("is not a regular file"), std::string::npos) << src << ": " << e;
+    EXPECT_NE(e.find("[data] sources"), std::string::npos) << src << ": " << e;
+  }
+}
+
+// Error text quotes at most a short, well-formed excerpt of a bad line (issue 16 item 6): an
+// unterminated 1 MiB line gives a short message; with on_error = "skip", a line of invalid UTF-8
+// is skipped and its quoted excerpt no longer breaks writing the cache manifest.
+TEST(CachedSsd, BadLinesAreQuotedShortAndAsValidUtf8) {
+  const std::string dir = temp_dir("excerpt");
+  write_file(dir + "/long.jsonl", "{\"text\": \"" + std::string(1 << 20, 'a') + "\n");
+  Source s(dir, "sources = [\"long.jsonl\"]\n", 8, 1);
+  const std::string e = error_of([&] { s.open(); });
+  EXPECT_NE(e.find("long.jsonl:1: malformed JSON"), std::string::npos) << e.substr(0, 500);
+  EXPECT_NE(e.find("bytes in all)"), std::string::npos) << e.substr(0, 500);
+  EXPECT_LT(e.size(), 1000u);
+
+  write_file(dir + "/utf8.jsonl", "{\"text\": \"fine\"}\n{\"text\": \"bad \xff\xfe here\"}\n{\"text\": \"also fine\"}\n");
+  Source k(dir, "sources = [\"utf8.jsonl\"]\non_error = \"skip\"\n", 8, 1);
+  k.open();
+  EXPECT_EQ(k.metric("data_skipped_lines"), 1);
+  EXPECT_EQ(k.metric("data_train_documents"), 2);
+}
 
 TEST(CachedSsd, SkipModeCountsBadLines) {
   std::string dir = temp_dir("skip");
