@@ -33,10 +33,10 @@ TEST(Elastic, SplitIsTheLargestMicroBatchThatFits) {
 }
 
 TEST(Elastic, NearestWorldSizes) {
-  EXPECT_EQ(nearest_world_sizes(12, 5), std::make_pair<int64_t, int64_t>(4, 6));
-  EXPECT_EQ(nearest_world_sizes(12, 7), std::make_pair<int64_t, int64_t>(6, 12));
-  EXPECT_EQ(nearest_world_sizes(7, 3), std::make_pair<int64_t, int64_t>(1, 7));
-  EXPECT_EQ(nearest_world_sizes(6, 13), std::make_pair<int64_t, int64_t>(6, 0));
+  EXPECT_EQ(nearest_world_sizes(12, 5), (std::pair<int64_t, int64_t>{4, 6}));
+  EXPECT_EQ(nearest_world_sizes(12, 7), (std::pair<int64_t, int64_t>{6, 12}));
+  EXPECT_EQ(nearest_world_sizes(7, 3), (std::pair<int64_t, int64_t>{1, 7}));
+  EXPECT_EQ(nearest_world_sizes(6, 13), (std::pair<int64_t, int64_t>{6, 0}));
 }
 
 TEST(Elastic, OnlyAChangedWorldSizeIsAdapted) {
