@@ -236,6 +236,18 @@ TEST(TrainE2E, ResumeOnOtherWorldSizes) {
     EXPECT_RUN_OK(r);
     EXPECT_LT(max_rel(exported(r), exported(full)), 1e-6) << "resumed on " << world;
   }
+  // Elastic (issue 17 item 6): the saved recipe itself (micro 3 x accumulation 1) on 2 ranks keeps
+  // the checkpoint's 12 rows per step as micro 3 x accumulation 2 and lands where the
+  // uninterrupted run does; 5 ranks cannot split 12 rows and is refused naming 4 and 6.
+  const Result two = run("resume2-elastic", Shape{.world = 2, .micro = 3, .steps = 10}, {"--resume", ckpt});
+  EXPECT_RUN_OK(two);
+  EXPECT_NE((two.out + two.err).find("now on 2: micro_batch_size 3 -> 3, gradient_accumulation_steps 1 -> 2"),
+            std::string::npos) << two.log();
+  EXPECT_LT(max_rel(exported(two), exported(full)), 1e-6) << "elastic resume on 2";
+  const Result five = run("resume5-elastic", Shape{.world = 5, .micro = 3, .steps = 10}, {"--resume", ckpt});
+  EXPECT_EQ(five.code, 2) << five.log();
+  EXPECT_NE(five.err.find("does not split evenly over 5 ranks; world sizes next to 5 that keep it: 4 or 6"),
+            std::string::npos) << five.log();
 }
 
 // A sequence longer than the model's positions trains, with a warning naming both (issue 16 item

@@ -276,10 +276,12 @@ std::string resolve(const std::string& spec, const std::string& dir, const std::
   return all.back().string();
 }
 
-std::string Checkpointer::latest() const {
-  auto all = complete_checkpoints(dir_);
+std::string latest(const std::string& dir) {
+  auto all = complete_checkpoints(dir);
   return all.empty() ? std::string() : all.back().string();
 }
+
+std::string Checkpointer::latest() const { return checkpoint::latest(dir_); }
 
 // ---- save ---------------------------------------------------------------------------------------
 Checkpointer::Checkpointer(std::string dir, int64_t keep_last, const RunContext& ctx)
@@ -291,6 +293,17 @@ std::string read_run_id(const std::string& folder) {
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object() || !j.contains("run_id") || !j["run_id"].is_string()) return "";
   return j["run_id"].get<std::string>();
+}
+
+std::pair<int64_t, int64_t> read_batch_shape(const std::string& folder) {
+  std::ifstream in(fs::path(folder) / "trainer.json");
+  if (!in) return {0, 0};
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("world_size") || !j["world_size"].is_number_integer() ||
+      !j.contains("shape") || !j["shape"].is_object() || !j["shape"].contains("global_rows") ||
+      !j["shape"]["global_rows"].is_number_integer())
+    return {0, 0};
+  return {j["shape"]["global_rows"].get<int64_t>(), j["world_size"].get<int64_t>()};
 }
 
 bool Checkpointer::ours(const std::string& folder) const {

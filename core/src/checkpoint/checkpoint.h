@@ -119,6 +119,13 @@ class Checkpointer {
 // The run id in a checkpoint folder's trainer.json; "" when it has none or cannot be read.
 std::string read_run_id(const std::string& folder);
 
+// The global batch (rows per optimizer step over all ranks) and the world size a checkpoint
+// folder was written with, from its trainer.json; {0, 0} when it cannot be read.
+std::pair<int64_t, int64_t> read_batch_shape(const std::string& folder);
+
+// The newest complete checkpoint folder under `dir`; "" when there is none.
+std::string latest(const std::string& dir);
+
 // "latest" or a folder → a checkpoint folder. "latest" means the newest complete one under `dir`
 // (UsageError when there is none). A folder may also be the checkpoint dir itself (then its
 // newest). Errors name `option` (the command-line flag that gave `spec`).

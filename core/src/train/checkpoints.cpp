@@ -20,15 +20,19 @@ Checkpoints::Checkpoints(Run& run, const std::string& resume)
   parts_ = checkpoint::Parts{run.comm.get(), run.sharding.get(), run.precision.get(), run.data.get()};
 
   const bool rank0 = run.ctx.rank == 0;
-  // --resume auto: the newest checkpoint if there is one, else a fresh start (for jobs that are
-  // restarted after preemption with the same command line).
-  const bool auto_fresh = resume == "auto" && ckpt_.latest().empty();
-  if (auto_fresh && rank0)
+  const std::string folder = resume_folder(ckpt_.dir(), resume);
+  if (resume == "auto" && folder.empty() && rank0)
     log_info("--resume auto: no checkpoint in " + ckpt_.dir() + "; starting fresh");
-  if (resume.empty() || auto_fresh) return;
-  const std::string folder = checkpoint::resolve(resume == "auto" ? "latest" : resume, ckpt_.dir());
+  if (folder.empty()) return;
   st_ = ckpt_.load(folder, shape_, parts_);
   if (rank0) log_info("resumed from " + folder + " at step " + std::to_string(st_.step));
+}
+
+std::string Checkpoints::resume_folder(const std::string& dir, const std::string& resume) {
+  // --resume auto: the newest checkpoint if there is one, else a fresh start (for jobs that are
+  // restarted after preemption with the same command line).
+  if (resume.empty() || (resume == "auto" && checkpoint::latest(dir).empty())) return "";
+  return checkpoint::resolve(resume == "auto" ? "latest" : resume, dir);
 }
 
 std::string Checkpoints::save() {

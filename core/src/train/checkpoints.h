@@ -18,6 +18,10 @@ class Checkpoints {
   // checkpoint when there is one to load; state() then holds its counters.
   Checkpoints(Run& run, const std::string& resume);
 
+  // The checkpoint folder `resume` names in checkpoint dir `dir`: "" for a fresh start ("" or
+  // "auto" with no checkpoint). Throws UsageError when "latest" or a folder names nothing.
+  static std::string resume_folder(const std::string& dir, const std::string& resume);
+
   checkpoint::TrainerState& state() { return st_; }
   // After step `state().step` completed: saves when every_steps says so (not at the last step:
   // finish() saves that one).

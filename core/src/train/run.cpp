@@ -20,6 +20,8 @@
 #include "recipe/recipe.h"
 #include "registry/registry.h"
 #include "tokenizer/factory.h"
+#include "train/checkpoints.h"
+#include "train/elastic.h"
 #include "train/worker.h"
 
 namespace fs = std::filesystem;
@@ -125,6 +127,17 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   std::error_code ec;
   fs::create_directories(r.opt.output_dir, ec);
   if (ec) throw Error("cannot create output_dir " + r.opt.output_dir + ": " + ec.message());
+  // Resuming on another world size keeps the checkpoint's global batch (train/elastic.h): decided
+  // before anything is sized by the micro-batch or the accumulation.
+  if (const std::string folder = Checkpoints::resume_folder(r.opt.checkpoint_dir, options.resume); !folder.empty()) {
+    const auto [rows, world] = checkpoint::read_batch_shape(folder);
+    const ElasticSplit e = elastic_split(rows, world, r.opt.micro_batch, r.opt.accumulation, r.ctx.world_size, folder);
+    if (e.changed) {
+      r.opt.micro_batch = e.split.micro_batch;
+      r.opt.accumulation = e.split.accumulation;
+      if (r.ctx.rank == 0) log_info(e.message);
+    }
+  }
   // The schedule first: a recipe error must not wait for tens of GiB of optimizer state.
   r.schedule = optim::LrSchedule::create(recipe.section("scheduler"), r.opt.lr, r.opt.max_steps);
   r.device = device_info(r.ctx.device, r.opt.peak_tflops);
