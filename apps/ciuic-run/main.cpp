@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
       ("export-dtype", po::value<std::string>(&export_dtype)->value_name("bf16|fp32"),
        "with --export-hf: dtype of the exported weights (default bf16)")
       ("tokenizer", po::value<std::string>(&export_tokenizer)->value_name("FILE"),
-       "with --export-hf: a tokenizer.json to copy into OUT (with its tokenizer_config.json)");
+       "with --export-hf: a tokenizer.json to copy into OUT (with its tokenizer_config.json and "
+       "chat_template.jinja) instead of the one the checkpoint keeps");
   std::string from_ds, output, plot_dir;
   po::options_description tool_opts("Converting and reporting (no recipe needed)", 100, 50);
   tool_opts.add_options()

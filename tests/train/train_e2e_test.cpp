@@ -362,6 +362,75 @@ TEST(TrainE2E, SurvivesKillNineAndResumesExactly) {
   EXPECT_TRUE(identical(exported(r), exported(full)));
 }
 
+// The exported model stops where the tokenizer says (issue 17 item 3). The demo tokenizer's BOS
+// and EOS are 0 and 1, LlamaConfig's defaults 1 and 2: without a model folder, the ids the recipe
+// does not set come from the tokenizer. Every checkpoint keeps the tokenizer files, so
+// `--export-hf CKPT OUT` carries them without --tokenizer. An id the recipe sets is kept, with a
+// warning naming both.
+TEST(TrainE2E, SpecialIdsAndTheTokenizerTravelWithTheModel) {
+  const std::string demo = std::string(CIUIC_SOURCE_DIR) + "/examples/demo";
+  auto run_with = [&](const std::string& name, const std::string& model_config_extra) {
+    Result r;
+    r.dir = ciuic::testing::fresh_dir("e2e-" + name);
+    Shape s;
+    s.steps = 2;
+    s.extra = "[model]\ntokenizer = \"" + demo + "/tokenizer.json\"\n";
+    std::string text = recipe_text(s, r.dir + "/out");
+    const std::string vocab = "vocab_size = 64\nmax_position_embeddings = 64\n";
+    const size_t at = text.find(vocab);  // the model's, in [model.config] (the demo has 379 tokens)
+    EXPECT_NE(at, std::string::npos);
+    text.replace(at, vocab.size(), "vocab_size = 384\nmax_position_embeddings = 64\n" + model_config_extra);
+    std::ofstream(r.dir + "/recipe.toml") << text;
+    Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", r.dir + "/recipe.toml"}, r.dir + "/log", {"OMP_NUM_THREADS=1"});
+    EXPECT_TRUE(c.wait(std::chrono::seconds(240)));
+    r.code = c.exit_code();
+    r.out = c.out();
+    r.err = c.err();
+    return r;
+  };
+  auto json_of = [](const std::string& path) { return nlohmann::json::parse(std::ifstream(path)); };
+  auto bytes_of = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+
+  const Result r = run_with("special-ids", "");
+  EXPECT_RUN_OK(r);
+  for (const char* f : {"config.json", "generation_config.json"}) {
+    const auto j = json_of(r.dir + "/out/hf/" + f);
+    EXPECT_EQ(j["bos_token_id"], 0) << f;
+    EXPECT_EQ(j["eos_token_id"], 1) << f;
+  }
+  EXPECT_NE((r.out + r.err).find("special token ids from the tokenizer"), std::string::npos) << r.log();
+  // The checkpoint keeps the tokenizer files, listed (with checksums) in its manifest.
+  std::string ckpt;
+  for (const auto& e : fs::directory_iterator(r.dir + "/out/checkpoints"))
+    if (e.path().filename().string().rfind("step_", 0) == 0) ckpt = e.path().string();
+  ASSERT_FALSE(ckpt.empty());
+  const auto manifest = json_of(ckpt + "/manifest.json");
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    EXPECT_TRUE(manifest["files"].contains(f)) << f;
+    EXPECT_EQ(bytes_of(ckpt + "/" + f), bytes_of(demo + "/" + f)) << f;
+  }
+  // --export-hf from the checkpoint alone: the same ids and the tokenizer files.
+  Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", "--export-hf", r.dir + "/out/checkpoints", r.dir + "/hf2"},
+          r.dir + "/export");
+  ASSERT_TRUE(c.wait(std::chrono::seconds(60)));
+  ASSERT_EQ(c.exit_code(), 0) << c.out() << c.err();
+  EXPECT_EQ(json_of(r.dir + "/hf2/config.json")["eos_token_id"], 1);
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    EXPECT_EQ(bytes_of(r.dir + "/hf2/" + f), bytes_of(demo + "/" + f)) << f;
+
+  // An id the recipe sets wins, with a warning naming the recipe line and the tokenizer's id.
+  const Result set = run_with("special-ids-set", "eos_token_id = 5\n");
+  EXPECT_RUN_OK(set);
+  EXPECT_EQ(json_of(set.dir + "/out/hf/config.json")["eos_token_id"], 5);
+  EXPECT_EQ(json_of(set.dir + "/out/hf/config.json")["bos_token_id"], 0);
+  EXPECT_NE((set.out + set.err).find("the model's eos_token_id is 5 ("), std::string::npos) << set.log();
+  EXPECT_NE((set.out + set.err).find("recipe.toml:"), std::string::npos) << set.log();
+  EXPECT_NE((set.out + set.err).find(") is 1 (<|end_of_text|>)"), std::string::npos) << set.log();
+}
+
 // ciuic-run --export-hf CKPT OUT: the same folder as the run's own export, from a checkpoint saved
 // on 3 ranks; bad arguments and a corrupt checkpoint are refused without leaving OUT behind.
 TEST(TrainE2E, ExportHfFromACheckpoint) {

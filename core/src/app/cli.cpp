@@ -368,11 +368,10 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, const s
   const model::LlamaConfig config = checkpoint::read_model_config(folder);
   model::HfExportOptions eo;
   eo.dtype = *export_dtype;
-  if (!tokenizer.empty()) {
-    eo.extra_files.push_back(tokenizer);
-    const fs::path tc = fs::path(tokenizer).parent_path() / "tokenizer_config.json";
-    if (fs::exists(tc)) eo.extra_files.push_back(tc.string());
-  }
+  // The tokenizer the checkpoint keeps (written by runs with a tokenizer), unless --tokenizer
+  // names another.
+  const fs::path kept = fs::path(folder) / "tokenizer.json";
+  eo.extra_files = model::tokenizer_files(!tokenizer.empty() ? tokenizer : fs::exists(kept) ? kept.string() : "");
   // Assembled beside OUT, renamed into place when complete.
   const fs::path target = fs::absolute(out_dir).lexically_normal();
   const fs::path tmp = target.parent_path() / (".tmp-" + target.filename().string());

@@ -185,7 +185,11 @@ std::vector<std::string> shape_differences(const nlohmann::json& saved, const Ru
   const auto& a = saved.at("model_config");
   const auto& b = cur.at("model_config");
   for (const auto& [k, v] : b.items()) {
-    if (k == "torch_dtype" || k == "transformers_version") continue;
+    // Special token ids do not shape the weights: a checkpoint from before the ids were taken
+    // from the tokenizer resumes (the run's ids are the ones written from then on).
+    if (k == "torch_dtype" || k == "transformers_version" || k == "bos_token_id" || k == "eos_token_id" ||
+        k == "pad_token_id")
+      continue;
     if (!a.contains(k))
       out.push_back("model " + k + ": absent in the checkpoint, " + v.dump() + " now");
     else if (a.at(k) != v)
@@ -394,6 +398,12 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
       const fs::path p = tmp / "precision.safetensors";
       model::write_safetensors(p.string(), model::NamedTensors(psd.begin(), psd.end()));
       files["precision.safetensors"] = {{"bytes", fs::file_size(p)}, {"crc32c", crc32c_file(p.string())}};
+    }
+    for (const std::string& f : shape.tokenizer_files) {
+      const std::string name = fs::path(f).filename().string();
+      const fs::path p = tmp / name;
+      fs::copy_file(f, p, fs::copy_options::overwrite_existing);
+      files[name] = {{"bytes", fs::file_size(p)}, {"crc32c", crc32c_file(p.string())}};
     }
     nlohmann::json trainer = {{"step", st.step},
                               {"updates", st.updates},

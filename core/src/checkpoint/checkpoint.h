@@ -7,6 +7,8 @@
 //                          element is: Sharding::layout()). Together the files hold every
 //                          parameter's state exactly once, whatever the world size that wrote them.
 //   precision.safetensors  the loss scaler's state (rank 0's; identical on every rank)
+//   tokenizer.json, tokenizer_config.json, chat_template.jinja
+//                          the run's tokenizer files when it has a tokenizer (rank 0 copies them)
 //   trainer.json           step counters, tokens seen, every rank's data cursor, the run's shape
 //                          (model config, global batch, sequence length), each parameter's
 //                          name and shape, and the run id (below)
@@ -71,6 +73,9 @@ struct RunShape {
   int64_t seq_len = 0;
   // Every parameter's HF name and shape, in model order.
   std::vector<std::pair<std::string, std::vector<int64_t>>> params;
+  // The run's tokenizer files (model::tokenizer_files), copied into every checkpoint under their
+  // own names so that an export from the checkpoint carries them; not compared on resume.
+  std::vector<std::string> tokenizer_files;
 };
 
 // The run's stateful parts.

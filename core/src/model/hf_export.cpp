@@ -64,6 +64,17 @@ struct TempDir {
 
 }  // namespace
 
+std::vector<std::string> tokenizer_files(const std::string& tokenizer_json) {
+  if (tokenizer_json.empty()) return {};
+  std::vector<std::string> out{tokenizer_json};
+  const fs::path dir = fs::path(tokenizer_json).parent_path();
+  for (const char* name : {"tokenizer_config.json", "chat_template.jinja"}) {
+    std::error_code ec;
+    if (fs::is_regular_file(dir / name, ec)) out.push_back((dir / name).string());
+  }
+  return out;
+}
+
 void write_hf_folder(const std::string& folder, const LlamaConfig& config, const NamedTensors& tensors,
                      const HfExportOptions& options) {
   if (options.dtype != at::kBFloat16 && options.dtype != at::kFloat && options.dtype != at::kHalf)

@@ -44,6 +44,11 @@ struct HfExportOptions {
   std::vector<std::string> extra_files;
 };
 
+// The files of a tokenizer that travel with a model: `tokenizer_json` and, in its folder,
+// tokenizer_config.json (special tokens, chat template) and chat_template.jinja when they exist.
+// "" gives none. Used for the run's export, the checkpoints and `ciuic-run --export-hf`.
+CIUIC_API std::vector<std::string> tokenizer_files(const std::string& tokenizer_json);
+
 // `tensors`: every parameter of `config`'s model under its HF name (LlamaModel::named_parameters()
 // names; order kept in the files), any device and floating dtype — e.g. fp32 master weights.
 // A tied config must not carry lm_head.weight; an untied one must.

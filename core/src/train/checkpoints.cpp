@@ -17,6 +17,7 @@ Checkpoints::Checkpoints(Run& run, const std::string& resume)
   shape_.global_rows = run.opt.micro_batch * run.opt.accumulation * run.ctx.world_size;
   shape_.seq_len = run.opt.seq_len;
   for (const auto& [name, t] : run.model->named_parameters()) shape_.params.emplace_back(name, t.sizes().vec());
+  shape_.tokenizer_files = model::tokenizer_files(run.opt.tokenizer_path);
   parts_ = checkpoint::Parts{run.comm.get(), run.sharding.get(), run.precision.get(), run.data.get()};
 
   const bool rank0 = run.ctx.rank == 0;
@@ -62,11 +63,7 @@ void Checkpoints::finish() {
   const std::string& out = r_.opt.hf_dir;
   model::HfExportOptions eo;
   eo.dtype = model::export_dtype_from_name(r_.opt.export_dtype).value_or(at::kBFloat16);
-  if (!r_.opt.tokenizer_path.empty()) {
-    eo.extra_files.push_back(r_.opt.tokenizer_path);
-    const fs::path tc = fs::path(r_.opt.tokenizer_path).parent_path() / "tokenizer_config.json";
-    if (fs::exists(tc)) eo.extra_files.push_back(tc.string());
-  }
+  eo.extra_files = shape_.tokenizer_files;
   model::write_hf_folder(out, r_.model->config(), checkpoint::read_master_weights(final_ckpt), eo);
   log_info("exported Hugging Face model to " + out);
 }

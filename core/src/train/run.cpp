@@ -94,6 +94,41 @@ model::LlamaConfig model_config(const Recipe& recipe, const std::string& model_p
   return model::LlamaConfig{}.with_overrides(overrides, origin);
 }
 
+// The model's BOS/EOS ids and the tokenizer's must agree, or the exported model never stops
+// generating (transformers' generate() stops at config.json's eos_token_id). An id nobody chose
+// (no model folder, not set in [model.config]: LlamaConfig's default) becomes the tokenizer's; an
+// id the model folder or the recipe chose is kept, and a disagreement is a warning naming both.
+model::LlamaConfig with_tokenizer_special_ids(const model::LlamaConfig& cfg, const Tokenizer& tok,
+                                              const std::string& tok_path, const Recipe& recipe,
+                                              bool from_model_folder, bool say) {
+  const Config mc = recipe.section("model.config");
+  nlohmann::json take = nlohmann::json::object();
+  auto reconcile = [&](const char* key, std::optional<int32_t> tok_id, bool agrees, const std::string& model_id) {
+    if (!tok_id || agrees) return;
+    if (!from_model_folder && !mc.has(key)) {
+      take[key] = *tok_id;
+      return;
+    }
+    if (say)
+      log_warn(std::string("the model's ") + key + " is " + model_id + " (" +
+               (mc.has(key) ? mc.location(key) : std::string("the model folder's config.json")) +
+               ") but the tokenizer's (" + tok_path + ") is " + std::to_string(*tok_id) + " (" +
+               tok.decode({*tok_id}) + "): the exported model keeps the model's");
+  };
+  const std::optional<int32_t> bos = tok.bos_id(), eos = tok.eos_id();
+  reconcile("bos_token_id", bos, bos && cfg.bos_token_id == static_cast<int64_t>(*bos),
+            cfg.bos_token_id ? std::to_string(*cfg.bos_token_id) : "null");
+  std::string eos_ids;
+  for (int64_t e : cfg.eos_token_ids) eos_ids += (eos_ids.empty() ? "" : ", ") + std::to_string(e);
+  reconcile("eos_token_id", eos,
+            eos && std::find(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end(), static_cast<int64_t>(*eos)) !=
+                       cfg.eos_token_ids.end(),
+            cfg.eos_token_ids.size() == 1 ? eos_ids : "[" + eos_ids + "]");
+  if (take.empty()) return cfg;
+  if (say) log_info("special token ids from the tokenizer " + tok_path + ": " + take.dump());
+  return cfg.with_overrides(take, "the tokenizer's special tokens");
+}
+
 }  // namespace
 
 void open_data_plugin(const Recipe& recipe, const Registry& registry, DataSource& data, const DataOpenArgs& args) {
@@ -157,7 +192,10 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
     r.tokenizer = load_tokenizer(r.opt.tokenizer_path);
     r.chat_template = make_chat_template(r.opt.chat_template, *r.tokenizer);
   }
-  const model::LlamaConfig cfg = recipe_model_config(recipe);
+  model::LlamaConfig cfg = recipe_model_config(recipe);
+  if (r.tokenizer)
+    cfg = with_tokenizer_special_ids(cfg, *r.tokenizer, r.opt.tokenizer_path, recipe, !r.opt.model_path.empty(),
+                                     r.ctx.rank == 0);
   if (r.tokenizer && r.tokenizer->vocab_size() > cfg.vocab_size)
     throw UsageError("tokenizer " + r.opt.tokenizer_path + " has " +
                      std::to_string(r.tokenizer->vocab_size()) +
