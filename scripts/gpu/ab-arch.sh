@@ -33,7 +33,7 @@ ciuic() {  # ciuic NAME TIMEOUT BUILD RECIPE ARGS...  (the base build reads the 
   cp "/tmp/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
 }
 one_b="configs/llama-1b-bench.toml --nproc $ngpu --set train.max_steps=20 --set log.every_steps=5"
-seven="configs/deepseek-7b-3x4090.toml --nproc $ngpu --set train.max_steps=3 --set scheduler.warmup_num_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false"
+seven="configs/bench/deepseek-7b-3x4090.toml --nproc $ngpu --set train.max_steps=3 --set scheduler.warmup_num_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false"
 case "$what" in
 build)
   run build-new 420 bash scripts/gpu/build-on-host.sh . build-gpu

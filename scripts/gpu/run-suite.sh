@@ -88,8 +88,8 @@ part3)  # part2 again after the bounded in-flight reductions and the nccl enqueu
   ;;
 part5)  # part4's 7B runs only (after the set-up and accumulation fixes)
   seven="--nproc $ngpu --set train.max_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false"
-  ciuic ds7b-4090-2rank 150 configs/deepseek-7b-3x4090.toml $seven
-  ciuic ds67b-a100-2rank 150 configs/deepseek-6.7b-4xa100.toml $seven
+  ciuic ds7b-4090-2rank 150 configs/bench/deepseek-7b-3x4090.toml $seven
+  ciuic ds67b-a100-2rank 150 configs/bench/deepseek-6.7b-4xa100.toml $seven
   ;;
 part6)  # parity again (the host-gradient paths changed after part1), then zero2+cpu_adam+bf16 with
         # the step breakdown: the 1B shape and the 3x4090 recipe's 7B shape at 2 ranks, 24 GiB cap
@@ -97,14 +97,14 @@ part6)  # parity again (the host-gradient paths changed after part1), then zero2
   cp /tmp/parity/parity.json "$OUT/" 2>/dev/null
   ciuic z2-1b-cpuadam 120 $one_b --nproc "$ngpu" --set optimizer.plugin=cpu_adam \
         --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=1
-  ciuic ds7b-4090-2rank 220 configs/deepseek-7b-3x4090.toml --nproc "$ngpu" --set train.max_steps=6 \
+  ciuic ds7b-4090-2rank 220 configs/bench/deepseek-7b-3x4090.toml --nproc "$ngpu" --set train.max_steps=6 \
         --set scheduler.warmup_num_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 \
         --set checkpoint.save_final=false
   ;;
 part7)  # the seed setups' 7B shapes at 2 ranks with expandable segments, step breakdown
   seven="--nproc $ngpu --set train.max_steps=6 --set scheduler.warmup_num_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false"
-  ciuic ds7b-4090-2rank 250 configs/deepseek-7b-3x4090.toml $seven
-  ciuic ds67b-a100-2rank 250 configs/deepseek-6.7b-4xa100.toml $seven
+  ciuic ds7b-4090-2rank 250 configs/bench/deepseek-7b-3x4090.toml $seven
+  ciuic ds67b-a100-2rank 250 configs/bench/deepseek-6.7b-4xa100.toml $seven
   ;;
 part8)  # after the host gradient fold: parity, 1B (device update and cpu_adam), both 7B shapes
   run parity 150 python3 scripts/gpu/parity.py "$B/ciuic-run" /tmp/parity
@@ -113,13 +113,13 @@ part8)  # after the host gradient fold: parity, 1B (device update and cpu_adam),
   ciuic z2-1b-cpuadam 90 $one_b --nproc "$ngpu" --set optimizer.plugin=cpu_adam \
         --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=1
   seven="--nproc $ngpu --set train.max_steps=6 --set scheduler.warmup_num_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false"
-  ciuic ds7b-4090-2rank 200 configs/deepseek-7b-3x4090.toml $seven
-  ciuic ds67b-a100-2rank 150 configs/deepseek-6.7b-4xa100.toml $seven
+  ciuic ds7b-4090-2rank 200 configs/bench/deepseek-7b-3x4090.toml $seven
+  ciuic ds67b-a100-2rank 150 configs/bench/deepseek-6.7b-4xa100.toml $seven
   ;;
 part9)  # the host fold on its own thread team: 1B cpu_adam, then 3 steps of the 3x4090 7B shape
   ciuic z2-1b-cpuadam 70 $one_b --nproc "$ngpu" --set optimizer.plugin=cpu_adam \
         --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=1
-  ciuic ds7b-4090-2rank 160 configs/deepseek-7b-3x4090.toml --nproc "$ngpu" --set train.max_steps=3 \
+  ciuic ds7b-4090-2rank 160 configs/bench/deepseek-7b-3x4090.toml --nproc "$ngpu" --set train.max_steps=3 \
         --set scheduler.warmup_num_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 \
         --set checkpoint.save_final=false
   ;;
@@ -128,8 +128,8 @@ part4)  # cpu_adam at 1B again (asynchronous gradient copies), then the seed set
   ciuic z2-1b-cpuadam 120 $one_b --nproc "$ngpu" --set optimizer.plugin=cpu_adam \
         --set cluster.memory_per_device_gib=24.0 --set train.max_steps=8 --set log.every_steps=2
   seven="--nproc $ngpu --set train.max_steps=2 --set log.every_steps=1 --set checkpoint.every_steps=0 --set checkpoint.save_final=false"
-  ciuic ds7b-4090-2rank 160 configs/deepseek-7b-3x4090.toml $seven
-  ciuic ds67b-a100-2rank 160 configs/deepseek-6.7b-4xa100.toml $seven
+  ciuic ds7b-4090-2rank 160 configs/bench/deepseek-7b-3x4090.toml $seven
+  ciuic ds67b-a100-2rank 160 configs/bench/deepseek-6.7b-4xa100.toml $seven
   ;;
 esac
 python3 scripts/gpu/summarize.py "$OUT" | tee "$OUT/summary.md"

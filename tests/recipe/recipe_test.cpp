@@ -215,6 +215,31 @@ TEST(RecipeIncludes, ComposeAndOverride) {
   EXPECT_EQ(r.path(), top);
 }
 
+// A file that names another plugin for a slot than its include drops the include's options of
+// that slot (they belong to the old plugin) and keeps the slot's core keys; naming the same plugin
+// merges key by key as usual. (A benchmark variant includes the real recipe and switches [data] to
+// synthetic tokens.)
+TEST(RecipeIncludes, SwitchingAPluginDropsTheIncludedPluginsOptions) {
+  fs::path d = test_dir();
+  write_file(d / "real.toml",
+             "[train]\nmax_steps = 5\n[optimizer]\nplugin = \"adamw\"\nlr = 3e-5\nfused = true\n"
+             "[data]\nplugin = \"cached_ssd\"\nsources = [\"a.jsonl\"]\nformat = \"chat\"\n");
+  write_file(d / "bench.toml",
+             "include = [\"real.toml\"]\n[optimizer]\nplugin = \"cpu_adam\"\n[data]\nplugin = \"synthetic\"\nvocab_size = 64\n");
+  write_file(d / "same.toml", "include = [\"real.toml\"]\n[data]\nplugin = \"cached_ssd\"\nformat = \"text\"\n");
+  const Recipe bench = Recipe::load((d / "bench.toml").string());
+  const std::string b = bench.resolved_toml();
+  EXPECT_EQ(b.find("sources = "), std::string::npos) << b;
+  EXPECT_EQ(b.find("format = "), std::string::npos) << b;
+  EXPECT_EQ(b.find("fused = "), std::string::npos) << b;
+  EXPECT_NE(b.find("vocab_size = 64"), std::string::npos) << b;
+  EXPECT_DOUBLE_EQ(bench.section("optimizer").get_float("lr"), 3e-5);  // a core key of the slot stays
+  EXPECT_EQ(bench.section("train").get_int("max_steps"), 5);
+  const std::string same = Recipe::load((d / "same.toml").string()).resolved_toml();
+  EXPECT_NE(same.find("a.jsonl"), std::string::npos) << same;
+  EXPECT_NE(same.find("format = \"text\""), std::string::npos) << same;
+}
+
 TEST(RecipeIncludes, CycleIsAnErrorWithItsChain) {
   fs::path d = test_dir();
   write_file(d / "a.toml", "include = [\"b.toml\"]\n[train]\nmax_steps = 1\n[data]\nplugin = \"x\"\n");
@@ -382,7 +407,7 @@ TEST(RecipeDocs, ReferenceListsEveryCoreKey) {
 // Every committed recipe passes the core schema (plugin options are checked by --dry-run tests).
 TEST(RecipeConfigs, CommittedRecipesLoad) {
   int n = 0;
-  for (const auto& e : fs::directory_iterator(CIUIC_SOURCE_DIR "/configs")) {
+  for (const auto& e : fs::recursive_directory_iterator(CIUIC_SOURCE_DIR "/configs")) {  // with configs/bench/
     if (e.path().extension() != ".toml") continue;
     try {
       Recipe::load(e.path().string());

@@ -606,8 +606,8 @@ TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
       {{src + "/configs/llama-1b-bench.toml", "--nproc", "2"}, 29.03},
       {{src + "/configs/llama-1b-bench.toml", "--nproc", "2", "--set", "optimizer.plugin=cpu_adam",
         "--set", "cluster.memory_per_device_gib=24.0"}, 21.67},
-      {{src + "/configs/deepseek-6.7b-4xa100.toml", "--nproc", "2"}, 18.90},
-      {{src + "/configs/deepseek-7b-3x4090.toml", "--nproc", "2"}, 19.37},
+      {{src + "/configs/bench/deepseek-6.7b-4xa100.toml", "--nproc", "2"}, 18.90},
+      {{src + "/configs/bench/deepseek-7b-3x4090.toml", "--nproc", "2"}, 19.37},
   };
   for (const auto& c : cases) {
     const PlanOut p = plan(c.args);
@@ -617,7 +617,7 @@ TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
 }
 
 TEST(TrainE2E, PlanSaysWhatDoesNotFitAndWhatWouldHelp) {
-  const std::string recipe = std::string(CIUIC_SOURCE_DIR) + "/configs/deepseek-7b-3x4090.toml";
+  const std::string recipe = std::string(CIUIC_SOURCE_DIR) + "/configs/bench/deepseek-7b-3x4090.toml";
   const PlanOut fits = plan({recipe});
   ASSERT_EQ(fits.code, 0) << fits.text;
   EXPECT_NE(fits.text.find("of the 24.00 GiB cap ([cluster] memory_per_device_gib): fits"), std::string::npos) << fits.text;

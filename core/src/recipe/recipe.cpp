@@ -79,6 +79,31 @@ void copy_locations(const LocationMap& from, const std::string& full, LocationMa
   }
 }
 
+// A file that names another plugin for a slot than the file it includes (`[data] plugin =
+// "synthetic"` over an include's "cached_ssd") drops the included file's options of that slot:
+// they belong to the old plugin and would be unknown keys of the new one. The slot's core keys
+// ([optimizer] lr and weight_decay) stay. Only when both files name the plugin.
+void drop_switched_plugin_options(toml::table& dst, LocationMap& dst_locs, const toml::table& src,
+                                  const std::string& section) {
+  const recipe::SectionSpec* spec = recipe::find_section(section);
+  if (!spec || !spec->plugin_slot) return;
+  const auto now = src.get_as<std::string>("plugin");
+  const auto was = dst.get_as<std::string>("plugin");
+  if (!now || !was || now->get() == was->get()) return;
+  std::vector<std::string> drop;
+  for (auto&& [k, _] : dst) {
+    const std::string key(k.str());
+    const bool core = std::any_of(spec->keys.begin(), spec->keys.end(), [&](const KeySpec& s) { return s.key == key; });
+    if (!core) drop.push_back(key);
+  }
+  for (const std::string& key : drop) {
+    dst.erase(key);
+    const std::string full = section + "." + key;
+    for (auto it = dst_locs.lower_bound(full); it != dst_locs.end() && it->first.rfind(full, 0) == 0;)
+      it = (it->first.size() == full.size() || it->first[full.size()] == '.') ? dst_locs.erase(it) : std::next(it);
+  }
+}
+
 // Merges `src` over `dst` key by key: tables merge recursively, every other value replaces.
 void merge(toml::table& dst, LocationMap& dst_locs, const toml::table& src,
            const LocationMap& src_locs, const std::string& prefix) {
@@ -86,6 +111,7 @@ void merge(toml::table& dst, LocationMap& dst_locs, const toml::table& src,
     const std::string key(k.str());
     const std::string full = prefix.empty() ? key : prefix + "." + key;
     toml::table* dt = dst.get_as<toml::table>(key);
+    if (dt && v.is_table() && prefix.empty()) drop_switched_plugin_options(*dt, dst_locs, *v.as_table(), key);
     if (dt && v.is_table()) {
       auto it = src_locs.find(full);
       if (it != src_locs.end()) dst_locs[full] = it->second;
