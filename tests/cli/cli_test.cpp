@@ -16,8 +16,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kExe = CIUIC_BIN_DIR "/ciuic-run";
-const std::string kGood = CIUIC_TEST_PLUGINS "/good";
+const std::string kExe = CIUIC_BIN_DIR + "/ciuic-run";
+const std::string kGood = CIUIC_TEST_PLUGINS + "/good";
 
 using ciuic_test::has;
 using ciuic_test::Result;
@@ -120,7 +120,7 @@ TEST(Cli, ListPluginsListsEveryPluginOfTheBuild) {
 }
 
 TEST(Cli, ListPluginsVerboseIsTheOptionsReference) {
-  Result r = run("--list-plugins --verbose --plugin-path " + kGood + " --plugin-path " CIUIC_TEST_PLUGINS "/bad");
+  Result r = run("--list-plugins --verbose --plugin-path " + kGood + " --plugin-path " + CIUIC_TEST_PLUGINS + "/bad");
   EXPECT_EQ(r.code, 0);
   EXPECT_TRUE(has(r.out, "    data source for tests\n")) << r.out;
   EXPECT_TRUE(has(r.out, "buffer = 4")) << r.out;
@@ -130,12 +130,12 @@ TEST(Cli, ListPluginsVerboseIsTheOptionsReference) {
   EXPECT_TRUE(has(r.out, "one of \"fast\", \"slow\"")) << r.out;
   EXPECT_TRUE(has(r.out, "search path")) << r.out;
   // Refusals are warnings on stderr, not failures.
-  EXPECT_TRUE(has(r.err, "ciuic-run: warning: refused " CIUIC_TEST_PLUGINS "/bad/libciuic_data_oldapi.so: plugin API "
+  EXPECT_TRUE(has(r.err, "ciuic-run: warning: refused " + CIUIC_TEST_PLUGINS + "/bad/libciuic_data_oldapi.so: plugin API "
                          "version mismatch"))
       << r.err;
   // A library exporting plain functions as entry points is refused, not called through (it used
   // to crash every command with SIGSEGV).
-  EXPECT_TRUE(has(r.err, "ciuic-run: warning: refused " CIUIC_TEST_PLUGINS "/bad/libciuic_data_plainfn.so: not a "
+  EXPECT_TRUE(has(r.err, "ciuic-run: warning: refused " + CIUIC_TEST_PLUGINS + "/bad/libciuic_data_plainfn.so: not a "
                          "ciuic plugin: entry symbol 'ciuic_plugin_info' is a function of "))
       << r.err;
 }
@@ -191,7 +191,7 @@ TEST(Cli, DryRunOpensEveryInput) {
   r = run(base + " --set model.path=/nonexistent/model");
   EXPECT_NE(r.code, 0);
   EXPECT_TRUE(has(r.err, "/nonexistent/model/config.json")) << r.err;
-  const std::string tok = CIUIC_SOURCE_DIR "/examples/demo/tokenizer.json";
+  const std::string tok = CIUIC_SOURCE_DIR + "/examples/demo/tokenizer.json";
   r = run(base + " --set model.tokenizer=" + tok + " --set model.chat_template=nosuch");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "nosuch")) << r.err;
@@ -256,7 +256,7 @@ TEST(Cli, DataPluginOpenErrorsNameThePlugin) {
 }
 
 TEST(Cli, FromDeepSpeedWritesAnEquivalentRecipe) {
-  const std::string seed = CIUIC_SOURCE_DIR "/tests/fixtures/deepspeed/ds_config_4xa100_seed.json";
+  const std::string seed = CIUIC_SOURCE_DIR + "/tests/fixtures/deepspeed/ds_config_4xa100_seed.json";
   const fs::path out = test_dir() / "from_ds.toml";
   fs::remove(out);
   Result r = run("--from-deepspeed " + seed + " --nproc 4 --set train.micro_batch_size=2 -o " + out.string());

@@ -88,7 +88,7 @@ TEST(PluginSection, EveryKindOfErrorAtOnce) {
 }
 
 TEST(PluginSection, ValidateAgainstRealPlugins) {
-  const ciuic::Registry reg = ciuic::Registry::from_paths({CIUIC_TEST_PLUGINS "/good"});
+  const ciuic::Registry reg = ciuic::Registry::from_paths({CIUIC_TEST_PLUGINS + "/good"});
   ASSERT_EQ(reg.list().size(), 5u);
   const std::string all_test =
       "[train]\nmax_steps = 1\n"

@@ -389,7 +389,7 @@ TEST(RecipeConfig, FailNamesTheKeyAndLocation) {
 
 // docs/recipe.md lists every core key in its section's table.
 TEST(RecipeDocs, ReferenceListsEveryCoreKey) {
-  const std::string doc = ciuic_test::slurp(CIUIC_SOURCE_DIR "/docs/recipe.md");
+  const std::string doc = ciuic_test::slurp(CIUIC_SOURCE_DIR + "/docs/recipe.md");
   ASSERT_FALSE(doc.empty());
   for (const auto& s : ciuic::recipe::core_schema()) {
     if (s.plugin_slot && s.keys.size() == 1) continue;  // `plugin` alone: the plugin sections table
@@ -407,7 +407,7 @@ TEST(RecipeDocs, ReferenceListsEveryCoreKey) {
 // Every committed recipe passes the core schema (plugin options are checked by --dry-run tests).
 TEST(RecipeConfigs, CommittedRecipesLoad) {
   int n = 0;
-  for (const auto& e : fs::recursive_directory_iterator(CIUIC_SOURCE_DIR "/configs")) {  // with configs/bench/
+  for (const auto& e : fs::recursive_directory_iterator(CIUIC_SOURCE_DIR + "/configs")) {  // with configs/bench/
     if (e.path().extension() != ".toml") continue;
     try {
       Recipe::load(e.path().string());

@@ -29,8 +29,8 @@ using ciuic::Slot;
 
 namespace {
 
-const std::string kGood = CIUIC_TEST_PLUGINS "/good";
-const std::string kBad = CIUIC_TEST_PLUGINS "/bad";
+const std::string kGood = CIUIC_TEST_PLUGINS + "/good";
+const std::string kBad = CIUIC_TEST_PLUGINS + "/bad";
 
 fs::path test_dir() { return ciuic_test::test_dir("registry"); }
 

@@ -32,8 +32,11 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
   fs::create_directories(root / "io");
   const fs::path io = root / "io", first = root / "first-prefix", prefix = root / "prefix";
   const std::string cmake = CIUIC_CMAKE_COMMAND;
+  // The nested builds' ccache keys hold paths relative to the source tree (as the main build's
+  // do), so a fresh clone hits what another clone compiled.
+  const std::string build_cmd = "CCACHE_BASEDIR=" + CIUIC_SOURCE_DIR + " CCACHE_NOHASHDIR=1 " + cmake + " --build ";
 
-  Result r = ciuic_test::run_command(cmake + " --install " CIUIC_BUILD_DIR " --prefix " + first.string(), io);
+  Result r = ciuic_test::run_command(cmake + " --install " + CIUIC_BUILD_DIR + " --prefix " + first.string(), io);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   fs::rename(first, prefix);  // nothing may refer to where it was installed
 
@@ -85,7 +88,7 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
     return ciuic_test::run_command(c, io);
   };
   auto configure = [&](const fs::path& build, const std::string& extra) {
-    return configure_dir(CIUIC_SOURCE_DIR "/examples/hello_plugin", build, extra);
+    return configure_dir(CIUIC_SOURCE_DIR + "/examples/hello_plugin", build, extra);
   };
   r = configure(hello, "");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
@@ -104,7 +107,7 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
     if (!std::isspace(static_cast<unsigned char>(ch))) said += ch;
     else if (!said.empty() && said.back() != ' ') said += ' ';
   EXPECT_TRUE(has(said, "is version 1.2.3, but ciuic " CIUIC_VERSION " was built against " TORCH_VERSION)) << said;
-  r = ciuic_test::run_command(cmake + " --build " + hello.string(), io);
+  r = ciuic_test::run_command(build_cmd + hello.string(), io);
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   const fs::path plugin = hello / "plugins" / "libciuic_precision_hello.so";
   ASSERT_TRUE(fs::exists(plugin));
@@ -124,7 +127,7 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
                            "[optimizer]\nplugin = \"test\"\n"
                            "[data]\nplugin = \"test\"\npath = \"x\"\n"
                            "[precision]\nplugin = \"hello\"\ngreeting = \"hi from the SDK test\"\n";
-  const std::string paths = " --plugin-path " CIUIC_TEST_PLUGINS "/good --plugin-path " + (hello / "plugins").string();
+  const std::string paths = " --plugin-path " + CIUIC_TEST_PLUGINS + "/good --plugin-path " + (hello / "plugins").string();
   r = ciuic_test::run_command(run + " " + recipe.string() + paths + " --dry-run", io);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(has(r.out, "precision hello")) << r.out;
@@ -141,9 +144,9 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
   // optim kit alone (sdk_examples_test trains with them).
   for (const char* name : {"zero1", "lion"}) {
     const fs::path build = examples / name;
-    r = configure_dir(std::string(CIUIC_SOURCE_DIR "/examples/") + name + "_plugin", build, "");
+    r = configure_dir(std::string(CIUIC_SOURCE_DIR + "/examples/") + name + "_plugin", build, "");
     ASSERT_EQ(r.code, 0) << name << "\n" << r.out << r.err;
-    r = ciuic_test::run_command(cmake + " --build " + build.string(), io);
+    r = ciuic_test::run_command(build_cmd + build.string(), io);
     ASSERT_EQ(r.code, 0) << name << "\n" << r.out << r.err;
   }
   r = ciuic_test::run_command(run + " --list-plugins --plugin-path " + (examples / "zero1/plugins").string() +
@@ -169,7 +172,7 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
                          "CIUIC_DEFINE_PLUGIN_NO_OPTIONS(ciuic::Slot::kData, \"engine_call\", \"0.1\", \"calls the engine\", make)\n");
   r = configure_dir(badsrc.string(), root / "engine_call_build", "");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  r = ciuic_test::run_command(cmake + " --build " + (root / "engine_call_build").string(), io);
+  r = ciuic_test::run_command(build_cmd + (root / "engine_call_build").string(), io);
   EXPECT_NE(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(has(r.out + r.err, "undefined reference to `ciuic::load_tokenizer")) << r.out << r.err;
   { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(root).string(), rm_ec); }

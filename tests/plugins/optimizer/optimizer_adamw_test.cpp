@@ -54,8 +54,8 @@ const ciuic::RunContext& context() {
 
 const ciuic::Registry& registry() {
   static const ciuic::Registry r =
-      ciuic::Registry::from_paths({CIUIC_PLUGIN_DIR "/libciuic_optimizer_cpu_adam.so",
-                                   CIUIC_PLUGIN_DIR "/libciuic_optimizer_adamw.so"});
+      ciuic::Registry::from_paths({CIUIC_PLUGIN_DIR + "/libciuic_optimizer_cpu_adam.so",
+                                   CIUIC_PLUGIN_DIR + "/libciuic_optimizer_adamw.so"});
   return r;
 }
 
