@@ -79,8 +79,8 @@ void copy_locations(const LocationMap& from, const std::string& full, LocationMa
   }
 }
 
-// A file that names another plugin for a slot than the file it includes (`[data] plugin =
-// "synthetic"` over an include's "cached_ssd") drops the included file's options of that slot:
+// A file that names another plugin for a slot than the file it includes (`[data] plugin = "b"`
+// over an include's `plugin = "a"`) drops the included file's options of that slot:
 // they belong to the old plugin and would be unknown keys of the new one. The slot's core keys
 // ([optimizer] lr and weight_decay) stay. Only when both files name the plugin.
 void drop_switched_plugin_options(toml::table& dst, LocationMap& dst_locs, const toml::table& src,
