@@ -40,9 +40,10 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   fs::rename(first, prefix);  // nothing may refer to where it was installed
 
-  for (const char* f : {"bin/ciuic-run", "lib/libciuic.so", "lib/libciuic_sdk.so", "lib/libciuic_optim_kit.a",
+  for (const char* f : {"bin/ciuic-run", "lib/libciuic.so", "lib/libciuic_sdk.so", "lib/libciuic_optim_kit.a", "lib/libciuic_data_kit.a",
                         "include/ciuic/plugin.h", "include/ciuic/version.h", "include/ciuic/optimizer.h",
                         "include/ciuic/kit/bucket_sharding.h", "include/ciuic/kit/shard_optimizer.h",
+                        "include/ciuic/kit/packed_stream.h", "include/ciuic/kit/packing.h",
                         "include/ciuic/ciuic.h", "lib/cmake/Ciuic/CiuicConfig.cmake",
                         "lib/cmake/Ciuic/CiuicConfigVersion.cmake", "lib/cmake/Ciuic/CiuicTargets.cmake",
                         "lib/cmake/Ciuic/CiuicPlugin.cmake", "lib/ciuic/plugins"})

@@ -15,17 +15,21 @@
 
 #include <ATen/ops/empty.h>
 
-#include <nlohmann/json.hpp>
-
 #include <ciuic/config.h>
 #include <ciuic/context.h>
 #include <ciuic/data.h>
 #include <ciuic/error.h>
+#include <ciuic/kit/packing.h>
+#include <ciuic/kit/sampler.h>
 #include <ciuic/plugin.h>
 
 namespace {
 
 using namespace ciuic;
+using data::eval_batches_per_rank;
+using data::fill_padding_row;
+using data::mix64;
+using data::RowCursor;
 
 const OptionSpec kOptions[] = {
     {"vocab_size", OptionType::kInt, nullptr, "ids are drawn from [0, vocab_size)", 2, NAN},
@@ -36,13 +40,6 @@ const OptionSpec kOptions[] = {
     {"rows_per_epoch", OptionType::kInt, "1048576", "global rows in one epoch", 1, NAN},
     {"eval_rows", OptionType::kInt, "0", "global rows of the eval split (0 = no eval split)", 0, NAN},
 };
-
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
 
 enum class Pattern { kRandom, kRepeat, kIncrement };
 
@@ -101,17 +98,12 @@ class Synthetic final : public DataSource {
     return b;
   }
 
-  std::string cursor() const override { return nlohmann::json{{"epoch", epoch_}, {"row", row_}}.dump(); }
+  std::string cursor() const override { return RowCursor{epoch_, row_}.to_json(); }
 
   void seek(const std::string& cursor) override {
-    nlohmann::json j = nlohmann::json::parse(cursor, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || !j.contains("epoch") || !j.contains("row") ||
-        !j["epoch"].is_number_integer() || !j["row"].is_number_integer() || j["epoch"].get<int64_t>() < 0 ||
-        j["row"].get<int64_t>() < 0)
-      throw Error("data plugin synthetic: bad cursor '" + cursor +
-                  "': expected {\"epoch\": <int >= 0>, \"row\": <int >= 0>}");
-    epoch_ = j["epoch"].get<int64_t>();
-    row_ = j["row"].get<int64_t>();
+    const RowCursor c = RowCursor::parse(cursor, "data plugin synthetic");
+    epoch_ = c.epoch;
+    row_ = c.row;
     if (row_ >= rows_per_epoch_) {
       ++epoch_;
       row_ = 0;
@@ -124,8 +116,7 @@ class Synthetic final : public DataSource {
   void begin_eval() override { eval_next_ = 0; }
   std::optional<Batch> next_eval() override {
     check_open();
-    const int64_t per_rank = (eval_rows_ + args_.world_size - 1) / args_.world_size;
-    const int64_t batches = (per_rank + args_.micro_batch_size - 1) / args_.micro_batch_size;
+    const int64_t batches = eval_batches_per_rank(eval_rows_, args_.world_size, args_.micro_batch_size);
     if (eval_rows_ == 0 || eval_next_ >= batches) return std::nullopt;
     Batch b = alloc();
     const int64_t T = args_.seq_len;
@@ -134,11 +125,8 @@ class Synthetic final : public DataSource {
       if (global < eval_rows_) {
         fill(b, i, mix64(args_.seed ^ 0xE7A1ULL) ^ mix64(~static_cast<uint64_t>(global)));
       } else {  // this rank's share ran out: an empty row (no loss) keeps batch counts equal
-        for (int64_t t = 0; t < T; ++t) {
-          b.input_ids.data_ptr<int64_t>()[i * T + t] = 0;
-          b.labels.data_ptr<int64_t>()[i * T + t] = -100;
-          b.position_ids.data_ptr<int64_t>()[i * T + t] = t;
-        }
+        fill_padding_row(T, 0, b.input_ids.data_ptr<int64_t>() + i * T, b.labels.data_ptr<int64_t>() + i * T,
+                         b.position_ids.data_ptr<int64_t>() + i * T);
       }
     }
     ++eval_next_;

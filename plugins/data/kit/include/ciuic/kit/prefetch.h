@@ -1,4 +1,4 @@
-// prefetch.h — one background producer filling a bounded queue, in a fixed order.
+// ciuic/kit/prefetch.h — part of the data kit: one background producer filling a bounded queue, in a fixed order.
 //
 // Producer<Item> runs `produce()` on its own thread and keeps at most `depth` finished items
 // queued; pop() hands them out in production order. An exception thrown by produce() is kept and
@@ -10,6 +10,7 @@
 // only (or the owner's, with depth 0), never concurrently with itself.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>

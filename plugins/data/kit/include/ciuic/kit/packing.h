@@ -1,4 +1,5 @@
-// layout.h — how documents become rows of seq_len tokens, and rows become batches.
+// ciuic/kit/packing.h — part of the data kit (libciuic_data_kit.a; a static library data plugins
+// link, not part of the SDK's ABI): how documents become rows of seq_len tokens.
 //
 // An epoch lays the split's documents out in an order (shuffled from (seed, epoch), or fixed for
 // eval) and cuts the sequence into rows by one of three modes:
@@ -33,12 +34,6 @@ struct DocView {
   uint32_t size;
 };
 using DocLookup = std::function<DocView(uint32_t doc)>;
-
-// A deterministic permutation of 0..n-1 from (seed, stream): Fisher–Yates driven by SplitMix64
-// with unbiased bounded draws — the same on every platform and standard library.
-std::vector<uint32_t> permutation(uint32_t n, uint64_t seed, uint64_t stream);
-// SplitMix64 finaliser of x (a good 64-bit mix).
-uint64_t mix64(uint64_t x);
 
 class RowPlan {
  public:

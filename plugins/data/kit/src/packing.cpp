@@ -1,43 +1,9 @@
-#include "layout.h"
+// The data kit: rows from documents (ciuic/kit/packing.h).
+#include <ciuic/kit/packing.h>
 
 #include <algorithm>
 
 namespace ciuic::data {
-
-uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ULL;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
-std::vector<uint32_t> permutation(uint32_t n, uint64_t seed, uint64_t stream) {
-  std::vector<uint32_t> p(n);
-  for (uint32_t i = 0; i < n; ++i) p[i] = i;
-  uint64_t state = mix64(seed ^ mix64(stream + 0x5851F42D4C957F2DULL));
-  auto next = [&] {
-    state += 0x9E3779B97F4A7C15ULL;
-    uint64_t z = state;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  };
-  // Lemire's nearly-divisionless unbiased draw in [0, bound).
-  auto below = [&](uint64_t bound) {
-    unsigned __int128 m = static_cast<unsigned __int128>(next()) * bound;
-    uint64_t low = static_cast<uint64_t>(m);
-    if (low < bound) {
-      const uint64_t threshold = (0 - bound) % bound;
-      while (low < threshold) {
-        m = static_cast<unsigned __int128>(next()) * bound;
-        low = static_cast<uint64_t>(m);
-      }
-    }
-    return static_cast<uint64_t>(m >> 64);
-  };
-  for (uint32_t i = n; i > 1; --i) std::swap(p[i - 1], p[below(i)]);
-  return p;
-}
 
 RowPlan::RowPlan(std::vector<uint32_t> order, const std::function<uint32_t(uint32_t)>& length,
                  int64_t seq_len, PackMode mode)
