@@ -3,7 +3,9 @@
 //   * ZeRO-1 (examples/zero1_plugin) trains exactly like DDP and like one process, world 1-4;
 //   * Lion (examples/lion_plugin) matches the published update computed independently in NumPy
 //     (tests/fixtures/gen_lion.py -> tests/fixtures/optim/lion.json);
-//   * the memory planner plans both from their own answers.
+//   * the memory planner plans both from their own answers;
+//   * `lines` (examples/lines_plugin, a data plugin on the data kit) trains exactly like the
+//     in-tree cached_ssd on the same text.
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -31,6 +33,7 @@ namespace {
 const std::string kExamples = std::string(CIUIC_BUILD_DIR) + "/sdk-examples";
 const std::string kZero1 = kExamples + "/zero1/plugins";
 const std::string kLion = kExamples + "/lion/plugins";
+const std::string kLines = kExamples + "/lines/plugins";
 
 TEST(SdkExamples, Zero1MatchesDdpAndOneProcessAtWorldSizes1To4) {
   ASSERT_TRUE(fs::exists(kZero1 + "/libciuic_sharding_zero1.so")) << "run sdk_install_test first";
@@ -144,6 +147,57 @@ TEST(SdkExamples, LionTrainsAndIsPlannedFromItsOwnAnswer) {
   EXPECT_TRUE(std::regex_search(plan.out(), std::regex("master weights \\+ Lion momentum .*\\[optimizer lion\\]")))
       << plan.out();
   EXPECT_EQ(plan.out().find("not counted: optimizer"), std::string::npos) << plan.out();
+}
+
+// `lines` reads one document per line and hands the documents to the data kit's PackedStream;
+// cached_ssd makes the same documents from {"text": line} and runs on the same kit. Two ranks
+// training from either (eval split included) end with the same weights, bit for bit, and the
+// same losses: an out-of-tree plugin gets the in-tree shuffling, packing, dealing and cursors.
+TEST(SdkExamples, LinesOnTheDataKitTrainsExactlyLikeCachedSsd) {
+  ASSERT_TRUE(fs::exists(kLines + "/libciuic_data_lines.so")) << "run sdk_install_test first";
+  const std::string dir = ciuic::testing::fresh_dir("sdk-lines-data");
+  std::string txt, jsonl, eval_txt, eval_jsonl;
+  for (int i = 0; i < 60; ++i) {
+    const std::string line = "what is " + std::to_string(i) + " + " + std::to_string(i % 7) + "? " +
+                             std::to_string(i + i % 7) + (i % 4 == 0 ? " (a longer line, to be packed with others)" : "");
+    (i % 10 == 9 ? eval_txt : txt) += line + "\n\n";  // blank lines are no documents
+    (i % 10 == 9 ? eval_jsonl : jsonl) += nlohmann::json{{"text", line}}.dump() + "\n";
+  }
+  std::ofstream(dir + "/train.txt") << txt;
+  std::ofstream(dir + "/eval.txt") << eval_txt;
+  std::ofstream(dir + "/train.jsonl") << jsonl;
+  std::ofstream(dir + "/eval.jsonl") << eval_jsonl;
+  Shape s{.world = 2, .micro = 3, .steps = 8, .plugin_paths = {kLines}};
+  s.model = "tokenizer = \"" + CIUIC_SOURCE_DIR + "/examples/demo/tokenizer.json\"\n";
+  s.vocab = 384;
+  s.data = "plugin = \"lines\"\npath = \"" + dir + "/train.txt\"\neval_path = \"" + dir + "/eval.txt\"\n";
+  const std::vector<std::string> eval = {"--set", "train.eval_every_steps=4"};
+  const Result lines = run("sdk-lines", s, eval);
+  EXPECT_RUN_OK(lines);
+  s.data = "plugin = \"cached_ssd\"\nsources = [\"" + dir + "/train.jsonl\"]\neval_sources = [\"" + dir +
+           "/eval.jsonl\"]\n";
+  const Result cached = run("sdk-lines-cached", s, eval);
+  EXPECT_RUN_OK(cached);
+  EXPECT_TRUE(identical(exported(lines), exported(cached)));
+  std::vector<double> la, lb, ea, eb;
+  for (const auto& m : metrics(lines)) {
+    if (m.contains("loss")) la.push_back(m["loss"].get<double>());
+    if (m.contains("eval_loss")) ea.push_back(m["eval_loss"].get<double>());
+  }
+  for (const auto& m : metrics(cached)) {
+    if (m.contains("loss")) lb.push_back(m["loss"].get<double>());
+    if (m.contains("eval_loss")) eb.push_back(m["eval_loss"].get<double>());
+  }
+  EXPECT_EQ(la.size(), 8u);
+  EXPECT_EQ(la, lb);
+  EXPECT_FALSE(ea.empty()) << "the eval split ran";
+  EXPECT_EQ(ea, eb);
+  // Its own errors name it: a file without a document.
+  std::ofstream(dir + "/empty.txt") << "\n\n";
+  s.data = "plugin = \"lines\"\npath = \"" + dir + "/empty.txt\"\n";
+  const Result empty = run("sdk-lines-empty", s);
+  EXPECT_EQ(empty.code, 2) << empty.log();
+  EXPECT_NE(empty.err.find("has no non-empty line"), std::string::npos) << empty.log();
 }
 
 }  // namespace

@@ -141,9 +141,9 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
                              "): --set: [precision] greeting = \"\": must not be empty"))
       << r.err;
 
-  // The examples on the kits: ZeRO-1 (sharding) and Lion (optimizer), built with the SDK and the
-  // optim kit alone (sdk_examples_test trains with them).
-  for (const char* name : {"zero1", "lion"}) {
+  // The examples on the kits: ZeRO-1 (sharding) and Lion (optimizer) on the optim kit, `lines`
+  // (data) on the data kit, built with the SDK and a kit alone (sdk_examples_test trains with them).
+  for (const char* name : {"zero1", "lion", "lines"}) {
     const fs::path build = examples / name;
     r = configure_dir(std::string(CIUIC_SOURCE_DIR + "/examples/") + name + "_plugin", build, "");
     ASSERT_EQ(r.code, 0) << name << "\n" << r.out << r.err;

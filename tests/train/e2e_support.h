@@ -30,6 +30,9 @@ struct Shape {
   std::string sharding = "zero2";
   std::string precision = "fp32";
   std::string extra;  // more TOML, appended
+  std::string data;   // the [data] section's keys instead of synthetic's (e.g. another plugin)
+  std::string model;  // [model] keys (e.g. tokenizer = "...")
+  int64_t vocab = 64;
   std::vector<std::string> plugin_paths;  // extra plugin folders (--plugin-path)
 };
 
@@ -37,15 +40,16 @@ inline std::string recipe_text(const Shape& s, const std::string& out) {
   std::ostringstream r;
   r << "[run]\nname = \"e2e\"\noutput_dir = \"" << out << "\"\nseed = 7\n"
     << "[cluster]\nnproc_per_node = " << s.world << "\ntimeout_s = 60.0\n"
+    << (s.model.empty() ? "" : "[model]\n" + s.model)
     << "[model.config]\nhidden_size = 32\nintermediate_size = 64\nnum_hidden_layers = 2\n"
-    << "num_attention_heads = 4\nnum_key_value_heads = 2\nvocab_size = 64\n"
+    << "num_attention_heads = 4\nnum_key_value_heads = 2\nvocab_size = " << s.vocab << "\n"
     << "max_position_embeddings = 64\n"
     << "[train]\nmicro_batch_size = " << s.micro << "\ngradient_accumulation_steps = " << s.accum
     << "\nseq_len = 32\nmax_steps = " << s.steps << "\ngradient_clipping = 1.0\n"
     << "[optimizer]\nlr = 1e-3\nweight_decay = 0.1\n"
     << "[precision]\nplugin = \"" << s.precision << "\"\n"
     << "[sharding]\nplugin = \"" << s.sharding << "\"\nreduce_bucket_size = 3000\n"
-    << "[data]\nplugin = \"synthetic\"\nvocab_size = 64\ndocuments_per_row = 3\n"
+    << "[data]\n" << (s.data.empty() ? "plugin = \"synthetic\"\nvocab_size = 64\ndocuments_per_row = 3\n" : s.data)
     << "[checkpoint]\nexport_hf = true\nexport_dtype = \"fp32\"\n"
     << "[log]\nprogress = \"off\"\n"
     << s.extra;

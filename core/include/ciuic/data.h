@@ -14,6 +14,20 @@
 //                 model applies rotary positions per document and masks attention across
 //                 document boundaries (a new document starts exactly where position_ids == 0)
 //
+// Rules every source follows (the trainer relies on them; the data kit, libciuic_data_kit.a with
+// ciuic/kit/packed_stream.h, implements all of them for a source that can list its documents):
+//   - padding: pad tokens carry labels -100 and count as a document of their own (position_ids
+//     restart at 0), so they never attend to or teach anything; num_label_tokens excludes them;
+//   - a document longer than a row is either truncated (counted and warned about) or cut at the
+//     row end and continued at the start of a later row; the last token of such a piece keeps its
+//     label (the document's next token), the last token of a whole document has -100;
+//   - BOS/EOS are the source's business (e.g. cached_ssd's add_bos/add_eos, using the tokenizer's
+//     ids); the trainer adds nothing;
+//   - training rows are dealt by global row number: rank k of W reads rows g + k, g + k + W, ...,
+//     which is what makes the cursor below a global position (ciuic/kit/sampler.h);
+//   - eval: every rank yields the same number of eval batches (a rank whose share ran out yields
+//     all-padding rows), because the eval loss is summed over ranks with collectives.
+//
 // Threading: next()/eval calls from one thread; implementations may prefetch on their own threads.
 // Failure: ciuic::Error naming the file (and line, for malformed input) at fault; an empty
 // dataset is an error at open().

@@ -87,16 +87,6 @@ std::string text_jsonl(int n, int seed_len = 0) {
   return s;
 }
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 // ---- XXH64 ------------------------------------------------------------------------------------
 TEST(DataHash, Xxh64MatchesPythonXxhash) {
   std::ifstream in(std::string(CIUIC_FIXTURES_DIR) + "/data/xxh64.json");
@@ -386,13 +376,13 @@ TEST(CachedSsd, CorruptShardIsNamed) {
     f.put('\x7f');
   }
   Source s(dir, toml, 8, 1);
-  std::string e = error_of([&] { s.open(); });
+  std::string e = message_of([&] { s.open(); });
   EXPECT_NE(e.find(shard), std::string::npos) << e;
   EXPECT_NE(e.find("corrupt"), std::string::npos) << e;
 
   std::filesystem::resize_file(shard, std::filesystem::file_size(shard) - 9);
   Source t(dir, toml, 8, 1);
-  e = error_of([&] { t.open(); });
+  e = message_of([&] { t.open(); });
   EXPECT_NE(e.find(shard), std::string::npos) << e;
   EXPECT_NE(e.find("truncated"), std::string::npos) << e;
 }
@@ -496,7 +486,7 @@ TEST_P(BadInput, FailsWithAClearMessage) {
   const BadCase& c = GetParam();
   std::string dir = temp_dir("bad_" + c.name);
   if (!c.files.empty()) write_file(dir + "/bad.jsonl", c.files);
-  std::string e = error_of([&] {
+  std::string e = message_of([&] {
     Source s(dir, c.toml, 8, 1);
     s.open();
   });
@@ -539,7 +529,7 @@ TEST(CachedSsd, SpecialFilesAsSourcesAreRefusedAtOnce) {
   std::filesystem::create_directories(dir + "/folder.jsonl");
   for (const std::string src : {"pipe.jsonl", "folder.jsonl", "/dev/zero"}) {
     Source s(dir, "sources = [\"" + src + "\"]\n", 8, 1);
-    const std::string e = error_of([&] { s.open(); });
+    const std::string e = message_of([&] { s.open(); });
     EXPECT_NE(e.find("is not a regular file"), std::string::npos) << src << ": " << e;
     EXPECT_NE(e.find("[data] sources"), std::string::npos) << src << ": " << e;
   }
@@ -552,7 +542,7 @@ TEST(CachedSsd, BadLinesAreQuotedShortAndAsValidUtf8) {
   const std::string dir = temp_dir("excerpt");
   write_file(dir + "/long.jsonl", "{\"text\": \"" + std::string(1 << 20, 'a') + "\n");
   Source s(dir, "sources = [\"long.jsonl\"]\n", 8, 1);
-  const std::string e = error_of([&] { s.open(); });
+  const std::string e = message_of([&] { s.open(); });
   EXPECT_NE(e.find("long.jsonl:1: malformed JSON"), std::string::npos) << e.substr(0, 500);
   EXPECT_NE(e.find("bytes in all)"), std::string::npos) << e.substr(0, 500);
   EXPECT_LT(e.size(), 1000u);
@@ -578,12 +568,12 @@ TEST(CachedSsd, MissingTokenizerOrTemplateAndBadCursor) {
   write_file(dir + "/d.jsonl", text_jsonl(3));
   Source s(dir, "sources = [\"d.jsonl\"]\n", 8, 1);
   s.args.tokenizer = nullptr;
-  EXPECT_NE(error_of([&] { s.open(); }).find("[model] tokenizer"), std::string::npos);
+  EXPECT_NE(message_of([&] { s.open(); }).find("[model] tokenizer"), std::string::npos);
   Source c(dir, "sources = [\"d.jsonl\"]\nformat = \"chat\"\n", 8, 1, 0, 1, 7, "", false);
-  EXPECT_NE(error_of([&] { c.open(); }).find("chat template"), std::string::npos);
+  EXPECT_NE(message_of([&] { c.open(); }).find("chat template"), std::string::npos);
   Source ok(dir, "sources = [\"d.jsonl\"]\n", 8, 1);
   ok.open();
-  std::string e = error_of([&] { ok.src->seek("{\"epoch\": 1}"); });
+  std::string e = message_of([&] { ok.src->seek("{\"epoch\": 1}"); });
   EXPECT_NE(e.find("bad cursor"), std::string::npos) << e;
 }
 

@@ -102,6 +102,17 @@ inline const Registry& registry() {
   return r;
 }
 
+// The message of what f() throws, or "(no error)".
+template <class F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 // A fresh folder under CIUIC_TEST_TMP.
 inline std::string temp_dir(const std::string& name) {
   std::string d = std::string(CIUIC_TEST_TMP) + "/data/" + name;

@@ -12,6 +12,8 @@
 
 #include <ciuic/data.h>
 
+#include "data_test_support.h"
+
 namespace ciuic::testdata {
 
 inline const nlohmann::json& kit_reference() {
@@ -38,17 +40,6 @@ inline void expect_batch(const Batch& b, const nlohmann::json& want, const std::
   EXPECT_EQ(rows_json(b.position_ids), want["position_ids"]) << where;
   EXPECT_EQ(b.num_label_tokens, want["num_label_tokens"].get<int64_t>()) << where;
   EXPECT_EQ(b.num_documents, want["num_documents"].get<int64_t>()) << where;
-}
-
-// The message of what f() throws, or "(no error)".
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace ciuic::testdata
