@@ -3,21 +3,29 @@
 #   make test   install what is missing, build, run the whole ctest suite
 # Variables: BUILD (build folder), JOBS (parallel compile jobs), CUDA (AUTO|ON|OFF; OFF unless a
 # GPU is visible), BUILD_TYPE (CMake build type of a new build folder; default Release, e.g.
-# RelWithDebInfo for debug info), CTEST_ARGS (e.g. "-L unit").
+# RelWithDebInfo for debug info), CTEST_ARGS (e.g. "-L unit"), SAN=1 (ASan + UBSan build in
+# build-san; docs/reliability.md, "Sanitizers"), FUZZ_SECONDS (make fuzz: seconds per target).
+SAN   ?= 0
+ifeq ($(SAN),1)
+BUILD ?= build-san
+SAN_FLAGS := -DCIUIC_SANITIZE=ON
+else
 BUILD ?= build
+SAN_FLAGS :=
+endif
 JOBS  ?= $(shell nproc)
 CUDA  ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo AUTO || echo OFF)
 BUILD_TYPE ?=
 CTEST_ARGS ?=
 
-.PHONY: all setup configure build demo test clean
+.PHONY: all setup configure build demo test fuzz clean
 all: build
 
 setup:
 	@scripts/setup-deps.sh
 
 $(BUILD)/build.ninja: | setup
-	cmake -S . -B $(BUILD) -G Ninja -DCIUIC_WITH_CUDA=$(CUDA) $(if $(BUILD_TYPE),-DCMAKE_BUILD_TYPE=$(BUILD_TYPE))
+	cmake -S . -B $(BUILD) -G Ninja -DCIUIC_WITH_CUDA=$(CUDA) $(SAN_FLAGS) $(if $(BUILD_TYPE),-DCMAKE_BUILD_TYPE=$(BUILD_TYPE))
 
 configure: setup $(BUILD)/build.ninja
 
@@ -37,6 +45,15 @@ demo:
 test: configure
 	cmake --build $(BUILD) -j $(JOBS) --target test-deps
 	cd $(BUILD) && ctest --output-on-failure -j 2 $(CTEST_ARGS)
+
+# libFuzzer on the parsers (tests/fuzz): clang builds the targets against this build's libraries
+# (build-fuzz), then each runs FUZZ_SECONDS from the committed seeds. Needs clang.
+FUZZ_SECONDS ?= 60
+fuzz: configure
+	cmake --build $(BUILD) -j $(JOBS) --target runtime
+	cmake -S tests/fuzz/libfuzzer -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCIUIC_MAIN_BUILD=$(abspath $(BUILD))
+	cmake --build build-fuzz -j $(JOBS)
+	scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
 
 clean:
 	rm -rf $(BUILD)

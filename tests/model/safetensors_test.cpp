@@ -28,7 +28,8 @@ using testing::expect_error;
 bool same_bytes(const at::Tensor& a, const at::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
   at::Tensor x = a.contiguous(), y = b.contiguous();
-  return x.nbytes() == y.nbytes() && std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
+  // memcmp's pointers must not be null even for 0 bytes (UBSan): an empty tensor has none.
+  return x.nbytes() == y.nbytes() && (x.nbytes() == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0);
 }
 
 // A file with the given header JSON text and `data_bytes` bytes of payload.

@@ -253,7 +253,7 @@ LlamaConfig LlamaConfig::from_file(const std::string& path) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range (a number that overflows)
     throw Error(path + ": malformed JSON: " + e.what());
   }
   return from_json(j, path);

@@ -249,7 +249,7 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
   json h;
   try {
     h = json::parse(base + 8, base + 8 + header_len, unique_keys_callback(path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range (a number that overflows)
     throw Error(path + ": malformed safetensors header JSON: " + e.what());
   }
   if (!h.is_object()) throw Error(path + ": malformed safetensors header: expected a JSON object");
@@ -265,8 +265,9 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
       }
       continue;
     }
+    const std::string& tensor_name = name;  // a structured binding cannot be captured (clang < 16)
     auto bad = [&](const std::string& what) -> Error {
-      return Error(path + ": tensor `" + name + "`: " + what);
+      return Error(path + ": tensor `" + tensor_name + "`: " + what);
     };
     if (!e.is_object()) throw bad("malformed header entry (expected an object with dtype, shape, data_offsets)");
     auto dt = e.find("dtype");
@@ -387,7 +388,7 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
   json idx;
   try {
     idx = json::parse(read_text_file(index_path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range (a number that overflows)
     throw Error(index_path + ": malformed safetensors index JSON: " + e.what());
   }
   auto wm = idx.find("weight_map");

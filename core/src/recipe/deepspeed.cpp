@@ -66,7 +66,7 @@ class Importer {
       try {
         const json check = json::parse(text);  // throws: the first error's position
         (void)check;
-      } catch (const json::parse_error& e) {
+      } catch (const json::exception& e) {  // parse_error, or out_of_range (a number that overflows)
         throw UsageError(origin_ + ": not valid JSON: " + std::string(e.what()) +
                          " (ciuic-run --from-deepspeed reads a DeepSpeed config .json)");
       }

@@ -19,6 +19,7 @@
 #include "sdk/config_impl.h"
 #include "sdk/toml_format.h"
 #include "recipe/schema.h"
+#include "tokenizer/utf8.h"
 
 namespace ciuic {
 
@@ -213,11 +214,16 @@ class Loader {
   }
 };
 
+// A --set value taken as a string without quotes (comm.plugin=gloo): printable, valid UTF-8 text
+// without TOML syntax, so that --print-recipe writes it back as a string TOML accepts.
 bool is_bare_word(std::string_view v) {
   if (v.empty() || std::isspace(static_cast<unsigned char>(v.front())) ||
       std::isspace(static_cast<unsigned char>(v.back())))
     return false;
-  return v.find_first_of("\"'[]{}=#\n\r") == std::string_view::npos;
+  for (unsigned char c : v)
+    if (c < 0x20 || c == 0x7F) return false;
+  return v.find_first_of("\"'[]{}=#") == std::string_view::npos &&
+         tok::utf8::find_invalid(v) == std::string_view::npos;
 }
 
 // Where a key written without (or in the wrong) section belongs, among the core sections.
@@ -249,6 +255,14 @@ void apply_override(const std::string& text, toml::table& root, LocationMap& loc
     return;
   }
   const std::string section = lhs.substr(0, dot), key = lhs.substr(dot + 1);
+  // Bare TOML keys only (what every ciuic key is): a control byte or a quote in a key would be
+  // kept in plugin sections (checked later) and written into --print-recipe's output.
+  for (const auto& part : text::split(lhs, '.'))
+    if (part.empty() || part.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") !=
+                            std::string::npos) {
+      errors.add(where, "a key has letters, digits, '_' and '-' only (section.key=value)");
+      return;
+    }
   if (!recipe::find_section(section) && section != "offload") {  // [offload]: deprecated, rewritten
     std::string m = "unknown section [" + section + "]";
     std::string near = text::closest(section, recipe::section_names());

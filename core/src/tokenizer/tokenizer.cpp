@@ -70,6 +70,11 @@ json parse_json(std::string_view text, const std::string& origin) {
     size_t colon = what.find(": ");
     if (colon != std::string::npos) what = what.substr(colon + 2);
     throw Error(origin + ": malformed JSON at " + line_col(text, at) + ": " + what);
+  } catch (const json::exception& e) {  // out_of_range: a number that overflows (1e999)
+    std::string what = e.what();
+    const size_t colon = what.find("] ");
+    if (colon != std::string::npos) what = what.substr(colon + 2);
+    throw Error(origin + ": malformed JSON: " + what);
   }
 }
 

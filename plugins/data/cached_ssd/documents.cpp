@@ -112,7 +112,7 @@ size_t encode_line(std::string_view line, const DocumentSettings& s, std::vector
     try {
       nlohmann::json again = nlohmann::json::parse(line);
       (void)again;
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (a number overflows)
       std::string what = e.what();
       auto p = what.find("parse error");
       throw LineError("malformed JSON: " + (p == std::string::npos ? what : what.substr(p)));

@@ -25,6 +25,7 @@ class Hash64 {
   }
 
   void update(const void* data, size_t n) {
+    if (n == 0) return;  // `data` may be null then, and memcpy's pointers must not be (UBSan)
     const auto* p = static_cast<const uint8_t*>(data);
     total_ += n;
     if (buffered_ + n < 32) {

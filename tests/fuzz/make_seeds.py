@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets into tests/fuzz/corpus/<target>/ (committed; rerun after
+changing this file). Standard library only: the seeds need not be valid, only representative —
+one well-formed example of every input shape a target reads, so that libFuzzer starts from the
+real grammar instead of random bytes.
+
+Layouts (see each tests/fuzz/<target>_fuzz.cpp):
+  recipe       recipe text ["\\n%%\\n" --set lines]
+  safetensors  file bytes (also read as an index JSON)
+  tokenizer    selector byte (0: tokenizer.json ["\\n%%\\n" tokenizer_config.json], else text)
+  jsonl        selector byte (bit 0: chat, 1: assistant-only loss, 2: BOS, 3: EOS, 4: deepseek
+               template, 5: tokenizer) + one JSONL line
+"""
+import json
+import os
+import shutil
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+
+
+def write(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode()
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+def recipe_seeds():
+    minimal = '[train]\nmax_steps = 1\n[data]\nplugin = "synthetic"\n'
+    write("recipe", "minimal.toml", minimal)
+    with open(os.path.join(ROOT, "configs", "tiny-cpu.toml")) as f:
+        write("recipe", "tiny-cpu.toml", f.read())
+    write("recipe", "overrides.toml", minimal + "\n%%\ntrain.seq_len=128\ncomm.plugin=gloo\n"
+          "optimizer.betas=[0.9,0.95]\nrun.name=\"x\"\nmodel.config.num_hidden_layers=2\n")
+    write("recipe", "plugins.toml", minimal.replace('plugin = "synthetic"', 'plugin = "fuzz"\nneeded = "x"\n'
+          'count = 7\nratio = 0.25\nmode = "b"\nnames = ["a", "b"]\nvalues = [1, 2.5]\nflag = true') +
+          '[sharding]\nplugin = "zero2"\nreduce_bucket_size = 5e7\n[offload]\nplugin = ""\n')
+    write("recipe", "model_config.toml", minimal + "[model.config]\nhidden_size = 64\nintermediate_size = 128\n"
+          "num_hidden_layers = 2\nnum_attention_heads = 4\nnum_key_value_heads = 2\nvocab_size = 384\n"
+          "max_position_embeddings = 256\nrope_scaling_type = \"linear\"\nrope_scaling_factor = 2.0\n"
+          "[cluster]\ntimeout_s = 30.0\nmemory_per_device_gib = 24\n")
+    write("recipe", "errors.toml", "include = 3\n[trian]\nmax_step = \"1\"\n[train]\nseq_len = 1.5\n"
+          "[scheduler]\ntype = \"cosine\"\n")
+    write("recipe", "include.toml", 'include = ["base.toml"]\n' + minimal)
+
+
+def safetensors_file(tensors, metadata=None, pad=True):
+    """tensors: [(name, dtype, shape, bytes)]"""
+    header, offset, data = {}, 0, b""
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+        data += raw
+    h = json.dumps(header, separators=(",", ":")).encode()
+    if pad:
+        h += b" " * ((8 - len(h) % 8) % 8)
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def safetensors_seeds():
+    f32 = struct.pack("<6f", 0, 1, 2, 3, 4, 5)
+    write("safetensors", "one.safetensors", safetensors_file([("w", "F32", [2, 3], f32)]))
+    write("safetensors", "mixed.safetensors", safetensors_file(
+        [("a", "BF16", [2], b"\x80\x3f\x00\x40"), ("ids", "I64", [1], struct.pack("<q", 7)),
+         ("empty", "F16", [0], b""), ("flag", "BOOL", [3], b"\x01\x00\x01")],
+        metadata={"format": "pt", "layout": "[[\"w\",0,6,0]]"}))
+    write("safetensors", "unpadded.safetensors", safetensors_file([("x", "U8", [3], b"abc")], pad=False))
+    write("safetensors", "empty.safetensors", safetensors_file([]))
+    write("safetensors", "index.json", json.dumps(
+        {"metadata": {"total_size": 16}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+                                                         "b": "model-00002-of-00002.safetensors"}}))
+
+
+def tokenizer_seeds():
+    for name in ("gpt2", "llama3"):
+        d = os.path.join(FIXTURES, "tokenizer", name)
+        with open(os.path.join(d, "tokenizer.json"), "rb") as f:
+            tok = f.read()
+        with open(os.path.join(d, "tokenizer_config.json"), "rb") as f:
+            cfg = f.read()
+        write("tokenizer", name + ".json", b"\x00" + tok + b"\n%%\n" + cfg)
+    texts = ["Hello, world! 12345 \u00e9t\u00e9\n\tThe end.", "<|begin_of_text|>x<|end_of_text|>",
+             "  spaces   and\r\nnewlines\n\n", "\u4f60\u597d\uff0c\u4e16\u754c \U0001F600 1234567890",
+             "I'm can't we've they'll 3.14159"]
+    for i, t in enumerate(texts):
+        write("tokenizer", "text%d" % i, bytes([1 + i % 3]) + t.encode())
+
+
+def jsonl_seeds():
+    text = {"text": "Hello world. 2 + 2 = 4"}
+    chat = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"},
+                         {"role": "assistant", "content": "4"}]}
+    write("jsonl", "text", bytes([0b1100]) + json.dumps(text).encode())
+    write("jsonl", "chat", bytes([0b0111]) + json.dumps(chat).encode())
+    write("jsonl", "chat_deepseek", bytes([0b111111]) + json.dumps(chat).encode())
+    write("jsonl", "prompter", bytes([0b0001]) + json.dumps(
+        {"messages": [{"role": "prompter", "content": "hi"}, {"role": "assistant", "content": "hello"}]}).encode())
+    write("jsonl", "bad", bytes([0]) + b'{"text": "unterminated')
+
+
+def main():
+    shutil.rmtree(os.path.join(HERE, "corpus"), ignore_errors=True)
+    recipe_seeds()
+    safetensors_seeds()
+    tokenizer_seeds()
+    jsonl_seeds()
+
+
+if __name__ == "__main__":
+    main()
