@@ -102,5 +102,17 @@ TEST(DemoEval, MalformedHeldOutFileNamesTheLine) {
   }
 }
 
+// exact_match_file is read like every text input: a regular file, bounded (issue 16 item 3).
+TEST(DemoEval, HeldOutFileMustBeARegularFile) {
+  for (const std::string p : {"/dev/zero", "/dev/null"}) {
+    const std::string m = message_of([&] { train::load_held_out(p); });
+    EXPECT_NE(m.find("cannot read held-out questions ([train] exact_match_file) " + p + ": not a regular file"),
+              std::string::npos)
+        << m;
+  }
+  EXPECT_NE(message_of([&] { train::load_held_out("/nonexistent/e.jsonl"); }).find("/nonexistent/e.jsonl"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace ciuic::testdata
