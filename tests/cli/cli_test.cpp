@@ -213,6 +213,26 @@ TEST(Cli, DryRunOpensEveryInput) {
   EXPECT_TRUE(has(r.out, "  resume     auto: no checkpoint yet, a fresh start\n")) << r.out;
 }
 
+// A recipe that says how its inputs are made ([run] setup) has it shown with a missing input:
+// configs/tiny-cpu.toml run before `make demo` made its data (issue 17 item 8).
+TEST(Cli, MissingInputShowsTheRecipesSetup) {
+  const std::string tiny = CIUIC_SOURCE_DIR + "/configs/tiny-cpu.toml";
+  Result r = run(tiny + " --dry-run --set 'data.sources=[\"/nonexistent/train.jsonl\"]'");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "no such file: /nonexistent/train.jsonl\n")) << r.err;
+  EXPECT_TRUE(has(r.err, "hint: this recipe's inputs are made by: python3 examples/demo/gen_demo_data.py "
+                         "runs/demo-data (make demo runs it first) ([run] setup)\n"))
+      << r.err;
+  // Other errors of the data plugin do not get it; nor does a recipe without [run] setup.
+  r = run(tiny + " --dry-run --set 'data.sources=[\"/nonexistent/train.jsonl\"]' --set 'run.setup=\"\"'");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_FALSE(has(r.err, "hint:")) << r.err;
+  r = run(tiny + " --dry-run --set 'data.sources=[\"/tmp\"]'");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "/tmp is not a regular file")) << r.err;
+  EXPECT_FALSE(has(r.err, "hint:")) << r.err;
+}
+
 TEST(Cli, PluginErrorsExitTwo) {
   const std::string recipe = write_recipe(test_dir(), kAllTest);
   // The factory refuses its options.

@@ -79,6 +79,8 @@ std::vector<SectionSpec> build_core_schema() {
       K("plugin_paths", kSL, "[]",
         "extra plugin folders (relative to the recipe's folder), searched after --plugin-path"),
       K("log_level", kS, "\"info\"", "least severe log level printed").choices("debug|info|warning|error"),
+      K("setup", kS, "\"\"",
+        "how this recipe's input files are made (a command); shown with an error about a missing input"),
   }});
   v.push_back({"cluster", "processes, device, memory cap, timeouts", {
       K("nproc_per_node", kI, "1", "worker processes on each node (one per GPU)").min(1),

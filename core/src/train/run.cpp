@@ -132,7 +132,17 @@ model::LlamaConfig with_tokenizer_special_ids(const model::LlamaConfig& cfg, con
 }  // namespace
 
 void open_data_plugin(const Recipe& recipe, const Registry& registry, DataSource& data, const DataOpenArgs& args) {
-  as_plugin(recipe, registry, Slot::kData, [&] { data.open(args); });
+  try {
+    as_plugin(recipe, registry, Slot::kData, [&] { data.open(args); });
+  } catch (const Error& e) {
+    // A missing input of a recipe that says how its inputs are made ([run] setup): say it too.
+    const std::string setup = recipe.section("run").get_string("setup");
+    const std::string m = e.what();
+    if (setup.empty() || (m.find("no such file") == std::string::npos && m.find("No such file") == std::string::npos &&
+                          m.find("matches no file") == std::string::npos))
+      throw;
+    throw Error(m + "\nhint: this recipe's inputs are made by: " + setup + " ([run] setup)", e.exit_code());
+  }
 }
 
 model::LlamaConfig recipe_model_config(const Recipe& recipe) {

@@ -37,7 +37,8 @@ CIUIC_API void check_recipe(const Recipe& recipe);
 
 // Opens `data` (the recipe's data plugin) with `args`. Whatever the plugin throws names the plugin
 // and its file, as the factory's errors do, with its exit code kept. The run and --dry-run's
-// preflight open data this way.
+// preflight open data this way. An error about a missing file gets the recipe's [run] setup (how
+// its inputs are made) as a hint.
 CIUIC_API void open_data_plugin(const Recipe& recipe, const Registry& registry, DataSource& data,
                                 const DataOpenArgs& args);
 
