@@ -233,6 +233,21 @@ TEST(Cli, MissingInputShowsTheRecipesSetup) {
   EXPECT_FALSE(has(r.err, "hint:")) << r.err;
 }
 
+// --plan names an unknown plugin where the recipe chose it, like a run does (issue 16 item 7).
+TEST(Cli, PlanRefusesAnUnknownPluginWithItsLocation) {
+  const std::string recipe = write_recipe(test_dir(), kAllTest);
+  Result r = run(recipe + " --plugin-path " + kGood + " --plan --set comm.plugin=nosuch");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "ciuic-run: error: --set: unknown comm plugin 'nosuch'")) << r.err;
+  const std::string dir = test_dir();
+  std::string text = kAllTest;
+  const std::string chosen = "[comm]\nplugin = \"test\"";
+  text.replace(text.find(chosen), chosen.size(), "[comm]\nplugin = \"nosuch\"");
+  r = run(write_recipe(dir, text) + " --plugin-path " + kGood + " --plan");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "recipe.toml:6:10: unknown comm plugin 'nosuch'")) << r.err;
+}
+
 TEST(Cli, PluginErrorsExitTwo) {
   const std::string recipe = write_recipe(test_dir(), kAllTest);
   // The factory refuses its options.

@@ -204,6 +204,17 @@ int run_recipe(const CliOptions& o) {
   log_debug("CUDA allocator: " + launch::apply_allocator_defaults());
   const Registry registry = Registry::discover(plugin_paths(o, &recipe));
   if (o.plan) {  // needs the precision, sharding and optimizer plugins (a CPU build plans GPU recipes)
+    // An unknown plugin is a recipe error with its location, as for a run; a CUDA plugin a build
+    // without CUDA lacks is not (the plan says it did not count it).
+    const bool gpu_recipe_cpu_build = recipe.section("cluster").get_string("device") == "cuda" && !at::hasCUDA();
+    for (int i = 0; i < kNumSlots; ++i) {
+      const Slot slot = static_cast<Slot>(i);
+      const std::string name = recipe.plugin_name(slot);
+      if (name.empty() || registry.find(slot, name) || gpu_recipe_cpu_build) continue;
+      const std::string where = recipe.plugin_location(slot);
+      throw UsageError((where.empty() || where == "<default>" ? recipe.path() : where) + ": " +
+                       registry.why_missing(slot, name));
+    }
     std::cout << plan::plan_text(plan::plan_memory(recipe, registry)) << std::flush;
     return kExitOk;
   }
