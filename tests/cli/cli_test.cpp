@@ -66,7 +66,11 @@ TEST(Cli, MisspelledKeyExitsTwoWithLocationAndSuggestion) {
   const std::string recipe = write_recipe(test_dir(), "[train]\nmax_steps = 2\nseqlen = 64\n[data]\nplugin = \"test\"\n");
   Result r = run(recipe);
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "ciuic-run: error: " + recipe + ":3:1: unknown key 'seqlen' in [train]; did you mean 'seq_len'?\n");
+  // The plugin choice that cannot be resolved (no test plugins on the path) is in the same report.
+  EXPECT_TRUE(has(r.err, "ciuic-run: error: recipe " + recipe + " has 2 errors:\n" + recipe +
+                             ":3:1: unknown key 'seqlen' in [train]; did you mean 'seq_len'?\n" + recipe +
+                             ":5:10: unknown data plugin 'test'"))
+      << r.err;
   EXPECT_EQ(r.out, "");
 }
 
@@ -246,6 +250,19 @@ TEST(Cli, PlanRefusesAnUnknownPluginWithItsLocation) {
   r = run(write_recipe(dir, text) + " --plugin-path " + kGood + " --plan");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "recipe.toml:6:10: unknown comm plugin 'nosuch'")) << r.err;
+}
+
+// Core and plugin sections' problems are reported together, in one pass (issue 16 item 7).
+TEST(Cli, CoreAndPluginProblemsInOneReport) {
+  std::string text = kAllTest;
+  text.replace(text.find("max_steps = 2"), 13, "max_stepz = 2");
+  text += "bogus = 1\n";  // in [data] (plugin test)
+  const Result r = run(write_recipe(test_dir(), text) + " --plugin-path " + kGood + " --dry-run");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "has 3 errors:")) << r.err;
+  EXPECT_TRUE(has(r.err, "unknown key 'max_stepz' in [train]; did you mean 'max_steps'?")) << r.err;
+  EXPECT_TRUE(has(r.err, "missing required key 'max_steps'")) << r.err;
+  EXPECT_TRUE(has(r.err, "unknown key 'bogus' in [data] (plugin test)")) << r.err;
 }
 
 TEST(Cli, PluginErrorsExitTwo) {

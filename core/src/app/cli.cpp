@@ -196,7 +196,17 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
 
 int run_recipe(const CliOptions& o) {
   if (o.recipe.empty()) throw UsageError("no recipe given (usage: ciuic-run RECIPE [options]; see ciuic-run --help)");
-  const Recipe recipe = Recipe::load(o.recipe, effective_overrides(o));
+  recipe::ErrorList problems;
+  const Recipe recipe = Recipe::load(o.recipe, effective_overrides(o), &problems);
+  if (!problems.empty()) {
+    // One report for the core and the plugin sections alike (docs/recipe.md), as far as the
+    // plugins can be found with what the recipe says.
+    try {
+      recipe.validate_plugins(Registry::discover(plugin_paths(o, &recipe)), &problems);
+    } catch (const Error&) {
+    }
+    problems.throw_if_any("recipe " + o.recipe);
+  }
   apply_log_level(recipe);
   if (!launch::detect_worker_env() || launch::detect_worker_env()->rank == 0)
     for (const std::string& w : recipe.warnings()) log_warn(w);

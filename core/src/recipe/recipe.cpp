@@ -434,7 +434,7 @@ void rewrite_deprecated(Recipe::Impl& r, ErrorList& errors) {
 }
 
 std::shared_ptr<Recipe::Impl> finish(std::shared_ptr<Recipe::Impl> impl, Loader& loader,
-                                     const std::vector<std::string>& overrides) {
+                                     const std::vector<std::string>& overrides, ErrorList* problems = nullptr) {
   impl->files = loader.files;
   impl->overrides = overrides;
   ErrorList& errors = loader.errors;
@@ -482,7 +482,10 @@ std::shared_ptr<Recipe::Impl> finish(std::shared_ptr<Recipe::Impl> impl, Loader&
     }
     impl->sections.emplace(spec.name, Config(std::move(data)));
   }
-  errors.throw_if_any("recipe " + impl->origin);
+  if (problems)
+    problems->append(errors);
+  else
+    errors.throw_if_any("recipe " + impl->origin);
   return impl;
 }
 
@@ -493,6 +496,10 @@ PluginCatalog::~PluginCatalog() = default;
 Recipe::Recipe(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
 Recipe Recipe::load(const std::string& path, const std::vector<std::string>& overrides) {
+  return load(path, overrides, nullptr);
+}
+
+Recipe Recipe::load(const std::string& path, const std::vector<std::string>& overrides, ErrorList* problems) {
   auto impl = std::make_shared<Impl>();
   impl->path = path;
   impl->origin = path;
@@ -503,7 +510,7 @@ Recipe Recipe::load(const std::string& path, const std::vector<std::string>& ove
   Composed c = loader.load_file(path, "", stack);
   impl->root = std::move(c.table);
   impl->locs = std::move(c.locs);
-  return Recipe(finish(std::move(impl), loader, overrides));
+  return Recipe(finish(std::move(impl), loader, overrides, problems));
 }
 
 Recipe Recipe::parse(std::string_view toml_text, std::string_view origin,
@@ -614,7 +621,9 @@ Config Recipe::plugin_defaults(Slot slot, const PluginInfo& info) {
   return Config(std::move(data));
 }
 
-void Recipe::validate_plugins(const PluginCatalog& registry) const {
+void Recipe::validate_plugins(const PluginCatalog& registry) const { validate_plugins(registry, nullptr); }
+
+void Recipe::validate_plugins(const PluginCatalog& registry, ErrorList* problems) const {
   ErrorList errors;
   auto known = recipe::core_known_sections();
   // Options of the chosen plugins, so a key in the wrong plugin section gets "did you mean [x]".
@@ -643,7 +652,10 @@ void Recipe::validate_plugins(const PluginCatalog& registry) const {
     }
     recipe::validate_section(plugin_input(*impl_, slot, *info), plugin_keys(*info), known, errors);
   }
-  errors.throw_if_any("recipe " + impl_->origin);
+  if (problems)
+    problems->append(errors);
+  else
+    errors.throw_if_any("recipe " + impl_->origin);
 }
 
 // ---- printing -------------------------------------------------------------------------------

@@ -40,6 +40,9 @@
 #include <ciuic/plugin.h>
 
 namespace ciuic {
+namespace recipe {
+class ErrorList;
+}
 
 // What the recipe needs to know of the installed plugins (implemented by the Registry).
 class CIUIC_API PluginCatalog {
@@ -60,6 +63,12 @@ class CIUIC_API Recipe {
   // sections against the core schema. Throws UsageError listing ALL errors (file:line:col, key,
   // expected, did-you-mean).
   static Recipe load(const std::string& path, const std::vector<std::string>& overrides = {});
+  // Same, collecting the recipe's problems into `*problems` instead of throwing (errors reading
+  // the files themselves still throw), so that a caller can add the plugin sections' problems
+  // (validate_plugins below) and report all of them in one pass. The recipe returned may then
+  // lack values that had errors: read it only to find and validate its plugins.
+  static Recipe load(const std::string& path, const std::vector<std::string>& overrides,
+                     recipe::ErrorList* problems);
   // Same from text; `origin` names it in messages; includes are relative to the working directory.
   static Recipe parse(std::string_view toml_text, std::string_view origin,
                       const std::vector<std::string>& overrides = {});
@@ -97,6 +106,8 @@ class CIUIC_API Recipe {
   // Validates every slot's plugin choice (it exists and loaded) and options against the
   // registry; throws one UsageError listing all problems of all slots.
   void validate_plugins(const PluginCatalog& plugins) const;
+  // Same, appending the problems to `*problems` instead of throwing.
+  void validate_plugins(const PluginCatalog& plugins, recipe::ErrorList* problems) const;
 
   // The whole recipe as TOML with defaults included and the origin of every value as a comment
   // (--print-recipe). Plugin sections hold what was written; the overload with a registry also
