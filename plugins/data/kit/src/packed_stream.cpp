@@ -82,13 +82,6 @@ void PackedStream::append_metrics(Metrics& m) const {
   m.set("data_eval_documents", static_cast<double>(eval_docs_.size()));
 }
 
-int64_t PackedStream::rows_in_epoch(int64_t epoch) {
-  producer_->stop();
-  const int64_t n = plan_for(epoch).num_rows();
-  seek_to(next_);
-  return n;
-}
-
 Batch PackedStream::alloc_batch() const {
   const int64_t mb = args_.micro_batch_size, T = args_.seq_len;
   // One allocation for the three tensors (one pinned block on GPU runs).

@@ -73,10 +73,6 @@ class PackedStream {
   // data_truncated_tokens, data_train_documents, data_eval_documents.
   void append_metrics(Metrics& m) const;
 
-  // Rows of training epoch `epoch` (the plan is rebuilt when the epoch changes). Owner thread only,
-  // and only while no batch is being prefetched (tests).
-  int64_t rows_in_epoch(int64_t epoch);
-
  private:
   struct Item {
     Batch batch;
