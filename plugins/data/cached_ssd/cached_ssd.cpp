@@ -113,14 +113,15 @@ class CachedSsd final : public DataSource {
     s.progress = ctx_.rank == 0;
     cache_ = TokenCache::open_or_build(s);
 
-    // Splits.
+    // Splits (document numbers in cache order); the stream keeps them.
+    std::vector<uint32_t> train_docs, eval_docs;
     for (uint32_t i = 0; i < cache_->num_documents(); ++i)
-      (cache_->doc(i).split == 0 ? train_docs_ : eval_docs_).push_back(i);
-    if (eval_fraction_ > 0 && !train_docs_.empty()) hold_out();
-    if (train_docs_.empty())
+      (cache_->doc(i).split == 0 ? train_docs : eval_docs).push_back(i);
+    if (eval_fraction_ > 0 && !train_docs.empty()) hold_out(train_docs, eval_docs);
+    if (train_docs.empty())
       throw Error("data plugin cached_ssd: the dataset is empty: no document with a training target in " +
                   join_list(s.train_files) + describe_dropped());
-    if (!eval_sources_.empty() && eval_docs_.empty())
+    if (!eval_sources_.empty() && eval_docs.empty())
       throw Error("data plugin cached_ssd: eval_sources hold no document with a training target (" +
                   join_list(s.eval_files) + ")");
     PackedStream::Settings ps;
@@ -130,7 +131,7 @@ class CachedSsd final : public DataSource {
     ps.pad_id = pad_id_;
     ps.prefetch_batches = static_cast<size_t>(prefetch_);
     ps.truncation_hint = " (set split_documents = true to keep them)";
-    stream_ = std::make_unique<PackedStream>(a, std::move(ps), train_docs_, eval_docs_, [c = cache_.get()](uint32_t d) {
+    stream_ = std::make_unique<PackedStream>(a, std::move(ps), std::move(train_docs), std::move(eval_docs), [c = cache_.get()](uint32_t d) {
       const DocRecord& r = c->doc(d);
       return DocView{c->ids(r), c->mask(r), r.num_tokens};
     });
@@ -201,22 +202,22 @@ class CachedSsd final : public DataSource {
 
   // Moves round(n * eval_fraction) documents (at least 1) of the train split to eval, chosen by a
   // hash of their position in the cache: fixed by the data, the same for every seed and rank.
-  void hold_out() {
-    const size_t n = train_docs_.size();
+  void hold_out(std::vector<uint32_t>& train_docs, std::vector<uint32_t>& eval_docs) const {
+    const size_t n = train_docs.size();
     if (n < 2) return;  // nothing to spare: no eval split
     const size_t k = std::clamp<size_t>(static_cast<size_t>(std::llround(n * eval_fraction_)), 1, n - 1);
     std::vector<std::pair<uint64_t, uint32_t>> keyed;
     keyed.reserve(n);
-    for (uint32_t d : train_docs_) keyed.emplace_back(mix64(d ^ 0xE7A1C0DEULL), d);
+    for (uint32_t d : train_docs) keyed.emplace_back(mix64(d ^ 0xE7A1C0DEULL), d);
     std::nth_element(keyed.begin(), keyed.begin() + static_cast<std::ptrdiff_t>(k), keyed.end());
     std::vector<uint32_t> eval;
     for (size_t i = 0; i < k; ++i) eval.push_back(keyed[i].second);
     std::sort(eval.begin(), eval.end());
     std::vector<uint32_t> train;
     train.reserve(n - k);
-    std::set_difference(train_docs_.begin(), train_docs_.end(), eval.begin(), eval.end(), std::back_inserter(train));
-    train_docs_ = std::move(train);
-    eval_docs_ = std::move(eval);
+    std::set_difference(train_docs.begin(), train_docs.end(), eval.begin(), eval.end(), std::back_inserter(train));
+    train_docs = std::move(train);
+    eval_docs = std::move(eval);
   }
 
   const RunContext& ctx_;
@@ -232,7 +233,6 @@ class CachedSsd final : public DataSource {
   int build_threads_ = 0;
   // state
   std::unique_ptr<TokenCache> cache_;
-  std::vector<uint32_t> train_docs_, eval_docs_;
   std::unique_ptr<PackedStream> stream_;
 };
 
