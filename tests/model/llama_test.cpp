@@ -15,13 +15,17 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/full_like.h>
 #include <ATen/ops/ones_like.h>
+#include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/linear.h>
 #include <ATen/ops/randint.h>
+#include <ATen/ops/randn.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "model/fused_ops.h"
 #include "model/llama.h"
 #include "model_test_util.h"
 
@@ -115,19 +119,78 @@ TEST(Llama, GradientsMatchTransformers) {
   auto m = tiny();
   const at::Tensor ids = expected().tensor("tiny.input_ids");
   const at::Tensor labels = expected().tensor("tiny.labels");
-  for (int64_t chunk : {int64_t{1} << 26, int64_t{1}}) {  // one vocabulary chunk, then three
-    m->set_loss_chunk_elements(chunk);
-    const auto g = loss_grads(*m, ids, labels);
-    ASSERT_EQ(g.size(), 20u);
-    double worst = 0;
-    for (const auto& [name, grad] : g) {
-      ASSERT_TRUE(grad.defined()) << name;
-      const double d = max_rel_diff(grad, expected().tensor("tiny.grad." + name));
-      worst = std::max(worst, d);
-      EXPECT_LE(d, 1e-4) << name << " chunk " << chunk;
+  // Both loss gradients (in the forward, recomputed in the backward), each with one chunk and
+  // with the smallest chunks (recompute: three vocabulary chunks; in_forward: one token a chunk).
+  for (LossBackward mode : {LossBackward::kInForward, LossBackward::kRecompute}) {
+    m->set_loss_backward(mode);
+    for (int64_t chunk : {int64_t{1} << 26, int64_t{1}}) {
+      m->set_loss_chunk_elements(chunk);
+      const auto g = loss_grads(*m, ids, labels);
+      ASSERT_EQ(g.size(), 20u);
+      double worst = 0;
+      for (const auto& [name, grad] : g) {
+        ASSERT_TRUE(grad.defined()) << name;
+        const double d = max_rel_diff(grad, expected().tensor("tiny.grad." + name));
+        worst = std::max(worst, d);
+        EXPECT_LE(d, 1e-4) << name << " chunk " << chunk << " mode " << static_cast<int>(mode);
+      }
+      std::printf("    %-48s max relative difference %.2e (%s, chunk %lld)\n",
+                  "gradients vs transformers (worst parameter)", worst,
+                  mode == LossBackward::kInForward ? "in_forward" : "recompute", static_cast<long long>(chunk));
     }
-    std::printf("    %-48s max relative difference %.2e\n", "gradients vs transformers (worst parameter)", worst);
   }
+}
+
+// linear_cross_entropy_sum in both modes against ATen's own linear + cross_entropy and autograd,
+// with ignored labels, uneven chunks, no-grad calls and one input not requiring a gradient.
+TEST(Llama, LinearCrossEntropyModesMatchAten) {
+  at::manual_seed(3);
+  const int64_t n = 37, h = 24, v = 53;
+  const at::Tensor hidden = at::randn({n, h}, at::kDouble).to(at::kFloat);
+  const at::Tensor weight = at::randn({v, h}, at::kDouble).to(at::kFloat) * 0.3;
+  at::Tensor labels = at::randint(0, v, {n}, at::kLong);
+  labels.index_fill_(0, at::arange(0, n, 5), -100);
+  const at::Tensor g_out = at::full({}, 0.37f);
+  // Reference: autograd through ATen's composition.
+  at::Tensor rh = hidden.clone().requires_grad_(true), rw = weight.clone().requires_grad_(true);
+  const at::Tensor ref = at::cross_entropy_loss(at::linear(rh, rw), labels, {}, at::Reduction::Sum, -100);
+  ref.backward(g_out);
+  for (LossBackward mode : {LossBackward::kInForward, LossBackward::kRecompute}) {
+    for (int64_t chunk : {int64_t{1}, int64_t{5} * v, int64_t{1} << 26}) {
+      SCOPED_TRACE("mode " + std::to_string(static_cast<int>(mode)) + " chunk " + std::to_string(chunk));
+      at::Tensor xh = hidden.clone().requires_grad_(true), xw = weight.clone().requires_grad_(true);
+      const at::Tensor loss = linear_cross_entropy_sum(xh, xw, labels, chunk, mode);
+      EXPECT_LE(max_rel_diff(loss, ref), 1e-6);
+      loss.backward(g_out);
+      EXPECT_LE(max_rel_diff(xh.grad(), rh.grad()), 1e-5);
+      EXPECT_LE(max_rel_diff(xw.grad(), rw.grad()), 1e-5);
+      {
+        at::NoGradGuard no_grad;  // loss only
+        EXPECT_LE(max_rel_diff(linear_cross_entropy_sum(xh, xw, labels, chunk, mode), ref), 1e-6);
+      }
+      // Only the hidden states need a gradient (a frozen head).
+      at::Tensor yh = hidden.clone().requires_grad_(true);
+      linear_cross_entropy_sum(yh, weight, labels, chunk, mode).backward(g_out);
+      EXPECT_LE(max_rel_diff(yh.grad(), rh.grad()), 1e-5);
+    }
+  }
+  // The in-forward gradients are scaled in place: a second backward is refused, not wrong.
+  at::Tensor zh = hidden.clone().requires_grad_(true);
+  const at::Tensor twice = linear_cross_entropy_sum(zh, weight, labels, 1 << 20, LossBackward::kInForward);
+  twice.backward(g_out, /*retain_graph=*/true);
+  expect_error([&] { twice.backward(g_out); }, {"second backward", "recompute"});
+}
+
+// Without CUDA the fused kernels are off whatever is asked, and calling them is a clear error.
+TEST(Llama, FusedKernelsNeedCuda) {
+  auto m = tiny();
+  m->set_fused_kernels(true);
+  EXPECT_FALSE(m->fused_kernels());
+  EXPECT_FALSE(fused_kernels_supported(at::kFloat, at::kCPU));
+  const at::Tensor x = at::zeros({1, 2, 1, 4});
+  expect_error([&] { fused_rope(x, RopeTables{x, x}); }, {"fused_rope", "CUDA", "Float on cpu"});
+  expect_error([&] { fused_swiglu(x, x); }, {"fused_swiglu", "CUDA"});
+  expect_error([&] { fused_swiglu_down(x, x, x); }, {"fused_swiglu_down", "CUDA"});
 }
 
 // Counts a parameter's hook calls: the pre-accumulation tensor hook and the post-accumulate-grad

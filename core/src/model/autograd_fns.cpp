@@ -9,6 +9,7 @@
 #include <ATen/ops/linear.h>
 #include <ATen/ops/logaddexp.h>
 #include <ATen/ops/logsumexp.h>
+#include <ATen/ops/addmm.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
@@ -16,6 +17,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "model/llama_ops.h"
+
+#include <ciuic/error.h>
 
 namespace ciuic::model {
 
@@ -57,6 +60,7 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     ctx->saved_data["n_kv_heads"] = s.n_kv_heads;
     ctx->saved_data["head_dim"] = s.head_dim;
     ctx->saved_data["eps"] = s.eps;
+    ctx->saved_data["fused"] = s.fused;
     ctx->saved_data["has_mask"] = mask.has_value();
     ctx->saved_data["has_docs"] = cu_seqlens.has_value();
     ctx->saved_data["max_len"] = meta.max_len;
@@ -79,6 +83,7 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     s.n_kv_heads = ctx->saved_data["n_kv_heads"].toInt();
     s.head_dim = ctx->saved_data["head_dim"].toInt();
     s.eps = ctx->saved_data["eps"].toDouble();
+    s.fused = ctx->saved_data["fused"].toBool();
     const bool has_mask = ctx->saved_data["has_mask"].toBool();
     const bool has_docs = ctx->saved_data["has_docs"].toBool();
     DocsMeta meta;
@@ -201,6 +206,76 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
   }
 };
 
+// apply(hidden [N,H], weight [V,H], labels [N], chunk_elements) -> fp32 scalar, with both
+// gradients computed in the forward (LossBackward::kInForward). Tokens are taken in chunks of
+// full-vocabulary logits; per chunk: lse, loss, d = softmax - onehot (fp32, then the weights'
+// dtype), d hidden = d @ W (rows are independent: written once), d W += d^T @ hidden (accumulated
+// in fp32 over chunks unless there is one chunk).
+struct LinearCrossEntropyInForward : public torch::autograd::Function<LinearCrossEntropyInForward> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
+                            const at::Tensor& labels, int64_t chunk_elements, bool need_h, bool need_w) {
+    const int64_t n = hidden.size(0), v = weight.size(0);
+    const int64_t rows = std::clamp<int64_t>(chunk_elements / std::max<int64_t>(v, 1), 1, std::max<int64_t>(n, 1));
+    const bool one_chunk = rows >= n;
+    const at::ScalarType dt = hidden.scalar_type();
+    // Mixed-precision accumulation straight into an fp32 buffer (cuBLAS, bf16/fp16 inputs).
+    const bool mixed_acc = hidden.is_cuda() && dt != at::kFloat;
+    at::Tensor grad_h, grad_w, grad_w32;
+    if (need_h) grad_h = at::empty_like(hidden, at::MemoryFormat::Contiguous);
+    if (need_w && !one_chunk) grad_w32 = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
+    at::Tensor total = at::zeros({}, hidden.options().dtype(at::kFloat));
+    for (int64_t r0 = 0; r0 < n; r0 += rows) {
+      const int64_t len = std::min(rows, n - r0);
+      const at::Tensor h = hidden.narrow(0, r0, len);
+      const at::Tensor lab = labels.narrow(0, r0, len);
+      at::Tensor logits = at::linear(h, weight).to(at::kFloat);  // [len, V]
+      const at::Tensor lse = at::logsumexp(logits, {1});
+      const at::Tensor valid = lab.ne(kIgnoreIndex);
+      const at::Tensor idx = at::where(valid, lab, 0).unsqueeze(1);
+      const at::Tensor target = logits.gather(1, idx).squeeze(1);
+      total.add_(at::where(valid, lse - target, 0.0).sum());
+      if (!need_h && !need_w) continue;
+      // d loss / d logits = softmax - onehot on rows with a label, 0 elsewhere.
+      logits.sub_(lse.unsqueeze(1)).exp_();
+      logits.scatter_add_(1, idx, valid.to(at::kFloat).neg_().unsqueeze(1));
+      logits.mul_(valid.to(at::kFloat).unsqueeze(1));
+      const at::Tensor d = logits.to(dt);
+      logits = at::Tensor();
+      if (need_h) {
+        at::Tensor slice = grad_h.narrow(0, r0, len);
+        at::mm_out(slice, d, weight);
+      }
+      if (need_w) {
+        if (one_chunk)
+          grad_w = at::mm(d.t(), h);
+        else if (dt == at::kFloat)
+          grad_w32.addmm_(d.t(), h);
+        else if (mixed_acc)
+          at::addmm_out(grad_w32, grad_w32, d.t(), h, at::kFloat);
+        else
+          grad_w32.add_(at::mm(d.t(), h));
+      }
+    }
+    if (need_w && !one_chunk) grad_w = dt == at::kFloat ? grad_w32 : grad_w32.to(dt);
+    ctx->save_for_backward({grad_h, grad_w});
+    return total;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    if (ctx->saved_data.count("used"))
+      throw Error("linear_cross_entropy_sum: a second backward through the loss (retain_graph) is not supported "
+                  "with [model] loss_backward = \"in_forward\" (its gradients are scaled in place); use \"recompute\"");
+    ctx->saved_data["used"] = true;
+    variable_list saved = ctx->get_saved_variables();
+    variable_list result(6);
+    // Scaled in place: the saved gradients are this function's own and used once.
+    const at::Tensor g = grad_out[0];
+    if (ctx->needs_input_grad(0) && saved[0].defined()) result[0] = saved[0].mul_(g.to(saved[0].scalar_type()));
+    if (ctx->needs_input_grad(1) && saved[1].defined()) result[1] = saved[1].mul_(g.to(saved[1].scalar_type()));
+    return result;
+  }
+};
+
 }  // namespace
 
 at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
@@ -217,7 +292,12 @@ at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s
 }
 
 at::Tensor linear_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
-                                    int64_t chunk_elements) {
+                                    int64_t chunk_elements, LossBackward mode) {
+  if (mode == LossBackward::kInForward) {
+    const bool grad = at::GradMode::is_enabled();
+    return LinearCrossEntropyInForward::apply(hidden, weight, labels, chunk_elements, grad && hidden.requires_grad(),
+                                              grad && weight.requires_grad());
+  }
   return LinearCrossEntropy::apply(hidden, weight, labels, chunk_elements);
 }
 

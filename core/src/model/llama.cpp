@@ -17,6 +17,7 @@
 
 #include <ciuic/error.h>
 
+#include "model/fused_ops.h"
 #include "model/safetensors.h"
 
 namespace ciuic::model {
@@ -42,6 +43,7 @@ std::string describe(const at::Tensor& t) {
 LlamaModel::LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device device)
     : cfg_(cfg), shape_(LayerShape::of(cfg)), dtype_(dtype), device_(device) {
   cfg_.validate("LlamaModel config");
+  shape_.fused = fused_kernels_supported(dtype, device);
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf)
     throw Error(std::string("LlamaModel: parameter dtype must be float32, bfloat16 or float16, not ") +
                 c10::toString(dtype));
@@ -114,6 +116,14 @@ void LlamaModel::set_loss_chunk_elements(int64_t n) {
   if (n <= 0) throw Error("LlamaModel: loss chunk size must be positive");
   loss_chunk_elements_ = n;
 }
+
+int64_t LlamaModel::loss_chunk_elements(int64_t tokens) const {
+  if (loss_chunk_elements_ > 0) return loss_chunk_elements_;
+  if (loss_backward_ == LossBackward::kRecompute) return kDefaultLossChunkElements;
+  return std::max(kDefaultLossChunkElements, std::min<int64_t>(tokens, 2048) * cfg_.vocab_size);
+}
+
+void LlamaModel::set_fused_kernels(bool on) { shape_.fused = on && fused_kernels_supported(dtype_, device_); }
 
 void LlamaModel::init_random(uint64_t seed, double std) {
   at::NoGradGuard no_grad;
@@ -207,7 +217,7 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
   at::Tensor h = at::embedding(embed_, input_ids, cfg_.pad_token_id.value_or(-1));
   const bool ckpt = checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
   for (size_t i = 0; i < layers_.size(); ++i) {
-    if (ckpt)
+    if (ckpt && (checkpoint_layers_ <= 0 || static_cast<int64_t>(i) < checkpoint_layers_))
       h = checkpointed_decoder_layer(layers_[i], shape_, h, rope, mask, docs);
     else
       h = decoder_layer(layers_[i], shape_, h, rope, mask, cache ? &(*cache)[i] : nullptr, docs);
@@ -231,7 +241,7 @@ at::Tensor LlamaModel::loss_sum(const at::Tensor& input_ids, const at::Tensor& l
   check_tokens(labels, "labels", input_ids.sizes());
   at::Tensor h = hidden_impl(input_ids, position_ids, packed, docs, nullptr);
   return linear_cross_entropy_sum(h.reshape({-1, cfg_.hidden_size}), lm_head_weight(),
-                                  labels.reshape({-1}).to(at::kLong), loss_chunk_elements_);
+                                  labels.reshape({-1}).to(at::kLong), loss_chunk_elements(labels.numel()), loss_backward_);
 }
 
 std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& prompt, int64_t max_new_tokens,

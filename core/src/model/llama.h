@@ -86,10 +86,26 @@ class CIUIC_API LlamaModel {
 
   // Recompute each decoder layer in backward instead of keeping its activations. Gradients are
   // unchanged; only the layer inputs stay alive between forward and backward.
-  void set_activation_checkpointing(bool on) { checkpointing_ = on; }
+  // `layers` > 0 checkpoints only the first `layers` decoder layers (the others keep their
+  // activations: less recomputation where memory allows); <= 0 checkpoints all of them.
+  void set_activation_checkpointing(bool on, int64_t layers = 0) {
+    checkpointing_ = on;
+    checkpoint_layers_ = layers;
+  }
   bool activation_checkpointing() const { return checkpointing_; }
-  // Upper bound on the fp32 logits loss_sum materialises at once (elements); default 2^26.
+  // Upper bound on the fp32 logits loss_sum materialises at once (elements). By default
+  // (loss_chunk_elements(N) for N tokens): 2^26 with kRecompute; with kInForward at least 2048
+  // tokens' logits, max(2^26, min(N, 2048) * V), since each token chunk reads and writes the fp32
+  // accumulator of d lm_head (V x H x 8 bytes). A value set here is used as is.
   void set_loss_chunk_elements(int64_t n);
+  int64_t loss_chunk_elements(int64_t tokens) const;
+  // How loss_sum's gradient is computed (model/llama_ops.h, LossBackward); default kInForward.
+  void set_loss_backward(LossBackward mode) { loss_backward_ = mode; }
+  LossBackward loss_backward() const { return loss_backward_; }
+  // Rotary embedding and SwiGLU through fused CUDA kernels (model/fused_ops.h). On by default
+  // where fused_kernels_supported(dtype, device); `on` elsewhere is ignored (the ATen path runs).
+  void set_fused_kernels(bool on);
+  bool fused_kernels() const { return shape_.fused; }
 
   // input_ids [B, T] integer; position_ids [B, T] integer or undefined (then 0..T-1 per row).
   // packed: rows hold several documents, each starting where position_ids == 0; attention is
@@ -135,7 +151,9 @@ class CIUIC_API LlamaModel {
   at::Tensor norm_;
   at::Tensor lm_head_;  // undefined when tied
   bool checkpointing_ = false;
-  int64_t loss_chunk_elements_ = kDefaultLossChunkElements;
+  int64_t checkpoint_layers_ = 0;  // <= 0: all
+  int64_t loss_chunk_elements_ = 0;  // 0: the default rule (loss_chunk_elements)
+  LossBackward loss_backward_ = LossBackward::kInForward;
 };
 
 }  // namespace ciuic::model

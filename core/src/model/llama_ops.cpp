@@ -1,6 +1,8 @@
 // Llama building blocks: rotary tables, the packed-document mask, one decoder layer.
 #include "model/llama_ops.h"
 
+#include "model/fused_ops.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -110,7 +112,8 @@ bool varlen_attention_supported(at::ScalarType dtype, c10::Device device, int64_
 }
 
 namespace {
-inline at::Tensor apply_rope(const at::Tensor& x, const RopeTables& r) {
+inline at::Tensor apply_rope(const at::Tensor& x, const RopeTables& r, bool fused) {
+  if (fused) return fused_rope(x, r);
   // x [B, T, heads, D]; roll by D/2 gives cat(x2, x1), the sign sits in sin_signed.
   return at::addcmul(x * r.cos, at::roll(x, {x.size(-1) / 2}, {-1}), r.sin_signed);
 }
@@ -118,7 +121,8 @@ inline at::Tensor apply_rope(const at::Tensor& x, const RopeTables& r) {
 at::Tensor attention_tail(const LayerWeights& w, const LayerShape& s, const at::Tensor& x, const at::Tensor& a) {
   at::Tensor out = x + at::linear(a, w.wo());
   at::Tensor h = at::rms_norm(out, {s.hidden}, w.ln_post(), s.eps);
-  at::Tensor m = at::linear(at::silu(at::linear(h, w.w_gate())) * at::linear(h, w.w_up()), w.w_down());
+  at::Tensor gate = at::linear(h, w.w_gate()), up = at::linear(h, w.w_up());
+  at::Tensor m = s.fused ? fused_swiglu_down(gate, up, w.w_down()) : at::linear(at::silu(gate) * up, w.w_down());
   return out + m;
 }
 }  // namespace
@@ -129,8 +133,8 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
   at::Tensor h = at::rms_norm(x, {s.hidden}, w.ln_in(), s.eps);
   // Projections stay in [B, T, heads, D] (the layout flash kernels use); the transposes to
   // [B, heads, T, D] for SDPA are views.
-  at::Tensor q = apply_rope(at::linear(h, w.wq()).view({b, t, s.n_heads, s.head_dim}), rope);
-  at::Tensor k = apply_rope(at::linear(h, w.wk()).view({b, t, s.n_kv_heads, s.head_dim}), rope);
+  at::Tensor q = apply_rope(at::linear(h, w.wq()).view({b, t, s.n_heads, s.head_dim}), rope, s.fused);
+  at::Tensor k = apply_rope(at::linear(h, w.wk()).view({b, t, s.n_kv_heads, s.head_dim}), rope, s.fused);
   at::Tensor v = at::linear(h, w.wv()).view({b, t, s.n_kv_heads, s.head_dim});
   at::Tensor a;
   if (docs) {

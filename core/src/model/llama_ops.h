@@ -24,8 +24,11 @@ struct LayerShape {
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
   double eps = 1e-6;
+  // Rotary embedding and SwiGLU through the fused CUDA kernels (model/fused_ops.h) instead of
+  // their ATen compositions; only where fused_kernels_supported() for the layer's tensors.
+  bool fused = false;
   static LayerShape of(const LlamaConfig& c) {
-    return {c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps};
+    return {c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps, false};
   }
 };
 
@@ -107,12 +110,25 @@ CIUIC_API at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const Lay
                                                 const RopeTables& rope, const std::optional<at::Tensor>& mask,
                                                 const PackedDocs* docs = nullptr);
 
+// How linear_cross_entropy_sum gets its gradient.
+//  kInForward: when autograd needs gradients, the forward computes them too, token chunk by
+//    token chunk (full-vocabulary logits of a chunk, their softmax, d hidden and d weight), and
+//    the backward only scales them by the incoming gradient. Three matmuls of [N, H] x [H, V] in
+//    all (no recomputation); holds d weight ([V, H] in the weight dtype) and d hidden ([N, H])
+//    from the forward to the backward instead of hidden.
+//  kRecompute: the forward keeps hidden and the log-sum-exp; the backward recomputes the logits
+//    vocabulary chunk by vocabulary chunk. Four matmuls; nothing of [V, H] is held.
+enum class LossBackward { kInForward, kRecompute };
+
 // Sum over rows n with labels[n] != -100 of cross_entropy(hidden[n] @ weight^T, labels[n]),
 // fp32 scalar, differentiable w.r.t. hidden [N, H] and weight [V, H]. Logits are computed in the
-// weights' dtype and upcast to fp32 chunk by chunk over the vocabulary: at most
-// max(chunk_elements, N * min(V, 128)) fp32 logits exist at once, in the forward and in the
-// backward (which recomputes them). labels [N] int64 must be in [0, V) or -100.
+// weights' dtype and upcast to fp32 chunk by chunk: kRecompute chunks the vocabulary (at most
+// max(chunk_elements, N * min(V, 128)) fp32 logits at once, forward and backward), kInForward
+// the tokens (at most max(chunk_elements, V) at once; with several chunks d weight accumulates in
+// fp32, read and written once per chunk: prefer few large chunks, see LlamaModel). labels [N] int64 must be in [0, V) or
+// -100. Without autograd (no grad mode, or neither input requiring grad) both only compute the
+// loss.
 CIUIC_API at::Tensor linear_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
-                                    int64_t chunk_elements);
+                                              int64_t chunk_elements, LossBackward mode = LossBackward::kInForward);
 
 }  // namespace ciuic::model

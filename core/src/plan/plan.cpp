@@ -54,6 +54,9 @@ struct Inputs {
   PlanContext base;  // the planner's inputs, no answers yet
   model::LlamaConfig model;
   bool checkpointing = false;
+  int64_t checkpoint_layers = 0;  // 0 = all
+  bool fused = false;             // the fused CUDA kernels run (SwiGLU keeps gate and up only)
+  bool loss_in_forward = false;   // [model] loss_backward = "in_forward"
 };
 
 // Runs every slot's answer, then the model terms; `unknown` collects what was not counted.
@@ -77,7 +80,8 @@ PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots], std::vecto
 
   // Model terms. Activations kept for backward, per decoder layer (compute dtype): the residual
   // input, the normed input, q, k, v, the attention output, the second residual and normed input
-  // (5 x hidden + q + 2 x kv), gate, up, silu(gate) and their product (4 x intermediate).
+  // (5 x hidden + q + 2 x kv), and of the MLP gate, up, silu(gate) and their product
+  // (4 x intermediate; 2 with the fused kernels, which keep gate and up only).
   const model::LlamaConfig& m = in.model;
   const double pb = ctx.param_bytes;
   const double N = static_cast<double>(ctx.micro_batch_size * ctx.seq_len);
@@ -85,19 +89,32 @@ PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots], std::vecto
   const double kv = static_cast<double>(m.num_key_value_heads * m.head_dim);
   const double q = static_cast<double>(m.num_attention_heads * m.head_dim);
   const double I = static_cast<double>(m.intermediate_size);
+  const double V = static_cast<double>(m.vocab_size);
   const double L = static_cast<double>(m.num_hidden_layers);
-  const double layer = (5 * H + q + 2 * kv + 4 * I) * N * pb;
-  if (in.checkpointing)
-    ctx.add("activations", true, L * N * H * pb + layer,
-            "checkpointing: each layer's input, plus one layer recomputed");
-  else
+  const double layer = (5 * H + q + 2 * kv + (in.fused ? 2 : 4) * I) * N * pb;
+  const size_t first_model_item = ctx.items.size();
+  if (in.checkpointing) {
+    const double c = in.checkpoint_layers > 0 ? std::min(L, static_cast<double>(in.checkpoint_layers)) : L;
+    ctx.add("activations", true, c * N * H * pb + (L - c) * layer + layer,
+            c == L ? std::string("checkpointing: each layer's input, plus one layer recomputed")
+                   : "checkpointing " + std::to_string(static_cast<int64_t>(c)) + " of " +
+                         std::to_string(m.num_hidden_layers) + " layers; the others keep " + bytes_text(layer));
+  } else {
     ctx.add("activations", true, L * layer + 3 * N * H * pb,
             std::to_string(m.num_hidden_layers) + " layers x " + bytes_text(layer));
-  ctx.add("loss chunk", true,
-          std::min(N * static_cast<double>(m.vocab_size),
-                   static_cast<double>(model::LlamaModel::kDefaultLossChunkElements)) * 8,
-          "fp32 logits and their gradient, chunk by chunk");
-  for (size_t i = ctx.items.size() - 2; i < ctx.items.size(); ++i) ctx.items[i].by = "model";
+  }
+  const double chunk = static_cast<double>(model::LlamaModel::kDefaultLossChunkElements);
+  if (in.loss_in_forward) {
+    // Token chunks of at least 2048 rows (LlamaModel::loss_chunk_elements): fp32 logits + their gradient in the
+    // compute dtype; d lm_head (+ its fp32 accumulator when there are several chunks) and d hidden.
+    const double logits = std::min(N * V, std::max(chunk, std::min(N, 2048.0) * V));
+    ctx.add("loss chunk", true, logits * (4 + pb), "fp32 logits and their gradient, token chunk by token chunk");
+    ctx.add("loss gradient", true, (V * H + N * H) * pb + (logits < N * V ? V * H * 4 : 0),
+            "[model] loss_backward = \"in_forward\": d lm_head and d hidden, held from forward to backward");
+  } else {
+    ctx.add("loss chunk", true, std::min(N * V, chunk) * 8, "fp32 logits and their gradient, chunk by chunk");
+  }
+  for (size_t i = first_model_item; i < ctx.items.size(); ++i) ctx.items[i].by = "model";
   return ctx;
 }
 
@@ -121,7 +138,12 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
 
   Inputs in;
   in.model = train::recipe_model_config(recipe);
-  in.checkpointing = recipe.section("model").get_bool("activation_checkpointing");
+  const Config model_section = recipe.section("model");
+  in.checkpointing = model_section.get_bool("activation_checkpointing");
+  in.checkpoint_layers = model_section.get_int("checkpoint_layers");
+  in.loss_in_forward = model_section.get_string("loss_backward") == "in_forward";
+  // A CUDA run uses the fused kernels unless they are turned off (a CUDA build has them).
+  in.fused = cluster.get_string("device") == "cuda" && model_section.get_string("fused_kernels") != "off";
   PlanContext& b = in.base;
   b.world_size = plan.world_size;
   b.local_world_size = plan.local_world_size;
@@ -184,12 +206,14 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
                               (total <= plan.cap ? ", fits" : ", still above the cap"));
     }
   }
-  if (!in.checkpointing) {
+  if (!in.checkpointing || in.checkpoint_layers > 0) {
     Inputs ck = in;
     ck.checkpointing = true;
+    ck.checkpoint_layers = 0;
     const double saved = plan.device_peak - device_total(run(ck, choices, nullptr));
-    plan.advice.push_back("[model] activation_checkpointing = true keeps each layer's input and one "
-                          "layer's activations: -" + bytes_text(saved));
+    plan.advice.push_back(std::string("[model] activation_checkpointing = true") +
+                          (in.checkpoint_layers > 0 ? " with checkpoint_layers = 0" : "") +
+                          " keeps each layer's input and one layer's activations: -" + bytes_text(saved));
   }
   if (b.micro_batch_size > 1)
     plan.advice.push_back("a smaller [train] micro_batch_size (with more gradient_accumulation_steps): "

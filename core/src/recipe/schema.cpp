@@ -98,7 +98,17 @@ std::vector<SectionSpec> build_core_schema() {
       K("chat_template", kS, "\"plain\"",
         "chat template for chat data: hf (the model's own, tokenizer_config.json), auto (hf if the model has one, else plain), deepseek, plain"),
       K("activation_checkpointing", kB, "false", "recompute layer activations in backward to save memory"),
+      K("checkpoint_layers", kI, "0",
+        "with activation_checkpointing: checkpoint only the first N decoder layers (the rest keep their "
+        "activations: less recomputation where memory allows); 0 = all").min(0),
       K("init_std", kF, "0.02", "standard deviation of the random initialisation").min(0),
+      K("fused_kernels", kS, "\"auto\"",
+        "fused CUDA kernels for rotary embedding and SwiGLU: auto (where the build and device have them), on (required: "
+        "an error where they are missing), off (ATen compositions)").choices("auto|on|off"),
+      K("loss_backward", kS, "\"in_forward\"",
+        "loss gradient: in_forward (computed with the loss, no recomputed logits; holds vocab x hidden of gradient "
+        "from forward to backward), recompute (logits recomputed in backward: one more matmul, less memory)")
+          .choices("in_forward|recompute"),
   }});
   v.push_back({"model.config", "HF config.json keys overriding (or, without a path, defining) the architecture", {
       K("hidden_size", kI, nullptr, "width of the residual stream").optional().min(1),
@@ -174,6 +184,10 @@ std::vector<SectionSpec> build_core_schema() {
       K("progress", kS, "\"auto\"", "progress line: auto (when stderr is a terminal), on, off").choices("auto|on|off"),
       K("peak_tflops", kF, "0.0", "device peak TFLOP/s for MFU; 0 = from the GPU name table").min(0),
       K("tensorboard", kB, "false", "also write TensorBoard event files to <output_dir>/tb"),
+      K("profile_start_step", kI, "0",
+        "profile from this optimizer step (Kineto: Chrome trace and a GPU time table by category in "
+        "<output_dir>/profile); 0 = off").min(0),
+      K("profile_steps", kI, "3", "steps profiled from profile_start_step").min(1),
   }});
   return v;
 }

@@ -54,6 +54,9 @@ TrainOptions TrainOptions::from(const Recipe& recipe) {
     o.tokenizer_path = (fs::path(o.model_path) / "tokenizer.json").string();
   o.chat_template = m.get_string("chat_template");
   o.activation_checkpointing = m.get_bool("activation_checkpointing");
+  o.checkpoint_layers = m.get_int("checkpoint_layers");
+  o.fused_kernels = m.get_string("fused_kernels");
+  o.loss_backward = m.get_string("loss_backward");
   o.init_std = m.get_float("init_std");
 
   o.output_dir = recipe.section("run").get_string("output_dir");
@@ -78,6 +81,8 @@ TrainOptions TrainOptions::from(const Recipe& recipe) {
   o.progress = l.get_string("progress");
   o.peak_tflops = l.get_float("peak_tflops");
   o.tensorboard = l.get_bool("tensorboard");
+  o.profile_start = l.get_int("profile_start_step");
+  o.profile_steps = l.get_int("profile_steps");
   return o;
 }
 

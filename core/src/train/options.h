@@ -41,7 +41,10 @@ struct TrainOptions {
   std::string tokenizer_path;  // resolved; "" = <model_path>/tokenizer.json when it exists
   std::string chat_template;
   bool activation_checkpointing = false;
+  int64_t checkpoint_layers = 0;  // 0 = all
   double init_std = 0.0;
+  std::string fused_kernels;  // "auto" | "on" | "off"
+  std::string loss_backward;  // "in_forward" | "recompute"
 
   // [checkpoint]
   std::string checkpoint_dir;  // resolved: "" in the recipe = <output_dir>/checkpoints
@@ -59,6 +62,8 @@ struct TrainOptions {
   std::string progress;      // "auto" | "on" | "off"
   double peak_tflops = 0.0;  // 0 = from the GPU name table
   bool tensorboard = false;  // also TensorBoard event files in <output_dir>/tb
+  int64_t profile_start = 0;  // [log] profile_start_step; 0 = off
+  int64_t profile_steps = 0;
 
   // [run], [cluster]
   std::string output_dir;

@@ -16,6 +16,7 @@
 #include <ciuic/log.h>
 
 #include "model/config.h"
+#include "model/fused_ops.h"
 #include "optim/schedule.h"
 #include "recipe/recipe.h"
 #include "registry/registry.h"
@@ -219,7 +220,15 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
     r.model->init_random(r.ctx.seed, r.opt.init_std);
   else
     r.model->load_hf(r.opt.model_path);
-  r.model->set_activation_checkpointing(r.opt.activation_checkpointing);
+  r.model->set_activation_checkpointing(r.opt.activation_checkpointing, r.opt.checkpoint_layers);
+  r.model->set_loss_backward(r.opt.loss_backward == "recompute" ? model::LossBackward::kRecompute
+                                                                 : model::LossBackward::kInForward);
+  if (r.opt.fused_kernels == "on" && !model::fused_kernels_supported(r.model->dtype(), r.model->device()))
+    throw UsageError(std::string("[model] fused_kernels = \"on\": the fused kernels need a CUDA build and device = "
+                                 "\"cuda\" (") + (model::fused_kernels_built() ? "this build has them; the run is on " +
+                                 r.model->device().str() : std::string("this build has no CUDA")) +
+                     "); use \"auto\" to fall back to ATen");
+  r.model->set_fused_kernels(r.opt.fused_kernels != "off");
 
   ShardingSetup ss;
   for (auto& [name, t] : r.model->named_parameters())

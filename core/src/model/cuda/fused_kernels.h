@@ -1,0 +1,36 @@
+// model/cuda/fused_kernels.h — the model's fused CUDA kernels, as plain launch functions.
+//
+// Compiled by nvcc into the engine in CUDA builds only (core/CMakeLists.txt, CIUIC_FUSED_KERNELS);
+// the callers (model/fused_ops.cpp) wrap them in autograd functions. No LibTorch types here, so
+// that nvcc compiles this part alone and quickly. Every function enqueues one kernel on `stream`
+// and returns; it does not synchronise. Pointers are device pointers to the element type `dtype`
+// names; sizes are element counts. A launch error is returned as the CUDA error string (nullptr
+// on success); kernels themselves cannot fail.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+namespace ciuic::model::cuda {
+
+enum class DType { kFloat, kBFloat16, kHalf };
+
+// Rotary embedding of x [batch, seq, heads, 2 * half] (the last dimension contiguous; the
+// element strides of the first three in x_strides), with per-position tables cos, sin_signed
+// [batch * seq, 2 * half] contiguous (model/llama_ops.h's RopeTables). Writes out
+// [batch, seq, heads, 2 * half] contiguous.
+//   forward:  out[i] = x[i] cos[i] + x[p(i)] sin_signed[i]
+//   backward: out[i] = x[i] cos[i] + x[p(i)] sin_signed[p(i)]   (x is then the incoming gradient)
+// where p(i) = i + half for i < half and i - half otherwise. Computed in fp32, rounded once.
+const char* rope(const void* x, const void* cos, const void* sin_signed, void* out, int64_t batch, int64_t seq,
+                 int64_t heads, int64_t half, const int64_t x_strides[3], bool backward, DType dtype,
+                 cudaStream_t stream);
+
+// SwiGLU: out = silu(gate) * up over n elements (all contiguous).
+const char* swiglu_forward(const void* gate, const void* up, void* out, int64_t n, DType dtype, cudaStream_t stream);
+// Its gradient: d_gate = grad * up * silu'(gate), d_up = grad * silu(gate).
+const char* swiglu_backward(const void* gate, const void* up, const void* grad, void* d_gate, void* d_up, int64_t n,
+                            DType dtype, cudaStream_t stream);
+
+}  // namespace ciuic::model::cuda
