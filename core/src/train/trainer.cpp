@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 
 #include <ATen/TensorOperators.h>
 #include <c10/util/Exception.h>
@@ -37,6 +38,7 @@
 #include "train/device_info.h"
 #include "train/evaluate.h"
 #include "train/options.h"
+#include "train/profile.h"
 #include "train/report.h"
 #include "train/run.h"
 
@@ -140,9 +142,12 @@ int train(Run& r, const WorkerOptions& options) {
   report.announce();
   eval.before_training(st.step, report);
   StopSignals signals;
+  StepProfiler profiler(r.opt.profile_start, r.opt.profile_steps,
+                        (std::filesystem::path(r.opt.output_dir) / "profile").string(), r.ctx.rank, r.opt.cuda);
   report.begin_training();
 
   while (st.step < r.opt.max_steps) {
+    profiler.before_step(st.step + 1);
     report.begin_step();
     // 1. Data for the whole step; every rank agrees on the label count and on stopping.
     const std::string cursor = r.data->cursor();  // where this step's data begins
@@ -177,6 +182,7 @@ int train(Run& r, const WorkerOptions& options) {
     s.result = r.sharding->step(in);
     s.optim_s = clock.lap();
     count_step(r, st, s.result, ckpt, report);
+    profiler.after_step(s.step);
 
     // 4. Report, evaluate, checkpoint.
     report.step(s, st);
