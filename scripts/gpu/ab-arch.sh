@@ -16,15 +16,8 @@ mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 ngpu=$(nvidia-smi -L | wc -l)
-run() {
-  local name=$1 limit=$2; shift 2
-  echo "=== $name: $*"
-  local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "=== $name: exit $rc after $((SECONDS - t0)) s"
-  [ $rc -eq 0 ] || tail -20 "$OUT/$name.log"
-}
+RUN_TAIL=20
+source "$(dirname "$0")/lib.sh"  # run NAME TIMEOUT CMD...
 ciuic() {  # ciuic NAME TIMEOUT BUILD RECIPE ARGS...  (the base build reads the base tree's recipe)
   local name=$1 limit=$2 build=$3 recipe=$4; shift 4
   [ "$build" = build-base ] && recipe=.gpu/base/$recipe

@@ -5,6 +5,7 @@
 # building here and shipping binaries.
 # Usage: scripts/gpu/build-on-host.sh [SRC [BUILD]]     (defaults: . build-gpu)
 # CIUIC_HOST_TESTS=ON also builds the tests and benchmarks (then `ctest` runs there too);
+# CIUIC_HOST_TARGETS="t1 t2" builds only those targets;
 # CIUIC_HOST_CUDA=OFF builds as CI does (no CUDA targets; the tests then run as on CI).
 set -euo pipefail
 src=${1:-.} build=${2:-build-gpu}
@@ -19,6 +20,9 @@ cmake -S "$src" -B "$build" -G Ninja -DCIUIC_WITH_CUDA=${CIUIC_HOST_CUDA:-ON} -D
   "-DCMAKE_PREFIX_PATH=$prefix/usr;$torch" -DBoost_ROOT=$prefix/usr -DBoost_NO_SYSTEM_PATHS=ON \
   -DBoost_INCLUDE_DIR=$prefix/usr/include > "$build.configure.log" 2>&1 || { tail -30 "$build.configure.log"; exit 1; }
 set -o pipefail
-cmake --build "$build" -j "${CIUIC_HOST_JOBS:-$(nproc)}" -- -k 0 > "$build.build.log" 2>&1 || {
+# CIUIC_HOST_TARGETS: build only these targets (e.g. "runtime model_gpu_test model_bench").
+targets=()
+for t in ${CIUIC_HOST_TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$build" -j "${CIUIC_HOST_JOBS:-$(nproc)}" "${targets[@]}" -- -k 0 > "$build.build.log" 2>&1 || {
   grep -E "error|FAILED|undefined reference" "$build.build.log" | head -60; exit 1; }
 tail -2 "$build.build.log"

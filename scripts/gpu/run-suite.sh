@@ -37,16 +37,8 @@ nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
 "$B/ciuic-run" --version > "$OUT/version.txt" 2>&1 || { cat "$OUT/version.txt"; echo "bundle does not load"; exit 3; }
 "$B/ciuic-run" --list-plugins | tee "$OUT/plugins.txt"
 
-# run NAME TIMEOUT CMD...: one measured program, its output in $OUT/NAME.log
-run() {
-  local name=$1 limit=$2; shift 2
-  echo "=== $name: $*"
-  local t0=$SECONDS
-  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "=== $name: exit $rc after $((SECONDS - t0)) s"
-  [ $rc -eq 0 ] || tail -15 "$OUT/$name.log"
-}
+RUN_TAIL=15
+source "$(dirname "$0")/lib.sh"  # run NAME TIMEOUT CMD...
 # ciuic NAME TIMEOUT RECIPE ARGS...: a ciuic-run training run; keeps its metrics.jsonl
 ciuic() {
   local name=$1 limit=$2 recipe=$3; shift 3

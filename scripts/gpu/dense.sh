@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Dense single-GPU throughput on the GPU host (issue 15; docs/performance.md, "Dense"), in one
+# device call: build (CUDA, the runner + the GPU tests + model_bench), the fused-kernel tests, then
+# ciuic before/after the fused kernels and the in-forward loss gradient, side by side with the
+# FSDP2 peer eager and compiled (bench/peers/fsdp2_llama.py), with a profile of each ciuic side.
+#   scripts/gpu/dense.sh [build] [test] [one] [seven] ...    (any of the stages, in order)
+# Logs, metrics and profiles go to /tmp/dense, packed at the end into $OUT/dense.tgz (the device
+# tool returns few files); scripts/gpu/summarize.py prints the runs' table.
+set -u
+RESULT=${OUT:-/tmp/ciuic-out}
+OUT=/tmp/dense
+mkdir -p "$OUT" "$RESULT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+RUN_TAIL=25
+source "$(dirname "$0")/lib.sh"  # run NAME TIMEOUT CMD...
+# ciuic NAME TIMEOUT RECIPE ARGS...: one run, its metrics and profile table copied to $OUT.
+ciuic() {
+  local name=$1 limit=$2 recipe=$3; shift 3
+  rm -rf "/tmp/runs/$name"
+  run "$name" "$limit" build-gpu/bin/ciuic-run "$recipe" --set "run.output_dir=\"/tmp/runs/$name\"" "$@"
+  cp "/tmp/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
+  cp "/tmp/runs/$name/profile/rank0.txt" "$OUT/$name.profile.txt" 2>/dev/null && cat "$OUT/$name.profile.txt" | head -30
+  grep -h "tokens/s" "$OUT/$name.log" | tail -2
+}
+old="--set model.fused_kernels=\"off\" --set model.loss_backward=\"recompute\""
+fused="--set model.fused_kernels=\"on\" --set model.loss_backward=\"recompute\""
+infwd="--set model.fused_kernels=\"off\" --set model.loss_backward=\"in_forward\""
+new="--set model.fused_kernels=\"on\" --set model.loss_backward=\"in_forward\""
+common="--set train.max_steps=16 --set log.every_steps=1"
+s7base="--set model.config.hidden_size=4096 --set model.config.intermediate_size=11008 --set model.config.num_hidden_layers=30 --set model.config.num_attention_heads=32 --set model.config.num_key_value_heads=32 --set model.config.vocab_size=102400 --set data.vocab_size=102400 --set model.config.max_position_embeddings=4096 --set train.max_steps=8 --set log.every_steps=1"
+peer() {  # peer NAME TIMEOUT ARGS...
+  local name=$1 limit=$2; shift 2
+  run "$name" "$limit" torchrun --standalone --nproc-per-node 1 bench/peers/fsdp2_llama.py --json "$OUT/$name.json" "$@"
+  tail -1 "$OUT/$name.log"
+}
+for stage in ${*:-build test one}; do
+  case "$stage" in
+  build)
+    CIUIC_HOST_TESTS=ON CIUIC_HOST_TARGETS="runtime model_gpu_test model_bench" \
+      run build 480 bash scripts/gpu/build-on-host.sh . build-gpu
+    tail -3 "$OUT/build.log" ;;
+  test)
+    run model_gpu_test 240 build-gpu/bin/model_gpu_test
+    grep -E -A4 "Failure|^\[  (PASSED|FAILED) " "$OUT/model_gpu_test.log" | head -60 ;;
+  one)
+    # Alternating old/new twice (drift hits both), then the two levers alone, each profiled once.
+    for rep in 1 2; do
+      ciuic 1b-old-$rep 200 configs/llama-1b-bench.toml $common $old $([ $rep = 1 ] && echo --set log.profile_start_step=8)
+      ciuic 1b-new-$rep 200 configs/llama-1b-bench.toml $common $new $([ $rep = 1 ] && echo --set log.profile_start_step=8)
+    done
+    ciuic 1b-fused 200 configs/llama-1b-bench.toml $common $fused
+    ciuic 1b-infwd 200 configs/llama-1b-bench.toml $common $infwd
+    peer 1b-fsdp2-eager 300
+    peer 1b-fsdp2-compiled 400 --compile ;;
+  seven)
+    s7="$s7base"
+    # DeepSeek-LLM-7B's shape, activation checkpointing on both sides (the peer needs it to fit).
+    s7="$s7 --set model.activation_checkpointing=true --set train.micro_batch_size=${MBS7:-4}"
+    [ "${SKIP_OLD:-0}" = 1 ] || ciuic 7b-old 300 configs/llama-1b-bench.toml $s7 $old
+    ciuic 7b-new 300 configs/llama-1b-bench.toml $s7 $new --set log.profile_start_step=5
+    # What the memory left over buys: fewer layers recomputed.
+    for c in ${CKPT7:-}; do ciuic 7b-new-ckpt$c 300 configs/llama-1b-bench.toml $s7 $new --set model.checkpoint_layers=$c; done
+    peer 7b-fsdp2-compiled 400 --hidden 4096 --intermediate 11008 --layers 30 --heads 32 --kv-heads 32 --vocab 102400 \
+      --micro-batch ${MBS7:-4} --steps 8 --checkpointing --compile ${PEER7_ARGS:-} ;;
+  profile)
+    # One profiled run each of the 1B and the 7B shape with the defaults.
+    ciuic 1b-prof 200 configs/llama-1b-bench.toml $common $new --set log.profile_start_step=8
+    ciuic 7b-prof 300 configs/llama-1b-bench.toml $s7base --set model.activation_checkpointing=true \
+      --set train.micro_batch_size=4 $new --set log.profile_start_step=5 ;;
+  mbs)
+    # The largest micro-batch that fits 80 GiB at the 1B shape with DeepSeek's vocabulary (102400):
+    # ciuic under a cap of 80 GiB (the caching allocator refuses more), the peer's peak as reported.
+    v="--set model.config.vocab_size=102400 --set data.vocab_size=102400 --set train.max_steps=6 --set log.every_steps=1"
+    for m in ${MBS_CIUIC:-16 24 32}; do
+      ciuic 1bv-mbs$m 200 configs/llama-1b-bench.toml $v --set train.micro_batch_size=$m --set cluster.memory_per_device_gib=80.0
+    done
+    for m in ${MBS_PEER:-8 12 16}; do peer 1bv-fsdp2-compiled-mbs$m 200 --vocab 102400 --micro-batch $m --steps 6 --compile; done ;;
+  esac
+done
+python3 scripts/gpu/summarize.py "$OUT" 2>/dev/null | tee "$OUT/summary.md" | tail -30
+tar czf "$RESULT/dense.tgz" -C "$OUT" .
