@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what ciuic needs to build and test, and nothing that is already there.
-#   scripts/setup-deps.sh            Debian packages + .venv with torch (LibTorch)
-#   scripts/setup-deps.sh --fixtures also transformers/tokenizers/safetensors/tensorboard (fixture
-#                                    generators, and the tests that read ciuic's outputs with them)
+#   scripts/setup-deps.sh            Debian packages + .venv with torch (LibTorch) and pinned
+#                                    transformers (the tests that load ciuic's exports in it)
+#   scripts/setup-deps.sh --fixtures also tensorboard and transformers' optional dependencies
+#                                    (fixture generators, the test that reads ciuic's event files)
 # Idempotent: a second run prints "ok" lines and changes nothing.
 # Environment: CIUIC_VENV (default .venv), CIUIC_TORCH_VERSION (default 2.11.0, the GPU host's),
 #   CIUIC_TORCH_DEPS=1 to install torch's Python dependencies (the nvidia-* CUDA wheels, ~2.7 GB)
@@ -73,15 +74,47 @@ else
   fi
 fi
 
+# ---- transformers, pinned, for the tests that load ciuic's exports ----------------------------
+# hf_export_stops_at_eos (tests/model) fails without it, so CI always installs it. --no-deps with
+# exactly the modules that `import torch`, AutoTokenizer, AutoModelForCausalLM, generate() and
+# apply_chat_template import (found by running that test in a venv holding torch alone): 21
+# wheels, 29 MB, where pip's resolver adds 14 more (typer, rich, pygments, pydantic, hf-xet, ...)
+# that none of it imports, and pins keep a later release of any of them from changing the test.
+# transformers 5.24.0 is the release the fixtures were generated with; it runs on torch 2.11.0.
+# A failed install (no network) is a warning: the build and the other tests go on.
+hf_pins=(transformers==5.24.0 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0
+         pyyaml==6.0.4 regex==2026.11.19 packaging==26.4 tqdm==4.70.1
+         httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 idna==3.20 truststore==0.10.5
+         typing-extensions==4.16.0 filelock==4.3.1 sympy==1.14.0 mpmath==1.3.0
+         jinja2==3.1.6 markupsafe==3.0.4 networkx==3.6.1 fsspec==2026.9.0)
+# Compares installed versions without importing anything (importing torch takes seconds).
+hf_missing=$("$VENV/bin/python" - "${hf_pins[@]}" <<'PY'
+import importlib.metadata as m, sys
+for pin in sys.argv[1:]:
+    name, want = pin.split("==")
+    try: have = m.version(name)
+    except m.PackageNotFoundError: have = None
+    if have != want: print(pin)
+PY
+)
+if [ -z "$hf_missing" ]; then
+  say "ok: transformers and its pinned dependencies (${#hf_pins[@]} packages)"
+else
+  say "installing transformers and its pinned dependencies: $(echo $hf_missing)"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile --no-deps "${hf_pins[@]}" ||
+    say "WARNING: could not install transformers: the test hf_export_stops_at_eos will fail" \
+        "(ctest -LE transformers leaves it out)"
+fi
+
 if [ "$want_fixtures" = 1 ]; then
-  # transformers and tokenizers generate fixtures; torch's own Python dependencies (not the CUDA
-  # wheels) let `import torch` work where the wheel was installed alone.
+  # The fixture generators use transformers and tokenizers; pip's resolver adds what the pins
+  # above leave out.
   # tensorboard: its event reader checks ciuic's event files (tests/train/read_tensorboard.py);
   # measured: ~19 MB of wheels, 58 MB installed (tensorboard 12, its data server 20, grpcio 19,
   # protobuf, markdown, werkzeug, absl) -- too much for every CI run, where monitoring_test checks
   # the bytes against a committed file written by tensorboard instead.
-  fx=(transformers tokenizers safetensors tensorboard filelock typing-extensions sympy networkx jinja2 fsspec)
-  if "$VENV/bin/python" -c "import transformers, tokenizers, safetensors, tensorboard" 2>/dev/null; then
+  fx=(transformers==5.24.0 tensorboard)
+  if "$VENV/bin/python" -c "import tensorboard, typer" 2>/dev/null; then
     say "ok: fixture packages (${fx[*]})"
   else
     say "installing fixture packages: ${fx[*]}"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks that a folder written by write_hf_folder loads in transformers and reproduces the
 fixture's logits within 1e-4 (relative to the largest logit). ctest runs it as
-hf_export_loads_in_transformers after model_test; without transformers in the venv (CI installs
-only torch) it exits 77, which ctest reports as skipped.
+hf_export_loads_in_transformers after model_test; without transformers in the venv
+(scripts/setup-deps.sh installs it) it exits 77, which ctest reports as skipped.
 
     /work/main/.venv/bin/python tests/model/check_hf_export.py <exported folder> [<fixture case>]
 
@@ -14,19 +14,19 @@ import importlib.util
 import os
 import sys
 
-# Decide to skip before importing torch: CI's venv holds the torch wheel without its Python
-# dependencies, and importing it there is slow before it fails.
+# Decide to skip before importing torch: a venv without transformers may hold the torch wheel
+# without its Python dependencies, and importing it there is slow before it fails.
 missing = [m for m in ("transformers", "safetensors") if importlib.util.find_spec(m) is None]
 if missing:
-    print(f"skipped: no {', '.join(missing)} (scripts/setup-deps.sh --fixtures installs them)")
+    print(f"skipped: no {', '.join(missing)} (scripts/setup-deps.sh installs them)")
     sys.exit(77)
 
 try:
     import torch
     from safetensors import safe_open
     from transformers import AutoModelForCausalLM
-except ImportError as e:  # the set-up script installs these only with --fixtures
-    print(f"skipped: {e} (scripts/setup-deps.sh --fixtures installs transformers)")
+except ImportError as e:
+    print(f"skipped: {e} (scripts/setup-deps.sh installs transformers)")
     sys.exit(77)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
