@@ -55,6 +55,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
 #include <thread>
@@ -97,6 +98,12 @@ Dtype to_dtype(at::ScalarType t) {
     case at::kHalf: return Dtype::kF16;
     default: throw ciuic::Error(std::string(kWho) + ": unsupported dtype " + c10::toString(t));
   }
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
 }
 
 std::string gib(uint64_t bytes) {
@@ -180,6 +187,7 @@ class CpuAdam final : public ciuic::Optimizer {
 
   void setup(const ciuic::OptimizerSetup& s) override {
     ciuic::check_optimizer_setup(s, kWho);
+    const auto t_setup = Clock::now();
     if (fold_) fold_->wait_all();  // a second setup(): nothing of the old shard may still run
     ready_ = false;
     early_ = Early{};
@@ -202,10 +210,16 @@ class CpuAdam final : public ciuic::Optimizer {
         runs_.push_back({seg.begin, seg.end, seg.weight_decay});
     }
 
-    master_ = host_empty(numel_, at::kFloat);
-    exp_avg_ = host_empty(numel_, at::kFloat);
-    exp_avg_sq_ = host_empty(numel_, at::kFloat);
-    grad_ = host_empty(numel_, at::kFloat);
+    // The state buffers, and on CUDA the pinned landing zone of reduced chunks (which
+    // accumulate_grad() would otherwise allocate during the first backward), one thread each:
+    // page-locking them (cudaHostAlloc, 56 GB and more for a 7B shard) was one serial pass; the
+    // caching host allocator calls the driver outside its lock. On CPU runs an allocation only
+    // reserves address space (the pages are touched below, in parallel).
+    stage_ = at::Tensor();
+    std::vector<Alloc> allocs = {{&master_, at::kFloat, false}, {&exp_avg_, at::kFloat, false},
+                                 {&exp_avg_sq_, at::kFloat, false}, {&grad_, at::kFloat, false}};
+    if (device_.is_cuda()) allocs.push_back({&stage_, precision_->reduce_dtype(), /*pin=*/true});
+    allocate_in_parallel(allocs);
     float* p = master_.data_ptr<float>();
     float* m = exp_avg_.data_ptr<float>();
     float* v = exp_avg_sq_.data_ptr<float>();
@@ -221,7 +235,6 @@ class CpuAdam final : public ciuic::Optimizer {
     for (const ciuic::ShardValues& piece : s.initial)  // device -> host, converted to fp32
       master_.narrow(0, piece.shard_offset, piece.values.numel()).copy_(piece.values.reshape({-1}));
 
-    stage_ = at::Tensor();
     staging_[0] = staging_[1] = at::Tensor();
     copier_.reset();
     if (staged_) {
@@ -240,7 +253,8 @@ class CpuAdam final : public ciuic::Optimizer {
                     (pinned_ ? " of pinned" : " of") + " host memory, " +
                     std::to_string(threads_) + " threads, " + simd_name(simd_) + " kernel, " +
                     (staged_ ? "staged uploads in tiles of " + std::to_string(tile_)
-                             : std::string("direct in-memory update")));
+                             : std::string("direct in-memory update")) +
+                    "; set up in " + seconds_text(seconds_since(t_setup)));
   }
 
   bool offer_early_update(const ciuic::OptimizerStep& args) override {
@@ -513,6 +527,29 @@ class CpuAdam final : public ciuic::Optimizer {
     update_s_ = early_busy_s_;
     early_ = Early{};
     early_incomplete_ = false;
+  }
+
+  struct Alloc {
+    at::Tensor* out;
+    at::ScalarType dtype;
+    bool pin_on_cuda;
+  };
+  // *a.out = host_empty(numel_, a.dtype, a.pin_on_cuda) for each, on one thread each; the first
+  // failure is rethrown after all have finished.
+  void allocate_in_parallel(const std::vector<Alloc>& allocs) {
+    std::vector<std::exception_ptr> errors(allocs.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < allocs.size(); ++i)
+      threads.emplace_back([&, i] {
+        try {
+          *allocs[i].out = host_empty(numel_, allocs[i].dtype, allocs[i].pin_on_cuda);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors)
+      if (e) std::rethrow_exception(e);
   }
 
   at::Tensor host_empty(int64_t n, at::ScalarType dtype, bool pin_on_cuda = false) const {
