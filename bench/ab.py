@@ -40,6 +40,7 @@ METRICS = {
     "step_s": ("step time, s", "median", "lower"),
     "fwd_bwd_s": ("forward+backward, s", "median", "lower"),
     "optim_s": ("optimizer phase, s", "median", "lower"),
+    "optim_step_s": ("optimizer update after backward, s", "median", "lower"),
     "mfu": ("MFU", "median", "higher"),
     "mem_gib": ("peak GPU memory, GiB", "max", "lower"),
     "comm_busy_s": ("comm busy per step, s", "rate", "lower"),

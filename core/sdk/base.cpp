@@ -171,6 +171,8 @@ void Precision::round_to_param(const at::Tensor& master, at::Tensor& out, int64_
   out.copy_(master);  // ATen's float -> bf16/fp16 conversion rounds to nearest even
 }
 bool Precision::rounds_to_nearest() const { return true; }
+void Sharding::begin_step(const StepInput&) {}
+bool Optimizer::offer_early_update(const OptimizerStep&) { return false; }
 Store::~Store() = default;
 Tokenizer::~Tokenizer() = default;
 ChatTemplate::~ChatTemplate() = default;

@@ -9,6 +9,8 @@
 //
 //   setup(s)                                    once, after the Sharding laid out its shard
 //   per optimizer step:
+//     offer_early_update(args)                    optional: before the step's first chunk, when
+//                                                 the update is known in advance (below)
 //     accumulate_grad(region, chunk, first, last)   for every reduced gradient chunk, as
 //                                                   reductions complete (during backward)
 //     finish_grads()                              -> this rank's sum of squares of its gradient
@@ -36,6 +38,29 @@
 // params_out is complete as seen by the current stream (CUDA) or the caller (CPU).
 // A skipped step calls finish_grads() but not step(): the next step's first chunks overwrite the
 // gradient.
+//
+// Early update (optional). When a step's update does not depend on its global gradient — no
+// clipping, a precision policy that cannot skip a finite step, and a non-finite gradient that ends
+// the run (ciuic/sharding.h, Sharding::begin_step, says when a Sharding may claim this) — the
+// Sharding may call offer_early_update(args) before the step's first accumulate_grad(), with
+// exactly the args step() will receive. An optimizer that accepts (returns true) may update a
+// region's master weights and moments as soon as the region's last chunk of the step (last =
+// true) has arrived, while backward goes on with the other regions, provided the result is
+// bit-identical to updating in step(). Contract:
+//   - The Sharding then calls finish_grads() and step(args, params_out) with the offered args;
+//     step() finishes whatever is not updated yet and writes params_out as usual. An optimizer
+//     should throw ciuic::Error when step()'s args differ from the offered ones.
+//   - No parameter is written before step(): params_out is handed over only then, and backward
+//     still reads the model's parameters (with one rank, params_out IS the model's flat buffer).
+//     Rounded parameters computed early stay in the optimizer's own memory until step().
+//   - If the step is not applied after an accepted offer (a non-finite gradient: StepResult::
+//     skipped), step() is not called and the optimizer's state is partly updated; the run ends
+//     (that is what the Sharding promised). An optimizer may refuse save_state() and further
+//     offers in that state with ciuic::Error, so that it is never saved or trained on.
+//   - Declining (the default) costs nothing: the step runs as without an offer. An offer is for
+//     one step; an optimizer accepts it again or not at the next.
+// Threading: offer_early_update() on the training thread, like step(); the early work runs on
+// the optimizer's own threads, and is finished (or its failure rethrown) by step().
 //
 // State. state_names() lists the optimizer's per-element fp32 state, "master" first (AdamW:
 // master, exp_avg, exp_avg_sq). save_state() hands out one 1-D fp32 CPU tensor of numel elements
@@ -114,6 +139,9 @@ struct OptimizerMemory {
 class CIUIC_API Optimizer : public PluginObject {
  public:
   virtual void setup(const OptimizerSetup& setup) = 0;
+  // See "Early update" above: true when this step's regions will be updated as their last chunks
+  // arrive. Default: false (update in step()).
+  virtual bool offer_early_update(const OptimizerStep& args);
   virtual void accumulate_grad(int region, const at::Tensor& chunk, bool first, bool last) = 0;
   virtual at::Tensor finish_grads() = 0;
   virtual void step(const OptimizerStep& args, at::Tensor& params_out) = 0;

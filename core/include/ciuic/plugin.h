@@ -68,7 +68,10 @@ using PluginPlanFn = void(const Config& options, PlanContext& plan);
 //   3: the "offload" slot became "optimizer" (ciuic/optimizer.h: the optimizer owns the gradient
 //      shard and receives reduced chunks); Precision::round_to_param; PluginInfo::plan; the
 //      bucketed sharding machinery left the SDK for the optim kit.
-inline constexpr uint32_t kPluginApiVersion = 3;
+//   4: Sharding::begin_step and Optimizer::offer_early_update (an optimizer may update regions
+//      while backward goes on when the update does not depend on the gradient norm);
+//      StepInput::nonfinite_stops.
+inline constexpr uint32_t kPluginApiVersion = 4;
 
 // The five slots a recipe fills. The numeric values are part of the ABI.
 enum class Slot : uint32_t {

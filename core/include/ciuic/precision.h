@@ -12,6 +12,10 @@
 //      true the step is skipped: parameters and optimizer state are left bit-identical;
 //   4. gradients are multiplied by 1/loss_scale() *as it was before update()* — the Sharding reads
 //      loss_scale() before calling update().
+// A policy whose needs_overflow_check() is false promises that update(false, step) returns false
+// (a finite step is never skipped) and that loss_scale() changes only inside update(): a Sharding
+// relies on it to let the optimizer update before the step's norm is known (ciuic/sharding.h,
+// begin_step), and fails the step with ciuic::Error if such a policy skips a finite step.
 //
 // Rounding: every optimizer writes updated parameters through round_to_param() — after each
 // update and when a checkpoint is loaded — so a policy decides how the fp32 master becomes the

@@ -4,6 +4,7 @@
 // when collectives run. The trainer drives it like this, once per optimizer step of
 // `gradient_accumulation_steps` micro-batches:
 //
+//   begin_step(input)                                       // optional (see below)
 //   for i in 0..A-1:
 //     begin_micro_batch(i, /*last=*/i == A-1)
 //     forward; (loss * precision.loss_scale()).backward()   // the Sharding's hooks see gradients
@@ -26,6 +27,17 @@
 // exactly once (a non-finite norm is the overflow signal); on a skipped step leave parameters and
 // optimizer state untouched; otherwise clip to max_grad_norm when > 0, call optimizer.step() with
 // grad_scale = clip coefficient / loss scale, and make every rank's parameters current.
+//
+// begin_step(input) announces the step before begin_micro_batch(0, ..), with the StepInput that
+// step() will receive (a caller that never calls it gets the plain protocol; the default does
+// nothing). A Sharding may then offer the optimizer an early update (Optimizer::
+// offer_early_update: regions updated while backward goes on) — but only when the update cannot
+// depend on the global gradient norm: input.max_grad_norm <= 0 (no clipping), the precision
+// policy needs no overflow check (it cannot skip a finite step, and its loss scale is fixed for
+// the step: ciuic/precision.h), and input.nonfinite_stops (a non-finite gradient ends the run, so
+// a partly updated state is never used). After an accepted offer step() must call
+// optimizer.step() with exactly the offered arguments, and must fail (ciuic::Error) rather than
+// skip a step whose gradient is finite.
 //
 // Gradients arriving at the hooks are of sum(token losses) / global_label_tokens per rank, so the
 // reduction across ranks is a SUM (never an average): the trainer normalises the loss.
@@ -73,6 +85,10 @@ struct StepInput {
   int64_t step = 1;            // 1-based optimizer step (for messages and the precision policy)
   int64_t t = 1;               // the optimizer's t if this step is applied: 1 + updates applied
                                // so far (skipped steps do not count, as in PyTorch and DeepSpeed)
+  bool nonfinite_stops = false;  // a step returned as skipped with a non-finite grad_norm ends the
+                                 // run ([train] nonfinite = "stop"): nothing trains on or saves
+                                 // the optimizer state afterwards. false: the caller may go on, so
+                                 // a skipped step must leave the state untouched
 };
 
 struct StepResult {
@@ -105,6 +121,8 @@ using SliceFetcher = std::function<at::Tensor(const std::string& state, const st
 class CIUIC_API Sharding : public PluginObject {
  public:
   virtual void setup(const ShardingSetup& setup) = 0;
+  // See begin_step() above. Default: nothing.
+  virtual void begin_step(const StepInput& input);
   virtual void begin_micro_batch(int64_t index, bool last) = 0;
   virtual StepResult step(const StepInput& input) = 0;
   virtual ShardingMemory memory() const = 0;

@@ -5,9 +5,11 @@
 //
 //   1. data      this step's micro-batches; the global count of label tokens (and whether any
 //                rank was asked to stop) agreed in one tiny all-reduce
-//   2. backward  per micro-batch: loss = sum of token losses / global label tokens, times the
-//                precision's loss scale; backward; the sharding's hooks reduce gradients as
-//                buckets complete and hand them to the optimizer
+//   2. backward  the step announced to the sharding (begin_step: it may let the optimizer update
+//                during backward when nothing depends on the gradient norm); per micro-batch:
+//                loss = sum of token losses / global label tokens, times the precision's loss
+//                scale; backward; the sharding's hooks reduce gradients as buckets complete and
+//                hand them to the optimizer
 //   3. step      the sharding finishes the reductions, checks overflow, clips, has the optimizer
 //                update its shard, and makes every rank's parameters current
 //   4. report    metrics.jsonl and the progress line (train/report.h); evaluation when due
@@ -163,6 +165,14 @@ int train(Run& r, const WorkerOptions& options) {
     s.step = st.step + 1;
     s.loss_scale = r.precision->loss_scale();
     s.global_labels = data.global_labels;
+    StepInput in;
+    in.lr = s.lr = r.schedule->lr(st.step);
+    in.weight_decay = r.opt.weight_decay;
+    in.max_grad_norm = r.opt.clip;
+    in.step = s.step;
+    in.t = st.updates + 1;  // skipped steps do not count
+    in.nonfinite_stops = !r.opt.nonfinite_skip;  // count_step() throws on a non-finite gradient
+    r.sharding->begin_step(in);
     Stopwatch clock(r.ctx.device, /*on=*/report.logged(s.step));
     for (int64_t i = 0; i < r.opt.accumulation; ++i) {
       r.sharding->begin_micro_batch(i, /*last=*/i + 1 == r.opt.accumulation);
@@ -173,12 +183,6 @@ int train(Run& r, const WorkerOptions& options) {
     s.fwd_bwd_s = clock.lap();
 
     // 3. The optimizer step.
-    StepInput in;
-    in.lr = s.lr = r.schedule->lr(st.step);
-    in.weight_decay = r.opt.weight_decay;
-    in.max_grad_norm = r.opt.clip;
-    in.step = s.step;
-    in.t = st.updates + 1;  // skipped steps do not count
     s.result = r.sharding->step(in);
     s.optim_s = clock.lap();
     count_step(r, st, s.result, ckpt, report);

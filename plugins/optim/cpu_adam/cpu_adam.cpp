@@ -16,6 +16,27 @@
 //       staging slot --upload stream--> params_out tile      (overlaps the next tile's update)
 //     the current stream waits for the uploads; the host waits for the last two
 //
+// Early update (`overlap_update = "auto"`, taken when the Sharding offers it: no clipping, no
+// loss scale that may skip the step, a run that stops on a non-finite gradient — ciuic/optimizer.h,
+// "Early update"): the same AdamW runs per gradient region, as a task the fold thread runs right
+// after the region's last fold of the step, while backward goes on with the other buckets:
+//
+//   accumulate_grad(region, chunk, last = true)
+//     fold job (as above), then an update task: AdamW on the region's master/m/v (the fold's
+//     team share during backward, the whole team once finish_grads() was called), parameters
+//     rounded into host memory (on CUDA: the region's own pinned landing zone, free again once
+//     the fold has read it)
+//   finish_grads()                   waits for the folds only; updates may still run
+//   step(args)                       args must be the offered ones; region by region, in the
+//                                    order they were updated: wait for its update, upload its
+//                                    parameters to params_out (overlaps the later regions'
+//                                    updates); the current stream waits for the uploads, the
+//                                    host for the last
+// Per element the arithmetic is the same kernel on the same inputs (the final gradient, the step's
+// coefficients), so master, moments and parameters are bit-identical to the update in step(); only
+// the split into pieces differs, and no result depends on it. Parameters reach params_out only in
+// step(), after backward: see step_early().
+//
 // On a CPU run ("direct"): chunks are host memory and are folded from where they are; the threads
 // write params_out in the parameter dtype during the update — no copies. `pipeline = "staged"`
 // forces the staged upload path on the CPU (synchronous copies): it exercises the same bookkeeping
@@ -34,6 +55,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
 #include <thread>
@@ -78,6 +100,12 @@ Dtype to_dtype(at::ScalarType t) {
   }
 }
 
+std::string seconds_text(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
+}
+
 std::string gib(uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1u << 30));
@@ -118,7 +146,7 @@ struct Run {  // consecutive segments with the same weight-decay flag
 
 class CpuAdam final : public ciuic::Optimizer {
  public:
-  CpuAdam(const ciuic::Config& cfg, const ciuic::RunContext& ctx) {
+  CpuAdam(const ciuic::Config& cfg, const ciuic::RunContext& ctx) : rank_(ctx.rank) {
     const int64_t threads = cfg.get_int("threads");
     threads_ = static_cast<int>(threads > 0 ? threads : std::max(1, ctx.cpu_threads));
     if (threads_ > usable_cpus())
@@ -147,6 +175,7 @@ class CpuAdam final : public ciuic::Optimizer {
     pin_option_ = cfg.get_bool("pin_memory");
     tile_ = cfg.get_int("tile_size");
     force_staged_ = cfg.get_string("pipeline") == "staged";
+    overlap_ = cfg.get_string("overlap_update") != "off";
     const auto betas = cfg.get_float_list("betas");
     if (betas.size() != 2 || betas[0] >= 1.0 || betas[1] >= 1.0)
       cfg.fail("betas", "expected two numbers [beta1, beta2], each in [0, 1)");
@@ -158,7 +187,12 @@ class CpuAdam final : public ciuic::Optimizer {
 
   void setup(const ciuic::OptimizerSetup& s) override {
     ciuic::check_optimizer_setup(s, kWho);
+    const auto t_setup = Clock::now();
+    if (fold_) fold_->wait_all();  // a second setup(): nothing of the old shard may still run
     ready_ = false;
+    early_ = Early{};
+    early_incomplete_ = false;
+    early_buf_ = at::Tensor();
     setup_ = s;
     setup_.initial.clear();  // views into the model: not kept
     numel_ = s.numel;
@@ -176,10 +210,16 @@ class CpuAdam final : public ciuic::Optimizer {
         runs_.push_back({seg.begin, seg.end, seg.weight_decay});
     }
 
-    master_ = host_empty(numel_, at::kFloat);
-    exp_avg_ = host_empty(numel_, at::kFloat);
-    exp_avg_sq_ = host_empty(numel_, at::kFloat);
-    grad_ = host_empty(numel_, at::kFloat);
+    // The state buffers, and on CUDA the pinned landing zone of reduced chunks (which
+    // accumulate_grad() would otherwise allocate during the first backward), one thread each:
+    // page-locking them (cudaHostAlloc, 56 GB and more for a 7B shard) was one serial pass; the
+    // caching host allocator calls the driver outside its lock. On CPU runs an allocation only
+    // reserves address space (the pages are touched below, in parallel).
+    stage_ = at::Tensor();
+    std::vector<Alloc> allocs = {{&master_, at::kFloat, false}, {&exp_avg_, at::kFloat, false},
+                                 {&exp_avg_sq_, at::kFloat, false}, {&grad_, at::kFloat, false}};
+    if (device_.is_cuda()) allocs.push_back({&stage_, precision_->reduce_dtype(), /*pin=*/true});
+    allocate_in_parallel(allocs);
     float* p = master_.data_ptr<float>();
     float* m = exp_avg_.data_ptr<float>();
     float* v = exp_avg_sq_.data_ptr<float>();
@@ -195,7 +235,6 @@ class CpuAdam final : public ciuic::Optimizer {
     for (const ciuic::ShardValues& piece : s.initial)  // device -> host, converted to fp32
       master_.narrow(0, piece.shard_offset, piece.values.numel()).copy_(piece.values.reshape({-1}));
 
-    stage_ = at::Tensor();
     staging_[0] = staging_[1] = at::Tensor();
     copier_.reset();
     if (staged_) {
@@ -204,17 +243,36 @@ class CpuAdam final : public ciuic::Optimizer {
       staging_[1] = host_empty(std::max<int64_t>(tile, 1), param_dtype_);
       copier_ = std::make_unique<Copier>(device_);
     }
-    // Half the rank's cores fold gradients while backward runs; the rest keep the GPU and the
-    // links fed.
+    // Half the rank's cores fold gradients (and run early updates) while backward runs; the rest
+    // keep the GPU and the links fed. After backward, early updates still running get them all.
     fold_ = std::make_unique<HostAccumulator>(static_cast<int>(s.grad_regions.size()),
-                                              std::max(1, threads_ / 2));
+                                              fold_threads(), threads_);
     ready_ = true;
     ciuic::log_info(std::string(kWho) + ": " + std::to_string(numel_) + " elements, " +
                     gib(memory().host_bytes + memory().device_bytes) +
                     (pinned_ ? " of pinned" : " of") + " host memory, " +
                     std::to_string(threads_) + " threads, " + simd_name(simd_) + " kernel, " +
                     (staged_ ? "staged uploads in tiles of " + std::to_string(tile_)
-                             : std::string("direct in-memory update")));
+                             : std::string("direct in-memory update")) +
+                    "; set up in " + seconds_text(seconds_since(t_setup)));
+  }
+
+  bool offer_early_update(const ciuic::OptimizerStep& args) override {
+    require_setup("offer_early_update");
+    require_no_partial_update("offer_early_update");
+    early_ = Early{};
+    if (!overlap_) return false;
+    if (!std::isfinite(args.grad_scale) || args.grad_scale <= 0 || args.t < 1)
+      throw ciuic::Error(std::string(kWho) + ": offer_early_update with grad_scale " +
+                         std::to_string(args.grad_scale) + " and t " + std::to_string(args.t) +
+                         " (expected a finite grad_scale > 0 and t >= 1)");
+    early_.on = true;
+    early_.args = args;
+    early_.c = coefficients(hyper_, args);
+    early_.done.assign(setup_.grad_regions.size(), 0);
+    early_busy_s_ = 0;
+    fold_->set_task_parts(fold_threads());  // backward is about to run
+    return true;
   }
 
   void accumulate_grad(int region, const at::Tensor& chunk, bool first, bool last) override {
@@ -237,11 +295,15 @@ class CpuAdam final : public ciuic::Optimizer {
       ready->record(c10::impl::VirtualGuardImpl(dev.type()).getStream(dev));
     }
     fold_->submit(region, dst, src, std::move(ready), first, last);
+    if (early_.on && last) submit_early_update(region, chunk.is_cpu());
   }
 
   at::Tensor finish_grads() override {
     require_setup("finish_grads");
-    const double sum_sq = fold_->wait_all();
+    // Backward is over: early updates still queued or running may use the whole team (tasks that
+    // already run keep their share).
+    if (early_.on) fold_->set_task_parts(threads_);
+    const double sum_sq = early_.on ? fold_->wait_folds() : fold_->wait_all();
     const HostAccumulator::Times t = fold_->take_times();
     fold_busy_s_ = t.busy_s;
     fold_blocked_s_ = t.blocked_s;
@@ -252,7 +314,24 @@ class CpuAdam final : public ciuic::Optimizer {
     require_setup("step");
     ciuic::check_optimizer_step(setup_, args, params_out, kWho);
     const auto t0 = Clock::now();
-    update_s_ = copy_wait_s_ = 0;
+    update_s_ = copy_wait_s_ = update_wait_s_ = 0;
+    last_early_ = early_.on;
+    if (!path_logged_ && rank_ == 0) {
+      path_logged_ = true;
+      ciuic::log_info(
+          std::string(kWho) + ": " +
+          (early_.on ? "updating each gradient region as soon as its last chunk is folded, while "
+                       "backward goes on (overlap_update = \"auto\")"
+           : overlap_ ? "updating after backward: the sharding offered no early update (gradient "
+                        "clipping, a loss scale that may skip steps, [train] nonfinite = \"skip\", "
+                        "or a sharding without begin_step)"
+                      : "updating after backward (overlap_update = \"off\")"));
+    }
+    if (early_.on) {
+      step_early(args, params_out);
+      step_s_ = seconds_since(t0);
+      return;
+    }
     const Coefficients c = coefficients(hyper_, args);
     const bool fused_rounding = precision_->rounds_to_nearest();
     if (numel_ > 0) {
@@ -286,6 +365,7 @@ class CpuAdam final : public ciuic::Optimizer {
 
   void save_state(ciuic::StateDict& out) const override {
     require_setup("save_state");
+    require_no_partial_update("save_state");
     out.emplace_back("master", master_.clone());
     out.emplace_back("exp_avg", exp_avg_.clone());
     out.emplace_back("exp_avg_sq", exp_avg_sq_.clone());
@@ -297,6 +377,10 @@ class CpuAdam final : public ciuic::Optimizer {
     const at::Tensor m = ciuic::optimizer_state_tensor(in, "master", numel_, kWho);
     const at::Tensor a = ciuic::optimizer_state_tensor(in, "exp_avg", numel_, kWho);
     const at::Tensor s = ciuic::optimizer_state_tensor(in, "exp_avg_sq", numel_, kWho);
+    // A loaded state replaces a partly updated one (an early update whose step was skipped).
+    fold_->wait_all();
+    early_ = Early{};
+    early_incomplete_ = false;
     master_.copy_(m);
     exp_avg_.copy_(a);
     exp_avg_sq_.copy_(s);
@@ -305,7 +389,7 @@ class CpuAdam final : public ciuic::Optimizer {
   ciuic::OptimizerMemory memory() const override {
     uint64_t bytes = 0;
     for (const at::Tensor* t : {&master_, &exp_avg_, &exp_avg_sq_, &grad_, &stage_, &staging_[0],
-                                &staging_[1]})
+                                &staging_[1], &early_buf_})
       if (t->defined()) bytes += static_cast<uint64_t>(t->nbytes());
     ciuic::OptimizerMemory mem;
     // On a CPU run the run's "device" is host memory.
@@ -319,6 +403,11 @@ class CpuAdam final : public ciuic::Optimizer {
     out.set("optim_step_s", step_s_);
     out.set("optim_update_s", update_s_);
     out.set("optim_copy_wait_s", copy_wait_s_);
+    // Which path the last step's update took (1: regions updated during backward), and, on that
+    // path, how long step() waited for updates still running (part of optim_step_s, which is on
+    // both paths the update time exposed after backward).
+    out.set("optim_update_early", last_early_ ? 1.0 : 0.0);
+    out.set("optim_update_wait_s", update_wait_s_);
     out.set("grad_host_fold_s", fold_busy_s_);
     out.set("grad_host_blocked_s", fold_blocked_s_);
   }
@@ -326,6 +415,141 @@ class CpuAdam final : public ciuic::Optimizer {
  private:
   void require_setup(const char* what) const {
     if (!ready_) throw ciuic::Error(std::string(kWho) + ": " + what + "() called before setup()");
+  }
+
+  // After an early update whose step() never came (the step was skipped), master and moments are
+  // partly updated: they must be neither saved nor trained on (ciuic/optimizer.h).
+  void require_no_partial_update(const char* what) const {
+    if (early_incomplete_)
+      throw ciuic::Error(std::string(kWho) + ": " + what +
+                         "() after an early update whose step() never came (the step was "
+                         "skipped): the optimizer state is partly updated; load a checkpoint");
+  }
+
+  int fold_threads() const { return std::max(1, threads_ / 2); }
+
+  // Where region `r`'s rounded parameters wait for step(). On CUDA: the region's own part of the
+  // pinned landing zone (stage_), reinterpreted in the parameter dtype — its reduced chunk has
+  // been folded by then (the update task runs after the region's last fold), and nothing writes
+  // it again before the next step's first chunk of the region, whose copy accumulate_grad()
+  // enqueues after wait_free(region) (this task) on the current stream, which step() made wait
+  // for the uploads. Otherwise (chunks in host memory, or a landing zone of a narrower dtype than
+  // the parameters): a host buffer of the parameter dtype, allocated once.
+  at::Tensor early_out(const ciuic::ShardRegion& r, bool chunk_on_host) {
+    const int64_t psize = static_cast<int64_t>(c10::elementSize(param_dtype_));
+    if (!chunk_on_host && stage_.defined() && stage_.element_size() % psize == 0) {
+      const int64_t ratio = stage_.element_size() / psize;
+      at::Tensor v = at::empty({0}, at::TensorOptions().dtype(param_dtype_));
+      v.set_(stage_.storage(), (stage_.storage_offset() + r.offset) * ratio, {r.numel}, {1});
+      return v;
+    }
+    if (!early_buf_.defined()) early_buf_ = host_empty(numel_, param_dtype_);
+    return early_buf_.narrow(0, r.offset, r.numel);
+  }
+
+  // Queues the update of `region` (its last chunk of the step has just been submitted to the
+  // fold): it runs on the fold thread after that fold, with the offered step's coefficients.
+  void submit_early_update(int region, bool chunk_on_host) {
+    const auto i = static_cast<size_t>(region);
+    if (early_.done.at(i))
+      throw ciuic::Error(std::string(kWho) + ": region " + std::to_string(region) +
+                         " received a second last chunk in one step");
+    const ciuic::ShardRegion r = setup_.grad_regions[i];
+    early_.done[i] = 1;
+    early_.order.push_back(region);
+    early_.out.resize(setup_.grad_regions.size());
+    early_.out[i] = early_out(r, chunk_on_host);
+    early_incomplete_ = true;
+    const Coefficients c = early_.c;
+    const int64_t t = early_.args.t;
+    at::Tensor out = early_.out[i];
+    fold_->submit_task(region, [this, r, c, t, out](ciuic::ThreadPool& team, int parts) mutable {
+      const auto t0 = Clock::now();
+      if (r.numel > 0) {
+        const bool fused_rounding = precision_->rounds_to_nearest();
+        update_on(team, parts, r.offset, r.offset + r.numel, fused_rounding ? out.data_ptr() : nullptr,
+                  to_dtype(param_dtype_), c);
+        if (!fused_rounding) {
+          at::Tensor master = master_.narrow(0, r.offset, r.numel);
+          precision_->round_to_param(master, out, r.offset, t);
+        }
+      }
+      early_busy_s_ += seconds_since(t0);  // tasks run one at a time; step() reads it after them
+    });
+  }
+
+  // step() on the early path. The parameters are written here, after backward, and not by the
+  // update tasks: backward reads the model's parameters until it returns. With one rank params_out
+  // IS the model's flat buffer, and a region whose gradient is final may still be read by the
+  // backward of other buckets (a bucket holds several parameters; nothing in the Sharding protocol
+  // promises that no later backward node reads a parameter whose gradient is complete — e.g. one
+  // saved by an op that does not differentiate with respect to it); on a GPU a host-issued upload
+  // would moreover race with kernels still queued on the compute stream. With ZeRO-2 params_out is
+  // a device buffer that exists only during step(), so that it costs no memory while activations
+  // are alive. So the tasks leave the rounded parameters in host memory (early_out()), and here,
+  // region by region in the order they were updated, we wait for the region's task and upload it
+  // (CUDA: on the upload stream, overlapping the updates still running; the current stream then
+  // waits for the uploads before the all-gather or the next forward reads the parameters).
+  void step_early(const ciuic::OptimizerStep& args, at::Tensor& params_out) {
+    const ciuic::OptimizerStep& o = early_.args;
+    if (args.lr != o.lr || args.weight_decay != o.weight_decay || args.grad_scale != o.grad_scale ||
+        args.t != o.t)
+      throw ciuic::Error(std::string(kWho) + ": step() with other arguments (lr " +
+                         std::to_string(args.lr) + ", t " + std::to_string(args.t) +
+                         ") than offer_early_update() (lr " + std::to_string(o.lr) + ", t " +
+                         std::to_string(o.t) + "), whose update has already begun");
+    for (size_t i = 0; i < early_.done.size(); ++i)
+      if (!early_.done[i])
+        throw ciuic::Error(std::string(kWho) + ": region " + std::to_string(i) +
+                           " received no last gradient chunk this step");
+    at::Tensor out = params_out.view({numel_});
+    int64_t last_upload = -1;
+    for (int region : early_.order) {
+      const auto tw = Clock::now();
+      fold_->wait_free(region);  // its fold and its update task have run
+      update_wait_s_ += seconds_since(tw);
+      const ciuic::ShardRegion& r = setup_.grad_regions[static_cast<size_t>(region)];
+      if (r.numel == 0) continue;
+      at::Tensor dst = out.narrow(0, r.offset, r.numel);
+      const at::Tensor& src = early_.out[static_cast<size_t>(region)];
+      if (staged_)
+        last_upload = copier_->upload(dst, src);
+      else
+        dst.copy_(src);
+    }
+    if (staged_) {
+      copier_->current_stream_waits_for_uploads();
+      // Uploads complete in order. The landing zone is rewritten only after the current stream
+      // passed them, but early_buf_ (if used) is rewritten by the host: wait for the last one.
+      if (last_upload >= 0) timed_wait(last_upload);
+      copier_->reset();
+    }
+    update_s_ = early_busy_s_;
+    early_ = Early{};
+    early_incomplete_ = false;
+  }
+
+  struct Alloc {
+    at::Tensor* out;
+    at::ScalarType dtype;
+    bool pin_on_cuda;
+  };
+  // *a.out = host_empty(numel_, a.dtype, a.pin_on_cuda) for each, on one thread each; the first
+  // failure is rethrown after all have finished.
+  void allocate_in_parallel(const std::vector<Alloc>& allocs) {
+    std::vector<std::exception_ptr> errors(allocs.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < allocs.size(); ++i)
+      threads.emplace_back([&, i] {
+        try {
+          *allocs[i].out = host_empty(numel_, allocs[i].dtype, allocs[i].pin_on_cuda);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors)
+      if (e) std::rethrow_exception(e);
   }
 
   at::Tensor host_empty(int64_t n, at::ScalarType dtype, bool pin_on_cuda = false) const {
@@ -346,9 +570,17 @@ class CpuAdam final : public ciuic::Optimizer {
   // `out` points at element `begin` of the output (parameter dtype `od`) or is null (master only).
   void update(int64_t begin, int64_t end, void* out, Dtype od, const Coefficients& c) {
     const auto t0 = Clock::now();
-    const int parts = pool_->size();
+    update_on(*pool_, pool_->size(), begin, end, out, od, c);
+    update_s_ += seconds_since(t0);
+  }
+
+  // The same on `parts` members of `team` (the others return at once). Each element's result
+  // depends only on its inputs and `c`, never on the split.
+  void update_on(ciuic::ThreadPool& team, int parts, int64_t begin, int64_t end, void* out, Dtype od,
+                 const Coefficients& c) {
     const float* grad = grad_.const_data_ptr<float>() + begin;
-    pool_->run([&](int i) {
+    team.run([&](int i) {
+      if (i >= parts) return;
       auto [b, e] = ciuic::ThreadPool::piece(begin, end, parts, i, kAlign);
       auto run = std::upper_bound(runs_.begin(), runs_.end(), b,
                                   [](int64_t x, const Run& r) { return x < r.end; });
@@ -369,7 +601,6 @@ class CpuAdam final : public ciuic::Optimizer {
         b = f;
       }
     });
-    update_s_ += seconds_since(t0);
   }
 
   void timed_wait(int64_t ticket) {
@@ -405,12 +636,14 @@ class CpuAdam final : public ciuic::Optimizer {
   }
 
   // Options.
+  int rank_ = 0;
   int threads_ = 1;
   SimdLevel simd_ = SimdLevel::kScalar;
   KernelFn kernel_ = nullptr;
   bool pin_option_ = true;
   int64_t tile_ = 1 << 22;
   bool force_staged_ = false;
+  bool overlap_ = true;  // overlap_update != "off": accept early updates
   Hyper hyper_;
   std::unique_ptr<ciuic::ThreadPool> pool_;
 
@@ -429,10 +662,30 @@ class CpuAdam final : public ciuic::Optimizer {
   at::Tensor stage_;                          // CUDA: pinned landing zone of reduced chunks
   at::Tensor staging_[2];                     // staged: parameter tiles (param dtype)
   std::unique_ptr<Copier> copier_;
-  std::unique_ptr<HostAccumulator> fold_;
 
-  // Last step's timings (seconds).
+  // The early update of the current step (offer_early_update() .. step()).
+  struct Early {
+    bool on = false;  // this step's offer was accepted
+    ciuic::OptimizerStep args;
+    Coefficients c;
+    std::vector<char> done;       // per region: its update was queued
+    std::vector<int> order;       // regions in the order their updates were queued
+    std::vector<at::Tensor> out;  // per region: its rounded parameters until step() (early_out())
+  };
+  Early early_;
+  bool early_incomplete_ = false;  // updates were queued and step() has not finished them
+  at::Tensor early_buf_;           // early_out() when the landing zone cannot hold parameters
+  double early_busy_s_ = 0;        // seconds of this step's update tasks (fold thread)
+
+  // Last step's timings (seconds) and path.
   double step_s_ = 0, update_s_ = 0, copy_wait_s_ = 0, fold_busy_s_ = 0, fold_blocked_s_ = 0;
+  double update_wait_s_ = 0;
+  bool last_early_ = false;
+  bool path_logged_ = false;
+
+  // Last: destroyed first, so its thread has finished the queued tasks (which use the members
+  // above) before they go.
+  std::unique_ptr<HostAccumulator> fold_;
 };
 
 const ciuic::OptionSpec kOptions[] = {
@@ -450,6 +703,11 @@ const ciuic::OptionSpec kOptions[] = {
     {"pipeline", ciuic::OptionType::kString, "\"auto\"",
      "auto: staged copies on CUDA, direct in-memory update on CPU; staged: always stage (tests)",
      NAN, NAN, "auto|staged"},
+    {"overlap_update", ciuic::OptionType::kString, "\"auto\"",
+     "auto: update each gradient region while backward goes on, as soon as its last chunk of the "
+     "step is folded, whenever that is exact (no gradient clipping, bf16/fp32, [train] nonfinite = "
+     "\"stop\"; bit-identical results); off: always update after backward",
+     NAN, NAN, "auto|off"},
     {"betas", ciuic::OptionType::kFloatList, "[0.9, 0.999]", "AdamW beta1, beta2 (each in [0, 1))",
      0.0, 1.0, nullptr},
     {"eps", ciuic::OptionType::kFloat, "1e-8", "AdamW epsilon (added to sqrt(v))", 0.0, NAN,
@@ -470,6 +728,11 @@ void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
           2.0 * std::min<double>(S, static_cast<double>(cfg.get_int("tile_size"))) * p.param_bytes,
           "two tiles in flight");
   }
+  // The early update's rounded parameters wait for step() in the landing zone of reduced chunks
+  // on GPU runs (when its dtype is at least as wide), else in a buffer of their own.
+  if (cfg.get_string("overlap_update") != "off" && (!host || p.reduce_bytes < p.param_bytes))
+    p.add("early-update parameters", !host, S * p.param_bytes,
+          pin + "rounded parameters of regions updated during backward, until the step");
 }
 
 }  // namespace

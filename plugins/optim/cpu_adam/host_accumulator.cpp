@@ -59,7 +59,7 @@ double fold_range(float* dst, const S* src, int64_t n, bool assign, bool squares
 double HostAccumulator::fold(float* dst, const at::Tensor& src, bool assign, bool squares) {
   const int64_t n = src.numel();
   // Small jobs on one thread: waking the team costs more than it saves.
-  const int parts = n < (1 << 16) ? 1 : team_->size();
+  const int parts = n < (1 << 16) ? 1 : fold_parts_;
   std::vector<double> partial(static_cast<size_t>(parts), 0.0);
   const at::ScalarType st = src.scalar_type();
   const void* s = src.const_data_ptr();
@@ -80,9 +80,12 @@ double HostAccumulator::fold(float* dst, const at::Tensor& src, bool assign, boo
   return total;
 }
 
-HostAccumulator::HostAccumulator(int buckets, int threads)
-    : team_(std::make_unique<ciuic::ThreadPool>(std::max(1, threads))),
-      last_ticket_(static_cast<size_t>(buckets), 0) {
+HostAccumulator::HostAccumulator(int buckets, int threads, int team)
+    : team_(std::make_unique<ciuic::ThreadPool>(std::max({1, threads, team}))),
+      fold_parts_(std::max(1, threads)),
+      pending_(static_cast<size_t>(buckets), 0),
+      task_parts_(fold_parts_),
+      seen_(static_cast<size_t>(buckets), 0) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -106,9 +109,9 @@ void HostAccumulator::rethrow_locked() {
 void HostAccumulator::wait_free(int bucket) {
   const auto t0 = Clock::now();
   std::unique_lock<std::mutex> l(mu_);
-  const int64_t need = last_ticket_.at(static_cast<size_t>(bucket));
-  if (done_ < need) {
-    cv_.wait(l, [&] { return done_ >= need || error_; });
+  const int64_t& pending = pending_.at(static_cast<size_t>(bucket));
+  if (pending > 0) {
+    cv_.wait(l, [&] { return pending == 0 || error_; });
     times_.blocked_s += since(t0);
   }
   rethrow_locked();
@@ -125,20 +128,75 @@ void HostAccumulator::submit(int bucket, at::Tensor dst, at::Tensor src,
   {
     std::lock_guard<std::mutex> l(mu_);
     rethrow_locked();
-    const int64_t ticket = next_ticket_++;
-    last_ticket_.at(static_cast<size_t>(bucket)) = ticket;
-    queue_.push_back(Job{ticket, std::move(dst), std::move(src), std::move(ready), assign, squares});
+    ++pending_.at(static_cast<size_t>(bucket));
+    ++pending_folds_;
+    ++pending_all_;
+    Job job;
+    job.bucket = bucket;
+    job.dst = std::move(dst);
+    job.src = std::move(src);
+    job.ready = std::move(ready);
+    job.assign = assign;
+    job.squares = squares;
+    queue_.push_back(std::move(job));
   }
   cv_.notify_all();
 }
 
-double HostAccumulator::wait_all() {
+void HostAccumulator::submit_task(int bucket, Task fn) {
+  if (!fn) throw ciuic::Error("optimizer cpu_adam: empty host task");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    rethrow_locked();
+    ++pending_.at(static_cast<size_t>(bucket));
+    ++pending_all_;
+    Job job;
+    job.bucket = bucket;
+    job.task = std::move(fn);
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+}
+
+void HostAccumulator::set_task_parts(int parts) {
+  std::lock_guard<std::mutex> l(mu_);
+  task_parts_ = std::clamp(parts, 1, team_->size());
+}
+
+double HostAccumulator::wait_folds() {
   std::unique_lock<std::mutex> l(mu_);
-  cv_.wait(l, [&] { return done_ == next_ticket_ - 1 || error_; });
+  cv_.wait(l, [&] { return pending_folds_ == 0 || error_; });
   rethrow_locked();
   const double s = squares_;
   squares_ = 0;
   return s;
+}
+
+double HostAccumulator::wait_all() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return pending_all_ == 0 || error_; });
+  rethrow_locked();
+  const double s = squares_;
+  squares_ = 0;
+  return s;
+}
+
+size_t HostAccumulator::pick_locked() {
+  // The first fold that no earlier job of its bucket holds back; else the oldest job (always
+  // free to run: nothing of its bucket is before it).
+  size_t pick = 0;
+  bool found = false;
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    char& seen = seen_[static_cast<size_t>(queue_[i].bucket)];
+    if (!queue_[i].task && !seen) {
+      pick = i;
+      found = true;
+      break;
+    }
+    seen = 1;
+  }
+  for (const Job& j : queue_) seen_[static_cast<size_t>(j.bucket)] = 0;
+  return found ? pick : 0;
 }
 
 HostAccumulator::Times HostAccumulator::take_times() {
@@ -151,30 +209,43 @@ HostAccumulator::Times HostAccumulator::take_times() {
 void HostAccumulator::loop() {
   for (;;) {
     Job job;
+    int parts = 1;
     {
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stop_ and nothing left
-      job = std::move(queue_.front());
-      queue_.pop_front();
+      const size_t i = pick_locked();
+      job = std::move(queue_[i]);
+      queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+      parts = task_parts_;
     }
+    const bool is_task = static_cast<bool>(job.task);
     const auto t0 = Clock::now();
     double sq = 0;
     std::exception_ptr err;
     try {
-      if (job.ready) job.ready->synchronize();
-      sq = fold(job.dst.data_ptr<float>(), job.src, job.assign, job.squares);
+      if (is_task) {
+        job.task(*team_, parts);
+      } else {
+        if (job.ready) job.ready->synchronize();
+        sq = fold(job.dst.data_ptr<float>(), job.src, job.assign, job.squares);
+      }
     } catch (...) {
       err = std::current_exception();
     }
     job.dst = job.src = at::Tensor();
     job.ready.reset();
+    job.task = nullptr;
     {
       std::lock_guard<std::mutex> l(mu_);
-      done_ = job.ticket;
+      --pending_.at(static_cast<size_t>(job.bucket));
+      --pending_all_;
+      if (!is_task) {
+        --pending_folds_;
+        times_.busy_s += since(t0);
+      }
       if (job.squares) squares_ += sq;
       if (err && !error_) error_ = err;
-      times_.busy_s += since(t0);
     }
     cv_.notify_all();
   }

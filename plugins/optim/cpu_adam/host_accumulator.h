@@ -13,23 +13,28 @@
 //                                                   in parallel; sum of squares of dst if asked
 //   step(): wait_all() -> sum of squares  <-------  done
 //
-// Jobs run in submission order, one at a time, each split over a team of `threads` threads
-// (ciuic/thread_pool.h; ATen's parallel_for on a thread it did not size ran single-threaded:
-// 0.65 s for the 1B shard on H200, where 8 threads take ~0.05 s). Without
+// Jobs run one at a time, each split over the team (ciuic/thread_pool.h; ATen's parallel_for on a
+// thread it did not size ran single-threaded: 0.65 s for the 1B shard on H200, where 8 threads
+// take ~0.05 s). Besides folds the thread runs tasks: cpu_adam's early update of a region
+// (cpu_adam.cpp), queued behind the region's last fold. Order: a job never overtakes an earlier
+// job of its own bucket; among the jobs free to run, folds go first (they gate finish_grads() and
+// the staging regions backward may wait for), then tasks in submission order. So folds run in
+// submission order (squares summed in the same order with or without tasks). Without
 // it, the 8 micro-batches of the DeepSeek-7B recipe each waited on the GPU stream and added a
 // 13.8 GB fp32 staging shard on the training thread (~1.1 s exposed per micro-batch on 2xH200).
 //
-// Threading: submit(), wait_free() and wait_all() are called from the training or autograd
-// thread (never concurrently with each other: the Sharding's accumulate_grad() and
-// finish_grads() calls alternate);
-// the callbacks run on the private thread. Failure: an exception inside a job is kept and
-// rethrown by the next wait_free()/wait_all(); the destructor waits for queued jobs.
+// Threading: submit(), submit_task(), wait_free(), wait_folds() and wait_all() are called from the
+// training or autograd thread (never concurrently with each other: the Sharding's
+// accumulate_grad() and finish_grads() calls alternate); set_task_parts() from any thread;
+// jobs run on the private thread. Failure: an exception inside a job is kept and rethrown by the
+// next wait_free()/wait_folds()/wait_all(); the destructor waits for queued jobs.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -44,13 +49,14 @@ namespace ciuic_cpu_adam {
 
 class HostAccumulator {
  public:
-  // `buckets`: how many staging regions wait_free() tracks; `threads`: the team size per job.
-  HostAccumulator(int buckets, int threads);
+  // `buckets`: how many staging regions wait_free() tracks; `threads`: the team share of a fold
+  // (and of a task until set_task_parts()); `team`: the team's size (at least `threads`).
+  HostAccumulator(int buckets, int threads, int team = 0);
   ~HostAccumulator();
   HostAccumulator(const HostAccumulator&) = delete;
   HostAccumulator& operator=(const HostAccumulator&) = delete;
 
-  // Blocks until the last job submitted for `bucket` has run, so its source region may be
+  // Blocks until every job submitted for `bucket` has run, so its source region may be
   // overwritten. Returns at once when it has.
   void wait_free(int bucket);
 
@@ -60,8 +66,19 @@ class HostAccumulator {
   void submit(int bucket, at::Tensor dst, at::Tensor src, std::unique_ptr<c10::Event> ready,
               bool assign, bool squares);
 
-  // Blocks until every queued job has run; returns the sum of squares of the `squares` jobs since
-  // the previous wait_all() and resets it.
+  // Queues fn(team, parts) for `bucket`: it runs after every job submitted before it for the same
+  // bucket, on the private thread, and may split its work over parts(<= team.size()) members of
+  // the team (team.run(), calls with i >= parts doing nothing). `parts` is the value of
+  // set_task_parts() when the task starts.
+  using Task = std::function<void(ciuic::ThreadPool& team, int parts)>;
+  void submit_task(int bucket, Task fn);
+  // The team share of tasks that start from now on (clamped to [1, team size]).
+  void set_task_parts(int parts);
+
+  // Blocks until every fold submitted so far has run (tasks may still be queued or running);
+  // returns the sum of squares of the `squares` jobs since the previous call and resets it.
+  double wait_folds();
+  // Blocks until every job (folds and tasks) has run; returns as wait_folds().
   double wait_all();
 
   // Seconds the thread spent in jobs (including waiting for their copies), and seconds callers
@@ -73,21 +90,27 @@ class HostAccumulator {
 
  private:
   struct Job {
-    int64_t ticket;
-    at::Tensor dst, src;
+    int bucket = 0;
+    at::Tensor dst, src;  // a fold (task empty)
     std::unique_ptr<c10::Event> ready;
-    bool assign, squares;
+    bool assign = false, squares = false;
+    Task task;
   };
   void loop();
+  // Index in queue_ of the next job to run (mu_ held, queue_ not empty).
+  size_t pick_locked();
   void rethrow_locked();
   double fold(float* dst, const at::Tensor& src, bool assign, bool squares);
 
   std::unique_ptr<ciuic::ThreadPool> team_;  // used by the accumulator thread only
+  int fold_parts_ = 1;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
-  std::vector<int64_t> last_ticket_;  // per bucket
-  int64_t next_ticket_ = 1, done_ = 0;
+  std::vector<int64_t> pending_;  // per bucket: jobs queued or running
+  int64_t pending_folds_ = 0, pending_all_ = 0;
+  int task_parts_ = 1;
+  std::vector<char> seen_;  // pick_locked()'s scratch: buckets with an earlier queued job
   double squares_ = 0;
   Times times_;
   std::exception_ptr error_;

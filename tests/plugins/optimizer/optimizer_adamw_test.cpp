@@ -5,7 +5,9 @@
 // chunks and parameters, gradients arriving in several chunks per region; the gradient norm's
 // sum of squares against fp64; the bf16/fp16 copy-back against at::Tensor::to() and hand-computed
 // round-to-nearest-even on tie cases; a precision policy with its own rounding (used by the
-// update and by write_params); state save/load round trips; every bad-input message.
+// update and by write_params); state save/load round trips; every bad-input message; cpu_adam's
+// early update (offer_early_update: regions updated as their last chunk arrives) against its
+// update in step(), bit for bit, and its misuse.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -345,7 +347,8 @@ TEST(OptimizerCpuAdam, MemoryAndMetrics) {
   std::vector<std::string> keys;
   for (auto& kv : m.values) keys.push_back(kv.first);
   EXPECT_EQ(keys, (std::vector<std::string>{"optim_host_gib", "optim_step_s", "optim_update_s",
-                                            "optim_copy_wait_s", "grad_host_fold_s",
+                                            "optim_copy_wait_s", "optim_update_early",
+                                            "optim_update_wait_s", "grad_host_fold_s",
                                             "grad_host_blocked_s"}));
   EXPECT_NEAR(m.values[0].second, 16.0 * kNumel / (1 << 30), 1e-12);
   EXPECT_GT(m.values[2].second, 0.0);
@@ -683,4 +686,138 @@ TEST(OptimizerCpuAdam, OptionErrors) {
     EXPECT_TRUE(contains(e, "[optimizer] simd = \"" + std::string(level) + "\": this CPU does not support")) << e;
     EXPECT_TRUE(contains(e, "it supports")) << e;
   }
+}
+
+// ---- cpu_adam: the early update ---------------------------------------------------------------
+// offer_early_update() accepted: each region is updated on the fold thread as soon as its last
+// chunk of the step is folded; step() only waits and copies the parameters out. Bit for bit the
+// update in step(), for every variant, parameter and gradient dtype, 1 and 3 contributions per
+// step (the update must wait for the last one), and a precision policy with its own rounding.
+
+namespace {
+
+double metric(const Optimizer& o, const std::string& key) {
+  ciuic::Metrics m;
+  o.append_metrics(m);
+  for (const auto& [k, v] : m.values)
+    if (k == key) return v;
+  ADD_FAILURE() << "no metric " << key;
+  return NAN;
+}
+
+// `steps` steps of `parts` contributions each; with `offer`, each step is offered for an early
+// update first (which must be accepted). The state after every step.
+std::vector<RunResult> run_offered(Optimizer& o, bool offer, int64_t steps, int parts,
+                                   at::ScalarType param, at::ScalarType grad, double scale) {
+  at::Tensor params = at::empty({kNumel}, at::TensorOptions().dtype(param));
+  std::vector<RunResult> out;
+  for (int64_t t = 1; t <= steps; ++t) {
+    if (offer) EXPECT_TRUE(o.offer_early_update(hyper(t, scale)));
+    feed(o, gradient(t, grad), parts);
+    if (offer) {
+      // The regions were queued for their update before step(): the state is partly updated
+      // until step() finishes it, and may not be saved meanwhile.
+      StateDict sd;
+      EXPECT_THROW(o.save_state(sd), ciuic::Error);
+    }
+    o.step(hyper(t, scale), params);
+    out.push_back(state_of(o, params));
+    EXPECT_EQ(metric(o, "optim_update_early"), offer ? 1.0 : 0.0);
+  }
+  return out;
+}
+
+void expect_early_equals_late(const std::string& options, at::ScalarType param, at::ScalarType grad,
+                              double scale, int parts, const ciuic::Precision* precision,
+                              const std::string& what) {
+  SCOPED_TRACE(what + " parts " + std::to_string(parts));
+  auto late = make_cpu_adam(options);
+  auto early = make_cpu_adam(options);
+  const at::Tensor init = initial_master().to(param).to(at::kFloat);
+  late->setup(make_setup(param, init, precision));
+  early->setup(make_setup(param, init, precision));
+  const auto a = run_offered(*late, false, 6, parts, param, grad, scale);
+  const auto b = run_offered(*early, true, 6, parts, param, grad, scale);
+  for (size_t i = 0; i < a.size(); ++i)
+    expect_bitwise_equal(b[i], a[i], "early vs late after step " + std::to_string(i + 1));
+  EXPECT_FALSE(at::equal(a.front().master, a.back().master));  // it did train
+}
+
+}  // namespace
+
+TEST(OptimizerCpuAdam, EarlyUpdateIsBitwiseTheUpdateInStep) {
+  struct Case {
+    at::ScalarType param, grad;
+    double scale;
+  };
+  for (const Variant& v : cpu_adam_variants())
+    for (const Case& c : {Case{at::kFloat, at::kFloat, 1.0}, Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024},
+                          Case{at::kBFloat16, at::kFloat, 0.5}})
+      for (int parts : {1, 3})
+        expect_early_equals_late(v.options, c.param, c.grad, c.scale, parts, &kNearestEven,
+                                 v.name + " param " + c10::toString(c.param) + " grad " +
+                                     c10::toString(c.grad));
+  // The policy's own rounding, called per region by the update tasks.
+  for (const char* options : {"threads = 3", "threads = 3\npipeline = \"staged\"\ntile_size = 4096"}) {
+    TowardZero tz;
+    expect_early_equals_late(options, at::kBFloat16, at::kFloat, 1.0, 3, &tz, "toward zero");
+    EXPECT_GT(tz.calls, 0);
+  }
+}
+
+TEST(OptimizerCpuAdam, EarlyUpdateOfferAndMisuse) {
+  // Declined: overlap_update = "off", and adamw (the default of Optimizer).
+  {
+    auto off = make_cpu_adam("overlap_update = \"off\"");
+    off->setup(make_setup(at::kFloat, initial_master()));
+    EXPECT_FALSE(off->offer_early_update(hyper(1)));
+    auto adamw = make_adamw();
+    adamw->setup(make_setup(at::kFloat, initial_master()));
+    EXPECT_FALSE(adamw->offer_early_update(hyper(1)));
+  }
+  auto o = make_cpu_adam("threads = 2");
+  std::string e = error_of([&] { o->offer_early_update(hyper(1)); });
+  EXPECT_TRUE(contains(e, "optimizer cpu_adam: offer_early_update() called before setup()")) << e;
+  o->setup(make_setup(at::kFloat, initial_master()));
+  at::Tensor params = at::empty({kNumel});
+  StateDict good;
+  o->save_state(good);
+  // step() must receive the offered arguments: the update has begun with them.
+  ASSERT_TRUE(o->offer_early_update(hyper(1)));
+  feed(*o, gradient(1, at::kFloat));
+  e = error_of([&] { o->step(hyper(2), params); });
+  EXPECT_TRUE(contains(e, "optimizer cpu_adam: step() with other arguments (lr")) << e;
+  EXPECT_TRUE(contains(e, "than offer_early_update()")) << e;
+  // That step never completed: the state is partly updated, so neither a new offer nor a save.
+  e = error_of([&] { o->offer_early_update(hyper(2)); });
+  EXPECT_TRUE(contains(e, "offer_early_update() after an early update whose step() never came")) << e;
+  StateDict sd;
+  e = error_of([&] { o->save_state(sd); });
+  EXPECT_TRUE(contains(e, "save_state() after an early update whose step() never came")) << e;
+  // A loaded state replaces it.
+  o->load_state(good);
+  ASSERT_TRUE(o->offer_early_update(hyper(1)));
+  // A region without its last chunk: step() cannot finish the update.
+  const auto rs = regions();
+  for (int i : {0, 2})
+    o->accumulate_grad(i, gradient(1, at::kFloat).narrow(0, rs[i].offset, rs[i].numel).contiguous(), true, true);
+  o->finish_grads();
+  e = error_of([&] { o->step(hyper(1), params); });
+  EXPECT_TRUE(contains(e, "optimizer cpu_adam: region 1 received no last gradient chunk this step")) << e;
+  o->load_state(good);
+  // A second last chunk for a region in one step.
+  ASSERT_TRUE(o->offer_early_update(hyper(1)));
+  const at::Tensor g0 = gradient(1, at::kFloat).narrow(0, 0, rs[0].numel).contiguous();
+  o->accumulate_grad(0, g0, true, true);
+  e = error_of([&] { o->accumulate_grad(0, g0, false, true); });
+  EXPECT_TRUE(contains(e, "region 0 received a second last chunk in one step")) << e;
+  o->load_state(good);
+  // An offer is for one step: the next step without an offer updates in step().
+  ASSERT_TRUE(o->offer_early_update(hyper(1)));
+  feed(*o, gradient(1, at::kFloat));
+  o->step(hyper(1), params);
+  EXPECT_EQ(metric(*o, "optim_update_early"), 1.0);
+  feed(*o, gradient(2, at::kFloat));
+  o->step(hyper(2), params);
+  EXPECT_EQ(metric(*o, "optim_update_early"), 0.0);
 }

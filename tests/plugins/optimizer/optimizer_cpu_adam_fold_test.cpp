@@ -1,3 +1,7 @@
+#include <atomic>
+#include <future>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
@@ -50,3 +54,63 @@ TEST(HostAccumulator, OrdersJobsAndCountsSquares) {
   EXPECT_THROW(acc.submit(0, shard.to(at::kDouble), b, nullptr, true, false), ciuic::Error);
 }
 
+
+// Tasks (cpu_adam's early updates): a task runs after the jobs of its bucket submitted before it,
+// folds of other buckets overtake queued tasks, and a fold waits for an earlier task of its
+// bucket; wait_folds() does not wait for tasks, wait_all() and wait_free() do; a task gets the
+// team share of set_task_parts() (clamped to the team); a failing task is rethrown.
+TEST(HostAccumulator, TasksKeepTheirBucketsOrderAndFoldsGoFirst) {
+  ciuic_cpu_adam::HostAccumulator acc(/*buckets=*/3, /*threads=*/1, /*team=*/4);
+  at::Tensor shard = at::zeros({30});
+  std::promise<void> open;
+  std::shared_future<void> opened = open.get_future().share();
+  std::promise<void> started;
+  std::vector<int> parts_seen;
+  // Task 0 holds the thread until `open`; meanwhile task 1, a fold of bucket 1 and a fold of
+  // bucket 2 are queued, in that order.
+  acc.submit_task(0, [&](ciuic::ThreadPool& team, int parts) {
+    started.set_value();
+    opened.wait();
+    EXPECT_EQ(team.size(), 4);
+    parts_seen.push_back(parts);
+  });
+  started.get_future().wait();
+  float seen_by_task1[2] = {-1, -1};
+  acc.submit_task(1, [&](ciuic::ThreadPool&, int parts) {
+    seen_by_task1[0] = shard[15].item<float>();  // bucket 1: its later fold has not run
+    seen_by_task1[1] = shard[25].item<float>();  // bucket 2: its fold ran first
+    parts_seen.push_back(parts);
+  });
+  acc.submit(1, shard.narrow(0, 10, 10), at::full({10}, 1.0f), nullptr, /*assign=*/true, true);
+  acc.submit(2, shard.narrow(0, 20, 10), at::full({10}, 2.0f), nullptr, /*assign=*/true, true);
+  acc.set_task_parts(3);  // task 1 starts after this
+  open.set_value();
+  EXPECT_DOUBLE_EQ(acc.wait_folds(), 10 * 1.0 + 10 * 4.0);
+  acc.wait_all();
+  EXPECT_EQ(seen_by_task1[0], 0.0f);
+  EXPECT_EQ(seen_by_task1[1], 2.0f);
+  ASSERT_EQ(parts_seen.size(), 2u);
+  EXPECT_EQ(parts_seen[0], 1);  // the fold share (threads) when task 0 started
+  EXPECT_EQ(parts_seen[1], 3);
+
+  // wait_folds() returns while a task still runs; wait_free() of its bucket waits for it.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> done{false};
+  acc.submit(0, shard.narrow(0, 0, 10), at::full({10}, 3.0f), nullptr, true, true);
+  acc.submit_task(0, [&](ciuic::ThreadPool&, int) {
+    released.wait();
+    done = true;
+  });
+  EXPECT_DOUBLE_EQ(acc.wait_folds(), 90.0);
+  EXPECT_FALSE(done);
+  release.set_value();
+  acc.wait_free(0);
+  EXPECT_TRUE(done);
+
+  acc.set_task_parts(100);
+  acc.submit_task(2, [&](ciuic::ThreadPool&, int parts) { parts_seen.push_back(parts); });
+  acc.submit_task(2, [](ciuic::ThreadPool&, int) { throw ciuic::Error("task failed"); });
+  EXPECT_THROW(acc.wait_all(), ciuic::Error);
+  EXPECT_EQ(parts_seen.back(), 4);
+}

@@ -1,9 +1,13 @@
 // The optimizer step as the sharding plugins run it, in one process, against independent
 // references: torch::optim::AdamW plus hand-written clipping (ddp, zero2 at world 1), and the fp16
-// loss-scaling rules written out from DeepSpeed's DynamicLossScaler.
+// loss-scaling rules written out from DeepSpeed's DynamicLossScaler; when begin_step() offers the
+// optimizer an early update (Optimizer::offer_early_update) and its misuse.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -275,7 +279,163 @@ TEST(Fp16, StateRoundTrip) {
   }
 }
 
+// ---- begin_step: when the optimizer is offered an early update ----------------------------------
+// An optimizer that forwards to adamw and records the offers it gets; it accepts them when told
+// to (adamw itself still updates in step(), which a Sharding cannot tell apart).
+class Recording final : public ciuic::Optimizer {
+ public:
+  Recording(std::shared_ptr<ciuic::Optimizer> inner, bool accept) : inner_(std::move(inner)), accept_(accept) {}
+  void setup(const ciuic::OptimizerSetup& s) override { inner_->setup(s); }
+  bool offer_early_update(const ciuic::OptimizerStep& a) override {
+    offers.push_back(a);
+    return accept_;
+  }
+  void accumulate_grad(int r, const at::Tensor& c, bool f, bool l) override { inner_->accumulate_grad(r, c, f, l); }
+  at::Tensor finish_grads() override { return inner_->finish_grads(); }
+  void step(const ciuic::OptimizerStep& a, at::Tensor& p) override {
+    steps.push_back(a);
+    inner_->step(a, p);
+  }
+  void write_params(at::Tensor& p) override { inner_->write_params(p); }
+  std::vector<std::string> state_names() const override { return inner_->state_names(); }
+  void save_state(ciuic::StateDict& o) const override { inner_->save_state(o); }
+  void load_state(const ciuic::StateDict& i) override { inner_->load_state(i); }
+  ciuic::OptimizerMemory memory() const override { return inner_->memory(); }
+  std::vector<ciuic::OptimizerStep> offers, steps;
+
+ private:
+  std::shared_ptr<ciuic::Optimizer> inner_;
+  bool accept_;
+};
+
+// fp32 that skips every step it is asked about: a policy breaking its promise (ciuic/precision.h).
+class SkipsFinite final : public ciuic::Precision {
+ public:
+  at::ScalarType param_dtype() const override { return at::kFloat; }
+  at::ScalarType reduce_dtype() const override { return at::kFloat; }
+  double loss_scale() const override { return 1.0; }
+  bool needs_overflow_check() const override { return false; }
+  bool update(bool, int64_t) override { return true; }
+  int64_t skipped_steps() const override { return 0; }
+};
+
+struct OfferRig {
+  Env env;
+  std::shared_ptr<ciuic::Comm> comm;
+  std::shared_ptr<ciuic::Precision> prec;
+  std::shared_ptr<ciuic::Sharding> shard;
+  Recording opt;
+  Toy toy;
+  OfferRig(const std::string& sharding, ciuic::Precision* precision, bool accept,
+           const std::string& prec_name = "fp32")
+      : opt(env.make<ciuic::Optimizer>(Slot::kOptimizer, "adamw"), accept),
+        toy(prec_name == "fp16" ? at::kHalf : at::kFloat, 13) {
+    comm = env.make<ciuic::Comm>(Slot::kComm, "gloo");
+    prec = env.make<ciuic::Precision>(Slot::kPrecision, prec_name);
+    shard = env.make<ciuic::Sharding>(Slot::kSharding, sharding, "reduce_bucket_size = 100\n");
+    ciuic::ShardingSetup s;
+    s.params = toy.params();
+    s.comm = comm.get();
+    s.precision = precision ? precision : prec.get();
+    s.optimizer = &opt;
+    shard->setup(s);
+  }
+  // begin_step(in) (when `announce`), then two micro-batches, then step(in).
+  ciuic::StepResult step(const ciuic::StepInput& in, bool announce = true, bool poison = false) {
+    if (announce) shard->begin_step(in);
+    for (int i = 0; i < 2; ++i) {
+      shard->begin_micro_batch(i, i == 1);
+      at::manual_seed(700 + 10 * in.step + i);
+      at::Tensor loss = toy.loss(at::randn({3, 8}), at::randn({3, 4}));
+      if (poison && i == 1) loss = loss * std::numeric_limits<float>::infinity();
+      torch::autograd::backward({loss});
+    }
+    return shard->step(in);
+  }
+};
+
+ciuic::StepInput step_input(int64_t n, double clip = 0.0, bool nonfinite_stops = true) {
+  ciuic::StepInput in;
+  in.lr = 1e-3 * static_cast<double>(n);
+  in.weight_decay = 0.1;
+  in.max_grad_norm = clip;
+  in.step = in.t = n;
+  in.nonfinite_stops = nonfinite_stops;
+  return in;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ciuic::Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 }  // namespace
+
+TEST(ShardingBeginStep, OffersTheStepsExactArgumentsOnlyWhenNothingDependsOnTheNorm) {
+  for (const char* sharding : {"zero2", "ddp"}) {
+    SCOPED_TRACE(sharding);
+    OfferRig rig(sharding, nullptr, /*accept=*/true);
+    // Offered: no clipping, fp32, a non-finite gradient stops the run. step() then gets exactly
+    // the offered arguments.
+    for (int64_t n = 1; n <= 3; ++n) ASSERT_FALSE(rig.step(step_input(n)).skipped);
+    ASSERT_EQ(rig.opt.offers.size(), 3u);
+    ASSERT_EQ(rig.opt.steps.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      const auto &o = rig.opt.offers[i], &st = rig.opt.steps[i];
+      EXPECT_EQ(o.lr, st.lr);
+      EXPECT_EQ(o.weight_decay, st.weight_decay);
+      EXPECT_EQ(o.grad_scale, st.grad_scale);
+      EXPECT_EQ(o.t, st.t);
+    }
+    // Not offered: clipping; nonfinite = "skip"; no begin_step at all.
+    rig.step(step_input(4, /*clip=*/1.0));
+    rig.step(step_input(5, 0.0, /*nonfinite_stops=*/false));
+    rig.step(step_input(6), /*announce=*/false);
+    EXPECT_EQ(rig.opt.offers.size(), 3u);
+    EXPECT_EQ(rig.opt.steps.size(), 6u);
+  }
+  // Not offered: a loss scale that may skip the step (fp16).
+  OfferRig fp16("zero2", nullptr, true, "fp16");
+  fp16.step(step_input(1));
+  EXPECT_TRUE(fp16.opt.offers.empty());
+  EXPECT_EQ(fp16.opt.steps.size(), 1u);
+}
+
+TEST(ShardingBeginStep, Misuse) {
+  OfferRig rig("zero2", nullptr, /*accept=*/true);
+  // step() must get the announced input.
+  ciuic::StepInput in = step_input(1);
+  rig.shard->begin_step(in);
+  ciuic::StepInput other = in;
+  other.lr *= 2;
+  rig.shard->begin_micro_batch(0, true);
+  torch::autograd::backward({rig.toy.loss(at::randn({3, 8}), at::randn({3, 4}))});
+  std::string e = error_of([&] { rig.shard->step(other); });
+  EXPECT_NE(e.find("sharding: step 1 was announced by begin_step() with other lr"), std::string::npos) << e;
+  // begin_step after the step's first micro-batch.
+  OfferRig late("zero2", nullptr, true);
+  late.shard->begin_micro_batch(0, true);
+  e = error_of([&] { late.shard->begin_step(step_input(1)); });
+  EXPECT_NE(e.find("sharding: begin_step(1) after the step's first micro-batch began"), std::string::npos) << e;
+  // A policy that skips a finite step after the optimizer began updating: an error, not a skip.
+  SkipsFinite skips;
+  OfferRig bad("zero2", &skips, true);
+  e = error_of([&] { bad.step(step_input(1)); });
+  EXPECT_NE(e.find("the precision policy skipped a step with a finite gradient"), std::string::npos) << e;
+  // ... which without an accepted offer is an ordinary skip.
+  OfferRig declined("zero2", &skips, /*accept=*/false);
+  EXPECT_TRUE(declined.step(step_input(1)).skipped);
+  // A non-finite gradient after an accepted offer: skipped (the caller ends the run).
+  OfferRig nan("zero2", nullptr, true);
+  const ciuic::StepResult r = nan.step(step_input(1), true, /*poison=*/true);
+  EXPECT_TRUE(r.skipped);
+  EXPECT_FALSE(std::isfinite(r.grad_norm));
+  EXPECT_TRUE(nan.opt.steps.empty());
+}
 
 // The norm of a gradient held whole (ciuic/grad_norm.h) against fp64:
 // one fp32 reduction over 800k elements was off by 3.6e-5 relative; rows summed in fp64 are not.

@@ -100,9 +100,29 @@ void BucketSharding::setup(const ShardingSetup& s) {
   buckets_->install_hooks([this](int b) { on_bucket_ready(b); });
 }
 
+void BucketSharding::begin_step(const StepInput& in) {
+  if (!buckets_) throw Error("sharding: begin_step before setup");
+  if (in_step_)
+    throw Error("sharding: begin_step(" + std::to_string(in.step) +
+                ") after the step's first micro-batch began (it must come before it)");
+  begun_ = in;
+  // The update is known before the gradient norm only without clipping, without a loss scaler
+  // that may skip the step, and when a non-finite gradient ends the run (ciuic/sharding.h).
+  early_ = false;
+  if (in.max_grad_norm <= 0 && !precision_->needs_overflow_check() && in.nonfinite_stops) {
+    OptimizerStep args;
+    args.lr = in.lr;
+    args.weight_decay = in.weight_decay;
+    args.grad_scale = 1.0 / precision_->loss_scale();  // what step() computes: clip coef 1
+    args.t = in.t;
+    early_ = optimizer_->offer_early_update(args);
+  }
+}
+
 void BucketSharding::begin_micro_batch(int64_t index, bool last) {
   if (!buckets_) throw Error("sharding: begin_micro_batch before setup");
   if (index == 0) {
+    in_step_ = true;
     micro_batches_ = 0;
   } else if (options_.reduce_each_micro_batch) {
     buckets_->flush();
@@ -175,6 +195,16 @@ void BucketSharding::drain() {
 StepResult BucketSharding::step(const StepInput& in) {
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  const bool early = early_;
+  if (begun_) {
+    const StepInput& b = *begun_;
+    if (b.lr != in.lr || b.weight_decay != in.weight_decay || b.max_grad_norm != in.max_grad_norm ||
+        b.t != in.t || b.nonfinite_stops != in.nonfinite_stops)
+      throw Error("sharding: step " + std::to_string(in.step) +
+                  " was announced by begin_step() with other lr, weight decay, clipping or t");
+  }
+  begun_.reset();
+  early_ = in_step_ = false;
   auto t = Clock::now();
   buckets_->flush();
   drain();
@@ -190,6 +220,12 @@ StepResult BucketSharding::step(const StepInput& in) {
   phase_.norm_s = since(t);
   phase_.update_s = phase_.publish_s = 0.0;
   if (skip) {
+    // After an early update the optimizer's state is partly updated: only a non-finite gradient,
+    // which ends the run (StepInput::nonfinite_stops), may skip the step then.
+    if (early && !gn.nonfinite)
+      throw Error("sharding: step " + std::to_string(in.step) +
+                  ": the precision policy skipped a step with a finite gradient although it needs "
+                  "no overflow check (ciuic/precision.h), after the optimizer had begun updating");
     r.skipped = true;
     return r;
   }

@@ -21,7 +21,10 @@
 // accumulation either without communication until the last micro-batch ("no_sync": autograd
 // accumulates param.grad) or reduced every micro-batch ("reduce_each": no full-size gradient
 // survives a micro-batch); the global norm from the optimizer's squares; precision.update();
-// clipping; the update; memory accounting; checkpoint layout.
+// clipping; the update; memory accounting; checkpoint layout. begin_step() offers the optimizer
+// an early update (Optimizer::offer_early_update) exactly when ciuic/sharding.h allows it: no
+// clipping, a precision policy without overflow check, and a run that ends on a non-finite
+// gradient; step() then checks that its input is the announced one.
 //
 // The shard of rank r is chunk `shard_index` of every bucket, in bucket order (FlatBuckets::
 // shard_*). With shards == 1 the shard is the whole flat buffer, and the optimizer writes updated
@@ -33,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +80,7 @@ class BucketSharding : public Sharding {
   ~BucketSharding() override;
 
   void setup(const ShardingSetup& setup) override;
+  void begin_step(const StepInput& input) override;
   void begin_micro_batch(int64_t index, bool last) override;
   StepResult step(const StepInput& input) override;
   ShardingMemory memory() const override;
@@ -128,6 +133,10 @@ class BucketSharding : public Sharding {
   std::vector<Pending> pending_;
   std::vector<int> deferred_;  // buckets completed while !overlap_comm, launched after backward
   bool last_micro_batch_ = true;
+  // begin_step(): the announced input, and whether the optimizer accepted an early update.
+  std::optional<StepInput> begun_;
+  bool early_ = false;
+  bool in_step_ = false;  // between begin_micro_batch(0, ..) and step()
   int64_t micro_batches_ = 0;
   uint64_t peak_pending_bytes_ = 0;
   uint64_t pending_bytes_ = 0;
