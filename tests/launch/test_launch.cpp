@@ -346,6 +346,23 @@ TEST(Rendezvous, CompletesAndSharesTheStore) {
   }
 }
 
+// set() returns once the server holds the value: another connection's check() right after it
+// finds the key (comm_gloo_test: "passed the barrier before rank 0 reached it"). c10d's own
+// TCPStore::set returns before the server applied it, and about 7% of such checks missed.
+TEST(Rendezvous, ASetIsVisibleToOtherRanksWhenItReturns) {
+  const int port = testing::free_port();
+  std::shared_ptr<Store> s0, s1;
+  std::thread t1([&] { s1 = launch::connect_store(env_of(1, 2, port), 5s); });
+  s0 = launch::connect_store(env_of(0, 2, port), 5s);
+  t1.join();
+  int missed = 0;
+  for (int i = 0; i < 3000; ++i) {
+    s0->set("v/" + std::to_string(i), "x");
+    missed += !s1->check("v/" + std::to_string(i));
+  }
+  EXPECT_EQ(missed, 0) << "of 3000 keys set by rank 0, rank 1 did not find " << missed;
+}
+
 TEST(LaunchOptions, InvalidOptionsAreUsageErrors) {
   launch::LaunchOptions o;
   o.argv = {"/bin/true"};

@@ -42,8 +42,17 @@ class C10dRunStore final : public Store, public C10dBackedStore {
                std::chrono::milliseconds timeout)
       : store_(std::move(store)), where_(std::move(where)), timeout_(timeout) {}
 
+  // c10d's TCPStore::set only sends the request and returns before the server has applied it:
+  // another rank that learns of the set by another channel (a barrier, a collective) and then
+  // checks the key could miss it (about 7% of immediate checks from another connection did on
+  // this machine; comm_gloo_test failed that way once). The server answers one connection's
+  // requests in order, so a check of the key on the same connection returns once the set is
+  // applied: set() returns when every rank can see the value (ciuic/store.h).
   void set(const std::string& key, const std::string& value) override {
-    call("set", key, [&] { store_->set(key, std::vector<uint8_t>(value.begin(), value.end())); });
+    call("set", key, [&] {
+      store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+      store_->check({key});
+    });
   }
   std::string get(const std::string& key) override {
     std::vector<uint8_t> v;
