@@ -122,8 +122,53 @@ struct LaunchOptions {
 CIUIC_API int launch_and_supervise(const LaunchOptions& options);
 
 // True for a worker output line that the launcher always shows: ciuic error log lines
-// ("ciuic[3] error: ..."), C++ terminate messages ("terminate called ...", "  what(): ...").
+// ("ciuic[3] error: ...", "ciuic-run: error: ..."), C++ terminate messages ("terminate called
+// ...", "  what(): ...").
 CIUIC_API bool is_error_line(std::string_view line);
+
+// True for an error that is usually the consequence of another failure rather than its cause: a
+// connection to a peer that went away ("Connection reset by peer", "Connection closed by peer",
+// "Broken pipe", "Connection refused", NCCL's "remote process exited"), a timeout waiting for one
+// ("timed out", "timeout waiting"), a store whose host went away ("could not reach the run's
+// store", "lost contact with the run's store"). Case-insensitive.
+CIUIC_API bool is_secondary_error(std::string_view line);
+
+// What the launcher says about the failed workers of its node: which one to name and which line
+// to quote. Fed with every output line of every worker in the order the launcher reads them and
+// with each worker that failed on its own (exited non-zero, or was killed by a signal the launcher
+// did not send). Not thread-safe (the launcher's event loop owns it).
+class CIUIC_API FailureNotes {
+ public:
+  void line(int rank, std::string_view line, bool from_stderr);
+  void failed(int rank);
+
+  struct Pick {
+    int rank = -1;
+    // Its first error line (is_error_line; a "terminate called ..." line gets the "what(): ..."
+    // line that follows it), else its last stderr line that is not a log line below error level,
+    // a LibTorch "[I...]"/"[W...]" line, a progress redraw or a backtrace line; "" when none.
+    std::string quote;
+    bool error_line = false;  // the quote is an error line
+    bool secondary = false;   // is_secondary_error(quote)
+  };
+  // The failure to name: of the failed ranks, the one whose error came first (its first error
+  // line, or its exit when it printed none), passing over those whose error is secondary when
+  // another's is not. nullopt when no rank failed.
+  std::optional<Pick> pick() const;
+
+ private:
+  struct Rank {
+    std::string first_error;
+    uint64_t first_error_at = 0;  // 0: none yet
+    bool awaiting_what = false;   // first_error is "terminate called ..." without its what() yet
+    std::string last_plain;
+    uint64_t failed_at = 0;  // 0: not failed
+  };
+  Rank& of(int rank);
+  std::vector<std::pair<int, Rank>> ranks_;
+  uint64_t seq_ = 0;
+};
+
 
 // Connects this worker to the run's key-value store (a c10d TCPStore client, or the server when
 // rank 0 hosts it) and completes the rendezvous: every rank announces itself and waits until all

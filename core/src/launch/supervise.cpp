@@ -701,18 +701,6 @@ class Supervisor {
 
 }  // namespace
 
-bool is_error_line(std::string_view line) {
-  // "ciuic error: ...", "ciuic[3] error: ..." (ciuic/log.h)
-  if (line.substr(0, 5) == "ciuic") {
-    size_t sp = line.find(' ');
-    if (sp != std::string_view::npos && sp <= 16 && line.substr(sp + 1, 6) == "error:") return true;
-  }
-  if (line.substr(0, 16) == "terminate called") return true;
-  size_t first = line.find_first_not_of(" \t");
-  if (first != std::string_view::npos && line.substr(first, 7) == "what():") return true;
-  return false;
-}
-
 int launch_and_supervise(const LaunchOptions& options) {
   Supervisor s(options);
   return s.run();
