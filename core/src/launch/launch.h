@@ -107,18 +107,32 @@ struct LaunchOptions {
 // were not shown yet are printed.
 //
 // Supervision: when a worker exits non-zero or is killed by a signal, the others get SIGTERM and,
-// after stop_grace, SIGKILL; the launcher logs "rank R (pid P) exited with code C / was killed by
-// signal S; last error: ..." and returns C (or 128 + S). A failure on another node stops this
-// node's workers the same way and returns 1. SIGINT/SIGTERM received by this process are
-// forwarded to the workers (which checkpoint and exit with 130); a second one kills them
-// (SIGKILL). Returns 0 when every worker of every node exited 0, 130 after an interrupt that the
-// workers honoured. Never returns while a worker is alive; never leaves one behind.
+// after stop_grace, SIGKILL — at once, or 2 s later when every failure so far looks like a
+// consequence of another (is_secondary_error), so that the worker with the cause can print it.
+// The launcher logs "rank R (pid P) exited with code C / was killed by signal S; first error:
+// <line>" naming the worker that FailureNotes::pick chooses, and returns C (or 128 + S).
+// SIGINT/SIGTERM received by this process are forwarded to the workers (which checkpoint and exit
+// with 130); a second one kills them (SIGKILL). Returns 0 when every worker of every node exited
+// 0, 130 after an interrupt that the workers honoured. Never returns while a worker is alive;
+// never leaves one behind.
+//
+// Several nodes: every launcher registers in the store and sends a heartbeat every 250 ms (from a
+// thread, which does all its store traffic). A node whose worker failed reports it; node 0 chooses
+// the run's verdict: a node that has not registered within rendezvous_timeout ("node 1 never
+// joined ..."), a node whose heartbeat stopped for 5 s, 2 s once the run is failing ("node 1
+// (<host> pid <pid>) was lost ..."), else the first report that is not a consequence (or, after
+// 3 s, the first report), once every other node has been heard from since. Every node then stops;
+// the one whose failure was chosen returns its worker's code, the others 1, naming the verdict.
+// The other nodes take the loss of node 0 (the store stops answering) as the verdict "node 0 ...
+// was lost". Node 0 keeps the store up until every node that joined has finished or is lost.
 //
 // Threading: call from the main thread (PR_SET_PDEATHSIG fires when the forking *thread* exits);
 // installs handlers for SIGINT, SIGTERM, SIGCHLD and ignores SIGPIPE while it runs, restoring
 // the previous ones before returning. Throws UsageError on invalid options (nproc < 1, node_rank
 // out of range, master_port 0 on several nodes) and Error when the store cannot be started or
-// reached or a worker cannot be forked (before any worker runs, or after stopping those running).
+// reached within rendezvous_timeout, when the run was already stopped (a node joining after the
+// verdict), or when a worker cannot be forked (before any worker runs, or after stopping those
+// running).
 CIUIC_API int launch_and_supervise(const LaunchOptions& options);
 
 // True for a worker output line that the launcher always shows: ciuic error log lines
@@ -168,7 +182,6 @@ class CIUIC_API FailureNotes {
   std::vector<std::pair<int, Rank>> ranks_;
   uint64_t seq_ = 0;
 };
-
 
 // Connects this worker to the run's key-value store (a c10d TCPStore client, or the server when
 // rank 0 hosts it) and completes the rendezvous: every rank announces itself and waits until all
