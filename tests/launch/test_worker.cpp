@@ -15,9 +15,24 @@
 //                      "rank R got SIG..." and exits 130
 //   stubborn           like interrupt, but ignores SIGINT and SIGTERM (only SIGKILL ends it)
 //   grandchild         forks a child that sleeps (pid in <rank>.child.pid), then sleeps itself
+//   mesh R C           like a comm plugin's connections: rendezvous, then every rank keeps a TCP
+//                      connection to rank 0 (rank 0 one to each) and writes <rank>.ready; a rank
+//                      whose connection breaks logs "... Connection reset by peer" at error level
+//                      and exits 1 (as gloo's peers of a dead rank do). Rank R (-1: none) fails
+//                      after 500 ms the way an exception does: it closes its connections first
+//                      (unwinding), then, 300 ms later, logs "deliberate failure of rank R" and
+//                      exits with code C
+//   info-fail R C      rank R logs info and warning lines (and LibTorch-style "[W...]" lines) on
+//                      stderr, then exits with code C without an error line; the others sleep
+//   errors R C         rank R logs two error lines, "first error of rank R" then "second error of
+//                      rank R", and exits with code C; the others sleep
+#include <arpa/inet.h>
 #include <ciuic/error.h>
 #include <ciuic/log.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -26,6 +41,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "launch/launch.h"
 
@@ -44,6 +60,64 @@ void write_pid(int rank, const std::string& suffix, pid_t pid) {
 
 [[noreturn]] void sleep_forever() {
   for (;;) pause();
+}
+
+// The "mesh" mode: connections like a comm plugin's (see the file comment).
+int mesh(const ciuic::launch::WorkerEnv& env, ciuic::Store& store, int bad, int code) {
+  using namespace ciuic;
+  std::vector<std::pair<int, int>> peers;  // (rank, fd)
+  if (env.rank == 0) {
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(l, 64) != 0 ||
+        getsockname(l, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+      throw Error("mesh: cannot listen");
+    store.set("mesh/port", std::to_string(ntohs(a.sin_port)));
+    for (int i = 1; i < env.world_size; ++i) {
+      int fd = accept4(l, nullptr, nullptr, SOCK_CLOEXEC);
+      int32_t from = -1;
+      if (fd < 0 || read(fd, &from, sizeof from) != sizeof from) throw Error("mesh: accept failed");
+      peers.emplace_back(from, fd);
+    }
+    close(l);
+  } else {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(std::stoi(store.get("mesh/port"))));
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int32_t me = env.rank;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        write(fd, &me, sizeof me) != sizeof me)
+      throw Error("mesh: cannot connect to rank 0");
+    peers.emplace_back(0, fd);
+  }
+  write_pid(env.rank, ".ready", getpid());
+  const auto start = std::chrono::steady_clock::now();
+  for (;;) {
+    if (env.rank == bad &&
+        std::chrono::steady_clock::now() - start > std::chrono::milliseconds(500)) {
+      for (auto& p : peers) close(p.second);  // unwinding closes the connections first
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      log_error("deliberate failure of rank " + std::to_string(env.rank));
+      return code;
+    }
+    std::vector<pollfd> pfds;
+    for (auto& p : peers) pfds.push_back({p.second, POLLIN, 0});
+    if (poll(pfds.data(), pfds.size(), 50) > 0)
+      for (size_t i = 0; i < pfds.size(); ++i)
+        if (pfds[i].revents) {
+          char c;
+          if (read(pfds[i].fd, &c, 1) <= 0) {
+            log_error("comm test: all_reduce failed: [pair.cc:547] Read error from rank " +
+                      std::to_string(peers[i].first) + ": Connection reset by peer");
+            return 1;
+          }
+        }
+  }
 }
 
 int run(int argc, char** argv) {
@@ -96,7 +170,23 @@ int run(int argc, char** argv) {
     sleep_forever();
   }
 
+  if (mode == "info-fail" || mode == "errors") {
+    const int bad = arg(2), code = arg(3);
+    if (env->rank != bad) sleep_forever();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    if (mode == "errors") {
+      log_error("first error of rank " + std::to_string(env->rank));
+      log_error("second error of rank " + std::to_string(env->rank));
+      return code;
+    }
+    log_info("loading shard 3 of rank " + std::to_string(env->rank));
+    fprintf(stderr, "[W1201 04:42:24.084379125 socket.cpp:469] [c10d] a LibTorch warning\n");
+    log_warn("a warning of rank " + std::to_string(env->rank));
+    return code;
+  }
+
   auto store = launch::connect_store(*env, std::chrono::seconds(20));
+  if (mode == "mesh") return mesh(*env, *store, arg(2), arg(3));
   if (mode == "ok") {
     store->set("val/" + std::to_string(env->rank), std::to_string(env->rank * env->rank));
     long sum = 0;

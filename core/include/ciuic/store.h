@@ -5,7 +5,10 @@
 // build's completion), never on the training hot path.
 //
 // Thread-safe. get()/wait() block until the key exists or the run's rendezvous timeout passes,
-// then throw ciuic::Error naming the key and the timeout. Keys are namespaced by the caller
+// then throw ciuic::Error naming the key and the timeout. set() and add() return once the store
+// holds the new value: a rank that learns of it by other means (a barrier, a collective) finds it
+// with check() or get(). (The raw c10d::Store of ciuic/c10d.h keeps c10d's own semantics: its
+// set() returns before the server has applied it.) Keys are namespaced by the caller
 // (e.g. "nccl/uid/0").
 #pragma once
 

@@ -107,23 +107,81 @@ struct LaunchOptions {
 // were not shown yet are printed.
 //
 // Supervision: when a worker exits non-zero or is killed by a signal, the others get SIGTERM and,
-// after stop_grace, SIGKILL; the launcher logs "rank R (pid P) exited with code C / was killed by
-// signal S; last error: ..." and returns C (or 128 + S). A failure on another node stops this
-// node's workers the same way and returns 1. SIGINT/SIGTERM received by this process are
-// forwarded to the workers (which checkpoint and exit with 130); a second one kills them
-// (SIGKILL). Returns 0 when every worker of every node exited 0, 130 after an interrupt that the
-// workers honoured. Never returns while a worker is alive; never leaves one behind.
+// after stop_grace, SIGKILL — at once, or 2 s later when every failure so far looks like a
+// consequence of another (is_secondary_error), so that the worker with the cause can print it.
+// The launcher logs "rank R (pid P) exited with code C / was killed by signal S; first error:
+// <line>" naming the worker that FailureNotes::pick chooses, and returns C (or 128 + S).
+// SIGINT/SIGTERM received by this process are forwarded to the workers (which checkpoint and exit
+// with 130); a second one kills them (SIGKILL). Returns 0 when every worker of every node exited
+// 0, 130 after an interrupt that the workers honoured. Never returns while a worker is alive;
+// never leaves one behind.
+//
+// Several nodes: every launcher registers in the store and sends a heartbeat every 250 ms (from a
+// thread, which does all its store traffic). A node whose worker failed reports it; node 0 chooses
+// the run's verdict: a node that has not registered within rendezvous_timeout ("node 1 never
+// joined ..."), a node whose heartbeat stopped for 5 s, 2 s once the run is failing ("node 1
+// (<host> pid <pid>) was lost ..."), else the first report that is not a consequence (or, after
+// 3 s, the first report), once every other node has been heard from since. Every node then stops;
+// the one whose failure was chosen returns its worker's code, the others 1, naming the verdict.
+// The other nodes take the loss of node 0 (the store stops answering) as the verdict "node 0 ...
+// was lost". Node 0 keeps the store up until every node that joined has finished or is lost.
 //
 // Threading: call from the main thread (PR_SET_PDEATHSIG fires when the forking *thread* exits);
 // installs handlers for SIGINT, SIGTERM, SIGCHLD and ignores SIGPIPE while it runs, restoring
 // the previous ones before returning. Throws UsageError on invalid options (nproc < 1, node_rank
 // out of range, master_port 0 on several nodes) and Error when the store cannot be started or
-// reached or a worker cannot be forked (before any worker runs, or after stopping those running).
+// reached within rendezvous_timeout, when the run was already stopped (a node joining after the
+// verdict), or when a worker cannot be forked (before any worker runs, or after stopping those
+// running).
 CIUIC_API int launch_and_supervise(const LaunchOptions& options);
 
 // True for a worker output line that the launcher always shows: ciuic error log lines
-// ("ciuic[3] error: ..."), C++ terminate messages ("terminate called ...", "  what(): ...").
+// ("ciuic[3] error: ...", "ciuic-run: error: ..."), C++ terminate messages ("terminate called
+// ...", "  what(): ...").
 CIUIC_API bool is_error_line(std::string_view line);
+
+// True for an error that is usually the consequence of another failure rather than its cause: a
+// connection to a peer that went away ("Connection reset by peer", "Connection closed by peer",
+// "Broken pipe", "Connection refused", NCCL's "remote process exited"), a timeout waiting for one
+// ("timed out", "timeout waiting"), a store whose host went away ("could not reach the run's
+// store", "lost contact with the run's store"). Case-insensitive.
+CIUIC_API bool is_secondary_error(std::string_view line);
+
+// What the launcher says about the failed workers of its node: which one to name and which line
+// to quote. Fed with every output line of every worker in the order the launcher reads them and
+// with each worker that failed on its own (exited non-zero, or was killed by a signal the launcher
+// did not send). Not thread-safe (the launcher's event loop owns it).
+class CIUIC_API FailureNotes {
+ public:
+  void line(int rank, std::string_view line, bool from_stderr);
+  void failed(int rank);
+
+  struct Pick {
+    int rank = -1;
+    // Its first error line (is_error_line; a "terminate called ..." line gets the "what(): ..."
+    // line that follows it), else its last stderr line that is not a log line below error level,
+    // a LibTorch "[I...]"/"[W...]" line, a progress redraw or a backtrace line; "" when none.
+    std::string quote;
+    bool error_line = false;  // the quote is an error line
+    bool secondary = false;   // is_secondary_error(quote)
+  };
+  // The failure to name: of the failed ranks, the one whose error came first (its first error
+  // line, or its exit when it printed none), passing over those whose error is secondary when
+  // another's is not. nullopt when no rank failed.
+  std::optional<Pick> pick() const;
+
+ private:
+  struct Rank {
+    std::string first_error;
+    uint64_t first_error_at = 0;  // 0: none yet
+    bool awaiting_what = false;   // first_error is "terminate called ..." without its what() yet
+    std::string last_plain;
+    uint64_t failed_at = 0;  // 0: not failed
+  };
+  Rank& of(int rank);
+  std::vector<std::pair<int, Rank>> ranks_;
+  uint64_t seq_ = 0;
+};
 
 // Connects this worker to the run's key-value store (a c10d TCPStore client, or the server when
 // rank 0 hosts it) and completes the rendezvous: every rank announces itself and waits until all

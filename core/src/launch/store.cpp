@@ -4,9 +4,14 @@
 #include <ciuic/c10d.h>
 #include <ciuic/error.h>
 #include <ciuic/log.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <thread>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
@@ -42,8 +47,17 @@ class C10dRunStore final : public Store, public C10dBackedStore {
                std::chrono::milliseconds timeout)
       : store_(std::move(store)), where_(std::move(where)), timeout_(timeout) {}
 
+  // c10d's TCPStore::set only sends the request and returns before the server has applied it:
+  // another rank that learns of the set by another channel (a barrier, a collective) and then
+  // checks the key could miss it (about 7% of immediate checks from another connection did on
+  // this machine; comm_gloo_test failed that way once). The server answers one connection's
+  // requests in order, so a check of the key on the same connection returns once the set is
+  // applied: set() returns when every rank can see the value (ciuic/store.h).
   void set(const std::string& key, const std::string& value) override {
-    call("set", key, [&] { store_->set(key, std::vector<uint8_t>(value.begin(), value.end())); });
+    call("set", key, [&] {
+      store_->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+      store_->check({key});
+    });
   }
   std::string get(const std::string& key) override {
     std::vector<uint8_t> v;
@@ -108,6 +122,46 @@ std::string rank_ranges(const std::vector<int>& ranks) {
 
 }  // namespace
 
+// c10d's TCPStore client retries on its own too, but its connect and validation steps each wait
+// up to the whole timeout: a store that never came up was reported after twice the timeout.
+bool wait_for_listener(const std::string& addr, int port,
+                       std::chrono::steady_clock::time_point deadline) {
+  using Clock = std::chrono::steady_clock;
+  for (;;) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &res) == 0) {
+      bool up = false;
+      for (addrinfo* ai = res; ai && !up; ai = ai->ai_next) {
+        const int s = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                             ai->ai_protocol);
+        if (s < 0) continue;
+        int r = connect(s, ai->ai_addr, ai->ai_addrlen);
+        if (r != 0 && errno == EINPROGRESS) {
+          const auto left =
+              std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+          pollfd p{s, POLLOUT, 0};
+          int err = -1;
+          socklen_t len = sizeof err;
+          if (poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left.count(), 1, 1000))) == 1 &&
+              getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) == 0)
+            r = err == 0 ? 0 : -1;
+        }
+        close(s);
+        up = r == 0;
+      }
+      freeaddrinfo(res);
+      if (up) return true;
+    }
+    const auto now = Clock::now();
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(std::chrono::milliseconds(100), deadline - now));
+  }
+}
+
 c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& addr, int port, bool is_server,
                                                   std::chrono::milliseconds timeout,
                                                   const std::string& who) {
@@ -118,6 +172,14 @@ c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& addr, int p
   opts.isServer = is_server;
   opts.waitWorkers = false;
   opts.timeout = timeout;
+  auto unreachable = [&](const std::string& detail) {
+    return Error(who + " could not reach the run's store at " + addr + ":" + std::to_string(port) +
+                 " within " + seconds_str(timeout) +
+                 " (is the launcher of node 0, or rank 0, running, and are MASTER_ADDR/MASTER_PORT "
+                 "right and reachable from this host?)" + detail);
+  };
+  if (!is_server && !wait_for_listener(addr, port, std::chrono::steady_clock::now() + timeout))
+    throw unreachable(": nothing accepted a connection there");
   try {
     return c10::make_intrusive<c10d::TCPStore>(addr, opts);
   } catch (const c10::Error& e) {
@@ -125,11 +187,7 @@ c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& addr, int p
       throw Error(who + " could not start the run's store (c10d TCPStore) on port " +
                   std::to_string(port) + ": " + c10_message(e) +
                   (port != 0 ? " — is the port in use? Choose another --master-port" : ""));
-    throw Error(who + " could not reach the run's store at " + addr + ":" + std::to_string(port) +
-                " within " + seconds_str(timeout) +
-                " (is the launcher of node 0, or rank 0, running, and are MASTER_ADDR/MASTER_PORT "
-                "right and reachable from this host?): " +
-                c10_message(e));
+    throw unreachable(": " + c10_message(e));
   }
 }
 

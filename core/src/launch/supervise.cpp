@@ -1,10 +1,14 @@
 // launch_and_supervise(): spawns this node's workers, routes their output, stops the run on the
 // first failure, forwards signals, and never leaves a worker behind.
 //
-// Single-threaded event loop: poll() over the workers' stdout/stderr pipes and a self-pipe that
+// Event loop on the main thread: poll() over the workers' stdout/stderr pipes and a self-pipe that
 // the signal handlers (SIGINT, SIGTERM, SIGCHLD) write to; waitpid(WNOHANG) on each live worker
-// after every wake-up. Multi-node runs also poll the run's store (hosted by node 0's launcher)
-// every 500 ms for a failure reported by another node.
+// after every wake-up. Multi-node runs add one thread (NodeWatch) that does all of this launcher's
+// talking to the run's store (hosted by node 0's launcher), so that the store never blocks the
+// loop: heartbeats, this node's failure report, the run's verdict; on node 0 also the watch over
+// the other nodes (joined, finished, lost) and the choice of the verdict. It wakes the loop
+// through a pipe of its own when something changed.
+#include <c10/util/Logging.h>
 #include <ciuic/error.h>
 #include <ciuic/log.h>
 #include <fcntl.h>
@@ -18,8 +22,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -132,8 +138,6 @@ struct Worker {
   int fd[2] = {-1, -1};  // read ends of the stdout, stderr pipes
   std::string partial[2];
   std::deque<TailLine> tail;
-  std::string last_error;   // last is_error_line() line
-  std::string last_stderr;  // last non-empty stderr line
 };
 
 int exit_code_of(int status) {
@@ -261,6 +265,444 @@ pid_t spawn(const std::string& exe, const std::vector<char*>& argv, const std::v
   _exit(127);
 }
 
+// ---- multi-node: the launchers watch each other ---------------------------------------------
+// Keys of the launchers, under "ciuic/launch/" of the run's store (workers see "launch/..."):
+//   node/<k>     "<host> pid <pid>" of node k's launcher, set when it has connected
+//   alive/<k>    node k's heartbeat counter, incremented every kHeartbeat
+//   report/<k>   node k's failure: "<1 when secondary, else 0>\t<message>" (rewritten when this
+//                node's choice of the worker to name changes)
+//   failed_node, failed   the run's verdict, set by node 0: whose failure stopped the run (-1 for a
+//                node lost or missing) and the message
+//   done/<k>     node k's launcher has finished
+constexpr std::chrono::milliseconds kHeartbeat{250};
+// A node whose heartbeat counter has not moved for this long is lost (its launcher was killed,
+// or its host or the network failed): node 0 stops the run naming it.
+constexpr std::chrono::milliseconds kLostAfter{5000};
+// ... once the run is failing (the workers of a lost node's peers fail within a fraction of a
+// second, and the run is stopping anyway): shorter.
+constexpr std::chrono::milliseconds kLostAfterFailure{2000};
+// Node 0 names a failure that looks like a consequence of another (is_secondary_error) only when no
+// other report has come within this long of the first one.
+constexpr std::chrono::milliseconds kSecondaryWait{3000};
+// A launcher whose workers' failures so far look like consequences (is_secondary_error) lets the
+// others run this long before it stops them, so that the worker with the cause can print it.
+constexpr std::chrono::milliseconds kSecondaryStopDelay{2000};
+
+std::string seconds_text(Clock::duration d) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%.1f s", std::chrono::duration<double>(d).count());
+  return buf;
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
+  return buf;
+}
+
+// A c10 error's first line (no "Exception raised from ..." and no backtrace).
+std::string c10_first_line(const c10::Error& e) {
+  std::string m = e.what_without_backtrace();
+  if (auto nl = m.find('\n'); nl != std::string::npos) m.resize(nl);
+  return m;
+}
+
+// "1, 3-5"
+std::string node_list(const std::vector<int>& nodes) {
+  std::string s;
+  for (size_t i = 0; i < nodes.size();) {
+    size_t j = i;
+    while (j + 1 < nodes.size() && nodes[j + 1] == nodes[j] + 1) ++j;
+    s += (s.empty() ? "" : ", ") + std::to_string(nodes[i]);
+    if (j > i) s += "-" + std::to_string(nodes[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+class NodeWatch {
+ public:
+  struct Verdict {
+    int node = -1;  // the node whose failure report was chosen; -1: a node lost or missing
+    std::string message;
+  };
+  struct State {
+    std::optional<Verdict> verdict;
+    std::string store_error;  // this launcher lost the store ("" = no)
+    int pending = 0;          // node 0: nodes that joined and have neither finished nor been lost
+    std::vector<std::string> lost;  // node 0: nodes lost after the verdict (for the log)
+  };
+
+  // Connects (nodes other than 0: waiting for node 0's store up to the rendezvous timeout) and
+  // registers this launcher. Throws Error when the store cannot be reached or the run has already
+  // been stopped.
+  NodeWatch(const LaunchOptions& o, c10::intrusive_ptr<c10d::Store> store, std::string where)
+      : o_(o), store_(std::move(store)), where_(std::move(where)), start_(Clock::now()) {
+    if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
+      throw Error(std::string("launcher: pipe2 failed: ") + strerror(errno));
+    peers_.resize(o_.nnodes);
+    const std::string me = host_name() + " pid " + std::to_string(getpid());
+    call([&] {
+      if (o_.node_rank != 0) {
+        if (store_->check({"failed"}))
+          throw Error("launcher of node " + std::to_string(o_.node_rank) +
+                      ": the run was already stopped: " + text(store_->get("failed")));
+      }
+      store_->set(key("node/", o_.node_rank), bytes(me));
+      store_->add(key("alive/", o_.node_rank), 1);  // answered: the set above is applied
+    });
+  }
+  ~NodeWatch() {
+    stop();
+    close(wake_[0]);
+    close(wake_[1]);
+  }
+
+  void start() { thread_ = std::thread([this] { run(); }); }
+
+  // Read end of the pipe that the thread writes a byte to whenever the state changed.
+  int wake_fd() const { return wake_[0]; }
+
+  // This node's failure report (the worker it names); replaces the previous one.
+  void report(const std::string& message, bool secondary) {
+    std::lock_guard<std::mutex> l(mu_);
+    failing_ = true;
+    if (report_ == message) return;
+    report_ = message;
+    report_secondary_ = secondary;
+    report_written_ = false;
+    if (!report_at_) report_at_ = Clock::now();
+    cv_.notify_all();
+  }
+  void set_failing() {
+    std::lock_guard<std::mutex> l(mu_);
+    failing_ = true;
+  }
+  State state() {
+    std::lock_guard<std::mutex> l(mu_);
+    return state_;
+  }
+  // "node 0 (host pid 12)": who hosts the store, as known to the other nodes.
+  std::string node0() {
+    std::lock_guard<std::mutex> l(mu_);
+    return node0_.empty() ? std::string("node 0") : "node 0 (" + node0_ + ")";
+  }
+
+  // Stops the thread and marks this node finished in the store.
+  void finish() {
+    stop();
+    try {
+      store_->set(key("done/", o_.node_rank), bytes("1"));
+      store_->check({key("done/", o_.node_rank)});  // applied before this launcher goes on
+    } catch (const c10::Error&) {
+      // The store is gone (node 0 ended or was lost): nobody waits for this node any more.
+    }
+  }
+
+ private:
+  static std::string key(const char* prefix, int node) { return prefix + std::to_string(node); }
+  static std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
+  static std::string text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
+
+  template <class F>
+  void call(F&& f) {
+    try {
+      f();
+    } catch (const c10::Error& e) {
+      throw Error(c10_first_line(e));
+    }
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+      cv_.notify_all();
+    }
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void wake() {
+    const unsigned char b = 0;
+    (void)!write(wake_[1], &b, 1);
+  }
+
+  void run() {
+    std::unique_lock<std::mutex> l(mu_);
+    while (!stop_) {
+      l.unlock();
+      std::string error;
+      try {
+        tick();
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      l.lock();
+      if (!error.empty()) {
+        state_.store_error = error;
+        wake();
+        return;  // the store is gone (it lives in node 0's launcher): nothing more to watch
+      }
+      cv_.wait_for(l, kHeartbeat, [&] { return stop_ || (!report_.empty() && !report_written_); });
+    }
+  }
+
+  void tick() {
+    std::string report;
+    bool secondary = false, failing = false, have_verdict = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      if (!report_written_) report = report_;
+      secondary = report_secondary_;
+      failing = failing_;
+      have_verdict = state_.verdict.has_value();
+    }
+    call([&] { store_->add(key("alive/", o_.node_rank), 1); });
+    if (!report.empty()) {
+      if (o_.node_rank != 0)
+        call([&] {
+          store_->set(key("report/", o_.node_rank), bytes((secondary ? "1\t" : "0\t") + report));
+        });
+      std::lock_guard<std::mutex> l(mu_);
+      if (report_ == report) report_written_ = true;
+    }
+    if (o_.node_rank == 0) {
+      watch_nodes(failing);
+      return;
+    }
+    if (!have_node0_) {  // node 0 registers right after its store starts, maybe after we connected
+      std::string who;
+      call([&] {
+        if (store_->check({"node/0"})) who = text(store_->get("node/0"));
+      });
+      if (!who.empty()) {
+        std::lock_guard<std::mutex> l(mu_);
+        node0_ = who;
+        have_node0_ = true;
+      }
+    }
+    if (have_verdict) return;
+    bool there = false;
+    call([&] { there = store_->check({"failed"}); });
+    if (!there) return;
+    Verdict v;
+    call([&] {
+      v.node = std::atoi(text(store_->get("failed_node")).c_str());
+      v.message = text(store_->get("failed"));
+    });
+    std::lock_guard<std::mutex> l(mu_);
+    state_.verdict = std::move(v);
+    failing_ = true;
+    wake();
+  }
+
+  // ---- node 0 ----
+  struct Peer {
+    bool joined = false;
+    std::string who;
+    int64_t beat = -1;
+    Clock::time_point moved{};
+    int still = 0;  // reads since the heartbeat last moved
+    bool done = false;
+    bool lost = false;
+    std::string lost_why;
+    std::string report;  // its failure report ("" = none)
+    bool secondary = false;
+    Clock::time_point report_at{};
+    int64_t beat_after_failure = -1;  // its counter at the first read after the first report
+    bool alive_after_failure = false;  // it sent a heartbeat after the first report
+  };
+
+  std::string name(int k) const {
+    return "node " + std::to_string(k) + (peers_[k].who.empty() ? "" : " (" + peers_[k].who + ")");
+  }
+
+  void watch_nodes(bool failing) {
+    const auto now = Clock::now();
+    std::string own_report;
+    bool own_secondary = false;
+    Clock::time_point own_at{};
+    bool have_verdict;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      own_report = report_;
+      own_secondary = report_secondary_;
+      if (report_at_) own_at = *report_at_;
+      have_verdict = state_.verdict.has_value();
+    }
+    // The first failure report of the run, as seen here.
+    std::optional<Clock::time_point> first;
+    if (!own_report.empty()) first = own_at;
+    for (int k = 1; k < o_.nnodes; ++k)
+      if (!peers_[k].report.empty() && (!first || peers_[k].report_at < *first))
+        first = peers_[k].report_at;
+    failing = failing || first.has_value() || have_verdict;
+    const auto lost_after = failing ? kLostAfterFailure : kLostAfter;
+
+    std::vector<int> missing;
+    std::vector<std::string> newly_lost;
+    int pending = 0;
+    for (int k = 1; k < o_.nnodes; ++k) {
+      Peer& n = peers_[k];
+      if (n.done || n.lost) continue;
+      if (!n.joined) {
+        bool there = false;
+        call([&] { there = store_->check({key("node/", k)}); });
+        if (!there) {
+          missing.push_back(k);
+          continue;
+        }
+        call([&] { n.who = text(store_->get(key("node/", k))); });
+        n.joined = true;
+        n.moved = now;
+      }
+      call([&] { n.done = store_->check({key("done/", k)}); });
+      if (n.done) continue;
+      if (!have_verdict && n.report.empty()) {
+        bool there = false;
+        call([&] { there = store_->check({key("report/", k)}); });
+        if (there) {
+          std::string r;
+          call([&] { r = text(store_->get(key("report/", k))); });
+          n.secondary = r.compare(0, 2, "1\t") == 0;
+          n.report = r.size() > 2 ? r.substr(2) : r;
+          n.report_at = now;
+          if (!first || now < *first) first = now;
+        }
+      } else if (!have_verdict) {  // a node may name another worker later: keep the latest
+        std::string r;
+        call([&] { r = text(store_->get(key("report/", k))); });
+        n.secondary = r.compare(0, 2, "1\t") == 0;
+        n.report = r.size() > 2 ? r.substr(2) : r;
+      }
+      int64_t beat = 0;
+      call([&] { beat = store_->add(key("alive/", k), 0); });
+      if (beat != n.beat) {
+        n.beat = beat;
+        n.moved = now;
+        n.still = 0;
+      } else {
+        ++n.still;
+      }
+      if (first) {
+        if (n.beat_after_failure < 0) n.beat_after_failure = beat;
+        else if (beat > n.beat_after_failure) n.alive_after_failure = true;
+      }
+      // Lost: no heartbeat for lost_after, seen by several reads (a watch thread here that
+      // stalled for a while would see the counter moved on its next read).
+      if (n.still >= 2 && now - n.moved >= lost_after) {
+        n.lost = true;
+        n.lost_why = name(k) + " was lost: its launcher sent no heartbeat for " +
+                     seconds_text(now - n.moved) +
+                     " (it was killed, or its host or the network failed)";
+        newly_lost.push_back(n.lost_why);
+        continue;
+      }
+      ++pending;
+    }
+
+    std::optional<Verdict> verdict;
+    if (!have_verdict) {
+      if (!missing.empty() && now - start_ >= o_.rendezvous_timeout) {
+        const bool one = missing.size() == 1;
+        const std::string which = node_list(missing);
+        verdict = Verdict{-1, (one ? "node " : "nodes ") + which +
+                                  " never joined: no launcher of " + (one ? "node " : "nodes ") +
+                                  which + " connected to the run's store at " + where_ +
+                                  " within " + seconds_text(o_.rendezvous_timeout) +
+                                  " ([cluster] timeout_s). Start every node with the same "
+                                  "--nnodes, --master-addr and --master-port"};
+      } else if (!newly_lost.empty()) {
+        std::string m = newly_lost.front();
+        for (size_t i = 1; i < newly_lost.size(); ++i) m += "; also " + newly_lost[i];
+        verdict = Verdict{-1, m};
+      } else if (first) {
+        // Every node that has not reported has been heard from since the first report: none of
+        // them is lost. Name the first report that is not a consequence, else (after
+        // kSecondaryWait) the first one.
+        bool all_heard = true;
+        for (int k = 1; k < o_.nnodes; ++k) {
+          const Peer& n = peers_[k];
+          if (n.joined && !n.done && !n.lost && n.report.empty() && !n.alive_after_failure)
+            all_heard = false;
+        }
+        struct Cand {
+          int node;
+          const std::string* msg;
+          bool secondary;
+          Clock::time_point at;
+        };
+        std::vector<Cand> cands;
+        if (!own_report.empty()) cands.push_back({0, &own_report, own_secondary, own_at});
+        for (int k = 1; k < o_.nnodes; ++k)
+          if (!peers_[k].report.empty())
+            cands.push_back({k, &peers_[k].report, peers_[k].secondary, peers_[k].report_at});
+        std::sort(cands.begin(), cands.end(),
+                  [](const Cand& a, const Cand& b) { return a.at < b.at; });
+        const Cand* pick = nullptr;
+        for (const auto& c : cands)
+          if (!c.secondary) {
+            pick = &c;
+            break;
+          }
+        if (!pick && now - *first >= kSecondaryWait && !cands.empty()) pick = &cands.front();
+        if (all_heard && pick)
+          verdict =
+              Verdict{pick->node, "node " + std::to_string(pick->node) + " failed: " + *pick->msg};
+      }
+      if (verdict) {
+        call([&] {
+          store_->set("failed_node", bytes(std::to_string(verdict->node)));
+          store_->set("failed", bytes(verdict->message));
+        });
+      }
+    }
+    std::lock_guard<std::mutex> l(mu_);
+    const bool changed = verdict || state_.pending != pending || !newly_lost.empty();
+    if (verdict) {
+      state_.verdict = std::move(verdict);
+      failing_ = true;
+    } else {
+      for (auto& m : newly_lost) state_.lost.push_back(std::move(m));
+    }
+    state_.pending = pending;
+    if (changed) wake();
+  }
+
+  const LaunchOptions& o_;
+  c10::intrusive_ptr<c10d::Store> store_;  // used by the thread only once it runs
+  std::string where_;
+  Clock::time_point start_;
+  std::string node0_;  // "<host> pid <pid>" of node 0's launcher (other nodes)
+  bool have_node0_ = false;  // (thread only)
+  std::vector<Peer> peers_;  // node 0: the other nodes (thread only)
+  int wake_[2] = {-1, -1};
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  bool failing_ = false;
+  std::string report_;
+  bool report_secondary_ = false;
+  bool report_written_ = false;
+  std::optional<Clock::time_point> report_at_;
+  State state_;
+};
+
+// While it lives, c10's log level is at least ERROR in this process: c10d's TCPStore client logs
+// a warning with a C++ backtrace for each failed request when the store's host goes away, and the
+// launcher reports that loss itself. (The workers are other processes: their logs are unchanged.)
+class QuietC10dWarnings {
+ public:
+  QuietC10dWarnings() : old_(FLAGS_caffe2_log_level) {
+    if (old_ < 2) FLAGS_caffe2_log_level = 2;
+  }
+  ~QuietC10dWarnings() { FLAGS_caffe2_log_level = old_; }
+
+ private:
+  int old_;
+};
+
 class Supervisor {
  public:
   explicit Supervisor(const LaunchOptions& o) : o_(o) {}
@@ -282,9 +724,12 @@ class Supervisor {
 
   int run() {
     validate();
+    std::optional<QuietC10dWarnings> quiet;
+    if (o_.nnodes > 1) quiet.emplace();
     open_store();
     SignalScope signals;
     start_workers();
+    if (watch_) watch_->start();
     loop(signals.read_fd());
     return finish();
   }
@@ -311,11 +756,20 @@ class Supervisor {
   void open_store() {
     const std::string who = "the launcher of node " + std::to_string(o_.node_rank);
     const bool server = o_.node_rank == 0;
+    if (!server &&
+        !wait_for_listener(o_.master_addr, o_.master_port, Clock::now() + o_.rendezvous_timeout))
+      throw Error(who + " could not reach node 0: nothing accepted a connection at " +
+                  o_.master_addr + ":" + std::to_string(o_.master_port) +
+                  ", where the launcher of node 0 hosts the run's store, within " +
+                  seconds_text(o_.rendezvous_timeout) +
+                  " ([cluster] timeout_s). Check that node 0 was started, with the same --nnodes, "
+                  "--master-addr and --master-port, and that this host can reach it");
     tcp_ = open_tcp_store(o_.master_addr, o_.master_port, server, o_.rendezvous_timeout, who);
     port_ = server ? tcp_->getPort() : o_.master_port;
-    store_ = wrap_c10d_store(c10::make_intrusive<c10d::PrefixStore>("ciuic/launch", tcp_), where(),
-                             o_.rendezvous_timeout);
     if (server) log_debug("launcher: the run's store listens on port " + std::to_string(port_));
+    if (o_.nnodes > 1)
+      watch_ = std::make_unique<NodeWatch>(
+          o_, c10::make_intrusive<c10d::PrefixStore>("ciuic/launch", tcp_), where());
   }
 
   void start_workers() {
@@ -408,8 +862,7 @@ class Supervisor {
       clear_progress();
       write_all(stream == 0 ? 1 : 2, "[rank " + std::to_string(w.rank) + "] " + line + "\n");
     }
-    if (err) w.last_error = line;
-    if (stream == 1 && line.find_first_not_of(" \t") != std::string::npos) w.last_stderr = line;
+    notes_.line(w.rank, line, stream == 1);
     w.tail.push_back({std::move(line), stream == 1, show});
     if (w.tail.size() > kTailLines) w.tail.pop_front();
   }
@@ -485,7 +938,7 @@ class Supervisor {
     bool any = false;
     for (auto& w : workers_) any |= w.running;
     if (any)
-      log_warn("launcher: " + why + "; stopping the other workers (SIGTERM, SIGKILL after " +
+      log_warn("launcher: " + why + "; stopping the workers of this node (SIGTERM, SIGKILL after " +
                std::to_string(o_.stop_grace.count()) + " s)");
     signal_workers(SIGTERM);
   }
@@ -515,54 +968,74 @@ class Supervisor {
       kill(-w.pid, SIGKILL);  // anything the worker left in its process group
       const bool clean = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 0;
       if (clean) continue;
-      // During an interrupt, exit 130 or death by the forwarded/killing signal is expected.
+      // After an interrupt or a stop of ours, exit 130 or death by the signal we sent is expected.
+      const bool signalled = interrupts_ > 0 || stopping_;
       const bool expected =
-          (interrupts_ > 0 && ((WIFEXITED(w.status) && WEXITSTATUS(w.status) == kExitInterrupted) ||
-                               (WIFSIGNALED(w.status) &&
-                                (WTERMSIG(w.status) == SIGINT || WTERMSIG(w.status) == SIGTERM ||
-                                 WTERMSIG(w.status) == SIGKILL)))) ||
-          (stopping_ && failed_ != nullptr) || remote_failure_;
+          signalled && ((WIFEXITED(w.status) && WEXITSTATUS(w.status) == kExitInterrupted) ||
+                        (WIFSIGNALED(w.status) &&
+                         (WTERMSIG(w.status) == SIGINT || WTERMSIG(w.status) == SIGTERM ||
+                          (WTERMSIG(w.status) == SIGKILL && killed_))));
       if (expected) continue;
-      if (!failed_) {
-        failed_ = &w;
-        const std::string what = "rank " + std::to_string(w.rank) + " (pid " +
-                                 std::to_string(w.pid) + ") " + describe_status(w.status);
-        if (o_.nnodes > 1) report_failure("node " + std::to_string(o_.node_rank) + ": " + what);
-        begin_stop(what);
-      }
+      // Everything it wrote before exiting is in its pipes: read it before judging its error.
+      for (int s = 0; s < 2; ++s)
+        if (w.fd[s] >= 0) read_stream(w, s);
+      notes_.failed(w.rank);
+      report_local_failure();
+      const std::string what = "rank " + std::to_string(w.rank) + " (pid " +
+                               std::to_string(w.pid) + ") " + describe_status(w.status);
+      // A failure that looks like a consequence (a peer's connection lost) usually comes before
+      // the error of its cause: a rank that throws closes its connections while unwinding, and
+      // prints its error only then. Stopping it at once would lose that error (SIGTERM kills a
+      // process that no longer handles it), so the others get kSecondaryStopDelay first.
+      if (!notes_.pick()->secondary) begin_stop(what);
+      else if (!stop_at_) stop_at_ = {Clock::now() + kSecondaryStopDelay, what};
     }
   }
 
-  // Multi-node: tell the other launchers (first report wins).
-  void report_failure(const std::string& msg) {
-    try {
-      if (!store_->check("failed")) store_->set("failed", msg);
-      reported_failure_ = true;
-    } catch (const Error& e) {
-      log_warn("launcher: could not report the failure to the other nodes: " +
-               std::string(e.what()));
+  const Worker* worker_of_rank(int rank) const {
+    for (const auto& w : workers_)
+      if (w.rank == rank) return &w;
+    return nullptr;
+  }
+
+  // "rank 2 (pid 1234) exited with code 3; first error: <its first error line>"
+  std::string describe(const FailureNotes::Pick& p) const {
+    const Worker& w = *worker_of_rank(p.rank);
+    std::string msg = "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ") " +
+                      describe_status(w.status);
+    std::string q = p.quote;
+    if (q.size() > 1200)
+      q = q.substr(0, 1000) + " [... " + std::to_string(q.size() - 1000) + " bytes]";
+    if (q.empty()) return msg + "; it printed no error message";
+    return msg + (p.error_line ? "; first error: " : "; its last line on stderr: ") + q;
+  }
+
+  // Multi-node: hands this node's choice of the failure to name to the watch (which reports it).
+  void report_local_failure() {
+    if (!watch_) return;
+    if (auto p = notes_.pick()) watch_->report(describe(*p), p->secondary);
+  }
+
+  // Multi-node: acts on what the watch thread saw: the run's verdict naming another node (a
+  // failure there, a lost or missing node), or the store lost with node 0.
+  void watch_other_nodes() {
+    if (!watch_) return;
+    const NodeWatch::State st = watch_->state();
+    if (st.verdict && st.verdict->node != o_.node_rank && !remote_failure_) {
+      remote_failure_ = true;
+      begin_stop("the run stopped: " + st.verdict->message);
+    }
+    if (!st.store_error.empty() && !st.verdict && !store_lost_) {
+      store_lost_ = true;
+      begin_stop("lost contact with the run's store: " + node0_lost_message(st.store_error));
     }
   }
 
-  void poll_other_nodes() {
-    if (o_.nnodes == 1) return;
-    auto now = Clock::now();
-    if (now < next_store_poll_) return;
-    next_store_poll_ = now + std::chrono::milliseconds(500);
-    try {
-      if (!reported_failure_ && !remote_failure_ && store_->check("failed")) {
-        remote_failure_ = true;
-        remote_message_ = "another node failed (" + store_->get("failed") + ")";
-        begin_stop(remote_message_);
-      }
-    } catch (const Error& e) {
-      if (!remote_failure_ && !failed_) {
-        remote_failure_ = true;
-        remote_message_ =
-            "this launcher lost contact with the run's store at " + where() + ": " + e.what();
-        begin_stop(remote_message_);
-      }
-    }
+  std::string node0_lost_message(const std::string& error) const {
+    if (o_.node_rank == 0) return "the run's store, hosted by this launcher, failed: " + error;
+    return watch_->node0() + " was lost: its launcher, which hosts the run's store at " + where() +
+           ", stopped answering (it was killed, or its host or the network failed; the store "
+           "connection said: " + error + ")";
   }
 
   bool any_running() const {
@@ -573,11 +1046,12 @@ class Supervisor {
 
   void loop(int wake_fd) {
     std::optional<Clock::time_point> drain_deadline;
+    const int watch_fd = watch_ ? watch_->wake_fd() : -1;
     for (;;) {
       const bool running = any_running();
       bool open_fds = false;
-      std::vector<pollfd> pfds{{wake_fd, POLLIN, 0}};
-      std::vector<std::pair<Worker*, int>> owners{{nullptr, 0}};
+      std::vector<pollfd> pfds{{wake_fd, POLLIN, 0}, {watch_fd, POLLIN, 0}};
+      std::vector<std::pair<Worker*, int>> owners{{nullptr, 0}, {nullptr, 0}};
       for (auto& w : workers_)
         for (int s = 0; s < 2; ++s)
           if (w.fd[s] >= 0) {
@@ -608,12 +1082,18 @@ class Supervisor {
             for (ssize_t i = 0; i < k; ++i)
               if (sigs[i] == SIGINT || sigs[i] == SIGTERM) on_interrupt(sigs[i]);
         }
-        for (size_t i = 1; i < pfds.size(); ++i)
+        if (pfds[1].revents & POLLIN) {
+          unsigned char b[64];
+          while (read(watch_fd, b, sizeof b) > 0) {
+          }
+        }
+        for (size_t i = 2; i < pfds.size(); ++i)
           if (pfds[i].revents & (POLLIN | POLLHUP | POLLERR))
             read_stream(*owners[i].first, owners[i].second);
       }
       reap();
-      poll_other_nodes();
+      watch_other_nodes();
+      if (stop_at_ && !stopping_ && Clock::now() >= stop_at_->first) begin_stop(stop_at_->second);
       if (stopping_ && !killed_ && any_running() && Clock::now() >= kill_deadline_) {
         log_warn("launcher: workers still running " + std::to_string(o_.stop_grace.count()) +
                  " s after SIGTERM: sending SIGKILL");
@@ -623,42 +1103,63 @@ class Supervisor {
     }
   }
 
-  // Multi-node: report completion; node 0 keeps the store up until every node has.
+  // Multi-node, after this node's workers ended: waits for the run's verdict when a worker here
+  // failed (node 0 chooses it within about kSecondaryWait, or kLostAfterFailure when a node was
+  // lost); node 0 then keeps the store up until every node that joined has finished or is lost
+  // (nodes that never joined are not waited for). Marks this node finished.
   void finish_nodes() {
-    if (o_.nnodes == 1) return;
-    try {
-      store_->add("done", 1);
-      if (o_.node_rank != 0) return;
-      const bool failing = failed_ || remote_failure_;
-      auto limit = failing ? std::chrono::duration_cast<std::chrono::milliseconds>(o_.stop_grace) +
-                                 std::chrono::seconds(5)
-                           : o_.rendezvous_timeout;
-      auto deadline = Clock::now() + limit;
+    if (!watch_) return;
+    const bool local_failure = notes_.pick().has_value();
+    const bool failing = local_failure || remote_failure_ || store_lost_;
+    if (failing) watch_->set_failing();
+    auto wait_until = [&](auto done, Clock::duration limit, const char* what) {
+      const auto begin = Clock::now();
       bool told = false;
-      while (store_->add("done", 0) < o_.nnodes) {
-        if (Clock::now() >= deadline) {
-          log_warn("launcher: not every node reported completion; closing the run's store");
+      while (!done(watch_->state())) {
+        if (Clock::now() - begin >= limit) {
+          log_warn(std::string("launcher: ") + what + " within " + seconds_text(limit));
           return;
         }
-        if (!told && Clock::now() + limit - deadline > std::chrono::seconds(2)) {
+        if (!told && Clock::now() - begin > std::chrono::seconds(2)) {
           log_info("launcher: waiting for the other nodes to finish");
           told = true;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
-    } catch (const Error& e) {
-      log_warn("launcher: " + std::string(e.what()));
+    };
+    if (local_failure)
+      wait_until(
+          [&](const NodeWatch::State& st) {
+            return st.verdict.has_value() || !st.store_error.empty();
+          },
+          kSecondaryWait + kLostAfterFailure + std::chrono::seconds(5),
+          "the run's verdict did not come");
+    if (o_.node_rank == 0) {
+      const Clock::duration limit =
+          failing ? Clock::duration(o_.stop_grace + std::chrono::seconds(5))
+                  : Clock::duration(o_.rendezvous_timeout);
+      wait_until([](const NodeWatch::State& st) { return st.pending == 0; }, limit,
+                 "not every node reported completion; closing the run's store");
+      for (const auto& l : watch_->state().lost) log_warn("launcher: " + l);
     }
+    watch_->finish();
+    watch_other_nodes();  // what the last passes saw
   }
 
   int finish() {
     finish_nodes();
-    if (failed_) {
-      Worker& w = *failed_;
-      std::string msg = "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) + ") " +
-                        describe_status(w.status);
-      const std::string& last = !w.last_error.empty() ? w.last_error : w.last_stderr;
-      msg += last.empty() ? "; it printed no error message" : "; last error: " + last;
+    const std::optional<FailureNotes::Pick> p = notes_.pick();
+    const NodeWatch::State st = watch_ ? watch_->state() : NodeWatch::State{};
+    // The cause, when it is not on this node: another node's failure, a node lost or missing, or
+    // (other nodes) node 0 lost with the store. A failure here that is not a consequence comes
+    // first when the store was lost.
+    std::string cause;
+    if (st.verdict && st.verdict->node != o_.node_rank)
+      cause = st.verdict->message;
+    else if (!st.verdict && !st.store_error.empty() && (!p || p->secondary))
+      cause = node0_lost_message(st.store_error);
+    if (p && cause.empty()) {
+      const Worker& w = *worker_of_rank(p->rank);
       std::string hidden;
       for (const auto& t : w.tail)
         if (!t.shown) hidden += "[rank " + std::to_string(w.rank) + "] " + t.text + "\n";
@@ -666,11 +1167,11 @@ class Supervisor {
         write_all(2, "ciuic: last output lines of rank " + std::to_string(w.rank) + ":\n");
         write_all(2, hidden);
       }
-      log_error("launcher: " + msg);
+      log_error("launcher: " + describe(*p));
       return exit_code_of(w.status);
     }
-    if (remote_failure_) {
-      log_error("launcher: stopped because " + remote_message_);
+    if (!cause.empty()) {
+      log_error("launcher: stopped because " + cause);
       return kExitRuntime;
     }
     if (interrupts_ > 0) return kExitInterrupted;
@@ -682,7 +1183,6 @@ class Supervisor {
   int devnull_ = -1;
   std::vector<Worker> workers_;
   c10::intrusive_ptr<c10d::TCPStore> tcp_;
-  std::shared_ptr<Store> store_;
   int port_ = 0;
   bool stopping_ = false;
   bool killed_ = false;
@@ -692,26 +1192,15 @@ class Supervisor {
   std::string progress_text_;                    // this one
   int interrupts_ = 0;
   Clock::time_point kill_deadline_{};
-  Worker* failed_ = nullptr;
-  bool reported_failure_ = false;
-  bool remote_failure_ = false;
-  std::string remote_message_;
-  Clock::time_point next_store_poll_{};
+  // A stop due after kSecondaryStopDelay (the failure so far looks like a consequence): when, why.
+  std::optional<std::pair<Clock::time_point, std::string>> stop_at_;
+  FailureNotes notes_;                // every worker's lines and failures, in arrival order
+  std::unique_ptr<NodeWatch> watch_;  // multi-node runs only (destroyed before tcp_)
+  bool remote_failure_ = false;       // the run's verdict names another node
+  bool store_lost_ = false;           // this launcher lost the store (node 0) before a verdict
 };
 
 }  // namespace
-
-bool is_error_line(std::string_view line) {
-  // "ciuic error: ...", "ciuic[3] error: ..." (ciuic/log.h)
-  if (line.substr(0, 5) == "ciuic") {
-    size_t sp = line.find(' ');
-    if (sp != std::string_view::npos && sp <= 16 && line.substr(sp + 1, 6) == "error:") return true;
-  }
-  if (line.substr(0, 16) == "terminate called") return true;
-  size_t first = line.find_first_not_of(" \t");
-  if (first != std::string_view::npos && line.substr(first, 7) == "what():") return true;
-  return false;
-}
 
 int launch_and_supervise(const LaunchOptions& options) {
   Supervisor s(options);

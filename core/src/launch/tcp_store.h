@@ -21,6 +21,11 @@ CIUIC_API c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& a
                                                             std::chrono::milliseconds timeout,
                                                             const std::string& who);
 
+// Waits until something accepts TCP connections at addr:port (a store's server), trying every
+// 100 ms until `deadline`; false when nothing did by then. open_tcp_store's clients call it first.
+CIUIC_API bool wait_for_listener(const std::string& addr, int port,
+                                 std::chrono::steady_clock::time_point deadline);
+
 // A ciuic::Store over `store` (typically a c10d::PrefixStore). `where` ("host:port") goes into
 // error messages. c10d errors become ciuic::Error; timeouts name the keys and the timeout.
 CIUIC_API std::shared_ptr<Store> wrap_c10d_store(c10::intrusive_ptr<c10d::Store> store,
