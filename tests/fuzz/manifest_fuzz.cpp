@@ -9,7 +9,8 @@
 // Checks: only ciuic::Error escapes verify() and elastic_split() (with a short, valid UTF-8
 // message), nothing escapes read_run_id() and read_batch_shape(); an accepted manifest has the
 // format and version 1, and names only plain files of the folder with exactly their size and
-// CRC-32C; an elastic split keeps the global batch.
+// CRC-32C; an elastic split is made only for a checkpoint written with the recipe's batch keys,
+// and keeps its global batch.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -101,6 +102,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::expect_ok_or_error([&] {
       const train::ElasticSplit e = train::elastic_split(rows, world, r.micro, r.accumulation, r.world, f);
       if (!e.changed) return;
+      fuzz::check(static_cast<__int128>(r.micro) * r.accumulation * world == rows,
+                  "elastic split of a checkpoint written with other batch keys", e.message);
       fuzz::check(e.split.micro_batch >= 1 && e.split.micro_batch <= r.micro && e.split.accumulation >= 1,
                   "elastic split outside the recipe's bounds", e.message);
       fuzz::check(e.split.micro_batch * e.split.accumulation * r.world == rows, "elastic split changed the global batch",
