@@ -1,10 +1,15 @@
 # The README's two commands. Everything clever lives in CMake and scripts/.
 #   make demo   install what is missing, build, train the tiny CPU recipe
-#   make test   install what is missing, build, run the whole ctest suite
+#   make test   install what is missing, build, run the whole ctest suite, then fuzz each parser
+#               for FUZZ_SECONDS (clang + libFuzzer, installed when missing; CI runs this)
+#   make fuzz   the fuzzing alone, longer
 # Variables: BUILD (build folder), JOBS (parallel compile jobs), CUDA (AUTO|ON|OFF; OFF unless a
 # GPU is visible), BUILD_TYPE (CMake build type of a new build folder; default Release, e.g.
 # RelWithDebInfo for debug info), CTEST_ARGS (e.g. "-L unit"), SAN=1 (ASan + UBSan build in
-# build-san; docs/reliability.md, "Sanitizers"), FUZZ_SECONDS (make fuzz: seconds per target).
+# build-san; docs/reliability.md, "Sanitizers"; `make test SAN=1` does not fuzz),
+# FUZZ_SECONDS (seconds each fuzz target runs: default 30 in `make test`, 60 in `make fuzz`;
+# `make test FUZZ_SECONDS=0` skips the fuzzing and the clang build: a developer's opt-out, which
+# CI never sets), FUZZ_BUILD (the fuzz targets' build folder; default BUILD-fuzz).
 SAN   ?= 0
 ifeq ($(SAN),1)
 BUILD ?= build-san
@@ -18,7 +23,7 @@ CUDA  ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo AUTO || echo OFF)
 BUILD_TYPE ?=
 CTEST_ARGS ?=
 
-.PHONY: all setup configure build demo test fuzz clean
+.PHONY: all setup configure build demo test fuzz fuzz-run clean
 all: build
 
 setup:
@@ -45,15 +50,28 @@ demo:
 test: configure
 	cmake --build $(BUILD) -j $(JOBS) --target test-deps
 	cd $(BUILD) && ctest --output-on-failure -j 2 $(CTEST_ARGS)
+	@if [ "$(FUZZ_SECONDS)" = 0 ]; then echo "make test: no fuzzing (FUZZ_SECONDS=0)"; \
+	elif [ "$(SAN)" = 1 ]; then echo "make test: no fuzzing with SAN=1 (clang's fuzz targets link the plain build)"; \
+	else $(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$(FUZZ_SECONDS); fi
 
-# libFuzzer on the parsers (tests/fuzz): clang builds the targets against this build's libraries
-# (build-fuzz), then each runs FUZZ_SECONDS from the committed seeds. Needs clang.
-FUZZ_SECONDS ?= 60
+# libFuzzer on the parsers (tests/fuzz, docs/reliability.md "Fuzzing"): clang builds the targets
+# against this build's libraries (FUZZ_BUILD), then each runs FUZZ_SECONDS from the committed
+# seeds; a finding fails the step and names the input. setup-deps.sh --fuzz installs clang, and
+# fails when it cannot: CI never skips the fuzzing silently.
+FUZZ_BUILD ?= $(BUILD)-fuzz
+test: FUZZ_SECONDS ?= 30
+fuzz: FUZZ_SECONDS ?= 60
 fuzz: configure
+	@$(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$(FUZZ_SECONDS)
+
+# (internal: after configure)
+fuzz-run:
+	@if [ "$(SAN)" = 1 ]; then echo "make fuzz: not with SAN=1 (clang's fuzz targets link the plain build)" >&2; exit 2; fi
+	scripts/setup-deps.sh --fuzz
 	cmake --build $(BUILD) -j $(JOBS) --target runtime
-	cmake -S tests/fuzz/libfuzzer -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCIUIC_MAIN_BUILD=$(abspath $(BUILD))
-	cmake --build build-fuzz -j $(JOBS)
-	scripts/fuzz.sh build-fuzz $(FUZZ_SECONDS)
+	cmake -S tests/fuzz/libfuzzer -B $(FUZZ_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCIUIC_MAIN_BUILD=$(abspath $(BUILD))
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD)

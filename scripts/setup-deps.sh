@@ -4,6 +4,8 @@
 #                                    transformers (the tests that load ciuic's exports in it)
 #   scripts/setup-deps.sh --fixtures also tensorboard and transformers' optional dependencies
 #                                    (fixture generators, the test that reads ciuic's event files)
+#   scripts/setup-deps.sh --fuzz     also clang with libFuzzer and llvm-symbolizer (the fuzzing in
+#                                    `make test` and `make fuzz`); fails when they cannot be had
 # Idempotent: a second run prints "ok" lines and changes nothing.
 # Environment: CIUIC_VENV (default .venv), CIUIC_TORCH_VERSION (default 2.11.0, the GPU host's),
 #   CIUIC_TORCH_DEPS=1 to install torch's Python dependencies (the nvidia-* CUDA wheels, ~2.7 GB)
@@ -16,10 +18,12 @@ cd "$(dirname "$0")/.."
 TORCH_VERSION=${CIUIC_TORCH_VERSION:-2.11.0}
 VENV=${CIUIC_VENV:-.venv}
 want_fixtures=0
+want_fuzz=0
 for a in "$@"; do
   case "$a" in
     --fixtures) want_fixtures=1 ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    --fuzz) want_fuzz=1 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "setup-deps: unknown argument '$a'" >&2; exit 2 ;;
   esac
 done
@@ -44,6 +48,42 @@ else
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# ---- clang + libFuzzer (--fuzz) ----------------------------------------------------------------
+# Checked by building a fuzz target, not by package name: Debian 12 ships libFuzzer and the
+# sanitizer runtimes in libclang-rt-dev (only recommended by clang), older releases in clang's own
+# packages. llvm gives llvm-symbolizer, for readable stack traces in a finding's report.
+if [ "$want_fuzz" = 1 ]; then
+  fuzz_probe() {
+    local d rc
+    d=$(mktemp -d)
+    printf '%s\n' '#include <cstddef>' '#include <cstdint>' \
+      'extern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }' > "$d/probe.cpp"
+    clang++ -fsanitize=fuzzer,address,undefined "$d/probe.cpp" -o "$d/probe" >"$d/log" 2>&1 && "$d/probe" -runs=1 >>"$d/log" 2>&1
+    rc=$?
+    [ $rc -eq 0 ] || sed 's/^/setup-deps:   /' "$d/log" | tail -n 5 >&2
+    rm -rf "$d"
+    return $rc
+  }
+  if command -v clang++ >/dev/null 2>&1 && command -v llvm-symbolizer >/dev/null 2>&1 && fuzz_probe 2>/dev/null; then
+    say "ok: clang++ with libFuzzer ($(clang++ --version | head -n 1))"
+  else
+    fuzz_pkgs=(clang llvm)
+    apt-cache show libclang-rt-dev >/dev/null 2>&1 && fuzz_pkgs+=(libclang-rt-dev)
+    say "installing clang with libFuzzer: ${fuzz_pkgs[*]}"
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends "${fuzz_pkgs[@]}"; } ||
+      say "apt-get could not install ${fuzz_pkgs[*]}"
+    if ! command -v clang++ >/dev/null 2>&1 || ! fuzz_probe; then
+      say "ERROR: no clang++ that builds a libFuzzer target (-fsanitize=fuzzer,address,undefined)." >&2
+      say "ERROR: \`make test\` fuzzes the parsers with it (docs/reliability.md, \"Fuzzing\"); install clang" >&2
+      say "ERROR: and its runtime libraries, or skip the fuzzing with \`make test FUZZ_SECONDS=0\` (not in CI)." >&2
+      exit 1
+    fi
+    say "ok: clang++ with libFuzzer ($(clang++ --version | head -n 1))"
+  fi
 fi
 
 # ---- Python venv with torch (LibTorch for C++) ------------------------------------------------

@@ -7,11 +7,14 @@
 // bytes and valid UTF-8 (user data is quoted as a short excerpt, never whole: docs/reliability.md).
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -85,11 +88,25 @@ bool expect_ok_or_error(F&& f) {
   }
 }
 
-// tests/fixtures: CIUIC_FUZZ_FIXTURES in the libFuzzer build (tests/fuzz/libfuzzer), the test
-// tree's fixtures in the replay build (tests/support/test_paths.h).
+// tests/fixtures. The libFuzzer build (tests/fuzz/libfuzzer, CIUIC_FUZZ_BUILD) compiles no path
+// in (so that clones share a ccache): the source folder is read from ciuic-source-dir.txt next to
+// the running executable, which CMake writes. The replay build: the test tree's fixtures
+// (tests/support/test_paths.h).
 inline std::string fixtures_dir() {
-#ifdef CIUIC_FUZZ_FIXTURES
-  return CIUIC_FUZZ_FIXTURES;
+#ifdef CIUIC_FUZZ_BUILD
+  static const std::string dir = [] {
+    char buf[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) fail("cannot read /proc/self/exe", "");
+    std::string file(buf, static_cast<size_t>(n));
+    file = file.substr(0, file.rfind('/') + 1) + "ciuic-source-dir.txt";
+    std::ifstream in(file);
+    std::string root;
+    std::getline(in, root);
+    if (root.empty()) fail("cannot read the source folder (re-run cmake on tests/fuzz/libfuzzer)", file);
+    return root + "/tests/fixtures";
+  }();
+  return dir;
 #else
   return CIUIC_FIXTURES_DIR;
 #endif

@@ -10,6 +10,8 @@ Layouts (see each tests/fuzz/<target>_fuzz.cpp):
   tokenizer    selector byte (0: tokenizer.json ["\\n%%\\n" tokenizer_config.json], else text)
   jsonl        selector byte (bit 0: chat, 1: assistant-only loss, 2: BOS, 3: EOS, 4: deepseek
                template, 5: tokenizer) + one JSONL line
+  manifest     a checkpoint's manifest.json ["\\n%%\\n" trainer.json], next to the harness's fixed
+               files rank_00000.safetensors (MANIFEST_RANK_FILE) and precision.safetensors (empty)
 """
 import json
 import os
@@ -105,12 +107,58 @@ def jsonl_seeds():
     write("jsonl", "bad", bytes([0]) + b'{"text": "unterminated')
 
 
+MANIFEST_RANK_FILE = b"rank 0 shard bytes\n"  # as tests/fuzz/manifest_fuzz.cpp writes it
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli), as ciuic/checksum.h: crc32c(b"123456789") == 0xE3069283."""
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def manifest_seeds():
+    assert crc32c(b"123456789") == 0xE3069283
+    trainer = {"step": 6, "updates": 6, "skipped": 0, "nonfinite_skips": 0, "tokens": 3072.0,
+               "run_id": "20261201T101112Z-3fa2c1d9e0b4a7f1", "world_size": 2, "data_cursors": ["12", "12"],
+               "shape": {"model_config": {"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 384},
+                         "global_rows": 8, "seq_len": 64,
+                         "params": [{"name": "model.embed_tokens.weight", "shape": [384, 64]}]}}
+    tj = json.dumps(trainer, indent=2).encode()
+
+    def manifest(files, **over):
+        m = {"format": "ciuic-checkpoint", "version": 1, "step": 6, "world_size": 2,
+             "files": {n: {"bytes": len(b), "crc32c": crc32c(b)} for n, b in files.items()}}
+        m.update(over)
+        return json.dumps(m, indent=2).encode()
+
+    files = {"rank_00000.safetensors": MANIFEST_RANK_FILE, "precision.safetensors": b"", "trainer.json": tj}
+    write("manifest", "valid", manifest(files) + b"\n%%\n" + tj)
+    write("manifest", "no_trainer", manifest({"rank_00000.safetensors": MANIFEST_RANK_FILE}))
+    bad = json.loads(manifest(files))
+    bad["files"]["rank_00000.safetensors"]["bytes"] = 18
+    bad["files"]["trainer.json"]["crc32c"] = 1234
+    write("manifest", "wrong_size_crc", json.dumps(bad).encode() + b"\n%%\n" + tj)
+    write("manifest", "version2", manifest({}, version=2) + b"\n%%\n{}")
+    write("manifest", "names", json.dumps({"format": "ciuic-checkpoint", "version": 1, "files": {
+        "sub": {"bytes": 0, "crc32c": 0}, "../x": {"bytes": 1, "crc32c": 2}, "missing": {"bytes": 0, "crc32c": 0}}}))
+    # trainer.json shapes for an elastic resume: 24 rows written on 3 ranks (micro 4 x accumulation 2).
+    elastic = dict(trainer, world_size=3, shape=dict(trainer["shape"], global_rows=24))
+    write("manifest", "elastic", manifest({}) + b"\n%%\n" + json.dumps(elastic).encode())
+    write("manifest", "elastic_odd", manifest({}) + b"\n%%\n" +
+          json.dumps({"world_size": 7, "shape": {"global_rows": 7}, "run_id": 5}).encode())
+
+
 def main():
     shutil.rmtree(os.path.join(HERE, "corpus"), ignore_errors=True)
     recipe_seeds()
     safetensors_seeds()
     tokenizer_seeds()
     jsonl_seeds()
+    manifest_seeds()
 
 
 if __name__ == "__main__":

@@ -37,6 +37,10 @@ TEST(Elastic, NearestWorldSizes) {
   EXPECT_EQ(nearest_world_sizes(12, 7), (std::pair<int64_t, int64_t>{6, 12}));
   EXPECT_EQ(nearest_world_sizes(7, 3), (std::pair<int64_t, int64_t>{1, 7}));
   EXPECT_EQ(nearest_world_sizes(6, 13), (std::pair<int64_t, int64_t>{6, 0}));
+  // A prime row count from a damaged trainer.json: the search above stops after
+  // kNearestWorldSearch sizes (it went on to 10^12 divisions).
+  EXPECT_EQ(nearest_world_sizes(1000000000039, 2), (std::pair<int64_t, int64_t>{1, 0}));
+  EXPECT_EQ(nearest_world_sizes(2 * (kNearestWorldSearch + 3), 2), (std::pair<int64_t, int64_t>{1, 0}));
 }
 
 TEST(Elastic, OnlyAChangedWorldSizeIsAdapted) {
@@ -56,6 +60,10 @@ TEST(Elastic, OnlyAChangedWorldSizeIsAdapted) {
   EXPECT_FALSE(elastic_split(12, 3, 2, 2, 3, "c").changed);
   // Nothing known about the checkpoint (written before trainer.json had a shape).
   EXPECT_FALSE(elastic_split(0, 0, 4, 1, 2, "c").changed);
+  // A world size of a damaged trainer.json whose product with the recipe's keys overflows is not
+  // the checkpoint's shape: 15 x 8608480567731124088 wrapped to 8 rows and was split.
+  EXPECT_FALSE(elastic_split(8, 8608480567731124088, 3, 5, 1, "c").changed);
+  EXPECT_FALSE(elastic_split(5, int64_t{1} << 62, 4, 2, 3, "c").changed);
 }
 
 TEST(Elastic, AWorldSizeThatCannotSplitTheBatchIsRefusedNamingTheNearest) {

@@ -31,9 +31,6 @@ namespace ciuic::checkpoint {
 
 namespace {
 
-constexpr const char* kFormat = "ciuic-checkpoint";
-constexpr int kFormatVersion = 1;
-
 std::string step_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));
@@ -44,36 +41,6 @@ std::string rank_file(int rank) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "rank_%05d.safetensors", rank);
   return buf;
-}
-
-nlohmann::json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) throw Error("cannot read " + p.string());
-  try {
-    return nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(p.string() + ": malformed JSON: " + e.what());
-  }
-}
-
-// The manifest's structure, checked before any value is used: a hand-edited or foreign file gets a
-// message naming it, not a JSON library exception; file names are plain names inside the folder.
-void check_manifest(const nlohmann::json& m, const fs::path& mpath) {
-  auto bad = [&](const std::string& what) {
-    return Error(mpath.string() + ": not a valid ciuic checkpoint manifest: " + what);
-  };
-  if (!m.is_object()) throw bad("expected a JSON object");
-  if (!m.contains("format") || m["format"] != kFormat) throw Error(mpath.string() + ": not a ciuic checkpoint manifest");
-  if (!m.contains("version") || !m["version"].is_number_integer()) throw bad("\"version\" must be an integer");
-  if (!m.contains("files") || !m["files"].is_object()) throw bad("\"files\" must be an object");
-  for (const auto& [name, info] : m["files"].items()) {
-    const std::string shown = name.size() > 64 ? name.substr(0, 64) + "..." : name;
-    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
-      throw bad("file name \"" + shown + "\" is not a plain name inside the checkpoint folder");
-    if (!info.is_object() || !info.contains("bytes") || !info["bytes"].is_number_unsigned() ||
-        !info.contains("crc32c") || !info["crc32c"].is_number_unsigned())
-      throw bad("file \"" + shown + "\" needs unsigned integers \"bytes\" and \"crc32c\"");
-  }
 }
 
 // A JSON library exception met while reading a checkpoint's trainer.json (a field missing or of
@@ -217,34 +184,7 @@ model::NamedTensors read_state_file(const fs::path& p) {
 
 }  // namespace
 
-// ---- verification / lookup ----------------------------------------------------------------------
-nlohmann::json verify(const std::string& folder, bool checksums) {
-  const fs::path dir(folder);
-  if (!fs::is_directory(dir)) throw Error("checkpoint " + folder + " does not exist");
-  const fs::path mpath = dir / "manifest.json";
-  if (!fs::exists(mpath))
-    throw Error("checkpoint " + folder + " is incomplete: manifest.json is missing");
-  nlohmann::json m = read_json(mpath);
-  check_manifest(m, mpath);
-  if (m.value("version", 0) != kFormatVersion)
-    throw Error(mpath.string() + ": checkpoint format version " + std::to_string(m.value("version", 0)) +
-                ", this ciuic reads version " + std::to_string(kFormatVersion));
-  for (const auto& [name, info] : m.at("files").items()) {
-    const fs::path p = dir / name;
-    std::error_code ec;
-    const auto size = fs::file_size(p, ec);
-    if (ec) throw Error("checkpoint " + folder + ": file " + name + " is missing");
-    if (size != info.at("bytes").get<uint64_t>())
-      throw Error("checkpoint " + folder + ": file " + name + " has " + std::to_string(size) +
-                  " bytes, the manifest says " + std::to_string(info.at("bytes").get<uint64_t>()) +
-                  " (truncated or overwritten)");
-    if (checksums && crc32c_file(p.string()) != info.at("crc32c").get<uint32_t>())
-      throw Error("checkpoint " + folder + ": file " + name +
-                  " fails its CRC-32C check (corrupted)");
-  }
-  return m;
-}
-
+// ---- lookup ---------------------------------------------------------------------------------------
 namespace {
 // Complete checkpoint folders under `dir`, oldest first.
 std::vector<fs::path> complete_checkpoints(const std::string& dir) {
@@ -290,25 +230,6 @@ std::string Checkpointer::latest() const { return checkpoint::latest(dir_); }
 // ---- save ---------------------------------------------------------------------------------------
 Checkpointer::Checkpointer(std::string dir, int64_t keep_last, const RunContext& ctx)
     : dir_(std::move(dir)), keep_last_(keep_last), ctx_(ctx), run_id_(new_run_id()) {}
-
-std::string read_run_id(const std::string& folder) {
-  std::ifstream in(fs::path(folder) / "trainer.json");
-  if (!in) return "";
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("run_id") || !j["run_id"].is_string()) return "";
-  return j["run_id"].get<std::string>();
-}
-
-std::pair<int64_t, int64_t> read_batch_shape(const std::string& folder) {
-  std::ifstream in(fs::path(folder) / "trainer.json");
-  if (!in) return {0, 0};
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("world_size") || !j["world_size"].is_number_integer() ||
-      !j.contains("shape") || !j["shape"].is_object() || !j["shape"].contains("global_rows") ||
-      !j["shape"]["global_rows"].is_number_integer())
-    return {0, 0};
-  return {j["shape"]["global_rows"].get<int64_t>(), j["world_size"].get<int64_t>()};
-}
 
 bool Checkpointer::ours(const std::string& folder) const {
   std::error_code ec;
@@ -417,8 +338,8 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
     const std::string tj = trainer.dump(2);
     model::write_file_atomic((tmp / "trainer.json").string(), tj);
     files["trainer.json"] = {{"bytes", tj.size()}, {"crc32c", crc32c(tj.data(), tj.size())}};
-    nlohmann::json manifest = {{"format", kFormat},
-                               {"version", kFormatVersion},
+    nlohmann::json manifest = {{"format", kManifestFormat},
+                               {"version", kManifestVersion},
                                {"step", st.step},
                                {"world_size", ctx_.world_size},
                                {"files", files}};

@@ -52,6 +52,7 @@
 #include <ciuic/precision.h>
 #include <ciuic/sharding.h>
 
+#include "checkpoint/manifest.h"  // verify, read_run_id, read_batch_shape
 #include "model/config.h"
 #include "model/safetensors.h"
 
@@ -121,13 +122,6 @@ class Checkpointer {
   std::string loaded_;  // the folder load() restored
 };
 
-// The run id in a checkpoint folder's trainer.json; "" when it has none or cannot be read.
-std::string read_run_id(const std::string& folder);
-
-// The global batch (rows per optimizer step over all ranks) and the world size a checkpoint
-// folder was written with, from its trainer.json; {0, 0} when it cannot be read.
-std::pair<int64_t, int64_t> read_batch_shape(const std::string& folder);
-
 // The newest complete checkpoint folder under `dir`; "" when there is none.
 std::string latest(const std::string& dir);
 
@@ -136,10 +130,6 @@ std::string latest(const std::string& dir);
 // newest). Errors name `option` (the command-line flag that gave `spec`).
 std::string resolve(const std::string& spec, const std::string& dir,
                     const std::string& option = "--resume");
-
-// Reads and checks manifest.json; with `checksums`, also every file's CRC-32C (sizes are always
-// checked). Throws Error naming the folder and the file at fault.
-nlohmann::json verify(const std::string& folder, bool checksums);
 
 // Reassembles every parameter's full fp32 master weights (in model order, model shapes) from a
 // checkpoint written at any world size. CPU tensors.

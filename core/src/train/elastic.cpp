@@ -19,16 +19,26 @@ std::pair<int64_t, int64_t> nearest_world_sizes(int64_t global_rows, int64_t wor
   int64_t below = 0, above = 0;
   for (int64_t w = world - 1; w >= 1 && !below; --w)
     if (global_rows % w == 0) below = w;
-  for (int64_t w = world + 1; w <= global_rows && !above; ++w)
+  for (int64_t w = world + 1; w <= global_rows && w - world <= kNearestWorldSearch && !above; ++w)
     if (global_rows % w == 0) above = w;
   return {below, above};
 }
 
+namespace {
+// a x b x c; -1 when it does not fit int64 (then it is no checkpoint's row count, which is >= 1).
+int64_t product(int64_t a, int64_t b, int64_t c) {
+  int64_t ab = 0, abc = 0;
+  if (__builtin_mul_overflow(a, b, &ab) || __builtin_mul_overflow(ab, c, &abc)) return -1;
+  return abc;
+}
+}  // namespace
+
 ElasticSplit elastic_split(int64_t saved_rows, int64_t saved_world, int64_t micro, int64_t accumulation,
                            int64_t world, const std::string& checkpoint) {
   ElasticSplit out;
-  if (saved_rows < 1 || saved_world < 1 || micro * accumulation * world == saved_rows ||
-      micro * accumulation * saved_world != saved_rows)
+  // (A damaged trainer.json can give any world size: the products are checked for overflow.)
+  if (saved_rows < 1 || saved_world < 1 || product(micro, accumulation, world) == saved_rows ||
+      product(micro, accumulation, saved_world) != saved_rows)
     return out;
   const std::string keys = "micro_batch_size " + std::to_string(micro) + " x gradient_accumulation_steps " +
                            std::to_string(accumulation);

@@ -31,7 +31,10 @@ struct BatchSplit {
 CIUIC_API std::optional<BatchSplit> split_global_batch(int64_t global_rows, int64_t world, int64_t max_micro);
 
 // The world sizes next to `world` that divide `global_rows`: the largest below it and the smallest
-// above it (at most global_rows); 0 where there is none.
+// above it (at most global_rows, and at most kNearestWorldSearch above `world`: the search costs
+// one division per size, and a damaged trainer.json's prime row count near 2^63 would take hours);
+// 0 where there is none.
+inline constexpr int64_t kNearestWorldSearch = int64_t{1} << 16;
 CIUIC_API std::pair<int64_t, int64_t> nearest_world_sizes(int64_t global_rows, int64_t world);
 
 struct ElasticSplit {
