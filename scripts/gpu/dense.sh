@@ -68,6 +68,30 @@ for stage in ${*:-build test one}; do
     ciuic 1b-prof 200 configs/llama-1b-bench.toml $common $new --set log.profile_start_step=8
     ciuic 7b-prof 300 configs/llama-1b-bench.toml $s7base --set model.activation_checkpointing=true \
       --set train.micro_batch_size=4 $new --set log.profile_start_step=5 ;;
+  early)
+    # cpu_adam's early update (issue 14) on one GPU: the same run with overlap_update auto and off,
+    # alternating (bench/ab.py), clipping off (the early path needs it), at the 1B shape and at a
+    # 10-layer cut of the 7B shape (2.6B parameters: the host holds the whole optimizer state).
+    # Its own device call: on 2026-12-01 build + test + this stage with reps 2 ran past the call's
+    # 600 s and returned nothing.
+    ab="python3 bench/ab.py --ciuic-run build-gpu/bin/ciuic-run --reps 1 --steps 6 --names off,early"
+    cpu="--set optimizer.plugin=cpu_adam --set train.gradient_clipping=0 --set cluster.memory_per_device_gib=24.0"
+    run early-1b 240 $ab configs/llama-1b-bench.toml $cpu --set train.micro_batch_size=4 \
+      --a-set optimizer.overlap_update=\"off\" --b-set optimizer.overlap_update=\"auto\" --out "$OUT/ab-early-1b"
+    tail -14 "$OUT/early-1b.log"
+    run early-3b 240 $ab configs/llama-1b-bench.toml $cpu $s7base --set model.config.num_hidden_layers=10 \
+      --set train.micro_batch_size=1 --set train.gradient_accumulation_steps=4 --set model.activation_checkpointing=true \
+      --a-set optimizer.overlap_update=\"off\" --b-set optimizer.overlap_update=\"auto\" --out "$OUT/ab-early-3b"
+    tail -14 "$OUT/early-3b.log" ;;
+  confirm)
+    # After the last model change: the defaults against the compiled peer once more, and the
+    # micro-batch capacity at vocab 102400.
+    ciuic 1b-final 200 configs/llama-1b-bench.toml $common
+    peer 1b-fsdp2-compiled-final 300 --compile
+    v="--set model.config.vocab_size=102400 --set data.vocab_size=102400 --set train.max_steps=6 --set log.every_steps=1"
+    for m in 8 16 32; do
+      ciuic 1bv-final-mbs$m 200 configs/llama-1b-bench.toml $v --set train.micro_batch_size=$m --set cluster.memory_per_device_gib=80.0
+    done ;;
   mbs)
     # The largest micro-batch that fits 80 GiB at the 1B shape with DeepSeek's vocabulary (102400):
     # ciuic under a cap of 80 GiB (the caching allocator refuses more), the peer's peak as reported.
@@ -77,6 +101,8 @@ for stage in ${*:-build test one}; do
     done
     for m in ${MBS_PEER:-8 12 16}; do peer 1bv-fsdp2-compiled-mbs$m 200 --vocab 102400 --micro-batch $m --steps 6 --compile; done ;;
   esac
+  # After every stage: what a call cut off at its limit still returns.
+  tar czf "$RESULT/dense.tgz" -C "$OUT" .
 done
 python3 scripts/gpu/summarize.py "$OUT" 2>/dev/null | tee "$OUT/summary.md" | tail -30
 tar czf "$RESULT/dense.tgz" -C "$OUT" .
