@@ -23,11 +23,15 @@ CUDA  ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo AUTO || echo OFF)
 BUILD_TYPE ?=
 CTEST_ARGS ?=
 
-.PHONY: all setup configure build demo test fuzz fuzz-run clean
+.PHONY: all setup setup-tests configure build demo test fuzz fuzz-run clean
 all: build
 
 setup:
 	@scripts/setup-deps.sh
+
+# What the Python tests import (transformers; torch's runtime wheels so that `import torch` works).
+setup-tests:
+	@scripts/setup-deps.sh --tests
 
 $(BUILD)/build.ninja: | setup
 	cmake -S . -B $(BUILD) -G Ninja -DCIUIC_WITH_CUDA=$(CUDA) $(SAN_FLAGS) $(if $(BUILD_TYPE),-DCMAKE_BUILD_TYPE=$(BUILD_TYPE))
@@ -47,7 +51,7 @@ demo:
 
 # The tests build only what ctest runs (target `test-deps`: the runtime, test programs and test
 # plugins; not the benchmarks, which `make build` builds).
-test: configure
+test: setup-tests configure
 	cmake --build $(BUILD) -j $(JOBS) --target test-deps
 	cd $(BUILD) && ctest --output-on-failure -j 2 $(CTEST_ARGS)
 	@if [ "$(FUZZ_SECONDS)" = 0 ]; then echo "make test: no fuzzing (FUZZ_SECONDS=0)"; \

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what ciuic needs to build and test, and nothing that is already there.
-#   scripts/setup-deps.sh            Debian packages + .venv with torch (LibTorch) and pinned
-#                                    transformers (the tests that load ciuic's exports in it)
+#   scripts/setup-deps.sh            Debian packages + .venv with torch (LibTorch)
+#   scripts/setup-deps.sh --tests    also what the Python tests import (`make test`): pinned
+#                                    transformers and, so that `import torch` works, torch's own
+#                                    runtime wheels (nvidia-*, ~2.7 GB) on a machine without a GPU too
 #   scripts/setup-deps.sh --fixtures also tensorboard and transformers' optional dependencies
 #                                    (fixture generators, the test that reads ciuic's event files)
 #   scripts/setup-deps.sh --fuzz     also clang with libFuzzer and llvm-symbolizer (the fuzzing in
@@ -9,9 +11,9 @@
 # Idempotent: a second run prints "ok" lines and changes nothing.
 # Environment: CIUIC_VENV (default .venv), CIUIC_TORCH_VERSION (default 2.11.0, the GPU host's),
 #   CIUIC_TORCH_DEPS=1 to install torch's Python dependencies (the nvidia-* CUDA wheels, ~2.7 GB)
-#   on a machine without a GPU too. By default a machine without nvidia-smi gets the torch wheel
-#   alone: the CPU build links only libtorch_cpu/libc10 from it (found without importing torch),
-#   and nothing of ciuic imports torch in Python.
+#   on a machine without a GPU too (--tests does this when `import torch` fails). Otherwise a machine
+#   without nvidia-smi gets the torch wheel alone: the CPU build links only libtorch_cpu/libc10
+#   from it (found without importing torch), and `make demo` imports torch nowhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,11 +21,13 @@ TORCH_VERSION=${CIUIC_TORCH_VERSION:-2.11.0}
 VENV=${CIUIC_VENV:-.venv}
 want_fixtures=0
 want_fuzz=0
+want_tests=0
 for a in "$@"; do
   case "$a" in
-    --fixtures) want_fixtures=1 ;;
+    --tests) want_tests=1 ;;
+    --fixtures) want_fixtures=1; want_tests=1 ;;
     --fuzz) want_fuzz=1 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "setup-deps: unknown argument '$a'" >&2; exit 2 ;;
   esac
 done
@@ -114,21 +118,34 @@ else
   fi
 fi
 
-# ---- transformers, pinned, for the tests that load ciuic's exports ----------------------------
-# hf_export_stops_at_eos (tests/model) fails without it, so CI always installs it. --no-deps with
-# exactly the modules that `import torch`, AutoTokenizer, AutoModelForCausalLM, generate() and
-# apply_chat_template import (found by running that test in a venv holding torch alone): 21
-# wheels, 29 MB, where pip's resolver adds 14 more (typer, rich, pygments, pydantic, hf-xet, ...)
-# that none of it imports, and pins keep a later release of any of them from changing the test.
-# transformers 5.24.0 is the release the fixtures were generated with; it runs on torch 2.11.0.
-# A failed install (no network) is a warning: the build and the other tests go on.
-hf_pins=(transformers==5.24.0 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0
-         pyyaml==6.0.4 regex==2026.11.19 packaging==26.4 tqdm==4.70.1
-         httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 idna==3.20 truststore==0.10.5
-         typing-extensions==4.16.0 filelock==4.3.1 sympy==1.14.0 mpmath==1.3.0
-         jinja2==3.1.6 markupsafe==3.0.4 networkx==3.6.1 fsspec==2026.9.0)
-# Compares installed versions without importing anything (importing torch takes seconds).
-hf_missing=$("$VENV/bin/python" - "${hf_pins[@]}" <<'PY'
+# ---- --tests: what the Python tests import -------------------------------------------------
+# transformers imports torch, and the PyPI torch wheel's `import torch` loads its CUDA runtime
+# libraries (libtorch_global_deps: cuDNN, cuBLAS, NCCL, cuFile, ...) even on a machine without a
+# GPU: without the nvidia-* wheels it fails ("libcufile.so.0: cannot open shared object file").
+# So --tests installs torch's declared dependencies when `import torch` fails (from PyPI, ~2.7 GB,
+# about a minute on the CI machine); `make demo` does not need them.
+if [ "$want_tests" = 1 ]; then
+  if "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+    say "ok: import torch works in $VENV"
+  else
+    say "installing torch==$TORCH_VERSION's runtime dependencies into $VENV (import torch needs them; ~2.7 GB)"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile "torch==$TORCH_VERSION"
+    "$VENV/bin/python" -c "import torch" || { echo "setup-deps: import torch still fails in $VENV" >&2; exit 1; }
+  fi
+  # hf_export_stops_at_eos (tests/model) fails without it, so CI always installs it. --no-deps with
+  # exactly the modules that `import torch`, AutoTokenizer, AutoModelForCausalLM, generate() and
+  # apply_chat_template import (found by running that test in a venv holding torch alone): 21
+  # wheels, 29 MB, where pip's resolver adds 14 more (typer, rich, pygments, pydantic, hf-xet, ...)
+  # that none of it imports, and pins keep a later release of any of them from changing the test.
+  # transformers 5.24.0 is the release the fixtures were generated with; it runs on torch 2.11.0.
+  # A failed install (no network) is a warning: the build and the other tests go on.
+  hf_pins=(transformers==5.24.0 huggingface_hub==2.4.0 tokenizers==0.23.3 safetensors==0.8.0
+           pyyaml==6.0.4 regex==2026.11.19 packaging==26.4 tqdm==4.70.1
+           httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 idna==3.20 truststore==0.10.5
+           typing-extensions==4.16.0 filelock==4.3.1 sympy==1.14.0 mpmath==1.3.0
+           jinja2==3.1.6 markupsafe==3.0.4 networkx==3.6.1 fsspec==2026.9.0)
+  # Compares installed versions without importing anything (importing torch takes seconds).
+  hf_missing=$("$VENV/bin/python" - "${hf_pins[@]}" <<'PY'
 import importlib.metadata as m, sys
 for pin in sys.argv[1:]:
     name, want = pin.split("==")
@@ -136,14 +153,15 @@ for pin in sys.argv[1:]:
     except m.PackageNotFoundError: have = None
     if have != want: print(pin)
 PY
-)
-if [ -z "$hf_missing" ]; then
-  say "ok: transformers and its pinned dependencies (${#hf_pins[@]} packages)"
-else
-  say "installing transformers and its pinned dependencies: $(echo $hf_missing)"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile --no-deps "${hf_pins[@]}" ||
-    say "WARNING: could not install transformers: the test hf_export_stops_at_eos will fail" \
-        "(ctest -LE transformers leaves it out)"
+  )
+  if [ -z "$hf_missing" ]; then
+    say "ok: transformers and its pinned dependencies (${#hf_pins[@]} packages)"
+  else
+    say "installing transformers and its pinned dependencies: $(echo $hf_missing)"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile --no-deps "${hf_pins[@]}" ||
+      say "WARNING: could not install transformers: the test hf_export_stops_at_eos will fail" \
+          "(ctest -LE transformers leaves it out)"
+  fi
 fi
 
 if [ "$want_fixtures" = 1 ]; then
