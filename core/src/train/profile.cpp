@@ -73,7 +73,7 @@ void StepProfiler::before_step(int64_t step) {
   if (start_ <= 0 || step != start_ || active_) return;
   std::set<ActivityType> activities{ActivityType::CPU};
   if (cuda_) activities.insert(ActivityType::CUDA);
-  const ProfilerConfig config(ProfilerState::KINETO);
+  const ProfilerConfig config(ProfilerState::KINETO, /*report_input_shapes=*/true);
   prof::prepareProfiler(config, activities);
   if (cuda_) synchronize(c10::Device(c10::kCUDA));
   prof::enableProfiler(config, activities);

@@ -3,7 +3,7 @@
 // Records `steps` optimizer steps from `start` (1-based) with LibTorch's Kineto profiler (host
 // ops; GPU kernels and copies through CUPTI on CUDA) and writes, per rank, into
 // <output_dir>/profile/:
-//   rank<R>.trace.json   Chrome trace (chrome://tracing, Perfetto)
+//   rank<R>.trace.json   Chrome trace (chrome://tracing, Perfetto), with input shapes
 //   rank<R>.txt          per-step GPU time by category (matmul, attention, norm, rope,
 //                        activation, loss, optimizer, communication, copies, other), the top
 //                        kernels, and the step's wall time, GPU-busy time and gaps
