@@ -34,6 +34,9 @@ class Zero2 final : public ciuic::BucketSharding {
   bool reduce_in_place() const override { return false; }
 
   void publish() override {
+    // One shard: the optimizer wrote its updated parameters straight into the flat buffer
+    // (param_shard() is the flat buffer itself): nothing to gather.
+    if (opts().shards == 1) return;
     auto& fb = buckets();
     std::vector<std::unique_ptr<ciuic::Work>> works;
     works.reserve(fb.buckets().size());

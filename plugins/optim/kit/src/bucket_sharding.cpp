@@ -142,13 +142,26 @@ void BucketSharding::on_bucket_ready(int bucket) {
   launch(bucket);
 }
 
+namespace {
+// The reduction of a world of one: nothing to wait for.
+class DoneWork final : public Work {
+ public:
+  void wait() override {}
+  bool is_completed() override { return true; }
+};
+}  // namespace
+
 void BucketSharding::launch(int bucket) {
   c10::NoGradGuard ng;
   at::Tensor packed = buckets_->pack_grads(bucket, precision_->reduce_dtype(), /*release=*/true);
-  at::Tensor out = reduce_in_place()
+  // One rank: the sum over ranks is the packed gradient itself, and this rank's chunk is all of
+  // it. No collective and no copy into a chunk buffer (at the 7B shape on one GPU those were 139
+  // device copies of 200 MB a step).
+  const bool alone = options_.shards == 1 && comm_->size() == 1;
+  at::Tensor out = reduce_in_place() || alone
                        ? packed
                        : at::empty({packed.numel() / options_.shards}, packed.options());
-  std::unique_ptr<Work> work = reduce(packed, out);
+  std::unique_ptr<Work> work = alone ? std::make_unique<DoneWork>() : reduce(packed, out);
   {
     std::lock_guard<std::mutex> l(pending_mu_);
     pending_bytes_ += packed.nbytes() + (out.is_same(packed) ? 0 : out.nbytes());
