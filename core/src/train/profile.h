@@ -16,10 +16,12 @@
 #include <memory>
 #include <string>
 
+#include <ciuic/export.h>
+
 namespace ciuic::train {
 
 // A GPU kernel's category in the table, from its name (the same rules the summary uses).
-std::string kernel_category(const std::string& kernel_name);
+CIUIC_API std::string kernel_category(const std::string& kernel_name);
 
 class StepProfiler {
  public:
