@@ -102,17 +102,24 @@ void StepProfiler::finish() {
   // GPU work: kernels and copies on the device, by category; busy time as the union of their
   // intervals (streams overlap).
   std::map<std::string, double> by_cat;
-  std::map<std::string, std::pair<double, int64_t>> by_kernel;
+  struct KernelTotal {
+    double ms = 0.0;
+    int64_t launches = 0;
+    std::string category;  // of the full name (the key is cut to 90 characters)
+  };
+  std::map<std::string, KernelTotal> by_kernel;
   std::vector<std::pair<uint64_t, uint64_t>> spans;
   double gpu_total = 0.0;
   for (const auto& e : result->events()) {
     if (e.deviceType() != c10::DeviceType::CUDA || e.durationNs() == 0) continue;
     const std::string name = e.name();
     const double ms = static_cast<double>(e.durationNs()) / 1e6;
-    by_cat[kernel_category(name)] += ms;
+    const std::string category = kernel_category(name);
+    by_cat[category] += ms;
     auto& k = by_kernel[name.substr(0, 90)];
-    k.first += ms;
-    k.second += 1;
+    k.ms += ms;
+    k.launches += 1;
+    k.category = category;
     gpu_total += ms;
     spans.emplace_back(e.startNs(), e.endNs());
   }
@@ -147,12 +154,12 @@ void StepProfiler::finish() {
       std::snprintf(line, sizeof line, "  %-20s %9.2f   %5.1f%%\n", c.c_str(), ms / steps, 100.0 * ms / gpu_total);
       os << line;
     }
-    std::vector<std::pair<std::string, std::pair<double, int64_t>>> ks(by_kernel.begin(), by_kernel.end());
-    std::sort(ks.begin(), ks.end(), [](auto& a, auto& b) { return a.second.first > b.second.first; });
+    std::vector<std::pair<std::string, KernelTotal>> ks(by_kernel.begin(), by_kernel.end());
+    std::sort(ks.begin(), ks.end(), [](auto& a, auto& b) { return a.second.ms > b.second.ms; });
     os << "  top kernels (ms/step, launches/step, category):\n";
     for (size_t i = 0; i < std::min<size_t>(ks.size(), 25); ++i) {
-      std::snprintf(line, sizeof line, "  %9.2f %6lld  %-18s %s\n", ks[i].second.first / steps,
-                    static_cast<long long>(ks[i].second.second / steps_), kernel_category(ks[i].first).c_str(),
+      std::snprintf(line, sizeof line, "  %9.2f %6lld  %-18s %s\n", ks[i].second.ms / steps,
+                    static_cast<long long>(ks[i].second.launches / steps_), ks[i].second.category.c_str(),
                     ks[i].first.c_str());
       os << line;
     }
