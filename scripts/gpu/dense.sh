@@ -21,6 +21,13 @@ ciuic() {
   run "$name" "$limit" build-gpu/bin/ciuic-run "$recipe" --set "run.output_dir=\"/tmp/runs/$name\"" "$@"
   cp "/tmp/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
   cp "/tmp/runs/$name/profile/rank0.txt" "$OUT/$name.profile.txt" 2>/dev/null && cat "$OUT/$name.profile.txt" | head -30
+  # Who launched the copies and the other elementwise kernels (the trace itself is too large to return).
+  local trace="/tmp/runs/$name/profile/rank0.trace.json"
+  if [ -f "$trace" ]; then
+    python3 scripts/gpu/trace_ops.py "$trace" --steps 3 --top 30 > "$OUT/$name.copies.txt" 2>&1
+    python3 scripts/gpu/trace_ops.py "$trace" --steps 3 --top 40 --kernels . > "$OUT/$name.ops.txt" 2>&1
+    head -20 "$OUT/$name.copies.txt"
+  fi
   grep -h "tokens/s" "$OUT/$name.log" | tail -2
 }
 old="--set model.fused_kernels=\"off\" --set model.loss_backward=\"recompute\""
@@ -37,8 +44,9 @@ peer() {  # peer NAME TIMEOUT ARGS...
 for stage in ${*:-build test one}; do
   case "$stage" in
   build)
-    CIUIC_HOST_TESTS=ON CIUIC_HOST_TARGETS="runtime model_gpu_test model_bench" \
-      run build 480 bash scripts/gpu/build-on-host.sh . build-gpu
+    CIUIC_HOST_TESTS=ON CIUIC_HOST_TARGETS="runtime model_gpu_test model_bench optimizer_adamw_test" \
+      run build 480 bash scripts/gpu/build-on-host.sh . build-gpu ||
+      { tar czf "$RESULT/dense.tgz" -C "$OUT" .; echo "build failed: nothing else runs"; exit 1; }
     tail -3 "$OUT/build.log" ;;
   test)
     run model_gpu_test 240 build-gpu/bin/model_gpu_test
@@ -61,8 +69,27 @@ for stage in ${*:-build test one}; do
     ciuic 7b-new 300 configs/llama-1b-bench.toml $s7 $new --set log.profile_start_step=5
     # What the memory left over buys: fewer layers recomputed.
     for c in ${CKPT7:-}; do ciuic 7b-new-ckpt$c 300 configs/llama-1b-bench.toml $s7 $new --set model.checkpoint_layers=$c; done
-    peer 7b-fsdp2-compiled 400 --hidden 4096 --intermediate 11008 --layers 30 --heads 32 --kv-heads 32 --vocab 102400 \
+    [ "${SKIP_PEER:-0}" = 1 ] || peer 7b-fsdp2-compiled 400 --hidden 4096 --intermediate 11008 --layers 30 --heads 32 --kv-heads 32 --vocab 102400 \
       --micro-batch ${MBS7:-4} --steps 8 --checkpointing --compile ${PEER7_ARGS:-} ;;
+  adamw)
+    # The optim kit's one-launch AdamW (kernel "auto": bf16 gradient shard with one rank, scaling
+    # and rounding fused) against ATen's multi-tensor AdamW on an fp32 gradient shard ("aten", the
+    # path before), its GPU tests, then what the freed memory buys at the 7B shape: fewer layers
+    # checkpointed (CKPTS), side by side with the compiled peer; then the 1B both ways + peer.
+    run optimizer_adamw_test 120 build-gpu/bin/optimizer_adamw_test
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" "$OUT/optimizer_adamw_test.log" | head -20
+    s7="$s7base --set model.activation_checkpointing=true --set train.micro_batch_size=${MBS7:-4}"
+    aten="--set optimizer.kernel=\"aten\""
+    ciuic 7b-aten 300 configs/llama-1b-bench.toml $s7 $aten
+    ciuic 7b-fused 300 configs/llama-1b-bench.toml $s7
+    for c in ${CKPTS:-16 8}; do ciuic 7b-fused-ckpt$c 300 configs/llama-1b-bench.toml $s7 --set model.checkpoint_layers=$c; done
+    tar czf "$RESULT/dense.tgz" -C "$OUT" .
+    [ "${SKIP_PEER:-0}" = 1 ] || peer 7b-fsdp2-compiled 400 --hidden 4096 --intermediate 11008 --layers 30 --heads 32 \
+      --kv-heads 32 --vocab 102400 --micro-batch ${MBS7:-4} --steps 8 --checkpointing --compile
+    tar czf "$RESULT/dense.tgz" -C "$OUT" .
+    ciuic 1b-fused 200 configs/llama-1b-bench.toml $common
+    ciuic 1b-aten 200 configs/llama-1b-bench.toml $common $aten
+    [ "${SKIP_PEER:-0}" = 1 ] || peer 1b-fsdp2-compiled 300 --compile ;;
   profile)
     # One profiled run each of the 1B and the 7B shape with the defaults.
     ciuic 1b-prof 200 configs/llama-1b-bench.toml $common $new --set log.profile_start_step=8

@@ -9,4 +9,5 @@ run() {
   local rc=$?
   echo "=== $name: exit $rc after $((SECONDS - t0)) s"
   [ $rc -eq 0 ] || tail -"${RUN_TAIL:-20}" "$OUT/$name.log"
+  return $rc
 }
