@@ -63,6 +63,9 @@ void check_optimizer_setup(const OptimizerSetup& s, std::string_view who) {
   if (!supported_dtype(s.param_dtype))
     throw Error(str(who) + ": parameter dtype " + c10::toString(s.param_dtype) +
                 " is not supported (fp32, bf16 or fp16)");
+  if (!supported_dtype(s.grad_dtype))
+    throw Error(str(who) + ": gradient dtype " + c10::toString(s.grad_dtype) +
+                " is not supported (fp32, bf16 or fp16)");
   if (!s.precision) throw Error(str(who) + ": setup() without a precision policy");
 }
 
@@ -71,10 +74,10 @@ void check_grad_chunk(const OptimizerSetup& s, int region, const at::Tensor& chu
     throw Error(str(who) + ": gradient chunk for region " + std::to_string(region) + ": there are " +
                 std::to_string(s.grad_regions.size()) + " regions");
   const int64_t n = s.grad_regions[static_cast<size_t>(region)].numel;
-  if (!chunk.defined() || chunk.numel() != n || !supported_dtype(chunk.scalar_type()) ||
+  if (!chunk.defined() || chunk.numel() != n || chunk.scalar_type() != s.grad_dtype ||
       !chunk.is_contiguous() || (chunk.device() != s.device && !chunk.is_cpu()))
     throw Error(str(who) + ": gradient chunk for region " + std::to_string(region) +
-                " must be a contiguous fp32, bf16 or fp16 tensor of " + std::to_string(n) +
+                " must be a contiguous " + c10::toString(s.grad_dtype) + " tensor of " + std::to_string(n) +
                 " elements on " + s.device.str() + ", got " + describe(chunk));
 }
 

@@ -638,7 +638,9 @@ PlanOut plan(const std::vector<std::string>& args) {
 // Peaks measured on H200s (docs/performance.md; metrics mem_gib = peak allocated by the caching
 // allocator), against the plan of the same recipe: within 10%. The 2-GPU peaks of 2026-11-30 were
 // measured before the fused kernels and the in-forward loss gradient: those runs' settings are
-// pinned; the 1-GPU peaks of 2026-12-01 are with the defaults and with partial checkpointing.
+// pinned; the 1-GPU peaks of 2026-12-01 are with the defaults (the one-launch AdamW keeping a
+// bf16 gradient shard since call 2 of that day; kernel "aten" pins the fp32 shard before it) and
+// with partial checkpointing at the DeepSeek-7B shape.
 TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
   const std::string src = CIUIC_SOURCE_DIR;
   struct Case {
@@ -651,14 +653,28 @@ TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
   };
+  // DeepSeek-LLM-7B's shape on the 1B recipe, 4 x 2048 tokens, checkpointing (scripts/gpu/dense.sh).
+  std::vector<std::string> seven = {src + "/configs/llama-1b-bench.toml", "--nproc", "1"};
+  for (const char* kv : {"model.config.hidden_size=4096", "model.config.intermediate_size=11008",
+                         "model.config.num_hidden_layers=30", "model.config.num_attention_heads=32",
+                         "model.config.num_key_value_heads=32", "model.config.vocab_size=102400",
+                         "data.vocab_size=102400", "model.config.max_position_embeddings=4096",
+                         "model.activation_checkpointing=true", "train.micro_batch_size=4"})
+    seven = with(seven, {"--set", kv});
   const std::vector<Case> cases = {
       {with({src + "/configs/llama-1b-bench.toml", "--nproc", "2"}, before), 29.03},
       {with({src + "/configs/llama-1b-bench.toml", "--nproc", "2", "--set", "optimizer.plugin=cpu_adam",
              "--set", "cluster.memory_per_device_gib=24.0"}, before), 21.67},
       {with({src + "/configs/bench/deepseek-6.7b-4xa100.toml", "--nproc", "2"}, before), 18.90},
       {with({src + "/configs/bench/deepseek-7b-3x4090.toml", "--nproc", "2"}, before), 19.37},
-      {{src + "/configs/llama-1b-bench.toml", "--nproc", "1"}, 30.7},
-      {with({src + "/configs/llama-1b-bench.toml", "--nproc", "1"}, before), 36.0},
+      {{src + "/configs/llama-1b-bench.toml", "--nproc", "1", "--set", "optimizer.kernel=\"aten\""}, 30.7},
+      {with({src + "/configs/llama-1b-bench.toml", "--nproc", "1", "--set", "optimizer.kernel=\"aten\""}, before),
+       36.0},
+      {{src + "/configs/llama-1b-bench.toml", "--nproc", "1"}, 28.7},
+      {with(seven, {"--set", "optimizer.kernel=\"aten\""}), 121.0},
+      {seven, 108.0},
+      {with(seven, {"--set", "model.checkpoint_layers=16"}), 119.0},
+      {with(seven, {"--set", "model.checkpoint_layers=8"}), 125.0},
   };
   for (const auto& c : cases) {
     const PlanOut p = plan(c.args);

@@ -22,8 +22,12 @@
 // receives one or more chunks (one per reduced micro-batch): the first with first = true (the
 // region's value becomes the chunk: the gradient shard is never zeroed), the others are added; the
 // last has last = true, after which the region's gradient is final (an optimizer may then take
-// its squares for the norm, or start moving it). `chunk` is 1-D, region-sized, contiguous, fp32
-// or the precision's reduce dtype, on the run's device. The Sharding may reuse the chunk's memory
+// its squares for the norm, or start moving it). `chunk` is 1-D, region-sized, contiguous, of
+// OptimizerSetup::grad_dtype, on the run's device. When OptimizerSetup::one_chunk_per_step says
+// so, every region receives exactly one chunk per step (first and last both true): nothing is
+// accumulated, and an optimizer may keep its gradient in grad_dtype as it came (with one rank the
+// Sharding reduces nothing and hands over the gradients in the parameter dtype, exactly as autograd
+// produced them; an fp32 copy would hold the same values in twice the memory). The Sharding may reuse the chunk's memory
 // as soon as accumulate_grad() returns: work the optimizer enqueues on the current CUDA stream
 // before returning is ordered before any reuse (the caching allocator's stream order), so an
 // asynchronous copy from it on the current stream is safe; anything else must be finished.
@@ -120,6 +124,12 @@ struct OptimizerSetup {
   c10::Device device{c10::kCPU};         // the run's device: where chunks and params_out live
   const Precision* precision = nullptr;  // never null; outlives the optimizer
   int64_t gradient_accumulation_steps = 1;
+  // The dtype of every chunk accumulate_grad() receives: the precision's reduce dtype, or the
+  // parameter dtype when the Sharding reduces nothing (one rank).
+  at::ScalarType grad_dtype = at::kFloat;
+  // Every region receives exactly one chunk per step (no accumulation in the optimizer): true when
+  // the Sharding reduces once per step (no_sync accumulation, or one micro-batch per step).
+  bool one_chunk_per_step = false;
 };
 
 // What step() applies. Optimizer-specific hyper-parameters (betas, eps, ...) are the plugin's
@@ -161,7 +171,7 @@ class CIUIC_API Optimizer : public PluginObject {
 // pieces inside [0, numel) and of the parameter dtype; param_dtype fp32, bf16 or fp16; precision
 // set.
 CIUIC_API void check_optimizer_setup(const OptimizerSetup& setup, std::string_view who);
-// A chunk for `region` (an index into setup.grad_regions).
+// A chunk for `region` (an index into setup.grad_regions), of setup.grad_dtype.
 CIUIC_API void check_grad_chunk(const OptimizerSetup& setup, int region, const at::Tensor& chunk,
                                 std::string_view who);
 // step() arguments: finite grad_scale > 0, t >= 1, params_out a contiguous tensor of numel

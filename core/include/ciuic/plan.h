@@ -5,8 +5,9 @@
 // their info record (ciuic/plugin.h, PluginPlanFn):
 //
 //   precision  sets param_bytes and reduce_bytes (what parameters and reduced gradients cost)
-//   sharding   sets shard_numel and grad_chunk_elements; adds the parameters it keeps and its
-//              gradient buffers (buckets in flight, gradients not yet reduced)
+//   sharding   sets shard_numel, grad_chunk_elements, grad_bytes and one_chunk_per_step; adds the
+//              parameters it keeps and its gradient buffers (buckets in flight, gradients not
+//              yet reduced)
 //   optimizer  adds its state for shard_numel elements (master weights, moments, gradient shard,
 //              staging), on the device or in host memory
 //   comm, data may add their own buffers
@@ -54,6 +55,8 @@ struct PlanContext {
   int reduce_bytes = 4;             // precision: bytes per element of a reduced gradient
   int64_t shard_numel = 0;          // sharding: elements of this rank's optimizer shard
   int64_t grad_chunk_elements = 0;  // sharding: largest chunk handed to Optimizer::accumulate_grad
+  int grad_bytes = 4;               // sharding: bytes per element of those chunks (OptimizerSetup::grad_dtype)
+  bool one_chunk_per_step = false;  // sharding: OptimizerSetup::one_chunk_per_step
 
   // ---- what everyone adds ---------------------------------------------------------------------------
   std::vector<PlanItem> items;

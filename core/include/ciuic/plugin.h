@@ -71,7 +71,9 @@ using PluginPlanFn = void(const Config& options, PlanContext& plan);
 //   4: Sharding::begin_step and Optimizer::offer_early_update (an optimizer may update regions
 //      while backward goes on when the update does not depend on the gradient norm);
 //      StepInput::nonfinite_stops.
-inline constexpr uint32_t kPluginApiVersion = 4;
+//   5: OptimizerSetup::grad_dtype and one_chunk_per_step (chunks come in one declared dtype; with
+//      one rank in the parameter dtype, unreduced); PlanContext::grad_bytes and one_chunk_per_step.
+inline constexpr uint32_t kPluginApiVersion = 5;
 
 // The five slots a recipe fills. The numeric values are part of the ABI.
 enum class Slot : uint32_t {

@@ -6,17 +6,29 @@
 //   m  <- beta1 * m + (1 - beta1) * g
 //   v  <- beta2 * v + (1 - beta2) * g^2
 //   p  <- p - lr * (m / (1 - beta1^t)) / (sqrt(v / (1 - beta2^t)) + eps)
-// through ATen's fused kernel at::_fused_adamw_ (CUDA: the multi-tensor kernel; CPU: ATen's
-// vectorised, threaded kernel), one call per weight-decay group: the optim kit's ShardOptimizer
-// and fused_adamw(), which other optimizer plugins can reuse.
-// Results match torch::optim::AdamW to ~1 ulp per step (the fused kernel evaluates exp_avg as a
-// lerp, torch::optim::AdamW as mul + add); tests/plugins/optimizer hold them to 1e-6 relative.
+// Two implementations, chosen by `kernel`:
+//   "auto" (default): on CUDA devices the optim kit's FusedAdamWShard (ciuic/kit/fused_adamw.h):
+//          the whole shard in one launch that also scales the gradient and writes the rounded
+//          parameters, reading the gradient in bf16/fp16 when the sharding hands it over that way
+//          once a step (one rank: the gradient shard then takes 2 bytes per element instead of 4);
+//          elsewhere (CPU runs) as "aten";
+//   "aten": ATen's at::_fused_adamw_ (CUDA: the multi-tensor kernel; CPU: ATen's vectorised,
+//          threaded kernel), one call per weight-decay group on an fp32 gradient shard, then the
+//          precision policy's rounding — the optim kit's ShardOptimizer and fused_adamw(), which
+//          other optimizer plugins can reuse.
+// Results match torch::optim::AdamW to ~1 ulp per step (ATen's kernel evaluates exp_avg as a
+// lerp, torch::optim::AdamW as mul + add); tests/plugins/optimizer hold both to 1e-6 relative.
 //
-// State: master, exp_avg, exp_avg_sq (fp32) and the fp32 gradient shard: 16 bytes per shard
-// element on the device.
+// State: master, exp_avg, exp_avg_sq (fp32) and the gradient shard (fp32, or bf16/fp16 as above):
+// 14 to 16 bytes per shard element on the device.
+#include <memory>
+#include <string>
+
 #include <ciuic/config.h>
 #include <ciuic/context.h>
+#include <ciuic/kit/fused_adamw.h>
 #include <ciuic/kit/shard_optimizer.h>
+#include <ciuic/log.h>
 #include <ciuic/plugin.h>
 
 namespace {
@@ -25,6 +37,10 @@ const ciuic::OptionSpec kOptions[] = {
     {"betas", ciuic::OptionType::kFloatList, "[0.9, 0.999]", "AdamW beta1, beta2 (each in [0, 1))",
      0.0, 1.0},
     {"eps", ciuic::OptionType::kFloat, "1e-8", "AdamW epsilon (added to sqrt(v))", 0.0, NAN},
+    {"kernel", ciuic::OptionType::kString, "\"auto\"",
+     "auto: on CUDA one fused launch over the shard (scale, update, rounding; bf16 gradients kept "
+     "as they come with one rank), else ATen; aten: ATen's multi-tensor AdamW per group",
+     NAN, NAN, "auto|aten"},
 };
 
 class AdamW final : public ciuic::ShardOptimizer {
@@ -37,6 +53,7 @@ class AdamW final : public ciuic::ShardOptimizer {
     beta1_ = betas[0];
     beta2_ = betas[1];
     eps_ = cfg.get_float("eps");
+    fused_ = cfg.get_string("kernel") == "auto";
   }
 
  protected:
@@ -44,12 +61,41 @@ class AdamW final : public ciuic::ShardOptimizer {
     ciuic::fused_adamw(g, lr, beta1_, beta2_, eps_, weight_decay, t);
   }
 
+  bool takes_narrow_grads(at::ScalarType, const c10::Device& device) const override { return use_shard_kernel(device); }
+
+  bool update_shard(at::Tensor& master, const at::Tensor& grad, std::vector<at::Tensor>& moments,
+                    at::Tensor* params_out, const ciuic::OptimizerStep& args) override {
+    if (!use_shard_kernel(shard().device)) return false;
+    if (!kernel_) {
+      kernel_ = std::make_unique<ciuic::FusedAdamWShard>(shard().segments, shard().numel, shard().device);
+      ciuic::log_info("optimizer adamw: one fused launch over the shard (" + std::to_string(kernel_->tiles()) +
+                      " tiles), gradient kept in " + c10::toString(grad.scalar_type()) +
+                      (params_out ? ", parameters rounded in the same pass" : ""));
+    }
+    ciuic::FusedAdamWShard::Hyper h;
+    h.lr = args.lr;
+    h.beta1 = beta1_;
+    h.beta2 = beta2_;
+    h.eps = eps_;
+    h.weight_decay = args.weight_decay;
+    h.grad_scale = args.grad_scale;
+    h.t = args.t;
+    kernel_->step(master, grad, moments.at(0), moments.at(1), params_out, h);
+    return true;
+  }
+
  private:
+  bool use_shard_kernel(const c10::Device& device) const {
+    return fused_ && ciuic::FusedAdamWShard::available(device);
+  }
   double beta1_ = 0.9, beta2_ = 0.999, eps_ = 1e-8;
+  bool fused_ = true;
+  std::unique_ptr<ciuic::FusedAdamWShard> kernel_;
 };
 
-void plan(const ciuic::Config&, ciuic::PlanContext& p) {
-  ciuic::ShardOptimizer::plan_device_state(p, 2, "master weights + AdamW moments");
+void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
+  ciuic::ShardOptimizer::plan_device_state(p, 2, "master weights + AdamW moments",
+                                           /*narrow_grads_on_cuda=*/cfg.get_string("kernel") == "auto");
 }
 
 }  // namespace

@@ -218,7 +218,7 @@ class CpuAdam final : public ciuic::Optimizer {
     stage_ = at::Tensor();
     std::vector<Alloc> allocs = {{&master_, at::kFloat, false}, {&exp_avg_, at::kFloat, false},
                                  {&exp_avg_sq_, at::kFloat, false}, {&grad_, at::kFloat, false}};
-    if (device_.is_cuda()) allocs.push_back({&stage_, precision_->reduce_dtype(), /*pin=*/true});
+    if (device_.is_cuda()) allocs.push_back({&stage_, s.grad_dtype, /*pin=*/true});
     allocate_in_parallel(allocs);
     float* p = master_.data_ptr<float>();
     float* m = exp_avg_.data_ptr<float>();
@@ -285,8 +285,7 @@ class CpuAdam final : public ciuic::Optimizer {
     if (!chunk.is_cpu()) {
       // The chunk crosses to pinned memory in its own dtype (bf16 runs: half the bytes), on the
       // current stream; the fold thread waits for the event.
-      if (!stage_.defined() || stage_.scalar_type() != chunk.scalar_type())
-        stage_ = host_empty(numel_, chunk.scalar_type(), /*pin=*/true);
+      if (!stage_.defined()) stage_ = host_empty(numel_, chunk.scalar_type(), /*pin=*/true);
       fold_->wait_free(region);  // the previous micro-batch's fold of this region is done
       src = stage_.narrow(0, r.offset, r.numel);
       src.copy_(chunk, /*non_blocking=*/true);
@@ -723,7 +722,7 @@ void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
   p.add("master weights + AdamW moments", !host, S * 12, pin + "fp32 x 3 per shard element");
   p.add("gradient shard", !host, S * 4, pin + "fp32, folded from reduced chunks");
   if (host) {
-    p.add("gradient staging", false, S * p.reduce_bytes, "pinned, reduced chunks before the fold");
+    p.add("gradient staging", false, S * p.grad_bytes, "pinned, reduced chunks before the fold");
     p.add("parameter upload tiles", false,
           2.0 * std::min<double>(S, static_cast<double>(cfg.get_int("tile_size"))) * p.param_bytes,
           "two tiles in flight");

@@ -23,6 +23,8 @@
 #include <ciuic/config.h>
 #include <ciuic/context.h>
 #include <ciuic/error.h>
+#include <ciuic/kit/fused_adamw.h>
+#include <ciuic/kit/shard_optimizer.h>
 #include <ciuic/optimizer.h>
 #include <ciuic/precision.h>
 #include <ciuic/store.h>
@@ -206,8 +208,10 @@ double max_rel(const at::Tensor& a, const at::Tensor& b) {
 }
 
 // `init` in the parameter dtype (as the model holds it), the shard's regions and segments.
+// `grad_dtype`: the dtype of the chunks feed() will hand over (OptimizerSetup::grad_dtype).
 OptimizerSetup make_setup(at::ScalarType param_dtype, const at::Tensor& init,
-                          const ciuic::Precision* precision = &kNearestEven) {
+                          const ciuic::Precision* precision = &kNearestEven,
+                          at::ScalarType grad_dtype = at::kFloat) {
   OptimizerSetup s;
   s.numel = init.numel();
   s.segments = init.numel() == kNumel ? segments() : std::vector<ShardSegment>{{0, init.numel(), true}};
@@ -216,6 +220,7 @@ OptimizerSetup make_setup(at::ScalarType param_dtype, const at::Tensor& init,
   s.initial = {ciuic::ShardValues{0, init.to(param_dtype)}};
   s.param_dtype = param_dtype;
   s.precision = precision;
+  s.grad_dtype = grad_dtype;
   return s;
 }
 
@@ -227,13 +232,13 @@ RunResult state_of(const Optimizer& o, const at::Tensor& params) {
   StateDict sd;
   o.save_state(sd);
   return {ciuic::state_get(sd, "master"), ciuic::state_get(sd, "exp_avg"),
-          ciuic::state_get(sd, "exp_avg_sq"), params.clone()};
+          ciuic::state_get(sd, "exp_avg_sq"), params.cpu().clone()};
 }
 
 // Hands `g` over region by region (in a scrambled order), in `parts` contributions that sum to g
 // (the first assigns, the others add, the last is marked), as a sharding with `parts` reduced
 // micro-batches would; returns finish_grads()'s sum of squares.
-double feed(Optimizer& o, const at::Tensor& g, int parts = 1) {
+double feed(Optimizer& o, const at::Tensor& g, int parts = 1, c10::Device device = c10::kCPU) {
   const auto rs = regions();
   std::vector<at::Tensor> pieces;
   at::Tensor rest = g.to(at::kFloat);
@@ -250,7 +255,7 @@ double feed(Optimizer& o, const at::Tensor& g, int parts = 1) {
       const auto& r = rs[static_cast<size_t>(i)];
       // Contributions in fp32 keep the sum exact; a single one keeps g's own dtype.
       const at::Tensor chunk = (parts == 1 ? g : pieces[static_cast<size_t>(k)])
-                                   .narrow(0, r.offset, r.numel).contiguous();
+                                   .narrow(0, r.offset, r.numel).contiguous().to(device);
       o.accumulate_grad(i, chunk, /*first=*/k == 0, /*last=*/k + 1 == parts);
     }
   const at::Tensor sq = o.finish_grads();
@@ -264,26 +269,34 @@ void run_steps(Optimizer& o, Reference* ref, int64_t first, int64_t last, at::Sc
                double grad_scale, at::Tensor& params) {
   for (int64_t t = first; t <= last; ++t) {
     const at::Tensor g = gradient(t, grad_dtype);
-    feed(o, g);
+    feed(o, g, 1, params.device());
     o.step(hyper(t, grad_scale), params);
     if (ref) ref->step(g, hyper(t, grad_scale));
   }
 }
 
 // 20 steps against torch::optim::AdamW; returns the optimizer's final state.
+// On `device` (CUDA: the chunks and parameters live there); `one_chunk`: the setup's
+// one_chunk_per_step (feed() hands over one chunk per region and step).
+// `v_tol`: the tolerance on exp_avg_sq (ATen's CUDA AdamW rounds 1 - beta2 to fp32: 0.999 gives
+// 1 - 1.3e-5 of the exact 0.001 in every v).
 RunResult check_against_torch(Optimizer& o, at::ScalarType param_dtype, at::ScalarType grad_dtype,
-                              double grad_scale) {
+                              double grad_scale, c10::Device device = c10::kCPU, bool one_chunk = false,
+                              double v_tol = 1e-6) {
   const at::Tensor init = initial_master().to(param_dtype).to(at::kFloat);
-  o.setup(make_setup(param_dtype, init));
+  OptimizerSetup setup = make_setup(param_dtype, init.to(device), &kNearestEven, grad_dtype);
+  setup.device = device;
+  setup.one_chunk_per_step = one_chunk;
+  o.setup(setup);
   Reference ref(init);
-  at::Tensor params = at::empty({kNumel}, at::TensorOptions().dtype(param_dtype));
+  at::Tensor params = at::empty({kNumel}, at::TensorOptions().dtype(param_dtype).device(device));
   run_steps(o, &ref, 1, 20, grad_dtype, grad_scale, params);
   RunResult r = state_of(o, params);
   EXPECT_LT(max_rel(r.master, ref.master()), 1e-6);
   EXPECT_LT(max_rel(r.exp_avg, ref.moment(false)), 1e-6);
-  EXPECT_LT(max_rel(r.exp_avg_sq, ref.moment(true)), 1e-6);
+  EXPECT_LT(max_rel(r.exp_avg_sq, ref.moment(true)), v_tol);
   // The parameters are the master rounded to their dtype, exactly as ATen rounds.
-  EXPECT_TRUE(at::equal(params, r.master.to(param_dtype)));
+  EXPECT_TRUE(at::equal(r.params, r.master.to(param_dtype)));
   return r;
 }
 
@@ -306,6 +319,153 @@ TEST(OptimizerAdamw, GradScaleBf16ChunksBf16Parameters) {
 
 TEST(OptimizerAdamw, Fp16ChunksAndParameters) {
   check_against_torch(*make_adamw(), at::kHalf, at::kHalf, 1.0 / 65536);
+}
+
+// ---- adamw on a GPU: the optim kit's one-launch kernel (skipped without CUDA) -------------------
+
+namespace {
+bool have_cuda() { return at::hasCUDA(); }
+const c10::Device kCuda(c10::kCUDA, 0);
+}  // namespace
+
+// kernel = "auto" on CUDA: FusedAdamWShard, against torch::optim::AdamW, with the gradient kept in
+// its own dtype (one chunk a step) or accumulated in fp32, every parameter dtype, grad_scale, the
+// unaligned segments of the CPU cases (4000 | 4133 | 9990 | 10007: scalar heads and tails).
+TEST(OptimizerAdamwCuda, ShardKernelMatchesTorchAdamW) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  struct Case {
+    at::ScalarType param, grad;
+    double scale;
+    bool one_chunk;
+  };
+  for (const Case& c : {Case{at::kFloat, at::kFloat, 1.0, true}, Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024, true},
+                        Case{at::kHalf, at::kHalf, 1.0 / 65536, true}, Case{at::kBFloat16, at::kFloat, 0.5, false},
+                        Case{at::kBFloat16, at::kBFloat16, 1.0, false}}) {
+    SCOPED_TRACE(std::string(c10::toString(c.param)) + " params, " + c10::toString(c.grad) + " chunks, one chunk " +
+                 std::to_string(c.one_chunk));
+    auto o = make_adamw();
+    check_against_torch(*o, c.param, c.grad, c.scale, kCuda, c.one_chunk);
+    // The gradient shard: kept in the chunks' dtype exactly when they come once a step and narrow.
+    const uint64_t grad_bytes = c.one_chunk ? c10::elementSize(c.grad) : 4;
+    EXPECT_EQ(o->memory().device_bytes, static_cast<uint64_t>((12 + grad_bytes) * kNumel));
+  }
+}
+
+// kernel = "aten" on CUDA (ATen's multi-tensor AdamW, fp32 gradient shard): the same answers
+// except that ATen's CUDA kernel takes 1 - beta2 in fp32 (v off by 1.3e-5 relative; the kit's
+// kernel gets 1 - beta2 from fp64), and the two kernels agree.
+TEST(OptimizerAdamwCuda, AtenKernelOptionAndTheTwoKernelsAgree) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  auto aten = make_optimizer("adamw", "kernel = \"aten\"\n");
+  const RunResult a = check_against_torch(*aten, at::kBFloat16, at::kBFloat16, 0.25, kCuda, true, 2e-5);
+  EXPECT_EQ(aten->memory().device_bytes, static_cast<uint64_t>(16 * kNumel));  // fp32 gradient shard
+  auto fused = make_adamw();
+  const RunResult f = check_against_torch(*fused, at::kBFloat16, at::kBFloat16, 0.25, kCuda, true);
+  EXPECT_LT(max_rel(f.master, a.master), 1e-6);
+  EXPECT_LT(max_rel(f.exp_avg, a.exp_avg), 1e-6);
+  EXPECT_LT(max_rel(f.exp_avg_sq, a.exp_avg_sq), 2e-5);
+}
+
+// A gradient kept narrow cannot take a second chunk in the step: a clear error, not a silent bf16 sum.
+TEST(OptimizerAdamwCuda, NarrowGradientRefusesASecondChunk) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  auto o = make_adamw();
+  OptimizerSetup setup = make_setup(at::kBFloat16, initial_master().to(kCuda), &kNearestEven, at::kBFloat16);
+  setup.device = kCuda;
+  setup.one_chunk_per_step = true;
+  o->setup(setup);
+  const at::Tensor chunk = at::ones({3000}, at::TensorOptions().dtype(at::kBFloat16).device(kCuda));
+  o->accumulate_grad(0, chunk, true, false);
+  try {
+    o->accumulate_grad(0, chunk, false, true);
+    ADD_FAILURE() << "a second chunk was accepted";
+  } catch (const ciuic::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "optimizer adamw: region 0 received a second gradient chunk in one step, but "
+                                   "setup() promised one chunk per step")) << e.what();
+  }
+}
+
+// The kernel directly against ATen's at::_fused_adamw_ (the optim kit's fused_adamw) on a shard
+// of several tiles (65536 elements each) with segment boundaries inside tiles and vectors, weight
+// decay, grad_scale and every gradient / parameter dtype; the rounded parameters are exactly
+// master.to(dtype).
+TEST(OptimizerAdamwCuda, KernelMatchesAtenFusedAdamWOnManyTiles) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  const int64_t n = 3 * 65536 + 12345;
+  const std::vector<ShardSegment> segs = {{0, 70001, true}, {70001, 70003, false}, {70003, 200002, true},
+                                          {200002, n, false}};
+  for (at::ScalarType gd : {at::kFloat, at::kBFloat16, at::kHalf})
+    for (at::ScalarType pd : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      SCOPED_TRACE(std::string(c10::toString(gd)) + " gradient, " + c10::toString(pd) + " parameters");
+      const auto f32 = at::TensorOptions().dtype(at::kFloat).device(kCuda);
+      at::Generator gen = at::detail::createCPUGenerator(11);
+      at::Tensor master = (at::randn({n}, gen) * 0.5).to(f32), m = (at::randn({n}, gen) * 0.01).to(f32),
+                 v = (at::rand({n}, gen) * 1e-4).to(f32);
+      const at::Tensor g = (at::randn({n}, gen) * 0.02).to(kCuda).to(gd);
+      at::Tensor master2 = master.clone(), m2 = m.clone(), v2 = v.clone();
+      at::Tensor params = at::empty({n}, at::TensorOptions().dtype(pd).device(kCuda));
+      ciuic::FusedAdamWShard k(segs, n, kCuda);
+      EXPECT_EQ(k.tiles(), 2 + 1 + 2 + 1);  // segments of 70001, 2, 129999 and 8951 elements
+      ciuic::FusedAdamWShard::Hyper h;
+      h.lr = 3e-4;
+      h.weight_decay = 0.1;
+      h.grad_scale = 0.7;
+      h.t = 5;
+      k.step(master, g, m, v, &params, h);
+      // ATen: fp32 gradient times grad_scale, one call per weight-decay group.
+      const at::Tensor g32 = g.to(at::kFloat) * h.grad_scale;
+      ciuic::ShardOptimizer::Group decay, plain;
+      for (auto* grp : {&decay, &plain}) grp->moments.resize(2);
+      for (const ShardSegment& sg : segs) {
+        auto& grp = sg.weight_decay ? decay : plain;
+        const int64_t len = sg.end - sg.begin;
+        grp.master.push_back(master2.narrow(0, sg.begin, len));
+        grp.grad.push_back(g32.narrow(0, sg.begin, len));
+        grp.moments[0].push_back(m2.narrow(0, sg.begin, len));
+        grp.moments[1].push_back(v2.narrow(0, sg.begin, len));
+      }
+      ciuic::fused_adamw(decay, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.t);
+      ciuic::fused_adamw(plain, h.lr, h.beta1, h.beta2, h.eps, 0.0, h.t);
+      EXPECT_LT(max_rel(master.cpu(), master2.cpu()), 1e-6);
+      EXPECT_LT(max_rel(m.cpu(), m2.cpu()), 1e-6);
+      EXPECT_LT(max_rel(v.cpu(), v2.cpu()), 2e-5);  // ATen's 1 - beta2 in fp32 (above)
+      EXPECT_TRUE(at::equal(params.cpu(), master.cpu().to(pd)));
+    }
+  // Bad input names what is wrong.
+  ciuic::FusedAdamWShard k(segs, n, kCuda);
+  at::Tensor a = at::zeros({n}, at::TensorOptions().device(kCuda)), b = a.clone(), c = a.clone();
+  const at::Tensor short_grad = at::zeros({n - 1}, at::TensorOptions().device(kCuda));
+  try {
+    k.step(a, short_grad, b, c, nullptr, ciuic::FusedAdamWShard::Hyper{});
+    ADD_FAILURE() << "a short gradient was accepted";
+  } catch (const ciuic::Error& e) {
+    EXPECT_TRUE(contains(e.what(), "fused AdamW: the gradient must be a contiguous, 16-byte aligned fp32, bf16 or "
+                                   "fp16 tensor of " + std::to_string(n) + " elements")) << e.what();
+  }
+}
+
+// Without CUDA the kernel says so, and `kernel` takes only its two values.
+TEST(OptimizerAdamw, KernelOptionAndAvailability) {
+  EXPECT_FALSE(ciuic::FusedAdamWShard::available(c10::Device(c10::kCPU)));
+  if (!have_cuda()) {
+    try {
+      ciuic::FusedAdamWShard k({{0, 10, true}}, 10, c10::Device(c10::kCPU));
+      ADD_FAILURE() << "constructed without CUDA";
+    } catch (const ciuic::Error& e) {
+      EXPECT_TRUE(contains(e.what(), "fused AdamW: needs a CUDA device and a CUDA build of ciuic")) << e.what();
+    }
+  }
+  // "aten" on CPU runs exactly like the default there (ATen's kernel in both).
+  const RunResult a = check_against_torch(*make_optimizer("adamw", "kernel = \"aten\"\n"), at::kFloat, at::kFloat, 1.0);
+  const RunResult d = check_against_torch(*make_adamw(), at::kFloat, at::kFloat, 1.0);
+  expect_bitwise_equal(a, d, "aten vs auto on CPU");
+  try {
+    make_optimizer("adamw", "kernel = \"triton\"\n");
+    ADD_FAILURE() << "kernel = triton was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_TRUE(contains(e.what(), "test.toml:7:10: [optimizer] (plugin adamw) kernel: \"triton\" is not allowed: "
+                                   "expected one of \"auto\", \"aten\"")) << e.what();
+  }
 }
 
 // ---- cpu_adam ----------------------------------------------------------------------------------
@@ -612,6 +772,10 @@ void check_errors(const std::function<std::shared_ptr<Optimizer>()>& make, const
   e = error_of([&] { o->setup(s); });
   EXPECT_TRUE(contains(e, "parameter dtype Double is not supported")) << e;
   s = make_setup(at::kFloat, initial_master());
+  s.grad_dtype = at::kDouble;
+  e = error_of([&] { o->setup(s); });
+  EXPECT_TRUE(contains(e, who + ": gradient dtype Double is not supported (fp32, bf16 or fp16)")) << e;
+  s = make_setup(at::kFloat, initial_master());
   s.precision = nullptr;
   e = error_of([&] { o->setup(s); });
   EXPECT_TRUE(contains(e, who + ": setup() without a precision policy")) << e;
@@ -620,7 +784,10 @@ void check_errors(const std::function<std::shared_ptr<Optimizer>()>& make, const
   e = error_of([&] { o->accumulate_grad(7, at::zeros({5}), true, true); });
   EXPECT_TRUE(contains(e, who + ": gradient chunk for region 7: there are 3 regions")) << e;
   e = error_of([&] { o->accumulate_grad(1, at::zeros({5}), true, true); });
-  EXPECT_TRUE(contains(e, who + ": gradient chunk for region 1 must be a contiguous fp32, bf16 or fp16 tensor of 4000 elements on cpu, got a Float tensor of 5 elements on cpu")) << e;
+  EXPECT_TRUE(contains(e, who + ": gradient chunk for region 1 must be a contiguous Float tensor of 4000 elements on cpu, got a Float tensor of 5 elements on cpu")) << e;
+  // A chunk in another dtype than setup() was told (OptimizerSetup::grad_dtype).
+  e = error_of([&] { o->accumulate_grad(1, at::zeros({4000}, at::kBFloat16), true, true); });
+  EXPECT_TRUE(contains(e, who + ": gradient chunk for region 1 must be a contiguous Float tensor of 4000 elements on cpu, got a BFloat16 tensor")) << e;
   feed(*o, gradient(1, at::kFloat));
   at::Tensor half_params = params.to(at::kHalf);
   e = error_of([&] { o->step(hyper(1), half_params); });
@@ -734,8 +901,10 @@ void expect_early_equals_late(const std::string& options, at::ScalarType param, 
   auto late = make_cpu_adam(options);
   auto early = make_cpu_adam(options);
   const at::Tensor init = initial_master().to(param).to(at::kFloat);
-  late->setup(make_setup(param, init, precision));
-  early->setup(make_setup(param, init, precision));
+  // feed(): one contribution keeps the gradient's dtype, several are fp32.
+  const at::ScalarType chunks = parts == 1 ? grad : at::kFloat;
+  late->setup(make_setup(param, init, precision, chunks));
+  early->setup(make_setup(param, init, precision, chunks));
   const auto a = run_offered(*late, false, 6, parts, param, grad, scale);
   const auto b = run_offered(*early, true, 6, parts, param, grad, scale);
   for (size_t i = 0; i < a.size(); ++i)

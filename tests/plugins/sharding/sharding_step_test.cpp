@@ -285,12 +285,18 @@ TEST(Fp16, StateRoundTrip) {
 class Recording final : public ciuic::Optimizer {
  public:
   Recording(std::shared_ptr<ciuic::Optimizer> inner, bool accept) : inner_(std::move(inner)), accept_(accept) {}
-  void setup(const ciuic::OptimizerSetup& s) override { inner_->setup(s); }
+  void setup(const ciuic::OptimizerSetup& s) override {
+    seen = s;
+    inner_->setup(s);
+  }
   bool offer_early_update(const ciuic::OptimizerStep& a) override {
     offers.push_back(a);
     return accept_;
   }
-  void accumulate_grad(int r, const at::Tensor& c, bool f, bool l) override { inner_->accumulate_grad(r, c, f, l); }
+  void accumulate_grad(int r, const at::Tensor& c, bool f, bool l) override {
+    chunks.push_back({r, c.scalar_type(), f, l});
+    inner_->accumulate_grad(r, c, f, l);
+  }
   at::Tensor finish_grads() override { return inner_->finish_grads(); }
   void step(const ciuic::OptimizerStep& a, at::Tensor& p) override {
     steps.push_back(a);
@@ -302,6 +308,13 @@ class Recording final : public ciuic::Optimizer {
   void load_state(const ciuic::StateDict& i) override { inner_->load_state(i); }
   ciuic::OptimizerMemory memory() const override { return inner_->memory(); }
   std::vector<ciuic::OptimizerStep> offers, steps;
+  ciuic::OptimizerSetup seen;  // what setup() was told
+  struct Chunk {
+    int region;
+    at::ScalarType dtype;
+    bool first, last;
+  };
+  std::vector<Chunk> chunks;  // every accumulate_grad() call
 
  private:
   std::shared_ptr<ciuic::Optimizer> inner_;
@@ -374,6 +387,54 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 }  // namespace
+
+// What the optimizer is told and handed: with one rank nothing is reduced, so chunks come in the
+// parameter dtype (bf16 here, where the reduce dtype is fp32); one chunk per region and step unless
+// every micro-batch is reduced ("reduce_each" with accumulation); the flags say which.
+TEST(ShardingSetup, WorldOfOneHandsOverTheParameterDtypeOnceAStepWhenNothingAccumulates) {
+  struct Case {
+    std::string sharding, accumulation;
+    int64_t micro_batches;
+    bool one_chunk;
+  };
+  for (const Case& c : {Case{"ddp", "reduce_each", 2, false}, Case{"zero2", "reduce_each", 2, false},
+                        Case{"zero2", "no_sync", 2, true}, Case{"ddp", "no_sync", 3, true},
+                        Case{"zero2", "reduce_each", 1, true}}) {
+    SCOPED_TRACE(c.sharding + " " + c.accumulation + " x" + std::to_string(c.micro_batches));
+    Env env;
+    auto comm = env.make<ciuic::Comm>(Slot::kComm, "gloo");
+    auto prec = env.make<ciuic::Precision>(Slot::kPrecision, "bf16");  // reduce_dtype fp32 by default
+    ASSERT_EQ(prec->reduce_dtype(), at::kFloat);
+    auto shard = env.make<ciuic::Sharding>(Slot::kSharding, c.sharding,
+                                           "reduce_bucket_size = 100\ngrad_accumulation = \"" + c.accumulation + "\"\n");
+    Recording opt(env.make<ciuic::Optimizer>(Slot::kOptimizer, "adamw"), false);
+    Toy toy(at::kBFloat16, 21);
+    ciuic::ShardingSetup s;
+    s.params = toy.params();
+    s.comm = comm.get();
+    s.precision = prec.get();
+    s.optimizer = &opt;
+    s.gradient_accumulation_steps = c.micro_batches;
+    shard->setup(s);
+    EXPECT_EQ(opt.seen.grad_dtype, at::kBFloat16);
+    EXPECT_EQ(opt.seen.one_chunk_per_step, c.one_chunk);
+    for (int64_t i = 0; i < c.micro_batches; ++i) {
+      shard->begin_micro_batch(i, i + 1 == c.micro_batches);
+      at::manual_seed(900 + i);
+      torch::autograd::backward({toy.loss(at::randn({3, 8}), at::randn({3, 4}))});
+    }
+    shard->step(step_input(1));
+    const size_t regions = opt.seen.grad_regions.size();
+    ASSERT_EQ(opt.chunks.size(), regions * (c.one_chunk ? 1 : static_cast<size_t>(c.micro_batches)));
+    std::vector<int> seen(regions, 0);
+    for (const auto& ch : opt.chunks) {
+      EXPECT_EQ(ch.dtype, at::kBFloat16);
+      const int k = seen.at(static_cast<size_t>(ch.region))++;
+      EXPECT_EQ(ch.first, k == 0);
+      EXPECT_EQ(ch.last, c.one_chunk || k + 1 == c.micro_batches);
+    }
+  }
+}
 
 TEST(ShardingBeginStep, OffersTheStepsExactArgumentsOnlyWhenNothingDependsOnTheNorm) {
   for (const char* sharding : {"zero2", "ddp"}) {

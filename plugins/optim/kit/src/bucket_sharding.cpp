@@ -43,11 +43,17 @@ void BucketSharding::plan_buckets(const Config& config, PlanContext& plan, int64
   plan.add("parameters", true, P * plan.param_bytes,
            std::to_string(plan.num_parameters) + " x " + std::to_string(plan.param_bytes) +
                " bytes, whole on every rank (flat bucketed buffer)");
+  // One rank reduces nothing: buckets go to the optimizer in the parameter dtype, and one chunk a
+  // step when nothing accumulates across micro-batches in the optimizer.
+  const bool alone = plan.world_size == 1 && shards == 1;
+  plan.grad_bytes = alone ? plan.param_bytes : plan.reduce_bytes;
+  plan.one_chunk_per_step = !o.reduce_each_micro_batch || plan.gradient_accumulation_steps == 1;
   // The reductions retire() keeps in flight, plus the one being packed: the packed bucket in the
   // reduce dtype and, when the reduction has its own output, the chunk.
   const double in_flight = static_cast<double>(kMaxInFlight + 1);
   const double factor = chunk_buffers ? 1.0 + 1.0 / s : 1.0;
-  plan.add("reductions in flight", true, std::min(P, in_flight * bucket) * plan.reduce_bytes * factor,
+  plan.add(alone ? "gradient buckets in flight" : "reductions in flight", true,
+           std::min(P, in_flight * bucket) * plan.grad_bytes * (alone ? 1.0 : factor),
            "up to " + std::to_string(kMaxInFlight + 1) + " buckets of " +
                std::to_string(static_cast<int64_t>(bucket)) + " elements");
   const bool keep_all = !o.reduce_each_micro_batch && plan.gradient_accumulation_steps > 1;
@@ -94,6 +100,10 @@ void BucketSharding::setup(const ShardingSetup& s) {
   os.device = flat.device();
   os.precision = precision_;
   os.gradient_accumulation_steps = s.gradient_accumulation_steps;
+  alone_ = options_.shards == 1 && comm_->size() == 1;
+  grad_dtype_ = alone_ ? flat.scalar_type() : precision_->reduce_dtype();
+  os.grad_dtype = grad_dtype_;
+  os.one_chunk_per_step = !options_.reduce_each_micro_batch || s.gradient_accumulation_steps == 1;
   optimizer_->setup(os);
 
   if (options_.shards == 1) param_shard_ = flat;
@@ -153,11 +163,11 @@ class DoneWork final : public Work {
 
 void BucketSharding::launch(int bucket) {
   c10::NoGradGuard ng;
-  at::Tensor packed = buckets_->pack_grads(bucket, precision_->reduce_dtype(), /*release=*/true);
-  // One rank: the sum over ranks is the packed gradient itself, and this rank's chunk is all of
-  // it. No collective and no copy into a chunk buffer (at the 7B shape on one GPU those were 139
-  // device copies of 200 MB a step).
-  const bool alone = options_.shards == 1 && comm_->size() == 1;
+  at::Tensor packed = buckets_->pack_grads(bucket, grad_dtype_, /*release=*/true);
+  // One rank: the sum over ranks is the packed gradient itself (in the parameter dtype, as autograd
+  // produced it), and this rank's chunk is all of it. No collective and no copy into a chunk
+  // buffer (at the 7B shape on one GPU those were 139 device copies of 200 MB a step).
+  const bool alone = alone_;
   at::Tensor out = reduce_in_place() || alone
                        ? packed
                        : at::empty({packed.numel() / options_.shards}, packed.options());

@@ -33,7 +33,10 @@ void ShardOptimizer::setup(const OptimizerSetup& s) {
   master_ = at::empty({s.numel}, opts);
   for (const ShardValues& piece : s.initial)
     master_.narrow(0, piece.shard_offset, piece.values.numel()).copy_(piece.values.reshape({-1}));
-  grad_ = at::zeros({s.numel}, opts);
+  // One chunk a step in a narrow dtype: nothing to accumulate, so the gradient stays as it came
+  // (when update_shard() can read it).
+  const bool narrow = s.one_chunk_per_step && s.grad_dtype != at::kFloat && takes_narrow_grads(s.grad_dtype, s.device);
+  grad_ = at::zeros({s.numel}, opts.dtype(narrow ? s.grad_dtype : at::kFloat));
   moments_.clear();
   for (size_t k = 0; k < moment_names_.size(); ++k) moments_.push_back(at::zeros({s.numel}, opts));
   sum_sq_ = at::zeros({1}, opts.dtype(at::kDouble));
@@ -46,10 +49,15 @@ void ShardOptimizer::accumulate_grad(int region, const at::Tensor& chunk, bool f
   c10::NoGradGuard ng;
   const ShardRegion& r = setup_.grad_regions[static_cast<size_t>(region)];
   at::Tensor dst = grad_.narrow(0, r.offset, r.numel);
-  if (first)
+  if (first) {
     dst.copy_(chunk);
-  else
+  } else {
+    if (grad_.scalar_type() != at::kFloat)
+      throw Error(who_ + ": region " + std::to_string(region) + " received a second gradient chunk in one step, "
+                  "but setup() promised one chunk per step (the gradient is kept in " +
+                  c10::toString(grad_.scalar_type()) + ", which cannot accumulate)");
     dst.add_(chunk);
+  }
   if (last) sum_sq_.add_(sum_of_squares(dst));
 }
 
@@ -65,6 +73,16 @@ void ShardOptimizer::step(const OptimizerStep& args, at::Tensor& params_out) {
   check_optimizer_step(setup_, args, params_out, who_);
   const auto t0 = std::chrono::steady_clock::now();
   c10::NoGradGuard ng;
+  at::Tensor out = params_out.view({setup_.numel});
+  const bool rounds_here = setup_.precision->rounds_to_nearest();
+  if (update_shard(master_, grad_, moments_, rounds_here ? &out : nullptr, args)) {
+    if (!rounds_here) setup_.precision->round_to_param(master_, out, /*shard_offset=*/0, args.t);
+    last_step_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return;
+  }
+  if (grad_.scalar_type() != at::kFloat)
+    throw Error(who_ + ": the gradient shard is " + c10::toString(grad_.scalar_type()) +
+                " but update_shard() declined it (takes_narrow_grads() said it would take it)");
   if (args.grad_scale != 1.0) grad_.mul_(args.grad_scale);
   Group decay, plain;
   for (Group* g : {&decay, &plain}) g->moments.resize(moments_.size());
@@ -78,7 +96,6 @@ void ShardOptimizer::step(const OptimizerStep& args, at::Tensor& params_out) {
   }
   if (!decay.empty()) update(decay, args.lr, args.weight_decay, args.t);
   if (!plain.empty()) update(plain, args.lr, 0.0, args.t);
-  at::Tensor out = params_out.view({setup_.numel});
   setup_.precision->round_to_param(master_, out, /*shard_offset=*/0, args.t);
   last_step_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -116,10 +133,17 @@ void ShardOptimizer::load_state(const StateDict& in) {
   for (size_t k = 0; k < ms.size(); ++k) moments_[k].copy_(ms[k]);
 }
 
+bool ShardOptimizer::update_shard(at::Tensor&, const at::Tensor&, std::vector<at::Tensor>&, at::Tensor*,
+                                  const OptimizerStep&) {
+  return false;
+}
+
+bool ShardOptimizer::takes_narrow_grads(at::ScalarType, const c10::Device&) const { return false; }
+
 OptimizerMemory ShardOptimizer::memory() const {
   OptimizerMemory m;
   if (ready_)
-    m.device_bytes = static_cast<uint64_t>(2 + moments_.size()) * setup_.numel * sizeof(float);
+    m.device_bytes = static_cast<uint64_t>(1 + moments_.size()) * setup_.numel * sizeof(float) + grad_.nbytes();
   return m;
 }
 
@@ -128,12 +152,17 @@ void ShardOptimizer::append_metrics(Metrics& out) const {
   out.set("optim_step_s", last_step_s_);
 }
 
-void ShardOptimizer::plan_device_state(PlanContext& plan, int moments, const std::string& what) {
+void ShardOptimizer::plan_device_state(PlanContext& plan, int moments, const std::string& what,
+                                       bool narrow_grads_on_cuda) {
   const double S = static_cast<double>(plan.shard_numel > 0 ? plan.shard_numel : plan.num_parameters);
   plan.add(what, true, S * 4.0 * (1 + moments),
            "fp32 x " + std::to_string(1 + moments) + " per shard element (" +
                std::to_string(static_cast<int64_t>(S)) + ")");
-  plan.add("gradient shard", true, S * 4.0, "fp32, accumulated from reduced chunks");
+  if (narrow_grads_on_cuda && plan.cuda && plan.one_chunk_per_step && plan.grad_bytes < 4)
+    plan.add("gradient shard", true, S * plan.grad_bytes,
+             std::to_string(plan.grad_bytes) + " bytes per element: one chunk a step, kept as it came");
+  else
+    plan.add("gradient shard", true, S * 4.0, "fp32, accumulated from reduced chunks");
 }
 
 void fused_adamw(ShardOptimizer::Group& g, double lr, double beta1, double beta2, double eps,

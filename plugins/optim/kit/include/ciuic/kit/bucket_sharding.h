@@ -28,7 +28,9 @@
 //
 // The shard of rank r is chunk `shard_index` of every bucket, in bucket order (FlatBuckets::
 // shard_*). With shards == 1 the shard is the whole flat buffer, and the optimizer writes updated
-// parameters straight into it.
+// parameters straight into it. A world of one rank reduces nothing: reduce() is never called, and
+// buckets are packed in the parameter dtype — the gradients exactly as autograd produced them —
+// and handed to the optimizer as they are (OptimizerSetup::grad_dtype = the parameter dtype).
 //
 // Threading and failure: as ciuic/sharding.h says.
 #pragma once
@@ -133,6 +135,8 @@ class BucketSharding : public Sharding {
   std::vector<Pending> pending_;
   std::vector<int> deferred_;  // buckets completed while !overlap_comm, launched after backward
   bool last_micro_batch_ = true;
+  at::ScalarType grad_dtype_ = at::kFloat;  // what buckets are packed in (OptimizerSetup::grad_dtype)
+  bool alone_ = false;                      // one rank, one shard: nothing to reduce
   // begin_step(): the announced input, and whether the optimizer accepted an early update.
   std::optional<StepInput> begun_;
   bool early_ = false;

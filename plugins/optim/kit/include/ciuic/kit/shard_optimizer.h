@@ -7,17 +7,24 @@
 // the update:
 //   - state: an fp32 master shard plus the moments the subclass names (zero at start), numel
 //     elements each, on the run's device; checkpointed under "master" and those names;
-//   - gradient sink: an fp32 gradient shard on the device; a region's first chunk of a step is
-//     copied into it, later chunks added; when a region receives its last chunk, its sum of
-//     squares is added to this step's total (fp32 within rows of 4096, fp64 across:
-//     ciuic/grad_norm.h), so finish_grads() needs no pass over the shard;
-//   - step(): the gradient shard is multiplied by grad_scale in place (it is the optimizer's own),
-//     then update() is called once for the weight-decay group and once for the rest, each with
-//     the views of every segment of that group; finally the precision policy rounds the master
-//     into params_out.
+//   - gradient sink: a gradient shard on the device; a region's first chunk of a step is copied
+//     into it, later chunks added; when a region receives its last chunk, its sum of squares is
+//     added to this step's total (fp32 within rows of 4096, fp64 across: ciuic/grad_norm.h), so
+//     finish_grads() needs no pass over the shard. The shard is fp32, except when every region
+//     gets one chunk a step (OptimizerSetup::one_chunk_per_step), the chunks are bf16 or fp16 and
+//     the subclass's update_shard() takes such gradients (takes_narrow_grads()): then it keeps
+//     them in their own dtype — the same values in half the memory (7B on one GPU: 13.8 GB);
+//   - step(): update_shard() first, which a subclass may implement to update the whole shard in
+//     one pass from the gradient as stored (scaling it by grad_scale on the fly) and to write the
+//     rounded parameters itself when the precision policy rounds to nearest. Otherwise (the
+//     default): the fp32 gradient shard is multiplied by grad_scale in place (it is the
+//     optimizer's own), then update() is called once for the weight-decay group and once for the
+//     rest, each with the views of every segment of that group; finally the precision policy
+//     rounds the master into params_out.
 //
 // A subclass (AdamW, Lion, ...) passes its moment names to the constructor and implements
-// update(). Memory: (2 + moments) x 4 bytes per shard element on the device.
+// update(), optionally update_shard() and takes_narrow_grads(). Memory: (1 + moments) x 4 bytes
+// per shard element on the device plus the gradient shard (4 bytes, or 2 when kept narrow).
 // Threading and failure: as ciuic/optimizer.h says; messages start with `who`.
 #pragma once
 
@@ -61,12 +68,25 @@ class ShardOptimizer : public Optimizer {
 
   // The planner's answer (ciuic/plan.h) for a ShardOptimizer with `moments` moments: master +
   // moments and the gradient shard, plan.shard_numel elements each, on the device.
-  static void plan_device_state(PlanContext& plan, int moments, const std::string& what);
+  // `narrow_grads_on_cuda`: whether the subclass takes narrow gradients on CUDA devices (then a
+  // sharding's one-chunk-per-step bf16/fp16 chunks are counted at their own size).
+  static void plan_device_state(PlanContext& plan, int moments, const std::string& what,
+                                bool narrow_grads_on_cuda = false);
 
  protected:
   // Updates one group in place (master and moments). `weight_decay` is 0 for the group without
   // weight decay; `t` the 1-based count of applied updates.
   virtual void update(Group& group, double lr, double weight_decay, int64_t t) = 0;
+  // Optional: updates the whole shard in one call and returns true; false (the default) falls back
+  // to update() per group. `grad` is the gradient shard as stored (fp32, or the chunks' narrow
+  // dtype when takes_narrow_grads() said yes), NOT yet multiplied by args.grad_scale; `moments`
+  // in the constructor's order; weight decay applies to shard().segments marked for it. When
+  // `params_out` is not null (the precision policy rounds to nearest even), write the updated
+  // master rounded to its dtype into it; otherwise the policy rounds afterwards.
+  virtual bool update_shard(at::Tensor& master, const at::Tensor& grad, std::vector<at::Tensor>& moments,
+                            at::Tensor* params_out, const OptimizerStep& args);
+  // Whether update_shard() takes a gradient of `dtype` (bf16 or fp16) on `device`. Default: no.
+  virtual bool takes_narrow_grads(at::ScalarType dtype, const c10::Device& device) const;
   const std::string& who() const { return who_; }
   const OptimizerSetup& shard() const { return setup_; }
 
