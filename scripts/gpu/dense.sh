@@ -90,6 +90,44 @@ for stage in ${*:-build test one}; do
     ciuic 1b-fused 200 configs/llama-1b-bench.toml $common
     ciuic 1b-aten 200 configs/llama-1b-bench.toml $common $aten
     [ "${SKIP_PEER:-0}" = 1 ] || peer 1b-fsdp2-compiled 300 --compile ;;
+  final)
+    # After the one-launch AdamW: the GPU tests, then every dense figure of docs/performance.md
+    # ("Dense") again in one call: 7B shape at several checkpointing depths (profiled once) and the
+    # compiled peer, 1B both kernels and the peer, vocab-102400 capacity both sides.
+    run optimizer_adamw_test 120 build-gpu/bin/optimizer_adamw_test
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |Failure" "$OUT/optimizer_adamw_test.log" | head -20
+    run model_gpu_test 240 build-gpu/bin/model_gpu_test
+    grep -E "^\[  (PASSED|FAILED) |Failure" "$OUT/model_gpu_test.log" | head -20
+    tar czf "$RESULT/dense.tgz" -C "$OUT" .
+    s7="$s7base --set model.activation_checkpointing=true --set train.micro_batch_size=4"
+    ciuic 7b-final 300 configs/llama-1b-bench.toml $s7
+    for c in 16 8 4; do ciuic 7b-final-ckpt$c 300 configs/llama-1b-bench.toml $s7 --set model.checkpoint_layers=$c; done
+    ciuic 7b-final-nockpt 300 configs/llama-1b-bench.toml $s7base --set train.micro_batch_size=4
+    ciuic 7b-prof-ckpt8 300 configs/llama-1b-bench.toml $s7 --set model.checkpoint_layers=8 --set log.profile_start_step=5
+    tar czf "$RESULT/dense.tgz" -C "$OUT" .
+    peer 7b-fsdp2-compiled 400 --hidden 4096 --intermediate 11008 --layers 30 --heads 32 --kv-heads 32 \
+      --vocab 102400 --micro-batch 4 --steps 8 --checkpointing --compile
+    tar czf "$RESULT/dense.tgz" -C "$OUT" .
+    ciuic 1b-final-1 200 configs/llama-1b-bench.toml $common
+    ciuic 1b-aten 200 configs/llama-1b-bench.toml $common --set optimizer.kernel=\"aten\"
+    ciuic 1b-final-2 200 configs/llama-1b-bench.toml $common
+    ciuic 1b-prof 200 configs/llama-1b-bench.toml $common --set log.profile_start_step=8
+    peer 1b-fsdp2-compiled 300 --compile
+    tar czf "$RESULT/dense.tgz" -C "$OUT" .
+    v="--set model.config.vocab_size=102400 --set data.vocab_size=102400 --set train.max_steps=6 --set log.every_steps=1"
+    for m in 8 32; do
+      ciuic 1bv-mbs$m 200 configs/llama-1b-bench.toml $v --set train.micro_batch_size=$m --set cluster.memory_per_device_gib=80.0
+    done
+    for m in 8 12; do peer 1bv-fsdp2-compiled-mbs$m 200 --vocab 102400 --micro-batch $m --steps 6 --compile; done ;;
+  auto)
+    # [model] checkpoint_layers = "auto" at the 7B shape (the worker asks the planner for the fewest
+    # checkpointed layers that fit 92% of the device), beside the compiled peer.
+    s7="$s7base --set model.activation_checkpointing=true --set train.micro_batch_size=4"
+    ciuic 7b-auto 300 configs/llama-1b-bench.toml $s7 --set model.checkpoint_layers=\"auto\"
+    grep -h "checkpoint_layers = \"auto\"" "$OUT/7b-auto.log"
+    ciuic 7b-all 300 configs/llama-1b-bench.toml $s7
+    peer 7b-fsdp2-compiled 400 --hidden 4096 --intermediate 11008 --layers 30 --heads 32 --kv-heads 32 \
+      --vocab 102400 --micro-batch 4 --steps 8 --checkpointing --compile ;;
   profile)
     # One profiled run each of the 1B and the 7B shape with the defaults.
     ciuic 1b-prof 200 configs/llama-1b-bench.toml $common $new --set log.profile_start_step=8

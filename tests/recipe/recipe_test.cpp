@@ -129,6 +129,27 @@ void expect_errors(const std::vector<Case>& cases) {
   for (const auto& [text, expected] : cases) EXPECT_EQ(error_of(text), expected) << text;
 }
 
+// [model] checkpoint_layers is an integer or "auto" (is_auto() tells them apart).
+TEST(Recipe, IntegerKeyThatAlsoTakesAuto) {
+  Recipe a = Recipe::parse(kMinimal + "[model]\ncheckpoint_layers = \"auto\"\n", "r.toml");
+  EXPECT_TRUE(ciuic::is_auto(a.section("model"), "checkpoint_layers"));
+  Recipe n = Recipe::parse(kMinimal + "[model]\ncheckpoint_layers = 12\n", "r.toml");
+  EXPECT_FALSE(ciuic::is_auto(n.section("model"), "checkpoint_layers"));
+  EXPECT_EQ(n.section("model").get_int("checkpoint_layers"), 12);
+  EXPECT_FALSE(ciuic::is_auto(Recipe::parse(kMinimal, "r.toml").section("model"), "checkpoint_layers"));
+  expect_errors({
+      {kMinimal + "[model]\ncheckpoint_layers = \"Auto\"\n",
+       "r.toml:6:21: [model] checkpoint_layers: expected an integer >= 0 or \"auto\", found a string (\"Auto\")"},
+      {kMinimal + "[model]\ncheckpoint_layers = -2\n",
+       "r.toml:6:21: [model] checkpoint_layers: -2 is out of range: expected an integer >= 0 or \"auto\""},
+      {kMinimal + "[model]\ncheckpoint_layers = 1.5\n",
+       "r.toml:6:21: [model] checkpoint_layers: expected an integer >= 0 or \"auto\", found a float (1.5)"},
+      // Other integer keys do not take it.
+      {"[train]\nmax_steps = 10\nseq_len = \"auto\"\n[data]\nplugin = \"test\"\n",
+       "r.toml:3:11: [train] seq_len: expected an integer >= 1, found a string (\"auto\")"},
+  });
+}
+
 TEST(RecipeErrors, WrongTypes) {
   expect_errors({
       {"[train]\nmax_steps = 10.0\n[data]\nplugin = \"test\"\n",

@@ -675,6 +675,9 @@ TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
       {seven, 108.0},
       {with(seven, {"--set", "model.checkpoint_layers=16"}), 119.0},
       {with(seven, {"--set", "model.checkpoint_layers=8"}), 125.0},
+      // checkpoint_layers = "auto" on the H200 (139.80 GiB): 6 of 30 chosen, 127 GiB measured.
+      {with(seven, {"--set", "model.checkpoint_layers=\"auto\"", "--set", "cluster.memory_per_device_gib=139.8"}),
+       127.0},
   };
   for (const auto& c : cases) {
     const PlanOut p = plan(c.args);
@@ -699,6 +702,65 @@ TEST(TrainE2E, PlanSaysWhatDoesNotFitAndWhatWouldHelp) {
   const PlanOut bad = plan({recipe, "--set", "optimizer.plugin=nosuch"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.text.find("--set: unknown optimizer plugin 'nosuch'"), std::string::npos) << bad.text;
+}
+
+// [model] checkpoint_layers = "auto": the worker checkpoints the fewest layers whose memory plan
+// fits 92% of the cap (here: between the plans of 1 checkpointed layer and of none, so 1 of 2),
+// says so, and trains; --plan of the same recipe shows the same choice. Without a cap a CPU worker
+// fits its share of the machine's memory (the tiny model: no checkpointing at all); a cap below
+// every plan is a warning, every layer checkpointed.
+TEST(TrainE2E, AutoCheckpointingFitsTheCapAndAgreesWithThePlan) {
+  // Wider than the usual tiny model, so that a layer's activations are megabytes (the plan prints
+  // MiB with one decimal).
+  const Shape shape{.world = 1, .micro = 16, .steps = 2};
+  const std::vector<std::string> wide = {"--set", "model.config.hidden_size=256", "--set",
+                                         "model.config.intermediate_size=512"};
+  auto run_wide = [&](const std::string& name, std::vector<std::string> args) {
+    args.insert(args.begin(), wide.begin(), wide.end());
+    return run(name, shape, args);
+  };
+  auto total_mib = [&](const std::vector<std::string>& args) {
+    std::vector<std::string> a = wide;  // later --set win: the defaults first
+    a.insert(a.end(), {"--set", "model.activation_checkpointing=true"});
+    a.insert(a.end(), args.begin(), args.end());
+    a.push_back("--plan");
+    const Result r = run("auto-plan", shape, a);
+    std::smatch m;
+    const std::string text = r.out + r.err;
+    EXPECT_TRUE(std::regex_search(text, m, std::regex("total cpu: ([0-9.]+) MiB"))) << r.log();
+    return m.empty() ? NAN : std::stod(m[1]);
+  };
+  const double none = total_mib({"--set", "model.activation_checkpointing=false"});
+  const double one = total_mib({"--set", "model.checkpoint_layers=1"});
+  const double all = total_mib({});
+  ASSERT_GT(none, one + 0.5);
+  ASSERT_GT(one, all + 0.5);
+  const double cap_gib = (one + (none - one) / 2) / 0.92 / 1024.0;
+  const std::vector<std::string> with_auto = {"--set", "model.activation_checkpointing=true", "--set",
+                                              "model.checkpoint_layers=\"auto\"", "--set",
+                                              "cluster.memory_per_device_gib=" + std::to_string(cap_gib)};
+  const Result r = run_wide("auto-ckpt", with_auto);
+  EXPECT_RUN_OK(r);
+  EXPECT_NE((r.out + r.err).find("[model] checkpoint_layers = \"auto\": 1 of 2 layers checkpointed, the fewest whose "
+                                 "memory plan fits"), std::string::npos) << r.log();
+  std::vector<std::string> plan_args = with_auto;
+  plan_args.push_back("--plan");
+  const Result p = run_wide("auto-ckpt-plan", plan_args);
+  EXPECT_NE((p.out + p.err).find("checkpointing 1 of 2 layers"), std::string::npos) << p.log();
+  EXPECT_NE((p.out + p.err).find("checkpoint_layers = \"auto\": 1 of 2 layers, the fewest within 92% of the cap"),
+            std::string::npos) << p.log();
+
+  const Result free = run_wide("auto-ckpt-nocap", {"--set", "model.activation_checkpointing=true", "--set",
+                                                   "model.checkpoint_layers=\"auto\""});
+  EXPECT_RUN_OK(free);
+  EXPECT_NE((free.out + free.err).find("\"auto\": 0 of 2 layers checkpointed"), std::string::npos) << free.log();
+
+  const Result tight = run_wide("auto-ckpt-tight",
+                           {"--set", "model.activation_checkpointing=true", "--set", "model.checkpoint_layers=\"auto\"",
+                            "--set", "cluster.memory_per_device_gib=" + std::to_string(all / 2 / 1024.0)});
+  EXPECT_RUN_OK(tight);
+  EXPECT_NE((tight.out + tight.err).find("\"auto\": every layer checkpointed; even so the memory plan does not fit"),
+            std::string::npos) << tight.log();
 }
 
 // Refused at start (checkpoint/run_dir.h), before any training, naming the file in the way.

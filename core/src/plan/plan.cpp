@@ -19,6 +19,12 @@
 #include "train/worker.h"
 
 namespace ciuic::plan {
+
+double physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -34,10 +40,6 @@ std::string bytes_text(double b) {
   return buf;
 }
 
-double physical_memory() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
-}
 
 // The slots that answer, in the order of ciuic/plan.h.
 constexpr Slot kOrder[] = {Slot::kPrecision, Slot::kSharding, Slot::kOptimizer, Slot::kComm, Slot::kData};
@@ -57,6 +59,7 @@ struct Inputs {
   int64_t checkpoint_layers = 0;  // 0 = all
   bool fused = false;             // the fused CUDA kernels run (SwiGLU keeps gate and up only)
   bool loss_in_forward = false;   // [model] loss_backward = "in_forward"
+  std::string auto_note;          // how checkpoint_layers = "auto" was resolved (activations' note)
 };
 
 // Runs every slot's answer, then the model terms; `unknown` collects what was not counted.
@@ -96,12 +99,13 @@ PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots], std::vecto
   if (in.checkpointing) {
     const double c = in.checkpoint_layers > 0 ? std::min(L, static_cast<double>(in.checkpoint_layers)) : L;
     ctx.add("activations", true, c * N * H * pb + (L - c) * layer + layer,
-            c == L ? std::string("checkpointing: each layer's input, plus one layer recomputed")
-                   : "checkpointing " + std::to_string(static_cast<int64_t>(c)) + " of " +
-                         std::to_string(m.num_hidden_layers) + " layers; the others keep " + bytes_text(layer));
+            (c == L ? std::string("checkpointing: each layer's input, plus one layer recomputed")
+                    : "checkpointing " + std::to_string(static_cast<int64_t>(c)) + " of " +
+                          std::to_string(m.num_hidden_layers) + " layers; the others keep " + bytes_text(layer)) +
+                in.auto_note);
   } else {
     ctx.add("activations", true, L * layer + 3 * N * H * pb,
-            std::to_string(m.num_hidden_layers) + " layers x " + bytes_text(layer));
+            std::to_string(m.num_hidden_layers) + " layers x " + bytes_text(layer) + in.auto_note);
   }
   const double chunk = static_cast<double>(model::LlamaModel::kDefaultLossChunkElements);
   if (in.loss_in_forward) {
@@ -127,8 +131,20 @@ double device_total(const PlanContext& ctx) {
 
 }  // namespace
 
-MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
-  MemoryPlan plan;
+namespace {
+
+// The planner's inputs and the recipe's plugins, read once.
+struct Prepared {
+  MemoryPlan plan;  // world, device, cap filled in
+  Inputs in;
+  Choice choices[kNumSlots];
+  bool checkpoint_auto = false;
+};
+
+Prepared prepare(const Recipe& recipe, const Registry& registry) {
+  Prepared p;
+  MemoryPlan& plan = p.plan;
+  Inputs& in = p.in;
   const Config cluster = recipe.section("cluster");
   const Config train = recipe.section("train");
   plan.local_world_size = static_cast<int>(cluster.get_int("nproc_per_node"));
@@ -136,11 +152,11 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
   plan.device = cluster.get_string("device");
   plan.cap = cluster.get_float("memory_per_device_gib") * kGiB;
 
-  Inputs in;
   in.model = train::recipe_model_config(recipe);
   const Config model_section = recipe.section("model");
   in.checkpointing = model_section.get_bool("activation_checkpointing");
-  in.checkpoint_layers = model_section.get_int("checkpoint_layers");
+  p.checkpoint_auto = is_auto(model_section, "checkpoint_layers");
+  in.checkpoint_layers = p.checkpoint_auto ? 0 : model_section.get_int("checkpoint_layers");
   in.loss_in_forward = model_section.get_string("loss_backward") == "in_forward";
   // A CUDA run uses the fused kernels unless they are turned off (a CUDA build has them).
   in.fused = cluster.get_string("device") == "cuda" && model_section.get_string("fused_kernels") != "off";
@@ -161,7 +177,7 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
 
   // The recipe's plugins. Those the plan depends on must exist (an error at the recipe's line);
   // comm and data may be missing from this build.
-  Choice choices[kNumSlots];
+  Choice (&choices)[kNumSlots] = p.choices;
   for (Slot slot : kOrder) {
     Choice& c = choices[static_cast<int>(slot)];
     c.name = recipe.plugin_name(slot);
@@ -173,6 +189,53 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
                        ": " + registry.why_missing(slot, c.name));
     }
     if (c.info) c.options = recipe.plugin_config(slot, *c.info);
+  }
+  return p;
+}
+
+// The fewest layers to checkpoint whose plan fits `budget` bytes: 0 (no checkpointing needed) up to
+// the layer count (every layer); -1 when even that does not fit.
+int64_t fewest_layers(const Prepared& p, double budget) {
+  const int64_t L = p.in.model.num_hidden_layers;
+  for (int64_t c = 0; c <= L; ++c) {
+    Inputs in = p.in;
+    in.checkpointing = c > 0;
+    in.checkpoint_layers = c == L ? 0 : c;
+    if (device_total(run(in, p.choices, nullptr)) <= budget) return c;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int64_t fewest_checkpointed_layers(const Recipe& recipe, const Registry& registry, double budget_bytes) {
+  return fewest_layers(prepare(recipe, registry), budget_bytes);
+}
+
+MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
+  Prepared p = prepare(recipe, registry);
+  MemoryPlan plan = p.plan;
+  Inputs& in = p.in;
+  Choice (&choices)[kNumSlots] = p.choices;
+  PlanContext& b = in.base;
+  // checkpoint_layers = "auto" (with activation checkpointing): resolved against the cap when the
+  // recipe sets one, as the worker does at start; otherwise the worker decides from the device's
+  // memory, and the plan shows every layer checkpointed.
+  if (p.checkpoint_auto && in.checkpointing) {
+    const int64_t L = in.model.num_hidden_layers;
+    if (plan.cap > 0) {
+      const int64_t c = fewest_layers(p, kAutoMemoryFraction * plan.cap);
+      if (c >= 0) {
+        in.checkpointing = c > 0;
+        in.checkpoint_layers = c == L ? 0 : c;
+      }
+      in.auto_note = c < 0 ? "; checkpoint_layers = \"auto\": nothing fits the cap, every layer checkpointed"
+                           : "; checkpoint_layers = \"auto\": " + std::to_string(c) + " of " + std::to_string(L) +
+                                 " layers, the fewest within " + std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) +
+                                 "% of the cap";
+    } else {
+      in.auto_note = "; checkpoint_layers = \"auto\": chosen at start from the device's memory (no cap here)";
+    }
   }
 
   const PlanContext ctx = run(in, choices, &plan.unknown);

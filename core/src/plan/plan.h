@@ -50,6 +50,19 @@ struct MemoryPlan {
 // Comm and data plugins missing from this build are listed as not counted (a CPU build can plan
 // a GPU recipe).
 CIUIC_API MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry);
+
+// This machine's physical memory in bytes (0: unknown).
+CIUIC_API double physical_memory();
+
+// [model] checkpoint_layers = "auto": the share of the cap (or, at run time without a cap, of the
+// device's memory) the plan may fill. The plan is within ~2% of measured peaks at the 7B shape
+// (TrainE2E.PlanMatchesPeaksMeasuredOnH200); the rest is for what it does not count (CUDA
+// context, library workspaces, allocator fragmentation).
+inline constexpr double kAutoMemoryFraction = 0.92;
+// The fewest decoder layers to checkpoint whose plan fits `budget_bytes` per device: 0 when the
+// activations of every layer fit, up to the layer count; -1 when nothing fits. The recipe's
+// activation_checkpointing / checkpoint_layers are ignored. Throws as plan_memory().
+CIUIC_API int64_t fewest_checkpointed_layers(const Recipe& recipe, const Registry& registry, double budget_bytes);
 CIUIC_API std::string plan_text(const MemoryPlan& plan);
 
 }  // namespace ciuic::plan

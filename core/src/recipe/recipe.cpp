@@ -746,4 +746,9 @@ std::string Recipe::resolved_toml(const PluginCatalog& registry) const {
   return resolved(*this, *impl_, &registry);
 }
 
+bool is_auto(const Config& section, std::string_view key) {
+  const toml::node* n = section.impl().table.get(key);
+  return n && n->is_string() && *n->value_exact<std::string>() == "auto";
+}
+
 }  // namespace ciuic

@@ -122,4 +122,8 @@ class CIUIC_API Recipe {
   std::shared_ptr<const Impl> impl_;
 };
 
+// True when `key` of a validated core section holds the string "auto" (integer keys that also take
+// "auto", e.g. [model] checkpoint_layers); get_int() of such a key throws then.
+CIUIC_API bool is_auto(const Config& section, std::string_view key);
+
 }  // namespace ciuic

@@ -50,6 +50,10 @@ struct K {
     s.list_size = n;
     return *this;
   }
+  K& or_auto() {
+    s.or_auto = true;
+    return *this;
+  }
   operator KeySpec() const { return s; }  // NOLINT: builder
 };
 
@@ -100,7 +104,8 @@ std::vector<SectionSpec> build_core_schema() {
       K("activation_checkpointing", kB, "false", "recompute layer activations in backward to save memory"),
       K("checkpoint_layers", kI, "0",
         "with activation_checkpointing: checkpoint only the first N decoder layers (the rest keep their "
-        "activations: less recomputation where memory allows); 0 = all").min(0),
+        "activations: less recomputation where memory allows); 0 = all; \"auto\" = the fewest that the "
+        "memory plan fits in 92% of the device (or of [cluster] memory_per_device_gib)").min(0).or_auto(),
       K("init_std", kF, "0.02", "standard deviation of the random initialisation").min(0),
       K("fused_kernels", kS, "\"auto\"",
         "fused CUDA kernels for rotary embedding and SwiGLU: auto (where the build and device have them), on (required: "
@@ -290,6 +295,7 @@ std::string describe_expected(const KeySpec& s) {
     range = std::string(s.max_exclusive ? "< " : "<= ") + format_number(s.max);
   }
   if (!range.empty()) out += (s.type == OptionType::kFloatList ? ", each " : " ") + range;
+  if (s.or_auto) out += " or \"auto\"";
   return out;
 }
 
@@ -386,6 +392,11 @@ std::string check_value(const KeySpec& s, const toml::node& v, std::unique_ptr<t
       out = std::make_unique<toml::value<bool>>(*v.value_exact<bool>());
       return "";
     case OptionType::kInt: {
+      if (s.or_auto && v.is_string()) {
+        if (*v.value_exact<std::string>() != "auto") return wrong_type();
+        out = std::make_unique<toml::value<std::string>>("auto");
+        return "";
+      }
       if (!v.is_integer()) return wrong_type();
       int64_t x = *v.value_exact<int64_t>();
       if (!in_range(static_cast<double>(x))) return range_error();

@@ -44,6 +44,8 @@ struct KeySpec {
   bool max_exclusive = false;
   std::string choices;          // kString: allowed values "a|b|c"; empty: any
   size_t list_size = 0;         // kStringList / kFloatList: exact length; 0: any
+  bool or_auto = false;         // kInt: the string "auto" is accepted too (core keys only; read it
+                                // with is_auto() before get_int())
 };
 
 struct SectionSpec {

@@ -54,7 +54,8 @@ TrainOptions TrainOptions::from(const Recipe& recipe) {
     o.tokenizer_path = (fs::path(o.model_path) / "tokenizer.json").string();
   o.chat_template = m.get_string("chat_template");
   o.activation_checkpointing = m.get_bool("activation_checkpointing");
-  o.checkpoint_layers = m.get_int("checkpoint_layers");
+  o.checkpoint_layers_auto = is_auto(m, "checkpoint_layers");
+  o.checkpoint_layers = o.checkpoint_layers_auto ? 0 : m.get_int("checkpoint_layers");
   o.fused_kernels = m.get_string("fused_kernels");
   o.loss_backward = m.get_string("loss_backward");
   o.init_std = m.get_float("init_std");

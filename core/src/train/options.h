@@ -42,6 +42,7 @@ struct TrainOptions {
   std::string chat_template;
   bool activation_checkpointing = false;
   int64_t checkpoint_layers = 0;  // 0 = all
+  bool checkpoint_layers_auto = false;  // "auto": the fewest the memory plan fits (train/run.cpp)
   double init_std = 0.0;
   std::string fused_kernels;  // "auto" | "on" | "off"
   std::string loss_backward;  // "in_forward" | "recompute"

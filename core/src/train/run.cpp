@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
@@ -18,10 +19,12 @@
 #include "model/config.h"
 #include "model/fused_ops.h"
 #include "optim/schedule.h"
+#include "plan/plan.h"
 #include "recipe/recipe.h"
 #include "registry/registry.h"
 #include "tokenizer/factory.h"
 #include "train/checkpoints.h"
+#include "train/device_info.h"
 #include "train/elastic.h"
 #include "train/worker.h"
 
@@ -150,6 +153,49 @@ model::LlamaConfig recipe_model_config(const Recipe& recipe) {
   return model_config(recipe, resolve_input(recipe.section("model").get_string("path"), recipe.dir()));
 }
 
+// [model] checkpoint_layers = "auto": the fewest checkpointed layers whose memory plan fits
+// plan::kAutoMemoryFraction of the cap ([cluster] memory_per_device_gib), else of the device's memory
+// (a CPU worker: its share of the machine's). Every rank computes the same answer from the same
+// recipe and device kind.
+void resolve_auto_checkpointing(const Recipe& recipe, const Registry& registry, Run& r) {
+  auto gib = [](double bytes) {  // MiB below a GiB (tiny models)
+    char b[32];
+    if (bytes >= 1073741824.0)
+      std::snprintf(b, sizeof b, "%.2f GiB", bytes / 1073741824.0);
+    else
+      std::snprintf(b, sizeof b, "%.1f MiB", bytes / 1048576.0);
+    return std::string(b);
+  };
+  const int64_t L = r.model->config().num_hidden_layers;
+  double whole = 0;
+  std::string of;
+  if (r.opt.memory_cap_gib > 0) {
+    whole = r.opt.memory_cap_gib * 1073741824.0;
+    of = "the " + gib(whole) + " cap";
+  } else if (r.ctx.device.is_cuda()) {
+    whole = static_cast<double>(device_info(r.ctx.device, 0.0).total_bytes);
+    of = "the device's " + gib(whole);
+  } else {
+    whole = plan::physical_memory() / std::max(1, r.ctx.local_world_size);
+    of = "this worker's share of the machine's memory, " + gib(whole);
+  }
+  const double budget = plan::kAutoMemoryFraction * whole;
+  const std::string within = gib(budget) + " (" + std::to_string(static_cast<int>(plan::kAutoMemoryFraction * 100)) +
+                             "% of " + of + ")";
+  const int64_t c = whole > 0 ? plan::fewest_checkpointed_layers(recipe, registry, budget) : -1;
+  if (c < 0) {
+    r.model->set_activation_checkpointing(true, 0);
+    if (r.ctx.rank == 0)
+      log_warn("[model] checkpoint_layers = \"auto\": every layer checkpointed; even so the memory plan does not fit " +
+               within);
+    return;
+  }
+  r.model->set_activation_checkpointing(c > 0, c == L ? 0 : c);
+  if (r.ctx.rank == 0)
+    log_info("[model] checkpoint_layers = \"auto\": " + std::to_string(c) + " of " + std::to_string(L) +
+             " layers checkpointed, the fewest whose memory plan fits " + within);
+}
+
 void check_recipe(const Recipe& recipe) {
   const Config train = recipe.section("train");
   optim::LrSchedule::create(recipe.section("scheduler"), recipe.section("optimizer").get_float("lr"),
@@ -221,6 +267,8 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   else
     r.model->load_hf(r.opt.model_path);
   r.model->set_activation_checkpointing(r.opt.activation_checkpointing, r.opt.checkpoint_layers);
+  if (r.opt.activation_checkpointing && r.opt.checkpoint_layers_auto)
+    resolve_auto_checkpointing(recipe, registry, r);
   r.model->set_loss_backward(r.opt.loss_backward == "recompute" ? model::LossBackward::kRecompute
                                                                  : model::LossBackward::kInForward);
   if (r.opt.fused_kernels == "on" && !model::fused_kernels_supported(r.model->dtype(), r.model->device()))
