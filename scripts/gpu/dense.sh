@@ -128,6 +128,18 @@ for stage in ${*:-build test one}; do
     ciuic 7b-all 300 configs/llama-1b-bench.toml $s7
     peer 7b-fsdp2-compiled 400 --hidden 4096 --intermediate 11008 --layers 30 --heads 32 --kv-heads 32 \
       --vocab 102400 --micro-batch 4 --steps 8 --checkpointing --compile ;;
+  automb)
+    # [train] micro_batch_size = "auto" (global batch kept, the planner picks the largest micro-batch
+    # that fits): the 1B under a 24 GiB cap against the explicit micro-batch of 1; the 7B shape with
+    # both "auto" settings and a global batch of 8 sequences.
+    ciuic 1b-mb1 200 configs/llama-1b-bench.toml $common --set train.micro_batch_size=1 \
+      --set train.gradient_accumulation_steps=16 --set cluster.memory_per_device_gib=24.0
+    ciuic 1b-mbauto 200 configs/llama-1b-bench.toml $common --set train.micro_batch_size=\"auto\" \
+      --set train.global_batch_size=16 --set cluster.memory_per_device_gib=24.0
+    grep -h "\"auto\"" "$OUT/1b-mbauto.log"
+    ciuic 7b-autoauto 300 configs/llama-1b-bench.toml $s7base --set model.activation_checkpointing=true \
+      --set model.checkpoint_layers=\"auto\" --set train.micro_batch_size=\"auto\" --set train.global_batch_size=8
+    grep -h "\"auto\"" "$OUT/7b-autoauto.log" ;;
   profile)
     # One profiled run each of the 1B and the 7B shape with the defaults.
     ciuic 1b-prof 200 configs/llama-1b-bench.toml $common $new --set log.profile_start_step=8

@@ -763,6 +763,69 @@ TEST(TrainE2E, AutoCheckpointingFitsTheCapAndAgreesWithThePlan) {
             std::string::npos) << tight.log();
 }
 
+// [train] micro_batch_size = "auto" with global_batch_size: each worker takes the largest
+// micro-batch that divides the rows per rank and whose memory plan fits 92% of the cap (here:
+// between the plans of 4 and of 8 rows, so 4 x 2 accumulation), says so, and trains exactly as the
+// explicit 4 x 2 recipe does; --plan shows the same choice; without a cap a CPU worker takes its
+// share of the machine (8 x 1). Missing or disagreeing batch keys are usage errors naming them.
+TEST(TrainE2E, AutoMicroBatchKeepsTheGlobalBatchAndFitsTheCap) {
+  Shape shape{.world = 2, .micro = 8, .steps = 3};
+  const std::vector<std::string> wide = {"--set", "model.config.hidden_size=256", "--set",
+                                         "model.config.intermediate_size=512"};
+  auto with = [&](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  auto total_mib = [&](int micro, int accum) {
+    Shape s = shape;
+    s.micro = micro;
+    s.accum = accum;
+    const Result r = run("auto-mb-plan", s, with(wide, {"--plan"}));
+    std::smatch m;
+    const std::string text = r.out + r.err;
+    EXPECT_TRUE(std::regex_search(text, m, std::regex("total cpu: ([0-9.]+) MiB"))) << r.log();
+    return m.empty() ? NAN : std::stod(m[1]);
+  };
+  const double eight = total_mib(8, 1), four = total_mib(4, 2);
+  ASSERT_GT(eight, four + 0.5);
+  const double cap_gib = (four + (eight - four) / 2) / 0.92 / 1024.0;
+  const std::vector<std::string> auto_mb = with(wide, {"--set", "train.micro_batch_size=\"auto\"", "--set",
+                                                       "train.global_batch_size=16"});
+  const Result a = run("auto-mb", shape, with(auto_mb, {"--set", "cluster.memory_per_device_gib=" + std::to_string(cap_gib)}));
+  EXPECT_RUN_OK(a);
+  EXPECT_NE((a.out + a.err).find("[train] micro_batch_size = \"auto\": 4 x 2 accumulation (8 sequences per rank a "
+                                 "step), the largest micro-batch whose memory plan fits"),
+            std::string::npos) << a.log();
+  Shape explicit_shape = shape;
+  explicit_shape.micro = 4;
+  explicit_shape.accum = 2;
+  const Result e = run("auto-mb-explicit", explicit_shape, wide);
+  EXPECT_RUN_OK(e);
+  EXPECT_EQ(max_rel(exported(a), exported(e)), 0.0);
+  const Result p = run("auto-mb-plan-cap", shape,
+                       with(auto_mb, {"--set", "cluster.memory_per_device_gib=" + std::to_string(cap_gib), "--plan"}));
+  EXPECT_NE((p.out + p.err).find("micro_batch_size = \"auto\": 4 x 2 accumulation, the largest within 92% of the cap"),
+            std::string::npos) << p.log();
+  const Result free = run("auto-mb-nocap", shape, auto_mb);
+  EXPECT_RUN_OK(free);
+  EXPECT_NE((free.out + free.err).find("\"auto\": 8 x 1 accumulation"), std::string::npos) << free.log();
+
+  const Result missing = run("auto-mb-missing", shape, {"--set", "train.micro_batch_size=\"auto\"", "--plan"});
+  EXPECT_EQ(missing.code, 2) << missing.log();
+  EXPECT_NE(missing.err.find("--set: [train] micro_batch_size = \"auto\" needs [train] global_batch_size"),
+            std::string::npos) << missing.log();
+  const Result odd = run("auto-mb-odd", shape, {"--set", "train.micro_batch_size=\"auto\"", "--set",
+                                                "train.global_batch_size=15", "--plan"});
+  EXPECT_EQ(odd.code, 2) << odd.log();
+  EXPECT_NE(odd.err.find("--set: [train] global_batch_size = 15 is not a multiple of the 2 ranks"), std::string::npos)
+      << odd.log();
+  const Result disagree = run("auto-mb-disagree", shape, {"--set", "train.global_batch_size=12", "--plan"});
+  EXPECT_EQ(disagree.code, 2) << disagree.log();
+  EXPECT_NE(disagree.err.find("[train] global_batch_size = 12 but micro_batch_size x gradient_accumulation_steps x "
+                              "ranks = 8 x 1 x 2 = 16"),
+            std::string::npos) << disagree.log();
+}
+
 // Refused at start (checkpoint/run_dir.h), before any training, naming the file in the way.
 TEST(TrainE2E, UnwritableCheckpointFolderIsAnError) {
   const std::string dir = ciuic::testing::fresh_dir("e2e-blocked");

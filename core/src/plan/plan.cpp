@@ -16,6 +16,7 @@
 #include "model/llama.h"
 #include "recipe/recipe.h"
 #include "registry/registry.h"
+#include "train/options.h"
 #include "train/worker.h"
 
 namespace ciuic::plan {
@@ -139,6 +140,7 @@ struct Prepared {
   Inputs in;
   Choice choices[kNumSlots];
   bool checkpoint_auto = false;
+  bool micro_auto = false;  // the batch is micro 1 x accumulation = rows per rank until chosen
 };
 
 Prepared prepare(const Recipe& recipe, const Registry& registry) {
@@ -171,9 +173,11 @@ Prepared prepare(const Recipe& recipe, const Registry& registry) {
     b.largest_parameter = std::max({m.vocab_size * H, m.intermediate_size * H,
                                     m.num_attention_heads * m.head_dim * H});
   }
-  b.micro_batch_size = train.get_int("micro_batch_size");
+  const train::RecipeBatch batch = train::recipe_batch(recipe);
+  p.micro_auto = batch.micro_auto;
+  b.micro_batch_size = batch.micro;
   b.seq_len = train.get_int("seq_len");
-  b.gradient_accumulation_steps = train.get_int("gradient_accumulation_steps");
+  b.gradient_accumulation_steps = batch.accumulation;
 
   // The recipe's plugins. Those the plan depends on must exist (an error at the recipe's line);
   // comm and data may be missing from this build.
@@ -193,6 +197,26 @@ Prepared prepare(const Recipe& recipe, const Registry& registry) {
   return p;
 }
 
+// The largest micro-batch that divides the rows per rank and whose plan fits `budget` bytes (with
+// checkpoint_layers = "auto" counted as every layer checkpointed); 0 when not even 1 fits.
+int64_t largest_micro(const Prepared& p, double budget) {
+  const int64_t rows = p.in.base.micro_batch_size * p.in.base.gradient_accumulation_steps;
+  for (int64_t m = rows; m >= 1; --m) {
+    if (rows % m != 0) continue;
+    Inputs in = p.in;
+    in.base.micro_batch_size = m;
+    in.base.gradient_accumulation_steps = rows / m;
+    if (device_total(run(in, p.choices, nullptr)) <= budget) return m;
+  }
+  return 0;
+}
+
+void set_micro(Prepared& p, int64_t m) {
+  const int64_t rows = p.in.base.micro_batch_size * p.in.base.gradient_accumulation_steps;
+  p.in.base.micro_batch_size = m;
+  p.in.base.gradient_accumulation_steps = rows / m;
+}
+
 // The fewest layers to checkpoint whose plan fits `budget` bytes: 0 (no checkpointing needed) up to
 // the layer count (every layer); -1 when even that does not fit.
 int64_t fewest_layers(const Prepared& p, double budget) {
@@ -208,8 +232,15 @@ int64_t fewest_layers(const Prepared& p, double budget) {
 
 }  // namespace
 
-int64_t fewest_checkpointed_layers(const Recipe& recipe, const Registry& registry, double budget_bytes) {
-  return fewest_layers(prepare(recipe, registry), budget_bytes);
+int64_t fewest_checkpointed_layers(const Recipe& recipe, const Registry& registry, double budget_bytes,
+                                   int64_t micro_batch) {
+  Prepared p = prepare(recipe, registry);
+  if (micro_batch > 0) set_micro(p, micro_batch);
+  return fewest_layers(p, budget_bytes);
+}
+
+int64_t largest_micro_batch(const Recipe& recipe, const Registry& registry, double budget_bytes) {
+  return largest_micro(prepare(recipe, registry), budget_bytes);
 }
 
 MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
@@ -218,6 +249,24 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
   Inputs& in = p.in;
   Choice (&choices)[kNumSlots] = p.choices;
   PlanContext& b = in.base;
+  // micro_batch_size = "auto": as the worker does, against the cap when there is one; without, the
+  // plan shows micro-batches of 1.
+  if (p.micro_auto) {
+    const int64_t rows = b.micro_batch_size * b.gradient_accumulation_steps;
+    std::string note;
+    if (plan.cap > 0) {
+      const int64_t m = largest_micro(p, kAutoMemoryFraction * plan.cap);
+      set_micro(p, std::max<int64_t>(m, 1));
+      note = m > 0 ? "; micro_batch_size = \"auto\": " + std::to_string(m) + " x " + std::to_string(rows / m) +
+                         " accumulation, the largest within " +
+                         std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) + "% of the cap"
+                   : "; micro_batch_size = \"auto\": not even 1 fits the cap";
+    } else {
+      note = "; micro_batch_size = \"auto\": chosen at start from the device's memory (shown: 1 x " +
+             std::to_string(rows) + ")";
+    }
+    in.auto_note += note;
+  }
   // checkpoint_layers = "auto" (with activation checkpointing): resolved against the cap when the
   // recipe sets one, as the worker does at start; otherwise the worker decides from the device's
   // memory, and the plan shows every layer checkpointed.
@@ -229,12 +278,12 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
         in.checkpointing = c > 0;
         in.checkpoint_layers = c == L ? 0 : c;
       }
-      in.auto_note = c < 0 ? "; checkpoint_layers = \"auto\": nothing fits the cap, every layer checkpointed"
+      in.auto_note += c < 0 ? "; checkpoint_layers = \"auto\": nothing fits the cap, every layer checkpointed"
                            : "; checkpoint_layers = \"auto\": " + std::to_string(c) + " of " + std::to_string(L) +
                                  " layers, the fewest within " + std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) +
                                  "% of the cap";
     } else {
-      in.auto_note = "; checkpoint_layers = \"auto\": chosen at start from the device's memory (no cap here)";
+      in.auto_note += "; checkpoint_layers = \"auto\": chosen at start from the device's memory (no cap here)";
     }
   }
 

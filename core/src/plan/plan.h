@@ -61,8 +61,14 @@ CIUIC_API double physical_memory();
 inline constexpr double kAutoMemoryFraction = 0.92;
 // The fewest decoder layers to checkpoint whose plan fits `budget_bytes` per device: 0 when the
 // activations of every layer fit, up to the layer count; -1 when nothing fits. The recipe's
-// activation_checkpointing / checkpoint_layers are ignored. Throws as plan_memory().
-CIUIC_API int64_t fewest_checkpointed_layers(const Recipe& recipe, const Registry& registry, double budget_bytes);
+// activation_checkpointing / checkpoint_layers are ignored; `micro_batch` > 0 replaces the recipe's
+// (the global batch kept). Throws as plan_memory().
+CIUIC_API int64_t fewest_checkpointed_layers(const Recipe& recipe, const Registry& registry, double budget_bytes,
+                                             int64_t micro_batch = 0);
+// [train] micro_batch_size = "auto": the largest micro-batch that divides the rows per rank
+// (global_batch_size / ranks) and whose plan fits `budget_bytes` (checkpoint_layers = "auto" counted
+// as every layer checkpointed); 0 when not even 1 fits. Throws as plan_memory().
+CIUIC_API int64_t largest_micro_batch(const Recipe& recipe, const Registry& registry, double budget_bytes);
 CIUIC_API std::string plan_text(const MemoryPlan& plan);
 
 }  // namespace ciuic::plan

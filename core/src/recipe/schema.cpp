@@ -134,8 +134,14 @@ std::vector<SectionSpec> build_core_schema() {
       K("rope_scaling_factor", kF, nullptr, "linear rotary scaling factor (1 = none)").optional().min(0, true),
   }});
   v.push_back({"train", "batch shape, length of the run, clipping, evaluation, non-finite losses", {
-      K("micro_batch_size", kI, "1", "sequences per rank per forward/backward").min(1),
-      K("gradient_accumulation_steps", kI, "1", "micro-batches per optimizer step").min(1),
+      K("micro_batch_size", kI, "1",
+        "sequences per rank per forward/backward; \"auto\" = the largest that divides global_batch_size / ranks "
+        "and whose memory plan fits 92% of the device (or of [cluster] memory_per_device_gib)").min(1).or_auto(),
+      K("gradient_accumulation_steps", kI, "1",
+        "micro-batches per optimizer step (with micro_batch_size = \"auto\": derived, this key is not read)").min(1),
+      K("global_batch_size", kI, "0",
+        "sequences per optimizer step over all ranks; 0 = micro_batch_size x gradient_accumulation_steps x ranks; "
+        "required with micro_batch_size = \"auto\"").min(0),
       K("seq_len", kI, "512", "tokens per sequence").min(1),
       K("max_steps", kI, nullptr, "optimizer steps to run").min(1),
       K("gradient_clipping", kF, "1.0", "clip the global gradient L2 norm to this; 0 = off").min(0),

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include <ciuic/export.h>
+
 #include "checkpoint/run_dir.h"
 
 namespace ciuic {
@@ -17,10 +19,22 @@ class Recipe;
 
 namespace ciuic::train {
 
+// The recipe's batch: micro-batch, accumulation and global batch (rows per optimizer step over all
+// ranks). With [train] micro_batch_size = "auto" the micro-batch is 1 and the accumulation the rows
+// per rank until a worker chooses (train/run.cpp; the product, what a step trains on, is fixed).
+// Throws UsageError naming the keys: "auto" without global_batch_size, a global batch the ranks do
+// not divide, or one that disagrees with micro x accumulation x ranks.
+struct RecipeBatch {
+  int64_t micro = 1, accumulation = 1, global = 0, world = 1;
+  bool micro_auto = false;
+};
+CIUIC_API RecipeBatch recipe_batch(const Recipe& recipe);
+
 struct TrainOptions {
   // [train]
   int64_t micro_batch = 0;
   int64_t accumulation = 0;  // gradient_accumulation_steps
+  bool micro_batch_auto = false;  // "auto": chosen by each worker from the memory plan (train/run.cpp)
   int64_t seq_len = 0;
   int64_t max_steps = 0;
   double clip = 0.0;  // gradient_clipping; 0 = off

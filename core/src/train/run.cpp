@@ -153,11 +153,11 @@ model::LlamaConfig recipe_model_config(const Recipe& recipe) {
   return model_config(recipe, resolve_input(recipe.section("model").get_string("path"), recipe.dir()));
 }
 
-// [model] checkpoint_layers = "auto": the fewest checkpointed layers whose memory plan fits
-// plan::kAutoMemoryFraction of the cap ([cluster] memory_per_device_gib), else of the device's memory
-// (a CPU worker: its share of the machine's). Every rank computes the same answer from the same
-// recipe and device kind.
-void resolve_auto_checkpointing(const Recipe& recipe, const Registry& registry, Run& r) {
+// What "auto" settings may fill: plan::kAutoMemoryFraction of the cap ([cluster]
+// memory_per_device_gib), else of the device's memory (a CPU worker: its share of the machine's).
+// `within` describes it for the log line. Every rank computes the same from the same recipe and
+// device kind.
+double auto_budget(const Run& r, std::string& within) {
   auto gib = [](double bytes) {  // MiB below a GiB (tiny models)
     char b[32];
     if (bytes >= 1073741824.0)
@@ -166,7 +166,6 @@ void resolve_auto_checkpointing(const Recipe& recipe, const Registry& registry, 
       std::snprintf(b, sizeof b, "%.1f MiB", bytes / 1048576.0);
     return std::string(b);
   };
-  const int64_t L = r.model->config().num_hidden_layers;
   double whole = 0;
   std::string of;
   if (r.opt.memory_cap_gib > 0) {
@@ -180,9 +179,37 @@ void resolve_auto_checkpointing(const Recipe& recipe, const Registry& registry, 
     of = "this worker's share of the machine's memory, " + gib(whole);
   }
   const double budget = plan::kAutoMemoryFraction * whole;
-  const std::string within = gib(budget) + " (" + std::to_string(static_cast<int>(plan::kAutoMemoryFraction * 100)) +
-                             "% of " + of + ")";
-  const int64_t c = whole > 0 ? plan::fewest_checkpointed_layers(recipe, registry, budget) : -1;
+  within = gib(budget) + " (" + std::to_string(static_cast<int>(plan::kAutoMemoryFraction * 100)) + "% of " + of + ")";
+  return budget;
+}
+
+// [train] micro_batch_size = "auto": the largest micro-batch that divides the rows per rank and
+// whose memory plan fits; the accumulation takes the rest (the global batch is the recipe's).
+void resolve_auto_micro_batch(const Recipe& recipe, const Registry& registry, Run& r) {
+  std::string within;
+  const double budget = auto_budget(r, within);
+  const int64_t rows = r.opt.micro_batch * r.opt.accumulation;
+  const int64_t m = budget > 0 ? plan::largest_micro_batch(recipe, registry, budget) : 0;
+  r.opt.micro_batch = std::max<int64_t>(m, 1);
+  r.opt.accumulation = rows / r.opt.micro_batch;
+  if (r.ctx.rank != 0) return;
+  const std::string split = std::to_string(r.opt.micro_batch) + " x " + std::to_string(r.opt.accumulation) +
+                            " accumulation (" + std::to_string(rows) + " sequences per rank a step)";
+  if (m > 0)
+    log_info("[train] micro_batch_size = \"auto\": " + split + ", the largest micro-batch whose memory plan fits " +
+             within);
+  else
+    log_warn("[train] micro_batch_size = \"auto\": " + split + "; even a micro-batch of 1 does not fit " + within +
+             " by the memory plan");
+}
+
+// [model] checkpoint_layers = "auto": the fewest checkpointed layers whose memory plan fits (at the
+// micro-batch chosen above).
+void resolve_auto_checkpointing(const Recipe& recipe, const Registry& registry, Run& r) {
+  const int64_t L = r.model->config().num_hidden_layers;
+  std::string within;
+  const double budget = auto_budget(r, within);
+  const int64_t c = budget > 0 ? plan::fewest_checkpointed_layers(recipe, registry, budget, r.opt.micro_batch) : -1;
   if (c < 0) {
     r.model->set_activation_checkpointing(true, 0);
     if (r.ctx.rank == 0)
@@ -219,8 +246,10 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   std::error_code ec;
   fs::create_directories(r.opt.output_dir, ec);
   if (ec) throw Error("cannot create output_dir " + r.opt.output_dir + ": " + ec.message());
-  // Resuming on another world size keeps the checkpoint's global batch (train/elastic.h): decided
-  // before anything is sized by the micro-batch or the accumulation.
+  // micro_batch_size = "auto", then resuming on another world size (which keeps the checkpoint's
+  // global batch, train/elastic.h, the chosen micro-batch as its largest): decided before anything
+  // is sized by the micro-batch or the accumulation.
+  if (r.opt.micro_batch_auto) resolve_auto_micro_batch(recipe, registry, r);
   if (const std::string folder = Checkpoints::resume_folder(r.opt.checkpoint_dir, options.resume); !folder.empty()) {
     const auto [rows, world] = checkpoint::read_batch_shape(folder);
     const ElasticSplit e = elastic_split(rows, world, r.opt.micro_batch, r.opt.accumulation, r.ctx.world_size, folder);
