@@ -755,6 +755,11 @@ TEST(TrainE2E, AutoCheckpointingFitsTheCapAndAgreesWithThePlan) {
   EXPECT_RUN_OK(free);
   EXPECT_NE((free.out + free.err).find("\"auto\": 0 of 2 layers checkpointed"), std::string::npos) << free.log();
 
+  const Result off = run_wide("auto-ckpt-off", {"--set", "model.checkpoint_layers=\"auto\""});
+  EXPECT_RUN_OK(off);
+  EXPECT_NE((off.out + off.err).find("checkpoint_layers = \"auto\" has no effect without activation_checkpointing = true"),
+            std::string::npos) << off.log();
+
   const Result tight = run_wide("auto-ckpt-tight",
                            {"--set", "model.activation_checkpointing=true", "--set", "model.checkpoint_layers=\"auto\"",
                             "--set", "cluster.memory_per_device_gib=" + std::to_string(all / 2 / 1024.0)});

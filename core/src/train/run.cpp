@@ -298,6 +298,9 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   r.model->set_activation_checkpointing(r.opt.activation_checkpointing, r.opt.checkpoint_layers);
   if (r.opt.activation_checkpointing && r.opt.checkpoint_layers_auto)
     resolve_auto_checkpointing(recipe, registry, r);
+  else if (r.opt.checkpoint_layers_auto && r.ctx.rank == 0)
+    log_warn("[model] checkpoint_layers = \"auto\" has no effect without activation_checkpointing = true: no layer "
+             "is checkpointed");
   r.model->set_loss_backward(r.opt.loss_backward == "recompute" ? model::LossBackward::kRecompute
                                                                  : model::LossBackward::kInForward);
   if (r.opt.fused_kernels == "on" && !model::fused_kernels_supported(r.model->dtype(), r.model->device()))
