@@ -91,7 +91,8 @@ int main(int argc, char** argv) {
        "plugin as rank 0, the --resume checkpoint), print a summary, exit; trains nothing")
       ("plan", po::bool_switch(&o.plan),
        "print the memory plan per rank (parameters, gradients, optimizer state, activations; device "
-       "and host) and whether it fits [cluster] memory_per_device_gib, then exit; allocates nothing")
+       "and host) and whether it fits [cluster] memory_per_device_gib, then exit; allocates nothing. The "
+       "same plan sizes [train] micro_batch_size = \"auto\" and [model] checkpoint_layers = \"auto\" at start")
       ("print-recipe", po::bool_switch(&o.print_recipe),
        "print the resolved recipe (defaults included, origin of each value) and exit");
   std::vector<std::string> export_args;
