@@ -144,6 +144,8 @@ TEST(Recipe, IntegerKeyThatAlsoTakesAuto) {
        "r.toml:6:21: [model] checkpoint_layers: -2 is out of range: expected an integer >= 0 or \"auto\""},
       {kMinimal + "[model]\ncheckpoint_layers = 1.5\n",
        "r.toml:6:21: [model] checkpoint_layers: expected an integer >= 0 or \"auto\", found a float (1.5)"},
+      {"[train]\nmax_steps = 10\nglobal_batch_size = 16777217\n[data]\nplugin = \"test\"\n",
+       "r.toml:3:21: [train] global_batch_size: 16777217 is out of range: expected an integer in [0, 16777216]"},
       // Other integer keys do not take it.
       {"[train]\nmax_steps = 10\nseq_len = \"auto\"\n[data]\nplugin = \"test\"\n",
        "r.toml:3:11: [train] seq_len: expected an integer >= 1, found a string (\"auto\")"},

@@ -141,7 +141,7 @@ std::vector<SectionSpec> build_core_schema() {
         "micro-batches per optimizer step (with micro_batch_size = \"auto\": derived, this key is not read)").min(1),
       K("global_batch_size", kI, "0",
         "sequences per optimizer step over all ranks; 0 = micro_batch_size x gradient_accumulation_steps x ranks; "
-        "required with micro_batch_size = \"auto\"").min(0),
+        "required with micro_batch_size = \"auto\"").min(0).max(16777216),
       K("seq_len", kI, "512", "tokens per sequence").min(1),
       K("max_steps", kI, nullptr, "optimizer steps to run").min(1),
       K("gradient_clipping", kF, "1.0", "clip the global gradient L2 norm to this; 0 = off").min(0),
