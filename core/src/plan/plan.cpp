@@ -21,17 +21,11 @@
 
 namespace ciuic::plan {
 
-double physical_memory() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
-}
-
 namespace {
-
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kMiB = 1024.0 * 1024.0;
+}  // namespace
 
-// GiB for sizes of a GiB and more, MiB below (tiny models plan in MiB).
 std::string bytes_text(double b) {
   char buf[32];
   if (b >= kGiB || b == 0)
@@ -40,6 +34,14 @@ std::string bytes_text(double b) {
     std::snprintf(buf, sizeof buf, "%.1f MiB", b / kMiB);
   return buf;
 }
+
+double physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+namespace {
+
 
 
 // The slots that answer, in the order of ciuic/plan.h.

@@ -51,6 +51,8 @@ struct MemoryPlan {
 // a GPU recipe).
 CIUIC_API MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry);
 
+// "12.34 GiB" for sizes of a GiB and more, "12.3 MiB" below (tiny models plan in MiB).
+CIUIC_API std::string bytes_text(double bytes);
 // This machine's physical memory in bytes (0: unknown).
 CIUIC_API double physical_memory();
 

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <filesystem>
 #include <thread>
 
@@ -158,14 +157,7 @@ model::LlamaConfig recipe_model_config(const Recipe& recipe) {
 // `within` describes it for the log line. Every rank computes the same from the same recipe and
 // device kind.
 double auto_budget(const Run& r, std::string& within) {
-  auto gib = [](double bytes) {  // MiB below a GiB (tiny models)
-    char b[32];
-    if (bytes >= 1073741824.0)
-      std::snprintf(b, sizeof b, "%.2f GiB", bytes / 1073741824.0);
-    else
-      std::snprintf(b, sizeof b, "%.1f MiB", bytes / 1048576.0);
-    return std::string(b);
-  };
+  const auto gib = plan::bytes_text;
   double whole = 0;
   std::string of;
   if (r.opt.memory_cap_gib > 0) {

@@ -22,8 +22,10 @@ static_assert(sizeof(ciuic::kit::cuda::Tile) == 2 * sizeof(int64_t), "a tile is 
 namespace ciuic {
 
 namespace {
-constexpr int64_t kTile = int64_t{1} << 16;  // cuda::kTileElements
-
+constexpr int64_t kTile = int64_t{1} << 16;  // elements per tile (the kernel's block)
+#if CIUIC_KIT_CUDA_KERNELS
+static_assert(kTile == kit::cuda::kTileElements, "the table's tiles are the kernel's");
+#endif
 }  // namespace
 
 bool FusedAdamWShard::available(const c10::Device& device) {
