@@ -5,10 +5,12 @@
 // Data flow of one step on a CUDA run:
 //
 //   accumulate_grad(region, chunk)   (as the Sharding's reductions complete, during backward)
-//     chunk --D2H on the current stream--> pinned staging (reduce dtype), event recorded;
-//     the fold thread (host_accumulator.h) waits for the event and folds the staging region into
-//     the fp32 gradient shard (assign on the step's first chunk, add after; squares for the norm
-//     on the last)
+//     chunk --D2H on the current stream--> pinned host memory (reduce dtype), event recorded:
+//     straight into the gradient shard when nothing is to be added (the step's first chunk in
+//     the shard's dtype), else into the next of kLandingSlots landing slots;
+//     the fold thread (host_accumulator.h) waits for the event and folds the slot into the fp32
+//     gradient shard (assign on the step's first chunk, add after; squares for the norm on the
+//     last)
 //   finish_grads()                   waits for the folds still queued -> sum of squares
 //   step():
 //     for each tile of tile_size elements:
@@ -24,8 +26,8 @@
 //   accumulate_grad(region, chunk, last = true)
 //     fold job (as above), then an update task: AdamW on the region's master/m/v (the fold's
 //     team share during backward, the whole team once finish_grads() was called), parameters
-//     rounded into host memory (on CUDA: the region's own pinned landing zone, free again once
-//     the fold has read it)
+//     rounded into host memory (the region's own part of the gradient shard, which the update
+//     has consumed: early_out())
 //   finish_grads()                   waits for the folds only; updates may still run
 //   step(args)                       args must be the offered ones; region by region, in the
 //                                    order they were updated: wait for its update, upload its
@@ -69,6 +71,7 @@
 #include <ciuic/config.h>
 #include <ciuic/context.h>
 #include <ciuic/error.h>
+#include <ciuic/kit/host_buffer.h>
 #include <ciuic/log.h>
 #include <ciuic/optimizer.h>
 #include <ciuic/plan.h>
@@ -139,6 +142,16 @@ int usable_cpus() {
   return static_cast<int>(std::thread::hardware_concurrency());
 }
 
+// How many reduced chunks may wait in pinned host memory for their fold (CUDA runs that add
+// chunks): as many as the Sharding keeps reductions in flight (BucketSharding: up to 4).
+constexpr int kLandingSlots = 4;
+
+// Part of a region's rounded parameters in host memory, and where it goes in the region.
+struct Piece {
+  at::Tensor host;
+  int64_t offset;
+};
+
 struct Run {  // consecutive segments with the same weight-decay flag
   int64_t begin, end;
   bool decay;
@@ -201,6 +214,7 @@ class CpuAdam final : public ciuic::Optimizer {
     precision_ = s.precision;
     staged_ = force_staged_ || !device_.is_cpu();
     pinned_ = pin_option_ && device_.is_cuda();
+    one_chunk_ = s.one_chunk_per_step;
     runs_.clear();
     for (const ciuic::ShardSegment& seg : s.segments) {
       if (seg.end == seg.begin) continue;
@@ -210,28 +224,24 @@ class CpuAdam final : public ciuic::Optimizer {
         runs_.push_back({seg.begin, seg.end, seg.weight_decay});
     }
 
-    // The state buffers, and on CUDA the pinned landing zone of reduced chunks (which
-    // accumulate_grad() would otherwise allocate during the first backward), one thread each:
-    // page-locking them (cudaHostAlloc, 56 GB and more for a 7B shard) was one serial pass; the
-    // caching host allocator calls the driver outside its lock. On CPU runs an allocation only
-    // reserves address space (the pages are touched below, in parallel).
-    stage_ = at::Tensor();
-    std::vector<Alloc> allocs = {{&master_, at::kFloat, false}, {&exp_avg_, at::kFloat, false},
-                                 {&exp_avg_sq_, at::kFloat, false}, {&grad_, at::kFloat, false}};
-    if (device_.is_cuda()) allocs.push_back({&stage_, s.grad_dtype, /*pin=*/true});
-    allocate_in_parallel(allocs);
-    float* p = master_.data_ptr<float>();
-    float* m = exp_avg_.data_ptr<float>();
-    float* v = exp_avg_sq_.data_ptr<float>();
-    float* g = grad_.data_ptr<float>();
-    // First touch by the thread that will update (and fold) each piece.
-    pool_->run([&](int i) {
-      auto [b, e] = ciuic::ThreadPool::piece(0, numel_, pool_->size(), i, kAlign);
-      std::memset(p + b, 0, (e - b) * sizeof(float));
-      std::memset(m + b, 0, (e - b) * sizeof(float));
-      std::memset(v + b, 0, (e - b) * sizeof(float));
-      std::memset(g + b, 0, (e - b) * sizeof(float));
-    });
+    // The state buffers: exactly their size, zero, each page first touched by the thread that
+    // will update it (ciuic/kit/host_buffer.h). Master and moments are never copied anywhere, so
+    // never page-locked. The gradient shard (fp32; with one chunk a step kept as it comes, in
+    // grad_dtype) is page-locked on CUDA runs (pin_memory): a chunk that needs no fold lands in it
+    // directly, and the early update leaves its rounded parameters in it for the upload. The other
+    // chunks land in a ring of kLandingSlots pinned slots of one region each, and are folded from
+    // there: the host holds 16 bytes an element (12 with one bf16 chunk a step) plus the ring.
+    master_ = exp_avg_ = exp_avg_sq_ = grad_ = ring_ = at::Tensor();
+    master_ = host_empty(numel_, at::kFloat, false, "master weights");
+    exp_avg_ = host_empty(numel_, at::kFloat, false, "AdamW first moment");
+    exp_avg_sq_ = host_empty(numel_, at::kFloat, false, "AdamW second moment");
+    grad_ = host_empty(numel_, one_chunk_ ? s.grad_dtype : at::kFloat, pinned_, "gradient shard");
+    slot_numel_ = 0;
+    next_slot_ = 0;
+    if (staged_ && !one_chunk_) {
+      for (const ciuic::ShardRegion& r : s.grad_regions) slot_numel_ = std::max(slot_numel_, r.numel);
+      ring_ = host_empty(kLandingSlots * slot_numel_, s.grad_dtype, pinned_, "gradient landing slots");
+    }
     for (const ciuic::ShardValues& piece : s.initial)  // device -> host, converted to fp32
       master_.narrow(0, piece.shard_offset, piece.values.numel()).copy_(piece.values.reshape({-1}));
 
@@ -239,18 +249,19 @@ class CpuAdam final : public ciuic::Optimizer {
     copier_.reset();
     if (staged_) {
       const int64_t tile = std::min(tile_, numel_);
-      staging_[0] = host_empty(std::max<int64_t>(tile, 1), param_dtype_);
-      staging_[1] = host_empty(std::max<int64_t>(tile, 1), param_dtype_);
+      staging_[0] = host_empty(std::max<int64_t>(tile, 1), param_dtype_, pinned_, "upload tile");
+      staging_[1] = host_empty(std::max<int64_t>(tile, 1), param_dtype_, pinned_, "upload tile");
       copier_ = std::make_unique<Copier>(device_);
     }
     // Half the rank's cores fold gradients (and run early updates) while backward runs; the rest
     // keep the GPU and the links fed. After backward, early updates still running get them all.
     fold_ = std::make_unique<HostAccumulator>(static_cast<int>(s.grad_regions.size()),
-                                              fold_threads(), threads_);
+                                              fold_threads(), threads_,
+                                              ring_.defined() ? kLandingSlots : 0);
     ready_ = true;
     ciuic::log_info(std::string(kWho) + ": " + std::to_string(numel_) + " elements, " +
-                    gib(memory().host_bytes + memory().device_bytes) +
-                    (pinned_ ? " of pinned" : " of") + " host memory, " +
+                    gib(memory().host_bytes + memory().device_bytes) + " of host memory" +
+                    (pinned_ ? " (" + gib(pinned_bytes()) + " pinned)" : std::string()) + ", " +
                     std::to_string(threads_) + " threads, " + simd_name(simd_) + " kernel, " +
                     (staged_ ? "staged uploads in tiles of " + std::to_string(tile_)
                              : std::string("direct in-memory update")) +
@@ -270,6 +281,7 @@ class CpuAdam final : public ciuic::Optimizer {
     early_.args = args;
     early_.c = coefficients(hyper_, args);
     early_.done.assign(setup_.grad_regions.size(), 0);
+    early_.out.assign(setup_.grad_regions.size(), {});  // each element written by its region's task
     early_busy_s_ = 0;
     fold_->set_task_parts(fold_threads());  // backward is about to run
     return true;
@@ -279,22 +291,44 @@ class CpuAdam final : public ciuic::Optimizer {
     require_setup("accumulate_grad");
     ciuic::check_grad_chunk(setup_, region, chunk, kWho);
     const ciuic::ShardRegion& r = setup_.grad_regions[static_cast<size_t>(region)];
+    if (one_chunk_ && !first)
+      throw ciuic::Error(std::string(kWho) + ": region " + std::to_string(region) +
+                         " received a second gradient chunk in one step, but the setup said one "
+                         "chunk a step (OptimizerSetup::one_chunk_per_step)");
     at::Tensor dst = grad_.narrow(0, r.offset, r.numel);
     at::Tensor src = chunk;
+    int slot = -1;
     std::unique_ptr<c10::Event> ready;
-    if (!chunk.is_cpu()) {
+    if (staged_) {
       // The chunk crosses to pinned memory in its own dtype (bf16 runs: half the bytes), on the
-      // current stream; the fold thread waits for the event.
-      if (!stage_.defined()) stage_ = host_empty(numel_, chunk.scalar_type(), /*pin=*/true);
-      fold_->wait_free(region);  // the previous micro-batch's fold of this region is done
-      src = stage_.narrow(0, r.offset, r.numel);
+      // current stream; the fold thread waits for the event (a CPU run with pipeline = "staged"
+      // copies the same way, synchronously, for the tests). The step's first chunk in the
+      // gradient's own dtype lands in the gradient (nothing to add; with one chunk a step, every
+      // chunk), once the region's jobs of the previous step have run (its update task may have
+      // left parameters there, uploaded before that step() returned). Any other chunk lands in
+      // the next landing slot, once the fold that read it last has run.
+      if (first && chunk.scalar_type() == grad_.scalar_type()) {
+        fold_->wait_free(region);
+        src = dst;
+      } else {
+        if (!ring_.defined())
+          throw ciuic::Error(std::string(kWho) + ": a " + c10::toString(chunk.scalar_type()) +
+                             " chunk to add to the gradient, but the shard was set up for one " +
+                             c10::toString(grad_.scalar_type()) + " chunk a step");
+        slot = next_slot_;
+        next_slot_ = (next_slot_ + 1) % kLandingSlots;
+        fold_->wait_slot(slot);
+        src = ring_.narrow(0, slot * slot_numel_, r.numel);
+      }
       src.copy_(chunk, /*non_blocking=*/true);
-      const at::Device dev = chunk.device();
-      ready = std::make_unique<c10::Event>(dev.type());
-      ready->record(c10::impl::VirtualGuardImpl(dev.type()).getStream(dev));
+      if (!chunk.is_cpu()) {
+        const at::Device dev = chunk.device();
+        ready = std::make_unique<c10::Event>(dev.type());
+        ready->record(c10::impl::VirtualGuardImpl(dev.type()).getStream(dev));
+      }
     }
-    fold_->submit(region, dst, src, std::move(ready), first, last);
-    if (early_.on && last) submit_early_update(region, chunk.is_cpu());
+    fold_->submit(region, dst, src, std::move(ready), first, last, slot);
+    if (early_.on && last) submit_early_update(region);
   }
 
   at::Tensor finish_grads() override {
@@ -387,7 +421,7 @@ class CpuAdam final : public ciuic::Optimizer {
 
   ciuic::OptimizerMemory memory() const override {
     uint64_t bytes = 0;
-    for (const at::Tensor* t : {&master_, &exp_avg_, &exp_avg_sq_, &grad_, &stage_, &staging_[0],
+    for (const at::Tensor* t : {&master_, &exp_avg_, &exp_avg_sq_, &grad_, &ring_, &staging_[0],
                                 &staging_[1], &early_buf_})
       if (t->defined()) bytes += static_cast<uint64_t>(t->nbytes());
     ciuic::OptimizerMemory mem;
@@ -427,28 +461,50 @@ class CpuAdam final : public ciuic::Optimizer {
 
   int fold_threads() const { return std::max(1, threads_ / 2); }
 
-  // Where region `r`'s rounded parameters wait for step(). On CUDA: the region's own part of the
-  // pinned landing zone (stage_), reinterpreted in the parameter dtype — its reduced chunk has
-  // been folded by then (the update task runs after the region's last fold), and nothing writes
-  // it again before the next step's first chunk of the region, whose copy accumulate_grad()
-  // enqueues after wait_free(region) (this task) on the current stream, which step() made wait
-  // for the uploads. Otherwise (chunks in host memory, or a landing zone of a narrower dtype than
-  // the parameters): a host buffer of the parameter dtype, allocated once.
-  at::Tensor early_out(const ciuic::ShardRegion& r, bool chunk_on_host) {
+  // Bytes of page-locked host memory (CUDA runs with pin_memory): what copies read or write.
+  uint64_t pinned_bytes() const {
+    if (!pinned_) return 0;
+    uint64_t bytes = 0;
+    for (const at::Tensor* t : {&grad_, &ring_, &staging_[0], &staging_[1], &early_buf_})
+      if (t->defined()) bytes += static_cast<uint64_t>(t->nbytes());
+    return bytes;
+  }
+
+  // Where region `r`'s rounded parameters wait for step(), as pieces (host source, offset in the
+  // region) for the uploads. In the region's own part of the gradient shard when its elements are
+  // at least as wide as the parameters': the update task is the last job of the region's step,
+  // and nothing writes the region again before the next step's first chunk, which
+  // accumulate_grad() copies after wait_free(region) (this task), after step_early() waited for
+  // the uploads. The kernel rounds each parameter as it reads the element's gradient, one piece
+  // per team member (update_on()), so each piece's parameters start at the start of its own
+  // gradient bytes: element i's parameter never lies beyond element i's gradient, and no member
+  // overwrites gradient another has yet to read. With equal widths that is one contiguous piece.
+  // Otherwise (bf16/fp16 gradients kept as they come, fp32 parameters): a buffer of its own.
+  std::vector<Piece> early_out(const ciuic::ShardRegion& r, int parts) {
+    std::vector<Piece> out;
     const int64_t psize = static_cast<int64_t>(c10::elementSize(param_dtype_));
-    if (!chunk_on_host && stage_.defined() && stage_.element_size() % psize == 0) {
-      const int64_t ratio = stage_.element_size() / psize;
-      at::Tensor v = at::empty({0}, at::TensorOptions().dtype(param_dtype_));
-      v.set_(stage_.storage(), (stage_.storage_offset() + r.offset) * ratio, {r.numel}, {1});
-      return v;
+    const int64_t gsize = grad_.element_size();
+    if (gsize < psize) {
+      if (!early_buf_.defined())  // on the fold thread: touched by it alone (the team may be busy)
+        early_buf_ = host_empty(numel_, param_dtype_, pinned_, "early-update parameters", false);
+      out.push_back({early_buf_.narrow(0, r.offset, r.numel), 0});
+      return out;
     }
-    if (!early_buf_.defined()) early_buf_ = host_empty(numel_, param_dtype_);
-    return early_buf_.narrow(0, r.offset, r.numel);
+    const int64_t pieces = gsize == psize ? 1 : parts;
+    for (int i = 0; i < pieces; ++i) {
+      const auto [b, e] = ciuic::ThreadPool::piece(r.offset, r.offset + r.numel, static_cast<int>(pieces), i, kAlign);
+      if (b == e) continue;
+      at::Tensor v = at::empty({0}, at::TensorOptions().dtype(param_dtype_));
+      // Byte (b * gsize) of the gradient's storage, as an element index of the parameter dtype.
+      v.set_(grad_.storage(), (grad_.storage_offset() + b) * gsize / psize, {e - b}, {1});
+      out.push_back({v, b - r.offset});
+    }
+    return out;
   }
 
   // Queues the update of `region` (its last chunk of the step has just been submitted to the
   // fold): it runs on the fold thread after that fold, with the offered step's coefficients.
-  void submit_early_update(int region, bool chunk_on_host) {
+  void submit_early_update(int region) {
     const auto i = static_cast<size_t>(region);
     if (early_.done.at(i))
       throw ciuic::Error(std::string(kWho) + ": region " + std::to_string(region) +
@@ -456,23 +512,28 @@ class CpuAdam final : public ciuic::Optimizer {
     const ciuic::ShardRegion r = setup_.grad_regions[i];
     early_.done[i] = 1;
     early_.order.push_back(region);
-    early_.out.resize(setup_.grad_regions.size());
-    early_.out[i] = early_out(r, chunk_on_host);
     early_incomplete_ = true;
     const Coefficients c = early_.c;
     const int64_t t = early_.args.t;
-    at::Tensor out = early_.out[i];
-    fold_->submit_task(region, [this, r, c, t, out](ciuic::ThreadPool& team, int parts) mutable {
+    // The pieces depend on the team share the task gets when it starts: it records them in
+    // early_.out[i], which step_early() reads after wait_free(region).
+    fold_->submit_task(region, [this, r, i, c, t](ciuic::ThreadPool& team, int parts) {
       const auto t0 = Clock::now();
+      std::vector<Piece> out = early_out(r, parts);
       if (r.numel > 0) {
         const bool fused_rounding = precision_->rounds_to_nearest();
-        update_on(team, parts, r.offset, r.offset + r.numel, fused_rounding ? out.data_ptr() : nullptr,
-                  to_dtype(param_dtype_), c);
-        if (!fused_rounding) {
-          at::Tensor master = master_.narrow(0, r.offset, r.numel);
-          precision_->round_to_param(master, out, r.offset, t);
-        }
+        const Dtype od = to_dtype(param_dtype_);
+        // Piece k of the update writes at out[k] (update_on() splits as early_out() did).
+        const int64_t pitch = out.size() > 1 ? grad_.element_size() : dtype_size(od);
+        update_on(team, parts, r.offset, r.offset + r.numel,
+                  fused_rounding ? out.front().host.data_ptr() : nullptr, od, c, pitch);
+        if (!fused_rounding)  // after the whole region's update: no gradient is read any more
+          for (Piece& piece : out) {
+            at::Tensor master = master_.narrow(0, r.offset + piece.offset, piece.host.numel());
+            precision_->round_to_param(master, piece.host, r.offset + piece.offset, t);
+          }
       }
+      early_.out[i] = std::move(out);
       early_busy_s_ += seconds_since(t0);  // tasks run one at a time; step() reads it after them
     });
   }
@@ -509,17 +570,18 @@ class CpuAdam final : public ciuic::Optimizer {
       update_wait_s_ += seconds_since(tw);
       const ciuic::ShardRegion& r = setup_.grad_regions[static_cast<size_t>(region)];
       if (r.numel == 0) continue;
-      at::Tensor dst = out.narrow(0, r.offset, r.numel);
-      const at::Tensor& src = early_.out[static_cast<size_t>(region)];
-      if (staged_)
-        last_upload = copier_->upload(dst, src);
-      else
-        dst.copy_(src);
+      for (const Piece& piece : early_.out[static_cast<size_t>(region)]) {
+        at::Tensor dst = out.narrow(0, r.offset + piece.offset, piece.host.numel());
+        if (staged_)
+          last_upload = copier_->upload(dst, piece.host);
+        else
+          dst.copy_(piece.host);
+      }
     }
     if (staged_) {
       copier_->current_stream_waits_for_uploads();
-      // Uploads complete in order. The landing zone is rewritten only after the current stream
-      // passed them, but early_buf_ (if used) is rewritten by the host: wait for the last one.
+      // Uploads complete in order. Their sources (the gradient shard, early_buf_) are rewritten by
+      // the host (folds, the next update): wait for the last one.
       if (last_upload >= 0) timed_wait(last_upload);
       copier_->reset();
     }
@@ -528,41 +590,15 @@ class CpuAdam final : public ciuic::Optimizer {
     early_incomplete_ = false;
   }
 
-  struct Alloc {
-    at::Tensor* out;
-    at::ScalarType dtype;
-    bool pin_on_cuda;
-  };
-  // *a.out = host_empty(numel_, a.dtype, a.pin_on_cuda) for each, on one thread each; the first
-  // failure is rethrown after all have finished.
-  void allocate_in_parallel(const std::vector<Alloc>& allocs) {
-    std::vector<std::exception_ptr> errors(allocs.size());
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < allocs.size(); ++i)
-      threads.emplace_back([&, i] {
-        try {
-          *allocs[i].out = host_empty(numel_, allocs[i].dtype, allocs[i].pin_on_cuda);
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-      });
-    for (auto& t : threads) t.join();
-    for (const auto& e : errors)
-      if (e) std::rethrow_exception(e);
-  }
-
-  at::Tensor host_empty(int64_t n, at::ScalarType dtype, bool pin_on_cuda = false) const {
-    const bool pin = pinned_ || (pin_on_cuda && device_.is_cuda());
-    const auto opts = at::TensorOptions().dtype(dtype).device(at::kCPU).pinned_memory(pin);
-    try {
-      return at::empty({n}, opts);
-    } catch (const std::exception& e) {
-      const uint64_t bytes = static_cast<uint64_t>(n) * c10::elementSize(dtype);
-      throw ciuic::Error(std::string(kWho) + ": could not allocate " + std::to_string(bytes) +
-                         " bytes (" + gib(bytes) + ") of " + (pin ? "pinned " : "") +
-                         "host memory" + (pin ? " (try pin_memory = false)" : "") + ": " +
-                         e.what());
-    }
+  // n zeros of `dtype` in host memory, page-locked when `pin` (and the run is on CUDA), each page
+  // first touched by the update team's thread of its piece.
+  at::Tensor host_empty(int64_t n, at::ScalarType dtype, bool pin, const char* what,
+                        bool with_team = true) const {
+    ciuic::kit::HostBufferOptions o;
+    o.pin = pin && device_.is_cuda();
+    o.team = with_team ? pool_.get() : nullptr;
+    o.align = kAlign;
+    return ciuic::kit::host_buffer(n, dtype, o, std::string(kWho) + ": " + what);
   }
 
   // AdamW on elements [begin, end) with the whole team, reading the gradient shard in place.
@@ -575,12 +611,19 @@ class CpuAdam final : public ciuic::Optimizer {
 
   // The same on `parts` members of `team` (the others return at once). Each element's result
   // depends only on its inputs and `c`, never on the split.
+  // `pitch`: piece k's output starts at out + (its first element - begin) * pitch bytes
+  // (dtype_size(od): one contiguous output; larger: each piece at the start of its own gradient
+  // bytes, early_out()).
   void update_on(ciuic::ThreadPool& team, int parts, int64_t begin, int64_t end, void* out, Dtype od,
-                 const Coefficients& c) {
-    const float* grad = grad_.const_data_ptr<float>() + begin;
+                 const Coefficients& c, int64_t pitch = 0) {
+    if (pitch == 0) pitch = dtype_size(od);
+    const Dtype gd = to_dtype(grad_.scalar_type());
+    const char* grad = static_cast<const char*>(grad_.const_data_ptr()) + begin * dtype_size(gd);
     team.run([&](int i) {
       if (i >= parts) return;
       auto [b, e] = ciuic::ThreadPool::piece(begin, end, parts, i, kAlign);
+      const int64_t first = b;
+      char* piece_out = out ? static_cast<char*>(out) + (first - begin) * pitch : nullptr;
       auto run = std::upper_bound(runs_.begin(), runs_.end(), b,
                                   [](int64_t x, const Run& r) { return x < r.end; });
       for (; b < e && run != runs_.end(); ++run) {
@@ -589,9 +632,9 @@ class CpuAdam final : public ciuic::Optimizer {
         a.p = master_.data_ptr<float>() + b;
         a.m = exp_avg_.data_ptr<float>() + b;
         a.v = exp_avg_sq_.data_ptr<float>() + b;
-        a.grad = grad + (b - begin);
-        a.grad_dtype = Dtype::kF32;
-        a.out = out ? static_cast<char*>(out) + (b - begin) * dtype_size(od) : nullptr;
+        a.grad = grad + (b - begin) * dtype_size(gd);
+        a.grad_dtype = gd;
+        a.out = piece_out ? piece_out + (b - first) * dtype_size(od) : nullptr;
         a.out_dtype = od;
         a.n = f - b;
         a.c = c;
@@ -654,11 +697,14 @@ class CpuAdam final : public ciuic::Optimizer {
   at::ScalarType param_dtype_ = at::kFloat;
   const ciuic::Precision* precision_ = nullptr;
   bool staged_ = false;
-  bool pinned_ = false;
+  bool pinned_ = false;     // pin_memory on a CUDA run: the buffers copies use are page-locked
+  bool one_chunk_ = false;  // OptimizerSetup::one_chunk_per_step: the gradient is kept as it comes
   std::vector<Run> runs_;
   at::Tensor master_, exp_avg_, exp_avg_sq_;  // fp32, host
-  at::Tensor grad_;                           // fp32, host: the gradient shard
-  at::Tensor stage_;                          // CUDA: pinned landing zone of reduced chunks
+  at::Tensor grad_;  // host: the gradient shard (fp32; one chunk a step: grad_dtype); pinned on CUDA
+  at::Tensor ring_;  // staged (CUDA), unless one chunk a step: kLandingSlots slots of slot_numel_
+  int64_t slot_numel_ = 0;  // the largest gradient region
+  int next_slot_ = 0;
   at::Tensor staging_[2];                     // staged: parameter tiles (param dtype)
   std::unique_ptr<Copier> copier_;
 
@@ -669,11 +715,11 @@ class CpuAdam final : public ciuic::Optimizer {
     Coefficients c;
     std::vector<char> done;       // per region: its update was queued
     std::vector<int> order;       // regions in the order their updates were queued
-    std::vector<at::Tensor> out;  // per region: its rounded parameters until step() (early_out())
+    std::vector<std::vector<Piece>> out;  // per region: its rounded parameters until step() (early_out())
   };
   Early early_;
   bool early_incomplete_ = false;  // updates were queued and step() has not finished them
-  at::Tensor early_buf_;           // early_out() when the landing zone cannot hold parameters
+  at::Tensor early_buf_;           // early_out() when the gradient cannot hold parameters
   double early_busy_s_ = 0;        // seconds of this step's update tasks (fold thread)
 
   // Last step's timings (seconds) and path.
@@ -695,7 +741,10 @@ const ciuic::OptionSpec kOptions[] = {
      "AdamW kernel: auto (the best this CPU supports), avx512, avx2, scalar", NAN, NAN,
      "auto|avx512|avx2|scalar"},
     {"pin_memory", ciuic::OptionType::kBool, "true",
-     "page-locked host buffers on CUDA runs (asynchronous, faster copies)", NAN, NAN, nullptr},
+     "page-lock the host buffers that copies use on CUDA runs (the gradient shard, the landing "
+     "slots of reduced chunks, the upload tiles: asynchronous, faster copies); master and "
+     "moments are never pinned, no copy touches them",
+     NAN, NAN, nullptr},
     {"tile_size", ciuic::OptionType::kInt, "4194304",
      "elements per tile: the unit in which copies and the update overlap", 4096, 1073741824.0,
      nullptr},
@@ -713,23 +762,33 @@ const ciuic::OptionSpec kOptions[] = {
      nullptr},
 };
 
-// The planner's answer: master, moments and the gradient shard in (pinned) host memory on GPU
-// runs, plus the landing zone of reduced chunks and two upload tiles.
+// The planner's answer, as setup() allocates (memory() reports the same bytes): master and
+// moments; the gradient shard (fp32, or with one chunk a step the chunks' dtype; pinned on GPU
+// runs); on GPU runs the landing slots of chunks to fold (unless one chunk a step) and two upload
+// tiles; the early update's parameters only where the gradient is narrower than they are.
 void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
   const double S = static_cast<double>(p.shard_numel > 0 ? p.shard_numel : p.num_parameters);
   const bool host = p.cuda;  // on a CPU run the run's "device" is host memory
+  const bool one = p.one_chunk_per_step;
   const std::string pin = host && cfg.get_bool("pin_memory") ? "pinned, " : "";
-  p.add("master weights + AdamW moments", !host, S * 12, pin + "fp32 x 3 per shard element");
-  p.add("gradient shard", !host, S * 4, pin + "fp32, folded from reduced chunks");
+  const int grad_bytes = one ? p.grad_bytes : 4;
+  p.add("master weights + AdamW moments", !host, S * 12, "fp32 x 3 per shard element");
+  p.add("gradient shard", !host, S * grad_bytes,
+        pin + (one ? "kept as it comes, one chunk a step; chunks land in it"
+                   : "fp32: the step's first fp32 chunk lands in it, the others are added"));
   if (host) {
-    p.add("gradient staging", false, S * p.grad_bytes, "pinned, reduced chunks before the fold");
+    if (!one) {
+      const double slot = static_cast<double>(p.grad_chunk_elements > 0 ? p.grad_chunk_elements : p.shard_numel);
+      p.add("gradient landing slots", false, kLandingSlots * std::min(S, slot) * p.grad_bytes,
+            pin + std::to_string(kLandingSlots) + " reduced chunks waiting for their fold");
+    }
     p.add("parameter upload tiles", false,
           2.0 * std::min<double>(S, static_cast<double>(cfg.get_int("tile_size"))) * p.param_bytes,
-          "two tiles in flight");
+          pin + "two tiles in flight");
   }
-  // The early update's rounded parameters wait for step() in the landing zone of reduced chunks
-  // on GPU runs (when its dtype is at least as wide), else in a buffer of their own.
-  if (cfg.get_string("overlap_update") != "off" && (!host || p.reduce_bytes < p.param_bytes))
+  // The early update leaves its parameters in the gradient shard when its elements are at least
+  // as wide (early_out()), else in a buffer of their own.
+  if (cfg.get_string("overlap_update") != "off" && grad_bytes < p.param_bytes)
     p.add("early-update parameters", !host, S * p.param_bytes,
           pin + "rounded parameters of regions updated during backward, until the step");
 }

@@ -54,21 +54,59 @@ double fold_range(float* dst, const S* src, int64_t n, bool assign, bool squares
   return total;
 }
 
+// A gradient kept as it came (one chunk a step, dst of src's dtype): dst[0, n) = src (nothing to
+// copy when dst is src); the sum of squares of the values as fp32, summed exactly as fold_range
+// sums the fp32 values it assigns (the same lanes and order: the same result bit for bit).
+template <class S>
+double keep_range(S* dst, const S* src, int64_t n, bool squares) {
+  if (dst != src) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(S));
+  if (!squares) return 0;
+  constexpr int64_t kBlock = 1024;
+  double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t e = std::min(n, b + kBlock);
+    int64_t i = b;
+    for (; i + 8 <= e; i += 8)
+      for (int k = 0; k < 8; ++k) {
+        const double x = to_float(src[i + k]);
+        lane[k] += x * x;
+      }
+    for (; i < e; ++i) {
+      const double x = to_float(src[i]);
+      lane[0] += x * x;
+    }
+  }
+  double total = 0;
+  for (double l : lane) total += l;
+  return total;
+}
+
 }  // namespace
 
-double HostAccumulator::fold(float* dst, const at::Tensor& src, bool assign, bool squares) {
+double HostAccumulator::fold(const at::Tensor& dst_t, const at::Tensor& src, bool assign,
+                             bool squares) {
   const int64_t n = src.numel();
   // Small jobs on one thread: waking the team costs more than it saves.
   const int parts = n < (1 << 16) ? 1 : fold_parts_;
   std::vector<double> partial(static_cast<size_t>(parts), 0.0);
   const at::ScalarType st = src.scalar_type();
   const void* s = src.const_data_ptr();
+  void* d = dst_t.data_ptr();
+  // A narrow destination keeps the chunk as it came (submit() checked: same dtype, assign).
+  const bool kept = dst_t.scalar_type() != at::kFloat;
   auto body = [&](int i) {
     if (i >= parts) return;
     const auto [b, e] = ciuic::ThreadPool::piece(0, n, parts, i, /*align=*/64);
     if (b >= e) return;
     double r = 0;
-    if (st == at::kFloat) r = fold_range(dst + b, static_cast<const float*>(s) + b, e - b, assign, squares);
+    float* dst = static_cast<float*>(d);
+    if (kept && st == at::kBFloat16)
+      r = keep_range(static_cast<uint16_t*>(d) + b, static_cast<const uint16_t*>(s) + b, e - b, squares);
+    else if (kept)
+      r = keep_range(static_cast<c10::Half*>(d) + b, static_cast<const c10::Half*>(s) + b, e - b, squares);
+    else if (d == s)  // fp32, already in place (assign: submit() checked)
+      r = keep_range(dst + b, static_cast<const float*>(s) + b, e - b, squares);
+    else if (st == at::kFloat) r = fold_range(dst + b, static_cast<const float*>(s) + b, e - b, assign, squares);
     else if (st == at::kBFloat16) r = fold_range(dst + b, static_cast<const uint16_t*>(s) + b, e - b, assign, squares);
     else r = fold_range(dst + b, static_cast<const c10::Half*>(s) + b, e - b, assign, squares);
     partial[static_cast<size_t>(i)] = r;
@@ -80,10 +118,11 @@ double HostAccumulator::fold(float* dst, const at::Tensor& src, bool assign, boo
   return total;
 }
 
-HostAccumulator::HostAccumulator(int buckets, int threads, int team)
+HostAccumulator::HostAccumulator(int buckets, int threads, int team, int slots)
     : team_(std::make_unique<ciuic::ThreadPool>(std::max({1, threads, team}))),
       fold_parts_(std::max(1, threads)),
       pending_(static_cast<size_t>(buckets), 0),
+      slot_pending_(static_cast<size_t>(std::max(0, slots)), 0),
       task_parts_(fold_parts_),
       seen_(static_cast<size_t>(buckets), 0) {
   thread_ = std::thread([this] { loop(); });
@@ -117,18 +156,38 @@ void HostAccumulator::wait_free(int bucket) {
   rethrow_locked();
 }
 
+void HostAccumulator::wait_slot(int slot) {
+  const auto t0 = Clock::now();
+  std::unique_lock<std::mutex> l(mu_);
+  const int64_t& pending = slot_pending_.at(static_cast<size_t>(slot));
+  if (pending > 0) {
+    cv_.wait(l, [&] { return pending == 0 || error_; });
+    times_.blocked_s += since(t0);
+  }
+  rethrow_locked();
+}
+
 void HostAccumulator::submit(int bucket, at::Tensor dst, at::Tensor src,
-                             std::unique_ptr<c10::Event> ready, bool assign, bool squares) {
-  if (!dst.is_cpu() || dst.scalar_type() != at::kFloat || !dst.is_contiguous() || !src.is_cpu() ||
-      !src.is_contiguous() || src.numel() != dst.numel() ||
+                             std::unique_ptr<c10::Event> ready, bool assign, bool squares, int slot) {
+  if (slot >= static_cast<int>(slot_pending_.size()))
+    throw ciuic::Error("optimizer cpu_adam: landing slot " + std::to_string(slot) + " of " +
+                       std::to_string(slot_pending_.size()));
+  const bool kept = dst.scalar_type() != at::kFloat ||
+                    (dst.numel() > 0 && dst.const_data_ptr() == src.const_data_ptr());
+  if (!dst.is_cpu() || !dst.is_contiguous() || !src.is_cpu() || !src.is_contiguous() ||
+      src.numel() != dst.numel() ||
       (src.scalar_type() != at::kFloat && src.scalar_type() != at::kBFloat16 &&
-       src.scalar_type() != at::kHalf))
-    throw ciuic::Error("optimizer cpu_adam: host gradient accumulation needs a contiguous fp32 CPU destination and "
-                "a CPU fp32/bf16/fp16 source of the same length");
+       src.scalar_type() != at::kHalf) ||
+      (kept && (!assign || dst.scalar_type() != src.scalar_type())))
+    throw ciuic::Error("optimizer cpu_adam: host gradient accumulation needs a contiguous CPU "
+                       "fp32/bf16/fp16 source and a destination of the same length: fp32, or, "
+                       "for a chunk kept as it came (assign), of the source's dtype or the source "
+                       "itself");
   {
     std::lock_guard<std::mutex> l(mu_);
     rethrow_locked();
     ++pending_.at(static_cast<size_t>(bucket));
+    if (slot >= 0) ++slot_pending_[static_cast<size_t>(slot)];
     ++pending_folds_;
     ++pending_all_;
     Job job;
@@ -138,6 +197,7 @@ void HostAccumulator::submit(int bucket, at::Tensor dst, at::Tensor src,
     job.ready = std::move(ready);
     job.assign = assign;
     job.squares = squares;
+    job.slot = slot;
     queue_.push_back(std::move(job));
   }
   cv_.notify_all();
@@ -228,7 +288,7 @@ void HostAccumulator::loop() {
         job.task(*team_, parts);
       } else {
         if (job.ready) job.ready->synchronize();
-        sq = fold(job.dst.data_ptr<float>(), job.src, job.assign, job.squares);
+        sq = fold(job.dst, job.src, job.assign, job.squares);
       }
     } catch (...) {
       err = std::current_exception();
@@ -239,6 +299,7 @@ void HostAccumulator::loop() {
     {
       std::lock_guard<std::mutex> l(mu_);
       --pending_.at(static_cast<size_t>(job.bucket));
+      if (job.slot >= 0) --slot_pending_[static_cast<size_t>(job.slot)];
       --pending_all_;
       if (!is_task) {
         --pending_folds_;

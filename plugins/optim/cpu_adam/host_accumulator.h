@@ -2,13 +2,13 @@
 // memory (Optimizer::accumulate_grad, ciuic/optimizer.h).
 //
 // Each reduced bucket chunk crosses to pinned host memory in the reduce dtype (bf16 on bf16 runs:
-// half the bytes of fp32) and is folded into the fp32 gradient shard on the host by this object's
-// background thread, while the GPU goes on with backward and the next micro-batches:
+// half the bytes of fp32) — into one of cpu_adam's landing slots, or straight into the gradient
+// shard when nothing is to be added — and is folded into the fp32 gradient shard on the host by
+// this object's background thread, while the GPU goes on with backward and the next micro-batches:
 //
 //   autograd thread (accumulate_grad)             accumulator thread
-//   wait_free(bucket)  <- previous job on the
-//                         bucket's staging region
-//   D2H copy into staging, record event
+//   wait_slot(slot)    <- the slot's previous fold
+//   D2H copy into the slot, record event
 //   submit(job) --------------------------------->  wait event; dst = (assign ? 0 : dst) + src,
 //                                                   in parallel; sum of squares of dst if asked
 //   step(): wait_all() -> sum of squares  <-------  done
@@ -18,7 +18,7 @@
 // take ~0.05 s). Besides folds the thread runs tasks: cpu_adam's early update of a region
 // (cpu_adam.cpp), queued behind the region's last fold. Order: a job never overtakes an earlier
 // job of its own bucket; among the jobs free to run, folds go first (they gate finish_grads() and
-// the staging regions backward may wait for), then tasks in submission order. So folds run in
+// the landing slots backward may wait for), then tasks in submission order. So folds run in
 // submission order (squares summed in the same order with or without tasks). Without
 // it, the 8 micro-batches of the DeepSeek-7B recipe each waited on the GPU stream and added a
 // 13.8 GB fp32 staging shard on the training thread (~1.1 s exposed per micro-batch on 2xH200).
@@ -49,9 +49,10 @@ namespace ciuic_cpu_adam {
 
 class HostAccumulator {
  public:
-  // `buckets`: how many staging regions wait_free() tracks; `threads`: the team share of a fold
-  // (and of a task until set_task_parts()); `team`: the team's size (at least `threads`).
-  HostAccumulator(int buckets, int threads, int team = 0);
+  // `buckets`: how many gradient regions wait_free() tracks; `threads`: the team share of a fold
+  // (and of a task until set_task_parts()); `team`: the team's size (at least `threads`);
+  // `slots`: how many landing slots wait_slot() tracks.
+  HostAccumulator(int buckets, int threads, int team = 0, int slots = 0);
   ~HostAccumulator();
   HostAccumulator(const HostAccumulator&) = delete;
   HostAccumulator& operator=(const HostAccumulator&) = delete;
@@ -63,8 +64,14 @@ class HostAccumulator {
   // Queues dst = (assign ? 0 : dst) + src for a CPU fp32 `dst` and a CPU `src` of the same
   // length (fp32, bf16 or fp16), after `ready` (the copy that fills src; null: src is ready).
   // With `squares`, dst's sum of squares after the update is added to what wait_all() returns.
+  // A gradient kept as it came (one chunk a step) is an `assign` job whose `dst` has src's dtype
+  // (dst = src, copied) or is src itself (nothing to copy): its squares are those of src as
+  // fp32, the same value an fp32 `dst` would give.
+  // `slot` (>= 0): src lies in that landing slot, free again (wait_slot()) once this fold ran.
   void submit(int bucket, at::Tensor dst, at::Tensor src, std::unique_ptr<c10::Event> ready,
-              bool assign, bool squares);
+              bool assign, bool squares, int slot = -1);
+  // Blocks until every fold submitted with `slot` has run, so the slot may be overwritten.
+  void wait_slot(int slot);
 
   // Queues fn(team, parts) for `bucket`: it runs after every job submitted before it for the same
   // bucket, on the private thread, and may split its work over parts(<= team.size()) members of
@@ -94,13 +101,14 @@ class HostAccumulator {
     at::Tensor dst, src;  // a fold (task empty)
     std::unique_ptr<c10::Event> ready;
     bool assign = false, squares = false;
+    int slot = -1;
     Task task;
   };
   void loop();
   // Index in queue_ of the next job to run (mu_ held, queue_ not empty).
   size_t pick_locked();
   void rethrow_locked();
-  double fold(float* dst, const at::Tensor& src, bool assign, bool squares);
+  double fold(const at::Tensor& dst, const at::Tensor& src, bool assign, bool squares);
 
   std::unique_ptr<ciuic::ThreadPool> team_;  // used by the accumulator thread only
   int fold_parts_ = 1;
@@ -108,6 +116,7 @@ class HostAccumulator {
   std::condition_variable cv_;
   std::deque<Job> queue_;
   std::vector<int64_t> pending_;  // per bucket: jobs queued or running
+  std::vector<int64_t> slot_pending_;  // per landing slot: folds queued or running that read it
   int64_t pending_folds_ = 0, pending_all_ = 0;
   int task_parts_ = 1;
   std::vector<char> seen_;  // pick_locked()'s scratch: buckets with an earlier queued job

@@ -10,6 +10,7 @@
 // update in step(), bit for bit, and its misuse.
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -24,6 +25,7 @@
 #include <ciuic/context.h>
 #include <ciuic/error.h>
 #include <ciuic/kit/fused_adamw.h>
+#include <ciuic/kit/host_buffer.h>
 #include <ciuic/kit/shard_optimizer.h>
 #include <ciuic/optimizer.h>
 #include <ciuic/precision.h>
@@ -515,8 +517,8 @@ TEST(OptimizerCpuAdam, MemoryAndMetrics) {
 
   auto staged = make_cpu_adam("pipeline = \"staged\"\ntile_size = 4096");
   staged->setup(make_setup(at::kBFloat16, initial_master()));
-  // master, m, v, gradient + two bf16 staging tiles.
-  EXPECT_EQ(staged->memory().device_bytes, static_cast<uint64_t>(16 * kNumel + 2 * 2 * 4096));
+  // master, m, v, gradient + 4 fp32 landing slots of the largest region (4000) + two bf16 tiles.
+  EXPECT_EQ(staged->memory().device_bytes, static_cast<uint64_t>(16 * kNumel + 4 * 4000 * 4 + 2 * 2 * 4096));
 }
 
 // ---- both: the gradient sink --------------------------------------------------------------------
@@ -875,12 +877,13 @@ double metric(const Optimizer& o, const std::string& key) {
 // `steps` steps of `parts` contributions each; with `offer`, each step is offered for an early
 // update first (which must be accepted). The state after every step.
 std::vector<RunResult> run_offered(Optimizer& o, bool offer, int64_t steps, int parts,
-                                   at::ScalarType param, at::ScalarType grad, double scale) {
-  at::Tensor params = at::empty({kNumel}, at::TensorOptions().dtype(param));
+                                   at::ScalarType param, at::ScalarType grad, double scale,
+                                   c10::Device device = c10::kCPU) {
+  at::Tensor params = at::empty({kNumel}, at::TensorOptions().dtype(param).device(device));
   std::vector<RunResult> out;
   for (int64_t t = 1; t <= steps; ++t) {
     if (offer) EXPECT_TRUE(o.offer_early_update(hyper(t, scale)));
-    feed(o, gradient(t, grad), parts);
+    feed(o, gradient(t, grad), parts, device);
     if (offer) {
       // The regions were queued for their update before step(): the state is partly updated
       // until step() finishes it, and may not be saved meanwhile.
@@ -894,19 +897,27 @@ std::vector<RunResult> run_offered(Optimizer& o, bool offer, int64_t steps, int 
   return out;
 }
 
+// `one_chunk`: the setup's one_chunk_per_step (parts must be 1); `device`: where chunks and
+// parameters live (CUDA: the staged copies and the landing zone, which with one chunk a step is
+// the gradient itself and, for equal widths, where the early update leaves the parameters).
 void expect_early_equals_late(const std::string& options, at::ScalarType param, at::ScalarType grad,
                               double scale, int parts, const ciuic::Precision* precision,
-                              const std::string& what) {
-  SCOPED_TRACE(what + " parts " + std::to_string(parts));
+                              const std::string& what, bool one_chunk = false,
+                              c10::Device device = c10::kCPU) {
+  SCOPED_TRACE(what + " parts " + std::to_string(parts) + (one_chunk ? " one chunk" : ""));
   auto late = make_cpu_adam(options);
   auto early = make_cpu_adam(options);
   const at::Tensor init = initial_master().to(param).to(at::kFloat);
   // feed(): one contribution keeps the gradient's dtype, several are fp32.
   const at::ScalarType chunks = parts == 1 ? grad : at::kFloat;
-  late->setup(make_setup(param, init, precision, chunks));
-  early->setup(make_setup(param, init, precision, chunks));
-  const auto a = run_offered(*late, false, 6, parts, param, grad, scale);
-  const auto b = run_offered(*early, true, 6, parts, param, grad, scale);
+  for (Optimizer* o : {late.get(), early.get()}) {
+    OptimizerSetup s = make_setup(param, init.to(device), precision, chunks);
+    s.device = device;
+    s.one_chunk_per_step = one_chunk;
+    o->setup(s);
+  }
+  const auto a = run_offered(*late, false, 6, parts, param, grad, scale, device);
+  const auto b = run_offered(*early, true, 6, parts, param, grad, scale, device);
   for (size_t i = 0; i < a.size(); ++i)
     expect_bitwise_equal(b[i], a[i], "early vs late after step " + std::to_string(i + 1));
   EXPECT_FALSE(at::equal(a.front().master, a.back().master));  // it did train
@@ -923,9 +934,19 @@ TEST(OptimizerCpuAdam, EarlyUpdateIsBitwiseTheUpdateInStep) {
     for (const Case& c : {Case{at::kFloat, at::kFloat, 1.0}, Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024},
                           Case{at::kBFloat16, at::kFloat, 0.5}})
       for (int parts : {1, 3})
-        expect_early_equals_late(v.options, c.param, c.grad, c.scale, parts, &kNearestEven,
-                                 v.name + " param " + c10::toString(c.param) + " grad " +
-                                     c10::toString(c.grad));
+        for (bool one_chunk : {false, true}) {
+          if (one_chunk && parts > 1) continue;
+          expect_early_equals_late(v.options, c.param, c.grad, c.scale, parts, &kNearestEven,
+                                   v.name + " param " + c10::toString(c.param) + " grad " +
+                                       c10::toString(c.grad),
+                                   one_chunk);
+        }
+  // Six threads: the tasks run on 3 (backward) or 6, so with fp32 gradients and bf16 parameters the
+  // parameters wait in the gradient's place in 3 or 6 pieces (early_out()).
+  for (const char* options : {"threads = 6", "threads = 6\npipeline = \"staged\"\ntile_size = 4096"})
+    for (int parts : {1, 3})
+      expect_early_equals_late(options, at::kBFloat16, at::kFloat, 0.5, parts, &kNearestEven,
+                               std::string("pieces, ") + options);
   // The policy's own rounding, called per region by the update tasks.
   for (const char* options : {"threads = 3", "threads = 3\npipeline = \"staged\"\ntile_size = 4096"}) {
     TowardZero tz;
@@ -989,4 +1010,163 @@ TEST(OptimizerCpuAdam, EarlyUpdateOfferAndMisuse) {
   feed(*o, gradient(2, at::kFloat));
   o->step(hyper(2), params);
   EXPECT_EQ(metric(*o, "optim_update_early"), 0.0);
+}
+
+// ---- host memory: ciuic/kit/host_buffer.h, and what cpu_adam keeps there -------------------------
+
+namespace {
+
+// This process's resident memory (VmRSS), in bytes.
+int64_t resident_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
+  ADD_FAILURE() << "no VmRSS in /proc/self/status";
+  return 0;
+}
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// A host_buffer() of `bytes` (over 256 MiB, not a power of two) made by `make`: resident as soon
+// as it returns (first-touched), exactly its size (a power-of-two allocator would take 512 MiB),
+// zero, usable, and given back to the system when the tensor goes.
+void expect_exact_and_released(int64_t bytes, const std::function<at::Tensor()>& make) {
+  const int64_t before = resident_bytes();
+  at::Tensor b = make();
+  const int64_t grown = resident_bytes() - before;
+  EXPECT_EQ(b.nbytes(), static_cast<size_t>(bytes));
+  EXPECT_TRUE(b.is_cpu());
+  EXPECT_TRUE(b.is_contiguous());
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data_ptr()) % 64, 0u);
+  EXPECT_GE(grown, bytes - 4 * kMiB);
+  EXPECT_LE(grown, bytes + 8 * kMiB);
+  EXPECT_EQ(at::count_nonzero(b).item<int64_t>(), 0);
+  b.fill_(3);
+  EXPECT_EQ(b.to(at::kDouble).sum().item<double>(), 3.0 * static_cast<double>(b.numel()));
+  b = at::Tensor();
+  EXPECT_LT(resident_bytes() - before, 8 * kMiB);
+}
+
+}  // namespace
+
+TEST(HostBuffer, ExactlyTheBytesAskedForTouchedZeroAndReleased) {
+  ciuic::ThreadPool team(3);
+  for (ciuic::ThreadPool* t : {static_cast<ciuic::ThreadPool*>(nullptr), &team}) {
+    SCOPED_TRACE(t ? "3 threads" : "the calling thread");
+    ciuic::kit::HostBufferOptions o;
+    o.team = t;
+    const int64_t n = 128 * kMiB + 2051;  // bf16: 256 MiB + 4102 bytes
+    expect_exact_and_released(2 * n, [&] { return ciuic::kit::host_buffer(n, at::kBFloat16, o, "test"); });
+    // Small buffers: below a page, below a huge page; and none at all.
+    for (int64_t small : {int64_t{1}, int64_t{1000}, int64_t{300000}}) {
+      const at::Tensor b = ciuic::kit::host_buffer(small, at::kFloat, o, "test");
+      EXPECT_EQ(b.numel(), small);
+      EXPECT_EQ(at::count_nonzero(b).item<int64_t>(), 0);
+    }
+    EXPECT_EQ(ciuic::kit::host_buffer(0, at::kFloat, o, "test").numel(), 0);
+  }
+  ciuic::kit::HostBufferOptions o;
+  std::string e = error_of([&] { ciuic::kit::host_buffer(-1, at::kFloat, o, "optimizer x: master weights"); });
+  EXPECT_TRUE(contains(e, "optimizer x: master weights: host buffer of -1 elements (expected a count >= 0)")) << e;
+  e = error_of([&] { ciuic::kit::host_buffer(int64_t{1} << 61, at::kFloat, o, "optimizer x: moments"); });
+  EXPECT_TRUE(contains(e, "optimizer x: moments: host buffer of 2305843009213693952 elements of Float is larger than any host memory")) << e;
+}
+
+// Pinned: page-locked (asynchronous copies), still exactly its size (LibTorch's pinned allocator
+// would round 256 MiB + 4 KiB up to 512 MiB and keep it until exit), released when it goes.
+TEST(HostBufferCuda, PinsExactlyAndCopiesAsynchronously) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  ASSERT_TRUE(ciuic::kit::host_buffer_pins_exactly());  // a CUDA build registers its own mapping
+  ciuic::ThreadPool team(4);
+  ciuic::kit::HostBufferOptions o;
+  o.pin = true;
+  o.team = &team;
+  const int64_t n = 64 * kMiB + 1027;  // fp32: 256 MiB + 4108 bytes
+  expect_exact_and_released(4 * n, [&] {
+    at::Tensor h = ciuic::kit::host_buffer(n, at::kFloat, o, "test");
+    EXPECT_TRUE(h.is_pinned());
+    return h;
+  });
+  at::Tensor h = ciuic::kit::host_buffer(n, at::kFloat, o, "test");
+  const at::Tensor d = at::arange(n, at::TensorOptions().dtype(at::kFloat).device(kCuda));
+  h.copy_(d, /*non_blocking=*/true);
+  at::Tensor back = at::empty_like(d);
+  back.copy_(h, /*non_blocking=*/true);
+  EXPECT_TRUE(at::equal(back.cpu(), d.cpu()));
+}
+
+// One chunk a step (OptimizerSetup::one_chunk_per_step): the gradient is kept in the chunks' dtype
+// instead of being folded into an fp32 shard — 2 bytes an element less for bf16 chunks — with bit
+// for bit the same results (bf16 and fp16 widen to fp32 exactly; the sum of squares adds the same
+// fp32 values in the same order). A second chunk for a region in the step is refused.
+TEST(OptimizerCpuAdam, OneChunkAStepKeepsTheGradientAsItComes) {
+  struct Case {
+    at::ScalarType param, grad;
+    double scale;
+  };
+  for (const Variant& v : cpu_adam_variants())
+    for (const Case& c : {Case{at::kFloat, at::kFloat, 1.0}, Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024},
+                          Case{at::kHalf, at::kHalf, 1.0 / 65536}, Case{at::kBFloat16, at::kFloat, 0.5}}) {
+      SCOPED_TRACE(v.name + " param " + c10::toString(c.param) + " grad " + c10::toString(c.grad));
+      auto folded = make_cpu_adam(v.options);
+      auto kept = make_cpu_adam(v.options);
+      const RunResult a = check_against_torch(*folded, c.param, c.grad, c.scale, c10::kCPU, false);
+      const RunResult b = check_against_torch(*kept, c.param, c.grad, c.scale, c10::kCPU, true);
+      expect_bitwise_equal(b, a, "one chunk a step vs the fp32 fold");
+      // And the staged pipeline's 4 landing slots of the largest region (4000): nothing lands
+      // anywhere but in the gradient.
+      const bool staged = v.name.find("staged") != std::string::npos;
+      const uint64_t saved = (4 - c10::elementSize(c.grad)) * static_cast<uint64_t>(kNumel) +
+                             (staged ? 4 * 4000 * c10::elementSize(c.grad) : 0);
+      EXPECT_EQ(folded->memory().device_bytes - kept->memory().device_bytes, saved);
+      const at::Tensor g = gradient(21, c.grad);
+      EXPECT_EQ(feed(*kept, g), feed(*folded, g));  // the same squares, bit for bit
+    }
+  auto o = make_cpu_adam("threads = 2");
+  OptimizerSetup s = make_setup(at::kBFloat16, initial_master(), &kNearestEven, at::kBFloat16);
+  s.one_chunk_per_step = true;
+  o->setup(s);
+  const at::Tensor g0 = gradient(1, at::kBFloat16).narrow(0, 0, regions()[0].numel).contiguous();
+  o->accumulate_grad(0, g0, true, true);
+  const std::string e = error_of([&] { o->accumulate_grad(0, g0, false, true); });
+  EXPECT_TRUE(contains(e, "optimizer cpu_adam: region 0 received a second gradient chunk in one step, "
+                          "but the setup said one chunk a step")) << e;
+}
+
+// cpu_adam on a CUDA run (chunks and parameters on the GPU; the pinned landing zone, the staged
+// uploads): against torch::optim::AdamW with and without one chunk a step (with it, the chunks'
+// copies land in the gradient itself), bit for bit the same either way; the early update bit for
+// bit the update in step() — with one chunk a step and equal widths the parameters take the
+// gradient's place; what it keeps in host memory (memory(), the planner's figures).
+TEST(OptimizerCpuAdamCuda, LandingZoneOneChunkAndEarlyUpdateMatchTorch) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  struct Case {
+    at::ScalarType param, grad;
+    double scale;
+  };
+  for (const Case& c : {Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024}, Case{at::kFloat, at::kFloat, 1.0},
+                        Case{at::kBFloat16, at::kFloat, 0.5}, Case{at::kHalf, at::kHalf, 1.0 / 65536}}) {
+    const std::string what = std::string("param ") + c10::toString(c.param) + " grad " + c10::toString(c.grad);
+    SCOPED_TRACE(what);
+    std::vector<RunResult> r;
+    for (bool one_chunk : {false, true}) {
+      auto o = make_cpu_adam("threads = 3");
+      r.push_back(check_against_torch(*o, c.param, c.grad, c.scale, kCuda, one_chunk));
+      // master + moments, the gradient (fp32; with one chunk a step in the chunks' dtype), two
+      // upload tiles (the shard is smaller than a tile), and unless one chunk a step, 4 landing
+      // slots of the largest region (4000 elements) in the chunks' dtype; all of it host memory.
+      const uint64_t gsize = c10::elementSize(c.grad);
+      const uint64_t bytes = (12 + (one_chunk ? gsize : 4) + 2 * c10::elementSize(c.param)) * kNumel +
+                             (one_chunk ? 0 : 4 * 4000 * gsize);
+      EXPECT_EQ(o->memory().host_bytes, bytes) << one_chunk;
+      EXPECT_EQ(o->memory().device_bytes, 0u);
+    }
+    expect_bitwise_equal(r[1], r[0], "one chunk a step vs the fp32 fold");
+    for (bool one_chunk : {false, true})
+      expect_early_equals_late("threads = 3", c.param, c.grad, c.scale, 1, &kNearestEven, what + " early",
+                               one_chunk, kCuda);
+    expect_early_equals_late("threads = 3", c.param, c.grad, c.scale, 3, &kNearestEven, what + " early", false,
+                             kCuda);
+  }
 }

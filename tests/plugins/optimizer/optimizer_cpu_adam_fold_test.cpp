@@ -33,6 +33,36 @@ TEST(HostAccumulator, FoldMatchesAten) {
   }
 }
 
+// A gradient kept as it came (one chunk a step): an assign job into a destination of the source's
+// dtype copies it, one whose destination is the source itself copies nothing; either way the sum of
+// squares is bit for bit the one the fp32 fold gives for the same chunk. Keeping needs assign and
+// the same dtype.
+TEST(HostAccumulator, KeptChunksGiveTheFoldsSquares) {
+  at::manual_seed(4);
+  const int64_t n = (1 << 18) * 3 + 777;
+  ciuic_cpu_adam::HostAccumulator acc(/*buckets=*/1, /*threads=*/3);
+  for (at::ScalarType st : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    const at::Tensor src = at::randn({n}).to(st);
+    at::Tensor wide = at::full({n}, 5.0f);
+    acc.submit(0, wide, src, nullptr, /*assign=*/true, /*squares=*/true);
+    const double folded = acc.wait_all();
+    at::Tensor copy = at::full({n}, 5.0).to(st);
+    acc.submit(0, copy, src, nullptr, true, true);
+    EXPECT_EQ(acc.wait_all(), folded) << c10::toString(st);
+    EXPECT_TRUE(at::equal(copy, src)) << c10::toString(st);
+    at::Tensor in_place = src.clone();
+    acc.submit(0, in_place, in_place, nullptr, true, true);
+    EXPECT_EQ(acc.wait_all(), folded) << c10::toString(st);
+    EXPECT_TRUE(at::equal(in_place, src)) << c10::toString(st);
+  }
+  const at::Tensor b = at::ones({8}, at::kBFloat16);
+  at::Tensor narrow_dst = at::zeros({8}, at::kBFloat16);
+  EXPECT_THROW(acc.submit(0, narrow_dst, b, nullptr, /*assign=*/false, false), ciuic::Error);
+  EXPECT_THROW(acc.submit(0, narrow_dst, b.to(at::kHalf), nullptr, true, false), ciuic::Error);
+  at::Tensor same = at::ones({8});
+  EXPECT_THROW(acc.submit(0, same, same, nullptr, /*assign=*/false, false), ciuic::Error);
+}
+
 // Jobs run in order (add after assign on the same region), squares are counted only for the
 // jobs that ask and reset by wait_all(), wait_free() returns once a region's job ran, and a bad
 // job is refused.
