@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# cpu_adam's host memory, start-up and shutdown on one GPU (issue 14; docs/performance.md,
+# "Host memory"), in one or two device calls: build (CUDA: the runner, the optimizer tests, and
+# the cpu_adam of main@937a413 as the plugin "cpu_adam_old" when .gpu/old_cpu_adam holds its
+# sources), the optimizer tests, then the 3x4090 bench recipe on one rank timed from outside
+# (scripts/gpu/timeline.py: launch -> first step, last step -> exit, host memory used):
+#   ab     12 layers (3.3B): old vs new cpu_adam, 8 micro-batches a step; new with one a step
+#   seven  the whole DeepSeek-7B shape, new cpu_adam: one micro-batch of 8 a step, then 1 x 8
+#   scripts/gpu/hostmem.sh [build] [test] [ab] [seven]
+# Old sources: mkdir -p .gpu/old_cpu_adam && for f in $(git ls-tree --name-only 937a413
+#   plugins/optim/cpu_adam/); do git show 937a413:$f > .gpu/old_cpu_adam/${f##*/}; done, then
+#   rename the plugin (CIUIC_DEFINE_PLUGIN_PLANNED and CMakeLists NAME) to cpu_adam_old.
+# Logs go to /tmp/hostmem, packed into $OUT/hostmem.tgz.
+set -u
+RESULT=${OUT:-/tmp/ciuic-out}
+OUT=/tmp/hostmem
+mkdir -p "$OUT" "$RESULT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+RUN_TAIL=30
+source "$(dirname "$0")/lib.sh"  # run NAME TIMEOUT CMD...
+pack() { tar czf "$RESULT/hostmem.tgz" -C "$OUT" . ; }
+recipe=configs/bench/deepseek-7b-3x4090.toml
+common="--nproc 1 --set train.max_steps=5 --set log.every_steps=1 --set checkpoint.every_steps=1000 --set checkpoint.save_final=false"
+timed() {  # timed NAME LIMIT ARGS...: one run of the recipe, timed
+  local name=$1 limit=$2; shift 2
+  rm -rf "/tmp/runs/$name"
+  run "$name" "$limit" python3 scripts/gpu/timeline.py --name "$name" --json "$OUT/$name.json" -- \
+    build-gpu/bin/ciuic-run $recipe $common --set "run.output_dir=\"/tmp/runs/$name\"" "$@"
+  cp "/tmp/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
+  grep -h "optimizer cpu_adam: [0-9]* elements" "$OUT/$name.log" | head -1
+  grep -h "tok/s" "$OUT/$name.log" | tail -1
+  tail -1 "$OUT/$name.log"
+  free -g | head -2
+}
+for stage in ${*:-build test ab}; do
+  case "$stage" in
+  build)
+    if [ -d .gpu/old_cpu_adam ]; then rm -rf plugins/optim/cpu_adam_old; cp -r .gpu/old_cpu_adam plugins/optim/cpu_adam_old; fi
+    CIUIC_HOST_TESTS=ON CIUIC_HOST_TARGETS="runtime optimizer_adamw_test" \
+      run build 480 bash scripts/gpu/build-on-host.sh . build-gpu || { pack; echo "build failed"; exit 1; }
+    tail -3 "$OUT/build.log" ;;
+  test)
+    run optimizer_adamw_test 240 build-gpu/bin/optimizer_adamw_test
+    grep -E -A6 "Failure|^\[  (PASSED|FAILED) " "$OUT/optimizer_adamw_test.log" | head -60 ;;
+  ab)
+    l12="--set model.config.num_hidden_layers=12"
+    timed ab-old 240 $l12 --set 'optimizer.plugin="cpu_adam_old"'
+    timed ab-new 240 $l12
+    timed ab-new-one 240 $l12 --set train.micro_batch_size=8 --set train.gradient_accumulation_steps=1 ;;
+  seven)
+    timed seven-one 420 --set train.micro_batch_size=8 --set train.gradient_accumulation_steps=1
+    timed seven-acc 420 ;;
+  esac
+done
+pack
+for f in "$OUT"/*.json; do [ -f "$f" ] && cat "$f"; done
