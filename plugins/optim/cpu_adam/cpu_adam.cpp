@@ -242,8 +242,10 @@ class CpuAdam final : public ciuic::Optimizer {
       for (const ciuic::ShardRegion& r : s.grad_regions) slot_numel_ = std::max(slot_numel_, r.numel);
       ring_ = host_empty(kLandingSlots * slot_numel_, s.grad_dtype, pinned_, "gradient landing slots");
     }
-    for (const ciuic::ShardValues& piece : s.initial)  // device -> host, converted to fp32
-      master_.narrow(0, piece.shard_offset, piece.values.numel()).copy_(piece.values.reshape({-1}));
+    const double buffers_s = seconds_since(t_setup);
+    const auto t_master = Clock::now();
+    fill_master(s.initial);
+    const double master_s = seconds_since(t_master);
 
     staging_[0] = staging_[1] = at::Tensor();
     copier_.reset();
@@ -265,7 +267,8 @@ class CpuAdam final : public ciuic::Optimizer {
                     std::to_string(threads_) + " threads, " + simd_name(simd_) + " kernel, " +
                     (staged_ ? "staged uploads in tiles of " + std::to_string(tile_)
                              : std::string("direct in-memory update")) +
-                    "; set up in " + seconds_text(seconds_since(t_setup)));
+                    "; set up in " + seconds_text(seconds_since(t_setup)) + " (buffers " +
+                    seconds_text(buffers_s) + ", master weights " + seconds_text(master_s) + ")");
   }
 
   bool offer_early_update(const ciuic::OptimizerStep& args) override {
@@ -460,6 +463,34 @@ class CpuAdam final : public ciuic::Optimizer {
   }
 
   int fold_threads() const { return std::max(1, threads_ / 2); }
+
+  // The master weights from the model's parameters (`initial`: views on the run's device),
+  // widened to fp32. On CUDA with a pinned gradient shard wide enough, the pieces in the
+  // parameter dtype cross into it with one asynchronous copy each (the shard is free until the
+  // first backward), then ATen widens them into the master with its threads: not a pageable,
+  // converting copy per parameter. Otherwise piece by piece.
+  void fill_master(const std::vector<ciuic::ShardValues>& initial) {
+    const int64_t psize = static_cast<int64_t>(c10::elementSize(param_dtype_));
+    bool via_grad = device_.is_cuda() && pinned_ && grad_.nbytes() >= static_cast<size_t>(numel_ * psize);
+    for (const ciuic::ShardValues& piece : initial)
+      via_grad = via_grad && piece.values.device() == device_ && piece.values.scalar_type() == param_dtype_;
+    if (!via_grad) {
+      for (const ciuic::ShardValues& piece : initial)  // device -> host, converted to fp32
+        master_.narrow(0, piece.shard_offset, piece.values.numel()).copy_(piece.values.reshape({-1}));
+      return;
+    }
+    at::Tensor landing = at::empty({0}, at::TensorOptions().dtype(param_dtype_));
+    landing.set_(grad_.storage(), grad_.storage_offset() * grad_.element_size() / psize, {numel_}, {1});
+    for (const ciuic::ShardValues& piece : initial)
+      landing.narrow(0, piece.shard_offset, piece.values.numel())
+          .copy_(piece.values.reshape({-1}), /*non_blocking=*/true);
+    c10::impl::VirtualGuardImpl(device_.type()).getStream(device_).synchronize();
+    // Only the pieces' elements: a shard's padding keeps its zeros.
+    for (const ciuic::ShardValues& piece : initial) {
+      const int64_t n = piece.values.numel();
+      master_.narrow(0, piece.shard_offset, n).copy_(landing.narrow(0, piece.shard_offset, n));
+    }
+  }
 
   // Bytes of page-locked host memory (CUDA runs with pin_memory): what copies read or write.
   uint64_t pinned_bytes() const {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -13,6 +14,7 @@
 #include <ciuic/config.h>
 #include <ciuic/error.h>
 #include <ciuic/grad_norm.h>
+#include <ciuic/log.h>
 
 namespace ciuic {
 
@@ -74,8 +76,18 @@ void BucketSharding::setup(const ShardingSetup& s) {
   FlatBuckets::Options bo;
   bo.bucket_elements = options_.bucket_elements;
   bo.pad_multiple = options_.shards;
+  const auto t0 = std::chrono::steady_clock::now();
   buckets_ = std::make_unique<FlatBuckets>(s.params, bo);
   at::Tensor& flat = buckets_->flat();
+  if (buckets_->parked() && comm_->rank() == 0) {
+    char line[200];
+    std::snprintf(line, sizeof line,
+                  "sharding: the parameters went through page-locked host memory into the flat buffer "
+                  "(no room on %s for the model twice): %.1f s",
+                  flat.device().str().c_str(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    log_info(line);
+  }
 
   // Every rank starts from rank 0's parameters.
   if (comm_->size() > 1) {

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <thread>
 
 #include <ATen/ops/empty.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function_hook.h>
@@ -14,6 +17,8 @@
 
 #include <ciuic/comm.h>
 #include <ciuic/error.h>
+#include <ciuic/kit/host_buffer.h>
+#include <ciuic/thread_pool.h>
 
 namespace ciuic {
 
@@ -124,21 +129,60 @@ FlatBuckets::FlatBuckets(std::vector<ShardingParam> params, const Options& optio
   }
 
   c10::NoGradGuard no_grad;
-  // On an accelerator, park the parameters in host memory first, so that the flat buffer never
-  // coexists with a second copy of the model there (a 7B model in bf16 is 12.9 GiB: twice that
-  // would not fit a 24 GB card).
-  if (device.type() != at::kCPU)
-    for (auto& p : params_) p.tensor.set_data(p.tensor.detach().to(at::kCPU));
-  flat_ = at::empty({offset}, at::TensorOptions().dtype(dtype).device(device));
+  const auto opts = at::TensorOptions().dtype(dtype).device(device);
+  // On an accelerator the flat buffer goes beside the parameters when the device (or its cap)
+  // has room for both; else the parameters are parked in host memory first, so that the flat
+  // buffer never coexists with a second copy of the model (a 7B model in bf16 is 12.9 GiB: twice
+  // that does not fit a 24 GB card).
+  bool filled = false;  // parked: flat_ holds the parameters already, padding zero
+  if (device.type() != at::kCPU) {
+    try {
+      flat_ = at::empty({offset}, opts);
+    } catch (const c10::OutOfMemoryError&) {
+      park_in_host_memory(offset, dtype);
+      filled = parked_ = true;
+    }
+  } else {
+    flat_ = at::empty({offset}, opts);
+  }
   for (const auto& b : buckets_) {
     for (const auto& m : b.members) {
       auto& p = params_[m.param_index].tensor;
       at::Tensor view = flat_.narrow(0, b.offset + m.offset, m.numel).view(p.sizes());
-      view.copy_(p.detach());
+      if (!filled) view.copy_(p.detach());
       p.set_data(view);
     }
-    if (b.numel > b.used) flat_.narrow(0, b.offset + b.used, b.numel - b.used).zero_();
+    if (!filled && b.numel > b.used) flat_.narrow(0, b.offset + b.used, b.numel - b.used).zero_();
   }
+}
+
+// The parameters, parked: one page-locked host buffer in the flat layout (zero padding), filled by
+// one asynchronous copy per parameter and one wait; the parameters become views of it (their
+// device memory goes back to the allocator), then the flat buffer is allocated on the device and
+// filled by one copy. Each parameter crossed pageable memory on its own before: 11 s each way
+// for a 7B model on an H200 (docs/performance.md, "Host memory").
+void FlatBuckets::park_in_host_memory(int64_t numel, at::ScalarType dtype) {
+  const c10::Device device = params_[0].tensor.device();
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  ciuic::ThreadPool team(static_cast<int>(std::min(16u, std::max(1u, cores / 2))));
+  kit::HostBufferOptions ho;
+  ho.pin = true;
+  ho.team = &team;
+  at::Tensor park = kit::host_buffer(numel, dtype, ho, "sharding: the parameters parked in host memory");
+  c10::impl::VirtualGuardImpl guard(device.type());
+  for (const auto& b : buckets_)
+    for (const auto& m : b.members)
+      park.narrow(0, b.offset + m.offset, m.numel).copy_(params_[m.param_index].tensor.detach().reshape({-1}),
+                                                          /*non_blocking=*/true);
+  guard.getStream(device).synchronize();
+  for (const auto& b : buckets_)
+    for (const auto& m : b.members) {
+      auto& p = params_[m.param_index].tensor;
+      p.set_data(park.narrow(0, b.offset + m.offset, m.numel).view(p.sizes()));
+    }
+  flat_ = at::empty({numel}, at::TensorOptions().dtype(dtype).device(device));
+  flat_.copy_(park, /*non_blocking=*/true);
+  guard.getStream(device).synchronize();  // before `park` goes
 }
 
 FlatBuckets::~FlatBuckets() {

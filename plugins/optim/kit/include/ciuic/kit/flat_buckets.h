@@ -67,6 +67,9 @@ class FlatBuckets {
   const std::vector<Bucket>& buckets() const { return buckets_; }
   const Options& options() const { return options_; }
   at::Tensor& flat() { return flat_; }
+  // Whether the constructor parked the parameters in host memory to build the flat buffer (the
+  // device, or its memory cap, had no room for the model twice).
+  bool parked() const { return parked_; }
   int64_t total_numel() const { return flat_.numel(); }  // padded
   int64_t used_numel() const;                             // sum of parameter sizes
 
@@ -92,6 +95,10 @@ class FlatBuckets {
   int64_t shard_offset(int bucket) const { return shard_offsets_.at(bucket); }
 
  private:
+  // Moves the parameters into flat_ through one page-locked host buffer (the device has no room
+  // for the model twice); flat_ then holds them, padding zero.
+  void park_in_host_memory(int64_t numel, at::ScalarType dtype);
+
   struct HookState;
   std::vector<ShardingParam> params_;
   Options options_;
@@ -99,6 +106,7 @@ class FlatBuckets {
   std::vector<int64_t> shard_offsets_;
   std::vector<int> param_bucket_;  // param index -> bucket index
   at::Tensor flat_;
+  bool parked_ = false;
   std::shared_ptr<HookState> hooks_;
 };
 
