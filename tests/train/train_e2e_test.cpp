@@ -186,6 +186,11 @@ TEST(TrainE2E, EveryPrecisionLearnsAPatternAndLogsMetrics) {
                           "--set", "data.documents_per_row=1", "--set", "log.every_steps=5",
                           "--set", "log.tensorboard=true"});
     EXPECT_RUN_OK(r);
+    // Where the start-up went, once (rank 0).
+    EXPECT_TRUE(std::regex_search(r.log(), std::regex("info: set up in [0-9.]+ s: device and store [0-9.]+ s, plugins "
+                                                      "\\(comm [a-z]+\\) [0-9.]+ s, model [0-9.]+ s, sharding \\+ "
+                                                      "optimizer state [0-9.]+ s, data [0-9.]+ s")))
+        << r.log();
     // Every run ends with its HTML report; [log] tensorboard adds event files (docs/metrics.md).
     EXPECT_TRUE(fs::exists(r.dir + "/out/report.html")) << r.log();
     size_t event_files = 0;
@@ -611,6 +616,10 @@ TEST(TrainE2E, OutOfMemoryNamesTheRankAndTheSize) {
       r.err, std::regex("rank [01] ran out of host memory: can't allocate memory: you tried to allocate [0-9]+ bytes")))
       << r.log();
   EXPECT_NE(r.err.find("first error: ciuic-run: error: rank "), std::string::npos) << r.log();
+  // The launcher said so before starting the workers: the plan's node total (2 CPU ranks).
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("ciuic warning: the memory plan needs [0-9.]+ GiB of this node's "
+                                                  "memory for 2 rank\\(s\\), more than the [0-9.]+ GiB it has")))
+      << r.log();
 }
 
 // ---- memory planner (ciuic-run --plan) ---------------------------------------------------------
@@ -702,6 +711,44 @@ TEST(TrainE2E, PlanSaysWhatDoesNotFitAndWhatWouldHelp) {
   const PlanOut bad = plan({recipe, "--set", "optimizer.plugin=nosuch"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_NE(bad.text.find("--set: unknown optimizer plugin 'nosuch'"), std::string::npos) << bad.text;
+}
+
+// What cpu_adam holds in host memory, per node, as --plan totals it: 16 bytes a parameter (fp32
+// master, moments, gradient) plus 4 landing slots of one chunk and two upload tiles per rank
+// (3 ranks, fp32 reduction: the 3x4090 recipe); with one bf16 chunk a step (one rank, no
+// accumulation) 12 + 2 bytes and the tiles. A whole-shard landing zone would add 2-4 bytes.
+TEST(TrainE2E, PlanTotalsCpuAdamHostMemoryPerNode) {
+  const std::string recipe = std::string(CIUIC_SOURCE_DIR) + "/configs/bench/deepseek-7b-3x4090.toml";
+  auto host_per_node = [](const PlanOut& p) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(p.text, m, std::regex("total host: [0-9.]+ GiB per rank, ([0-9.]+) GiB per node")))
+        << p.text;
+    return m.empty() ? NAN : std::stod(m[1]) * 1073741824.0;
+  };
+  auto parameters = [](const PlanOut& p) {
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(p.text, m, std::regex("parameters +[0-9.]+ GiB +([0-9]+) x 2 bytes"))) << p.text;
+    return m.empty() ? NAN : std::stod(m[1]);
+  };
+  const double tiles = 2.0 * 4194304 * 2;  // two bf16 tiles of tile_size elements
+  const PlanOut three = plan({recipe});
+  ASSERT_EQ(three.code, 0) << three.text;
+  const double n = parameters(three);
+  const double slot = std::ceil(2e8 / 3);  // reduce_bucket_size 2e8 over 3 ranks, fp32
+  EXPECT_NEAR(host_per_node(three), 16 * n + 3 * (4 * slot * 4 + tiles), 0.002 * 16 * n) << three.text;
+  EXPECT_NE(three.text.find("host   gradient landing slots"), std::string::npos) << three.text;
+  const PlanOut one = plan({recipe, "--nproc", "1", "--set", "train.gradient_accumulation_steps=1"});
+  ASSERT_EQ(one.code, 0) << one.text;
+  EXPECT_NEAR(host_per_node(one), 14 * n + tiles, 0.002 * 14 * n) << one.text;
+  EXPECT_EQ(one.text.find("landing slots"), std::string::npos) << one.text;
+  // A CPU run's "device" is host memory: the node total counts every rank's.
+  const PlanOut cpu = plan({std::string(CIUIC_SOURCE_DIR) + "/configs/tiny-cpu.toml", "--set",
+                            "model.config.vocab_size=2000000000"});
+  ASSERT_EQ(cpu.code, 0) << cpu.text;
+  EXPECT_TRUE(std::regex_search(cpu.text, std::regex("total host: 0.00 GiB per rank, 0.00 GiB per node \\(3 rank\\(s\\)\\), "
+                                                     "[0-9.]+ GiB with the ranks' cpu totals; this machine has [0-9.]+ "
+                                                     "GiB: NOT enough host memory")))
+      << cpu.text;
 }
 
 // [model] checkpoint_layers = "auto": the worker checkpoints the fewest layers whose memory plan

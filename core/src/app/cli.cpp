@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -237,11 +238,21 @@ int run_recipe(const CliOptions& o) {
   if (o.dry_run) return dry_run(recipe, registry, o.resume);
 
   const auto worker_env = launch::detect_worker_env();
-  if (!worker_env && recipe.section("cluster").get_float("memory_per_device_gib") > 0) {
-    const plan::MemoryPlan mp = plan::plan_memory(recipe, registry);
-    if (!mp.fits)
+  if (!worker_env) {  // the launcher: what the plan says before any worker allocates
+    std::optional<plan::MemoryPlan> mp;
+    try {
+      mp = plan::plan_memory(recipe, registry);
+    } catch (const std::exception& e) {  // an estimate: a run never fails for want of one
+      log_debug(std::string("no memory plan: ") + e.what());
+    }
+    if (mp && !mp->fits)
       log_warn("the memory plan says this recipe does not fit [cluster] memory_per_device_gib "
-               "(see ciuic-run " + o.recipe + " --plan):\n" + plan::plan_text(mp));
+               "(see ciuic-run " + o.recipe + " --plan):\n" + plan::plan_text(*mp));
+    else if (mp && !mp->host_fits)
+      log_warn("the memory plan needs " + plan::bytes_text(mp->node_memory) + " of this node's memory for " +
+               std::to_string(mp->local_world_size) + " rank(s), more than the " +
+               plan::bytes_text(mp->host_available) + " it has: the kernel may kill the workers (see ciuic-run " +
+               o.recipe + " --plan)");
   }
   train::WorkerOptions wopts;
   wopts.resume = o.resume;

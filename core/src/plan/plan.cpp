@@ -294,6 +294,8 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
   for (const auto& it : plan.items) (it.device ? plan.device_peak : plan.host_per_rank) += it.bytes;
   plan.host_per_node = plan.host_per_rank * plan.local_world_size;
   plan.host_available = physical_memory();
+  plan.node_memory = plan.host_per_node + (plan.device == "cpu" ? plan.device_peak * plan.local_world_size : 0.0);
+  plan.host_fits = plan.host_available <= 0 || plan.node_memory <= plan.host_available;
   plan.fits = plan.cap <= 0 || plan.device_peak <= plan.cap;
   if (plan.fits) return plan;
 
@@ -358,9 +360,11 @@ std::string plan_text(const MemoryPlan& plan) {
        << (plan.fits ? "fits" : "does NOT fit");
   os << "\n  total host: " << bytes_text(plan.host_per_rank) << " per rank, "
      << bytes_text(plan.host_per_node) << " per node (" << plan.local_world_size << " rank(s))";
+  if (plan.node_memory > plan.host_per_node)
+    os << ", " << bytes_text(plan.node_memory) << " with the ranks' " << plan.device << " totals";
   if (plan.host_available > 0) {
     os << "; this machine has " << bytes_text(plan.host_available);
-    if (plan.host_per_node > plan.host_available) os << ": NOT enough host memory";
+    if (!plan.host_fits) os << ": NOT enough host memory";
   }
   os << "\n";
   for (const auto& u : plan.unknown) os << "  not counted: " << u << "\n";

@@ -39,6 +39,10 @@ struct MemoryPlan {
   double host_per_rank = 0;         // sum of the host items
   double host_per_node = 0;         // host_per_rank x ranks on a node
   double host_available = 0;        // this machine's physical memory (0: unknown)
+  // What this node's memory must hold: host_per_node, plus on a CPU run each rank's device total
+  // (a CPU run's "device" is host memory); host_fits: no more than host_available (or unknown).
+  double node_memory = 0;
+  bool host_fits = true;
   double cap = 0;                   // [cluster] memory_per_device_gib in bytes (0: none)
   bool fits = true;                 // device_peak <= cap (or no cap)
   std::vector<std::string> unknown;  // "<slot> <plugin> (why)": not counted

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
@@ -227,6 +228,15 @@ std::vector<const PluginObject*> Run::plugins() const {
 
 Run build_run(const Recipe& recipe, const Registry& registry, const launch::WorkerEnv& env,
               const WorkerOptions& options) {
+  // Where the start-up goes, for the log line at the end (rank 0).
+  using Clock = std::chrono::steady_clock;
+  const auto t_start = Clock::now();
+  auto lap = [t = t_start]() mutable {
+    const auto now = Clock::now();
+    const double s = std::chrono::duration<double>(now - t).count();
+    t = now;
+    return s;
+  };
   Run r;
   r.opt = TrainOptions::from(recipe);
   r.ctx = make_context(recipe, r.opt, env);
@@ -254,6 +264,7 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   // The schedule first: a recipe error must not wait for tens of GiB of optimizer state.
   r.schedule = optim::LrSchedule::create(recipe.section("scheduler"), r.opt.lr, r.opt.max_steps);
   r.device = device_info(r.ctx.device, r.opt.peak_tflops);
+  const double context_s = lap();
 
   r.comm = make_plugin<Comm>(recipe, registry, Slot::kComm, r.ctx);
   if (r.comm->size() != r.ctx.world_size || r.comm->rank() != r.ctx.rank)
@@ -265,6 +276,7 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   r.optimizer = make_plugin<Optimizer>(recipe, registry, Slot::kOptimizer, r.ctx);
   r.sharding = make_plugin<Sharding>(recipe, registry, Slot::kSharding, r.ctx);
   r.data = make_plugin<DataSource>(recipe, registry, Slot::kData, r.ctx);
+  const double plugins_s = lap();
 
   if (!r.opt.tokenizer_path.empty()) {
     r.tokenizer = load_tokenizer(r.opt.tokenizer_path);
@@ -301,6 +313,7 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
                                  r.model->device().str() : std::string("this build has no CUDA")) +
                      "); use \"auto\" to fall back to ATen");
   r.model->set_fused_kernels(r.opt.fused_kernels != "off");
+  const double model_s = lap();
 
   ShardingSetup ss;
   for (auto& [name, t] : r.model->named_parameters())
@@ -310,6 +323,7 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   ss.optimizer = r.optimizer.get();
   ss.gradient_accumulation_steps = r.opt.accumulation;
   r.sharding->setup(ss);
+  const double sharding_s = lap();
 
   DataOpenArgs da;
   da.seq_len = r.opt.seq_len;
@@ -321,6 +335,16 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   da.tokenizer = r.tokenizer.get();
   da.chat_template = r.chat_template.get();
   open_data_plugin(recipe, registry, *r.data, da);
+  const double data_s = lap();
+  if (r.ctx.rank == 0) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "set up in %.1f s: device and store %.1f s, plugins (comm %s) %.1f s, model %.1f s, sharding + "
+                  "optimizer state %.1f s, data %.1f s",
+                  std::chrono::duration<double>(Clock::now() - t_start).count(), context_s,
+                  r.comm->backend_name().c_str(), plugins_s, model_s, sharding_s, data_s);
+    log_info(line);
+  }
   return r;
 }
 
