@@ -28,7 +28,7 @@ timed() {  # timed NAME LIMIT ARGS...: one run of the recipe, timed
   run "$name" "$limit" python3 scripts/gpu/timeline.py --name "$name" --json "$OUT/$name.json" -- \
     build-gpu/bin/ciuic-run $recipe $common --set "run.output_dir=\"/tmp/runs/$name\"" "$@"
   cp "/tmp/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
-  grep -h "optimizer cpu_adam: [0-9]* elements" "$OUT/$name.log" | head -1
+  grep -h "optimizer cpu_adam: [0-9]* elements\|info: set up in\|went through page-locked" "$OUT/$name.log" | head -3
   grep -h "tok/s" "$OUT/$name.log" | tail -1
   tail -1 "$OUT/$name.log"
   free -g | head -2
@@ -37,12 +37,14 @@ for stage in ${*:-build test ab}; do
   case "$stage" in
   build)
     if [ -d .gpu/old_cpu_adam ]; then rm -rf plugins/optim/cpu_adam_old; cp -r .gpu/old_cpu_adam plugins/optim/cpu_adam_old; fi
-    CIUIC_HOST_TESTS=ON CIUIC_HOST_TARGETS="runtime optimizer_adamw_test" \
+    CIUIC_HOST_TESTS=ON CIUIC_HOST_TARGETS="runtime optimizer_adamw_test flat_buckets_cuda_test" \
       run build 480 bash scripts/gpu/build-on-host.sh . build-gpu || { pack; echo "build failed"; exit 1; }
     tail -3 "$OUT/build.log" ;;
   test)
-    run optimizer_adamw_test 240 build-gpu/bin/optimizer_adamw_test
-    grep -E -A6 "Failure|^\[  (PASSED|FAILED) " "$OUT/optimizer_adamw_test.log" | head -60 ;;
+    for t in optimizer_adamw_test flat_buckets_cuda_test; do
+      run $t 240 build-gpu/bin/$t
+      grep -E -A6 "Failure|^\[  (PASSED|FAILED) " "$OUT/$t.log" | head -60
+    done ;;
   ab)
     l12="--set model.config.num_hidden_layers=12"
     timed ab-old 240 $l12 --set 'optimizer.plugin="cpu_adam_old"'
