@@ -29,6 +29,11 @@ Output (from every run's metrics.jsonl):
   - OUT_DIR/eval_loss.svg: eval loss against step for every run (hand-written SVG);
   - OUT_DIR/study.json: the figures of every run.
 
+Fine-tuning variant (`--set`, repeatable, adds recipe settings to every run): start every run from
+the same trained model (`--set model.path="DIR"`, an HF folder ciuic exported) at a fine-tuning
+learning rate; then the two settings of a seed differ only by the reduction, from a model that
+has already converged, as in the seeds' use.
+
 Exit status: 0; 1 when a run fails (its log is OUT_DIR/<run>.log); 2 on a usage error.
 Python standard library only.
 """
@@ -70,8 +75,10 @@ def run_one(args, setting, seed):
            "--set", f"run.output_dir={json.dumps(out)}",
            "--set", f"train.max_steps={args.steps}",
            "--set", f"train.eval_every_steps={args.eval_every}",
-           "--set", "log.every_steps=1",
-           "--overwrite"]
+           "--set", "log.every_steps=1"]
+    for kv in args.set:
+        cmd += ["--set", kv]
+    cmd.append("--overwrite")
     print(f"[{name}] {' '.join(cmd)}", flush=True)
     t0 = time.monotonic()
     with open(log, "w") as f:
@@ -337,6 +344,9 @@ def main():
     ap.add_argument("--steps", type=int, default=800, help="train.max_steps of every run (default 800)")
     ap.add_argument("--eval-every", type=int, default=50, help="train.eval_every_steps (default 50)")
     ap.add_argument("--seeds", default="1234,5678", help="comma-separated run.seed values (default 1234,5678)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="more recipe settings for every run (repeatable), e.g. model.path=\"DIR\" to "
+                         "fine-tune a model trained before, and a lower optimizer.lr")
     ap.add_argument("--analyze-only", action="store_true",
                     help="do not train: read the runs already in OUT_DIR")
     args = ap.parse_args()

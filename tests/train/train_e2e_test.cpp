@@ -675,7 +675,9 @@ TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
       {with({src + "/configs/llama-1b-bench.toml", "--nproc", "2", "--set", "optimizer.plugin=cpu_adam",
              "--set", "cluster.memory_per_device_gib=24.0"}, before), 21.67},
       {with({src + "/configs/bench/deepseek-6.7b-4xa100.toml", "--nproc", "2"}, before), 18.90},
-      {with({src + "/configs/bench/deepseek-7b-3x4090.toml", "--nproc", "2"}, before), 19.37},
+      {with({src + "/configs/bench/deepseek-7b-3x4090.toml", "--nproc", "2", "--set", "precision.reduce_dtype=\"fp32\""},
+            before),
+       19.37},
       {{src + "/configs/llama-1b-bench.toml", "--nproc", "1", "--set", "optimizer.kernel=\"aten\""}, 30.7},
       {with({src + "/configs/llama-1b-bench.toml", "--nproc", "1", "--set", "optimizer.kernel=\"aten\""}, before),
        36.0},
@@ -715,8 +717,8 @@ TEST(TrainE2E, PlanSaysWhatDoesNotFitAndWhatWouldHelp) {
 
 // What cpu_adam holds in host memory, per node, as --plan totals it: 16 bytes a parameter (fp32
 // master, moments, gradient) plus 4 landing slots of one chunk and two upload tiles per rank
-// (3 ranks, fp32 reduction: the 3x4090 recipe); with one bf16 chunk a step (one rank, no
-// accumulation) 12 + 2 bytes and the tiles. A whole-shard landing zone would add 2-4 bytes.
+// (the 3x4090 recipe: 3 ranks, bf16 reduction); with one bf16 chunk a step (one rank, no
+// accumulation) 12 + 2 bytes and the tiles. A whole-shard landing zone would add 2 bytes.
 TEST(TrainE2E, PlanTotalsCpuAdamHostMemoryPerNode) {
   const std::string recipe = std::string(CIUIC_SOURCE_DIR) + "/configs/bench/deepseek-7b-3x4090.toml";
   auto host_per_node = [](const PlanOut& p) {
@@ -734,8 +736,8 @@ TEST(TrainE2E, PlanTotalsCpuAdamHostMemoryPerNode) {
   const PlanOut three = plan({recipe});
   ASSERT_EQ(three.code, 0) << three.text;
   const double n = parameters(three);
-  const double slot = std::ceil(2e8 / 3);  // reduce_bucket_size 2e8 over 3 ranks, fp32
-  EXPECT_NEAR(host_per_node(three), 16 * n + 3 * (4 * slot * 4 + tiles), 0.002 * 16 * n) << three.text;
+  const double slot = std::ceil(2e8 / 3);  // reduce_bucket_size 2e8 over 3 ranks, bf16
+  EXPECT_NEAR(host_per_node(three), 16 * n + 3 * (4 * slot * 2 + tiles), 0.002 * 16 * n) << three.text;
   EXPECT_NE(three.text.find("host   gradient landing slots"), std::string::npos) << three.text;
   const PlanOut one = plan({recipe, "--nproc", "1", "--set", "train.gradient_accumulation_steps=1"});
   ASSERT_EQ(one.code, 0) << one.text;
