@@ -7,13 +7,9 @@
 # Logs, metrics and profiles go to /tmp/dense, packed at the end into $OUT/dense.tgz (the device
 # tool returns few files); scripts/gpu/summarize.py prints the runs' table.
 set -u
-RESULT=${OUT:-/tmp/ciuic-out}
-OUT=/tmp/dense
-mkdir -p "$OUT" "$RESULT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+source "$(dirname "$0")/lib.sh"  # gpu_env NAME; run NAME TIMEOUT CMD...
+gpu_env dense
 RUN_TAIL=25
-source "$(dirname "$0")/lib.sh"  # run NAME TIMEOUT CMD...
 # ciuic NAME TIMEOUT RECIPE ARGS...: one run, its metrics and profile table copied to $OUT.
 ciuic() {
   local name=$1 limit=$2 recipe=$3; shift 3

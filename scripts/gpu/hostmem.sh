@@ -12,13 +12,9 @@
 #   rename the plugin (CIUIC_DEFINE_PLUGIN_PLANNED and CMakeLists NAME) to cpu_adam_old.
 # Logs go to /tmp/hostmem, packed into $OUT/hostmem.tgz.
 set -u
-RESULT=${OUT:-/tmp/ciuic-out}
-OUT=/tmp/hostmem
-mkdir -p "$OUT" "$RESULT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+source "$(dirname "$0")/lib.sh"  # gpu_env NAME; run NAME TIMEOUT CMD...
+gpu_env hostmem
 RUN_TAIL=30
-source "$(dirname "$0")/lib.sh"  # run NAME TIMEOUT CMD...
 pack() { tar czf "$RESULT/hostmem.tgz" -C "$OUT" . ; }
 recipe=configs/bench/deepseek-7b-3x4090.toml
 common="--nproc 1 --set train.max_steps=5 --set log.every_steps=1 --set checkpoint.every_steps=1000 --set checkpoint.save_final=false"
