@@ -6,6 +6,9 @@
 # (scripts/gpu/timeline.py: launch -> first step, last step -> exit, host memory used):
 #   ab     12 layers (3.3B): old vs new cpu_adam, 8 micro-batches a step; new with one a step
 #   seven  the whole DeepSeek-7B shape, new cpu_adam: one micro-batch of 8 a step, then 1 x 8
+#   ds     DeepSpeed (bench/peers/deepspeed_zero2.py, the seed's JSON, bf16, CPU offload) vs ciuic,
+#          12 layers, 1 x 8 and 8 x 1; needs the wheels in .whl (the peer's docstring)
+#   nosync 12 layers, 1 x 8, with sharding.grad_accumulation = "no_sync" and without
 #   scripts/gpu/hostmem.sh [build] [test] [ab] [seven]
 # Old sources: mkdir -p .gpu/old_cpu_adam && for f in $(git ls-tree --name-only 937a413
 #   plugins/optim/cpu_adam/); do git show 937a413:$f > .gpu/old_cpu_adam/${f##*/}; done, then
@@ -46,6 +49,29 @@ for stage in ${*:-build test ab}; do
     timed ab-old 240 $l12 --set 'optimizer.plugin="cpu_adam_old"'
     timed ab-new 240 $l12
     timed ab-new-one 240 $l12 --set train.micro_batch_size=8 --set train.gradient_accumulation_steps=1 ;;
+  ds)
+    # DeepSpeed (bench/peers/deepspeed_zero2.py: the seed's JSON, bf16, CPU offload) and ciuic on
+    # the same 12-layer shape and batches, one rank, 24 GiB cap; wheels carried in .whl.
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site:${PYTHONPATH:-} TORCH_EXTENSIONS_DIR=/tmp/tex NCCL_P2P_DISABLE=1
+    l12="--set model.config.num_hidden_layers=12"
+    for shape in "acc 1 8" "one 8 1"; do
+      set -- $shape
+      rm -f "$OUT/ds-$1.json"
+      run ds-$1 300 python3 scripts/gpu/timeline.py --name ds-$1 --json "$OUT/ds-$1.timeline.json" -- \
+        torchrun --standalone --nproc-per-node 1 bench/peers/deepspeed_zero2.py \
+        --ds-config tests/fixtures/deepspeed/ds_config_4xa100_seed.json --dtype bf16 --offload --checkpointing \
+        --cap-gib 24 --layers 12 --micro-batch $2 --accumulation $3 --steps 4 --json "$OUT/ds-$1.json"
+      tail -1 "$OUT/ds-$1.log" | cut -c1-400
+      cat "$OUT/ds-$1.json" 2>/dev/null | python3 -c "import json,sys; d=json.load(sys.stdin); d.pop('ds_config'); print(d)"
+      timed ciuic-$1 240 $l12 --set train.micro_batch_size=$2 --set train.gradient_accumulation_steps=$3
+    done ;;
+  nosync)
+    # One rank, 1 x 8: the gradient accumulated on the device (one chunk a step to cpu_adam) vs
+    # folded on the host after every micro-batch.
+    l12="--set model.config.num_hidden_layers=12"
+    timed ciuic-acc-nosync 240 $l12 --set 'sharding.grad_accumulation="no_sync"'
+    timed ciuic-acc-again 240 $l12 ;;
   seven)
     timed seven-one 420 --set train.micro_batch_size=8 --set train.gradient_accumulation_steps=1
     timed seven-acc 420 ;;
