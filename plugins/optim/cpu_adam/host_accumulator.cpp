@@ -27,11 +27,35 @@ inline float to_float(uint16_t bf16_bits) {  // bf16 -> fp32 is exact: the high 
 }
 inline float to_float(c10::Half h) { return static_cast<float>(h); }
 
+constexpr int64_t kBlock = 1024;  // fold a block, then square it while it is in cache
+
+// lane[k] += x[i]^2 (as fp32 widened to fp64) for i in [b, e), element i into lane i % 8 from b on
+// and the tail into lane 0: written so that the compiler vectorises it without reassociating, and
+// the same order for every caller (the same sums bit for bit).
+template <class S>
+inline void add_squares(const S* x, int64_t b, int64_t e, double (&lane)[8]) {
+  int64_t i = b;
+  for (; i + 8 <= e; i += 8)
+    for (int k = 0; k < 8; ++k) {
+      const double v = to_float(x[i + k]);
+      lane[k] += v * v;
+    }
+  for (; i < e; ++i) {
+    const double v = to_float(x[i]);
+    lane[0] += v * v;
+  }
+}
+
+double lanes_total(const double (&lane)[8]) {
+  double total = 0;
+  for (double l : lane) total += l;
+  return total;
+}
+
 // dst[0, n) = (assign ? 0 : dst) + src; returns the sum of squares of the result when asked, in
-// fp64 over 8 lanes (written so that the compiler vectorises it without reassociating).
+// fp64 over 8 lanes, block by block.
 template <class S>
 double fold_range(float* dst, const S* src, int64_t n, bool assign, bool squares) {
-  constexpr int64_t kBlock = 1024;  // fold a block, then square it while it is in cache
   double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t e = std::min(n, b + kBlock);
@@ -40,18 +64,9 @@ double fold_range(float* dst, const S* src, int64_t n, bool assign, bool squares
     } else {
       for (int64_t i = b; i < e; ++i) dst[i] += to_float(src[i]);
     }
-    if (!squares) continue;
-    int64_t i = b;
-    for (; i + 8 <= e; i += 8)
-      for (int k = 0; k < 8; ++k) {
-        const double x = dst[i + k];
-        lane[k] += x * x;
-      }
-    for (; i < e; ++i) lane[0] += static_cast<double>(dst[i]) * dst[i];
+    if (squares) add_squares(dst, b, e, lane);
   }
-  double total = 0;
-  for (double l : lane) total += l;
-  return total;
+  return lanes_total(lane);
 }
 
 // A gradient kept as it came (one chunk a step, dst of src's dtype): dst[0, n) = src (nothing to
@@ -61,24 +76,9 @@ template <class S>
 double keep_range(S* dst, const S* src, int64_t n, bool squares) {
   if (dst != src) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(S));
   if (!squares) return 0;
-  constexpr int64_t kBlock = 1024;
   double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t e = std::min(n, b + kBlock);
-    int64_t i = b;
-    for (; i + 8 <= e; i += 8)
-      for (int k = 0; k < 8; ++k) {
-        const double x = to_float(src[i + k]);
-        lane[k] += x * x;
-      }
-    for (; i < e; ++i) {
-      const double x = to_float(src[i]);
-      lane[0] += x * x;
-    }
-  }
-  double total = 0;
-  for (double l : lane) total += l;
-  return total;
+  for (int64_t b = 0; b < n; b += kBlock) add_squares(src, b, std::min(n, b + kBlock), lane);
+  return lanes_total(lane);
 }
 
 }  // namespace
@@ -145,10 +145,10 @@ void HostAccumulator::rethrow_locked() {
   }
 }
 
-void HostAccumulator::wait_free(int bucket) {
+void HostAccumulator::wait_none_pending(const std::vector<int64_t>& counts, int index) {
   const auto t0 = Clock::now();
   std::unique_lock<std::mutex> l(mu_);
-  const int64_t& pending = pending_.at(static_cast<size_t>(bucket));
+  const int64_t& pending = counts.at(static_cast<size_t>(index));
   if (pending > 0) {
     cv_.wait(l, [&] { return pending == 0 || error_; });
     times_.blocked_s += since(t0);
@@ -156,16 +156,9 @@ void HostAccumulator::wait_free(int bucket) {
   rethrow_locked();
 }
 
-void HostAccumulator::wait_slot(int slot) {
-  const auto t0 = Clock::now();
-  std::unique_lock<std::mutex> l(mu_);
-  const int64_t& pending = slot_pending_.at(static_cast<size_t>(slot));
-  if (pending > 0) {
-    cv_.wait(l, [&] { return pending == 0 || error_; });
-    times_.blocked_s += since(t0);
-  }
-  rethrow_locked();
-}
+void HostAccumulator::wait_free(int bucket) { wait_none_pending(pending_, bucket); }
+
+void HostAccumulator::wait_slot(int slot) { wait_none_pending(slot_pending_, slot); }
 
 void HostAccumulator::submit(int bucket, at::Tensor dst, at::Tensor src,
                              std::unique_ptr<c10::Event> ready, bool assign, bool squares, int slot) {

@@ -108,6 +108,9 @@ class HostAccumulator {
   // Index in queue_ of the next job to run (mu_ held, queue_ not empty).
   size_t pick_locked();
   void rethrow_locked();
+  // Blocks until counts[index] (pending_ or slot_pending_, guarded by mu_) is 0; counts the wait
+  // as blocked time; rethrows a job's error.
+  void wait_none_pending(const std::vector<int64_t>& counts, int index);
   double fold(const at::Tensor& dst, const at::Tensor& src, bool assign, bool squares);
 
   std::unique_ptr<ciuic::ThreadPool> team_;  // used by the accumulator thread only
