@@ -73,7 +73,7 @@ TEST(Registry, LoadsTheTestPlugins) {
 TEST(Registry, RefusesEachDefectWithFileExpectedAndFound) {
   Registry r = Registry::from_paths({kBad});
   EXPECT_TRUE(r.list().empty());
-  EXPECT_EQ(r.refusals().size(), 9u);
+  EXPECT_EQ(r.refusals().size(), 10u);
   const std::string api = refusal_of(r, "libciuic_data_oldapi.so");
   EXPECT_EQ(api, kBad + "/libciuic_data_oldapi.so: plugin API version mismatch: expected " +
                      std::to_string(ciuic::kPluginApiVersion) + " (ciuic " CIUIC_VERSION "), found " +
@@ -94,6 +94,9 @@ TEST(Registry, RefusesEachDefectWithFileExpectedAndFound) {
   EXPECT_EQ(refusal_of(r, "libciuic_data_baddefault.so"),
             kBad + "/libciuic_data_baddefault.so: bad option declaration: option 'bucket': default 2e8: expected "
                    "an integer, found a float (2e8)");
+  EXPECT_EQ(refusal_of(r, "libciuic_data_badplanned.so"),
+            kBad + "/libciuic_data_badplanned.so: bad option declaration: option 'mode' is kOptionPlanned but its "
+                   "choices are not \"auto|<first>|<second>|...\" (found \"auto|only\")");
   EXPECT_EQ(refusal_of(r, "libciuic_data_notalib.so"),
             kBad + "/libciuic_data_notalib.so: not a shared library (expected an ELF file, found other content)");
 }

@@ -14,6 +14,12 @@ namespace {
 const ciuic::OptionSpec kOptions[] = {
     {"bucket", ciuic::OptionType::kInt, "2e8", "an integer option with a float default"},
 };
+#elif defined(CIUIC_TEST_DEFECT_badplanned)
+// The planner picks the first fitting choice after "auto": one choice leaves nothing to choose.
+const ciuic::OptionSpec kOptions[] = {
+    {"mode", ciuic::OptionType::kString, "\"auto\"", "a planned option with one choice", NAN, NAN, "auto|only",
+     ciuic::kOptionPlanned},
+};
 #else
 const ciuic::OptionSpec kOptions[] = {
     {"x", ciuic::OptionType::kInt, "1", "an option"},
@@ -50,6 +56,9 @@ constexpr const char* kName = "plainfn";
 #elif defined(CIUIC_TEST_DEFECT_dataptr)
 constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
 constexpr const char* kName = "dataptr";
+#elif defined(CIUIC_TEST_DEFECT_badplanned)
+constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
+constexpr const char* kName = "badplanned";
 #else
 constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
 constexpr const char* kName = "baddefault";

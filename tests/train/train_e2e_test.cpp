@@ -96,7 +96,7 @@ TEST(TrainE2E, GradientAccumulationSplitsAgree) {
 
 TEST(TrainE2E, NoSyncAccumulationMatchesReduceEach) {
   const Shape s{.world = 2, .micro = 2, .accum = 3, .sharding = "zero2"};
-  const Result each = run("each", s);
+  const Result each = run("each", s, {"--set", "sharding.grad_accumulation=\"reduce_each\""});
   const Result nosync = run("nosync", s, {"--set", "sharding.grad_accumulation=no_sync"});
   EXPECT_RUN_OK(each);
   EXPECT_RUN_OK(nosync);
@@ -878,6 +878,77 @@ TEST(TrainE2E, AutoMicroBatchKeepsTheGlobalBatchAndFitsTheCap) {
   EXPECT_NE(disagree.err.find("[train] global_batch_size = 12 but micro_batch_size x gradient_accumulation_steps x "
                               "ranks = 8 x 1 x 2 = 16"),
             std::string::npos) << disagree.log();
+}
+
+// [sharding] grad_accumulation = "auto" (zero2 declares it kOptionPlanned, "auto|no_sync|reduce_each"):
+// each worker takes no_sync when its memory plan (the whole gradient kept on the device) fits 92%
+// of the cap, else reduce_each; says so; and trains bit for bit as the explicit choice does. --plan
+// shows the same choice, and for an explicit reduce_each that no_sync would fit too. Without a cap
+// a CPU worker fits its share of the machine's memory: no_sync.
+TEST(TrainE2E, AutoGradAccumulationChoosesByTheMemoryPlan) {
+  const Shape shape{.world = 2, .micro = 2, .accum = 3, .steps = 3, .sharding = "zero2"};
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<std::string> wide = {"--set", "model.config.hidden_size=256", "--set",
+                                         "model.config.intermediate_size=512"};
+  auto mode = [](const std::string& m) { return std::vector<std::string>{"--set", "sharding.grad_accumulation=\"" + m + "\""}; };
+  auto cap = [](double gib) { return std::vector<std::string>{"--set", "cluster.memory_per_device_gib=" + std::to_string(gib)}; };
+  auto total_mib = [&](const std::string& m) {
+    const Result r = run("auto-acc-plan", shape, with(with(wide, mode(m)), {"--plan"}));
+    std::smatch sm;
+    const std::string text = r.out + r.err;
+    EXPECT_TRUE(std::regex_search(text, sm, std::regex("total cpu: ([0-9.]+) MiB"))) << r.log();
+    return sm.empty() ? NAN : std::stod(sm[1]);
+  };
+  const double nosync = total_mib("no_sync"), each = total_mib("reduce_each");
+  ASSERT_GT(nosync, each + 0.5);  // the whole model's gradient against a bucket and a shard
+  const double tight = (each + (nosync - each) / 2) / 0.92 / 1024.0;
+  const double roomy = nosync * 1.1 / 0.92 / 1024.0;
+  const std::string said = "[sharding] grad_accumulation = \"auto\": ";
+
+  // With the cap, and explicitly: the same bits.
+  std::map<std::string, Weights> explicit_weights;
+  for (const auto& [gib, chosen] : {std::pair{tight, "reduce_each"}, std::pair{roomy, "no_sync"}}) {
+    const Result a = run(std::string("auto-acc-") + chosen, shape, with(with(wide, mode("auto")), cap(gib)));
+    EXPECT_RUN_OK(a);
+    EXPECT_NE((a.out + a.err).find(said + "\"" + chosen + "\", the first of no_sync|reduce_each whose memory plan fits"),
+              std::string::npos) << a.log();
+    const Result e = run(std::string("explicit-") + chosen, shape, with(wide, mode(chosen)));
+    EXPECT_RUN_OK(e);
+    explicit_weights[chosen] = exported(e);
+    EXPECT_EQ(max_rel(exported(a), explicit_weights[chosen]), 0.0) << chosen;
+  }
+  const Weights& e_sync = explicit_weights["no_sync"];
+  const Weights& e_each = explicit_weights["reduce_each"];
+  // The two accumulations differ in rounding only (fp32 here): a choice that did not take effect
+  // would show as bit-identical weights.
+  EXPECT_GT(max_rel(e_sync, e_each), 0.0);
+  EXPECT_LT(max_rel(e_sync, e_each), 1e-6);
+
+  const Result p_tight = run("auto-acc-plan-tight", shape, with(with(with(wide, mode("auto")), cap(tight)), {"--plan"}));
+  EXPECT_EQ(p_tight.code, 0) << p_tight.log();
+  EXPECT_NE((p_tight.out + p_tight.err).find("chosen: " + said + "\"reduce_each\", the first of no_sync|reduce_each "
+                                                                 "whose memory plan fits within 92% of the cap"),
+            std::string::npos) << p_tight.log();
+  const Result p_each = run("auto-acc-plan-each", shape, with(with(with(wide, mode("reduce_each")), cap(roomy)), {"--plan"}));
+  EXPECT_NE((p_each.out + p_each.err).find("also fits:\n  - [sharding] grad_accumulation = \"no_sync\": "),
+            std::string::npos) << p_each.log();
+  const Result p_none = run("auto-acc-plan-nocap", shape, with(with(wide, mode("auto")), {"--plan"}));
+  EXPECT_NE((p_none.out + p_none.err).find("chosen: " + said + "\"reduce_each\", the last of no_sync|reduce_each "
+                                                                "(chosen at start from the device's memory)"),
+            std::string::npos) << p_none.log();
+  const Result free = run("auto-acc-nocap", shape, with(wide, mode("auto")));
+  EXPECT_RUN_OK(free);
+  EXPECT_NE((free.out + free.err).find(said + "\"no_sync\""), std::string::npos) << free.log();
+  // --dry-run creates the plugin with the worker's choice.
+  for (const auto& [extra, chosen] : {std::pair{std::vector<std::string>{}, "no_sync"},
+                                      std::pair{cap(tight), "reduce_each"}}) {
+    const Result d = run("auto-acc-dry", shape, with(with(with(wide, mode("auto")), extra), {"--dry-run"}));
+    EXPECT_EQ(d.code, 0) << d.log();
+    EXPECT_NE(d.out.find("(auto: grad_accumulation = \"" + std::string(chosen) + "\")"), std::string::npos) << d.log();
+  }
 }
 
 // Refused at start (checkpoint/run_dir.h), before any training, naming the file in the way.

@@ -73,7 +73,8 @@ using PluginPlanFn = void(const Config& options, PlanContext& plan);
 //      StepInput::nonfinite_stops.
 //   5: OptimizerSetup::grad_dtype and one_chunk_per_step (chunks come in one declared dtype; with
 //      one rank in the parameter dtype, unreduced); PlanContext::grad_bytes and one_chunk_per_step.
-inline constexpr uint32_t kPluginApiVersion = 5;
+//   6: OptionSpec::flags (kOptionPlanned: "auto" chosen by the core's memory planner).
+inline constexpr uint32_t kPluginApiVersion = 6;
 
 // The five slots a recipe fills. The numeric values are part of the ABI.
 enum class Slot : uint32_t {
@@ -112,7 +113,21 @@ struct OptionSpec {
   double max = NAN;
   // For kString: allowed values separated by '|', e.g. "auto|nvlink|pcie|shm"; nullptr = any.
   const char* choices = nullptr;
+  // kOption* bits below; 0 for an ordinary option.
+  uint32_t flags = 0;
 };
+
+// OptionSpec::flags: the option is chosen by the core's memory planner. Only for a kString option
+// whose choices are "auto|<first>|<second>|..." (at least two after "auto"; the registry refuses the
+// plugin otherwise). When the recipe says "auto" (or leaves the option at an "auto" default), the
+// core replaces it before the plugin sees its Config (factory and plan function alike) with the
+// first of the later choices whose memory plan (the plugin's own plan function, ciuic/plan.h, with
+// the model's leanest "auto" settings) fits plan::kAutoMemoryFraction of [cluster]
+// memory_per_device_gib, else of the device's memory; the last choice when none fits, and in
+// `--plan` without a cap. So list the choices from the one to prefer to the leanest, and count each
+// in the plan function. The choice is logged; every rank makes the same one. A plugin never sees
+// "auto" in such an option. E.g. zero2's grad_accumulation = "auto|no_sync|reduce_each".
+inline constexpr uint32_t kOptionPlanned = 1u << 0;
 
 // The record returned by the info entry point. Plain data with static storage duration.
 struct PluginInfo {

@@ -118,6 +118,7 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
      << recipe.section("train").get_int("max_steps") << " steps\n";
   // Created in slot order (comm first), destroyed in reverse order.
   std::vector<std::shared_ptr<PluginObject>> objects;
+  std::optional<std::vector<plan::PlannedOption>> planned;  // chosen on first need
   for (int i = 0; i < kNumSlots; ++i) {
     const Slot slot = static_cast<Slot>(i);
     const std::string name = recipe.plugin_name(slot);
@@ -130,7 +131,23 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
       continue;
     }
     const PluginDescriptor& d = registry.get(slot, name);
-    const Config config = recipe.plugin_config(slot, *d.info);
+    Config config = recipe.plugin_config(slot, *d.info);
+    // Options the memory planner chooses (kOptionPlanned, "auto"), as a worker would: against the
+    // cap, else a CPU worker's share of this machine; a GPU without a cap: the last choice (the
+    // worker chooses from its device's memory).
+    std::string chosen;
+    for (uint32_t k = 0; k < d.info->num_options; ++k) {
+      const OptionSpec& spec = d.info->options[k];
+      if (!(spec.flags & kOptionPlanned) || !is_auto(config, spec.key)) continue;
+      if (!planned) {
+        double whole = cluster.get_float("memory_per_device_gib") * 1073741824.0;
+        if (whole <= 0 && !ctx.device.is_cuda())
+          whole = plan::physical_memory() / static_cast<double>(std::max<int64_t>(1, cluster.get_int("nproc_per_node")));
+        planned = plan::planned_options(recipe, registry, plan::kAutoMemoryFraction * whole);
+      }
+      config = plan::with_planned(config, slot, *planned);
+      chosen += std::string(chosen.empty() ? "" : ", ") + spec.key + " = \"" + config.get_string(spec.key) + "\"";
+    }
     switch (slot) {
       case Slot::kComm: objects.push_back(registry.create<Comm>(slot, name, config, ctx)); break;
       case Slot::kSharding: objects.push_back(registry.create<Sharding>(slot, name, config, ctx)); break;
@@ -138,7 +155,8 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
       case Slot::kPrecision: objects.push_back(registry.create<Precision>(slot, name, config, ctx)); break;
       case Slot::kData: objects.push_back(registry.create<DataSource>(slot, name, config, ctx)); break;
     }
-    os << pad(d.name, 12) << pad(d.version, 9) << "created  " << d.path << "\n";
+    os << pad(d.name, 12) << pad(d.version, 9) << "created  " << d.path
+       << (chosen.empty() ? "" : " (auto: " + chosen + ")") << "\n";
   }
   // Preflight: every input the run reads, opened as the run opens it; nothing is trained.
   const train::TrainOptions opt = train::TrainOptions::from(recipe);

@@ -12,6 +12,7 @@
 #include <ciuic/config.h>
 #include <ciuic/error.h>
 
+#include "base/text.h"
 #include "model/config.h"
 #include "model/llama.h"
 #include "recipe/recipe.h"
@@ -143,9 +144,68 @@ struct Prepared {
   Choice choices[kNumSlots];
   bool checkpoint_auto = false;
   bool micro_auto = false;  // the batch is micro 1 x accumulation = rows per rank until chosen
+  std::vector<PlannedOption> planned;  // kOptionPlanned options chosen, in choices[]' options
 };
 
-Prepared prepare(const Recipe& recipe, const Registry& registry) {
+// The kOptionPlanned options that the recipe leaves "auto" (ciuic/plugin.h): each first takes its
+// last choice, so that no plan function sees "auto"; then, slot by slot in the planner's order and
+// key by key, the first choice whose plan fits `budget` (the model's terms as prepare() left them:
+// the leanest for its own "auto" settings).
+struct OpenOption {
+  Slot slot;
+  std::string key;
+  std::vector<std::string> choices;  // after "auto"
+};
+
+// `options` of plugin `info` with each kOptionPlanned option that is "auto" at its last choice;
+// those options are appended to `open` when given.
+Config at_last_choices(Config options, const PluginInfo& info, Slot slot, std::vector<OpenOption>* open) {
+  for (uint32_t i = 0; i < info.num_options; ++i) {
+    const OptionSpec& o = info.options[i];
+    if (!(o.flags & kOptionPlanned) || !is_auto(options, o.key)) continue;
+    std::vector<std::string> choices = text::split(o.choices, '|');
+    choices.erase(choices.begin());  // "auto" (the registry checked the form)
+    options = with_string(options, o.key, choices.back());
+    if (open) open->push_back(OpenOption{slot, o.key, std::move(choices)});
+  }
+  return options;
+}
+
+void choose_planned(Prepared& p, double budget) {
+  std::vector<OpenOption> open;
+  for (Slot slot : kOrder) {
+    Choice& c = p.choices[static_cast<int>(slot)];
+    if (c.info && c.options) c.options = at_last_choices(*c.options, *c.info, slot, &open);
+  }
+  for (const OpenOption& o : open) {
+    Choice& c = p.choices[static_cast<int>(o.slot)];
+    const std::string all = text::join(o.choices, "|");
+    PlannedOption chosen{o.slot, c.name, o.key, o.choices.back(), ""};
+    if (budget <= 0) {
+      chosen.why = "the last of " + all + " (chosen at start from the device's memory)";
+    } else {
+      bool fits = false;
+      for (const std::string& v : o.choices) {
+        const Config before = *c.options;
+        c.options = with_string(before, o.key, v);
+        if (device_total(run(p.in, p.choices, nullptr)) <= budget) {
+          chosen.value = v;
+          fits = true;
+          break;
+        }
+        c.options = before;
+      }
+      if (fits)
+        chosen.why = "the first of " + all + " whose memory plan fits";
+      else
+        chosen.why = "the last of " + all + ": none has a memory plan that fits";
+      c.options = with_string(*c.options, o.key, chosen.value);
+    }
+    p.planned.push_back(std::move(chosen));
+  }
+}
+
+Prepared prepare(const Recipe& recipe, const Registry& registry, double budget) {
   Prepared p;
   MemoryPlan& plan = p.plan;
   Inputs& in = p.in;
@@ -196,6 +256,7 @@ Prepared prepare(const Recipe& recipe, const Registry& registry) {
     }
     if (c.info) c.options = recipe.plugin_config(slot, *c.info);
   }
+  choose_planned(p, budget);
   return p;
 }
 
@@ -236,18 +297,33 @@ int64_t fewest_layers(const Prepared& p, double budget) {
 
 int64_t fewest_checkpointed_layers(const Recipe& recipe, const Registry& registry, double budget_bytes,
                                    int64_t micro_batch) {
-  Prepared p = prepare(recipe, registry);
+  Prepared p = prepare(recipe, registry, budget_bytes);
   if (micro_batch > 0) set_micro(p, micro_batch);
   return fewest_layers(p, budget_bytes);
 }
 
 int64_t largest_micro_batch(const Recipe& recipe, const Registry& registry, double budget_bytes) {
-  return largest_micro(prepare(recipe, registry), budget_bytes);
+  return largest_micro(prepare(recipe, registry, budget_bytes), budget_bytes);
+}
+
+std::vector<PlannedOption> planned_options(const Recipe& recipe, const Registry& registry, double budget_bytes) {
+  return prepare(recipe, registry, budget_bytes).planned;
+}
+
+Config with_planned(const Config& options, Slot slot, const std::vector<PlannedOption>& chosen) {
+  Config out = options;
+  for (const PlannedOption& o : chosen)
+    if (o.slot == slot && is_auto(out, o.key)) out = with_string(out, o.key, o.value);
+  return out;
 }
 
 MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
-  Prepared p = prepare(recipe, registry);
+  Prepared p = prepare(recipe, registry, 0);
+  // kOptionPlanned options against the cap, as the worker chooses them at start; without one, the
+  // last (leanest) choice is shown, and the worker chooses from the device's memory.
+  if (p.plan.cap > 0 && !p.planned.empty()) p = prepare(recipe, registry, kAutoMemoryFraction * p.plan.cap);
   MemoryPlan plan = p.plan;
+  plan.planned = p.planned;
   Inputs& in = p.in;
   Choice (&choices)[kNumSlots] = p.choices;
   PlanContext& b = in.base;
@@ -297,6 +373,37 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
   plan.node_memory = plan.host_per_node + (plan.device == "cpu" ? plan.device_peak * plan.local_world_size : 0.0);
   plan.host_fits = plan.host_available <= 0 || plan.node_memory <= plan.host_available;
   plan.fits = plan.cap <= 0 || plan.device_peak <= plan.cap;
+  if (plan.cap > 0) {
+    // Options the planner could choose (kOptionPlanned) that the recipe sets: does one the plugin
+    // lists earlier fit too?
+    for (Slot slot : kOrder) {
+      const Choice& c = choices[static_cast<int>(slot)];
+      if (!c.info || !c.options) continue;
+      for (uint32_t i = 0; i < c.info->num_options; ++i) {
+        const OptionSpec& o = c.info->options[i];
+        if (!(o.flags & kOptionPlanned)) continue;
+        if (std::any_of(p.planned.begin(), p.planned.end(),
+                        [&](const PlannedOption& q) { return q.slot == slot && q.key == o.key; }))
+          continue;  // "auto": chosen above
+        const std::string value = c.options->get_string(o.key);
+        for (const std::string& v : text::split(o.choices, '|')) {
+          if (v == "auto") continue;
+          if (v == value) break;
+          Choice alt[kNumSlots];
+          std::copy(std::begin(choices), std::end(choices), std::begin(alt));
+          alt[static_cast<int>(slot)].options = with_string(*c.options, o.key, v);
+          const double total = device_total(run(in, alt, nullptr));
+          if (total <= kAutoMemoryFraction * plan.cap) {
+            plan.preferred.push_back("[" + std::string(slot_name(slot)) + "] " + o.key + " = \"" + v + "\": " +
+                                     bytes_text(total) + " per device, within " +
+                                     std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) +
+                                     "% of the cap (the plugin lists it before \"" + value + "\"; \"auto\" chooses it)");
+            break;
+          }
+        }
+      }
+    }
+  }
   if (plan.fits) return plan;
 
   // What would help: the other installed sharding and optimizer plugins in place of the
@@ -310,7 +417,7 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
       c.name = d.name;
       c.info = d.info;
       try {
-        c.options = Recipe::plugin_defaults(slot, *d.info);
+        c.options = at_last_choices(Recipe::plugin_defaults(slot, *d.info), *d.info, slot, nullptr);
       } catch (const Error&) {
         continue;  // a plugin with required options cannot stand in unasked
       }
@@ -367,7 +474,15 @@ std::string plan_text(const MemoryPlan& plan) {
     if (!plan.host_fits) os << ": NOT enough host memory";
   }
   os << "\n";
+  for (const auto& o : plan.planned)
+    os << "  chosen: [" << slot_name(o.slot) << "] " << o.key << " = \"auto\": \"" << o.value << "\", " << o.why
+       << (plan.cap > 0 ? " within " + std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) + "% of the cap" : "")
+       << "\n";
   for (const auto& u : plan.unknown) os << "  not counted: " << u << "\n";
+  if (!plan.preferred.empty()) {
+    os << "also fits:\n";
+    for (const auto& a : plan.preferred) os << "  - " << a << "\n";
+  }
   if (!plan.advice.empty()) {
     os << "what would help:\n";
     for (const auto& a : plan.advice) os << "  - " << a << "\n";

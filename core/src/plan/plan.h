@@ -24,11 +24,23 @@
 #include <ciuic/plan.h>
 
 namespace ciuic {
+class Config;
 class Recipe;
 class Registry;
+enum class Slot : uint32_t;
 }  // namespace ciuic
 
 namespace ciuic::plan {
+
+// An option that a plugin declares kOptionPlanned (ciuic/plugin.h) and the recipe leaves "auto",
+// and what the planner chose for it.
+struct PlannedOption {
+  Slot slot{};
+  std::string plugin;
+  std::string key;
+  std::string value;  // the choice, e.g. "no_sync"
+  std::string why;    // e.g. "the first of no_sync|reduce_each whose memory plan fits"
+};
 
 struct MemoryPlan {
   int world_size = 1;
@@ -45,8 +57,12 @@ struct MemoryPlan {
   bool host_fits = true;
   double cap = 0;                   // [cluster] memory_per_device_gib in bytes (0: none)
   bool fits = true;                 // device_peak <= cap (or no cap)
+  std::vector<PlannedOption> planned;  // "auto" options chosen (against the cap; without one, the last choice)
   std::vector<std::string> unknown;  // "<slot> <plugin> (why)": not counted
   std::vector<std::string> advice;   // when it does not fit: what would
+  // kOptionPlanned options the recipe sets: a choice the plugin lists before the recipe's (one it
+  // prefers) whose plan also fits the cap, e.g. "[sharding] grad_accumulation = \"no_sync\" ...".
+  std::vector<std::string> preferred;
 };
 
 // Throws UsageError naming the recipe location for a sharding, optimizer or precision plugin that
@@ -75,6 +91,17 @@ CIUIC_API int64_t fewest_checkpointed_layers(const Recipe& recipe, const Registr
 // (global_batch_size / ranks) and whose plan fits `budget_bytes` (checkpoint_layers = "auto" counted
 // as every layer checkpointed); 0 when not even 1 fits. Throws as plan_memory().
 CIUIC_API int64_t largest_micro_batch(const Recipe& recipe, const Registry& registry, double budget_bytes);
+// Every kOptionPlanned option of the recipe's plugins that is "auto": the first of its later
+// choices whose plan fits `budget_bytes` per device, with the model's leanest settings
+// (micro_batch_size = "auto" counted as 1, checkpoint_layers = "auto" as every layer), options of
+// earlier slots (precision, sharding, optimizer, comm, data) and keys chosen first; the last choice
+// when none fits or `budget_bytes` <= 0. The same recipe and budget always give the same choices,
+// so every rank chooses alike; fewest_checkpointed_layers() and largest_micro_batch() plan with the
+// choices made for their budget. Throws as plan_memory().
+CIUIC_API std::vector<PlannedOption> planned_options(const Recipe& recipe, const Registry& registry,
+                                                     double budget_bytes);
+// `options` (the recipe's section for `slot`) with the values chosen in place of "auto".
+CIUIC_API Config with_planned(const Config& options, Slot slot, const std::vector<PlannedOption>& chosen);
 CIUIC_API std::string plan_text(const MemoryPlan& plan);
 
 }  // namespace ciuic::plan

@@ -125,5 +125,8 @@ class CIUIC_API Recipe {
 // True when `key` of a validated core section holds the string "auto" (integer keys that also take
 // "auto", e.g. [model] checkpoint_layers); get_int() of such a key throws then.
 CIUIC_API bool is_auto(const Config& section, std::string_view key);
+// `options` with the string `value` in place of `key`'s (which must be there; its location is
+// kept): how the memory planner hands a plugin what it chose for a kOptionPlanned option.
+CIUIC_API Config with_string(const Config& options, std::string_view key, std::string value);
 
 }  // namespace ciuic

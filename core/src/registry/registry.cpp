@@ -100,6 +100,13 @@ std::string check_options(const PluginInfo& info) {
       return "option '" + key + "' has unknown type " + std::to_string(static_cast<uint32_t>(o.type));
     if (o.choices && o.type != OptionType::kString)
       return "option '" + key + "' has choices but is not a string option";
+    if (o.flags & ~kOptionPlanned)
+      return "option '" + key + "' has unknown flags " + std::to_string(o.flags) + " (this ciuic knows kOptionPlanned)";
+    if ((o.flags & kOptionPlanned) &&
+        (o.type != OptionType::kString || !o.choices || std::string_view(o.choices).rfind("auto|", 0) != 0 ||
+         std::count(o.choices, o.choices + std::strlen(o.choices), '|') < 2))
+      return "option '" + key + "' is kOptionPlanned but its choices are not \"auto|<first>|<second>|...\" (found " +
+             (o.choices ? "\"" + std::string(o.choices) + "\"" : std::string("none")) + ")";
     std::string problem = recipe::check_default(recipe::key_from_option(o));
     if (!problem.empty()) return "option '" + key + "': " + problem;
   }

@@ -56,12 +56,14 @@ RunContext make_context(const Recipe& recipe, const TrainOptions& opt, const lau
   return ctx;
 }
 
+// The slot's plugin with its recipe section, "auto" planned options replaced by what the planner
+// chose (`planned`).
 template <class T>
 std::shared_ptr<T> make_plugin(const Recipe& recipe, const Registry& registry, Slot slot,
-                               const RunContext& ctx) {
+                               const RunContext& ctx, const std::vector<plan::PlannedOption>& planned) {
   const std::string name = recipe.plugin_name(slot);
   const PluginDescriptor& d = registry.get(slot, name);
-  return registry.create<T>(slot, name, recipe.plugin_config(slot, *d.info), ctx);
+  return registry.create<T>(slot, name, plan::with_planned(recipe.plugin_config(slot, *d.info), slot, planned), ctx);
 }
 
 // Runs a call into a plugin so that whatever it throws names the plugin and its file, as the
@@ -251,6 +253,18 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   // micro_batch_size = "auto", then resuming on another world size (which keeps the checkpoint's
   // global batch, train/elastic.h, the chosen micro-batch as its largest): decided before anything
   // is sized by the micro-batch or the accumulation.
+  // Plugin options the memory planner chooses (kOptionPlanned, "auto"), before the micro-batch:
+  // they are planned with the leanest model settings, and the micro-batch and the checkpointed
+  // layers are then chosen with them (plan.h).
+  std::vector<plan::PlannedOption> planned;
+  {
+    std::string within;
+    const double budget = auto_budget(r, within);
+    planned = plan::planned_options(recipe, registry, budget);
+    if (r.ctx.rank == 0)
+      for (const auto& o : planned)
+        log_info("[" + std::string(slot_name(o.slot)) + "] " + o.key + " = \"auto\": \"" + o.value + "\", " + o.why + " " + within);
+  }
   if (r.opt.micro_batch_auto) resolve_auto_micro_batch(recipe, registry, r);
   if (const std::string folder = Checkpoints::resume_folder(r.opt.checkpoint_dir, options.resume); !folder.empty()) {
     const auto [rows, world] = checkpoint::read_batch_shape(folder);
@@ -266,16 +280,16 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   r.device = device_info(r.ctx.device, r.opt.peak_tflops);
   const double context_s = lap();
 
-  r.comm = make_plugin<Comm>(recipe, registry, Slot::kComm, r.ctx);
+  r.comm = make_plugin<Comm>(recipe, registry, Slot::kComm, r.ctx, planned);
   if (r.comm->size() != r.ctx.world_size || r.comm->rank() != r.ctx.rank)
     throw Error("comm plugin " + r.comm->backend_name() + " reports rank " +
                 std::to_string(r.comm->rank()) + " of " + std::to_string(r.comm->size()) +
                 " but this worker is rank " + std::to_string(r.ctx.rank) + " of " +
                 std::to_string(r.ctx.world_size));
-  r.precision = make_plugin<Precision>(recipe, registry, Slot::kPrecision, r.ctx);
-  r.optimizer = make_plugin<Optimizer>(recipe, registry, Slot::kOptimizer, r.ctx);
-  r.sharding = make_plugin<Sharding>(recipe, registry, Slot::kSharding, r.ctx);
-  r.data = make_plugin<DataSource>(recipe, registry, Slot::kData, r.ctx);
+  r.precision = make_plugin<Precision>(recipe, registry, Slot::kPrecision, r.ctx, planned);
+  r.optimizer = make_plugin<Optimizer>(recipe, registry, Slot::kOptimizer, r.ctx, planned);
+  r.sharding = make_plugin<Sharding>(recipe, registry, Slot::kSharding, r.ctx, planned);
+  r.data = make_plugin<DataSource>(recipe, registry, Slot::kData, r.ctx, planned);
   const double plugins_s = lap();
 
   if (!r.opt.tokenizer_path.empty()) {

@@ -466,6 +466,18 @@ TEST(ShardingBeginStep, OffersTheStepsExactArgumentsOnlyWhenNothingDependsOnTheN
   EXPECT_EQ(fp16.opt.steps.size(), 1u);
 }
 
+// grad_accumulation = "auto" is the core's memory planner's to choose (kOptionPlanned): should it
+// ever reach the plugin, the plugin refuses it by name rather than taking it for one of the two.
+TEST(ShardingSetup, UnresolvedAutoAccumulationIsRefusedByName) {
+  for (const char* sharding : {"zero2", "ddp"}) {
+    Env env;
+    const std::string e = error_of(
+        [&] { env.make<ciuic::Sharding>(Slot::kSharding, sharding, "grad_accumulation = \"auto\"\n"); });
+    EXPECT_NE(e.find("[sharding] grad_accumulation = \"auto\": expected \"no_sync\" or \"reduce_each\" here"),
+              std::string::npos) << sharding << ": " << e;
+  }
+}
+
 TEST(ShardingBeginStep, Misuse) {
   OfferRig rig("zero2", nullptr, /*accept=*/true);
   // step() must get the announced input.

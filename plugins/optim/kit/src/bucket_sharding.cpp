@@ -28,7 +28,11 @@ BucketSharding::Options BucketSharding::options_from(const Config& config) {
     config.fail("reduce_bucket_size", "expected a whole number of elements >= 1");
   o.bucket_elements = static_cast<int64_t>(bucket);
   o.overlap_comm = config.get_bool("overlap_comm");
-  o.reduce_each_micro_batch = config.get_string("grad_accumulation") == "reduce_each";
+  const std::string accumulation = config.get_string("grad_accumulation");
+  if (accumulation != "reduce_each" && accumulation != "no_sync")  // "auto" is the core's to choose
+    config.fail("grad_accumulation", "expected \"no_sync\" or \"reduce_each\" here (\"auto\" is chosen by the "
+                                     "core's memory planner before the plugin is created)");
+  o.reduce_each_micro_batch = accumulation == "reduce_each";
   return o;
 }
 

@@ -71,7 +71,8 @@ class BucketSharding : public Sharding {
 
   // Reads the options every bucketed strategy declares in its recipe section (with defaults of
   // its own): reduce_bucket_size (elements, float or int), overlap_comm (bool), grad_accumulation
-  // ("reduce_each" | "no_sync").
+  // ("reduce_each" | "no_sync"; a strategy may declare "auto|no_sync|reduce_each" with
+  // kOptionPlanned, and the core then chooses before the Config gets here; "auto" itself is refused).
   static Options options_from(const Config& config);
   // The planner's answer (ciuic/plan.h) for a strategy with these options: the whole parameters on
   // every rank, reductions in flight, gradients not yet reduced; sets shard_numel and
