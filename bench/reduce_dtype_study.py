@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Accuracy cost of reducing gradients across ranks in bf16 instead of fp32 (issue 14).
+"""Accuracy cost of reducing gradients across ranks in bf16 instead of fp32 (issue 14), or of
+any other recipe setting against a reference (--key, --values).
 
     python3 bench/reduce_dtype_study.py CIUIC_RUN OUT_DIR [--recipe R] [--steps N]
-            [--eval-every K] [--seeds S1,S2] [--analyze-only]
+            [--eval-every K] [--seeds S1,S2] [--key K --values REF,OTHER] [--set K=V ...]
+            [--analyze-only]
 
 What it measures: the demo recipe (configs/tiny-cpu.toml: a 0.8M-parameter Llama trained from
 scratch on the synthetic arithmetic / unit-conversion chat data of examples/demo, 3 CPU ranks over
@@ -29,6 +31,10 @@ Output (from every run's metrics.jsonl):
   - OUT_DIR/eval_loss.svg: eval loss against step for every run (hand-written SVG);
   - OUT_DIR/study.json: the figures of every run.
 
+Another setting (`--key sharding.grad_accumulation --values reduce_each,no_sync`): the two runs
+of a seed take `--set KEY="REF"` and `--set KEY="OTHER"` in place of reduce_dtype (the bf16 plugin
+and every other setting as above); REF is the reference the differences are taken against.
+
 Fine-tuning variant (`--set`, repeatable, adds recipe settings to every run): start every run from
 the same trained model (`--set model.path="DIR"`, an HF folder ciuic exported) at a fine-tuning
 learning rate; then the two settings of a seed differ only by the reduction, from a model that
@@ -46,13 +52,14 @@ import subprocess
 import sys
 import time
 
-SETTINGS = ("fp32", "bf16")  # values of [precision] reduce_dtype; fp32 is the reference
+KEY = "precision.reduce_dtype"  # the recipe key studied (--key)
+SETTINGS = ("fp32", "bf16")      # its values (--values): the reference first
 LAST_N = 20                  # final train loss: mean of the last LAST_N logged steps
 REPO = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
 def run_name(setting, seed):
-    return f"reduce-{setting}-seed{seed}"
+    return f"reduce-{setting}-seed{seed}" if KEY == "precision.reduce_dtype" else f"{setting}-seed{seed}"
 
 
 def ensure_demo_data():
@@ -70,7 +77,7 @@ def run_one(args, setting, seed):
     log = os.path.join(args.out_dir, name + ".log")
     cmd = [args.ciuic_run, args.recipe,
            "--set", 'precision.plugin="bf16"',
-           "--set", f'precision.reduce_dtype="{setting}"',
+           "--set", f'{KEY}="{setting}"',
            "--set", f"run.seed={seed}",
            "--set", f"run.output_dir={json.dumps(out)}",
            "--set", f"train.max_steps={args.steps}",
@@ -151,12 +158,14 @@ def spread(vals):
 
 def summarize(runs, seeds, args, walls):
     by = {(r["setting"], r["seed"]): r for r in runs}
+    ref, alt = SETTINGS
+    name = KEY.split(".")[-1]
     lines = []
     add = lines.append
     add(f"Setup: `{os.path.relpath(args.recipe, REPO)}` with precision.plugin=\"bf16\", "
         f"{runs[0]['steps']} steps, eval every {args.eval_every} steps, seeds {', '.join(map(str, seeds))}.")
     add("")
-    add("| reduce_dtype | seed | final train loss (mean of last 20 steps) | final eval loss "
+    add(f"| {KEY.split('.')[-1]} | seed | final train loss (mean of last 20 steps) | final eval loss "
         "| exact match after | tokens/s (run) | tokens/s (median step) | comm MB/step | wall s |")
     add("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for s in SETTINGS:
@@ -175,14 +184,14 @@ def summarize(runs, seeds, args, walls):
     add("Eval loss at every eval point:")
     add("")
     add("| step | " + " | ".join(f"{s} s{seed}" for s, seed in cols) +
-        " | bf16 vs fp32 (mean over seeds) |")
+        f" | {alt} vs {ref} (mean over seeds) |")
     add("|---:|" + "---:|" * (len(cols) + 1))
     for st in eval_steps:
         vals = {c: dict(by[c]["evals"]).get(st) for c in cols}
         cells = [f"{vals[c]:.5f}" if vals[c] is not None else "–" for c in cols]
         m = {s: [vals[(s, seed)] for seed in seeds if vals[(s, seed)] is not None] for s in SETTINGS}
-        d = pct(rel(statistics.fmean(m["bf16"]), statistics.fmean(m["fp32"]))) \
-            if m["bf16"] and m["fp32"] and len(m["bf16"]) == len(m["fp32"]) else "–"
+        d = pct(rel(statistics.fmean(m[alt]), statistics.fmean(m[ref]))) \
+            if m[alt] and m[ref] and len(m[alt]) == len(m[ref]) else "–"
         add(f"| {st} | " + " | ".join(cells) + f" | {d} |")
     add("")
     # headline
@@ -191,44 +200,44 @@ def summarize(runs, seeds, args, walls):
     emv = {s: [by[(s, seed)]["exact_match"] for seed in seeds] for s in SETTINGS}
     head = {
         "final_eval_loss_mean": {s: statistics.fmean(fin[s]) for s in SETTINGS},
-        "rel_diff_final_eval_loss_mean": rel(statistics.fmean(fin["bf16"]), statistics.fmean(fin["fp32"])),
-        "rel_diff_final_eval_loss_per_seed": {seed: rel(by[("bf16", seed)]["final_eval_loss"],
-                                                        by[("fp32", seed)]["final_eval_loss"]) for seed in seeds},
-        "rel_diff_final_train_loss_mean": rel(statistics.fmean(trn["bf16"]), statistics.fmean(trn["fp32"])),
+        "rel_diff_final_eval_loss_mean": rel(statistics.fmean(fin[alt]), statistics.fmean(fin[ref])),
+        "rel_diff_final_eval_loss_per_seed": {seed: rel(by[(alt, seed)]["final_eval_loss"],
+                                                        by[(ref, seed)]["final_eval_loss"]) for seed in seeds},
+        "rel_diff_final_train_loss_mean": rel(statistics.fmean(trn[alt]), statistics.fmean(trn[ref])),
         "seed_spread_final_eval_loss": {s: spread(fin[s]) for s in SETTINGS} if len(seeds) > 1 else None,
         "seed_spread_final_train_loss": {s: spread(trn[s]) for s in SETTINGS} if len(seeds) > 1 else None,
     }
     add("| figure | value |")
     add("|---|---:|")
-    add(f"| final eval loss, mean over seeds: fp32 / bf16 reduction | "
-        f"{head['final_eval_loss_mean']['fp32']:.5f} / {head['final_eval_loss_mean']['bf16']:.5f} |")
-    add(f"| **relative difference of the final eval loss, bf16 vs fp32 (mean over seeds)** | "
+    add(f"| final eval loss, mean over seeds: {ref} / {alt} | "
+        f"{head['final_eval_loss_mean'][ref]:.5f} / {head['final_eval_loss_mean'][alt]:.5f} |")
+    add(f"| **relative difference of the final eval loss, {alt} vs {ref} (mean over seeds)** | "
         f"**{pct(head['rel_diff_final_eval_loss_mean'])}** |")
     for seed in seeds:
         add(f"| ... seed {seed} alone | {pct(head['rel_diff_final_eval_loss_per_seed'][seed])} |")
-    add(f"| relative difference of the final train loss, bf16 vs fp32 (mean over seeds) | "
+    add(f"| relative difference of the final train loss, {alt} vs {ref} (mean over seeds) | "
         f"{pct(head['rel_diff_final_train_loss_mean'])} |")
     if head["seed_spread_final_eval_loss"]:
         for s in SETTINGS:
-            add(f"| seed-to-seed spread of the final eval loss, reduce_dtype={s} ((max-min)/mean) | "
+            add(f"| seed-to-seed spread of the final eval loss, {name}={s} ((max-min)/mean) | "
                 f"{head['seed_spread_final_eval_loss'][s] * 100:.3f}% |")
         for s in SETTINGS:
-            add(f"| seed-to-seed spread of the final train loss, reduce_dtype={s} | "
+            add(f"| seed-to-seed spread of the final train loss, {name}={s} | "
                 f"{head['seed_spread_final_train_loss'][s] * 100:.3f}% |")
-    add(f"| exact match after training, mean over seeds: fp32 / bf16 | "
-        f"{statistics.fmean(emv['fp32']) * 100:.1f}% / {statistics.fmean(emv['bf16']) * 100:.1f}% |")
-    same = all(by[("fp32", seed)]["train_loss"] == by[("bf16", seed)]["train_loss"] for seed in seeds)
+    add(f"| exact match after training, mean over seeds: {ref} / {alt} | "
+        f"{statistics.fmean(emv[ref]) * 100:.1f}% / {statistics.fmean(emv[alt]) * 100:.1f}% |")
+    same = all(by[(ref, seed)]["train_loss"] == by[(alt, seed)]["train_loss"] for seed in seeds)
     if same:
         add("")
-        add("WARNING: the two settings produced bit-identical train losses: reduce_dtype did not take effect.")
+        add("WARNING: the two settings produced bit-identical train losses: {KEY} did not take effect.")
     head["identical_losses"] = same
     return "\n".join(lines), head
 
 
 # ---------------------------------------------------------------------------------------- SVG
 
-COLORS = {"fp32": ["#1f5fbf", "#6fa8ff"], "bf16": ["#d9480f", "#ffa94d"]}
-DASH = {"fp32": "", "bf16": "6,4"}
+COLORS = (["#1f5fbf", "#6fa8ff"], ["#d9480f", "#ffa94d"])  # the reference, the other setting
+DASH = ("", "6,4")
 
 
 def esc(s):
@@ -294,10 +303,10 @@ def panel(x0, y0, w, h, series, xr, yr, logy, title, ylabel):
 
 def write_svg(runs, seeds, path):
     series = []
-    for s in SETTINGS:
+    for k, s in enumerate(SETTINGS):
         for i, seed in enumerate(seeds):
             r = next(r for r in runs if r["setting"] == s and r["seed"] == seed)
-            series.append((f"reduce_dtype={s}, seed {seed}", COLORS[s][i % 2], DASH[s], r["evals"]))
+            series.append((f"{KEY.split('.')[-1]}={s}, seed {seed}", COLORS[k][i % 2], DASH[k], r["evals"]))
     allx = [x for *_, pts in series for x, _ in pts]
     ally = [y for *_, pts in series for _, y in pts]
     xmax = max(allx)
@@ -320,8 +329,9 @@ def write_svg(runs, seeds, path):
         da = f' stroke-dasharray="{dash}"' if dash else ""
         o.append(f'<line x1="{x}" x2="{x + 30}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="2.5"{da}/>')
         o.append(f'<text x="{x + 36}" y="{ly + 4}" font-size="12">{esc(label)}</text>')
-    o.append(f'<text x="{lx}" y="{ly + 28}" font-size="11" fill="#555">ciuic bf16 precision plugin, '
-             f'gradients reduced across 3 ranks in fp32 (solid) or bf16 (dashed); '
+    what = ("gradients reduced across 3 ranks in fp32 (solid) or bf16 (dashed)" if KEY == "precision.reduce_dtype"
+            else f"{KEY} = {SETTINGS[0]} (solid) or {SETTINGS[1]} (dashed)")
+    o.append(f'<text x="{lx}" y="{ly + 28}" font-size="11" fill="#555">ciuic bf16 precision plugin, {esc(what)}; '
              f'bench/reduce_dtype_study.py</text>')
     o.append("</svg>")
     with open(path, "w") as f:
@@ -329,6 +339,7 @@ def write_svg(runs, seeds, path):
 
 
 def main():
+    global KEY, SETTINGS
     ap = argparse.ArgumentParser(
         description="Accuracy cost of [precision] reduce_dtype=\"bf16\" vs \"fp32\" (bf16 plugin): "
                     "trains the demo recipe with both settings and several seeds, then prints a "
@@ -347,6 +358,10 @@ def main():
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="more recipe settings for every run (repeatable), e.g. model.path=\"DIR\" to "
                          "fine-tune a model trained before, and a lower optimizer.lr")
+    ap.add_argument("--key", default=KEY,
+                    help="the recipe key whose two settings are compared (default precision.reduce_dtype)")
+    ap.add_argument("--values", default=",".join(SETTINGS), metavar="REF,OTHER",
+                    help="its two values, the reference first (default fp32,bf16); written as TOML strings")
     ap.add_argument("--analyze-only", action="store_true",
                     help="do not train: read the runs already in OUT_DIR")
     args = ap.parse_args()
@@ -356,6 +371,12 @@ def main():
         ap.error(f"--seeds: not a list of integers: {args.seeds!r}")
     if not seeds:
         ap.error("--seeds: at least one seed")
+    values = tuple(v.strip() for v in args.values.split(","))
+    if len(values) != 2 or not all(values) or values[0] == values[1]:
+        ap.error(f"--values: expected two different values REF,OTHER, found {args.values!r}")
+    if not args.key or "." not in args.key:
+        ap.error(f"--key: expected section.key, found {args.key!r}")
+    KEY, SETTINGS = args.key, values
     if args.steps < 1 or args.eval_every < 1:
         ap.error("--steps and --eval-every must be >= 1")
     args.ciuic_run = os.path.abspath(args.ciuic_run)
@@ -372,7 +393,7 @@ def main():
             walls = json.load(f)
     if not args.analyze_only:
         ensure_demo_data()
-        # interleave the settings (fp32, bf16 for seed 1, then seed 2, ...) so machine drift
+        # interleave the settings (reference, other for seed 1, then seed 2, ...) so machine drift
         # affects both settings alike in the tokens/s column
         for seed in seeds:
             for s in SETTINGS:

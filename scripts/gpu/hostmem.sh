@@ -9,6 +9,9 @@
 #   ds     DeepSpeed (bench/peers/deepspeed_zero2.py, the seed's JSON, bf16, CPU offload) vs ciuic,
 #          12 layers, 1 x 8 and 8 x 1; needs the wheels in .whl (the peer's docstring)
 #   nosync 12 layers, 1 x 8, with sharding.grad_accumulation = "no_sync" and without
+#   auto   sharding.grad_accumulation = "auto": 12 layers (no_sync fits the cap) beside an explicit
+#          reduce_each, and the whole 7B shape (it does not: reduce_each); the ds stage adds a
+#          ciuic run with "auto" beside DeepSpeed
 #   scripts/gpu/hostmem.sh [build] [test] [ab] [seven]
 # Old sources: mkdir -p .gpu/old_cpu_adam && for f in $(git ls-tree --name-only 937a413
 #   plugins/optim/cpu_adam/); do git show 937a413:$f > .gpu/old_cpu_adam/${f##*/}; done, then
@@ -65,7 +68,14 @@ for stage in ${*:-build test ab}; do
       tail -1 "$OUT/ds-$1.log" | cut -c1-400
       cat "$OUT/ds-$1.json" 2>/dev/null | python3 -c "import json,sys; d=json.load(sys.stdin); d.pop('ds_config'); print(d)"
       timed ciuic-$1 240 $l12 --set train.micro_batch_size=$2 --set train.gradient_accumulation_steps=$3
-    done ;;
+    done
+    timed ciuic-acc-auto 240 $l12 --set 'sharding.grad_accumulation="auto"' ;;
+  auto)
+    l12="--set model.config.num_hidden_layers=12"
+    timed auto-12 240 $l12 --set 'sharding.grad_accumulation="auto"'
+    timed each-12 240 $l12 --set 'sharding.grad_accumulation="reduce_each"'
+    timed auto-7b 420 --set 'sharding.grad_accumulation="auto"'
+    grep -h 'grad_accumulation = "auto"' "$OUT"/auto-*.log "$OUT"/ciuic-acc-auto.log 2>/dev/null ;;
   nosync)
     # One rank, 1 x 8: the gradient accumulated on the device (one chunk a step to cpu_adam) vs
     # folded on the host after every micro-batch.
