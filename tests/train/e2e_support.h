@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cmath>
+#include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -14,6 +16,8 @@
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
+
+#include <ciuic/checksum.h>
 
 #include "../launch/subprocess.h"
 #include "model/safetensors.h"
@@ -115,6 +119,33 @@ inline bool identical(const Weights& a, const Weights& b) {
   for (const auto& [k, t] : b)
     if (!a.count(k) || !at::equal(a.at(k), t)) return false;
   return true;
+}
+
+// The bytes of the file at `path` ("" when it cannot be read).
+inline std::string bytes_of(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// Edits checkpoint folder `ckpt`'s trainer.json with `edit` and records its new size and CRC-32C in
+// manifest.json, as a writer of that content would have: what a damaged or foreign checkpoint that
+// passes the checksums looks like.
+inline void rewrite_trainer_json(const std::string& ckpt, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json trainer = nlohmann::json::parse(std::ifstream(ckpt + "/trainer.json"));
+  edit(trainer);
+  const std::string text = trainer.dump(2);
+  std::ofstream(ckpt + "/trainer.json", std::ios::binary | std::ios::trunc) << text;
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(ckpt + "/manifest.json"));
+  manifest["files"]["trainer.json"] = {{"bytes", text.size()}, {"crc32c", ciuic::crc32c(text.data(), text.size())}};
+  std::ofstream(ckpt + "/manifest.json", std::ios::binary | std::ios::trunc) << manifest.dump(2);
+}
+
+// The newest step_* folder under `checkpoints` ("" when none).
+inline std::string newest_checkpoint(const std::string& checkpoints) {
+  std::string newest;
+  for (const auto& e : std::filesystem::directory_iterator(checkpoints))
+    if (e.path().filename().string().rfind("step_", 0) == 0 && e.path().string() > newest) newest = e.path().string();
+  return newest;
 }
 
 inline std::vector<nlohmann::json> metrics(const Result& r) {

@@ -310,18 +310,12 @@ TEST(TrainE2E, FusedKernelsOnWithoutCudaIsAUsageError) {
 TEST(TrainE2E, PerRankCursorsAreRefusedOnAnotherWorldSize) {
   const Result saved = run("cursors2", Shape{.world = 2, .micro = 3, .steps = 2});
   EXPECT_RUN_OK(saved);
-  std::string ckpt;
-  for (const auto& e : fs::directory_iterator(saved.dir + "/out/checkpoints"))
-    if (e.path().filename().string().rfind("step_", 0) == 0) ckpt = e.path().string();
+  const std::string ckpt = newest_checkpoint(saved.dir + "/out/checkpoints");
   ASSERT_FALSE(ckpt.empty());
-  nlohmann::json trainer = nlohmann::json::parse(std::ifstream(ckpt + "/trainer.json"));
-  ASSERT_EQ(trainer["data_cursors"].size(), 2u);
-  trainer["data_cursors"][1] = "{\"epoch\": 0, \"row\": 999}";
-  const std::string text = trainer.dump(2);
-  std::ofstream(ckpt + "/trainer.json", std::ios::binary | std::ios::trunc) << text;
-  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(ckpt + "/manifest.json"));
-  manifest["files"]["trainer.json"] = {{"bytes", text.size()}, {"crc32c", ciuic::crc32c(text.data(), text.size())}};
-  std::ofstream(ckpt + "/manifest.json", std::ios::binary | std::ios::trunc) << manifest.dump(2);
+  rewrite_trainer_json(ckpt, [](nlohmann::json& trainer) {
+    ASSERT_EQ(trainer["data_cursors"].size(), 2u);
+    trainer["data_cursors"][1] = "{\"epoch\": 0, \"row\": 999}";
+  });
   const Result other = run("cursors1", Shape{.world = 1, .micro = 6, .steps = 4}, {"--resume", ckpt});
   EXPECT_EQ(other.code, 2) << other.log();
   EXPECT_NE(other.err.find("by a data plugin whose cursors differ per rank"), std::string::npos) << other.log();
@@ -432,10 +426,6 @@ TEST(TrainE2E, SpecialIdsAndTheTokenizerTravelWithTheModel) {
     return r;
   };
   auto json_of = [](const std::string& path) { return nlohmann::json::parse(std::ifstream(path)); };
-  auto bytes_of = [](const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-  };
 
   const Result r = run_with("special-ids", "");
   EXPECT_RUN_OK(r);
@@ -517,6 +507,33 @@ TEST(TrainE2E, ExportHfFromACheckpoint) {
   EXPECT_EQ(code, 2);
   EXPECT_NE(text.find("takes two arguments"), std::string::npos) << text;
   EXPECT_FALSE(fs::exists(r.dir + "/x1") || fs::exists(r.dir + "/x2"));
+
+  // A trainer.json (checksums in order) whose parameter shape is negative, overflows 64 bits, or
+  // claims more elements than the shards hold: an error naming the parameter (exit 1), before
+  // anything of that size is allocated, and nothing is written.
+  const std::string newest = newest_checkpoint(ckpts);
+  ASSERT_FALSE(newest.empty());
+  const std::string saved_trainer = bytes_of(newest + "/trainer.json");
+  const std::string saved_manifest = bytes_of(newest + "/manifest.json");
+  const std::vector<std::pair<nlohmann::json, std::string>> shapes = {
+      {{-1, 4}, "has shape [-1,4] (expected sizes >= 0 whose product fits 64 bits)"},
+      {{int64_t{1} << 62, 8}, "(expected sizes >= 0 whose product fits 64 bits)"},
+      {{int64_t{1} << 40}, "has no master state for elements ["},
+  };
+  for (const auto& [shape, expected] : shapes) {
+    std::string param;
+    rewrite_trainer_json(newest, [&](nlohmann::json& t) {
+      param = t["shape"]["params"][0]["name"].get<std::string>();
+      t["shape"]["params"][0]["shape"] = shape;
+    });
+    std::tie(code, text) = cli({"--export-hf", newest, r.dir + "/x4"}, "shape");
+    EXPECT_EQ(code, 1) << text;
+    EXPECT_NE(text.find(expected), std::string::npos) << text;
+    EXPECT_NE(text.find(param), std::string::npos) << text;
+    EXPECT_FALSE(fs::exists(r.dir + "/x4"));
+    std::ofstream(newest + "/trainer.json", std::ios::binary | std::ios::trunc) << saved_trainer;
+    std::ofstream(newest + "/manifest.json", std::ios::binary | std::ios::trunc) << saved_manifest;
+  }
 
   // A flipped byte in a rank's shard: the checksum names the file (exit 1), nothing is written.
   std::string rank_file;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -109,27 +110,38 @@ class ShardSet {
 
   at::Tensor fetch(const std::string& state, const std::string& param, int64_t offset,
                    int64_t length) const {
-    at::Tensor out = at::empty({length}, at::kFloat);
     auto it = pieces_.find(param);
     if (it == pieces_.end())
       throw Error("checkpoint " + folder_of() + " holds no state for parameter " + param);
+    int64_t end = 0;
+    if (offset < 0 || length < 0 || __builtin_add_overflow(offset, length, &end))
+      throw Error("checkpoint " + folder_of() + ": elements [" + std::to_string(offset) + ", +" +
+                  std::to_string(length) + ") of " + param + " are out of range");
     // Pieces are sorted by parameter offset; replicated shards (DDP: every rank holds
-    // everything) overlap, and each element is taken once.
-    int64_t pos = offset;
-    const int64_t end = offset + length;
-    for (const Piece& p : it->second) {
-      if (pos >= end) break;
-      const int64_t s = std::max(pos, p.param_offset);
-      const int64_t e = std::min(end, p.param_offset + p.length);
-      if (e <= s) continue;
-      if (s > pos) break;  // a gap: reported below
+    // everything) overlap, and each element is taken once. The pieces are walked twice: first to
+    // check they cover the range (before allocating what a damaged file may claim), then to copy.
+    auto walk = [&](const std::function<void(const Piece&, int64_t, int64_t)>& take) {
+      int64_t pos = offset;
+      for (const Piece& p : it->second) {
+        if (pos >= end) break;
+        const int64_t s = std::max(pos, p.param_offset);
+        const int64_t e = std::min(end, p.param_offset + p.length);
+        if (e <= s) continue;
+        if (s > pos) break;  // a gap
+        take(p, s, e);
+        pos = e;
+      }
+      return pos;
+    };
+    const int64_t covered = walk([](const Piece&, int64_t, int64_t) {});
+    if (covered != end)
+      throw Error("checkpoint " + folder_of() + " has no " + state + " state for elements [" +
+                  std::to_string(covered) + ", " + std::to_string(end) + ") of " + param);
+    at::Tensor out = at::empty({length}, at::kFloat);
+    walk([&](const Piece& p, int64_t s, int64_t e) {
       at::Tensor src = files_[p.file]->tensor(state);
       out.narrow(0, s - offset, e - s).copy_(src.narrow(0, p.shard_offset + (s - p.param_offset), e - s));
-      pos = e;
-    }
-    if (pos != end)
-      throw Error("checkpoint " + folder_of() + " has no " + state + " state for elements [" +
-                  std::to_string(pos) + ", " + std::to_string(end) + ") of " + param);
+    });
     return out;
   }
 
@@ -512,7 +524,10 @@ model::NamedTensors read_master_weights(const std::string& folder) try {
     const auto name = p.at("name").get<std::string>();
     const auto shape = p.at("shape").get<std::vector<int64_t>>();
     int64_t n = 1;
-    for (int64_t d : shape) n *= d;
+    for (int64_t d : shape)
+      if (d < 0 || __builtin_mul_overflow(n, d, &n))
+        throw Error("checkpoint " + folder + ": malformed trainer.json: parameter " + name + " has shape " +
+                    p.at("shape").dump() + " (expected sizes >= 0 whose product fits 64 bits)");
     out.emplace_back(name, shards.fetch("master", name, 0, n).view(shape));
   }
   return out;
