@@ -8,6 +8,7 @@
 #include <functional>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -119,6 +120,24 @@ inline bool identical(const Weights& a, const Weights& b) {
   for (const auto& [k, t] : b)
     if (!a.count(k) || !at::equal(a.at(k), t)) return false;
   return true;
+}
+
+// `a` followed by `b` (command-line arguments).
+inline std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// `ciuic-run RECIPE ARGS --plan` of the shape: its "total cpu: X MiB" (NAN, with a test failure,
+// when missing) and its whole output.
+inline std::pair<double, std::string> plan_total_mib(const std::string& name, const Shape& s,
+                                                     std::vector<std::string> args) {
+  args.push_back("--plan");
+  const Result r = run(name, s, args);
+  const std::string text = r.out + r.err;
+  std::smatch m;
+  EXPECT_TRUE(std::regex_search(text, m, std::regex("total cpu: ([0-9.]+) MiB"))) << r.log();
+  return {m.empty() ? NAN : std::stod(m[1]), text};
 }
 
 // The bytes of the file at `path` ("" when it cannot be read).

@@ -675,10 +675,6 @@ TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
   };
   const std::vector<std::string> before = {"--set", "model.fused_kernels=\"off\"", "--set",
                                            "model.loss_backward=\"recompute\""};
-  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
   // DeepSeek-LLM-7B's shape on the 1B recipe, 4 x 2048 tokens, checkpointing (scripts/gpu/dense.sh).
   std::vector<std::string> seven = {src + "/configs/llama-1b-bench.toml", "--nproc", "1"};
   for (const char* kv : {"model.config.hidden_size=4096", "model.config.intermediate_size=11008",
@@ -843,10 +839,6 @@ TEST(TrainE2E, AutoMicroBatchKeepsTheGlobalBatchAndFitsTheCap) {
   Shape shape{.world = 2, .micro = 8, .steps = 3};
   const std::vector<std::string> wide = {"--set", "model.config.hidden_size=256", "--set",
                                          "model.config.intermediate_size=512"};
-  auto with = [&](std::vector<std::string> a, const std::vector<std::string>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
   auto total_mib = [&](int micro, int accum) {
     Shape s = shape;
     s.micro = micro;
@@ -904,22 +896,12 @@ TEST(TrainE2E, AutoMicroBatchKeepsTheGlobalBatchAndFitsTheCap) {
 // a CPU worker fits its share of the machine's memory: no_sync.
 TEST(TrainE2E, AutoGradAccumulationChoosesByTheMemoryPlan) {
   const Shape shape{.world = 2, .micro = 2, .accum = 3, .steps = 3, .sharding = "zero2"};
-  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
-    a.insert(a.end(), b.begin(), b.end());
-    return a;
-  };
   const std::vector<std::string> wide = {"--set", "model.config.hidden_size=256", "--set",
                                          "model.config.intermediate_size=512"};
   auto mode = [](const std::string& m) { return std::vector<std::string>{"--set", "sharding.grad_accumulation=\"" + m + "\""}; };
   auto cap = [](double gib) { return std::vector<std::string>{"--set", "cluster.memory_per_device_gib=" + std::to_string(gib)}; };
-  auto total_mib = [&](const std::string& m) {
-    const Result r = run("auto-acc-plan", shape, with(with(wide, mode(m)), {"--plan"}));
-    std::smatch sm;
-    const std::string text = r.out + r.err;
-    EXPECT_TRUE(std::regex_search(text, sm, std::regex("total cpu: ([0-9.]+) MiB"))) << r.log();
-    return sm.empty() ? NAN : std::stod(sm[1]);
-  };
-  const double nosync = total_mib("no_sync"), each = total_mib("reduce_each");
+  const double nosync = plan_total_mib("auto-acc-plan", shape, with(wide, mode("no_sync"))).first;
+  const double each = plan_total_mib("auto-acc-plan", shape, with(wide, mode("reduce_each"))).first;
   ASSERT_GT(nosync, each + 0.5);  // the whole model's gradient against a bucket and a shard
   const double tight = (each + (nosync - each) / 2) / 0.92 / 1024.0;
   const double roomy = nosync * 1.1 / 0.92 / 1024.0;
@@ -966,6 +948,52 @@ TEST(TrainE2E, AutoGradAccumulationChoosesByTheMemoryPlan) {
     EXPECT_EQ(d.code, 0) << d.log();
     EXPECT_NE(d.out.find("(auto: grad_accumulation = \"" + std::string(chosen) + "\")"), std::string::npos) << d.log();
   }
+}
+
+// [sharding] local_accumulation_percent (with reduce_each): part of the buckets accumulate on the
+// device and are reduced once a step. The result is reduce_each's up to the order of sums, with
+// the device optimizer and with cpu_adam (whose regions then get one chunk or one a micro-batch).
+// "auto" (kOptionPlanned, an integer) takes the largest share whose memory plan fits 92% of the
+// cap, says so, trains bit for bit as that share written out, and --plan shows the same choice.
+TEST(TrainE2E, PartlyLocalAccumulationMatchesReduceEachAndFitsTheCap) {
+  const Shape shape{.world = 2, .micro = 2, .accum = 3, .steps = 3, .sharding = "zero2"};
+  const std::vector<std::string> wide = {"--set", "model.config.hidden_size=256", "--set",
+                                         "model.config.intermediate_size=512", "--set",
+                                         "sharding.grad_accumulation=\"reduce_each\"", "--set",
+                                         "sharding.reduce_bucket_size=20000"};
+  auto local = [](const std::string& v) { return std::vector<std::string>{"--set", "sharding.local_accumulation_percent=" + v}; };
+  for (const char* optimizer : {"adamw", "cpu_adam"}) {
+    const std::vector<std::string> opt = {"--set", std::string("optimizer.plugin=\"") + optimizer + "\""};
+    const Result each = run(std::string("local0-") + optimizer, shape, with(with(wide, opt), local("0")));
+    const Result half = run(std::string("local50-") + optimizer, shape, with(with(wide, opt), local("50")));
+    EXPECT_RUN_OK(each);
+    EXPECT_RUN_OK(half);
+    const double d = max_rel(exported(half), exported(each));
+    EXPECT_GT(d, 0.0) << optimizer << ": the share did not take effect";
+    EXPECT_LT(d, 1e-6) << optimizer;
+  }
+  auto total_mib = [&](const std::vector<std::string>& args) { return plan_total_mib("local-plan", shape, with(wide, args)); };
+  const double none = total_mib(local("0")).first, all = total_mib(local("100")).first;
+  ASSERT_GT(all, none + 1.0);
+  const std::vector<std::string> cap = {"--set", "cluster.memory_per_device_gib=" +
+                                                     std::to_string((none + (all - none) / 2) / 0.92 / 1024.0)};
+  const auto [_, plan_text] = total_mib(with(local("\"auto\""), cap));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(plan_text, m, std::regex("chosen: \\[sharding\\] local_accumulation_percent = \"auto\": "
+                                                          "([0-9]+), the largest of 0..100 whose memory plan fits within "
+                                                          "92% of the cap")))
+      << plan_text;
+  const int chosen = std::stoi(m[1]);
+  EXPECT_GT(chosen, 10);
+  EXPECT_LT(chosen, 90);
+  const Result a = run("local-auto", shape, with(with(wide, local("\"auto\"")), cap));
+  EXPECT_RUN_OK(a);
+  EXPECT_NE((a.out + a.err).find("[sharding] local_accumulation_percent = \"auto\": " + std::to_string(chosen) +
+                                 ", the largest of 0..100 whose memory plan fits"),
+            std::string::npos) << a.log();
+  const Result e = run("local-explicit", shape, with(wide, local(std::to_string(chosen))));
+  EXPECT_RUN_OK(e);
+  EXPECT_EQ(max_rel(exported(a), exported(e)), 0.0);
 }
 
 // Refused at start (checkpoint/run_dir.h), before any training, naming the file in the way.

@@ -127,6 +127,10 @@ struct OptionSpec {
 // `--plan` without a cap. So list the choices from the one to prefer to the leanest, and count each
 // in the plan function. The choice is logged; every rank makes the same one. A plugin never sees
 // "auto" in such an option. E.g. zero2's grad_accumulation = "auto|no_sync|reduce_each".
+// Also for a kInt option with a finite range min < max: the recipe may then write "auto" besides an
+// integer, and the core chooses the largest value in [min, max] whose plan fits (min when none
+// does, and in `--plan` without a cap), searching by bisection: the plugin's plan must not shrink
+// as the value grows. E.g. zero2's local_accumulation_percent.
 inline constexpr uint32_t kOptionPlanned = 1u << 0;
 
 // The record returned by the info entry point. Plain data with static storage duration.

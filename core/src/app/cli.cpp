@@ -146,7 +146,9 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
         planned = plan::planned_options(recipe, registry, plan::kAutoMemoryFraction * whole);
       }
       config = plan::with_planned(config, slot, *planned);
-      chosen += std::string(chosen.empty() ? "" : ", ") + spec.key + " = \"" + config.get_string(spec.key) + "\"";
+      chosen += std::string(chosen.empty() ? "" : ", ") + spec.key + " = " +
+                (spec.type == OptionType::kInt ? std::to_string(config.get_int(spec.key))
+                                               : "\"" + config.get_string(spec.key) + "\"");
     }
     switch (slot) {
       case Slot::kComm: objects.push_back(registry.create<Comm>(slot, name, config, ctx)); break;

@@ -154,19 +154,33 @@ struct Prepared {
 struct OpenOption {
   Slot slot;
   std::string key;
-  std::vector<std::string> choices;  // after "auto"
+  std::vector<std::string> choices;  // kString: the choices after "auto"
+  bool integer = false;              // kInt: the range instead
+  int64_t lo = 0, hi = 0;
 };
 
-// `options` of plugin `info` with each kOptionPlanned option that is "auto" at its last choice;
-// those options are appended to `open` when given.
+// `options` with planned option `o` at `value` (an integer's decimal text for a kInt option).
+Config set_planned(const Config& options, const OpenOption& o, const std::string& value) {
+  return o.integer ? with_int(options, o.key, std::stoll(value)) : with_string(options, o.key, value);
+}
+
+// `options` of plugin `info` with each kOptionPlanned option that is "auto" at its fallback (a
+// string's last choice, an integer's minimum); those options are appended to `open` when given.
 Config at_last_choices(Config options, const PluginInfo& info, Slot slot, std::vector<OpenOption>* open) {
   for (uint32_t i = 0; i < info.num_options; ++i) {
-    const OptionSpec& o = info.options[i];
-    if (!(o.flags & kOptionPlanned) || !is_auto(options, o.key)) continue;
-    std::vector<std::string> choices = text::split(o.choices, '|');
-    choices.erase(choices.begin());  // "auto" (the registry checked the form)
-    options = with_string(options, o.key, choices.back());
-    if (open) open->push_back(OpenOption{slot, o.key, std::move(choices)});
+    const OptionSpec& spec = info.options[i];
+    if (!(spec.flags & kOptionPlanned) || !is_auto(options, spec.key)) continue;
+    OpenOption o{slot, spec.key, {}, spec.type == OptionType::kInt};
+    if (o.integer) {  // the registry checked the finite range
+      o.lo = static_cast<int64_t>(std::ceil(spec.min));
+      o.hi = static_cast<int64_t>(std::floor(spec.max));
+      o.choices = {std::to_string(o.lo)};
+    } else {
+      o.choices = text::split(spec.choices, '|');
+      o.choices.erase(o.choices.begin());  // "auto" (the registry checked the form)
+    }
+    options = set_planned(options, o, o.choices.back());
+    if (open) open->push_back(std::move(o));
   }
   return options;
 }
@@ -179,28 +193,37 @@ void choose_planned(Prepared& p, double budget) {
   }
   for (const OpenOption& o : open) {
     Choice& c = p.choices[static_cast<int>(o.slot)];
-    const std::string all = text::join(o.choices, "|");
-    PlannedOption chosen{o.slot, c.name, o.key, o.choices.back(), ""};
+    const Config fallback = *c.options;
+    auto fits = [&](const std::string& v) {
+      c.options = set_planned(fallback, o, v);
+      return device_total(run(p.in, p.choices, nullptr)) <= budget;
+    };
+    const std::string all = o.integer ? std::to_string(o.lo) + ".." + std::to_string(o.hi) : text::join(o.choices, "|");
+    PlannedOption chosen{o.slot, c.name, o.key, o.choices.back(), "", o.integer};
     if (budget <= 0) {
-      chosen.why = "the last of " + all + " (chosen at start from the device's memory)";
-    } else {
-      bool fits = false;
-      for (const std::string& v : o.choices) {
-        const Config before = *c.options;
-        c.options = with_string(before, o.key, v);
-        if (device_total(run(p.in, p.choices, nullptr)) <= budget) {
-          chosen.value = v;
-          fits = true;
-          break;
+      chosen.why = (o.integer ? "the least of " : "the last of ") + all + " (chosen at start from the device's memory)";
+    } else if (o.integer) {
+      // The largest value in [lo, hi] that fits, by bisection (plans grow with the value).
+      if (!fits(std::to_string(o.lo))) {
+        chosen.why = "the least of " + all + ": none has a memory plan that fits";
+      } else {
+        int64_t good = o.lo, bad = o.hi + 1;
+        if (fits(std::to_string(o.hi))) good = o.hi;
+        else bad = o.hi;
+        while (bad - good > 1) {
+          const int64_t mid = good + (bad - good) / 2;
+          (fits(std::to_string(mid)) ? good : bad) = mid;
         }
-        c.options = before;
+        chosen.value = std::to_string(good);
+        chosen.why = "the largest of " + all + " whose memory plan fits";
       }
-      if (fits)
-        chosen.why = "the first of " + all + " whose memory plan fits";
-      else
-        chosen.why = "the last of " + all + ": none has a memory plan that fits";
-      c.options = with_string(*c.options, o.key, chosen.value);
+    } else {
+      const auto first = std::find_if(o.choices.begin(), o.choices.end(), fits);
+      chosen.value = first == o.choices.end() ? o.choices.back() : *first;
+      chosen.why = first == o.choices.end() ? "the last of " + all + ": none has a memory plan that fits"
+                                            : "the first of " + all + " whose memory plan fits";
     }
+    c.options = set_planned(fallback, o, chosen.value);
     p.planned.push_back(std::move(chosen));
   }
 }
@@ -313,7 +336,8 @@ std::vector<PlannedOption> planned_options(const Recipe& recipe, const Registry&
 Config with_planned(const Config& options, Slot slot, const std::vector<PlannedOption>& chosen) {
   Config out = options;
   for (const PlannedOption& o : chosen)
-    if (o.slot == slot && is_auto(out, o.key)) out = with_string(out, o.key, o.value);
+    if (o.slot == slot && is_auto(out, o.key))
+      out = o.integer ? with_int(out, o.key, std::stoll(o.value)) : with_string(out, o.key, o.value);
   return out;
 }
 
@@ -381,7 +405,7 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
       if (!c.info || !c.options) continue;
       for (uint32_t i = 0; i < c.info->num_options; ++i) {
         const OptionSpec& o = c.info->options[i];
-        if (!(o.flags & kOptionPlanned)) continue;
+        if (!(o.flags & kOptionPlanned) || o.type != OptionType::kString) continue;
         if (std::any_of(p.planned.begin(), p.planned.end(),
                         [&](const PlannedOption& q) { return q.slot == slot && q.key == o.key; }))
           continue;  // "auto": chosen above
@@ -475,7 +499,8 @@ std::string plan_text(const MemoryPlan& plan) {
   }
   os << "\n";
   for (const auto& o : plan.planned)
-    os << "  chosen: [" << slot_name(o.slot) << "] " << o.key << " = \"auto\": \"" << o.value << "\", " << o.why
+    os << "  chosen: [" << slot_name(o.slot) << "] " << o.key << " = \"auto\": "
+       << (o.integer ? o.value : "\"" + o.value + "\"") << ", " << o.why
        << (plan.cap > 0 ? " within " + std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) + "% of the cap" : "")
        << "\n";
   for (const auto& u : plan.unknown) os << "  not counted: " << u << "\n";

@@ -38,8 +38,9 @@ struct PlannedOption {
   Slot slot{};
   std::string plugin;
   std::string key;
-  std::string value;  // the choice, e.g. "no_sync"
+  std::string value;  // the choice, e.g. "no_sync" (a kInt option: its decimal text)
   std::string why;    // e.g. "the first of no_sync|reduce_each whose memory plan fits"
+  bool integer = false;  // a kInt option
 };
 
 struct MemoryPlan {

@@ -751,12 +751,20 @@ bool is_auto(const Config& section, std::string_view key) {
   return n && n->is_string() && *n->value_exact<std::string>() == "auto";
 }
 
-Config with_string(const Config& options, std::string_view key, std::string value) {
+namespace {
+template <class T>
+Config with_value(const Config& options, std::string_view key, T value) {
   if (!options.has(key))
-    throw Error("internal error: with_string(\"" + std::string(key) + "\"): no such key in [" + options.section() + "]");
+    throw Error("internal error: replacing \"" + std::string(key) + "\": no such key in [" + options.section() + "]");
   auto impl = std::make_shared<Config::Impl>(options.impl());
   impl->table.insert_or_assign(key, std::move(value));
   return Config(std::move(impl));
 }
+}  // namespace
+
+Config with_string(const Config& options, std::string_view key, std::string value) {
+  return with_value(options, key, std::move(value));
+}
+Config with_int(const Config& options, std::string_view key, int64_t value) { return with_value(options, key, value); }
 
 }  // namespace ciuic

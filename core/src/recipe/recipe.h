@@ -128,5 +128,7 @@ CIUIC_API bool is_auto(const Config& section, std::string_view key);
 // `options` with the string `value` in place of `key`'s (which must be there; its location is
 // kept): how the memory planner hands a plugin what it chose for a kOptionPlanned option.
 CIUIC_API Config with_string(const Config& options, std::string_view key, std::string value);
+// Same with an integer value.
+CIUIC_API Config with_int(const Config& options, std::string_view key, int64_t value);
 
 }  // namespace ciuic

@@ -251,6 +251,7 @@ KeySpec key_from_option(const OptionSpec& o) {
   s.min = o.min;
   s.max = o.max;
   if (o.choices) s.choices = o.choices;
+  if ((o.flags & kOptionPlanned) && o.type == OptionType::kInt) s.or_auto = true;  // the planner chooses
   return s;
 }
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -102,11 +103,16 @@ std::string check_options(const PluginInfo& info) {
       return "option '" + key + "' has choices but is not a string option";
     if (o.flags & ~kOptionPlanned)
       return "option '" + key + "' has unknown flags " + std::to_string(o.flags) + " (this ciuic knows kOptionPlanned)";
-    if ((o.flags & kOptionPlanned) &&
-        (o.type != OptionType::kString || !o.choices || std::string_view(o.choices).rfind("auto|", 0) != 0 ||
-         std::count(o.choices, o.choices + std::strlen(o.choices), '|') < 2))
+    if ((o.flags & kOptionPlanned) && o.type == OptionType::kInt) {
+      if (!std::isfinite(o.min) || !std::isfinite(o.max) || o.min >= o.max)
+        return "option '" + key + "' is a kOptionPlanned integer without a finite range min < max (the planner "
+               "searches it)";
+    } else if ((o.flags & kOptionPlanned) &&
+               (o.type != OptionType::kString || !o.choices || std::string_view(o.choices).rfind("auto|", 0) != 0 ||
+                std::count(o.choices, o.choices + std::strlen(o.choices), '|') < 2)) {
       return "option '" + key + "' is kOptionPlanned but its choices are not \"auto|<first>|<second>|...\" (found " +
              (o.choices ? "\"" + std::string(o.choices) + "\"" : std::string("none")) + ")";
+    }
     std::string problem = recipe::check_default(recipe::key_from_option(o));
     if (!problem.empty()) return "option '" + key + "': " + problem;
   }

@@ -263,7 +263,8 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
     planned = plan::planned_options(recipe, registry, budget);
     if (r.ctx.rank == 0)
       for (const auto& o : planned)
-        log_info("[" + std::string(slot_name(o.slot)) + "] " + o.key + " = \"auto\": \"" + o.value + "\", " + o.why + " " + within);
+        log_info("[" + std::string(slot_name(o.slot)) + "] " + o.key + " = \"auto\": " +
+                 (o.integer ? o.value : "\"" + o.value + "\"") + ", " + o.why + " " + within);
   }
   if (r.opt.micro_batch_auto) resolve_auto_micro_batch(recipe, registry, r);
   if (const std::string folder = Checkpoints::resume_folder(r.opt.checkpoint_dir, options.resume); !folder.empty()) {

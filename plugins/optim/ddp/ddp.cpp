@@ -18,6 +18,7 @@ const ciuic::OptionSpec kOptions[] = {
      "micro-batch into the optimizer's fp32 accumulator; auto: no_sync when the memory plan fits, "
      "else reduce_each",
      NAN, NAN, "auto|no_sync|reduce_each", ciuic::kOptionPlanned},
+    ciuic::BucketSharding::kLocalAccumulationOption,
 };
 
 class Ddp final : public ciuic::BucketSharding {

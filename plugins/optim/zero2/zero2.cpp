@@ -22,6 +22,7 @@ const ciuic::OptionSpec kOptions[] = {
      "device in the parameter dtype, reduce once after the last micro-batch (one reduction and one "
      "optimizer hand-over a step); auto: no_sync when the memory plan fits, else reduce_each",
      NAN, NAN, "auto|no_sync|reduce_each", ciuic::kOptionPlanned},
+    ciuic::BucketSharding::kLocalAccumulationOption,
 };
 
 class Zero2 final : public ciuic::BucketSharding {

@@ -82,11 +82,14 @@ double rel_err(const at::Tensor& a, const at::Tensor& b) {
 
 // Runs `steps` AdamW steps through a sharding plugin and through torch::optim::AdamW with manual
 // clipping on copies of the same parameters; compares.
-void compare_with_torch(const std::string& sharding, double clip) {
+// `micro_batches` micro-batches a step, each its own random batch (the reference accumulates their
+// gradients); `options`: more TOML for the sharding's section.
+void compare_with_torch(const std::string& sharding, double clip, int micro_batches = 1,
+                        const std::string& options = "") {
   Env env;
   auto comm = env.make<ciuic::Comm>(Slot::kComm, "gloo");
   auto prec = env.make<ciuic::Precision>(Slot::kPrecision, "fp32");
-  auto shard = env.make<ciuic::Sharding>(Slot::kSharding, sharding, "reduce_bucket_size = 100\n");
+  auto shard = env.make<ciuic::Sharding>(Slot::kSharding, sharding, "reduce_bucket_size = 100\n" + options);
   auto optimizer = env.make<ciuic::Optimizer>(Slot::kOptimizer, "adamw", "betas = [0.9, 0.95]\n");
 
   Toy ours(at::kFloat, 7), ref(at::kFloat, 7);
@@ -95,6 +98,7 @@ void compare_with_torch(const std::string& sharding, double clip) {
   s.comm = comm.get();
   s.precision = prec.get();
   s.optimizer = optimizer.get();
+  s.gradient_accumulation_steps = micro_batches;
   shard->setup(s);
 
   torch::optim::AdamWOptions o(1e-2);
@@ -110,16 +114,19 @@ void compare_with_torch(const std::string& sharding, double clip) {
   in.max_grad_norm = clip;
   for (int step = 1; step <= 6; ++step) {
     at::manual_seed(100 + step);
-    at::Tensor x = at::randn({5, 8}), y = at::randn({5, 4});
-    shard->begin_micro_batch(0, true);
-    torch::autograd::backward({ours.loss(x, y)});
+    std::vector<std::pair<at::Tensor, at::Tensor>> batches;
+    for (int m = 0; m < micro_batches; ++m) batches.emplace_back(at::randn({5, 8}), at::randn({5, 4}));
+    for (int m = 0; m < micro_batches; ++m) {
+      shard->begin_micro_batch(m, m + 1 == micro_batches);
+      torch::autograd::backward({ours.loss(batches[m].first, batches[m].second)});
+    }
     in.step = in.t = step;
     const ciuic::StepResult r = shard->step(in);
     ASSERT_FALSE(r.skipped);
 
     ref_opt_decay.zero_grad();
     ref_opt_nodecay.zero_grad();
-    torch::autograd::backward({ref.loss(x, y)});
+    for (const auto& [x, y] : batches) torch::autograd::backward({ref.loss(x, y)});
     double sq = 0;
     for (auto* p : {&ref.w1, &ref.w2, &ref.b}) sq += p->grad().pow(2).sum().item<double>();
     const double norm = std::sqrt(sq);
@@ -140,6 +147,17 @@ TEST(ShardingStep, Zero2MatchesTorchAdamW) { compare_with_torch("zero2", 0.0); }
 TEST(ShardingStep, ClippingMatchesReference) {
   compare_with_torch("ddp", 0.5);
   compare_with_torch("zero2", 0.5);
+}
+// local_accumulation_percent: part of the buckets accumulate on the device over the micro-batches
+// and are reduced once; the update is torch's AdamW of the summed gradient, as for reduce_each.
+TEST(ShardingStep, PartlyLocalAccumulationMatchesTorchAdamW) {
+  for (const char* sharding : {"ddp", "zero2"})
+    for (const char* percent : {"0", "50", "100"})
+      for (double clip : {0.0, 0.5}) {
+        SCOPED_TRACE(std::string(sharding) + " " + percent + "% clip " + std::to_string(clip));
+        compare_with_torch(sharding, clip, 3,
+                           std::string("grad_accumulation = \"reduce_each\"\nlocal_accumulation_percent = ") + percent + "\n");
+      }
 }
 
 TEST(ShardingStep, ParametersAreViewsOfOneFlatBuffer) {
@@ -339,18 +357,20 @@ struct OfferRig {
   std::shared_ptr<ciuic::Sharding> shard;
   Recording opt;
   Toy toy;
+  // `options`: more TOML for the sharding's section; `micro_batches`: the accumulation it is set up for.
   OfferRig(const std::string& sharding, ciuic::Precision* precision, bool accept,
-           const std::string& prec_name = "fp32")
+           const std::string& prec_name = "fp32", const std::string& options = "", int64_t micro_batches = 1)
       : opt(env.make<ciuic::Optimizer>(Slot::kOptimizer, "adamw"), accept),
         toy(prec_name == "fp16" ? at::kHalf : at::kFloat, 13) {
     comm = env.make<ciuic::Comm>(Slot::kComm, "gloo");
     prec = env.make<ciuic::Precision>(Slot::kPrecision, prec_name);
-    shard = env.make<ciuic::Sharding>(Slot::kSharding, sharding, "reduce_bucket_size = 100\n");
+    shard = env.make<ciuic::Sharding>(Slot::kSharding, sharding, "reduce_bucket_size = 100\n" + options);
     ciuic::ShardingSetup s;
     s.params = toy.params();
     s.comm = comm.get();
     s.precision = precision ? precision : prec.get();
     s.optimizer = &opt;
+    s.gradient_accumulation_steps = micro_batches;
     shard->setup(s);
   }
   // begin_step(in) (when `announce`), then two micro-batches, then step(in).
@@ -475,6 +495,49 @@ TEST(ShardingSetup, UnresolvedAutoAccumulationIsRefusedByName) {
         [&] { env.make<ciuic::Sharding>(Slot::kSharding, sharding, "grad_accumulation = \"auto\"\n"); });
     EXPECT_NE(e.find("[sharding] grad_accumulation = \"auto\": expected \"no_sync\" or \"reduce_each\" here"),
               std::string::npos) << sharding << ": " << e;
+  }
+}
+
+// What the optimizer is handed with local_accumulation_percent: the local buckets' regions one
+// chunk a step (first and last), after the last micro-batch; the others one a micro-batch. The
+// local ones are whole buckets in backward order within the share of the elements.
+TEST(ShardingSetup, PartlyLocalBucketsAreHandedOverOnceAStep) {
+  for (const char* sharding : {"zero2", "ddp"}) {
+    SCOPED_TRACE(sharding);
+    OfferRig rig(sharding, nullptr, false, "fp32",
+                 "grad_accumulation = \"reduce_each\"\nlocal_accumulation_percent = 50\n", 3);
+    Recording& opt = rig.opt;
+    EXPECT_FALSE(opt.seen.one_chunk_per_step);
+    for (int64_t i = 0; i < 3; ++i) {
+      rig.shard->begin_micro_batch(i, i == 2);
+      at::manual_seed(900 + i);
+      torch::autograd::backward({rig.toy.loss(at::randn({3, 8}), at::randn({3, 4}))});
+    }
+    rig.shard->step(step_input(1));
+    const auto& regions = opt.seen.grad_regions;
+    std::vector<std::vector<Recording::Chunk>> per(regions.size());
+    for (const auto& ch : opt.chunks) per.at(static_cast<size_t>(ch.region)).push_back(ch);
+    int64_t total = 0, local = 0;
+    size_t locals = 0;
+    for (const auto& r : regions) total += r.numel;
+    for (size_t r = 0; r < regions.size(); ++r) {
+      if (per[r].size() == 1) {  // local: a prefix of the buckets
+        EXPECT_EQ(locals, r) << "region " << r;
+        ++locals;
+        local += regions[r].numel;
+        EXPECT_TRUE(per[r][0].first && per[r][0].last) << "region " << r;
+        continue;
+      }
+      ASSERT_EQ(per[r].size(), 3u) << "region " << r;
+      for (size_t k = 0; k < 3; ++k) {
+        EXPECT_EQ(per[r][k].first, k == 0) << "region " << r;
+        EXPECT_EQ(per[r][k].last, k == 2) << "region " << r;
+      }
+    }
+    EXPECT_GE(locals, 1u);
+    EXPECT_LT(locals, regions.size());
+    EXPECT_LE(local * 100, 50 * total);
+    EXPECT_GT((local + regions[locals].numel) * 100, 50 * total);  // the next bucket would not fit
   }
 }
 

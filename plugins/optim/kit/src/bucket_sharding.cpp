@@ -33,8 +33,34 @@ BucketSharding::Options BucketSharding::options_from(const Config& config) {
     config.fail("grad_accumulation", "expected \"no_sync\" or \"reduce_each\" here (\"auto\" is chosen by the "
                                      "core's memory planner before the plugin is created)");
   o.reduce_each_micro_batch = accumulation == "reduce_each";
+  if (config.has("local_accumulation_percent")) {
+    try {
+      o.local_percent = config.get_int("local_accumulation_percent");
+    } catch (const Error&) {  // "auto" is the core's to choose
+      config.fail("local_accumulation_percent", "expected an integer 0-100 here (\"auto\" is chosen by the core's "
+                                                "memory planner before the plugin is created)");
+    }
+    if (o.local_percent < 0 || o.local_percent > 100)
+      config.fail("local_accumulation_percent", "expected an integer 0-100");
+  }
   return o;
 }
+
+namespace {
+// Which buckets accumulate locally: whole buckets in order while their elements stay within
+// `percent` of all the buckets' (with reduce_each; none otherwise).
+std::vector<char> local_buckets(const std::vector<int64_t>& sizes, int64_t percent) {
+  int64_t total = 0, kept = 0;
+  for (int64_t n : sizes) total += n;
+  std::vector<char> local(sizes.size(), 0);
+  for (size_t b = 0; b < sizes.size(); ++b) {
+    if ((kept + sizes[b]) * 100 > percent * total) break;
+    kept += sizes[b];
+    local[b] = 1;
+  }
+  return local;
+}
+}  // namespace
 
 void BucketSharding::plan_buckets(const Config& config, PlanContext& plan, int64_t shards,
                                   bool chunk_buffers) {
@@ -53,7 +79,8 @@ void BucketSharding::plan_buckets(const Config& config, PlanContext& plan, int64
   // step when nothing accumulates across micro-batches in the optimizer.
   const bool alone = plan.world_size == 1 && shards == 1;
   plan.grad_bytes = alone ? plan.param_bytes : plan.reduce_bytes;
-  plan.one_chunk_per_step = !o.reduce_each_micro_batch || plan.gradient_accumulation_steps == 1;
+  const bool reduce_each = o.reduce_each_micro_batch && o.local_percent < 100;
+  plan.one_chunk_per_step = !reduce_each || plan.gradient_accumulation_steps == 1;
   // The reductions retire() keeps in flight, plus the one being packed: the packed bucket in the
   // reduce dtype and, when the reduction has its own output, the chunk.
   const double in_flight = static_cast<double>(kMaxInFlight + 1);
@@ -62,9 +89,15 @@ void BucketSharding::plan_buckets(const Config& config, PlanContext& plan, int64
            std::min(P, in_flight * bucket) * plan.grad_bytes * (alone ? 1.0 : factor),
            "up to " + std::to_string(kMaxInFlight + 1) + " buckets of " +
                std::to_string(static_cast<int64_t>(bucket)) + " elements");
-  const bool keep_all = !o.reduce_each_micro_batch && plan.gradient_accumulation_steps > 1;
-  plan.add("gradients not yet reduced", true, (keep_all ? P : bucket) * plan.param_bytes,
-           keep_all ? "no_sync accumulation keeps every parameter's gradient" : "about one bucket");
+  const bool keep_all = !reduce_each && plan.gradient_accumulation_steps > 1;
+  // Partly local: whole buckets up to the percentage (at most that share of the elements).
+  const double local = o.reduce_each_micro_batch && plan.gradient_accumulation_steps > 1
+                           ? std::floor(P * static_cast<double>(o.local_percent) / 100.0)
+                           : 0.0;
+  plan.add("gradients not yet reduced", true, (keep_all ? P : local + bucket) * plan.param_bytes,
+           keep_all ? "no_sync accumulation keeps every parameter's gradient"
+           : local > 0 ? std::to_string(o.local_percent) + "% accumulated on the device, and about one bucket"
+                       : "about one bucket");
 }
 
 void BucketSharding::setup(const ShardingSetup& s) {
@@ -119,7 +152,17 @@ void BucketSharding::setup(const ShardingSetup& s) {
   alone_ = options_.shards == 1 && comm_->size() == 1;
   grad_dtype_ = alone_ ? flat.scalar_type() : precision_->reduce_dtype();
   os.grad_dtype = grad_dtype_;
-  os.one_chunk_per_step = !options_.reduce_each_micro_batch || s.gradient_accumulation_steps == 1;
+  {
+    std::vector<int64_t> sizes;
+    for (const auto& bk : buckets_->buckets()) sizes.push_back(bk.used);
+    local_ = options_.reduce_each_micro_batch && s.gradient_accumulation_steps > 1
+                 ? local_buckets(sizes, options_.local_percent)
+                 : std::vector<char>(sizes.size(), 0);
+    not_local_.resize(local_.size());
+    for (size_t b = 0; b < local_.size(); ++b) not_local_[b] = !local_[b];
+  }
+  const bool all_local = std::find(local_.begin(), local_.end(), 0) == local_.end();
+  os.one_chunk_per_step = !options_.reduce_each_micro_batch || s.gradient_accumulation_steps == 1 || all_local;
   optimizer_->setup(os);
 
   if (options_.shards == 1) param_shard_ = flat;
@@ -156,7 +199,10 @@ void BucketSharding::begin_micro_batch(int64_t index, bool last) {
   }
   ++micro_batches_;
   last_micro_batch_ = last;
-  buckets_->arm(options_.reduce_each_micro_batch || last);
+  if (last || !options_.reduce_each_micro_batch)
+    buckets_->arm(last);
+  else
+    buckets_->arm(not_local_);  // the local buckets accumulate until the last micro-batch
 }
 
 void BucketSharding::on_bucket_ready(int bucket) {
@@ -210,9 +256,9 @@ void BucketSharding::retire(size_t keep) {
       pending_bytes_ -= p.packed.nbytes() + (p.out.is_same(p.packed) ? 0 : p.out.nbytes());
     }
     p.work->wait();
-    // The region's first contribution this step (reduce_each: micro-batch 1; no_sync: the only)
-    // and whether it is its last.
-    const bool first = !options_.reduce_each_micro_batch || micro_batches_ == 1;
+    // The region's first contribution this step (reduce_each: micro-batch 1; no_sync and local
+    // buckets: the only) and whether it is its last.
+    const bool first = !options_.reduce_each_micro_batch || local_[p.bucket] || micro_batches_ == 1;
     at::Tensor chunk = p.out;
     if (options_.shards > 1 && p.out.is_same(p.packed))  // reduced in place: take our chunk
       chunk = p.out.narrow(0, options_.shard_index * (p.out.numel() / options_.shards),

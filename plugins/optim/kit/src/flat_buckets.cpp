@@ -28,6 +28,7 @@ namespace ciuic {
 struct FlatBuckets::HookState {
   std::mutex mu;
   bool armed = false;
+  std::vector<char> armed_bucket;   // per bucket, this pass (all 1 when armed as a whole)
   std::vector<char> fired;          // per parameter, this pass
   std::vector<int> remaining;       // per bucket, members not yet fired
   std::vector<char> ready;          // per bucket
@@ -43,14 +44,20 @@ struct FlatBuckets::HookState {
     next = 0;
   }
 
+  // Delivers the ready buckets from `next` on; buckets not armed in this pass are passed over.
   void deliver_in_order() {
-    while (next < static_cast<int>(ready.size()) && ready[next]) on_ready(next++);
+    const int n = static_cast<int>(ready.size());
+    while (next < n && (ready[next] || !armed_bucket[next])) {
+      if (armed_bucket[next]) on_ready(next);
+      ++next;
+    }
   }
 
   void fire(int param_index) {
     std::lock_guard<std::mutex> lock(mu);
     if (!armed) return;
     const int b = owner->param_bucket_[param_index];
+    if (!armed_bucket[b]) return;  // accumulates in param.grad this pass
     if (fired[param_index]) {
       if (b < next)
         throw Error("sharding: parameter " + owner->params_[param_index].name +
@@ -212,6 +219,7 @@ void FlatBuckets::install_hooks(std::function<void(int)> on_ready) {
   hooks_->fired.assign(params_.size(), 0);
   hooks_->remaining.assign(buckets_.size(), 0);
   hooks_->ready.assign(buckets_.size(), 0);
+  hooks_->armed_bucket.assign(buckets_.size(), 0);
   hooks_->reset();
   std::weak_ptr<void> weak = std::static_pointer_cast<void>(hooks_);
   auto fire = [](void* s, int i) { static_cast<HookState*>(s)->fire(i); };
@@ -220,10 +228,16 @@ void FlatBuckets::install_hooks(std::function<void(int)> on_ready) {
         params_[i].tensor, std::make_unique<ReadyHook>(weak, fire, static_cast<int>(i)));
 }
 
-void FlatBuckets::arm(bool armed) {
+void FlatBuckets::arm(bool armed) { arm(std::vector<char>(buckets_.size(), armed ? 1 : 0)); }
+
+void FlatBuckets::arm(const std::vector<char>& armed) {
   if (!hooks_) throw Error("sharding: FlatBuckets::arm before install_hooks");
+  if (armed.size() != buckets_.size())
+    throw Error("sharding: FlatBuckets::arm with " + std::to_string(armed.size()) + " flags for " +
+                std::to_string(buckets_.size()) + " buckets");
   std::lock_guard<std::mutex> lock(hooks_->mu);
-  hooks_->armed = armed;
+  hooks_->armed = std::find(armed.begin(), armed.end(), 1) != armed.end();
+  hooks_->armed_bucket = armed;
   hooks_->reset();
 }
 
@@ -232,10 +246,11 @@ int FlatBuckets::flush() {
   std::lock_guard<std::mutex> lock(hooks_->mu);
   if (!hooks_->armed) return 0;
   int n = 0;
-  while (hooks_->next < static_cast<int>(buckets_.size())) {
-    hooks_->on_ready(hooks_->next++);
-    ++n;
-  }
+  for (; hooks_->next < static_cast<int>(buckets_.size()); ++hooks_->next)
+    if (hooks_->armed_bucket[hooks_->next]) {
+      hooks_->on_ready(hooks_->next);
+      ++n;
+    }
   hooks_->armed = false;
   return n;
 }

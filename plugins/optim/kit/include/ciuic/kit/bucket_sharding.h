@@ -46,6 +46,7 @@
 
 #include <ciuic/comm.h>
 #include <ciuic/kit/flat_buckets.h>
+#include <ciuic/plugin.h>
 #include <ciuic/optimizer.h>
 #include <ciuic/plan.h>
 #include <ciuic/precision.h>
@@ -65,6 +66,10 @@ class BucketSharding : public Sharding {
     int64_t bucket_elements = 0;          // required (>= 1)
     bool overlap_comm = true;
     bool reduce_each_micro_batch = true;  // false: "no_sync"
+    // With reduce_each: the share of the gradient (whole buckets in backward order, up to this
+    // percent of the elements) accumulated on the device across micro-batches and reduced once,
+    // after the last, as no_sync does; the other buckets are reduced every micro-batch.
+    int64_t local_percent = 0;
     int64_t shards = 1;                   // chunks per bucket (world size for ZeRO)
     int64_t shard_index = 0;              // this rank's chunk
   };
@@ -72,8 +77,19 @@ class BucketSharding : public Sharding {
   // Reads the options every bucketed strategy declares in its recipe section (with defaults of
   // its own): reduce_bucket_size (elements, float or int), overlap_comm (bool), grad_accumulation
   // ("reduce_each" | "no_sync"; a strategy may declare "auto|no_sync|reduce_each" with
-  // kOptionPlanned, and the core then chooses before the Config gets here; "auto" itself is refused).
+  // kOptionPlanned, and the core then chooses before the Config gets here; "auto" itself is refused),
+  // and, when declared, local_accumulation_percent (integer 0-100, Options::local_percent; may be
+  // kOptionPlanned the same way).
   static Options options_from(const Config& config);
+  // The declaration of local_accumulation_percent (kOptionPlanned, 0-100, default 0), for a
+  // strategy's option array.
+  static constexpr OptionSpec kLocalAccumulationOption{
+      "local_accumulation_percent", OptionType::kInt, "0",
+      "with reduce_each and gradient accumulation: this share of the gradient (whole buckets, up to this "
+      "percent of the elements) accumulates on the device in the parameter dtype and is reduced once, after "
+      "the last micro-batch (as no_sync); the rest every micro-batch. 0: plain reduce_each; auto: the "
+      "largest share whose memory plan fits",
+      0, 100, nullptr, kOptionPlanned};
   // The planner's answer (ciuic/plan.h) for a strategy with these options: the whole parameters on
   // every rank, reductions in flight, gradients not yet reduced; sets shard_numel and
   // grad_chunk_elements. `shards` chunks per bucket; `chunk_buffers`: whether a reduction needs a
@@ -136,6 +152,8 @@ class BucketSharding : public Sharding {
   std::vector<Pending> pending_;
   std::vector<int> deferred_;  // buckets completed while !overlap_comm, launched after backward
   bool last_micro_batch_ = true;
+  std::vector<char> local_;       // per bucket: accumulated on the device until the last micro-batch
+  std::vector<char> not_local_;   // its complement: what a micro-batch before the last reduces
   at::ScalarType grad_dtype_ = at::kFloat;  // what buckets are packed in (OptimizerSetup::grad_dtype)
   bool alone_ = false;                      // one rank, one shard: nothing to reduce
   // begin_step(): the announced input, and whether the optimizer accepted an early update.

@@ -78,7 +78,10 @@ class FlatBuckets {
   // Starts a backward pass. armed = false: hooks only let autograd accumulate into param.grad
   // (gradient accumulation without communication); armed = true: buckets are delivered.
   void arm(bool armed);
-  // Delivers, in order, every bucket not yet delivered in this armed pass. Returns how many.
+  // Same, bucket by bucket: bucket b is delivered in this pass when armed[b] (one entry per bucket);
+  // the others only accumulate, and the buckets that are delivered keep their order.
+  void arm(const std::vector<char>& armed);
+  // Delivers, in order, every armed bucket not yet delivered in this pass. Returns how many.
   int flush();
   // The bucket's gradients concatenated into a new tensor of `dtype` (padding zero). With
   // `release`, each parameter's .grad is reset afterwards to free its memory.
