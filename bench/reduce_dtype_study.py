@@ -311,9 +311,12 @@ def write_svg(runs, seeds, path):
     ally = [y for *_, pts in series for _, y in pts]
     xmax = max(allx)
     W, H = 1000, 420
-    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H + 60}" '
-         f'viewBox="0 0 {W} {H + 60}" font-family="sans-serif">',
-         f'<rect width="{W}" height="{H + 60}" fill="white"/>']
+    per_row = 3  # legend entries per row (300 px each)
+    rows = (len(series) + per_row - 1) // per_row
+    total_h = H + 40 + 20 * rows
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{total_h}" '
+         f'viewBox="0 0 {W} {total_h}" font-family="sans-serif">',
+         f'<rect width="{W}" height="{total_h}" fill="white"/>']
     o += panel(0, 0, W / 2, H, series, (0, xmax), (min(ally) * 0.95, max(ally) * 1.05), True,
                "Eval loss, whole run (log scale)", "eval loss")
     # zoom: from the first eval point at or after 1/4 of the run
@@ -325,13 +328,14 @@ def write_svg(runs, seeds, path):
     # legend
     lx, ly = 70, H + 20
     for i, (label, color, dash, _) in enumerate(series):
-        x = lx + i * 230
+        x = lx + (i % per_row) * 300
+        y = ly + (i // per_row) * 20
         da = f' stroke-dasharray="{dash}"' if dash else ""
-        o.append(f'<line x1="{x}" x2="{x + 30}" y1="{ly}" y2="{ly}" stroke="{color}" stroke-width="2.5"{da}/>')
-        o.append(f'<text x="{x + 36}" y="{ly + 4}" font-size="12">{esc(label)}</text>')
+        o.append(f'<line x1="{x}" x2="{x + 30}" y1="{y}" y2="{y}" stroke="{color}" stroke-width="2.5"{da}/>')
+        o.append(f'<text x="{x + 36}" y="{y + 4}" font-size="12">{esc(label)}</text>')
     what = ("gradients reduced across 3 ranks in fp32 (solid) or bf16 (dashed)" if KEY == "precision.reduce_dtype"
             else f"{KEY} = {SETTINGS[0]} (solid) or {SETTINGS[1]} (dashed)")
-    o.append(f'<text x="{lx}" y="{ly + 28}" font-size="11" fill="#555">ciuic bf16 precision plugin, {esc(what)}; '
+    o.append(f'<text x="{lx}" y="{ly + 20 * rows + 8}" font-size="11" fill="#555">ciuic bf16 precision plugin, {esc(what)}; '
              f'bench/reduce_dtype_study.py</text>')
     o.append("</svg>")
     with open(path, "w") as f:

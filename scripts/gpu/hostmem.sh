@@ -12,6 +12,8 @@
 #   auto   sharding.grad_accumulation = "auto": 12 layers (no_sync fits the cap) beside an explicit
 #          reduce_each, and the whole 7B shape (it does not: reduce_each); the ds stage adds a
 #          ciuic run with "auto" beside DeepSpeed
+#   local  the whole 7B shape, 1 x 8: reduce_each, then with sharding.local_accumulation_percent =
+#          "auto" (the share of the buckets accumulated on the device that fits the cap)
 #   scripts/gpu/hostmem.sh [build] [test] [ab] [seven]
 # Old sources: mkdir -p .gpu/old_cpu_adam && for f in $(git ls-tree --name-only 937a413
 #   plugins/optim/cpu_adam/); do git show 937a413:$f > .gpu/old_cpu_adam/${f##*/}; done, then
@@ -82,6 +84,10 @@ for stage in ${*:-build test ab}; do
     l12="--set model.config.num_hidden_layers=12"
     timed ciuic-acc-nosync 240 $l12 --set 'sharding.grad_accumulation="no_sync"'
     timed ciuic-acc-again 240 $l12 ;;
+  local)
+    timed seven-each 420
+    timed seven-local 420 --set 'sharding.local_accumulation_percent="auto"'
+    grep -h 'local_accumulation_percent = "auto"' "$OUT"/seven-local.log ;;
   seven)
     timed seven-one 420 --set train.micro_batch_size=8 --set train.gradient_accumulation_steps=1
     timed seven-acc 420 ;;
