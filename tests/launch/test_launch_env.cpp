@@ -241,6 +241,18 @@ TEST(SlurmParsing, TasksPerNode) {
   EXPECT_FALSE(slurm_tasks_on_node("x", 0));
 }
 
+// What a worker takes from OMP_NUM_THREADS (train/run.cpp: else usable cores / ranks per node).
+TEST(OmpNumThreads, PositiveCountsAndTheFirstNestedLevelOnly) {
+  EXPECT_EQ(parse_omp_num_threads("8"), 8);
+  EXPECT_EQ(parse_omp_num_threads(" 4 "), 4);
+  EXPECT_EQ(parse_omp_num_threads("4,2"), 4);
+  EXPECT_EQ(parse_omp_num_threads("65536"), 65536);
+  for (const char* bad : {"", "0", "-1", "abc", "4x", "65537", "99999999999", ",4", "1.5"})
+    EXPECT_EQ(parse_omp_num_threads(bad), std::nullopt) << bad;
+  EXPECT_EQ(parse_omp_num_threads(nullptr), std::nullopt);
+  EXPECT_GE(usable_cores(), 1);
+}
+
 TEST(ErrorLines, Classification) {
   EXPECT_TRUE(is_error_line("ciuic[3] error: out of memory"));
   EXPECT_TRUE(is_error_line("ciuic error: bad recipe"));

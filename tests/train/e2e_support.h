@@ -69,7 +69,7 @@ struct Result {
 
 // Writes the recipe into a fresh folder and runs ciuic-run on it.
 inline Result run(const std::string& name, const Shape& s, const std::vector<std::string>& args = {},
-           int timeout_s = 240) {
+           int timeout_s = 240, const std::vector<std::string>& env = {"OMP_NUM_THREADS=1"}) {
   Result r;
   r.dir = ciuic::testing::fresh_dir("e2e-" + name);
   const std::string recipe = r.dir + "/recipe.toml";
@@ -77,7 +77,7 @@ inline Result run(const std::string& name, const Shape& s, const std::vector<std
   std::vector<std::string> argv = {std::string(CIUIC_BIN_DIR) + "/ciuic-run", recipe};
   for (const auto& p : s.plugin_paths) argv.insert(argv.end(), {"--plugin-path", p});
   argv.insert(argv.end(), args.begin(), args.end());
-  Child c(argv, r.dir + "/log", {"OMP_NUM_THREADS=1"});
+  Child c(argv, r.dir + "/log", env);
   if (!c.wait(std::chrono::seconds(timeout_s))) {
     r.err = "timed out\n" + c.err();
     return r;

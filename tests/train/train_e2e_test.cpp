@@ -81,6 +81,29 @@ TEST(TrainE2E, Zero2CpuAdamMatchesDeviceUpdateAtWorldSizes1To4) {
   }
 }
 
+// A worker's CPU threads (here cpu_adam's, which it logs) follow OMP_NUM_THREADS; a value that is
+// not a count is a warning naming it, and the worker takes its share of the usable cores.
+TEST(TrainE2E, WorkersTakeTheirThreadsFromOmpNumThreads) {
+  const Shape s{.world = 2, .micro = 2, .steps = 2};
+  const std::vector<std::string> args = {"--set", "optimizer.plugin=\"cpu_adam\""};
+  const std::regex threads("optimizer cpu_adam: [0-9]+ elements, [^\n]*, ([0-9]+) threads, ");
+  std::smatch m;
+  for (const char* n : {"1", "3"}) {
+    const Result r = run(std::string("omp") + n, s, args, 240, {std::string("OMP_NUM_THREADS=") + n});
+    EXPECT_RUN_OK(r);
+    const std::string text = r.out + r.err;
+    ASSERT_TRUE(std::regex_search(text, m, threads)) << r.log();
+    EXPECT_EQ(m[1].str(), n);
+  }
+  const Result bad = run("omp-bad", s, args, 240, {"OMP_NUM_THREADS=lots"});
+  EXPECT_RUN_OK(bad);
+  const std::string text = bad.out + bad.err;
+  EXPECT_NE(text.find("OMP_NUM_THREADS=\"lots\" is not a thread count (expected an integer >= 1, e.g. 8); using "),
+            std::string::npos) << bad.log();
+  ASSERT_TRUE(std::regex_search(text, m, threads)) << bad.log();
+  EXPECT_GE(std::stoi(m[1].str()), 1);
+}
+
 TEST(TrainE2E, GradientAccumulationSplitsAgree) {
   // Rows carry different numbers of label tokens (3 documents at random cut points per row), so
   // averaging per-micro-batch means would not agree; summing / N does.

@@ -1,6 +1,10 @@
 // detect_worker_env(): which launcher started this process, and where this rank sits in the run.
+#include <sched.h>
+#include <unistd.h>
+
 #include <ciuic/error.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstdio>
@@ -234,6 +238,30 @@ void apply_worker_env(const WorkerEnv& env, RunContext& ctx) {
   ctx.num_nodes = env.num_nodes;
   ctx.master_addr = env.master_addr;
   ctx.master_port = env.master_port;
+}
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+std::optional<int> parse_omp_num_threads(const char* value) {
+  if (!value) return std::nullopt;
+  std::string_view v(value);
+  v = v.substr(0, v.find(','));
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  if (v.empty() || v.size() > 5) return std::nullopt;
+  int n = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + (c - '0');
+  }
+  if (n < 1 || n > 65536) return std::nullopt;
+  return n;
 }
 
 std::optional<std::string> first_slurm_host(std::string_view list) {

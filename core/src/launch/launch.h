@@ -78,6 +78,12 @@ CIUIC_API std::optional<int> slurm_tasks_on_node(std::string_view tasks_per_node
 // fields alone.
 CIUIC_API void apply_worker_env(const WorkerEnv& env, RunContext& ctx);
 
+// Cores this process may run on (its CPU affinity; else the online processors).
+CIUIC_API int usable_cores();
+// OMP_NUM_THREADS's value as a thread count: its first entry ("8", or "8,2" for nested levels)
+// when that is an integer in [1, 65536]; nullopt otherwise (absent, empty, or not a count).
+CIUIC_API std::optional<int> parse_omp_num_threads(const char* value);
+
 struct LaunchOptions {
   std::vector<std::string> argv;  // the command line to run in each worker (argv[0] = executable;
                                   // without a '/', it is looked up in PATH)

@@ -171,14 +171,6 @@ std::string find_executable(const std::string& name) {
   throw UsageError("launcher: cannot find the worker executable \"" + name + "\" in PATH");
 }
 
-int usable_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
-}
-
 bool is_launch_var(std::string_view kv) {
   static const char* kNames[] = {"RANK",
                                  "LOCAL_RANK",

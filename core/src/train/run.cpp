@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <cstdlib>
 #include <thread>
 
 #include <ATen/Parallel.h>
@@ -44,8 +45,15 @@ RunContext make_context(const Recipe& recipe, const TrainOptions& opt, const lau
   ctx.output_dir = opt.output_dir;
   ctx.recipe_dir = recipe.dir();
   ctx.seed = static_cast<uint64_t>(run.get_int("seed"));
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  ctx.cpu_threads = std::max(1, static_cast<int>(hw) / std::max(1, env.local_world_size));
+  // CPU threads: OMP_NUM_THREADS when set (ciuic-run's launcher sets usable cores / ranks per node
+  // unless the user did), else that share computed here (torchrun, srun, mpirun workers).
+  const int share = std::max(1, launch::usable_cores() / std::max(1, env.local_world_size));
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const std::optional<int> asked = launch::parse_omp_num_threads(omp);
+  ctx.cpu_threads = asked.value_or(share);
+  if (omp && !asked && env.rank == 0)
+    log_warn("OMP_NUM_THREADS=\"" + std::string(omp) + "\" is not a thread count (expected an integer >= 1, e.g. 8); "
+             "using " + std::to_string(share) + " threads per worker (usable cores / ranks on this node)");
   if (cluster.get_string("device") == "cuda") {
     ctx.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
     set_current_device(ctx.device);
