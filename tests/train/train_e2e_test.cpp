@@ -985,15 +985,18 @@ TEST(TrainE2E, PartlyLocalAccumulationMatchesReduceEachAndFitsTheCap) {
                                          "sharding.grad_accumulation=\"reduce_each\"", "--set",
                                          "sharding.reduce_bucket_size=20000"};
   auto local = [](const std::string& v) { return std::vector<std::string>{"--set", "sharding.local_accumulation_percent=" + v}; };
-  for (const char* optimizer : {"adamw", "cpu_adam"}) {
-    const std::vector<std::string> opt = {"--set", std::string("optimizer.plugin=\"") + optimizer + "\""};
-    const Result each = run(std::string("local0-") + optimizer, shape, with(with(wide, opt), local("0")));
-    const Result half = run(std::string("local50-") + optimizer, shape, with(with(wide, opt), local("50")));
+  for (const auto& [sharding, optimizer] : {std::pair{"zero2", "adamw"}, std::pair{"zero2", "cpu_adam"},
+                                            std::pair{"ddp", "adamw"}}) {
+    const std::string name = std::string(sharding) + "-" + optimizer;
+    const std::vector<std::string> opt = {"--set", std::string("optimizer.plugin=\"") + optimizer + "\"", "--set",
+                                          std::string("sharding.plugin=\"") + sharding + "\""};
+    const Result each = run("local0-" + name, shape, with(with(wide, opt), local("0")));
+    const Result half = run("local50-" + name, shape, with(with(wide, opt), local("50")));
     EXPECT_RUN_OK(each);
     EXPECT_RUN_OK(half);
     const double d = max_rel(exported(half), exported(each));
-    EXPECT_GT(d, 0.0) << optimizer << ": the share did not take effect";
-    EXPECT_LT(d, 1e-6) << optimizer;
+    EXPECT_GT(d, 0.0) << name << ": the share did not take effect";
+    EXPECT_LT(d, 1e-6) << name;
   }
   auto total_mib = [&](const std::vector<std::string>& args) { return plan_total_mib("local-plan", shape, with(wide, args)); };
   const double none = total_mib(local("0")).first, all = total_mib(local("100")).first;
