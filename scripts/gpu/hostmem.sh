@@ -14,6 +14,11 @@
 #          ciuic run with "auto" beside DeepSpeed
 #   local  the whole 7B shape, 1 x 8: reduce_each, then with sharding.local_accumulation_percent =
 #          "auto" (the share of the buckets accumulated on the device that fits the cap)
+#   pcie2ds, pcie2  (need nvidia-h200-x2; not yet run) issue 14's headline: the 3x4090 recipe at
+#          2 ranks over PCIe (transport = "pcie": NCCL without peer-to-peer), 24 GiB cap, 1 x 8:
+#          pcie2ds = DeepSpeed with the seed's JSON (bf16, CPU offload, checkpointing) and ciuic's
+#          default in one call; pcie2 = ciuic with local_accumulation_percent = "auto", and with
+#          micro_batch_size = "auto" over the same global batch of 16
 #   scripts/gpu/hostmem.sh [build] [test] [ab] [seven]
 # Old sources: mkdir -p .gpu/old_cpu_adam && for f in $(git ls-tree --name-only 937a413
 #   plugins/optim/cpu_adam/); do git show 937a413:$f > .gpu/old_cpu_adam/${f##*/}; done, then
@@ -88,6 +93,21 @@ for stage in ${*:-build test ab}; do
     timed seven-each 420
     timed seven-local 420 --set 'sharding.local_accumulation_percent="auto"'
     grep -h 'local_accumulation_percent = "auto"' "$OUT"/seven-local.log ;;
+  pcie2ds)
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site:${PYTHONPATH:-} TORCH_EXTENSIONS_DIR=/tmp/tex NCCL_P2P_DISABLE=1
+    run ds2 420 python3 scripts/gpu/timeline.py --name ds2 --json "$OUT/ds2.timeline.json" -- \
+      torchrun --standalone --nproc-per-node 2 bench/peers/deepspeed_zero2.py \
+      --ds-config tests/fixtures/deepspeed/ds_config_4xa100_seed.json --dtype bf16 --offload --checkpointing \
+      --cap-gib 24 --layers 30 --micro-batch 1 --accumulation 8 --steps 4 --json "$OUT/ds2.json"
+    tail -1 "$OUT/ds2.log" | cut -c1-400
+    common="${common/--nproc 1/--nproc 2}"
+    timed pcie2-each 300 ;;
+  pcie2)
+    common="${common/--nproc 1/--nproc 2}"
+    timed pcie2-local 300 --set 'sharding.local_accumulation_percent="auto"'
+    timed pcie2-micro 300 --set 'train.micro_batch_size="auto"' --set train.global_batch_size=16
+    grep -h '"auto"' "$OUT"/pcie2-*.log ;;
   seven)
     timed seven-one 420 --set train.micro_batch_size=8 --set train.gradient_accumulation_steps=1
     timed seven-acc 420 ;;
