@@ -136,9 +136,7 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
     // cap, else a CPU worker's share of this machine; a GPU without a cap: the last choice (the
     // worker chooses from its device's memory).
     std::string chosen;
-    for (uint32_t k = 0; k < d.info->num_options; ++k) {
-      const OptionSpec& spec = d.info->options[k];
-      if (!(spec.flags & kOptionPlanned) || !is_auto(config, spec.key)) continue;
+    if (plan::has_planned_auto(config, *d.info)) {
       if (!planned) {
         double whole = cluster.get_float("memory_per_device_gib") * 1073741824.0;
         if (whole <= 0 && !ctx.device.is_cuda())
@@ -146,9 +144,9 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
         planned = plan::planned_options(recipe, registry, plan::kAutoMemoryFraction * whole);
       }
       config = plan::with_planned(config, slot, *planned);
-      chosen += std::string(chosen.empty() ? "" : ", ") + spec.key + " = " +
-                (spec.type == OptionType::kInt ? std::to_string(config.get_int(spec.key))
-                                               : "\"" + config.get_string(spec.key) + "\"");
+      for (const plan::PlannedOption& o : *planned)
+        if (o.slot == slot)
+          chosen += std::string(chosen.empty() ? "" : ", ") + o.key + " = " + (o.integer ? o.value : "\"" + o.value + "\"");
     }
     switch (slot) {
       case Slot::kComm: objects.push_back(registry.create<Comm>(slot, name, config, ctx)); break;

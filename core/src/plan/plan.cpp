@@ -147,10 +147,7 @@ struct Prepared {
   std::vector<PlannedOption> planned;  // kOptionPlanned options chosen, in choices[]' options
 };
 
-// The kOptionPlanned options that the recipe leaves "auto" (ciuic/plugin.h): each first takes its
-// last choice, so that no plan function sees "auto"; then, slot by slot in the planner's order and
-// key by key, the first choice whose plan fits `budget` (the model's terms as prepare() left them:
-// the leanest for its own "auto" settings).
+// A kOptionPlanned option that the recipe leaves "auto", while it is being chosen.
 struct OpenOption {
   Slot slot;
   std::string key;
@@ -159,9 +156,12 @@ struct OpenOption {
   int64_t lo = 0, hi = 0;
 };
 
-// `options` with planned option `o` at `value` (an integer's decimal text for a kInt option).
+// `options` with `key` at `value` (an integer's decimal text when `integer`).
+Config with_choice(const Config& options, const std::string& key, const std::string& value, bool integer) {
+  return integer ? with_int(options, key, std::stoll(value)) : with_string(options, key, value);
+}
 Config set_planned(const Config& options, const OpenOption& o, const std::string& value) {
-  return o.integer ? with_int(options, o.key, std::stoll(value)) : with_string(options, o.key, value);
+  return with_choice(options, o.key, value, o.integer);
 }
 
 // `options` of plugin `info` with each kOptionPlanned option that is "auto" at its fallback (a
@@ -185,6 +185,10 @@ Config at_last_choices(Config options, const PluginInfo& info, Slot slot, std::v
   return options;
 }
 
+// The kOptionPlanned options that the recipe leaves "auto" (ciuic/plugin.h): each first takes its
+// fallback, so that no plan function sees "auto"; then, slot by slot in the planner's order and
+// key by key, the first choice (a string) or the largest value (an integer) whose plan fits
+// `budget` (the model's terms as prepare() left them: the leanest for its own "auto" settings).
 void choose_planned(Prepared& p, double budget) {
   std::vector<OpenOption> open;
   for (Slot slot : kOrder) {
@@ -333,19 +337,36 @@ std::vector<PlannedOption> planned_options(const Recipe& recipe, const Registry&
   return prepare(recipe, registry, budget_bytes).planned;
 }
 
+std::string planned_text(const PlannedOption& o) {
+  std::string t = "[";
+  t += slot_name(o.slot);
+  t += "] ";
+  t += o.key;
+  t += " = \"auto\": ";
+  t += o.integer ? o.value : '"' + o.value + '"';
+  t += ", ";
+  t += o.why;
+  return t;
+}
+
+bool has_planned_auto(const Config& options, const PluginInfo& info) {
+  for (uint32_t i = 0; i < info.num_options; ++i)
+    if ((info.options[i].flags & kOptionPlanned) && is_auto(options, info.options[i].key)) return true;
+  return false;
+}
+
 Config with_planned(const Config& options, Slot slot, const std::vector<PlannedOption>& chosen) {
   Config out = options;
   for (const PlannedOption& o : chosen)
-    if (o.slot == slot && is_auto(out, o.key))
-      out = o.integer ? with_int(out, o.key, std::stoll(o.value)) : with_string(out, o.key, o.value);
+    if (o.slot == slot && is_auto(out, o.key)) out = with_choice(out, o.key, o.value, o.integer);
   return out;
 }
 
 MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
-  Prepared p = prepare(recipe, registry, 0);
   // kOptionPlanned options against the cap, as the worker chooses them at start; without one, the
-  // last (leanest) choice is shown, and the worker chooses from the device's memory.
-  if (p.plan.cap > 0 && !p.planned.empty()) p = prepare(recipe, registry, kAutoMemoryFraction * p.plan.cap);
+  // fallback is shown, and the worker chooses from the device's memory.
+  Prepared p = prepare(recipe, registry,
+                       kAutoMemoryFraction * recipe.section("cluster").get_float("memory_per_device_gib") * kGiB);
   MemoryPlan plan = p.plan;
   plan.planned = p.planned;
   Inputs& in = p.in;
@@ -498,11 +519,11 @@ std::string plan_text(const MemoryPlan& plan) {
     if (!plan.host_fits) os << ": NOT enough host memory";
   }
   os << "\n";
-  for (const auto& o : plan.planned)
-    os << "  chosen: [" << slot_name(o.slot) << "] " << o.key << " = \"auto\": "
-       << (o.integer ? o.value : "\"" + o.value + "\"") << ", " << o.why
-       << (plan.cap > 0 ? " within " + std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) + "% of the cap" : "")
-       << "\n";
+  for (const auto& o : plan.planned) {
+    os << "  chosen: " << planned_text(o);
+    if (plan.cap > 0) os << " within " << static_cast<int>(kAutoMemoryFraction * 100) << "% of the cap";
+    os << "\n";
+  }
   for (const auto& u : plan.unknown) os << "  not counted: " << u << "\n";
   if (!plan.preferred.empty()) {
     os << "also fits:\n";

@@ -28,6 +28,7 @@ class Config;
 class Recipe;
 class Registry;
 enum class Slot : uint32_t;
+struct PluginInfo;
 }  // namespace ciuic
 
 namespace ciuic::plan {
@@ -101,6 +102,10 @@ CIUIC_API int64_t largest_micro_batch(const Recipe& recipe, const Registry& regi
 // choices made for their budget. Throws as plan_memory().
 CIUIC_API std::vector<PlannedOption> planned_options(const Recipe& recipe, const Registry& registry,
                                                      double budget_bytes);
+// `[sharding] grad_accumulation = "auto": "no_sync", the first of ... whose memory plan fits`.
+CIUIC_API std::string planned_text(const PlannedOption& option);
+// Whether `options` (a section of plugin `info`) leaves a kOptionPlanned option "auto".
+CIUIC_API bool has_planned_auto(const Config& options, const PluginInfo& info);
 // `options` (the recipe's section for `slot`) with the values chosen in place of "auto".
 CIUIC_API Config with_planned(const Config& options, Slot slot, const std::vector<PlannedOption>& chosen);
 CIUIC_API std::string plan_text(const MemoryPlan& plan);

@@ -226,6 +226,19 @@ void resolve_auto_checkpointing(const Recipe& recipe, const Registry& registry, 
              " layers checkpointed, the fewest whose memory plan fits " + within);
 }
 
+namespace {
+// Whether a plugin the recipe chose leaves one of its kOptionPlanned options "auto".
+bool asks_planned_auto(const Recipe& recipe, const Registry& registry) {
+  for (int i = 0; i < kNumSlots; ++i) {
+    const Slot slot = static_cast<Slot>(i);
+    const std::string name = recipe.plugin_name(slot);
+    const PluginInfo* info = name.empty() ? nullptr : registry.find_info(slot, name);
+    if (info && plan::has_planned_auto(recipe.plugin_config(slot, *info), *info)) return true;
+  }
+  return false;
+}
+}  // namespace
+
 void check_recipe(const Recipe& recipe) {
   const Config train = recipe.section("train");
   optim::LrSchedule::create(recipe.section("scheduler"), recipe.section("optimizer").get_float("lr"),
@@ -258,22 +271,21 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   std::error_code ec;
   fs::create_directories(r.opt.output_dir, ec);
   if (ec) throw Error("cannot create output_dir " + r.opt.output_dir + ": " + ec.message());
-  // micro_batch_size = "auto", then resuming on another world size (which keeps the checkpoint's
-  // global batch, train/elastic.h, the chosen micro-batch as its largest): decided before anything
-  // is sized by the micro-batch or the accumulation.
   // Plugin options the memory planner chooses (kOptionPlanned, "auto"), before the micro-batch:
   // they are planned with the leanest model settings, and the micro-batch and the checkpointed
-  // layers are then chosen with them (plan.h).
+  // layers are then chosen with them (plan.h). Only when a recipe asks: the planner is not on the
+  // path of a run without "auto" options.
   std::vector<plan::PlannedOption> planned;
-  {
+  if (asks_planned_auto(recipe, registry)) {
     std::string within;
     const double budget = auto_budget(r, within);
     planned = plan::planned_options(recipe, registry, budget);
     if (r.ctx.rank == 0)
-      for (const auto& o : planned)
-        log_info("[" + std::string(slot_name(o.slot)) + "] " + o.key + " = \"auto\": " +
-                 (o.integer ? o.value : "\"" + o.value + "\"") + ", " + o.why + " " + within);
+      for (const auto& o : planned) log_info(plan::planned_text(o) + " " + within);
   }
+  // micro_batch_size = "auto", then resuming on another world size (which keeps the checkpoint's
+  // global batch, train/elastic.h, the chosen micro-batch as its largest): decided before anything
+  // is sized by the micro-batch or the accumulation.
   if (r.opt.micro_batch_auto) resolve_auto_micro_batch(recipe, registry, r);
   if (const std::string folder = Checkpoints::resume_folder(r.opt.checkpoint_dir, options.resume); !folder.empty()) {
     const auto [rows, world] = checkpoint::read_batch_shape(folder);
