@@ -99,6 +99,7 @@ def rel(a, b):
 
 
 CPU = "--cpu" in sys.argv
+LOCAL50 = 'grad_accumulation = "reduce_each"\nlocal_accumulation_percent = 50'
 
 
 def main():
@@ -114,7 +115,19 @@ def main():
                                        optimizer="cpu_adam")),
              # 2 micro-batches, each reduced: the host staging path of a host optimizer
              ("zero2-cpuadam-w2-acc2", dict(world=2, micro=2, accum=2, comm="nccl",
-                                            sharding="zero2", optimizer="cpu_adam"))]
+                                            sharding="zero2", optimizer="cpu_adam")),
+             # 4 micro-batches on one rank: reduced each, half the buckets kept on the device
+             # (local_accumulation_percent), all kept (no_sync); the device update and cpu_adam
+             ("zero2-w1-acc4", dict(world=1, micro=2, accum=4, comm="nccl", sharding="zero2",
+                                    extra='grad_accumulation = "reduce_each"')),
+             ("zero2-w1-acc4-local50", dict(world=1, micro=2, accum=4, comm="nccl", sharding="zero2",
+                                            extra=LOCAL50)),
+             ("zero2-w1-acc4-nosync", dict(world=1, micro=2, accum=4, comm="nccl", sharding="zero2",
+                                           extra='grad_accumulation = "no_sync"')),
+             ("zero2-cpuadam-w1-acc4-local50", dict(world=1, micro=2, accum=4, comm="nccl", sharding="zero2",
+                                                    optimizer="cpu_adam", extra=LOCAL50)),
+             ("zero2-cpuadam-w2-acc2-local50", dict(world=2, micro=2, accum=2, comm="nccl", sharding="zero2",
+                                                    optimizer="cpu_adam", extra=LOCAL50))]
     results, ok = {}, ref is not None
     if ref is not None:
         ref, ref_norms = ref
