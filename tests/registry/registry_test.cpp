@@ -73,7 +73,7 @@ TEST(Registry, LoadsTheTestPlugins) {
 TEST(Registry, RefusesEachDefectWithFileExpectedAndFound) {
   Registry r = Registry::from_paths({kBad});
   EXPECT_TRUE(r.list().empty());
-  EXPECT_EQ(r.refusals().size(), 10u);
+  EXPECT_EQ(r.refusals().size(), 11u);
   const std::string api = refusal_of(r, "libciuic_data_oldapi.so");
   EXPECT_EQ(api, kBad + "/libciuic_data_oldapi.so: plugin API version mismatch: expected " +
                      std::to_string(ciuic::kPluginApiVersion) + " (ciuic " CIUIC_VERSION "), found " +
@@ -97,6 +97,9 @@ TEST(Registry, RefusesEachDefectWithFileExpectedAndFound) {
   EXPECT_EQ(refusal_of(r, "libciuic_data_badplanned.so"),
             kBad + "/libciuic_data_badplanned.so: bad option declaration: option 'mode' is kOptionPlanned but its "
                    "choices are not \"auto|<first>|<second>|...\" (found \"auto|only\")");
+  EXPECT_EQ(refusal_of(r, "libciuic_data_badplannedint.so"),
+            kBad + "/libciuic_data_badplannedint.so: bad option declaration: option 'share' is a kOptionPlanned "
+                   "integer without a finite range min < max (the planner searches it)");
   EXPECT_EQ(refusal_of(r, "libciuic_data_notalib.so"),
             kBad + "/libciuic_data_notalib.so: not a shared library (expected an ELF file, found other content)");
 }

@@ -20,6 +20,12 @@ const ciuic::OptionSpec kOptions[] = {
     {"mode", ciuic::OptionType::kString, "\"auto\"", "a planned option with one choice", NAN, NAN, "auto|only",
      ciuic::kOptionPlanned},
 };
+#elif defined(CIUIC_TEST_DEFECT_badplannedint)
+// A planned integer is searched between min and max: without a maximum there is no range.
+const ciuic::OptionSpec kOptions[] = {
+    {"share", ciuic::OptionType::kInt, "0", "a planned integer without a maximum", 0, NAN, nullptr,
+     ciuic::kOptionPlanned},
+};
 #else
 const ciuic::OptionSpec kOptions[] = {
     {"x", ciuic::OptionType::kInt, "1", "an option"},
@@ -59,6 +65,9 @@ constexpr const char* kName = "dataptr";
 #elif defined(CIUIC_TEST_DEFECT_badplanned)
 constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
 constexpr const char* kName = "badplanned";
+#elif defined(CIUIC_TEST_DEFECT_badplannedint)
+constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
+constexpr const char* kName = "badplannedint";
 #else
 constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
 constexpr const char* kName = "baddefault";

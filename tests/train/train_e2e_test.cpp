@@ -1020,6 +1020,15 @@ TEST(TrainE2E, PartlyLocalAccumulationMatchesReduceEachAndFitsTheCap) {
   const Result e = run("local-explicit", shape, with(wide, local(std::to_string(chosen))));
   EXPECT_RUN_OK(e);
   EXPECT_EQ(max_rel(exported(a), exported(e)), 0.0);
+  // Anything else is a recipe error naming the key and what it takes (exit 2).
+  for (const char* bad : {"\"most\"", "101", "-1", "50.5"}) {
+    const Result r = run("local-bad", shape, with(with(wide, local(bad)), {"--plan"}));
+    EXPECT_EQ(r.code, 2) << bad << "\n" << r.log();
+    EXPECT_NE(r.err.find("--set sharding.local_accumulation_percent=" + std::string(bad) +
+                         ": [sharding] (plugin zero2) local_accumulation_percent: "),
+              std::string::npos) << r.log();
+    EXPECT_NE(r.err.find("an integer in [0, 100] or \"auto\""), std::string::npos) << r.log();
+  }
 }
 
 // Refused at start (checkpoint/run_dir.h), before any training, naming the file in the way.
