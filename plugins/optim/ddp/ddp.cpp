@@ -12,12 +12,7 @@ const ciuic::OptionSpec kOptions[] = {
      "elements per gradient bucket (one all-reduce each)", 1, NAN},
     {"overlap_comm", ciuic::OptionType::kBool, "true",
      "launch each bucket's all-reduce as soon as backward completes it"},
-    {"grad_accumulation", ciuic::OptionType::kString, "\"no_sync\"",
-     "no_sync: accumulate locally in the parameter dtype and reduce after the last micro-batch; "
-     "reduce_each: reduce every "
-     "micro-batch into the optimizer's fp32 accumulator; auto: no_sync when the memory plan fits, "
-     "else reduce_each",
-     NAN, NAN, "auto|no_sync|reduce_each", ciuic::kOptionPlanned},
+    ciuic::BucketSharding::accumulation_option("\"no_sync\""),
     ciuic::BucketSharding::kLocalAccumulationOption,
 };
 

@@ -16,12 +16,7 @@ const ciuic::OptionSpec kOptions[] = {
      "elements per gradient bucket (one reduce-scatter and one all-gather each)", 1, NAN},
     {"overlap_comm", ciuic::OptionType::kBool, "true",
      "launch each bucket's reduce-scatter as soon as backward completes it"},
-    {"grad_accumulation", ciuic::OptionType::kString, "\"reduce_each\"",
-     "reduce_each: reduce-scatter every micro-batch into the optimizer's fp32 shard accumulator "
-     "(no full-size gradient kept; DeepSpeed's ZeRO-2); no_sync: accumulate full gradients on the "
-     "device in the parameter dtype, reduce once after the last micro-batch (one reduction and one "
-     "optimizer hand-over a step); auto: no_sync when the memory plan fits, else reduce_each",
-     NAN, NAN, "auto|no_sync|reduce_each", ciuic::kOptionPlanned},
+    ciuic::BucketSharding::accumulation_option("\"reduce_each\""),
     ciuic::BucketSharding::kLocalAccumulationOption,
 };
 

@@ -35,6 +35,7 @@
 // Threading and failure: as ciuic/sharding.h says.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -81,6 +82,17 @@ class BucketSharding : public Sharding {
   // and, when declared, local_accumulation_percent (integer 0-100, Options::local_percent; may be
   // kOptionPlanned the same way).
   static Options options_from(const Config& config);
+  // The declaration of grad_accumulation (kOptionPlanned, "auto|no_sync|reduce_each") with the
+  // strategy's default, for its option array.
+  static constexpr OptionSpec accumulation_option(const char* default_value) {
+    return OptionSpec{"grad_accumulation", OptionType::kString, default_value,
+                      "reduce_each: reduce every micro-batch's gradient as backward produces it, into the "
+                      "optimizer's fp32 accumulator (no full-size gradient kept; DeepSpeed's ZeRO-2); no_sync: "
+                      "accumulate on the device in the parameter dtype and reduce once, after the last "
+                      "micro-batch (a full-size gradient on the device); auto: no_sync when the memory plan "
+                      "fits, else reduce_each",
+                      NAN, NAN, "auto|no_sync|reduce_each", kOptionPlanned};
+  }
   // The declaration of local_accumulation_percent (kOptionPlanned, 0-100, default 0), for a
   // strategy's option array.
   static constexpr OptionSpec kLocalAccumulationOption{
