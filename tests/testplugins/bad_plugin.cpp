@@ -44,33 +44,14 @@ constexpr const char* kFingerprint = "torch=0.0.1;cxx11abi=0;compiler=other";
 constexpr const char* kFingerprint = CIUIC_BUILD_FINGERPRINT;
 #endif
 
+// The slot and name the info record declares: those of the file name (data, the defect's name,
+// CIUIC_TEST_DEFECT_NAME from CMake), except for the defect that declares others.
 #if defined(CIUIC_TEST_DEFECT_mismatch)
 constexpr ciuic::Slot kSlot = ciuic::Slot::kPrecision;
 constexpr const char* kName = "other";
-#elif defined(CIUIC_TEST_DEFECT_oldapi)
-constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
-constexpr const char* kName = "oldapi";
-#elif defined(CIUIC_TEST_DEFECT_otherabi)
-constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
-constexpr const char* kName = "otherabi";
-#elif defined(CIUIC_TEST_DEFECT_nofactory)
-constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
-constexpr const char* kName = "nofactory";
-#elif defined(CIUIC_TEST_DEFECT_plainfn)
-constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
-constexpr const char* kName = "plainfn";
-#elif defined(CIUIC_TEST_DEFECT_dataptr)
-constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
-constexpr const char* kName = "dataptr";
-#elif defined(CIUIC_TEST_DEFECT_badplanned)
-constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
-constexpr const char* kName = "badplanned";
-#elif defined(CIUIC_TEST_DEFECT_badplannedint)
-constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
-constexpr const char* kName = "badplannedint";
 #else
 constexpr ciuic::Slot kSlot = ciuic::Slot::kData;
-constexpr const char* kName = "baddefault";
+constexpr const char* kName = CIUIC_TEST_DEFECT_NAME;
 #endif
 
 [[maybe_unused]] const ciuic::PluginInfo* info() {
