@@ -4,6 +4,8 @@
 //   * plugins and the out-of-tree examples include only the SDK (<ciuic/...>, the kits) and
 //     their own files: no engine header, no other plugin's files;
 //   * recipe/ does not include registry/ (the registry depends on the recipe, not both ways);
+//   * the Jinja engine (jinja/) is a leaf: it includes only its own headers, <ciuic/error.h> and
+//     <ciuic/export.h>, the standard library and nlohmann/json; no LibTorch, no other engine folder;
 //   * the training loop fits on a screen.
 #include <filesystem>
 #include <fstream>
@@ -83,7 +85,7 @@ TEST(Architecture, PluginsIncludeOnlyTheSdkAndTheirOwnFiles) {
           const std::string inc = m[1];
           if (inc.find("..") != std::string::npos && inc.rfind("../common/", 0) != 0)
             bad.push_back(where + ": " + inc + " leaves the plugin's folder");
-          for (const char* engine : {"recipe/", "registry/", "train/", "model/", "launch/", "tokenizer/",
+          for (const char* engine : {"recipe/", "registry/", "train/", "model/", "launch/", "tokenizer/", "jinja/",
                                      "checkpoint/", "plan/", "app/", "base/", "sdk/", "optim/schedule"})
             if (inc.rfind(engine, 0) == 0) bad.push_back(where + ": " + inc + " is an engine header");
         }
@@ -106,6 +108,26 @@ TEST(Architecture, RecipeDoesNotIncludeRegistry) {
   const std::regex include_registry("^\\s*#\\s*include\\s*[\"<][^\">]*registry/");
   for (const fs::path& p : sources(kRoot / "core/src/recipe"))
     for (const auto& l : lines_of(p)) EXPECT_FALSE(std::regex_search(l, include_registry)) << p << ": " << l;
+}
+
+TEST(Architecture, TheJinjaEngineIsALeafWithoutLibTorch) {
+  const std::regex include("^\\s*#\\s*include\\s*([\"<])([^\">]+)[\">]");
+  size_t files = 0;
+  for (const fs::path& p : sources(kRoot / "core/src/jinja")) {
+    ++files;
+    const auto lines = lines_of(p);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      std::smatch m;
+      if (!std::regex_search(lines[i], m, include)) continue;
+      const std::string inc = m[2];
+      const bool ok = m[1] == "\"" ? inc.rfind("jinja/", 0) == 0
+                                   : (inc == "ciuic/error.h" || inc == "ciuic/export.h" || inc == "nlohmann/json.hpp" ||
+                                      (inc.find('/') == std::string::npos && inc.find('.') == std::string::npos) ||
+                                      inc == "string.h");
+      EXPECT_TRUE(ok) << fs::relative(p, kRoot).string() << ":" << i + 1 << ": " << lines[i];
+    }
+  }
+  EXPECT_GE(files, 10u);
 }
 
 TEST(Architecture, TheTrainingLoopFitsOnAScreen) {

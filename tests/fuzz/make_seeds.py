@@ -12,6 +12,9 @@ Layouts (see each tests/fuzz/<target>_fuzz.cpp):
                template, 5: tokenizer) + one JSONL line
   manifest     a checkpoint's manifest.json ["\\n%%\\n" trainer.json], next to the harness's fixed
                files rank_00000.safetensors (MANIFEST_RANK_FILE) and precision.safetensors (empty)
+  template     selector byte (bit 0: add_generation_prompt, 1: render twice) + a chat template
+               ["\\n%%\\n" variables JSON]: the real templates of tests/fixtures/chat_templates, the
+               language cases and the hostile ones (hostile_cases.json, long ones cut to 2,000 repeats)
 """
 import json
 import os
@@ -152,6 +155,25 @@ def manifest_seeds():
           json.dumps({"world_size": 7, "shape": {"global_rows": 7}, "run_id": 5}).encode())
 
 
+def template_seeds():
+    d = os.path.join(FIXTURES, "chat_templates")
+    for model in sorted(os.listdir(d)):
+        cfg = os.path.join(d, model, "tokenizer_config.json")
+        if os.path.exists(cfg):
+            with open(cfg) as f:
+                write("template", "model_" + model, b"\x01" + json.load(f)["chat_template"].encode())
+    with open(os.path.join(d, "jinja_cases.json")) as f:
+        for c in json.load(f):
+            write("template", "case_" + c["name"], b"\x02" + c["template"].encode() + b"\n%%\n" +
+                  json.dumps(c["vars"], ensure_ascii=False).encode())
+    with open(os.path.join(d, "hostile_cases.json")) as f:
+        for c in json.load(f):
+            t = c["template"]
+            if not isinstance(t, str):
+                t = "".join(text * min(n, 2000) for text, n in t)
+            write("template", "hostile_" + c["name"], b"\x00" + t.encode())
+
+
 def main():
     shutil.rmtree(os.path.join(HERE, "corpus"), ignore_errors=True)
     recipe_seeds()
@@ -159,6 +181,7 @@ def main():
     tokenizer_seeds()
     jsonl_seeds()
     manifest_seeds()
+    template_seeds()
 
 
 if __name__ == "__main__":

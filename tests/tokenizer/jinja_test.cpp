@@ -13,7 +13,7 @@
 
 #include "test_util.h"
 #include "tokenizer/factory.h"
-#include "tokenizer/jinja.h"
+#include "jinja/jinja.h"
 
 namespace ciuic {
 namespace {

@@ -25,7 +25,7 @@
 #include <ciuic/tokenizer.h>
 
 #include "tokenizer/hf_tokenizer.h"
-#include "tokenizer/jinja.h"
+#include "jinja/jinja.h"
 
 namespace ciuic {
 

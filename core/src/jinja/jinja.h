@@ -27,9 +27,20 @@
 //
 // Anything outside the subset (include/import/extends, `{% filter %}`, ...) is a parse error that
 // names it. Templates are immutable after parsing and render() is safe from many threads.
+//
+// A sandbox: templates come from downloaded model folders and are hostile input. Parsing and
+// rendering bound nesting, work and memory (Limits; docs/tokenizer.md "Limits"); any bound hit,
+// an integer overflow (ints are int64: an error where Python's would grow) and memory exhaustion
+// are TemplateErrors naming origin:line:col. Nothing a template does crashes or hangs.
+//
+// Layout (core/src/jinja/): value.h (values with Python semantics, the render budget), text.h
+// (UTF-8 and Python str helpers), lexer.h, parser.h, ast.h (the tree), eval.h/eval.cpp
+// (evaluation, operators), builtins.h (filters.cpp: filters and tests; methods.cpp: str/dict/list
+// methods and globals), template.cpp (this header).
 #pragma once
 
 #include <ciuic/export.h>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -56,6 +67,22 @@ class CIUIC_API TemplateError : public UsageError {
   bool raised_;
 };
 
+// What one parse and one render may use. The defaults are the sandbox's (docs/tokenizer.md, with
+// jinja2's equivalents); tests lower them. Every limit is checked where the work happens, before
+// memory is taken where the size is known in advance (`'a' * n`, range, indent, tojson).
+struct Limits {
+  int max_nesting = 100;       // parser: nested (), [], {}, unary operators, not, blocks
+  int max_expr_depth = 500;    // depth of an expression tree (a chain a+b+c... or x|f|g... counts each link)
+  int max_eval_depth = 1000;   // evaluator: expressions, statements and macro calls in progress
+  int max_macro_depth = 100;   // macro calls in progress
+  int max_value_depth = 500;   // printing, tojson, ==, <, of nested lists/dicts
+  int64_t max_range = 100000;  // items of range() (jinja2's sandbox: MAX_RANGE)
+  int64_t max_list_items = 1000000;      // items of any list (also iterating a string)
+  int64_t max_string_bytes = 32 << 20;   // any string, the rendered text included
+  int64_t max_steps = 5000000;           // evaluations per render (expressions, statements; a loop iteration counts 2)
+  int64_t max_bytes = int64_t{512} << 20;  // bytes of strings and list slots made, copied or scanned
+};
+
 struct Rendered {
   std::string text;
   // Byte ranges [begin, end) of `text` written inside {% generation %} blocks, in order.
@@ -64,14 +91,15 @@ struct Rendered {
 
 class CIUIC_API Template {
  public:
-  // Parses `source`; throws TemplateError naming origin:line:col.
-  explicit Template(std::string_view source, std::string origin = "<template>");
+  // Parses `source`; throws TemplateError naming origin:line:col (also for nesting past `limits`).
+  explicit Template(std::string_view source, std::string origin = "<template>", Limits limits = {});
   ~Template();
   Template(const Template&) = delete;
   Template& operator=(const Template&) = delete;
 
   // Renders with `variables` (a JSON object: messages, add_generation_prompt, bos_token, ...).
-  // Throws TemplateError on an error in the template or raised by it.
+  // Throws TemplateError on an error in the template or raised by it, on a limit hit and on
+  // memory exhaustion (std::bad_alloc), each with the place in the template.
   Rendered render(const nlohmann::ordered_json& variables) const;
 
   bool has_generation_blocks() const;

@@ -1,0 +1,369 @@
+// Attribute and item access, calls, the str/dict/list methods chat templates use, and the globals
+// of transformers' environment.
+#include <algorithm>
+#include <ctime>
+
+#include "jinja/builtins.h"
+#include "jinja/text.h"
+
+namespace ciuic::jinja {
+
+bool is_method(const Value& obj, const std::string& name) {
+  static const char* kStr[] = {"strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "upper",
+                               "lower", "title", "capitalize", "replace", "find", "rfind", "count", "join",
+                               "splitlines", "isdigit", "isalpha", "isalnum", "isspace", "isupper", "islower",
+                               "index"};
+  static const char* kDict[] = {"items", "keys", "values", "get"};
+  static const char* kList[] = {"index", "count"};
+  if (obj.is_string()) {
+    for (const char* m : kStr)
+      if (name == m) return true;
+  } else if (obj.k == Value::K::kDict && !obj.dict->ns) {
+    for (const char* m : kDict)
+      if (name == m) return true;
+  } else if (obj.k == Value::K::kList) {
+    for (const char* m : kList)
+      if (name == m) return true;
+  }
+  return false;
+}
+
+namespace {
+Value bound_method(const Value& obj, const std::string& name, Pos p) {
+  Value self = obj;
+  return Value::function(name, [self, name, p](CallArgs& a, Ctx& c) { return call_method(c, p, self, name, a); });
+}
+
+}  // namespace
+
+Value get_attr(Ctx& c, Pos p, const Value& obj, const std::string& name) {
+  if (obj.is_undefined()) rt_fail(c, p, undefined_msg(obj) + " (reading ." + name + ")");
+  if (obj.k == Value::K::kDict) {
+    if (obj.dict->ns) {
+      if (const Value* v = obj.dict->find(name)) return *v;
+      return Value::undefined(name);
+    }
+    if (is_method(obj, name)) return bound_method(obj, name, p);
+    if (const Value* v = obj.dict->find(name)) return *v;
+    return Value::undefined(name);
+  }
+  if (is_method(obj, name)) return bound_method(obj, name, p);
+  return Value::undefined(name);
+}
+
+Value get_item(Ctx& c, Pos p, const Value& obj, const Value& key) {
+  if (obj.is_undefined()) rt_fail(c, p, undefined_msg(obj) + " (reading [" + excerpt(repr(key), 30) + "])");
+  if (obj.k == Value::K::kDict) {
+    if (key.is_string()) {
+      if (const Value* v = obj.dict->find(key.s)) return *v;
+      if (!obj.dict->ns && is_method(obj, key.s)) return bound_method(obj, key.s, p);
+      return Value::undefined(key.s);
+    }
+    return Value::undefined(excerpt(to_str(key), 80));
+  }
+  if ((obj.k == Value::K::kList || obj.is_string()) && (key.k == Value::K::kInt || key.k == Value::K::kBool)) {
+    if (obj.k == Value::K::kList) {
+      int64_t n = static_cast<int64_t>(obj.list->size()), i = key.as_int();
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) return Value::undefined("[" + std::to_string(key.as_int()) + "]");
+      return (*obj.list)[static_cast<size_t>(i)];
+    }
+    c.budget.charge(obj.s.size());
+    int64_t n = static_cast<int64_t>(cp_count(obj.s)), i = key.as_int();
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) return Value::undefined("[" + std::to_string(key.as_int()) + "]");
+    size_t at = 0;  // the byte offset of code point i
+    for (int64_t k = 0; k <= i; ++at)
+      if ((static_cast<unsigned char>(obj.s[at]) & 0xC0) != 0x80 && k++ == i) break;
+    size_t end = at + 1;
+    while (end < obj.s.size() && (static_cast<unsigned char>(obj.s[end]) & 0xC0) == 0x80) ++end;
+    return Value::string(obj.s.substr(at, end - at));
+  }
+  if (key.is_string()) return get_attr(c, p, obj, key.s);
+  return Value::undefined();
+}
+
+Value call_value(Ctx& c, Pos p, const Value& fn, CallArgs& a) {
+  if (fn.k == Value::K::kFunc) return fn.func->fn(a, c);
+  if (fn.is_undefined()) rt_fail(c, p, undefined_msg(fn) + " (called as a function)");
+  rt_fail(c, p, std::string("'") + type_name(fn) + "' object is not callable");
+}
+
+const Value* kwarg(CallArgs& a, const char* name) {
+  for (auto& kv : a.kw)
+    if (kv.first == name) return &kv.second;
+  return nullptr;
+}
+
+// Positional argument i, or keyword `name`, or null.
+const Value* arg(CallArgs& a, size_t i, const char* name) {
+  if (i < a.pos.size()) return &a.pos[i];
+  return name ? kwarg(a, name) : nullptr;
+}
+
+std::string need_str(Ctx& c, Pos p, const Value* v, const char* what) {
+  if (!v || !v->is_string()) rt_fail(c, p, std::string(what) + " expects a string argument");
+  return v->s;
+}
+
+Value str_list(const std::vector<std::string>& v) {
+  List l;
+  l.reserve(v.size());
+  for (const auto& s : v) l.push_back(Value::string(s));
+  return Value::make_list(std::move(l));
+}
+
+namespace {
+// The separator argument of split/rsplit: a non-empty str or None (null).
+const std::string* split_sep(Ctx& c, Pos p, const Value* sep) {
+  if (!sep || sep->is_none()) return nullptr;
+  if (!sep->is_string()) rt_fail(c, p, std::string("must be str or None, not ") + type_name(*sep));
+  if (sep->s.empty()) rt_fail(c, p, "empty separator");
+  return &sep->s;
+}
+}  // namespace
+
+Value call_method(Ctx& c, Pos p, const Value& obj, const std::string& name, CallArgs& a) {
+  if (obj.is_string()) {
+    const std::string& s = obj.s;
+    c.budget.charge(s.size());  // every method reads the string once (at most)
+    auto chars_arg = [&]() -> const std::string* {
+      const Value* v = arg(a, 0, "chars");
+      return (v && v->is_string()) ? &v->s : nullptr;
+    };
+    if (name == "strip") return Value::string(py_strip(s, true, true, chars_arg()));
+    if (name == "lstrip") return Value::string(py_strip(s, true, false, chars_arg()));
+    if (name == "rstrip") return Value::string(py_strip(s, false, true, chars_arg()));
+    if (name == "split" || name == "rsplit") {
+      const std::string* sep = split_sep(c, p, arg(a, 0, "sep"));
+      const Value* m = arg(a, 1, "maxsplit");
+      int64_t maxsplit = m ? m->as_int() : -1;
+      if (name == "rsplit" && maxsplit >= 0) {
+        // split from the right: reverse trick on the whole list
+        std::vector<std::string> all = py_split(s, sep, -1);
+        if (static_cast<int64_t>(all.size()) <= maxsplit + 1) return str_list(all);
+        if (!sep) return str_list(all);  // whitespace rsplit with maxsplit: rare
+        size_t keep = all.size() - static_cast<size_t>(maxsplit);
+        std::string head;
+        for (size_t i = 0; i < keep; ++i) head += (i ? *sep : "") + all[i];
+        std::vector<std::string> out{head};
+        out.insert(out.end(), all.begin() + static_cast<long>(keep), all.end());
+        return str_list(out);
+      }
+      return str_list(py_split(s, sep, maxsplit));
+    }
+    if (name == "startswith" || name == "endswith") {
+      const Value* x = arg(a, 0, nullptr);
+      std::vector<std::string> cands;
+      if (x && x->k == Value::K::kList) {
+        for (const auto& e : *x->list) cands.push_back(need_str(c, p, &e, name.c_str()));
+      } else {
+        cands.push_back(need_str(c, p, x, name.c_str()));
+      }
+      for (const auto& cand : cands) {
+        if (name == "startswith" ? s.compare(0, cand.size(), cand) == 0
+                                 : (s.size() >= cand.size() && s.compare(s.size() - cand.size(), cand.size(), cand) == 0))
+          return Value::boolean(true);
+      }
+      return Value::boolean(false);
+    }
+    if (name == "upper") return Value::string(ascii_case(s, true));
+    if (name == "lower") return Value::string(ascii_case(s, false));
+    if (name == "title") return Value::string(py_title(s));
+    if (name == "capitalize") return Value::string(py_capitalize(s));
+    if (name == "replace") {
+      std::string from = need_str(c, p, arg(a, 0, "old"), "replace"), to = need_str(c, p, arg(a, 1, "new"), "replace");
+      const Value* cnt = arg(a, 2, "count");
+      int64_t n = cnt ? cnt->as_int() : -1;
+      std::string out;
+      size_t i = 0;
+      auto put = [&](std::string_view piece) {
+        limit_string(out.size() + piece.size(), "replace's result");
+        out += piece;
+      };
+      if (from.empty()) {  // Python: `to` before every character and at the end
+        for (size_t k = 0; k < s.size(); ++k) {
+          const bool starts = (static_cast<unsigned char>(s[k]) & 0xC0) != 0x80;
+          if (starts && n != 0) {
+            put(to);
+            if (n > 0) --n;
+          }
+          put(std::string_view(&s[k], 1));
+        }
+        if (n != 0) put(to);
+        return Value::string(std::move(out));
+      }
+      while (n != 0) {
+        size_t j = find_sub(s, from, i);
+        if (j == std::string::npos) break;
+        put(std::string_view(s).substr(i, j - i));
+        put(to);
+        i = j + from.size();
+        if (n > 0) --n;
+      }
+      put(std::string_view(s).substr(i));
+      return Value::string(std::move(out));
+    }
+    if (name == "find" || name == "rfind" || name == "index") {
+      std::string x = need_str(c, p, arg(a, 0, nullptr), name.c_str());
+      size_t j = name == "rfind" ? rfind_sub(s, x) : find_sub(s, x);
+      if (j == std::string::npos) {
+        if (name == "index") rt_fail(c, p, "substring not found");
+        return Value::integer(-1);
+      }
+      return Value::integer(static_cast<int64_t>(cp_count(std::string_view(s).substr(0, j))));
+    }
+    if (name == "count") {
+      std::string x = need_str(c, p, arg(a, 0, nullptr), "count");
+      if (x.empty()) return Value::integer(static_cast<int64_t>(cp_count(s) + 1));
+      int64_t n = 0;
+      for (size_t j = find_sub(s, x); j != std::string::npos; j = find_sub(s, x, j + x.size())) ++n;
+      return Value::integer(n);
+    }
+    if (name == "join") {
+      const Value* x = arg(a, 0, nullptr);
+      if (!x) rt_fail(c, p, "join expects an argument");
+      std::string out;
+      bool first = true;
+      for (const auto& e : iterate(c, p, *x)) {
+        if (!e.is_string()) rt_fail(c, p, std::string("sequence item: expected str instance, ") + type_name(e) + " found");
+        limit_string(out.size() + (first ? 0 : s.size()) + e.s.size(), "join's result");
+        if (!first) out += s;
+        out += e.s;
+        first = false;
+      }
+      return Value::string(std::move(out));
+    }
+    if (name == "splitlines") {
+      std::vector<std::string> out;
+      size_t i = 0;
+      while (i < s.size()) {
+        size_t j = s.find_first_of("\r\n", i);
+        if (j == std::string::npos) {
+          out.push_back(s.substr(i));
+          break;
+        }
+        out.push_back(s.substr(i, j - i));
+        i = j + ((s[j] == '\r' && j + 1 < s.size() && s[j + 1] == '\n') ? 2 : 1);
+      }
+      return str_list(out);
+    }
+    auto all_of = [&](auto pred) {
+      if (s.empty()) return Value::boolean(false);
+      for (char ch : s)
+        if (!pred(static_cast<unsigned char>(ch))) return Value::boolean(false);
+      return Value::boolean(true);
+    };
+    if (name == "isdigit") return all_of([](unsigned char ch) { return std::isdigit(ch) != 0; });
+    if (name == "isalpha") return all_of([](unsigned char ch) { return std::isalpha(ch) != 0 || ch >= 0x80; });
+    if (name == "isalnum") return all_of([](unsigned char ch) { return std::isalnum(ch) != 0 || ch >= 0x80; });
+    if (name == "isspace") return all_of([](unsigned char ch) { return std::isspace(ch) != 0; });
+    if (name == "isupper") return Value::boolean(s != ascii_case(s, false) && s == ascii_case(s, true));
+    if (name == "islower") return Value::boolean(s != ascii_case(s, true) && s == ascii_case(s, false));
+  }
+  if (obj.k == Value::K::kDict) {
+    if (name == "items") {
+      Value l = Value::make_list();
+      for (const auto& kv : obj.dict->items) {
+        Value pair = Value::make_list({Value::string(kv.first), kv.second});
+        pair.tuple = true;
+        l.list->push_back(pair);
+      }
+      return l;
+    }
+    if (name == "keys") {
+      Value l = Value::make_list();
+      for (const auto& kv : obj.dict->items) l.list->push_back(Value::string(kv.first));
+      return l;
+    }
+    if (name == "values") {
+      Value l = Value::make_list();
+      for (const auto& kv : obj.dict->items) l.list->push_back(kv.second);
+      return l;
+    }
+    if (name == "get") {
+      const Value* k = arg(a, 0, nullptr);
+      const Value* d = arg(a, 1, "default");
+      if (k && k->is_string())
+        if (const Value* v = obj.dict->find(k->s)) return *v;
+      return d ? *d : Value::none();
+    }
+  }
+  if (obj.k == Value::K::kList) {
+    const Value* x = arg(a, 0, nullptr);
+    if (!x) rt_fail(c, p, name + " expects an argument");
+    c.budget.charge(obj.list->size() * sizeof(Value));
+    if (name == "count") {
+      int64_t n = 0;
+      for (const auto& e : *obj.list) n += equal(e, *x) ? 1 : 0;
+      return Value::integer(n);
+    }
+    for (size_t i = 0; i < obj.list->size(); ++i)
+      if (equal((*obj.list)[i], *x)) return Value::integer(static_cast<int64_t>(i));
+    rt_fail(c, p, excerpt(repr(*x), 30) + " is not in list");
+  }
+  rt_fail(c, p, std::string("'") + type_name(obj) + "' object has no method '" + name + "'");
+}
+
+// ---- globals -------------------------------------------------------------------------------
+void add_globals(std::unordered_map<std::string, Value>& g) {
+  g["raise_exception"] = Value::function("raise_exception", [](CallArgs& a, Ctx&) -> Value {
+    std::string msg = a.pos.empty() ? "" : to_str(a.pos[0]);
+    throw TemplateError("chat template raised an exception: " + msg, msg, true);
+  });
+  // jinja2's sandbox: safe_range refuses more than MAX_RANGE items, with this message.
+  g["range"] = Value::function("range", [](CallArgs& a, Ctx& c) -> Value {
+    if (a.pos.empty() || a.pos.size() > 3)
+      fail_here(c, "range expected at most 3 arguments, got " + std::to_string(a.pos.size()));
+    for (const auto& v : a.pos)
+      if (!v.is_int()) fail_here(c, std::string("'") + type_name(v) + "' object cannot be interpreted as an integer");
+    int64_t start = 0, stop = 0, step = 1;
+    if (a.pos.size() == 1) {
+      stop = a.pos[0].as_int();
+    } else {
+      start = a.pos[0].as_int();
+      stop = a.pos[1].as_int();
+      if (a.pos.size() == 3) step = a.pos[2].as_int();
+    }
+    if (step == 0) fail_here(c, "range() arg 3 must not be zero");
+    // len(range(start, stop, step)), in 128 bits so that no bound overflows
+    const __int128 span = step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
+    const __int128 st = step > 0 ? static_cast<__int128>(step) : -static_cast<__int128>(step);
+    const __int128 n = span <= 0 ? 0 : (span - 1) / st + 1;
+    if (n > c.budget.limits.max_range)
+      fail_here(c, "Range too big. The sandbox blocks ranges larger than MAX_RANGE (" +
+                       std::to_string(c.budget.limits.max_range) + ").");
+    List l;
+    l.reserve(static_cast<size_t>(n));
+    for (__int128 k = 0; k < n; ++k) l.push_back(Value::integer(static_cast<int64_t>(start + k * step)));
+    return Value::make_list(std::move(l));
+  });
+  g["namespace"] = Value::function("namespace", [](CallArgs& a, Ctx&) -> Value {
+    Value ns = Value::make_dict(true);
+    for (const auto& v : a.pos)
+      if (v.k == Value::K::kDict)
+        for (const auto& kv : v.dict->items) ns.dict->set(kv.first, kv.second);
+    for (const auto& kv : a.kw) ns.dict->set(kv.first, kv.second);
+    return ns;
+  });
+  g["dict"] = Value::function("dict", [](CallArgs& a, Ctx&) -> Value {
+    Value d = Value::make_dict();
+    for (const auto& v : a.pos)
+      if (v.k == Value::K::kDict)
+        for (const auto& kv : v.dict->items) d.dict->set(kv.first, kv.second);
+    for (const auto& kv : a.kw) d.dict->set(kv.first, kv.second);
+    return d;
+  });
+  g["strftime_now"] = Value::function("strftime_now", [](CallArgs& a, Ctx&) -> Value {
+    std::string fmt = a.pos.empty() ? "" : to_str(a.pos[0]);
+    std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    char buf[256];
+    size_t n = std::strftime(buf, sizeof buf, fmt.c_str(), &tm);
+    return Value::string(std::string(buf, n));
+  });
+}
+
+
+}  // namespace ciuic::jinja
