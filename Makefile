@@ -6,17 +6,31 @@
 # Variables: BUILD (build folder), JOBS (parallel compile jobs), CUDA (AUTO|ON|OFF; OFF unless a
 # GPU is visible), BUILD_TYPE (CMake build type of a new build folder; default Release, e.g.
 # RelWithDebInfo for debug info), CTEST_ARGS (e.g. "-L unit"), SAN=1 (ASan + UBSan build in
-# build-san; docs/reliability.md, "Sanitizers"; `make test SAN=1` does not fuzz),
+# build-san; docs/reliability.md, "Sanitizers"; `make test SAN=1` does not fuzz), TSAN=1
+# (ThreadSanitizer build in build-tsan: `make test TSAN=1` builds and runs only the tests labelled
+# `threaded`, and does not fuzz),
 # FUZZ_SECONDS (seconds each fuzz target runs: default 30 in `make test`, 60 in `make fuzz`;
 # `make test FUZZ_SECONDS=0` skips the fuzzing and the clang build: a developer's opt-out, which
 # CI never sets), FUZZ_BUILD (the fuzz targets' build folder; default BUILD-fuzz).
 SAN   ?= 0
+TSAN  ?= 0
 ifeq ($(SAN),1)
 BUILD ?= build-san
 SAN_FLAGS := -DCIUIC_SANITIZE=ON
+else ifeq ($(TSAN),1)
+BUILD ?= build-tsan
+SAN_FLAGS := -DCIUIC_TSAN=ON
 else
 BUILD ?= build
 SAN_FLAGS :=
+endif
+# Warnings are errors in a build folder that `make test` creates (CI's: a fresh clone) and in any
+# build configured with CI=true in the environment (CMake option CIUIC_WERROR); a folder that
+# `make build` or `make demo` configured keeps its setting (switching would recompile everything).
+# Not in the sanitizer builds (GCC's false warnings under -fsanitize).
+WERROR_FLAGS :=
+ifeq ($(SAN)$(TSAN),00)
+test: WERROR_FLAGS := -DCIUIC_WERROR=ON
 endif
 JOBS  ?= $(shell nproc)
 CUDA  ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo AUTO || echo OFF)
@@ -34,7 +48,7 @@ setup-tests:
 	@scripts/setup-deps.sh --tests
 
 $(BUILD)/build.ninja: | setup
-	cmake -S . -B $(BUILD) -G Ninja -DCIUIC_WITH_CUDA=$(CUDA) $(SAN_FLAGS) $(if $(BUILD_TYPE),-DCMAKE_BUILD_TYPE=$(BUILD_TYPE))
+	cmake -S . -B $(BUILD) -G Ninja -DCIUIC_WITH_CUDA=$(CUDA) $(SAN_FLAGS) $(WERROR_FLAGS) $(if $(BUILD_TYPE),-DCMAKE_BUILD_TYPE=$(BUILD_TYPE))
 
 configure: setup $(BUILD)/build.ninja
 
@@ -50,12 +64,21 @@ demo:
 	echo "make demo: set-up and configure $$((t1 - t0)) s, build $$((t2 - t1)) s, data + training + evaluation $$((t3 - t2)) s"
 
 # The tests build only what ctest runs (target `test-deps`: the runtime, test programs and test
-# plugins; not the benchmarks, which `make build` builds).
+# plugins; not the benchmarks, which `make build` builds). With TSAN=1 only the threaded tests
+# (target `test-deps-threaded`, ctest label `threaded`).
+ifeq ($(TSAN),1)
+TEST_TARGET := test-deps-threaded
+TEST_LABEL := -L threaded
+else
+TEST_TARGET := test-deps
+TEST_LABEL :=
+endif
 test: setup-tests configure
-	cmake --build $(BUILD) -j $(JOBS) --target test-deps
-	cd $(BUILD) && ctest --output-on-failure -j 2 $(CTEST_ARGS)
+	cmake --build $(BUILD) -j $(JOBS) --target $(TEST_TARGET)
+	cd $(BUILD) && ctest --output-on-failure -j 2 $(TEST_LABEL) $(CTEST_ARGS)
 	@if [ "$(FUZZ_SECONDS)" = 0 ]; then echo "make test: no fuzzing (FUZZ_SECONDS=0)"; \
 	elif [ "$(SAN)" = 1 ]; then echo "make test: no fuzzing with SAN=1 (clang's fuzz targets link the plain build)"; \
+	elif [ "$(TSAN)" = 1 ]; then echo "make test: no fuzzing with TSAN=1"; \
 	else $(MAKE) --no-print-directory fuzz-run FUZZ_SECONDS=$(FUZZ_SECONDS); fi
 
 # libFuzzer on the parsers (tests/fuzz, docs/reliability.md "Fuzzing"): clang builds the targets
@@ -70,7 +93,7 @@ fuzz: configure
 
 # (internal: after configure)
 fuzz-run:
-	@if [ "$(SAN)" = 1 ]; then echo "make fuzz: not with SAN=1 (clang's fuzz targets link the plain build)" >&2; exit 2; fi
+	@if [ "$(SAN)" = 1 ] || [ "$(TSAN)" = 1 ]; then echo "make fuzz: not with SAN=1 or TSAN=1 (clang's fuzz targets link the plain build)" >&2; exit 2; fi
 	scripts/setup-deps.sh --fuzz
 	cmake --build $(BUILD) -j $(JOBS) --target runtime
 	cmake -S tests/fuzz/libfuzzer -B $(FUZZ_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCIUIC_MAIN_BUILD=$(abspath $(BUILD))

@@ -15,6 +15,8 @@ function(ciuic_add_kit name)
   # A sanitizer build's kit holds instrumented code: whatever links it needs the runtimes too.
   if(CIUIC_SANITIZE)
     target_link_options(${t} INTERFACE -fsanitize=address,undefined)
+  elseif(CIUIC_TSAN)
+    target_link_options(${t} INTERFACE -fsanitize=thread)
   endif()
   set_target_properties(${t} PROPERTIES EXPORT_NAME ${name}_kit POSITION_INDEPENDENT_CODE ON)
   install(TARGETS ${t} EXPORT CiuicTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})

@@ -22,3 +22,31 @@ if(CIUIC_SANITIZE)
       "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions=${_supp}/ubsan.supp")
   message(STATUS "ciuic: building with ASan + UBSan (tests run with ${CIUIC_SANITIZER_ENV})")
 endif()
+
+# CIUIC_TSAN=ON: ThreadSanitizer (`make test TSAN=1`, in build-tsan). Instrumented: the SDK, the
+# kits, the plugins, the apps, the conformance kit, the tests, and the engine's units that run
+# threads or signal handlers (CIUIC_TSAN_ENGINE_SOURCES: launch/, app/cli.cpp, train/trainer.cpp,
+# tokenizer/bpe.cpp); the rest of the engine is compiled exactly as in the plain build, so ccache
+# serves it. Only the tests labelled `threaded` run (tests that start threads of ciuic's own: the
+# ThreadPool and cpu_adam's update team, the data kit's prefetcher and cached_ssd's cache build,
+# the store and the launcher's watchers, gloo's completion thread, the conformance kit's comm and
+# data checks). LibTorch, gloo and libgomp are not instrumented: what they synchronise inside is
+# invisible to TSAN, so tests/sanitizers/tsan.supp may name those libraries' frames, each with its
+# reason (docs/reliability.md, "Sanitizers"); ciuic's own races are fixed, not suppressed. Not
+# together with CIUIC_SANITIZE (TSAN and ASan exclude each other).
+option(CIUIC_TSAN "Build ciuic with ThreadSanitizer" OFF)
+set(CIUIC_TSAN_COMPILE "")
+if(CIUIC_TSAN)
+  if(CIUIC_SANITIZE)
+    message(FATAL_ERROR "CIUIC_TSAN and CIUIC_SANITIZE exclude each other (ThreadSanitizer vs AddressSanitizer)")
+  endif()
+  set(CIUIC_TSAN_COMPILE -fsanitize=thread -fno-omit-frame-pointer -g1)
+  set(CIUIC_TSAN_ENGINE_SOURCES launch/env.cpp launch/failure.cpp launch/memory.cpp launch/store.cpp
+      launch/supervise.cpp app/cli.cpp train/trainer.cpp tokenizer/bpe.cpp)
+  add_link_options(-fsanitize=thread)
+  set(_supp ${PROJECT_SOURCE_DIR}/tests/sanitizers)
+  # halt_on_error: a race fails the test; second_deadlock_stack: both stacks of a lock inversion.
+  set(CIUIC_SANITIZER_ENV
+      "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=${_supp}/tsan.supp")
+  message(STATUS "ciuic: building with ThreadSanitizer (tests run with ${CIUIC_SANITIZER_ENV})")
+endif()

@@ -6,7 +6,9 @@
 //   * recipe/ does not include registry/ (the registry depends on the recipe, not both ways);
 //   * the Jinja engine (jinja/) is a leaf: it includes only its own headers, <ciuic/error.h> and
 //     <ciuic/export.h>, the standard library and nlohmann/json; no LibTorch, no other engine folder;
-//   * the training loop fits on a screen.
+//   * the training loop fits on a screen;
+//   * the umbrella header ciuic/ciuic.h includes every SDK header.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -146,4 +148,25 @@ TEST(Architecture, TheTrainingLoopFitsOnAScreen) {
   for (const char* f : {"trainer.cpp", "report.cpp", "evaluate.cpp", "checkpoints.cpp"})
     for (const auto& l : lines_of(kRoot / "core/src/train" / f))
       EXPECT_EQ(l.find(".get_"), std::string::npos) << f << ": " << l;
+}
+
+// ciuic/ciuic.h is "the whole SDK in one include": every header of core/include/ciuic, and nothing
+// that is not there (it once named ciuic/offload.h and ciuic/optim.h, which no longer existed).
+TEST(Architecture, TheUmbrellaHeaderIncludesTheWholeSdk) {
+  const fs::path dir = kRoot / "core/include/ciuic";
+  const std::regex angled("^\\s*#\\s*include\\s*<ciuic/([^>]+)>");
+  std::vector<std::string> included;
+  for (const auto& l : lines_of(dir / "ciuic.h")) {
+    std::smatch m;
+    if (std::regex_search(l, m, angled)) included.push_back(m[1]);
+  }
+  for (const auto& h : included)
+    EXPECT_TRUE(fs::exists(dir / h) || h == "version.h") << "ciuic.h includes <ciuic/" << h << ">, which is no SDK header";
+  EXPECT_NE(std::find(included.begin(), included.end(), "version.h"), included.end()) << "ciuic.h lacks <ciuic/version.h>";
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (e.path().extension() != ".h" || name == "ciuic.h") continue;
+    EXPECT_NE(std::find(included.begin(), included.end(), name), included.end())
+        << "ciuic.h does not include <ciuic/" << name << ">";
+  }
 }

@@ -1,7 +1,8 @@
 // The installed SDK: `cmake --install` into a prefix, moved elsewhere (relocatable), the
 // out-of-tree example plugins (examples/hello_plugin, zero1_plugin, lion_plugin) configured with
 // find_package(Ciuic) and built against it — the SDK and the kits only — then listed and
-// instantiated by the installed ciuic-run. A plugin that calls into the engine fails to link.
+// instantiated by the installed ciuic-run. The umbrella header ciuic/ciuic.h and every kit header
+// compile from the installed prefix. A plugin that calls into the engine fails to link.
 // The example builds are kept in <build>/sdk-examples for sdk_examples_test (a ctest fixture).
 #include <ciuic/files.h>
 #include <cctype>
@@ -155,6 +156,27 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "sharding  zero1")) << r.out;
   EXPECT_TRUE(has(r.out, "optimizer lion")) << r.out;
+
+  // The umbrella header and every kit header compile from the installed SDK, together in one TU
+  // of a program that links the SDK (tests/headers checks each header alone in the build tree).
+  const fs::path umbrella = root / "umbrella";
+  fs::create_directories(umbrella);
+  std::string kit_includes;
+  for (const auto& e : fs::directory_iterator(prefix / "include/ciuic/kit"))
+    kit_includes += "#include <ciuic/kit/" + e.path().filename().string() + ">\n";
+  ciuic_test::write_file(umbrella / "CMakeLists.txt",
+                         "cmake_minimum_required(VERSION 3.22)\nproject(umbrella LANGUAGES CXX)\n"
+                         "find_package(Ciuic 0.1 REQUIRED)\n"
+                         "add_executable(umbrella umbrella.cpp)\n"
+                         "target_compile_options(umbrella PRIVATE -Wall -Wextra -Werror)\n"
+                         "target_link_libraries(umbrella PRIVATE ciuic::sdk ciuic::optim_kit ciuic::data_kit)\n");
+  ciuic_test::write_file(umbrella / "umbrella.cpp",
+                         "#include <ciuic/ciuic.h>\n" + kit_includes +
+                             "int main() { return ciuic::kPluginApiVersion > 0 && ciuic::slot_name(ciuic::Slot::kData) ? 0 : 1; }\n");
+  r = configure_dir(umbrella.string(), root / "umbrella_build", "");
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  r = ciuic_test::run_command(build_cmd + (root / "umbrella_build").string(), io);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
 
   // A plugin that calls a function of the engine (libciuic: here the tokenizer loader, declared by
   // hand since no engine header is installed) does not link: plugins link the SDK alone.

@@ -12,6 +12,7 @@
 
 namespace ciuic::train {
 
+#ifdef CIUIC_WITH_CUDA
 namespace {
 // Dense bf16 tensor-core TFLOP/s from vendor data sheets (no sparsity).
 double table_peak(const std::string& name) {
@@ -26,6 +27,7 @@ double table_peak(const std::string& name) {
   return 0.0;
 }
 }  // namespace
+#endif
 
 DeviceInfo device_info(c10::Device device, double override_tflops) {
   DeviceInfo d;
