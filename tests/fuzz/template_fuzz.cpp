@@ -53,7 +53,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t selector = data[0];
   const std::string_view in(reinterpret_cast<const char*>(data) + 1, size - 1);
-  const auto [source, vars_text] = ciuic::fuzz::split_once(in, "\n%%\n");
+  const auto parts = ciuic::fuzz::split_once(in, "\n%%\n");
+  const std::string_view source = parts.first, vars_text = parts.second;
   ordered_json vars = ordered_json::parse(vars_text, nullptr, /*allow_exceptions=*/false);
   if (!vars.is_object()) vars = conversation();
   vars["add_generation_prompt"] = (selector & 1) != 0;
