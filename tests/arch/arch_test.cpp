@@ -4,6 +4,7 @@
 //   * plugins and the out-of-tree examples include only the SDK (<ciuic/...>, the kits) and
 //     their own files: no engine header, no other plugin's files;
 //   * recipe/ does not include registry/ (the registry depends on the recipe, not both ways);
+//   * plan/ does not include train/ (the trainer calls the planner, not both ways);
 //   * the training loop fits on a screen;
 //   * the umbrella header ciuic/ciuic.h includes every SDK header.
 #include <algorithm>
@@ -86,7 +87,7 @@ TEST(Architecture, PluginsIncludeOnlyTheSdkAndTheirOwnFiles) {
           if (inc.find("..") != std::string::npos && inc.rfind("../common/", 0) != 0)
             bad.push_back(where + ": " + inc + " leaves the plugin's folder");
           for (const char* engine : {"recipe/", "registry/", "train/", "model/", "launch/", "tokenizer/",
-                                     "checkpoint/", "plan/", "app/", "base/", "sdk/", "optim/schedule"})
+                                     "checkpoint/", "plan/", "app/", "base/", "sdk/", "schedule/"})
             if (inc.rfind(engine, 0) == 0) bad.push_back(where + ": " + inc + " is an engine header");
         }
         if (std::regex_search(lines[i], m, angled)) {
@@ -108,6 +109,14 @@ TEST(Architecture, RecipeDoesNotIncludeRegistry) {
   const std::regex include_registry("^\\s*#\\s*include\\s*[\"<][^\">]*registry/");
   for (const fs::path& p : sources(kRoot / "core/src/recipe"))
     for (const auto& l : lines_of(p)) EXPECT_FALSE(std::regex_search(l, include_registry)) << p << ": " << l;
+}
+
+// The trainer calls the planner (micro_batch_size = "auto", planned options); what both read from
+// the recipe is in plan/recipe_inputs.h. A train/ include in plan/ would make the two one unit.
+TEST(Architecture, PlanDoesNotIncludeTrain) {
+  const std::regex include_train("^\\s*#\\s*include\\s*[\"<][^\">]*train/");
+  for (const fs::path& p : sources(kRoot / "core/src/plan"))
+    for (const auto& l : lines_of(p)) EXPECT_FALSE(std::regex_search(l, include_train)) << p << ": " << l;
 }
 
 TEST(Architecture, TheTrainingLoopFitsOnAScreen) {
