@@ -1,13 +1,17 @@
 # `cmake --install <build> --prefix P` — the SDK and runtime, relocatable:
 #   P/bin/ciuic-run                        (RUNPATH $ORIGIN/../lib, then LibTorch's folder)
 #   P/lib/libciuic_sdk.so*                 the SDK plugins link (RUNPATH $ORIGIN, then LibTorch's)
-#   P/lib/libciuic.so*                     the engine ciuic-run uses (not exported: no headers)
+#   P/lib/libciuic.so*                     the engine ciuic-run uses (no headers; exported only as
+#                                          the conformance kit's dependency)
+#   P/lib/libciuic_conformance.a, P/bin/ciuic-plugin-check   the conformance kit (conformance/;
+#                                          headers in include/ciuic/testing/)
 #   P/lib/libciuic_*_kit.a                 the kits (static; headers in include/ciuic/kit/)
 #   P/lib/ciuic/plugins/libciuic_*.so      (RUNPATH $ORIGIN/../.., then LibTorch's folder)
 #   P/include/ciuic/*.h                    (the SDK headers + the generated version.h)
 #   P/include/ciuic/kit/*.h                (the kits' headers)
 #   P/lib/cmake/Ciuic/                     CiuicConfig.cmake, CiuicConfigVersion.cmake,
-#                                          CiuicTargets*.cmake, CiuicPlugin.cmake, CiuicTorch.cmake
+#                                          CiuicTargets*.cmake, CiuicPlugin.cmake, CiuicTorch.cmake,
+#                                          CiuicConformanceTargets*.cmake
 #   P/share/doc/ciuic/                     docs/*.md
 #   P/share/ciuic/examples/                examples/ (hello_plugin: a plugin built against P)
 # ciuic-run and the plugins come with their own install() rules (apps/, ciuic_add_plugin).
@@ -37,7 +41,10 @@ set_target_properties(ciuic_sdk PROPERTIES INTERFACE_LINK_LIBRARIES "${_ciuic_ne
 install(TARGETS ciuic_sdk EXPORT CiuicTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(TARGETS ciuic LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+# libciuic: with the conformance kit, conformance/ installs and exports it (for the kit alone).
+if(NOT TARGET ciuic_conformance)
+  install(TARGETS ciuic LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/core/include/ciuic DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
         FILES_MATCHING PATTERN "*.h")
 install(DIRECTORY DESTINATION ${CMAKE_INSTALL_LIBDIR}/ciuic/plugins)  # exists even without plugins

@@ -6,6 +6,7 @@
 //   * recipe/ does not include registry/ (the registry depends on the recipe, not both ways);
 //   * the Jinja engine (jinja/) is a leaf: it includes only its own headers, <ciuic/error.h> and
 //     <ciuic/export.h>, the standard library and nlohmann/json; no LibTorch, no other engine folder;
+//   * plan/ does not include train/ (the trainer calls the planner, not both ways);
 //   * the training loop fits on a screen;
 //   * the umbrella header ciuic/ciuic.h includes every SDK header.
 #include <algorithm>
@@ -88,7 +89,7 @@ TEST(Architecture, PluginsIncludeOnlyTheSdkAndTheirOwnFiles) {
           if (inc.find("..") != std::string::npos && inc.rfind("../common/", 0) != 0)
             bad.push_back(where + ": " + inc + " leaves the plugin's folder");
           for (const char* engine : {"recipe/", "registry/", "train/", "model/", "launch/", "tokenizer/", "jinja/",
-                                     "checkpoint/", "plan/", "app/", "base/", "sdk/", "optim/schedule"})
+                                     "checkpoint/", "plan/", "app/", "base/", "sdk/", "schedule/"})
             if (inc.rfind(engine, 0) == 0) bad.push_back(where + ": " + inc + " is an engine header");
         }
         if (std::regex_search(lines[i], m, angled)) {
@@ -130,6 +131,14 @@ TEST(Architecture, TheJinjaEngineIsALeafWithoutLibTorch) {
     }
   }
   EXPECT_GE(files, 10u);
+}
+
+// The trainer calls the planner (micro_batch_size = "auto", planned options); what both read from
+// the recipe is in plan/recipe_inputs.h. A train/ include in plan/ would make the two one unit.
+TEST(Architecture, PlanDoesNotIncludeTrain) {
+  const std::regex include_train("^\\s*#\\s*include\\s*[\"<][^\">]*train/");
+  for (const fs::path& p : sources(kRoot / "core/src/plan"))
+    for (const auto& l : lines_of(p)) EXPECT_FALSE(std::regex_search(l, include_train)) << p << ": " << l;
 }
 
 TEST(Architecture, TheTrainingLoopFitsOnAScreen) {

@@ -2,7 +2,9 @@
 // out-of-tree example plugins (examples/hello_plugin, zero1_plugin, lion_plugin) configured with
 // find_package(Ciuic) and built against it — the SDK and the kits only — then listed and
 // instantiated by the installed ciuic-run. The umbrella header ciuic/ciuic.h and every kit header
-// compile from the installed prefix. A plugin that calls into the engine fails to link.
+// compile from the installed prefix, in a GoogleTest program on the installed conformance kit; the
+// installed ciuic-plugin-check passes the hello example. A plugin that calls into the engine fails
+// to link.
 // The example builds are kept in <build>/sdk-examples for sdk_examples_test (a ctest fixture).
 #include <ciuic/files.h>
 #include <cctype>
@@ -45,7 +47,9 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
                         "include/ciuic/plugin.h", "include/ciuic/version.h", "include/ciuic/optimizer.h",
                         "include/ciuic/kit/bucket_sharding.h", "include/ciuic/kit/shard_optimizer.h",
                         "include/ciuic/kit/packed_stream.h", "include/ciuic/kit/packing.h",
-                        "include/ciuic/ciuic.h", "lib/cmake/Ciuic/CiuicConfig.cmake",
+                        "include/ciuic/ciuic.h", "include/ciuic/testing/conformance.h", "bin/ciuic-plugin-check",
+                        "lib/libciuic_conformance.a", "lib/cmake/Ciuic/CiuicConformanceTargets.cmake",
+                        "lib/cmake/Ciuic/CiuicConfig.cmake",
                         "lib/cmake/Ciuic/CiuicConfigVersion.cmake", "lib/cmake/Ciuic/CiuicTargets.cmake",
                         "lib/cmake/Ciuic/CiuicPlugin.cmake", "lib/ciuic/plugins"})
     EXPECT_TRUE(fs::exists(prefix / f)) << f;
@@ -158,7 +162,8 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
   EXPECT_TRUE(has(r.out, "optimizer lion")) << r.out;
 
   // The umbrella header and every kit header compile from the installed SDK, together in one TU
-  // of a program that links the SDK (tests/headers checks each header alone in the build tree).
+  // (tests/headers checks each header alone in the build tree), in a GoogleTest program on the
+  // installed conformance kit (ciuic::conformance) that holds the hello example to its contract.
   const fs::path umbrella = root / "umbrella";
   fs::create_directories(umbrella);
   std::string kit_includes;
@@ -166,17 +171,35 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
     kit_includes += "#include <ciuic/kit/" + e.path().filename().string() + ">\n";
   ciuic_test::write_file(umbrella / "CMakeLists.txt",
                          "cmake_minimum_required(VERSION 3.22)\nproject(umbrella LANGUAGES CXX)\n"
-                         "find_package(Ciuic 0.1 REQUIRED)\n"
+                         "find_package(GTest REQUIRED)\nfind_package(Ciuic 0.1 REQUIRED)\n"
                          "add_executable(umbrella umbrella.cpp)\n"
                          "target_compile_options(umbrella PRIVATE -Wall -Wextra -Werror)\n"
-                         "target_link_libraries(umbrella PRIVATE ciuic::sdk ciuic::optim_kit ciuic::data_kit)\n");
+                         "target_link_libraries(umbrella PRIVATE ciuic::sdk ciuic::optim_kit ciuic::data_kit\n"
+                         "                      ciuic::conformance GTest::gtest_main)\n");
   ciuic_test::write_file(umbrella / "umbrella.cpp",
                          "#include <ciuic/ciuic.h>\n" + kit_includes +
-                             "int main() { return ciuic::kPluginApiVersion > 0 && ciuic::slot_name(ciuic::Slot::kData) ? 0 : 1; }\n");
+                             "#include <ciuic/testing/conformance.h>\n#include <gtest/gtest.h>\n"
+                             "TEST(Hello, Conforms) {\n"
+                             "  auto p = ciuic::conformance::PluginUnderTest::load(\"" + plugin.string() + "\");\n"
+                             "  EXPECT_EQ(p.slot(), ciuic::Slot::kPrecision);\n"
+                             "  ciuic::conformance::CheckOptions o;\n  o.expect_scale = 1.0;\n"
+                             "  ciuic::conformance::check_plugin(p, o);\n}\n");
   r = configure_dir(umbrella.string(), root / "umbrella_build", "");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
   r = ciuic_test::run_command(build_cmd + (root / "umbrella_build").string(), io);
+  ASSERT_EQ(r.code, 0) << r.out << r.err;
+  r = ciuic_test::run_command((root / "umbrella_build/umbrella").string() + " --gtest_color=no", io);
   EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "[  PASSED  ] 1 test")) << r.out;
+  // The installed ciuic-plugin-check: the hello example passes; with a wrong expectation it fails,
+  // naming the rule (exit code 1).
+  const std::string check = (prefix / "bin/ciuic-plugin-check").string() + " " + plugin.string();
+  r = ciuic_test::run_command(check + " --expect-scale 1 --gtest_color=no", io);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "ciuic-plugin-check: precision plugin hello 1.0.0 (" + plugin.string() + ")")) << r.out;
+  r = ciuic_test::run_command(check + " --expect-scale 2 --gtest_color=no", io);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_TRUE(has(r.out, "loss_scale()")) << r.out;
 
   // A plugin that calls a function of the engine (libciuic: here the tokenizer loader, declared by
   // hand since no engine header is installed) does not link: plugins link the SDK alone.

@@ -15,10 +15,9 @@
 #include "base/text.h"
 #include "model/config.h"
 #include "model/llama.h"
+#include "plan/recipe_inputs.h"
 #include "recipe/recipe.h"
 #include "registry/registry.h"
-#include "train/options.h"
-#include "train/worker.h"
 
 namespace ciuic::plan {
 
@@ -243,7 +242,7 @@ Prepared prepare(const Recipe& recipe, const Registry& registry, double budget) 
   plan.device = cluster.get_string("device");
   plan.cap = cluster.get_float("memory_per_device_gib") * kGiB;
 
-  in.model = train::recipe_model_config(recipe);
+  in.model = recipe_model_config(recipe);
   const Config model_section = recipe.section("model");
   in.checkpointing = model_section.get_bool("activation_checkpointing");
   p.checkpoint_auto = is_auto(model_section, "checkpoint_layers");
@@ -262,7 +261,7 @@ Prepared prepare(const Recipe& recipe, const Registry& registry, double budget) 
     b.largest_parameter = std::max({m.vocab_size * H, m.intermediate_size * H,
                                     m.num_attention_heads * m.head_dim * H});
   }
-  const train::RecipeBatch batch = train::recipe_batch(recipe);
+  const RecipeBatch batch = recipe_batch(recipe);
   p.micro_auto = batch.micro_auto;
   b.micro_batch_size = batch.micro;
   b.seq_len = train.get_int("seq_len");

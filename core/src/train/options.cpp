@@ -12,12 +12,6 @@ namespace fs = std::filesystem;
 
 namespace ciuic::train {
 
-std::string resolve_input(const std::string& p, const std::string& base) {
-  if (p.empty()) return p;
-  fs::path path(p);
-  return path.is_absolute() ? p : (fs::path(base) / path).lexically_normal().string();
-}
-
 checkpoint::RunPaths TrainOptions::run_paths() const {
   checkpoint::RunPaths p;
   p.output_dir = output_dir;
@@ -25,38 +19,6 @@ checkpoint::RunPaths TrainOptions::run_paths() const {
   p.metrics_file = metrics_path;
   p.hf_dir = hf_dir;
   return p;
-}
-
-RecipeBatch recipe_batch(const Recipe& recipe) {
-  const Config t = recipe.section("train");
-  const Config cluster = recipe.section("cluster");
-  RecipeBatch b;
-  b.world = cluster.get_int("nproc_per_node") * cluster.get_int("nnodes");
-  b.global = t.get_int("global_batch_size");
-  b.micro_auto = is_auto(t, "micro_batch_size");
-  const std::string ranks = std::to_string(b.world) + " rank" + (b.world == 1 ? "" : "s");
-  if (b.micro_auto) {
-    if (b.global <= 0)
-      throw UsageError(t.location("micro_batch_size") + ": [train] micro_batch_size = \"auto\" needs [train] "
-                       "global_batch_size (sequences per optimizer step over all ranks), which the micro-batch "
-                       "chosen then splits into micro-batch x accumulation");
-    if (b.global % b.world != 0)
-      throw UsageError(t.location("global_batch_size") + ": [train] global_batch_size = " + std::to_string(b.global) +
-                       " is not a multiple of the " + ranks + " ([cluster] nproc_per_node x nnodes)");
-    b.micro = 1;
-    b.accumulation = b.global / b.world;
-    return b;
-  }
-  b.micro = t.get_int("micro_batch_size");
-  b.accumulation = t.get_int("gradient_accumulation_steps");
-  const int64_t product = b.micro * b.accumulation * b.world;
-  if (b.global > 0 && b.global != product)
-    throw UsageError(t.location("global_batch_size") + ": [train] global_batch_size = " + std::to_string(b.global) +
-                     " but micro_batch_size x gradient_accumulation_steps x ranks = " + std::to_string(b.micro) +
-                     " x " + std::to_string(b.accumulation) + " x " + std::to_string(b.world) + " = " +
-                     std::to_string(product) + "; set one of them to agree, or micro_batch_size = \"auto\"");
-  b.global = product;
-  return b;
 }
 
 TrainOptions TrainOptions::from(const Recipe& recipe) {

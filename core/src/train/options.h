@@ -12,6 +12,7 @@
 #include <ciuic/export.h>
 
 #include "checkpoint/run_dir.h"
+#include "plan/recipe_inputs.h"
 
 namespace ciuic {
 class Recipe;
@@ -19,16 +20,10 @@ class Recipe;
 
 namespace ciuic::train {
 
-// The recipe's batch: micro-batch, accumulation and global batch (rows per optimizer step over all
-// ranks). With [train] micro_batch_size = "auto" the micro-batch is 1 and the accumulation the rows
-// per rank until a worker chooses (train/run.cpp; the product, what a step trains on, is fixed).
-// Throws UsageError naming the keys: "auto" without global_batch_size, a global batch the ranks do
-// not divide, or one that disagrees with micro x accumulation x ranks.
-struct RecipeBatch {
-  int64_t micro = 1, accumulation = 1, global = 0, world = 1;
-  bool micro_auto = false;
-};
-CIUIC_API RecipeBatch recipe_batch(const Recipe& recipe);
+// The recipe's batch and input paths, as the planner reads them too (plan/recipe_inputs.h).
+using plan::recipe_batch;
+using plan::RecipeBatch;
+using plan::resolve_input;
 
 struct TrainOptions {
   // [train]
@@ -93,8 +88,5 @@ struct TrainOptions {
 
   static TrainOptions from(const Recipe& recipe);
 };
-
-// `p` relative to `base` (a recipe's folder), unless absolute or empty.
-std::string resolve_input(const std::string& p, const std::string& base);
 
 }  // namespace ciuic::train

@@ -19,10 +19,10 @@
 
 #include "model/config.h"
 #include "model/fused_ops.h"
-#include "optim/schedule.h"
 #include "plan/plan.h"
 #include "recipe/recipe.h"
 #include "registry/registry.h"
+#include "schedule/schedule.h"
 #include "tokenizer/factory.h"
 #include "train/checkpoints.h"
 #include "train/device_info.h"
@@ -89,25 +89,6 @@ void as_plugin(const Recipe& recipe, const Registry& registry, Slot slot, F&& ca
   }
 }
 
-// [model] -> LlamaConfig: the folder's config.json with [model.config] on top, or
-// [model.config] alone for a randomly initialised model.
-model::LlamaConfig model_config(const Recipe& recipe, const std::string& model_path) {
-  const Config mc = recipe.section("model.config");
-  nlohmann::json overrides = nlohmann::json::object();
-  for (const std::string& k : mc.keys()) {
-    if (k == "tie_word_embeddings") overrides[k] = mc.get_bool(k);
-    else if (k == "rope_theta" || k == "rms_norm_eps" || k == "rope_scaling_factor")
-      overrides[k] = mc.get_float(k);
-    else if (k == "rope_scaling_type") overrides[k] = mc.get_string(k);
-    else overrides[k] = mc.get_int(k);
-  }
-  const std::string origin = recipe.path().empty() ? "[model.config]" : recipe.path() + " [model.config]";
-  if (!model_path.empty())
-    return model::LlamaConfig::from_file((fs::path(model_path) / "config.json").string())
-        .with_overrides(overrides, origin);
-  return model::LlamaConfig{}.with_overrides(overrides, origin);
-}
-
 // The model's BOS/EOS ids and the tokenizer's must agree, or the exported model never stops
 // generating (transformers' generate() stops at config.json's eos_token_id). An id nobody chose
 // (no model folder, not set in [model.config]: LlamaConfig's default) becomes the tokenizer's; an
@@ -157,10 +138,6 @@ void open_data_plugin(const Recipe& recipe, const Registry& registry, DataSource
       throw;
     throw Error(m + "\nhint: this recipe's inputs are made by: " + setup + " ([run] setup)", e.exit_code());
   }
-}
-
-model::LlamaConfig recipe_model_config(const Recipe& recipe) {
-  return model_config(recipe, resolve_input(recipe.section("model").get_string("path"), recipe.dir()));
 }
 
 // What "auto" settings may fill: plan::kAutoMemoryFraction of the cap ([cluster]
@@ -241,8 +218,8 @@ bool asks_planned_auto(const Recipe& recipe, const Registry& registry) {
 
 void check_recipe(const Recipe& recipe) {
   const Config train = recipe.section("train");
-  optim::LrSchedule::create(recipe.section("scheduler"), recipe.section("optimizer").get_float("lr"),
-                            train.get_int("max_steps"));
+  schedule::LrSchedule::create(recipe.section("scheduler"), recipe.section("optimizer").get_float("lr"),
+                               train.get_int("max_steps"));
 }
 
 std::vector<const PluginObject*> Run::plugins() const {
@@ -297,7 +274,7 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
     }
   }
   // The schedule first: a recipe error must not wait for tens of GiB of optimizer state.
-  r.schedule = optim::LrSchedule::create(recipe.section("scheduler"), r.opt.lr, r.opt.max_steps);
+  r.schedule = schedule::LrSchedule::create(recipe.section("scheduler"), r.opt.lr, r.opt.max_steps);
   r.device = device_info(r.ctx.device, r.opt.peak_tflops);
   const double context_s = lap();
 

@@ -25,7 +25,7 @@
 
 #include "launch/launch.h"
 #include "model/llama.h"
-#include "optim/schedule.h"
+#include "schedule/schedule.h"
 #include "train/device_info.h"
 #include "train/options.h"
 
@@ -51,7 +51,7 @@ struct Run {
   std::shared_ptr<const Tokenizer> tokenizer;       // null without [model] tokenizer / path
   std::unique_ptr<ChatTemplate> chat_template;      // with the tokenizer
   std::unique_ptr<model::LlamaModel> model;
-  std::unique_ptr<optim::LrSchedule> schedule;
+  std::unique_ptr<schedule::LrSchedule> schedule;
 
   // The plugins as PluginObjects, for metrics (comm, precision, optimizer, sharding, data).
   std::vector<const PluginObject*> plugins() const;

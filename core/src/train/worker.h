@@ -3,6 +3,7 @@
 
 #include "launch/launch.h"
 #include "model/config.h"
+#include "plan/recipe_inputs.h"
 
 namespace ciuic {
 class Recipe;
@@ -26,9 +27,8 @@ struct WorkerOptions {
   bool overwrite = false;
 };
 
-// The recipe's model architecture: [model] path's config.json with [model.config] on top, or
-// [model.config] alone (random initialisation).
-CIUIC_API model::LlamaConfig recipe_model_config(const Recipe& recipe);
+// The recipe's model architecture (plan/recipe_inputs.h: the planner reads it too).
+using plan::recipe_model_config;
 
 // Checks across keys that need no plugin, device or data (the learning-rate schedule against
 // train.max_steps), so that the launcher refuses such a recipe before starting any worker.

@@ -1,6 +1,6 @@
 // LR schedules against DeepSpeed's formulas (deepspeed/runtime/lr_schedules.py: WarmupLR._get_gamma,
 // WarmupDecayLR._get_gamma, WarmupCosineLR.get_lr_ratio), re-derived here independently of
-// optim/schedule.cpp, plus hand-computed anchor values and every configuration error.
+// schedule/schedule.cpp, plus hand-computed anchor values and every configuration error.
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -10,10 +10,10 @@
 #include <ciuic/config.h>
 #include <ciuic/error.h>
 
-#include "optim/schedule.h"
+#include "schedule/schedule.h"
 
 using ciuic::Config;
-using ciuic::optim::LrSchedule;
+using ciuic::schedule::LrSchedule;
 
 namespace {
 

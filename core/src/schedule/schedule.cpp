@@ -1,5 +1,5 @@
 // LR schedules (see schedule.h for the formulas and how they relate to DeepSpeed's).
-#include "optim/schedule.h"
+#include "schedule/schedule.h"
 
 #include <algorithm>
 #include <array>
@@ -13,7 +13,7 @@
 #include "sdk/toml_format.h"
 #include <ciuic/log.h>
 
-namespace ciuic::optim {
+namespace ciuic::schedule {
 
 LrSchedule::~LrSchedule() = default;
 
@@ -248,4 +248,4 @@ std::unique_ptr<LrSchedule> LrSchedule::create(const Config& c, double optimizer
   return std::make_unique<WarmupLr>(min_lr, max_lr, warmup, total);
 }
 
-}  // namespace ciuic::optim
+}  // namespace ciuic::schedule

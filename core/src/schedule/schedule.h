@@ -44,7 +44,7 @@
 #include <ciuic/config.h>
 #include <ciuic/export.h>
 
-namespace ciuic::optim {
+namespace ciuic::schedule {
 
 class CIUIC_API LrSchedule {
  public:
@@ -65,4 +65,4 @@ class CIUIC_API LrSchedule {
   virtual ~LrSchedule();
 };
 
-}  // namespace ciuic::optim
+}  // namespace ciuic::schedule
