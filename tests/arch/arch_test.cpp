@@ -4,9 +4,11 @@
 //   * plugins and the out-of-tree examples include only the SDK (<ciuic/...>, the kits) and
 //     their own files: no engine header, no other plugin's files;
 //   * recipe/ does not include registry/ (the registry depends on the recipe, not both ways);
+//   * every JSON parse is preceded by the depth check of ciuic/json.h;
 //   * the training loop fits on a screen.
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <string>
 #include <vector>
@@ -106,6 +108,35 @@ TEST(Architecture, RecipeDoesNotIncludeRegistry) {
   const std::regex include_registry("^\\s*#\\s*include\\s*[\"<][^\">]*registry/");
   for (const fs::path& p : sources(kRoot / "core/src/recipe"))
     for (const auto& l : lines_of(p)) EXPECT_FALSE(std::regex_search(l, include_registry)) << p << ": " << l;
+}
+
+// Issue 27: every JSON text is checked against ciuic/json.h's depth bound before nlohmann builds a
+// value from it, so nothing recursive meets a 100,000-deep nest. A file that parses JSON
+// (json::parse, sax_parse) names the check; the exceptions say why they need none.
+TEST(Architecture, EveryJsonParseChecksTheDepthFirst) {
+  const std::regex parse("\\b(json::parse|sax_parse)\\s*\\(");
+  const std::map<std::string, std::string> exempt = {
+      // It parses HfTokenizer::config_text(), which the tokenizer checked when it was built.
+      {"core/src/tokenizer/hf_chat_template.cpp", "tokenizer_config.json, checked by HfTokenizer"},
+  };
+  std::vector<std::string> bad;
+  for (const fs::path& top : {kRoot / "core", kRoot / "plugins"})
+    for (const fs::path& p : sources(top)) {
+      const std::string rel = fs::relative(p, kRoot).string();
+      if (exempt.count(rel)) continue;
+      const auto lines = lines_of(p);
+      bool parses = false, checks = false;
+      for (const auto& l : lines) {
+        const std::string code = l.substr(0, l.find("//"));  // comments do not count
+        parses = parses || std::regex_search(code, parse);
+        checks = checks || code.find("check_json_depth(") != std::string::npos ||
+                 code.find("json_depth_problem(") != std::string::npos;
+      }
+      if (parses && !checks) bad.push_back(rel);
+    }
+  std::string all;
+  for (const auto& b : bad) all += b + "\n";
+  EXPECT_TRUE(bad.empty()) << "these files parse JSON without ciuic::check_json_depth (ciuic/json.h):\n" << all;
 }
 
 TEST(Architecture, TheTrainingLoopFitsOnAScreen) {

@@ -11,6 +11,7 @@
 
 #include "recipe/recipe.h"
 #include "support.h"
+#include "../support/deep_json.h"
 
 namespace fs = std::filesystem;
 
@@ -375,6 +376,25 @@ TEST(Cli, HostileTextIsShownNotSent) {
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_FALSE(raw_control(r.err)) << r.err;
   EXPECT_TRUE(has(r.err, "a\\x1b[2Jb\\x00c")) << r.err;
+}
+
+// Issue 27: a checkpoint's manifest.json or trainer.json nested 100,000 deep is refused naming
+// the file (exit 1), before a value is built.
+TEST(Cli, DeepCheckpointJsonIsRefused) {
+  const fs::path dir = test_dir();
+  const fs::path ckpt = dir / "deep_ckpt" / "step_00000001";
+  fs::create_directories(ckpt);
+  const fs::path out = dir / "deep_ckpt_hf";
+  std::ofstream(ckpt / "manifest.json") << "{\"format\": \"ciuic-checkpoint\", \"version\": 1, \"x\": "
+                                        << ciuic_test::nested_arrays(ciuic_test::kDeep) << "}";
+  Result r = run("--export-hf " + ckpt.string() + " " + out.string());
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(has(r.err, (ckpt / "manifest.json").string() + ": JSON nested deeper than 128 levels")) << r.err;
+  std::ofstream(ckpt / "manifest.json") << "{\"format\": \"ciuic-checkpoint\", \"version\": 1, \"files\": {}}";
+  std::ofstream(ckpt / "trainer.json") << "{\"step\": 1, \"x\": " << ciuic_test::nested_objects(ciuic_test::kDeep) << "}";
+  r = run("--export-hf " + ckpt.string() + " " + out.string());
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(has(r.err, (ckpt / "trainer.json").string() + ": JSON nested deeper than 128 levels")) << r.err;
 }
 
 TEST(Cli, PlotWritesTheRunReport) {

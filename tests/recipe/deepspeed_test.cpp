@@ -19,6 +19,7 @@
 #include "recipe/deepspeed.h"
 #include "recipe/recipe.h"
 #include "recipe/schema.h"
+#include "../support/deep_json.h"
 #include "registry/registry.h"
 
 namespace ciuic::recipe {
@@ -471,6 +472,18 @@ TEST(DeepSpeedImport, HostileValuesInMessagesAreShownNotSent) {
   const toml::table t = parse_toml(q.toml);
   EXPECT_EQ(t.at_path("run.name").value<std::string>().value_or(""), "a\n[run]\x1b");
   EXPECT_EQ(unsafe_byte(q.toml, true), "");
+}
+
+// ---- size and depth (issue 27 finding 5) -----------------------------------------------------
+TEST(DeepSpeedImport, NestingPastTheDepthLimitIsRefused) {
+  for (const std::string& deep : {ciuic_test::nested_arrays(ciuic_test::kDeep), ciuic_test::nested_objects(ciuic_test::kDeep)}) {
+    const std::string e = error_of("{\"zero_optimization\": {\"stage\": 2, \"x\": " + deep + "}}");
+    EXPECT_EQ(e.rfind("ds.json: JSON nested deeper than 128 levels (arrays and objects) at line 1, column ", 0), 0u)
+        << e.substr(0, 300);
+  }
+  // At the limit it imports (an unknown key, listed as ignored).
+  const DeepSpeedImport im = import("{\"zero_optimization\": {\"stage\": 2, \"x\": " + ciuic_test::nested_arrays(126) + "}}");
+  EXPECT_TRUE(has(im.toml, "#   zero_optimization.x: ")) << im.toml;
 }
 
 }  // namespace

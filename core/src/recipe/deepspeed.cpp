@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ciuic/error.h>
+#include <ciuic/json.h>
 
 #include "base/text.h"
 #include "recipe/schema.h"
@@ -80,6 +81,7 @@ class Importer {
   }
 
   DeepSpeedImport run(const std::string& text) {
+    check_json_depth(text, origin_, kExitUsage);  // nothing below walks deeper than kMaxJsonDepth
     json root = json::parse(text, nullptr, false);
     if (root.is_discarded()) {
       // Position of the first error from a throwing parse.
