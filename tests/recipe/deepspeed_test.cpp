@@ -4,6 +4,7 @@
 // loads back as a recipe.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -484,6 +485,44 @@ TEST(DeepSpeedImport, NestingPastTheDepthLimitIsRefused) {
   // At the limit it imports (an unknown key, listed as ignored).
   const DeepSpeedImport im = import("{\"zero_optimization\": {\"stage\": 2, \"x\": " + ciuic_test::nested_arrays(126) + "}}");
   EXPECT_TRUE(has(im.toml, "#   zero_optimization.x: ")) << im.toml;
+}
+
+// A config of `n` keys at the top level and `n` in zero_optimization, all without a ciuic meaning.
+std::string many_keys(size_t n) {
+  std::string top = "{\"train_micro_batch_size_per_gpu\": 1", zero = "\"zero_optimization\": {\"stage\": 2";
+  for (size_t i = 0; i < n; ++i) {
+    top += ", \"key_" + std::to_string(i) + "\": " + std::to_string(i);
+    zero += ", \"stage3_k" + std::to_string(i) + "\": true";
+  }
+  return top + ", " + zero + "}}";
+}
+
+// Importing is linear in the config's size: nlohmann's ordered_json parser looked every key up
+// in its object before inserting it (quadratic: 300k keys took more than 200 s). Ten times the
+// keys may cost at most 30 times the time: linear is ~10 (12-18 measured: the larger hash tables
+// miss the cache more), quadratic ~100. Each time is the best of a few runs, so a busy machine
+// slows both sizes alike.
+TEST(DeepSpeedImport, ImportingIsLinearInTheNumberOfKeys) {
+  const auto best_seconds = [](const std::string& text, int runs, size_t* ignored) {
+    double best = 1e9;
+    for (int r = 0; r < runs; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const DeepSpeedImport im = import(text);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      *ignored = im.ignored.size();
+    }
+    return best;
+  };
+  size_t small_ignored = 0, large_ignored = 0;
+  const double small = best_seconds(many_keys(15000), 5, &small_ignored);
+  const double large = best_seconds(many_keys(150000), 3, &large_ignored);  // 300k keys in all
+  EXPECT_EQ(large_ignored, 300000u);
+  EXPECT_EQ(small_ignored, 30000u);
+  std::cout << "import of 30k keys: " << small << " s, 300k keys: " << large << " s (ratio " << large / small << ")\n";
+  EXPECT_LT(large / small, 30.0) << small << " s vs " << large << " s";
+  // A key given twice keeps its first place and its last value, as nlohmann's own parser did.
+  const DeepSpeedImport dup = import(R"({"gradient_clipping": 1.0, "my_key": 1, "gradient_clipping": 2.0})");
+  EXPECT_EQ(value(parse_toml(dup.toml), "train.gradient_clipping"), "2.0");
 }
 
 }  // namespace

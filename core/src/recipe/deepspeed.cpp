@@ -7,7 +7,8 @@
 #include <optional>
 #include <functional>
 #include <map>
-#include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -74,6 +75,86 @@ std::string section_header(const std::string& name) {
   return "[" + h + "]";
 }
 
+// ---- parsing in linear time --------------------------------------------------------------------
+// nlohmann's ordered_json parser looks every key up in its object — a vector, to keep the order —
+// before inserting it: quadratic in the keys of one object (300k keys took more than 30 s, issue
+// 27). This SAX handler builds the same value with a hash index of each open object's keys:
+// linear. A key given twice keeps its first place and its last value, as ordered_json's parser
+// does (Python's json, which DeepSpeed reads with, keeps the last value too).
+class OrderedBuilder {
+ public:
+  explicit OrderedBuilder(json& root) : root_(root) {}
+
+  bool null() { return put(nullptr); }
+  bool boolean(bool v) { return put(v); }
+  bool number_integer(json::number_integer_t v) { return put(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return put(v); }
+  bool number_float(json::number_float_t v, const json::string_t&) { return put(v); }
+  bool string(json::string_t& v) { return put(std::move(v)); }
+  bool binary(json::binary_t& v) { return put(json::binary(std::move(v))); }
+  bool start_object(std::size_t) { return open(json::object()); }
+  bool start_array(std::size_t) { return open(json::array()); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(json::string_t& k) {
+    Open& o = open_.back();
+    auto& items = static_cast<json::object_t::Container&>(o.value->get_ref<json::object_t&>());
+    const auto [at, inserted] = o.index.try_emplace(k, items.size());
+    if (inserted) items.emplace_back(std::move(k), nullptr);
+    o.slot = &items[at->second].second;
+    return true;
+  }
+  template <class Exception>
+  bool parse_error(std::size_t, const std::string&, const Exception& e) {
+    throw e;  // parse_error or out_of_range, with nlohmann's position and text
+  }
+
+ private:
+  struct Open {
+    json* value;                                   // the array or object being filled
+    std::unordered_map<std::string, size_t> index;  // an object's keys -> their place
+    json* slot = nullptr;                          // an object's value after key()
+  };
+
+  // Stores `v` where the next value goes; returns where it went.
+  json* place(json&& v) {
+    if (open_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    Open& o = open_.back();
+    if (o.value->is_array()) {
+      auto& items = o.value->get_ref<json::array_t&>();
+      items.push_back(std::move(v));
+      return &items.back();
+    }
+    *o.slot = std::move(v);
+    return o.slot;
+  }
+  bool put(json&& v) {
+    place(std::move(v));
+    return true;
+  }
+  bool open(json&& container) {
+    open_.push_back(Open{place(std::move(container)), {}, nullptr});
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+
+  json& root_;
+  std::vector<Open> open_;
+};
+
+json parse_ordered(const std::string& text) {
+  json root;
+  OrderedBuilder builder(root);
+  json::sax_parse(text, &builder);
+  return root;
+}
+
 class Importer {
  public:
   Importer(const std::string& origin, const std::vector<std::string>& overrides) : origin_(shown(origin)) {
@@ -82,16 +163,12 @@ class Importer {
 
   DeepSpeedImport run(const std::string& text) {
     check_json_depth(text, origin_, kExitUsage);  // nothing below walks deeper than kMaxJsonDepth
-    json root = json::parse(text, nullptr, false);
-    if (root.is_discarded()) {
-      // Position of the first error from a throwing parse.
-      try {
-        const json check = json::parse(text);  // throws: the first error's position
-        (void)check;
-      } catch (const json::exception& e) {  // parse_error, or out_of_range (a number that overflows)
-        throw UsageError(origin_ + ": not valid JSON: " + std::string(e.what()) +
-                         " (ciuic-run --from-deepspeed reads a DeepSpeed config .json)");
-      }
+    json root;
+    try {
+      root = parse_ordered(text);
+    } catch (const json::exception& e) {  // parse_error, or out_of_range (a number that overflows)
+      throw UsageError(origin_ + ": not valid JSON: " + std::string(e.what()) +
+                       " (ciuic-run --from-deepspeed reads a DeepSpeed config .json)");
     }
     if (!root.is_object()) throw UsageError(origin_ + ": expected a JSON object (a DeepSpeed config)");
 
@@ -327,18 +404,23 @@ class Importer {
 
   // Keys of `obj` not read: ignored with a reason from `reasons` (key -> reason), else refused
   // when `unknown_refused`, else ignored as unknown.
+  // `prefixed` (prefix, reason) ignores every key that starts with the prefix (ZeRO's "stage3_*").
   void rest(const json& obj, const std::string& path, const std::map<std::string, std::string>& reasons,
-            const std::map<std::string, std::function<void(const json&, const std::string&)>>& special = {}) {
+            const std::map<std::string, std::function<void(const json&, const std::string&)>>& special = {},
+            const std::pair<std::string, std::string>& prefixed = {}) {
     for (auto it = obj.begin(); it != obj.end(); ++it) {
       const std::string p = join(path, it.key());
-      if (read_.count(p)) continue;
-      read_.insert(p);
+      if (!read_.insert(p).second) continue;
       if (auto s = special.find(it.key()); s != special.end()) {
         s->second(it.value(), p);
         continue;
       }
       if (auto r = reasons.find(it.key()); r != reasons.end()) {
         ignore(p, r->second);
+        continue;
+      }
+      if (!prefixed.first.empty() && it.key().rfind(prefixed.first, 0) == 0) {
+        ignore(p, prefixed.second);
         continue;
       }
       ignore(p, "not a DeepSpeed key ciuic knows (DeepSpeed would ignore or reject it)");
@@ -624,10 +706,7 @@ class Importer {
           {"gather_16bit_weights_on_model_save", "ciuic exports from fp32 master weights (--export-hf)"},
           {"log_trace_cache_warnings", "ZeRO-3 only"},
       };
-      auto stage3 = [this](const json&, const std::string& p) { ignore(p, "ZeRO-3 only"); };
       std::map<std::string, std::function<void(const json&, const std::string&)>> special;
-      for (auto it = z->begin(); it != z->end(); ++it)
-        if (it.key().rfind("stage3_", 0) == 0) special[it.key()] = stage3;
       special["zero_quantized_weights"] = refuse_if_enabled("ZeRO++ quantized weights are not implemented");
       special["zero_quantized_gradients"] = refuse_if_enabled("ZeRO++ quantized gradients are not implemented");
       special["zero_quantized_nontrainable_weights"] = refuse_if_enabled("ZeRO++ quantized weights are not implemented");
@@ -637,7 +716,7 @@ class Importer {
         else ignore(p, "disabled");
       };
       special["mics_hierarchical_params_gather"] = refuse_if_enabled("MiCS is not implemented");
-      rest(*z, P, reasons, special);
+      rest(*z, P, reasons, special, {"stage3_", "ZeRO-3 only"});
     }
   }
 
@@ -902,7 +981,7 @@ class Importer {
   std::vector<std::pair<std::string, std::string>> sets_;  // recipe key -> TOML literal
   std::vector<Section> sections_;
   std::vector<std::string> ignored_, notes_, placeholders_, refused_, missing_auto_;
-  std::set<std::string> read_;
+  std::unordered_set<std::string> read_;  // paths read: a hash set, linear in the keys
   std::string offload_ = "none";
   std::optional<bool> pin_memory_;
   std::optional<int64_t> total_steps_;
