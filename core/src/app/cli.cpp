@@ -28,8 +28,8 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/run_dir.h"
 #include "model/hf_export.h"
+#include "import/deepspeed.h"
 #include "launch/launch.h"
-#include "recipe/deepspeed.h"
 #include "recipe/recipe.h"
 #include "recipe/schema.h"
 #include "registry/registry.h"
@@ -381,7 +381,7 @@ int from_deepspeed(const std::string& config, const std::vector<std::string>& ov
   std::ifstream in(config, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
-  recipe::DeepSpeedImport im = recipe::import_deepspeed(ss.str(), config, overrides);
+  importer::DeepSpeedImport im = importer::import_deepspeed(ss.str(), config, overrides);
   // Notes and ignored keys quote the config's keys: one line each, control bytes shown as \xNN.
   const auto line = [](const std::string& s) { return printable_text(s, /*keep_lines=*/false) + "\n"; };
   for (const auto& n : im.notes) err << "ciuic-run: note: " << line(n);

@@ -1,5 +1,5 @@
 // DeepSpeed config -> ciuic recipe (see deepspeed.h and docs/deepspeed.md).
-#include "recipe/deepspeed.h"
+#include "import/deepspeed.h"
 
 #include <algorithm>
 #include <charconv>
@@ -20,7 +20,11 @@
 #include "sdk/printable.h"
 #include "sdk/toml_format.h"
 
-namespace ciuic::recipe {
+namespace ciuic::importer {
+
+using recipe::find_section;
+using recipe::parse_literal;
+using recipe::section_names;
 
 namespace {
 
@@ -995,4 +999,4 @@ DeepSpeedImport import_deepspeed(const std::string& json_text, const std::string
   return im.run(json_text);
 }
 
-}  // namespace ciuic::recipe
+}  // namespace ciuic::importer

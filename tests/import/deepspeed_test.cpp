@@ -1,4 +1,4 @@
-// DeepSpeed config import (recipe/deepspeed.h): the seed's ds_config imports to the values of
+// DeepSpeed config import (import/deepspeed.h): the seed's ds_config imports to the values of
 // configs/deepseek-6.7b-4xa100.toml key by key; "auto" values, ignored keys, refusals, fp16/bf16,
 // every scheduler, batch-size arithmetic, ZeRO stages and offload; the output parses as TOML and
 // loads back as a recipe.
@@ -17,14 +17,16 @@
 #include <ciuic/plugin.h>
 
 #include "base/text.h"
-#include "recipe/deepspeed.h"
+#include "import/deepspeed.h"
 #include "recipe/recipe.h"
 #include "recipe/schema.h"
 #include "../support/deep_json.h"
 #include "registry/registry.h"
 
-namespace ciuic::recipe {
+namespace ciuic::importer {
 namespace {
+
+using namespace ciuic::recipe;
 
 namespace fs = std::filesystem;
 
@@ -526,4 +528,4 @@ TEST(DeepSpeedImport, ImportingIsLinearInTheNumberOfKeys) {
 }
 
 }  // namespace
-}  // namespace ciuic::recipe
+}  // namespace ciuic::importer
