@@ -12,6 +12,7 @@
 
 #include "app/cli.h"
 #include "registry/registry.h"
+#include "sdk/printable.h"
 
 namespace po = boost::program_options;
 
@@ -49,8 +50,11 @@ void print_help(const po::options_description& visible) {
                "source tree; installed under <prefix>/share/doc/ciuic/.\n";
 }
 
+// The last printer of every failure: a message of another library (boost, c10) may quote the
+// command line or a file raw, so its control bytes are shown escaped here too (ciuic::Error's
+// already are: sdk/printable.h).
 int fail(const std::string& message, int code) {
-  std::cerr << "ciuic-run: error: " << message << "\n";
+  std::cerr << "ciuic-run: error: " << ciuic::printable_text(message) << "\n";
   return code;
 }
 

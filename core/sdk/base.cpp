@@ -19,64 +19,11 @@
 #include <ciuic/store.h>
 #include <ciuic/tokenizer.h>
 
+#include "printable.h"
+
 namespace ciuic {
 
 namespace {
-
-// Length of the well-formed UTF-8 sequence starting at s[i] (RFC 3629: no overlongs, no
-// surrogates, at most U+10FFFF); 0 when the bytes there are not one.
-size_t utf8_sequence(const std::string& s, size_t i) {
-  const auto at = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const unsigned char c = at(0);
-  if (c < 0x80) return 1;
-  size_t n = 0;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) {
-    n = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    n = 3;
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    n = 4;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size() || at(1) < lo || at(1) > hi) return 0;
-  for (size_t k = 2; k < n; ++k)
-    if (at(k) < 0x80 || at(k) > 0xBF) return 0;
-  return n;
-}
-
-// Messages quote what the user gave (file contents, names, keys): every byte that is not part of
-// well-formed UTF-8 is written as \xNN, so that a terminal, a log line or a JSON field can hold
-// the message as it is (issue 16: fuzzing found raw bytes of a binary input in messages).
-std::string printable_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const size_t n = utf8_sequence(s, i);
-    if (n == 0) break;
-    i += n;
-  }
-  if (i == s.size()) return s;
-  std::string out = s.substr(0, i);
-  static const char* hex = "0123456789abcdef";
-  while (i < s.size()) {
-    const size_t n = utf8_sequence(s, i);
-    if (n > 0) {
-      out.append(s, i, n);
-      i += n;
-    } else {
-      const auto b = static_cast<unsigned char>(s[i++]);
-      out += "\\x";
-      out += hex[b >> 4];
-      out += hex[b & 15];
-    }
-  }
-  return out;
-}
 
 // A line of more than kMaxLine bytes keeps its first and last bytes around a note of the cut:
 // messages quote excerpts, never whole inputs (a 50 MB JSONL line, a --set of a megabyte).
@@ -107,8 +54,12 @@ std::string bounded_lines(const std::string& s) {
 
 }  // namespace
 
+// Messages quote what the user gave (file contents, names, keys): printable_text() writes every
+// control byte and every byte that is not well-formed UTF-8 visibly (\x1b, \x00, \xff), so a
+// terminal, a log line or a JSON field can hold the message as it is, a NUL cannot end it early
+// and a quoted config cannot send escape sequences (issues 16 and 27).
 Error::Error(const std::string& message, int exit_code)
-    : std::runtime_error(bounded_lines(printable_utf8(message))), exit_code_(exit_code) {}
+    : std::runtime_error(bounded_lines(printable_text(message))), exit_code_(exit_code) {}
 
 Error Error::with_context(std::string_view context) const {
   return Error(std::string(context) + ": " + what(), exit_code_);
@@ -139,7 +90,7 @@ void log(LogLevel level, std::string_view message) {
   line += " ";
   line += level_name(level);
   line += ": ";
-  line += message;
+  line += printable_text(message);  // quoted input shows its control bytes, never sends them
   line += '\n';
   std::lock_guard<std::mutex> lock(g_log_mu);
   fwrite(line.data(), 1, line.size(), stderr);

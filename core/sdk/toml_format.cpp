@@ -1,6 +1,8 @@
 // TOML value formatting and locations (sdk/toml_format.h).
 #include "toml_format.h"
 
+#include "printable.h"
+
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -33,26 +35,51 @@ std::string float_literal(double v) {
 
 std::string toml_quote(std::string_view s) {
   std::string out = "\"";
-  for (char ch : s) {
+  out.reserve(s.size() + 2);
+  for (size_t i = 0; i < s.size();) {
+    const char ch = s[i];
     switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(ch)));
-          out += buf;
-        } else {
-          out += ch;
-        }
+      case '"': out += "\\\""; ++i; continue;
+      case '\\': out += "\\\\"; ++i; continue;
+      case '\n': out += "\\n"; ++i; continue;
+      case '\t': out += "\\t"; ++i; continue;
+      case '\r': out += "\\r"; ++i; continue;
+      default: break;
     }
+    const size_t n = utf8_sequence_length(s, i);
+    if (n == 0) {  // not UTF-8, which a TOML string cannot hold (strings from toml++ never are)
+      out += "\\ufffd";
+      ++i;
+      continue;
+    }
+    // Control characters are escapes; so is what printable_text() would not show as it is (C1
+    // controls, line separators, bidirectional controls), so that the file shows on a terminal
+    // as it reads. Both round-trip exactly.
+    const char32_t cp = utf8_code_point(s, i, n);
+    if (cp < 0x20 || cp == 0x7f || shown_as_escape(cp)) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+      out += buf;
+    } else {
+      out.append(s, i, n);
+    }
+    i += n;
   }
   out += '"';
   return out;
 }
+
+std::string toml_comment(std::string_view s) { return "# " + printable_text(s, /*keep_lines=*/false); }
+
+bool is_bare_key(std::string_view key) {
+  if (key.empty()) return false;
+  for (char c : key)
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+      return false;
+  return true;
+}
+
+std::string toml_key(std::string_view key) { return is_bare_key(key) ? std::string(key) : toml_quote(key); }
 
 std::string format_value(const toml::node& node) {
   if (auto v = node.value_exact<std::string>()) return toml_quote(*v);

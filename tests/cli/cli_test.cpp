@@ -11,6 +11,7 @@
 
 #include "recipe/recipe.h"
 #include "support.h"
+#include "../support/deep_json.h"
 
 namespace fs = std::filesystem;
 
@@ -339,6 +340,61 @@ TEST(Cli, FromDeepSpeedWritesAnEquivalentRecipe) {
   r = run("recipe.toml -o x.toml");
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "-o/--output goes with --from-deepspeed")) << r.err;
+}
+
+// Issue 27: what a config or recipe says reaches the terminal escaped (\x1b, \x00), never raw,
+// and the recipe --from-deepspeed writes is data: no [run] table from a key.
+TEST(Cli, HostileTextIsShownNotSent) {
+  const auto raw_control = [](const std::string& s) {
+    for (unsigned char c : s)
+      if ((c < 0x20 && c != '\n') || c == 0x7f) return true;
+    return false;
+  };
+  const fs::path dir = test_dir();
+  const fs::path ds = dir / "hostile_ds.json";
+  std::ofstream(ds) << R"({"train_micro_batch_size_per_gpu": 1,
+      "comms_logger\n[run]\nplugin_paths = [\"evilplugins\"] #": 1,
+      "\u001b]0;owned\u0007\u001b[2J": 2, "nul\u0000after": 3})";
+  const fs::path out = dir / "hostile.toml";
+  Result r = run("--from-deepspeed " + ds.string() + " -o " + out.string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(raw_control(r.err)) << r.err;
+  EXPECT_TRUE(has(r.err, "ciuic-run: ignored: comms_logger\\x0a[run]\\x0aplugin_paths = [\"evilplugins\"] #: ")) << r.err;
+  EXPECT_TRUE(has(r.err, "ciuic-run: ignored: \\x1b]0;owned\\x07\\x1b[2J: ")) << r.err;
+  EXPECT_TRUE(has(r.err, "ciuic-run: ignored: nul\\x00after: ")) << r.err;
+  const std::string text = ciuic_test::slurp(out.string());
+  EXPECT_FALSE(raw_control(text)) << text;
+  EXPECT_FALSE(has(text, "\n[run]")) << text;
+  // The check ciuic suggests resolves the recipe without any plugin path from the config.
+  r = run(out.string() + " --print-recipe");
+  EXPECT_FALSE(has(r.out, "evilplugins")) << r.out;
+  EXPECT_TRUE(has(r.out, "plugin_paths = []")) << r.out << r.err;
+  // A recipe error quoting a key with ESC and NUL shows them; the rest of the message follows.
+  const std::string recipe =
+      write_recipe(dir, "[train]\nmax_steps = 2\n\"a\\u001b[2Jb\\u0000c\" = 1\n[data]\nplugin = \"synthetic\"\n");
+  r = run(recipe);
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_FALSE(raw_control(r.err)) << r.err;
+  EXPECT_TRUE(has(r.err, "a\\x1b[2Jb\\x00c")) << r.err;
+}
+
+// Issue 27: a checkpoint's manifest.json or trainer.json nested 100,000 deep is refused naming
+// the file (exit 1), before a value is built.
+TEST(Cli, DeepCheckpointJsonIsRefused) {
+  const fs::path dir = test_dir();
+  const fs::path ckpt = dir / "deep_ckpt" / "step_00000001";
+  fs::create_directories(ckpt);
+  const fs::path out = dir / "deep_ckpt_hf";
+  std::ofstream(ckpt / "manifest.json") << "{\"format\": \"ciuic-checkpoint\", \"version\": 1, \"x\": "
+                                        << ciuic_test::nested_arrays(ciuic_test::kDeep) << "}";
+  Result r = run("--export-hf " + ckpt.string() + " " + out.string());
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(has(r.err, (ckpt / "manifest.json").string() + ": JSON nested deeper than 128 levels")) << r.err;
+  std::ofstream(ckpt / "manifest.json") << "{\"format\": \"ciuic-checkpoint\", \"version\": 1, \"files\": {}}";
+  std::ofstream(ckpt / "trainer.json") << "{\"step\": 1, \"x\": " << ciuic_test::nested_objects(ciuic_test::kDeep) << "}";
+  r = run("--export-hf " + ckpt.string() + " " + out.string());
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(has(r.err, (ckpt / "trainer.json").string() + ": JSON nested deeper than 128 levels")) << r.err;
 }
 
 TEST(Cli, PlotWritesTheRunReport) {

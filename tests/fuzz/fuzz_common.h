@@ -62,10 +62,13 @@ inline void check(bool ok, const char* what, std::string_view detail = {}) {
   if (!ok) fail(what, detail);
 }
 
-// An error message a user can read: short lines, valid UTF-8.
+// An error message a user can read: short lines, valid UTF-8, no control byte but '\n' and '\t'
+// (a quoted input's ESC, BEL or NUL is written \x1b, \x07, \x00: issue 27).
 inline void check_message(std::string_view m) {
   check(!m.empty(), "empty error message");
   check(valid_utf8(m), "error message is not valid UTF-8", m);
+  for (unsigned char c : m)
+    check((c >= 0x20 && c != 0x7f) || c == '\n' || c == '\t', "error message holds a raw control byte", m);
   size_t start = 0;
   while (start <= m.size()) {
     size_t nl = m.find('\n', start);

@@ -15,6 +15,7 @@
 #include "model/llama.h"
 #include "model/llama_ops.h"
 #include "model_test_util.h"
+#include "../support/deep_json.h"
 
 namespace ciuic::model {
 namespace {
@@ -180,6 +181,10 @@ TEST(LlamaConfig, Errors) {
   const std::string bad = testing::temp_dir("cfg") + "/config.json";
   std::ofstream(bad) << "{\"hidden_size\": 64,";
   expect_error([&] { LlamaConfig::from_file(bad); }, {bad, "malformed JSON"});
+  // Nested 100,000 deep: refused before a value is built (issue 27; ciuic/json.h).
+  std::ofstream(bad) << "{\"hidden_size\": 64, \"x\": " << ciuic_test::nested_objects(ciuic_test::kDeep) << "}";
+  expect_error([&] { LlamaConfig::from_file(bad); },
+               {bad + ": JSON nested deeper than 128 levels (arrays and objects) at line 1, column ", "at most 128"});
   // Special files are refused at once (issue 16 item 3): /dev/zero would grow memory forever, a
   // FIFO without a writer would block forever; a file over the bound is refused before reading.
   expect_error([] { LlamaConfig::from_file("/dev/zero"); },

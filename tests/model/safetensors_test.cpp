@@ -17,6 +17,7 @@
 
 #include "model/safetensors.h"
 #include "model_test_util.h"
+#include "../support/deep_json.h"
 
 namespace ciuic::model {
 namespace {
@@ -207,6 +208,13 @@ TEST(Safetensors, FileErrorsNameFileAndTensor) {
     expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `w`", "data_offsets"});
   }
   {
+    // Nested 100,000 deep: refused before a value is built (issue 27; ciuic/json.h). The depth
+    // of the 129th open bracket: `{"w": ` then 128 of `[`.
+    const std::string p = craft(dir, "deep.safetensors", "{\"w\": " + ciuic_test::nested_arrays(ciuic_test::kDeep) + "}", 0);
+    expect_error([&] { SafetensorsFile::open(p); },
+                 {p + ": safetensors header: JSON nested deeper than 128 levels (arrays and objects) at line 1, column 134"});
+  }
+  {
     const std::string p = craft(dir, "meta.safetensors", R"({"__metadata__": {"a": 1}})", 0);
     expect_error([&] { SafetensorsFile::open(p); }, {p, "__metadata__.a must be a string"});
   }
@@ -353,6 +361,11 @@ TEST(Safetensors, IndexAndFolderErrors) {
   {
     std::ofstream(dir + "/model.safetensors.index.json") << R"({"weight_map": )";
     expect_error([&] { SafetensorsReader::open(dir); }, {"model.safetensors.index.json", "malformed safetensors index JSON"});
+  }
+  {
+    std::ofstream(dir + "/model.safetensors.index.json")
+        << R"({"weight_map": {"x": "a.safetensors"}, "metadata": )" << ciuic_test::nested_arrays(ciuic_test::kDeep) << "}";
+    expect_error([&] { SafetensorsReader::open(dir); }, {"model.safetensors.index.json: JSON nested deeper than 128 levels"});
   }
   {
     std::ofstream(dir + "/model.safetensors.index.json") << R"({"weights": {}})";

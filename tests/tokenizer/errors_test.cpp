@@ -9,8 +9,10 @@
 
 #include <ciuic/error.h>
 #include <ciuic/files.h>
+#include <ciuic/json.h>
 #include <ciuic/tokenizer.h>
 
+#include "../support/deep_json.h"
 #include "tokenizer/factory.h"
 #include "test_util.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -201,6 +203,59 @@ TEST(TokenizerErrors, BadTokenizerConfig) {
   auto tok = load_tokenizer(path);
   EXPECT_EQ(tok->bos_id(), tok->token_to_id("<|endoftext|>"));
   EXPECT_FALSE(tok->eos_id());
+}
+
+// Issue 27: a tokenizer.json nested 100,000 deep — Sequence pre-tokenizers or post-processors, or
+// any unknown key — crashed (SIGSEGV) while parsing or fingerprinting. Nesting past 128 levels
+// (ciuic/json.h; serde_json's limit, which HF tokenizers parses with) is refused first, naming the
+// file and the place; up to the limit it loads, the recursive parse and the fingerprint included.
+TEST(TokenizerErrors, NestingPastTheDepthLimitIsRefused) {
+  // base() with `key` set to the JSON text `value`.
+  const auto with = [](const char* key, const std::string& value) {
+    json j = base();
+    j[key] = "@@";
+    std::string t = j.dump();
+    return t.replace(t.find("\"@@\""), 4, value);
+  };
+  const auto repeat = [](const std::string& s, size_t n) {
+    std::string out;
+    out.reserve(s.size() * n);
+    for (size_t i = 0; i < n; ++i) out += s;
+    return out;
+  };
+  const std::string byte_level = base()["pre_tokenizer"].dump();
+  const auto pre_sequence = [&](size_t levels) {
+    return repeat("{\"type\": \"Sequence\", \"pretokenizers\": [", levels) + byte_level + repeat("]}", levels);
+  };
+  const std::string limit = "JSON nested deeper than 128 levels (arrays and objects) at line 1, column ";
+  for (const std::string& text :
+       {with("pre_tokenizer", pre_sequence(ciuic_test::kDeep)),
+        with("post_processor", repeat("{\"type\": \"Sequence\", \"processors\": [", ciuic_test::kDeep) +
+                                   repeat("]}", ciuic_test::kDeep)),
+        with("unknown_key", ciuic_test::nested_arrays(ciuic_test::kDeep)),
+        with("unknown_key", ciuic_test::nested_objects(ciuic_test::kDeep)),
+        with("unknown_key", ciuic_test::nested_arrays(128))}) {  // 129 with the root object
+    const std::string what = error_of([&] { tokenizer_from_json(text, "deep.json"); });
+    EXPECT_EQ(what.rfind("deep.json: " + limit, 0), 0u) << what.substr(0, 300);
+    EXPECT_NE(what.find("; ciuic reads at most 128"), std::string::npos) << what.substr(0, 300);
+  }
+  // At the limit: the most Sequences (2 levels each) around the fixture's pre-tokenizer that stay
+  // within 128 levels load, through the recursive parse; one more is refused.
+  size_t most = 0;
+  while (json_depth_problem(with("pre_tokenizer", pre_sequence(most + 1))).empty()) ++most;
+  EXPECT_GE(most, 60u);
+  EXPECT_NE(error_of([&] { tokenizer_from_json(with("pre_tokenizer", pre_sequence(most + 1)), "deep.json"); }).find(limit),
+            std::string::npos);
+  auto deepest = tokenizer_from_json(with("pre_tokenizer", pre_sequence(most)), "ok.json");
+  EXPECT_EQ(deepest->encode("Hello world", false), tokenizer_from_json(base().dump(), "b.json")->encode("Hello world", false));
+  EXPECT_EQ(tokenizer_from_json(with("unknown_key", ciuic_test::nested_arrays(127)), "ok.json")->fingerprint().size(), 16u);
+  // tokenizer_config.json is read with the same bound.
+  const std::string tj = test::read_text_file(test::tokenizer_fixture_dir("gpt2") + "/tokenizer.json");
+  const std::string path = test::write_temp_file("deepcfg/tokenizer.json", tj);
+  const std::string cfg = test::write_temp_file("deepcfg/tokenizer_config.json",
+                                                "{\"bos_token\": " + ciuic_test::nested_arrays(ciuic_test::kDeep) + "}");
+  const std::string what = error_of([&] { load_tokenizer(path); });
+  EXPECT_EQ(what.rfind(cfg + ": " + limit + "142;", 0), 0u) << what.substr(0, 300);
 }
 
 TEST(TokenizerErrors, InvalidUtf8Text) {

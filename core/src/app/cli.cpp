@@ -28,12 +28,13 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/run_dir.h"
 #include "model/hf_export.h"
+#include "import/deepspeed.h"
 #include "launch/launch.h"
-#include "recipe/deepspeed.h"
 #include "recipe/recipe.h"
 #include "recipe/schema.h"
 #include "registry/registry.h"
 #include "plan/plan.h"
+#include "sdk/printable.h"
 #include "tokenizer/factory.h"
 #include "train/html_report.h"
 #include "train/options.h"
@@ -207,7 +208,7 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
   }
   while (!objects.empty()) objects.pop_back();
   os << "the recipe, its plugins and its inputs are valid; nothing was trained\n";
-  std::cout << os.str() << std::flush;
+  std::cout << printable_text(os.str()) << std::flush;  // paths and names from the recipe, shown safely
   return kExitOk;
 }
 
@@ -244,13 +245,13 @@ int run_recipe(const CliOptions& o) {
       throw UsageError((where.empty() || where == "<default>" ? recipe.path() : where) + ": " +
                        registry.why_missing(slot, name));
     }
-    std::cout << plan::plan_text(plan::plan_memory(recipe, registry)) << std::flush;
+    std::cout << printable_text(plan::plan_text(plan::plan_memory(recipe, registry))) << std::flush;
     return kExitOk;
   }
   recipe.validate_plugins(registry);
   train::check_recipe(recipe);
   if (o.print_recipe) {
-    std::cout << recipe.resolved_toml(registry) << std::flush;
+    std::cout << printable_text(recipe.resolved_toml(registry)) << std::flush;
     return kExitOk;
   }
   if (o.dry_run) return dry_run(recipe, registry, o.resume);
@@ -308,7 +309,9 @@ int run_recipe(const CliOptions& o) {
   return launch::launch_and_supervise(lo);
 }
 
-int list_plugins(const Registry& registry, bool verbose, std::ostream& out, std::ostream& err) {
+int list_plugins(const Registry& registry, bool verbose, std::ostream& shown_out, std::ostream& shown_err) {
+  // Plugin summaries, option help and file names come from the files found: shown safely.
+  std::ostringstream out, err;
   const auto plugins = registry.list();
   size_t wname = 4, wver = 7;
   for (const auto& d : plugins) {
@@ -338,8 +341,8 @@ int list_plugins(const Registry& registry, bool verbose, std::ostream& out, std:
     for (const auto& s : registry.shadowed()) out << "shadowed: " << s << "\n";
   }
   for (const auto& r : registry.refusals()) err << "ciuic-run: warning: refused " << r << "\n";
-  out << std::flush;
-  err << std::flush;
+  shown_out << printable_text(out.str()) << std::flush;
+  shown_err << printable_text(err.str()) << std::flush;
   return kExitOk;
 }
 
@@ -378,11 +381,13 @@ int from_deepspeed(const std::string& config, const std::vector<std::string>& ov
   std::ifstream in(config, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
-  recipe::DeepSpeedImport im = recipe::import_deepspeed(ss.str(), config, overrides);
-  for (const auto& n : im.notes) err << "ciuic-run: note: " << n << "\n";
-  for (const auto& i : im.ignored) err << "ciuic-run: ignored: " << i << "\n";
+  importer::DeepSpeedImport im = importer::import_deepspeed(ss.str(), config, overrides);
+  // Notes and ignored keys quote the config's keys: one line each, control bytes shown as \xNN.
+  const auto line = [](const std::string& s) { return printable_text(s, /*keep_lines=*/false) + "\n"; };
+  for (const auto& n : im.notes) err << "ciuic-run: note: " << line(n);
+  for (const auto& i : im.ignored) err << "ciuic-run: ignored: " << line(i);
   if (!im.placeholders.empty())
-    err << "ciuic-run: placeholders to edit (or give with --set): " << text::join(im.placeholders, ", ") << "\n";
+    err << "ciuic-run: placeholders to edit (or give with --set): " << line(text::join(im.placeholders, ", "));
   if (out_path.empty() || out_path == "-") {
     out << im.toml;
     return kExitOk;
@@ -392,7 +397,7 @@ int from_deepspeed(const std::string& config, const std::vector<std::string>& ov
     f << im.toml;
     if (!f) throw Error("cannot write " + out_path);
   }
-  err << "ciuic-run: wrote " << out_path << " (check it: ciuic-run " << out_path << " --print-recipe)\n";
+  err << line("ciuic-run: wrote " + out_path + " (check it: ciuic-run " + out_path + " --print-recipe)");
   return kExitOk;
 }
 

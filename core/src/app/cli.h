@@ -65,7 +65,7 @@ CIUIC_API int export_hf(const std::string& checkpoint, const std::string& out_di
                         const std::string& dtype, const std::string& tokenizer, std::ostream& out);
 
 // --from-deepspeed FILE [--set section.key=value]... [-o OUT]: translates a DeepSpeed config into
-// an equivalent recipe (recipe/deepspeed.h, docs/deepspeed.md), written to OUT or `out`. The keys
+// an equivalent recipe (import/deepspeed.h, docs/deepspeed.md), written to OUT or `out`. The keys
 // without a ciuic meaning, the notes and the placeholders are listed on `err` (and as comments in
 // the recipe). `overrides` are recipe keys (effective_overrides: --nproc/--nnodes give the world
 // size). Throws UsageError (exit 2) for "auto" values without --set and unsupported features.

@@ -23,6 +23,7 @@
 #include <ciuic/error.h>
 #include <ciuic/files.h>
 #include <ciuic/log.h>
+#include <ciuic/json.h>
 
 #include "checkpoint/run_dir.h"
 
@@ -92,6 +93,7 @@ class ShardSet {
       auto it = f->metadata().find("layout");
       if (it == f->metadata().end())
         throw Error(f->path() + ": no shard layout in the metadata (not a ciuic checkpoint file)");
+      check_json_depth(it->second, f->path() + ": shard layout");
       nlohmann::json layout;
       try {
         layout = nlohmann::json::parse(it->second);
@@ -304,7 +306,9 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
 
   // 3. Rank 0 collects, writes the rest, then makes the folder visible in one rename.
   if (!rank0) {
-    const nlohmann::json done = nlohmann::json::parse(store.get(key + "done"));
+    const std::string done_text = store.get(key + "done");
+    check_json_depth(done_text, "checkpoint store key " + key + "done");
+    const nlohmann::json done = nlohmann::json::parse(done_text);
     if (done.contains("error"))
       throw Error("checkpoint at step " + std::to_string(st.step) + " failed: " +
                   done["error"].get<std::string>());
@@ -314,7 +318,9 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
   std::vector<nlohmann::json> ranks(ctx_.world_size);
   std::string errors;
   for (int r = 0; r < ctx_.world_size; ++r) {
-    ranks[r] = nlohmann::json::parse(store.get(key + "rank/" + std::to_string(r)));
+    const std::string rank_text = store.get(key + "rank/" + std::to_string(r));
+    check_json_depth(rank_text, "checkpoint store key " + key + "rank/" + std::to_string(r));
+    ranks[r] = nlohmann::json::parse(rank_text);
     if (ranks[r].contains("error")) errors += (errors.empty() ? "" : "; ") + ranks[r]["error"].get<std::string>();
   }
   try {

@@ -4,19 +4,45 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <optional>
+#include <sstream>
 
 #include <ciuic/checksum.h>
 #include <ciuic/error.h>
+#include <ciuic/json.h>
 
 namespace fs = std::filesystem;
 
 namespace ciuic::checkpoint {
 
+namespace {
+
+// The whole file, or nullopt when it cannot be opened.
+std::optional<std::string> slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// trainer.json's fields read before a run builds anything: null when the file is missing, nests
+// deeper than kMaxJsonDepth or is not JSON ("cannot be read", as manifest.h says).
+nlohmann::json read_soft(const fs::path& p) {
+  const std::optional<std::string> text = slurp(p);
+  if (!text || !json_depth_problem(*text).empty()) return nullptr;
+  const nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? nlohmann::json(nullptr) : j;
+}
+
+}  // namespace
+
 nlohmann::json read_json(const fs::path& p) {
-  std::ifstream in(p);
-  if (!in) throw Error("cannot read " + p.string());
+  const std::optional<std::string> text = slurp(p);
+  if (!text) throw Error("cannot read " + p.string());
+  check_json_depth(*text, p.string());
   try {
-    return nlohmann::json::parse(in);
+    return nlohmann::json::parse(*text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(p.string() + ": malformed JSON: " + e.what());
   }
@@ -96,17 +122,13 @@ nlohmann::json verify(const std::string& folder, bool checksums) {
 }
 
 std::string read_run_id(const std::string& folder) {
-  std::ifstream in(fs::path(folder) / "trainer.json");
-  if (!in) return "";
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json j = read_soft(fs::path(folder) / "trainer.json");
   if (!j.is_object() || !j.contains("run_id") || !j["run_id"].is_string()) return "";
   return j["run_id"].get<std::string>();
 }
 
 std::pair<int64_t, int64_t> read_batch_shape(const std::string& folder) {
-  std::ifstream in(fs::path(folder) / "trainer.json");
-  if (!in) return {0, 0};
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json j = read_soft(fs::path(folder) / "trainer.json");
   if (!j.is_object() || !j.contains("world_size") || !j["world_size"].is_number_integer() ||
       !j.contains("shape") || !j["shape"].is_object() || !j["shape"].contains("global_rows") ||
       !j["shape"]["global_rows"].is_number_integer())

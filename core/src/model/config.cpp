@@ -11,6 +11,7 @@
 
 #include <ciuic/error.h>
 #include <ciuic/files.h>
+#include <ciuic/json.h>
 
 namespace ciuic::model {
 
@@ -250,6 +251,7 @@ LlamaConfig LlamaConfig::from_file(const std::string& path) {
     throw Error(path + ": cannot open the model config (expected an HF config.json): no such file");
   // A regular file of at most kMaxJsonInputBytes: /dev/zero or a FIFO is refused at once.
   const std::string text = read_input(path, "model config (an HF config.json)", kMaxJsonInputBytes);
+  check_json_depth(text, path);
   json j;
   try {
     j = json::parse(text);

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ciuic/error.h>
+#include <ciuic/json.h>
 
 namespace ciuic::model {
 
@@ -246,6 +247,7 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
   if (8 + header_len > f->size_)
     throw Error(path + ": truncated safetensors file: the header needs " + std::to_string(header_len) +
                 " bytes after the length field, the file has " + std::to_string(f->size_ - 8));
+  check_json_depth(std::string_view(base + 8, header_len), path + ": safetensors header");
   json h;
   try {
     h = json::parse(base + 8, base + 8 + header_len, unique_keys_callback(path));
@@ -385,9 +387,11 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
     for (const auto& e : r.files_[0]->entries()) r.where_[e.name] = 0;
     return r;
   }
+  const std::string index_text = read_text_file(index_path);
+  check_json_depth(index_text, index_path);
   json idx;
   try {
-    idx = json::parse(read_text_file(index_path));
+    idx = json::parse(index_text);
   } catch (const json::exception& e) {  // parse_error, or out_of_range (a number that overflows)
     throw Error(index_path + ": malformed safetensors index JSON: " + e.what());
   }

@@ -12,6 +12,7 @@
 #include <ciuic/error.h>
 #include <ciuic/files.h>
 #include <ciuic/log.h>
+#include <ciuic/json.h>
 
 #include "tokenizer/factory.h"
 #include "tokenizer/hf_tokenizer.h"
@@ -60,6 +61,7 @@ std::string line_col(std::string_view text, size_t pos) {
 }
 
 json parse_json(std::string_view text, const std::string& origin) {
+  check_json_depth(text, origin);  // before anything recursive walks, dumps or fingerprints it
   try {
     return json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {

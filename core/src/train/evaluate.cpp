@@ -12,6 +12,7 @@
 #include <ciuic/log.h>
 
 #include "train/report.h"
+#include "sdk/printable.h"
 
 namespace ciuic::train {
 
@@ -47,7 +48,8 @@ void Evaluator::after_training(int64_t step, Reporter& report) {
   const ExactMatchResult after = exact_match_all_ranks();
   report.exact_match("after", step, after);
   if (r_.ctx.rank == 0) {
-    std::fputs(format_table(before_, after).c_str(), stderr);
+    // Categories come from the held-out file: shown safely (sdk/printable.h).
+    std::fputs(printable_text(format_table(before_, after)).c_str(), stderr);
     for (const auto& m : after.mistakes) log_info("  e.g. " + m);
   }
 }

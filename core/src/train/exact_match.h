@@ -41,6 +41,7 @@
 #include <ciuic/error.h>
 #include <ciuic/files.h>
 #include <ciuic/tokenizer.h>
+#include <ciuic/json.h>
 
 namespace ciuic::train {
 
@@ -70,6 +71,7 @@ inline std::vector<HeldOutQuestion> load_held_out(const std::string& path) {
   for (int64_t n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const std::string where = path + ":" + std::to_string(n);
+    check_json_depth(line, where);
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("messages") || !j["messages"].is_array())
       throw Error(where + ": expected a JSON object with a \"messages\" array");

@@ -11,6 +11,7 @@
 
 #include <ciuic/error.h>
 #include <ciuic/log.h>
+#include <ciuic/json.h>
 
 namespace ciuic::train {
 
@@ -168,7 +169,8 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
   std::string line;
   while (std::getline(in, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    json r = json::parse(line, nullptr, false);
+    // A line nested too deep is a bad line like one that is not JSON (counted, not drawn).
+    json r = json_depth_problem(line).empty() ? json::parse(line, nullptr, false) : json();
     if (!r.is_object()) {
       ++bad;
       continue;

@@ -14,6 +14,7 @@
 
 #include <ciuic/error.h>
 #include <ciuic/log.h>
+#include <ciuic/json.h>
 
 #include "hash64.h"
 
@@ -384,7 +385,10 @@ void build_cache(const CacheSettings& s, const nlohmann::json& inputs, const std
 nlohmann::json read_matching_manifest(const std::string& dir, const std::string& key) {
   const std::string path = dir + "/manifest.json";
   if (!file_exists(path)) return nullptr;
-  nlohmann::json m = nlohmann::json::parse(read_text_file(path), nullptr, false);
+  const std::string text = read_text_file(path);
+  if (const std::string deep = json_depth_problem(text); !deep.empty())
+    throw Error("data cache manifest " + path + " is damaged (JSON " + deep + "; delete " + dir + " to rebuild it)");
+  nlohmann::json m = nlohmann::json::parse(text, nullptr, false);
   if (m.is_discarded() || !m.is_object() || !m.contains("format") || m["format"] != "ciuic-token-cache" ||
       !m.contains("version") || m["version"] != kCacheFormatVersion || !m.contains("key") || m["key"] != key)
     return nullptr;

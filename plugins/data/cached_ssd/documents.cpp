@@ -1,6 +1,7 @@
 #include "documents.h"
 
 #include <nlohmann/json.hpp>
+#include <ciuic/json.h>
 
 namespace ciuic::data {
 
@@ -106,6 +107,9 @@ size_t encode_chat(const nlohmann::json& j, const DocumentSettings& s, std::vect
 
 size_t encode_line(std::string_view line, const DocumentSettings& s, std::vector<uint32_t>& ids,
                    std::vector<uint8_t>& mask) {
+  // Before a value is built: a line nested 100,000 deep must be an error of its line, not a crash.
+  if (const std::string deep = json_depth_problem(line); !deep.empty())
+    throw LineError("JSON " + deep + "; ciuic reads at most " + std::to_string(kMaxJsonDepth));
   nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     // Re-parse with exceptions for the parser's description of what is wrong (rare path).

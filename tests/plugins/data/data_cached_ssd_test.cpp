@@ -14,6 +14,7 @@
 
 #include "data_test_support.h"
 #include "hash64.h"
+#include "../../support/deep_json.h"
 
 namespace ciuic::testdata {
 namespace {
@@ -501,6 +502,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadCase{"malformed", "{\"text\": \"ok\"}\n\n{\"text\": \"oops\n{\"text\": \"x\"}\n", kText, "bad.jsonl:3:", "malformed JSON"},
         BadCase{"not_object", "[1, 2]\n", kText, "bad.jsonl:1:", "expected a JSON object"},
+        // Issue 27: nested 100,000 deep, refused before a value is built (ciuic/json.h).
+        BadCase{"deep", "{\"text\": \"ok\"}\n{\"text\": " + ciuic_test::nested_arrays(ciuic_test::kDeep) + "}\n", kText,
+                "bad.jsonl:2:", "JSON nested deeper than 128 levels (arrays and objects) at line 1, column 137"},
         BadCase{"missing_field", "{\"txt\": \"a\"}\n", kText, "bad.jsonl:1:", "missing field \"text\""},
         BadCase{"wrong_type", "{\"text\": 3}\n", kText, "bad.jsonl:1:", "must be a string"},
         BadCase{"unknown_role",

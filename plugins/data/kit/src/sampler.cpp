@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ciuic/error.h>
+#include <ciuic/json.h>
 
 namespace ciuic::data {
 
@@ -47,7 +48,9 @@ std::vector<uint32_t> permutation(uint32_t n, uint64_t seed, uint64_t stream) {
 std::string RowCursor::to_json() const { return nlohmann::json{{"epoch", epoch}, {"row", row}}.dump(); }
 
 RowCursor RowCursor::parse(const std::string& text, const std::string& who) {
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  const bool shallow = json_depth_problem(text).empty();  // a cursor is one flat object
+  const nlohmann::json j = shallow ? nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false)
+                                   : nlohmann::json(nlohmann::json::value_t::discarded);
   auto ok = [&](const char* k) { return j.contains(k) && j[k].is_number_integer() && j[k].get<int64_t>() >= 0; };
   if (j.is_discarded() || !j.is_object() || !ok("epoch") || !ok("row")) {
     const std::string shown = text.size() > 80 ? text.substr(0, 80) + "..." : text;

@@ -1,5 +1,9 @@
 // Internal: DeepSpeed config import (`ciuic-run --from-deepspeed ds_config.json`).
 //
+// import/ holds the translators of other tools' configs into recipe text. Unlike recipe/, it may
+// name plugins: translating DeepSpeed's fp16/bf16 sections, ZeRO stages and offload into the
+// plugins that implement them is its job (tests/arch lists the folders that may).
+//
 // Translates a DeepSpeed JSON config into an equivalent ciuic recipe (TOML text): batch shape,
 // clipping, precision (fp16 with its loss-scaler knobs, bf16, communication_data_type), ZeRO
 // stage 0/1/2 with its buckets and optimizer offload, Adam/AdamW and the WarmupLR / WarmupDecayLR /
@@ -29,7 +33,7 @@
 #include <string>
 #include <vector>
 
-namespace ciuic::recipe {
+namespace ciuic::importer {
 
 struct DeepSpeedImport {
   std::string toml;                       // the recipe, with comments
@@ -44,4 +48,4 @@ struct DeepSpeedImport {
 CIUIC_API DeepSpeedImport import_deepspeed(const std::string& json_text, const std::string& origin,
                                  const std::vector<std::string>& overrides);
 
-}  // namespace ciuic::recipe
+}  // namespace ciuic::importer

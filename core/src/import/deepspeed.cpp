@@ -1,5 +1,5 @@
 // DeepSpeed config -> ciuic recipe (see deepspeed.h and docs/deepspeed.md).
-#include "recipe/deepspeed.h"
+#include "import/deepspeed.h"
 
 #include <algorithm>
 #include <charconv>
@@ -7,16 +7,24 @@
 #include <optional>
 #include <functional>
 #include <map>
-#include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
 #include <ciuic/error.h>
+#include <ciuic/json.h>
 
 #include "base/text.h"
 #include "recipe/schema.h"
+#include "sdk/printable.h"
+#include "sdk/toml_format.h"
 
-namespace ciuic::recipe {
+namespace ciuic::importer {
+
+using recipe::find_section;
+using recipe::parse_literal;
+using recipe::section_names;
 
 namespace {
 
@@ -48,28 +56,123 @@ std::string float_lit(double v) {
   return s;
 }
 
+// A value for a message: its JSON text (strings quoted, control characters as \u001b), at most
+// ~60 bytes, cut at a character boundary.
 std::string short_json(const json& v) {
   std::string s = v.dump();
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+  if (s.size() <= 60) return s;
+  size_t cut = 57;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "...";
+}
+
+// Text from the config (keys, paths, values) or the command line as it may appear in a message,
+// a comment or a terminal line: one line, control bytes and invalid UTF-8 written \xNN
+// (sdk/printable.h). The config is untrusted: a key holding "\n[run]\nplugin_paths = ..." must not
+// become a line of the recipe (issue 27).
+std::string shown(const std::string& s) { return printable_text(s, /*keep_lines=*/false); }
+
+// "[a.b]" for the section "a.b", each part a bare or quoted TOML key.
+std::string section_header(const std::string& name) {
+  std::string h;
+  for (const auto& part : text::split(name, '.')) h += (h.empty() ? "" : ".") + toml_key(part);
+  return "[" + h + "]";
+}
+
+// ---- parsing in linear time --------------------------------------------------------------------
+// nlohmann's ordered_json parser looks every key up in its object — a vector, to keep the order —
+// before inserting it: quadratic in the keys of one object (300k keys took more than 30 s, issue
+// 27). This SAX handler builds the same value with a hash index of each open object's keys:
+// linear. A key given twice keeps its first place and its last value, as ordered_json's parser
+// does (Python's json, which DeepSpeed reads with, keeps the last value too).
+class OrderedBuilder {
+ public:
+  explicit OrderedBuilder(json& root) : root_(root) {}
+
+  bool null() { return put(nullptr); }
+  bool boolean(bool v) { return put(v); }
+  bool number_integer(json::number_integer_t v) { return put(v); }
+  bool number_unsigned(json::number_unsigned_t v) { return put(v); }
+  bool number_float(json::number_float_t v, const json::string_t&) { return put(v); }
+  bool string(json::string_t& v) { return put(std::move(v)); }
+  bool binary(json::binary_t& v) { return put(json::binary(std::move(v))); }
+  bool start_object(std::size_t) { return open(json::object()); }
+  bool start_array(std::size_t) { return open(json::array()); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(json::string_t& k) {
+    Open& o = open_.back();
+    auto& items = static_cast<json::object_t::Container&>(o.value->get_ref<json::object_t&>());
+    const auto [at, inserted] = o.index.try_emplace(k, items.size());
+    if (inserted) items.emplace_back(std::move(k), nullptr);
+    o.slot = &items[at->second].second;
+    return true;
+  }
+  template <class Exception>
+  bool parse_error(std::size_t, const std::string&, const Exception& e) {
+    throw e;  // parse_error or out_of_range, with nlohmann's position and text
+  }
+
+ private:
+  struct Open {
+    json* value;                                   // the array or object being filled
+    std::unordered_map<std::string, size_t> index;  // an object's keys -> their place
+    json* slot = nullptr;                          // an object's value after key()
+  };
+
+  // Stores `v` where the next value goes; returns where it went.
+  json* place(json&& v) {
+    if (open_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    Open& o = open_.back();
+    if (o.value->is_array()) {
+      auto& items = o.value->get_ref<json::array_t&>();
+      items.push_back(std::move(v));
+      return &items.back();
+    }
+    *o.slot = std::move(v);
+    return o.slot;
+  }
+  bool put(json&& v) {
+    place(std::move(v));
+    return true;
+  }
+  bool open(json&& container) {
+    open_.push_back(Open{place(std::move(container)), {}, nullptr});
+    return true;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+
+  json& root_;
+  std::vector<Open> open_;
+};
+
+json parse_ordered(const std::string& text) {
+  json root;
+  OrderedBuilder builder(root);
+  json::sax_parse(text, &builder);
+  return root;
 }
 
 class Importer {
  public:
-  Importer(std::string origin, const std::vector<std::string>& overrides) : origin_(std::move(origin)) {
+  Importer(const std::string& origin, const std::vector<std::string>& overrides) : origin_(shown(origin)) {
     for (const auto& o : overrides) parse_override(o);
   }
 
   DeepSpeedImport run(const std::string& text) {
-    json root = json::parse(text, nullptr, false);
-    if (root.is_discarded()) {
-      // Position of the first error from a throwing parse.
-      try {
-        const json check = json::parse(text);  // throws: the first error's position
-        (void)check;
-      } catch (const json::exception& e) {  // parse_error, or out_of_range (a number that overflows)
-        throw UsageError(origin_ + ": not valid JSON: " + std::string(e.what()) +
-                         " (ciuic-run --from-deepspeed reads a DeepSpeed config .json)");
-      }
+    check_json_depth(text, origin_, kExitUsage);  // nothing below walks deeper than kMaxJsonDepth
+    json root;
+    try {
+      root = parse_ordered(text);
+    } catch (const json::exception& e) {  // parse_error, or out_of_range (a number that overflows)
+      throw UsageError(origin_ + ": not valid JSON: " + std::string(e.what()) +
+                       " (ciuic-run --from-deepspeed reads a DeepSpeed config .json)");
     }
     if (!root.is_object()) throw UsageError(origin_ + ": expected a JSON object (a DeepSpeed config)");
 
@@ -109,16 +212,20 @@ class Importer {
   // ---- --set ------------------------------------------------------------------------------
   void parse_override(const std::string& o) {
     const size_t eq = o.find('=');
-    if (eq == std::string::npos) throw UsageError("--set " + o + ": expected section.key=value");
+    if (eq == std::string::npos) throw UsageError("--set " + shown(o) + ": expected section.key=value");
     std::string lhs = o.substr(0, eq), rhs = o.substr(eq + 1);
     while (!lhs.empty() && std::isspace(static_cast<unsigned char>(lhs.back()))) lhs.pop_back();
     while (!rhs.empty() && std::isspace(static_cast<unsigned char>(rhs.front()))) rhs.erase(0, 1);
     const size_t dot = lhs.rfind('.');
     if (dot == std::string::npos || dot == 0 || dot + 1 == lhs.size())
-      throw UsageError("--set " + o + ": expected section.key=value (recipe keys, e.g. optimizer.lr=3e-5)");
+      throw UsageError("--set " + shown(o) + ": expected section.key=value (recipe keys, e.g. optimizer.lr=3e-5)");
+    // Bare keys only, as for a run's --set (every recipe key is one).
+    for (const auto& part : text::split(lhs, '.'))
+      if (!is_bare_key(part))
+        throw UsageError("--set " + shown(o) + ": a key has letters, digits, '_' and '-' only (section.key=value)");
     const std::string sec = lhs.substr(0, dot);
     if (!find_section(sec)) {
-      std::string m = "--set " + o + ": unknown recipe section [" + sec + "]";
+      std::string m = "--set " + shown(o) + ": unknown recipe section [" + sec + "]";
       const std::string near = text::closest(sec, section_names());
       if (!near.empty()) m += "; did you mean [" + near + "]?";
       m += " (--set names recipe keys, not DeepSpeed keys)";
@@ -127,10 +234,10 @@ class Importer {
     std::string lit;
     if (auto t = parse_literal(rhs)) {
       lit = format_value(*t->get("v"));
-    } else if (!rhs.empty() && rhs.find_first_of("\"'[]{}=#") == std::string::npos) {
-      lit = toml_quote(rhs);
+    } else if (!rhs.empty() && rhs.find_first_of("\"'[]{}=#") == std::string::npos && shown(rhs) == rhs) {
+      lit = toml_quote(rhs);  // a bare word: printable UTF-8 text, as for a run's --set
     } else {
-      throw UsageError("--set " + o + ": the value is not a TOML value (strings need quotes: '\"text\"')");
+      throw UsageError("--set " + shown(o) + ": the value is not a TOML value (strings need quotes: '\"text\"')");
     }
     sets_.emplace_back(lhs, lit);
   }
@@ -140,6 +247,15 @@ class Importer {
     for (const auto& [k, val] : sets_)
       if (k == recipe_key) v = &val;
     return v;
+  }
+
+  // The --set value of `recipe_key` when it is a string (a plugin name), else nullopt.
+  std::optional<std::string> set_string(const std::string& recipe_key) const {
+    const std::string* v = set_value(recipe_key);
+    if (!v) return std::nullopt;
+    auto t = parse_literal(*v);
+    if (!t) return std::nullopt;
+    return t->get("v")->value_exact<std::string>();
   }
 
   std::optional<double> set_number(const std::string& recipe_key) const {
@@ -189,27 +305,27 @@ class Importer {
     s.entries.push_back({key, value, comment});
   }
 
-  void ignore(const std::string& path, const std::string& reason) { ignored_.push_back(path + ": " + reason); }
-  void note(const std::string& n) { notes_.push_back(n); }
-  void refuse(const std::string& path, const std::string& why) { refused_.push_back(path + ": " + why); }
+  // Every list entry is made printable here, once: they quote keys and values of the config.
+  void ignore(const std::string& path, const std::string& reason) { ignored_.push_back(shown(path + ": " + reason)); }
+  void note(const std::string& n) { notes_.push_back(shown(n)); }
+  void refuse(const std::string& path, const std::string& why) { refused_.push_back(shown(path + ": " + why)); }
 
   std::string render() const {
     static const char* kOrder[] = {"run", "cluster", "model", "model.config", "train", "optimizer", "scheduler",
                                    "precision", "comm", "sharding", "data", "checkpoint", "log"};
-    std::string o = "# Imported from " + origin_ + " by ciuic-run --from-deepspeed (docs/deepspeed.md).\n";
+    // Data, never code: every comment goes through toml_comment() (one line, whatever it quotes),
+    // every key through toml_key(), every value is a literal made by toml_quote()/format_value()
+    // or a number (tests: DeepSpeedImport.HostileKeysAndValuesStayData).
+    std::string o = toml_comment("Imported from " + origin_ + " by ciuic-run --from-deepspeed (docs/deepspeed.md).") + "\n";
     o += "# Each value says where it comes from: a DeepSpeed key, DeepSpeed's default, --set, or a placeholder.\n";
-    if (!notes_.empty()) {
-      o += "#\n# Notes:\n";
-      for (const auto& n : notes_) o += "#   " + n + "\n";
-    }
-    if (!ignored_.empty()) {
-      o += "#\n# DeepSpeed keys without a ciuic meaning (ignored):\n";
-      for (const auto& i : ignored_) o += "#   " + i + "\n";
-    }
-    if (!placeholders_.empty()) {
-      o += "#\n# Placeholders (a DeepSpeed config does not say them; edit, or give them with --set):\n";
-      for (const auto& p : placeholders_) o += "#   " + p + "\n";
-    }
+    const auto list = [&](const char* title, const std::vector<std::string>& items) {
+      if (items.empty()) return;
+      o += "#\n" + toml_comment(title) + "\n";
+      for (const auto& i : items) o += toml_comment("  " + i) + "\n";
+    };
+    list("Notes:", notes_);
+    list("DeepSpeed keys without a ciuic meaning (ignored):", ignored_);
+    list("Placeholders (a DeepSpeed config does not say them; edit, or give them with --set):", placeholders_);
     std::vector<const Section*> order;
     for (const char* n : kOrder)
       for (const auto& s : sections_)
@@ -221,13 +337,13 @@ class Importer {
     }
     for (const Section* s : order) {
       if (s->entries.empty() && s->comments.empty()) continue;
-      o += "\n[" + s->name + "]\n";
-      for (const auto& c : s->comments) o += "# " + c + "\n";
+      o += "\n" + section_header(s->name) + "\n";
+      for (const auto& c : s->comments) o += toml_comment(c) + "\n";
       size_t w = 0;
-      for (const auto& e : s->entries) w = std::max(w, e.key.size() + 3 + e.value.size());
+      for (const auto& e : s->entries) w = std::max(w, toml_key(e.key).size() + 3 + e.value.size());
       for (const auto& e : s->entries) {
-        std::string line = e.key + " = " + e.value;
-        if (!e.comment.empty()) line += std::string(w + 2 - line.size(), ' ') + "# " + e.comment;
+        std::string line = toml_key(e.key) + " = " + e.value;
+        if (!e.comment.empty()) line += std::string(w + 2 - line.size(), ' ') + toml_comment(e.comment);
         o += line + "\n";
       }
     }
@@ -245,7 +361,7 @@ class Importer {
       if (recipe_key.empty()) {
         refuse(join(path, key), "\"auto\" has no ciuic equivalent here; write the value");
       } else if (!set_value(recipe_key)) {
-        missing_auto_.push_back(join(path, key) + " = \"auto\": give it with --set " + recipe_key + "=<value>");
+        missing_auto_.push_back(shown(join(path, key)) + " = \"auto\": give it with --set " + recipe_key + "=<value>");
       }
       return nullptr;
     }
@@ -255,7 +371,7 @@ class Importer {
   static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
 
   [[noreturn]] void type_error(const std::string& path, const std::string& want, const json& v) const {
-    throw UsageError(origin_ + ": " + path + ": expected " + want + ", found " + short_json(v));
+    throw UsageError(origin_ + ": " + shown(path) + ": expected " + want + ", found " + short_json(v));
   }
 
   double number(const json& v, const std::string& path) const {
@@ -292,18 +408,23 @@ class Importer {
 
   // Keys of `obj` not read: ignored with a reason from `reasons` (key -> reason), else refused
   // when `unknown_refused`, else ignored as unknown.
+  // `prefixed` (prefix, reason) ignores every key that starts with the prefix (ZeRO's "stage3_*").
   void rest(const json& obj, const std::string& path, const std::map<std::string, std::string>& reasons,
-            const std::map<std::string, std::function<void(const json&, const std::string&)>>& special = {}) {
+            const std::map<std::string, std::function<void(const json&, const std::string&)>>& special = {},
+            const std::pair<std::string, std::string>& prefixed = {}) {
     for (auto it = obj.begin(); it != obj.end(); ++it) {
       const std::string p = join(path, it.key());
-      if (read_.count(p)) continue;
-      read_.insert(p);
+      if (!read_.insert(p).second) continue;
       if (auto s = special.find(it.key()); s != special.end()) {
         s->second(it.value(), p);
         continue;
       }
       if (auto r = reasons.find(it.key()); r != reasons.end()) {
         ignore(p, r->second);
+        continue;
+      }
+      if (!prefixed.first.empty() && it.key().rfind(prefixed.first, 0) == 0) {
+        ignore(p, prefixed.second);
         continue;
       }
       ignore(p, "not a DeepSpeed key ciuic knows (DeepSpeed would ignore or reject it)");
@@ -425,7 +546,7 @@ class Importer {
     const bool bf16_on = bf16 && enabled(*bf16, bf_path, "precision.plugin");
     if (fp16_on && bf16_on) throw UsageError(origin_ + ": fp16 and bf16 are both enabled (DeepSpeed refuses this too)");
     std::string plugin = fp16_on ? "fp16" : bf16_on ? "bf16" : "fp32";
-    if (const std::string* s = set_value("precision.plugin")) plugin = s->substr(1, s->size() - 2);
+    if (auto s = set_string("precision.plugin")) plugin = *s;
     put("precision", "plugin", toml_quote(plugin),
         fp16_on ? std::string("fp16.enabled") : bf16_on ? bf_path + ".enabled" : std::string("neither fp16 nor bf16 enabled"));
     if (fp16) {
@@ -589,10 +710,7 @@ class Importer {
           {"gather_16bit_weights_on_model_save", "ciuic exports from fp32 master weights (--export-hf)"},
           {"log_trace_cache_warnings", "ZeRO-3 only"},
       };
-      auto stage3 = [this](const json&, const std::string& p) { ignore(p, "ZeRO-3 only"); };
       std::map<std::string, std::function<void(const json&, const std::string&)>> special;
-      for (auto it = z->begin(); it != z->end(); ++it)
-        if (it.key().rfind("stage3_", 0) == 0) special[it.key()] = stage3;
       special["zero_quantized_weights"] = refuse_if_enabled("ZeRO++ quantized weights are not implemented");
       special["zero_quantized_gradients"] = refuse_if_enabled("ZeRO++ quantized gradients are not implemented");
       special["zero_quantized_nontrainable_weights"] = refuse_if_enabled("ZeRO++ quantized weights are not implemented");
@@ -602,14 +720,14 @@ class Importer {
         else ignore(p, "disabled");
       };
       special["mics_hierarchical_params_gather"] = refuse_if_enabled("MiCS is not implemented");
-      rest(*z, P, reasons, special);
+      rest(*z, P, reasons, special, {"stage3_", "ZeRO-3 only"});
     }
   }
 
   void optimizer(const json& root) {
     read_.insert("optimizer");
     std::string plugin = offload_ == "cpu" ? "cpu_adam" : "adamw";
-    if (const std::string* s = set_value("optimizer.plugin")) plugin = s->substr(1, s->size() - 2);
+    if (auto s = set_string("optimizer.plugin")) plugin = *s;
     put("optimizer", "plugin", toml_quote(plugin),
         offload_ == "cpu" ? "zero_optimization.offload_optimizer.device = \"cpu\": AdamW in host memory"
                           : "AdamW on the device (no optimizer offload)");
@@ -867,7 +985,7 @@ class Importer {
   std::vector<std::pair<std::string, std::string>> sets_;  // recipe key -> TOML literal
   std::vector<Section> sections_;
   std::vector<std::string> ignored_, notes_, placeholders_, refused_, missing_auto_;
-  std::set<std::string> read_;
+  std::unordered_set<std::string> read_;  // paths read: a hash set, linear in the keys
   std::string offload_ = "none";
   std::optional<bool> pin_memory_;
   std::optional<int64_t> total_steps_;
@@ -881,4 +999,4 @@ DeepSpeedImport import_deepspeed(const std::string& json_text, const std::string
   return im.run(json_text);
 }
 
-}  // namespace ciuic::recipe
+}  // namespace ciuic::importer

@@ -1,25 +1,32 @@
-// DeepSpeed config import (recipe/deepspeed.h): the seed's ds_config imports to the values of
+// DeepSpeed config import (import/deepspeed.h): the seed's ds_config imports to the values of
 // configs/deepseek-6.7b-4xa100.toml key by key; "auto" values, ignored keys, refusals, fp16/bf16,
 // every scheduler, batch-size arithmetic, ZeRO stages and offload; the output parses as TOML and
 // loads back as a recipe.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
 
 #include <ciuic/error.h>
 #include <ciuic/plugin.h>
 
-#include "recipe/deepspeed.h"
+#include "base/text.h"
+#include "import/deepspeed.h"
 #include "recipe/recipe.h"
 #include "recipe/schema.h"
+#include "../support/deep_json.h"
 #include "registry/registry.h"
 
-namespace ciuic::recipe {
+namespace ciuic::importer {
 namespace {
+
+using namespace ciuic::recipe;
 
 namespace fs = std::filesystem;
 
@@ -340,5 +347,185 @@ TEST(DeepSpeedImport, ZeroStagesAndOptimizerOffload) {
   EXPECT_TRUE(has(error_of("{}", {"trian.max_steps=3"}), "unknown recipe section [trian]; did you mean [train]?"));
 }
 
+// ---- hostile input (issue 27 finding 1) ------------------------------------------------------
+// What an attacker controls: every key and string of the config, and the config's file name.
+// Each gets newlines with a recipe table after them, quotes, brackets, '#', CR, ESC and BEL
+// sequences, NUL, C1 controls (U+009B is CSI), U+2028 and a bidi override, and a long run of them.
+std::vector<std::string> hostile_strings() {
+  std::vector<std::string> h = {
+      "comms_logger\n[run]\nplugin_paths = [\"evilplugins\"] #",
+      "x\"]\n[run]\noutput_dir = \"/tmp/evil\"\nsetup = \"touch /tmp/pwned\"",
+      "#\r[run]\rplugin_paths = [\"cr\"]",
+      "'''\n[run]\n'''",
+      "\x1b]0;owned\x07\x1b[2J\x1b[31mred",
+      std::string("nul\0[run]\nplugin_paths = [\"nul\"]", 34),
+      "c1 \xc2\x9b" "2J and \xc2\x85 next line",
+      "sep \xe2\x80\xa8[run]\xe2\x80\xa9 and \xe2\x80\xae override",
+      "] = 1\n[[run]]\n",
+      "\\\n[run]",
+  };
+  std::string long_one;
+  for (int i = 0; i < 2000; ++i) long_one += "\n[run]\nplugin_paths = [\"long\"] #\x1b[0m";
+  h.push_back(long_one);
+  return h;
+}
+
+// Every dotted key of a TOML table, tables included, in toml++'s own words.
+void keys_of(const toml::table& t, const std::string& prefix, std::set<std::string>& out) {
+  for (auto&& [k, v] : t) {
+    const std::string path = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    out.insert(path);
+    if (const toml::table* sub = v.as_table()) keys_of(*sub, path, out);
+  }
+}
+
+// "" when the text holds no byte a terminal acts on — no C0 control other than '\n' (when
+// allowed), no DEL, no C1 control, no U+2028/U+2029, no bidi control — else what and where.
+// Checked byte by byte here, independently of sdk/printable.h.
+std::string unsafe_byte(const std::string& s, bool allow_newline) {
+  const auto u = [&](size_t i) { return i < s.size() ? static_cast<unsigned char>(s[i]) : 0; };
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = u(i);
+    if ((c < 0x20 && !(allow_newline && c == '\n')) || c == 0x7f) return "control byte at " + std::to_string(i);
+    if (c == 0xc2 && u(i + 1) >= 0x80 && u(i + 1) <= 0x9f) return "C1 control at " + std::to_string(i);
+    if (c == 0xe2 && u(i + 1) == 0x80 && u(i + 2) >= 0xa8 && u(i + 2) <= 0xae)
+      return "separator or bidi control at " + std::to_string(i);
+    if (c == 0xe2 && u(i + 1) == 0x81 && u(i + 2) >= 0xa6 && u(i + 2) <= 0xa9)
+      return "bidi isolate at " + std::to_string(i);
+  }
+  return "";
+}
+
+// A config with each of `hs` as a key in every place the importer lists keys from, and as the
+// value of each; nlohmann writes the JSON text (valid JSON, control characters as \u escapes).
+nlohmann::json hostile_config(const std::vector<std::string>& hs) {
+  nlohmann::json j = {{"train_micro_batch_size_per_gpu", 2},
+                      {"zero_optimization", {{"stage", 2}}},
+                      {"fp16", {{"enabled", false}}},
+                      {"bf16", {{"enabled", true}}},
+                      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-4}}}}},
+                      {"scheduler", {{"type", "WarmupLR"}, {"params", {{"warmup_num_steps", 10}}}}},
+                      {"tensorboard", {{"enabled", true}}}};
+  for (const std::string& h : hs) {
+    j[h] = h;
+    j["zero_optimization"][h] = h;
+    j["zero_optimization"]["stage3_" + h] = h;
+    j["fp16"][h] = h;
+    j["bf16"][h] = h;
+    j["optimizer"][h] = h;
+    j["optimizer"]["params"][h] = {{h, h}};
+    j["scheduler"]["params"][h] = h;
+    j["tensorboard"][h] = h;
+  }
+  return j;
+}
+
+TEST(DeepSpeedImport, HostileKeysAndValuesStayData) {
+  const std::vector<std::string> hs = hostile_strings();
+  const DeepSpeedImport reference = import_deepspeed(hostile_config({}).dump(), "ds.json", {});
+  const std::string origin = "evil\n[run]\nplugin_paths = [\"o\"]\x1b[0m\xff.json";
+  const DeepSpeedImport im = import_deepspeed(hostile_config(hs).dump(), origin, {});
+  // The recipe is TOML with exactly the tables and keys of the clean config's import: no [run]
+  // table, no plugin_paths, output_dir or setup, nothing else.
+  std::set<std::string> want, got;
+  keys_of(parse_toml(reference.toml), "", want);
+  keys_of(parse_toml(im.toml), "", got);
+  EXPECT_EQ(got, want) << im.toml.substr(0, 4000);
+  EXPECT_EQ(got.count("run"), 0u);
+  expect_loads(im);
+  // Nothing lost: every hostile key is listed as ignored (9 places each), shown escaped.
+  EXPECT_EQ(im.ignored.size(), reference.ignored.size() + 9 * hs.size());
+  EXPECT_TRUE(has(im.toml, "#   comms_logger\\x0a[run]\\x0aplugin_paths = [\"evilplugins\"] #: not a DeepSpeed key"))
+      << im.toml.substr(0, 4000);
+  EXPECT_TRUE(has(im.toml, "nul\\x00[run]\\x0aplugin_paths")) << "a NUL must not cut the key";
+  EXPECT_TRUE(has(im.toml, "\\x1b]0;owned\\x07\\x1b[2J"));
+  EXPECT_TRUE(has(im.toml, "c1 \\u009b2J and \\u0085 next line"));
+  EXPECT_TRUE(has(im.toml, "sep \\u2028[run]\\u2029 and \\u202e override"));
+  EXPECT_TRUE(has(im.toml, "# Imported from evil\\x0a[run]\\x0aplugin_paths = [\"o\"]\\x1b[0m\\xff.json"));
+  // No byte a terminal acts on, in the recipe (its own newlines aside) or in any listed line.
+  EXPECT_EQ(unsafe_byte(im.toml, true), "");
+  for (const auto* list : {&im.ignored, &im.notes, &im.placeholders})
+    for (const auto& line : *list) EXPECT_EQ(unsafe_byte(line, false), "") << line;
+}
+
+TEST(DeepSpeedImport, HostileValuesInMessagesAreShownNotSent) {
+  for (const std::string& h : hostile_strings()) {
+    // Values the importer reads, each refused or reported quoting its key or value.
+    for (const nlohmann::json& j :
+         {nlohmann::json{{"optimizer", {{"type", h}}}}, nlohmann::json{{"communication_data_type", h}},
+          nlohmann::json{{"scheduler", {{"type", h}}}}, nlohmann::json{{"gradient_clipping", h}},
+          nlohmann::json{{"zero_optimization", {{"offload_optimizer", {{"device", h}}}}}},
+          nlohmann::json{{"optimizer", {{"params", {{"lr", "auto"}}}}}, {"moe", {{"enabled", true}}}, {h, 1}},
+          nlohmann::json{{"zero_optimization", {{"stage", 2}, {"offload_optimizer", {{h, "auto"}}}}},
+                         {"optimizer", {{"params", {{h, 1}, {"lr", "auto"}}}}}}}) {
+      const std::string e = error_of(j.dump());
+      EXPECT_NE(e, "no error") << j.dump();
+      EXPECT_EQ(unsafe_byte(e, true), "") << e;
+      // Each problem is one line: a newline of the config does not start a line of the message.
+      for (const auto& line : text::split(e, '\n')) EXPECT_NE(line.rfind("[run]", 0), 0u) << e;
+    }
+  }
+  // --set keys are bare keys and bare values printable UTF-8, as for a run.
+  EXPECT_TRUE(has(error_of("{}", {"run.x\n[run]\nplugin_paths=1"}), "a key has letters, digits, '_' and '-' only"));
+  EXPECT_TRUE(has(error_of("{}", {"run.name=a\x1b[31mb"}), "the value is not a TOML value"));
+  EXPECT_TRUE(has(error_of("{}", {"run.name=\xff\xfe"}), "the value is not a TOML value"));
+  EXPECT_EQ(unsafe_byte(error_of("{}", {"run.name=a\x1b[31mb"}), true), "");
+  // A quoted --set string may hold anything; it is written as TOML escapes.
+  const DeepSpeedImport q = import("{}", {"run.name=\"a\\n[run]\\u001b\""});
+  const toml::table t = parse_toml(q.toml);
+  EXPECT_EQ(t.at_path("run.name").value<std::string>().value_or(""), "a\n[run]\x1b");
+  EXPECT_EQ(unsafe_byte(q.toml, true), "");
+}
+
+// ---- size and depth (issue 27 finding 5) -----------------------------------------------------
+TEST(DeepSpeedImport, NestingPastTheDepthLimitIsRefused) {
+  for (const std::string& deep : {ciuic_test::nested_arrays(ciuic_test::kDeep), ciuic_test::nested_objects(ciuic_test::kDeep)}) {
+    const std::string e = error_of("{\"zero_optimization\": {\"stage\": 2, \"x\": " + deep + "}}");
+    EXPECT_EQ(e.rfind("ds.json: JSON nested deeper than 128 levels (arrays and objects) at line 1, column ", 0), 0u)
+        << e.substr(0, 300);
+  }
+  // At the limit it imports (an unknown key, listed as ignored).
+  const DeepSpeedImport im = import("{\"zero_optimization\": {\"stage\": 2, \"x\": " + ciuic_test::nested_arrays(126) + "}}");
+  EXPECT_TRUE(has(im.toml, "#   zero_optimization.x: ")) << im.toml;
+}
+
+// A config of `n` keys at the top level and `n` in zero_optimization, all without a ciuic meaning.
+std::string many_keys(size_t n) {
+  std::string top = "{\"train_micro_batch_size_per_gpu\": 1", zero = "\"zero_optimization\": {\"stage\": 2";
+  for (size_t i = 0; i < n; ++i) {
+    top += ", \"key_" + std::to_string(i) + "\": " + std::to_string(i);
+    zero += ", \"stage3_k" + std::to_string(i) + "\": true";
+  }
+  return top + ", " + zero + "}}";
+}
+
+// Importing is linear in the config's size: nlohmann's ordered_json parser looked every key up
+// in its object before inserting it (quadratic: 300k keys took more than 200 s). Ten times the
+// keys may cost at most 30 times the time: linear is ~10 (12-18 measured: the larger hash tables
+// miss the cache more), quadratic ~100. Each time is the best of a few runs, so a busy machine
+// slows both sizes alike.
+TEST(DeepSpeedImport, ImportingIsLinearInTheNumberOfKeys) {
+  const auto best_seconds = [](const std::string& text, int runs, size_t* ignored) {
+    double best = 1e9;
+    for (int r = 0; r < runs; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const DeepSpeedImport im = import(text);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      *ignored = im.ignored.size();
+    }
+    return best;
+  };
+  size_t small_ignored = 0, large_ignored = 0;
+  const double small = best_seconds(many_keys(15000), 5, &small_ignored);
+  const double large = best_seconds(many_keys(150000), 3, &large_ignored);  // 300k keys in all
+  EXPECT_EQ(large_ignored, 300000u);
+  EXPECT_EQ(small_ignored, 30000u);
+  std::cout << "import of 30k keys: " << small << " s, 300k keys: " << large << " s (ratio " << large / small << ")\n";
+  EXPECT_LT(large / small, 30.0) << small << " s vs " << large << " s";
+  // A key given twice keeps its first place and its last value, as nlohmann's own parser did.
+  const DeepSpeedImport dup = import(R"({"gradient_clipping": 1.0, "my_key": 1, "gradient_clipping": 2.0})");
+  EXPECT_EQ(value(parse_toml(dup.toml), "train.gradient_clipping"), "2.0");
+}
+
 }  // namespace
-}  // namespace ciuic::recipe
+}  // namespace ciuic::importer
