@@ -305,6 +305,7 @@ int run_recipe(const CliOptions& o) {
   lo.master_port = o.master_port;
   lo.output_all_ranks = cluster.get_string("output") == "all";
   lo.rendezvous_timeout = std::chrono::milliseconds(static_cast<int64_t>(cluster.get_float("timeout_s") * 1000));
+  lo.store_token_file = train::TrainOptions::from(recipe).run_paths().output_dir + "/.ciuic-store-token";
   return launch::launch_and_supervise(lo);
 }
 

@@ -184,6 +184,8 @@ bool is_launch_var(std::string_view kv) {
                                  "MASTER_ADDR",
                                  "MASTER_PORT",
                                  "CIUIC_LAUNCHER",
+                                 "CIUIC_STORE_TOKEN",
+                                 "CIUIC_STORE_TOKEN_FILE",
                                  "TORCHELASTIC_USE_AGENT_STORE",
                                  "TORCHELASTIC_RESTART_COUNT",
                                  "TORCHELASTIC_RUN_ID"};
@@ -284,6 +286,34 @@ std::string seconds_text(Clock::duration d) {
   char buf[32];
   snprintf(buf, sizeof buf, "%.1f s", std::chrono::duration<double>(d).count());
   return buf;
+}
+
+// Writes `token` to `path` readable by its owner only (0600), replacing what was there at once
+// (a new file renamed over it), so that a node never reads half a token.
+void write_token_file(const std::string& path, const std::string& token) {
+  const std::string tmp = path + ".tmp" + std::to_string(getpid());
+  unlink(tmp.c_str());
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  auto fail = [&](const char* what) {
+    const std::string m = std::string(what) + ": " + strerror(errno);
+    if (fd >= 0) close(fd);
+    unlink(tmp.c_str());
+    throw Error("launcher: cannot write the store token file " + path + " (" + m +
+                "); the run directory must be writable and shared by every node");
+  };
+  if (fd < 0) fail("open");
+  const std::string line = token + "\n";
+  if (write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) fail("write");
+  if (fsync(fd) != 0) fail("fsync");
+  if (close(fd) != 0) {
+    unlink(tmp.c_str());
+    throw Error("launcher: cannot write the store token file " + path);
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string m = strerror(errno);
+    unlink(tmp.c_str());
+    throw Error("launcher: cannot write the store token file " + path + " (rename: " + m + ")");
+  }
 }
 
 std::string host_name() {
@@ -743,25 +773,67 @@ class Supervisor {
     if (o_.master_addr.empty()) bad("master_addr is empty");
   }
 
-  std::string where() const { return o_.master_addr + ":" + std::to_string(port_); }
+  std::string where() const { return host_ + ":" + std::to_string(port_); }
 
   void open_store() {
     const std::string who = "the launcher of node " + std::to_string(o_.node_rank);
-    const bool server = o_.node_rank == 0;
-    if (!server &&
-        !wait_for_listener(o_.master_addr, o_.master_port, Clock::now() + o_.rendezvous_timeout))
-      throw Error(who + " could not reach node 0: nothing accepted a connection at " +
-                  o_.master_addr + ":" + std::to_string(o_.master_port) +
-                  ", where the launcher of node 0 hosts the run's store, within " +
-                  seconds_text(o_.rendezvous_timeout) +
-                  " ([cluster] timeout_s). Check that node 0 was started, with the same --nnodes, "
-                  "--master-addr and --master-port, and that this host can reach it");
-    tcp_ = open_tcp_store(o_.master_addr, o_.master_port, server, o_.rendezvous_timeout, who);
-    port_ = server ? tcp_->getPort() : o_.master_port;
-    if (server) log_debug("launcher: the run's store listens on port " + std::to_string(port_));
+    const bool one_node = o_.nnodes == 1;
+    // A token given by the user (the same on every node) wins over the one node 0 makes.
+    if (const char* t = std::getenv("CIUIC_STORE_TOKEN"); t && *t) token_ = t;
+    else if (const char* f = std::getenv("CIUIC_STORE_TOKEN_FILE"); f && *f)
+      token_ = read_token_file(f, "CIUIC_STORE_TOKEN_FILE");
+    const bool given = !token_.empty();
+    if (!one_node && !given && o_.store_token_file.empty())
+      throw UsageError("launcher: a run on " + std::to_string(o_.nnodes) +
+                       " nodes needs a store token: set CIUIC_STORE_TOKEN on every node");
+    if (o_.node_rank == 0) {
+      if (!given) {
+        token_ = new_store_token();
+        if (!one_node) write_token_file(o_.store_token_file, token_);
+      }
+      server_ = std::make_unique<StoreServer>(one_node ? std::string("127.0.0.1") : o_.master_addr,
+                                              o_.master_port, token_, one_node);
+      host_ = server_->host();
+      port_ = server_->port();
+      log_info("launcher: the run's store listens at " + server_->address() +
+               (one_node ? " (loopback only, token required)" : " (token required)"));
+      tcp_ = connect_run_store(host_, port_, token_, o_.rendezvous_timeout, who);
+    } else {
+      host_ = o_.master_addr;
+      port_ = o_.master_port;
+      tcp_ = connect_node0(who);
+    }
     if (o_.nnodes > 1)
       watch_ = std::make_unique<NodeWatch>(
           o_, c10::make_intrusive<c10d::PrefixStore>("ciuic/launch", tcp_), where());
+  }
+
+  // Nodes other than 0: connects to node 0's store until the rendezvous timeout. A token read from
+  // store_token_file may be an earlier run's until node 0 rewrote it (node 0 writes it before its
+  // store listens, and the file is read once connected): a refusal is retried until the timeout.
+  c10::intrusive_ptr<c10d::Store> connect_node0(const std::string& who) {
+    const auto deadline = Clock::now() + o_.rendezvous_timeout;
+    std::function<std::string()> from_file;
+    if (token_.empty())
+      from_file = [&] { return token_ = read_token_file(o_.store_token_file, "the store token file"); };
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      try {
+        return connect_run_store(host_, port_, token_, std::max(left, std::chrono::milliseconds(1)),
+                                 who, {}, from_file);
+      } catch (const StoreUnreachable&) {
+        throw Error(who + " could not reach node 0: nothing accepted a connection at " + where() +
+                    ", where the launcher of node 0 hosts the run's store, within " +
+                    seconds_text(o_.rendezvous_timeout) +
+                    " ([cluster] timeout_s). Check that node 0 was started, with the same "
+                    "--nnodes, --master-addr and --master-port, and that this host can reach it");
+      } catch (const StoreRefused& e) {
+        if (!from_file || Clock::now() >= deadline)
+          throw Error(std::string(e.what()) +
+                      (from_file ? " (token from " + o_.store_token_file + ")" : ""));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
   }
 
   void start_workers() {
@@ -788,9 +860,10 @@ class Supervisor {
       add("NODE_RANK", std::to_string(o_.node_rank));
       add("GROUP_WORLD_SIZE", std::to_string(o_.nnodes));
       add("ROLE_WORLD_SIZE", std::to_string(world));
-      add("MASTER_ADDR", o_.master_addr);
+      add("MASTER_ADDR", host_);
       add("MASTER_PORT", std::to_string(port_));
       add("CIUIC_LAUNCHER", "1");
+      add("CIUIC_STORE_TOKEN", token_);
       // The workers' stderr is a pipe to this process; when this process's stderr is a terminal,
       // rank 0 draws its one-line progress display anyway and this process passes it through.
       if (tty_) add("CIUIC_PROGRESS_TTY", "1");
@@ -1174,7 +1247,9 @@ class Supervisor {
   std::string exe_;
   int devnull_ = -1;
   std::vector<Worker> workers_;
-  c10::intrusive_ptr<c10d::TCPStore> tcp_;
+  std::unique_ptr<StoreServer> server_;  // node 0 only (destroyed after tcp_ and watch_)
+  c10::intrusive_ptr<c10d::Store> tcp_;
+  std::string host_, token_;
   int port_ = 0;
   bool stopping_ = false;
   bool killed_ = false;
