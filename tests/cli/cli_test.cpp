@@ -341,6 +341,26 @@ TEST(Cli, FromDeepSpeedWritesAnEquivalentRecipe) {
   EXPECT_TRUE(has(r.err, "-o/--output goes with --from-deepspeed")) << r.err;
 }
 
+// Plugins load only when the run uses them: --print-recipe with a plugin path holding a plugin the
+// recipe does not name runs none of its code (issue 27: every libciuic_*.so was loaded), and a
+// library there that is not a plugin is named in a warning.
+TEST(Cli, PrintRecipeLoadsOnlyThePluginsItNames) {
+  const fs::path dir = test_dir();
+  const std::string recipe = write_recipe(dir, kAllTest);
+  const fs::path marker = dir / "marker.txt";
+  const fs::path io = fs::path(CIUIC_TEST_TMP) / "cli" / "io";
+  const std::string cmd = "env CIUIC_TEST_MARKER=" + marker.string() + " " + kExe + " " + recipe + " --plugin-path " +
+                          kGood + " --plugin-path " + CIUIC_TEST_PLUGINS + "/marker --print-recipe";
+  Result r = ciuic_test::run_command(cmd, io);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(marker)) << ciuic_test::slurp(marker.string());
+  EXPECT_TRUE(has(r.err, CIUIC_TEST_PLUGINS + "/marker/libciuic_data_notaplugin.so is not loaded: not a ciuic plugin"))
+      << r.err;
+  r = ciuic_test::run_command(cmd + " --set 'precision.plugin=\"marker\"'", io);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ciuic_test::slurp(marker.string()), "marker loaded\n");
+}
+
 TEST(Cli, PlotWritesTheRunReport) {
   const fs::path dir = test_dir() / "plot_run";
   fs::create_directories(dir);
