@@ -6,6 +6,11 @@
 // (the same executable and arguments, with a torchrun-compatible environment), supervises them
 // and returns the run's exit code. Inside a worker, detect_worker_env() describes the process.
 // docs/launch.md is the user-facing description of everything here.
+//
+// Files: env.cpp (detect_worker_env), store.cpp (connect_store, the rendezvous), store_server.cpp
+// (the run's store: server and client, tcp_store.h), spawn.cpp (signals, forking a worker:
+// spawn.h), node_watch.cpp (the launchers of several nodes watching each other: node_watch.h),
+// supervisor.cpp (launch_and_supervise: the event loop), failure.cpp (FailureNotes), memory.cpp.
 #pragma once
 
 #include <ciuic/context.h>
