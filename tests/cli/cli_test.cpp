@@ -397,6 +397,72 @@ TEST(Cli, DeepCheckpointJsonIsRefused) {
   EXPECT_TRUE(has(r.err, (ckpt / "trainer.json").string() + ": JSON nested deeper than 128 levels")) << r.err;
 }
 
+// The small hostile inputs of issue 27 (finding 7): each gets a message saying what it is and the
+// exit code of bad input (2).
+TEST(Cli, PlotOnAMistypedRecordNamesFileAndLine) {
+  const fs::path dir = test_dir() / "plot_mistyped";
+  fs::create_directories(dir);
+  std::ofstream(dir / "metrics.jsonl") << "{\"step\": 1, \"loss\": 3.0}\n{\"step\": 2, \"event\": 7}\n";
+  Result r = run("--plot " + dir.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, (dir / "metrics.jsonl").string() + ":2: \"event\" is a number, expected a string")) << r.err;
+  EXPECT_FALSE(has(r.err, "json.exception")) << r.err;
+}
+
+TEST(Cli, ExportHfTokenizerThatIsNotAFileSaysWhatItIs) {
+  const fs::path dir = test_dir();
+  Result r = run("--export-hf /nonexistent/ckpt " + (dir / "hf_out").string() + " --tokenizer /dev/zero");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "--tokenizer /dev/zero: not a regular file (a device): expected a tokenizer.json file")) << r.err;
+  r = run("--export-hf /nonexistent/ckpt " + (dir / "hf_out").string() + " --tokenizer " + dir.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "--tokenizer " + dir.string() + ": a folder, not a tokenizer.json file (and not a "
+                         "tokenizer folder: it holds no tokenizer.json)"))
+      << r.err;
+  r = run("--export-hf /nonexistent/ckpt " + (dir / "hf_out").string() + " --tokenizer /nonexistent/t.json");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "--tokenizer /nonexistent/t.json: no such file")) << r.err;
+}
+
+// --dry-run checks [train] exact_match_file as the run loads it (before: "valid", and the run
+// failed after its set-up).
+TEST(Cli, DryRunChecksTheExactMatchFile) {
+  const std::string tok = CIUIC_SOURCE_DIR + "/examples/demo/tokenizer.json";
+  const fs::path dir = test_dir();
+  const std::string recipe = write_recipe(dir, kAllTest);
+  const std::string base = recipe + " --plugin-path " + kGood + " --dry-run --set model.tokenizer=" + tok;
+  Result r = run(base + " --set train.exact_match_file=/dev/zero");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "[train] exact_match_file: cannot read held-out questions ([train] exact_match_file) "
+                         "/dev/zero: not a regular file"))
+      << r.err;
+  const fs::path q = dir / "questions.jsonl";
+  std::ofstream(q) << "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}], \"answer\": \"4\"}\n";
+  r = run(base + " --set train.exact_match_file=" + q.string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "  exact match " + q.string() + ", 1 question(s)\n")) << r.out;
+}
+
+// Plugins load only when the run uses them: --print-recipe with a plugin path holding a plugin the
+// recipe does not name runs none of its code (issue 27: every libciuic_*.so was loaded), and a
+// library there that is not a plugin is named in a warning.
+TEST(Cli, PrintRecipeLoadsOnlyThePluginsItNames) {
+  const fs::path dir = test_dir();
+  const std::string recipe = write_recipe(dir, kAllTest);
+  const fs::path marker = dir / "marker.txt";
+  const fs::path io = fs::path(CIUIC_TEST_TMP) / "cli" / "io";
+  const std::string cmd = "env CIUIC_TEST_MARKER=" + marker.string() + " " + kExe + " " + recipe + " --plugin-path " +
+                          kGood + " --plugin-path " + CIUIC_TEST_PLUGINS + "/marker --print-recipe";
+  Result r = ciuic_test::run_command(cmd, io);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(marker)) << ciuic_test::slurp(marker.string());
+  EXPECT_TRUE(has(r.err, CIUIC_TEST_PLUGINS + "/marker/libciuic_data_notaplugin.so is not loaded: not a ciuic plugin"))
+      << r.err;
+  r = ciuic_test::run_command(cmd + " --set 'precision.plugin=\"marker\"'", io);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ciuic_test::slurp(marker.string()), "marker loaded\n");
+}
+
 TEST(Cli, PlotWritesTheRunReport) {
   const fs::path dir = test_dir() / "plot_run";
   fs::create_directories(dir);

@@ -4,7 +4,17 @@
 #include <ciuic/error.h>
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "launch/launch.h"
@@ -73,6 +83,10 @@ TEST_F(LaunchTest, ThreeWorkersRendezvousAndShowEveryRankWithAll) {
               std::string::npos)
         << c->out();
   expect_all_gone(3);
+  // One node: the log states the bound address, loopback (before: "store at 127.0.0.1:PORT"
+  // while the socket listened on every interface).
+  EXPECT_NE(c->err().find("the run's store listens at 127.0.0.1:"), std::string::npos) << c->err();
+  EXPECT_NE(c->err().find("(loopback only, token required)"), std::string::npos) << c->err();
 }
 
 TEST_F(LaunchTest, KeepsOmpNumThreadsWhenSet) {
@@ -225,6 +239,10 @@ TEST_F(LaunchTest, TwoNodesOnLoopback) {
   auto n0 = common, n1 = common;
   n0.insert(n0.end(), {"--node-rank", "0"});
   n1.insert(n1.end(), {"--node-rank", "1"});
+  {  // an earlier run's token file
+    std::ofstream(dir_ + "/store-token") << "stale-token-of-an-earlier-run\n";
+    chmod((dir_ + "/store-token").c_str(), 0600);
+  }
   auto c0 = launch(n0, {"ok"}, "node0");
   auto c1 = launch(n1, {"ok"}, "node1");
   ASSERT_TRUE(c0->wait(60s)) << c0->err();
@@ -242,6 +260,17 @@ TEST_F(LaunchTest, TwoNodesOnLoopback) {
             std::string::npos)
       << c1->out();
   expect_all_gone(4);
+  // The store was bound to the address given and guarded by a token that node 0 wrote for node 1
+  // (over the stale one written above: node 1 reads it once node 0's store accepts connections).
+  EXPECT_NE(c0->err().find("the run's store listens at 127.0.0.1:" + port + " (token required)"),
+            std::string::npos)
+      << c0->err();
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ + "/store-token").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const std::string token = testing::read_file(dir_ + "/store-token");
+  EXPECT_EQ(token.size(), 65u) << token;  // 64 hex digits and a newline
+  EXPECT_EQ(token.find("stale"), std::string::npos);
 }
 
 TEST_F(LaunchTest, FailureOnOneNodeStopsTheOther) {
@@ -419,11 +448,14 @@ launch::WorkerEnv env_of(int rank, int world, int port) {
 
 TEST(Rendezvous, TimeoutNamesJoinedAndMissingRanks) {
   // The store is hosted outside the ranks (as by a launcher), so that it outlives both.
-  auto server = launch::open_tcp_store("127.0.0.1", 0, true, 10s, "test");
-  const int port = server->getPort();
+  const std::string token = launch::new_store_token();
+  launch::StoreServer server("127.0.0.1", 0, token, true);
+  const int port = server.port();
   auto hosted = [&](int rank) {
     auto e = env_of(rank, 4, port);
     e.store_hosted_by_launcher = true;
+    e.launcher = "ciuic";
+    e.store_token = token;
     return e;
   };
   std::string msg0, msg2;
@@ -502,6 +534,184 @@ TEST(Rendezvous, ASetIsVisibleToOtherRanksWhenItReturns) {
     missed += !s1->check("v/" + std::to_string(i));
   }
   EXPECT_EQ(missed, 0) << "of 3000 keys set by rank 0, rank 1 did not find " << missed;
+}
+
+// ---- the store is not open to strangers -----------------------------------------------------
+
+// The local addresses listening on `port`, as the kernel lists them in /proc/net/tcp and tcp6
+// (what `ss -ltn` shows): "127.0.0.1", "0.0.0.0", "::", ...
+std::vector<std::string> listening_on(int port) {
+  std::vector<std::string> out;
+  for (const char* file : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      std::string sl, local, remote, st;
+      ls >> sl >> local >> remote >> st;
+      const size_t colon = local.find(':');
+      if (st != "0A" || std::stoi(local.substr(colon + 1), nullptr, 16) != port) continue;
+      const std::string hex = local.substr(0, colon);
+      unsigned char b[16] = {};
+      for (size_t i = 0; i < hex.size() / 8; ++i) {  // 32-bit words, each in host (little) order
+        const uint32_t w = static_cast<uint32_t>(std::stoul(hex.substr(8 * i, 8), nullptr, 16));
+        std::memcpy(b + 4 * i, &w, 4);
+      }
+      char text[INET6_ADDRSTRLEN] = {};
+      inet_ntop(hex.size() == 8 ? AF_INET : AF_INET6, b, text, sizeof text);
+      out.push_back(text);
+    }
+  }
+  return out;
+}
+
+// A raw client of the store protocol (the wire format in launch/store_server.cpp, written out
+// here independently): binds its socket to `from` (unless empty), connects to 127.0.0.1:port,
+// sends `hello` ("" = the handshake with `token`), and returns the server's answer: 1 accepted,
+// 0 refused, -1 the connection closed without an answer, -2 the connection itself failed.
+int raw_hello(const std::string& from, int port, const std::string& token, std::string hello = "") {
+  const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (!from.empty()) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, from.c_str(), &a.sin_addr);
+    if (bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return close(s), -3;
+  }
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  if (connect(s, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) return close(s), -2;
+  if (hello.empty()) {
+    hello = "ciuicKV1";
+    const uint32_t n = static_cast<uint32_t>(token.size());
+    for (int i = 0; i < 4; ++i) hello.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+    hello += token;
+  }
+  (void)!send(s, hello.data(), hello.size(), MSG_NOSIGNAL);
+  timeval tv{10, 0};
+  setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  unsigned char answer = 0;
+  const ssize_t r = recv(s, &answer, 1, 0);
+  close(s);
+  return r == 1 ? answer : -1;
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// One node: the store listens on 127.0.0.1 only (not on every interface, as c10d's TCPStore
+// did) and refuses a connection from another local address even with the right token.
+TEST(StoreAccess, OneNodeStoreListensOnLoopbackAndRefusesOtherAddresses) {
+  const std::string token = launch::new_store_token();
+  launch::StoreServer server("127.0.0.1", 0, token, true);
+  const std::string port = std::to_string(server.port());
+  EXPECT_EQ(listening_on(server.port()), std::vector<std::string>{"127.0.0.1"});
+  EXPECT_EQ(server.address(), "127.0.0.1:" + port);
+
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(raw_hello("127.0.0.2", server.port(), token), -1);
+  EXPECT_EQ(raw_hello("", server.port(), token), 1);
+  EXPECT_EQ(raw_hello("", server.port(), "x" + token.substr(1)), 0);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(server.refused(), 2);
+  EXPECT_NE(log.find("store at 127.0.0.1:" + port + ": refused a connection from 127.0.0.2:"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("serves only 127.0.0.1"), std::string::npos) << log;
+  EXPECT_NE(log.find("refused a connection from 127.0.0.1:"), std::string::npos) << log;
+  EXPECT_NE(log.find("it sent a wrong token"), std::string::npos) << log;
+  EXPECT_EQ(log.find(token), std::string::npos) << "the token was logged: " << log;
+
+  // The machine's other addresses are not served at all.
+  ifaddrs* ifs = nullptr;
+  ASSERT_EQ(getifaddrs(&ifs), 0);
+  for (ifaddrs* i = ifs; i; i = i->ifa_next) {
+    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
+    auto a = *reinterpret_cast<sockaddr_in*>(i->ifa_addr);
+    if ((ntohl(a.sin_addr.s_addr) >> 24) == 127) continue;
+    a.sin_port = htons(static_cast<uint16_t>(server.port()));
+    const int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    EXPECT_NE(connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << i->ifa_name;
+    close(s);
+  }
+  freeifaddrs(ifs);
+}
+
+// Several nodes: a client without the run's token, with a wrong one, or speaking another protocol
+// is refused before it can read or write a key, and logged with its address; the right token
+// works.
+TEST(StoreAccess, SeveralNodesStoreRefusesClientsWithoutTheToken) {
+  const std::string token = launch::new_store_token();
+  EXPECT_EQ(token.size(), 64u);
+  EXPECT_NE(token, launch::new_store_token());
+  launch::StoreServer server("127.0.0.1", 0, token, false);
+  const int port = server.port();
+  ::testing::internal::CaptureStderr();
+  EXPECT_THROW(launch::connect_run_store("127.0.0.1", port, "", 2s, "stranger"),
+               launch::StoreRefused);
+  EXPECT_THROW(launch::connect_run_store("127.0.0.1", port, std::string(64, 'a'), 2s, "stranger"),
+               launch::StoreRefused);
+  EXPECT_EQ(raw_hello("", port, "", "GET / HTTP/1.0\r\n\r\n"), 0);
+  auto ok = launch::connect_run_store("127.0.0.1", port, token, 2s, "rank 1");
+  ok->set("k", std::vector<uint8_t>{'v'});
+  EXPECT_EQ(ok->get("k"), std::vector<uint8_t>{'v'});
+  EXPECT_EQ(ok->add("n", 5), 5);
+  EXPECT_EQ(ok->get("n"), (std::vector<uint8_t>{'5'}));  // decimal text, as c10d's TCPStore
+  EXPECT_THROW(ok->wait({"absent"}, 300ms), c10::DistStoreError);
+  EXPECT_TRUE(ok->check({"k"}));  // the connection survives a wait's timeout
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(server.refused(), 3);
+  EXPECT_EQ(count_of(log, "refused a connection from 127.0.0.1:"), 3u) << log;
+  EXPECT_NE(log.find("it sent no token"), std::string::npos) << log;
+  EXPECT_NE(log.find("it sent a wrong token"), std::string::npos) << log;
+  EXPECT_NE(log.find("does not speak the ciuic store protocol"), std::string::npos) << log;
+}
+
+// The store has no key listing, and a rank hosting it for several nodes needs a token.
+TEST(StoreAccess, RankZeroHostedStoreOnSeveralNodesNeedsAToken) {
+  auto e = env_of(0, 2, testing::free_port());
+  e.num_nodes = 2;
+  e.launcher = "slurm";
+  try {
+    launch::connect_store(e, 1s);
+    FAIL() << "no token needed";
+  } catch (const UsageError& err) {
+    EXPECT_NE(std::string(err.what()).find("set CIUIC_STORE_TOKEN"), std::string::npos)
+        << err.what();
+  }
+}
+
+TEST(StoreAccess, TokenFileMustBeTheOwnersAlone) {
+  const std::string dir = testing::fresh_dir("token-file");
+  const std::string f = dir + "/token";
+  std::ofstream(f) << "secret\n";
+  chmod(f.c_str(), 0644);
+  try {
+    launch::read_token_file(f, "CIUIC_STORE_TOKEN_FILE");
+    FAIL() << "a world-readable token file was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("CIUIC_STORE_TOKEN_FILE " + f +
+                                         " cannot be used: others than its owner may read it"),
+              std::string::npos)
+        << e.what();
+  }
+  chmod(f.c_str(), 0600);
+  EXPECT_EQ(launch::read_token_file(f, "x"), "secret");
+  EXPECT_THROW(launch::read_token_file(dir, "x"), UsageError);  // a folder
+  auto env = launch::detect_worker_env([&](const char* n) -> const char* {
+    const std::string k = n;
+    if (k == "RANK" || k == "LOCAL_RANK") return "0";
+    if (k == "WORLD_SIZE" || k == "LOCAL_WORLD_SIZE") return "1";
+    if (k == "CIUIC_STORE_TOKEN_FILE") return f.c_str();
+    return nullptr;
+  });
+  ASSERT_TRUE(env);
+  EXPECT_EQ(env->store_token, "secret");
 }
 
 TEST(LaunchOptions, InvalidOptionsAreUsageErrors) {

@@ -47,6 +47,9 @@ int main(int argc, char** argv) {
         throw UsageError("unknown option " + a);
     }
     for (; i < argc; ++i) o.argv.push_back(argv[i]);
+    // The launchers of one test share its folder, as nodes share the run directory.
+    const char* dir = std::getenv("CIUIC_TEST_PIDDIR");
+    o.store_token_file = std::string(dir ? dir : ".") + "/store-token";
     return launch::launch_and_supervise(o);
   } catch (const Error& e) {
     log_error(e.what());

@@ -327,7 +327,13 @@ TEST(Safetensors, RefusesNonRegularFiles) {
   const std::string fifo = dir + "/fifo.safetensors";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   expect_error([&] { SafetensorsFile::open(fifo); }, {fifo, "not a regular file"});
-  expect_error([&] { SafetensorsFile::open("/dev/zero"); }, {"/dev/zero", "not a regular file"});
+  expect_error([&] { SafetensorsFile::open("/dev/zero"); }, {"/dev/zero", "not a regular file (a device)"});
+  expect_error([&] { SafetensorsFile::open(fifo); }, {"not a regular file (a FIFO (named pipe))"});
+  // A folder named model.safetensors is a directory (it was called "a device, pipe or socket").
+  const std::string folder = dir + "/model.safetensors";
+  std::filesystem::create_directories(folder);
+  expect_error([&] { SafetensorsFile::open(folder); },
+               {folder + ": not a regular file (a directory): expected a safetensors file"});
 }
 
 TEST(Safetensors, WriteErrors) {

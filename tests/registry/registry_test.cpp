@@ -31,6 +31,7 @@ namespace {
 
 const std::string kGood = CIUIC_TEST_PLUGINS + "/good";
 const std::string kBad = CIUIC_TEST_PLUGINS + "/bad";
+const std::string kMarker = CIUIC_TEST_PLUGINS + "/marker";
 
 fs::path test_dir() { return ciuic_test::test_dir("registry"); }
 
@@ -169,8 +170,11 @@ TEST(Registry, UnknownNameListsAvailableAndRefused) {
     r.get(Slot::kData, "tset");
     FAIL();
   } catch (const ciuic::UsageError& e) {
+    // The names come from the files' names: the other files of the slot are not loaded (their code
+    // does not run) for an error message, so the defective ones are named too.
     EXPECT_EQ(std::string(e.what()),
-              "unknown data plugin 'tset'; did you mean 'test'?; available data plugins: test (searched: " + kGood +
+              "unknown data plugin 'tset'; did you mean 'test'?; available data plugins: baddefault, badplanned, "
+              "badplannedint, dataptr, mismatch, oldapi, otherabi, plainfn, test (searched: " + kGood +
                   ", " + kBad + ", /nonexistent/plugins (missing); add folders with --plugin-path, "
                   "$CIUIC_PLUGIN_PATH or [run] plugin_paths)");
   }
@@ -270,6 +274,52 @@ TEST(Registry, LaterPathsShadowEarlierOnes) {
   EXPECT_TRUE(one.shadowed().empty());
 }
 
+// Discovery runs no code of the files it finds: a plugin is loaded (its constructors run) only when
+// asked for by slot and name — the plugins a recipe names — or when everything is listed
+// (--list-plugins). Before, every libciuic_*.so of the search path was dlopen'ed, for
+// --print-recipe and --plan too. A library named like a plugin that is none is refused with a
+// warning from its symbol table, never loaded.
+TEST(Registry, LoadsOnlyThePluginsAskedFor) {
+  const std::string marker = (test_dir() / "marker.txt").string();
+  ::setenv("CIUIC_TEST_MARKER", marker.c_str(), 1);
+  auto marks = [&] {
+    std::ifstream in(marker);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  ::testing::internal::CaptureStderr();
+  Registry r = Registry::from_paths({kGood, kMarker});
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(marks(), "") << "discovery ran a plugin's code";
+  EXPECT_TRUE(ciuic_test::has(log, "plugin path: " + kMarker + "/libciuic_data_notaplugin.so is not loaded: not a "
+                                   "ciuic plugin: entry symbol 'ciuic_plugin_info' not found"))
+      << log;
+  EXPECT_NE(r.find(Slot::kData, "test"), nullptr);
+  r.create<ciuic::Precision>(Slot::kPrecision, "test", ciuic::Config::from_toml("precision", ""), context());
+  EXPECT_EQ(marks(), "") << "asking for other plugins loaded precision/marker";
+  EXPECT_EQ(r.get(Slot::kPrecision, "marker").name, "marker");
+  EXPECT_EQ(marks(), "marker loaded\n");
+  EXPECT_EQ(refusal_of(r, "libciuic_data_notaplugin.so"),
+            kMarker + "/libciuic_data_notaplugin.so: not a ciuic plugin: entry symbol 'ciuic_plugin_info' not found "
+                      "(expected a library defined with CIUIC_DEFINE_PLUGIN)");
+  EXPECT_EQ(r.list().size(), 6u);
+  EXPECT_EQ(marks(), "marker loaded\n") << "the library that is not a plugin was loaded";
+  ::unsetenv("CIUIC_TEST_MARKER");
+}
+
+// Two files of one slot and name: a warning names the one used and the one it shadows.
+TEST(Registry, ShadowingIsWarnedNamingBothFiles) {
+  fs::path d = test_dir();
+  fs::copy_file(kGood + "/libciuic_precision_test.so", d / "libciuic_precision_test.so");
+  ::testing::internal::CaptureStderr();
+  Registry r = Registry::from_paths({kGood, d.string()});
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(ciuic_test::has(log, "plugin precision/test: " + (d / "libciuic_precision_test.so").string() +
+                                       " shadows " + kGood + "/libciuic_precision_test.so (the last one found in "
+                                       "the plugin search path is used)"))
+      << log;
+  EXPECT_EQ(r.get(Slot::kPrecision, "test").path, (d / "libciuic_precision_test.so").string());
+}
+
 TEST(Registry, DiscoverReadsTheEnvironment) {
   ::setenv("CIUIC_PLUGIN_PATH", (kBad + ":" + kGood).c_str(), 1);
   Registry r = Registry::discover({"/nonexistent/extra"});
@@ -298,6 +348,7 @@ TEST(Registry, ObjectsKeepTheirLibraryAndLibrariesStayLoaded) {
   if (h) ::dlclose(h);
   // Refused libraries too (their static initialisers ran).
   Registry bad = Registry::from_paths({kBad});
+  EXPECT_FALSE(bad.refusals().empty());  // tried (loaded) every file
   h = ::dlopen((kBad + "/libciuic_data_otherabi.so").c_str(), RTLD_NOW | RTLD_NOLOAD);
   EXPECT_NE(h, nullptr);
   if (h) ::dlclose(h);

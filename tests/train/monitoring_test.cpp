@@ -188,5 +188,50 @@ TEST(RunReport, WrittenNextToTheMetricsFile) {
   }
 }
 
+// The report's size is bounded whatever the number of records (issue 27: 1M records gave 47 MB):
+// a series of more than 2000 points is drawn from the lowest and highest value of each of 1000
+// step ranges, the report says so, and the extremes (here a spike) are kept.
+TEST(RunReport, ManyRecordsAreDrawnFromABoundedNumberOfPoints) {
+  std::string text;
+  const int n = 200000;
+  for (int s = 1; s <= n; ++s)
+    text += "{\"step\": " + std::to_string(s) + ", \"loss\": " + (s == 123457 ? "50.0" : std::to_string(2.0 + (s % 7) * 0.01)) +
+            ", \"lr\": 0.0001}\n";
+  const std::string html = render_html_report(text);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(html, m, std::regex("data-label=\"train\" points=\"([^\"]*)\"")));
+  const size_t points = count(m[1].str(), ",");
+  EXPECT_LE(points, 2000u);
+  EXPECT_GE(points, 1000u);
+  EXPECT_NE(html.find(std::to_string(points) + " of 200000 points drawn: the lowest and highest of each of 1000 step ranges"),
+            std::string::npos);
+  EXPECT_NE(html.find("<th>records</th><td>200000</td>"), std::string::npos);
+  // The spike (50 among values of 2.00-2.06) is kept: it is drawn near the top of the plot area
+  // (y from 28 to 220), the other points near its bottom.
+  double top = 1e9;
+  std::istringstream pts(m[1].str());
+  for (std::string xy; pts >> xy;) top = std::min(top, std::stod(xy.substr(xy.find(',') + 1)));
+  EXPECT_LT(top, 40.0) << "the spike at step 123457 was dropped";
+  EXPECT_LT(html.size(), 200u * 1024) << "report of " << html.size() << " bytes";
+}
+
+// A record whose known field has the wrong type is bad input named by file and line (before: a raw
+// "[json.exception.type_error.302] type must be string, but is number", exit 1).
+TEST(RunReport, MistypedRecordIsNamedByFileAndLine) {
+  const std::string text = "{\"step\": 1, \"loss\": 3.0}\n{\"event\": 3, \"step\": 2}\n";
+  try {
+    render_html_report(text, HtmlReportOptions{"run", "runs/x/metrics.jsonl"});
+    FAIL() << "a mistyped record was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "runs/x/metrics.jsonl:2: \"event\" is a number, expected a string");
+  }
+  try {
+    render_html_report("{\"event\": \"end\", \"tokens_per_s\": \"fast\"}\n", HtmlReportOptions{"run", "m.jsonl"});
+    FAIL() << "a mistyped record was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()), "m.jsonl:1: \"tokens_per_s\" is a string, expected a number");
+  }
+}
+
 }  // namespace
 }  // namespace ciuic::train

@@ -2,9 +2,10 @@
 //
 // Comm plugins that use c10d process groups (ProcessGroupGloo, ...) need a c10d::Store to
 // rendezvous. c10d_store() gives them one backed by the run's Store:
-//  - the core's TCPStore-backed Store (multi-process runs) returns its underlying c10d store
-//    (a c10d::PrefixStore over the TCPStore, with the same "ciuic/" key namespace), so c10d talks
-//    to the TCPStore directly;
+//  - the core's TCP-backed Store (multi-process runs) returns its underlying c10d store (a
+//    c10d::PrefixStore, with the same "ciuic/" key namespace, over the connection to the run's
+//    store — which already presented the run's token — or over torchrun's agent TCPStore), so
+//    c10d talks to the store directly;
 //  - any other Store (the in-memory store of single-process runs, a test's own Store) is wrapped
 //    in an adapter implementing set/get/add/check/wait/deleteKey through the ciuic::Store
 //    interface (deleteKey and getNumKeys throw c10::NotImplementedError).

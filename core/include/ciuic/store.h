@@ -1,7 +1,8 @@
 // ciuic/store.h — the run's key-value store, shared by all ranks.
 //
-// Backed by LibTorch's c10d TCPStore (rank 0 or the launcher hosts it; single-process runs get an
-// in-memory store). Plugins use it to exchange small blobs at set-up (an NCCL unique id, a cache
+// Backed by the run's TCP store (the launcher of node 0 or rank 0 hosts it, bound to loopback on one
+// node, requiring the run's token on several: docs/launch.md; torchrun's agent TCPStore under
+// torchrun; single-process runs get an in-memory store). Plugins use it to exchange small blobs at set-up (an NCCL unique id, a cache
 // build's completion), never on the training hot path.
 //
 // Thread-safe. get()/wait() block until the key exists or the run's rendezvous timeout passes,

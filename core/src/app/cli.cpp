@@ -36,6 +36,7 @@
 #include "plan/plan.h"
 #include "sdk/printable.h"
 #include "tokenizer/factory.h"
+#include "train/evaluate.h"
 #include "train/html_report.h"
 #include "train/options.h"
 #include "train/worker.h"
@@ -181,6 +182,9 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
     os << "  tokenizer  " << opt.tokenizer_path << ", " << tokenizer->vocab_size() << " tokens, chat template "
        << opt.chat_template << "\n";
   }
+  // As the run's Evaluator loads them (a run met a bad file only after its set-up).
+  if (const auto questions = train::load_exact_match_questions(opt, tokenizer && chat_template); !questions.empty())
+    os << "  exact match " << opt.exact_match_file << ", " << questions.size() << " question(s)\n";
   if (auto* data = dynamic_cast<DataSource*>(objects[static_cast<size_t>(Slot::kData)].get())) {
     DataOpenArgs da;
     da.seq_len = opt.seq_len;
@@ -306,6 +310,7 @@ int run_recipe(const CliOptions& o) {
   lo.master_port = o.master_port;
   lo.output_all_ranks = cluster.get_string("output") == "all";
   lo.rendezvous_timeout = std::chrono::milliseconds(static_cast<int64_t>(cluster.get_float("timeout_s") * 1000));
+  lo.store_token_file = train::TrainOptions::from(recipe).run_paths().output_dir + "/.ciuic-store-token";
   return launch::launch_and_supervise(lo);
 }
 
@@ -401,6 +406,35 @@ int from_deepspeed(const std::string& config, const std::vector<std::string>& ov
   return kExitOk;
 }
 
+// --tokenizer names a tokenizer.json: says what else it is (the message was "no such file" for
+// /dev/zero and for folders alike).
+void check_tokenizer_file(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (st.type() == fs::file_type::regular) return;
+  const std::string head = "--tokenizer " + path + ": ";
+  switch (st.type()) {
+    case fs::file_type::not_found:
+      throw UsageError(head + "no such file (expected a tokenizer.json file)");
+    case fs::file_type::directory:
+      throw UsageError(head + "a folder, not a tokenizer.json file" +
+                       (fs::is_regular_file(fs::path(path) / "tokenizer.json", ec)
+                            ? " (give " + (fs::path(path) / "tokenizer.json").string() + ")"
+                            : " (and not a tokenizer folder: it holds no tokenizer.json)"));
+    case fs::file_type::character:
+    case fs::file_type::block:
+      throw UsageError(head + "not a regular file (a device): expected a tokenizer.json file");
+    case fs::file_type::fifo:
+      throw UsageError(head + "not a regular file (a FIFO): expected a tokenizer.json file");
+    case fs::file_type::socket:
+      throw UsageError(head + "not a regular file (a socket): expected a tokenizer.json file");
+    default:
+      throw UsageError(head + "cannot be read" + (ec ? ": " + ec.message() : std::string()) +
+                       " (expected a tokenizer.json file)");
+  }
+}
+
 int plot(const std::string& run_dir, std::ostream& out) {
   out << train::write_html_report(run_dir) << "\n";
   return kExitOk;
@@ -412,8 +446,7 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, const s
   const std::optional<at::ScalarType> export_dtype = model::export_dtype_from_name(dtype);
   if (!export_dtype)
     throw UsageError("--export-dtype " + dtype + ": expected one of " + model::export_dtype_names());
-  if (!tokenizer.empty() && !fs::is_regular_file(tokenizer))
-    throw UsageError("--tokenizer " + tokenizer + ": no such file");
+  if (!tokenizer.empty()) check_tokenizer_file(tokenizer);
   if (out_dir.empty()) throw UsageError("--export-hf needs an output folder: --export-hf CKPT OUT");
   std::error_code ec;
   if (fs::exists(out_dir) && !(fs::is_directory(out_dir) && fs::is_empty(out_dir, ec)))

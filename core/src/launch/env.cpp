@@ -1,11 +1,15 @@
 // detect_worker_env(): which launcher started this process, and where this rank sits in the run.
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <ciuic/error.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
+#include <cstring>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
@@ -210,9 +214,7 @@ std::optional<WorkerEnv> from_mpi(const Vars& v, bool openmpi) {
   return e;
 }
 
-}  // namespace
-
-std::optional<WorkerEnv> detect_worker_env(const EnvLookup& getenv) {
+std::optional<WorkerEnv> detect_launcher_env(const EnvLookup& getenv) {
   auto ours = getenv("CIUIC_LAUNCHER");
   if (ours && std::string_view(ours) == "1") return from_torchrun_vars(Vars(getenv, "ciuic"), true);
   if (getenv("RANK") && getenv("WORLD_SIZE"))
@@ -221,6 +223,49 @@ std::optional<WorkerEnv> detect_worker_env(const EnvLookup& getenv) {
   if (getenv("OMPI_COMM_WORLD_RANK")) return from_mpi(Vars(getenv, "Open MPI"), true);
   if (getenv("PMI_RANK")) return from_mpi(Vars(getenv, "PMI"), false);
   return std::nullopt;
+}
+
+}  // namespace
+
+std::string read_token_file(const std::string& path, const std::string& what) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0)
+    throw UsageError(what + " " + path + " cannot be opened: " + std::strerror(errno));
+  struct stat st {};
+  std::string why;
+  if (fstat(fd, &st) != 0) why = std::strerror(errno);
+  else if (!S_ISREG(st.st_mode)) why = "it is not a regular file";
+  else if (st.st_mode & 077) why = "others than its owner may read it (chmod 600 it)";
+  else if (st.st_size > 4096) why = "it is larger than 4096 bytes";
+  std::string t;
+  if (why.empty()) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0 && t.size() < 4096) t.append(buf, static_cast<size_t>(n));
+    if (n < 0) why = std::strerror(errno);
+  }
+  close(fd);
+  while (!t.empty() && std::isspace(static_cast<unsigned char>(t.back()))) t.pop_back();
+  if (why.empty() && t.empty()) why = "it is empty";
+  if (!why.empty()) throw UsageError(what + " " + path + " cannot be used: " + why);
+  return t;
+}
+
+namespace {
+
+std::string token_of(const EnvLookup& getenv) {
+  if (const char* t = getenv("CIUIC_STORE_TOKEN"); t && *t) return t;
+  if (const char* f = getenv("CIUIC_STORE_TOKEN_FILE"); f && *f)
+    return read_token_file(f, "CIUIC_STORE_TOKEN_FILE");
+  return "";
+}
+
+}  // namespace
+
+std::optional<WorkerEnv> detect_worker_env(const EnvLookup& getenv) {
+  auto env = detect_launcher_env(getenv);
+  if (env) env->store_token = token_of(getenv);
+  return env;
 }
 
 std::optional<WorkerEnv> detect_worker_env() {

@@ -6,6 +6,11 @@
 // (the same executable and arguments, with a torchrun-compatible environment), supervises them
 // and returns the run's exit code. Inside a worker, detect_worker_env() describes the process.
 // docs/launch.md is the user-facing description of everything here.
+//
+// Files: env.cpp (detect_worker_env), store.cpp (connect_store, the rendezvous), store_server.cpp
+// (the run's store: server and client, tcp_store.h), spawn.cpp (signals, forking a worker:
+// spawn.h), node_watch.cpp (the launchers of several nodes watching each other: node_watch.h),
+// supervisor.cpp (launch_and_supervise: the event loop), failure.cpp (FailureNotes), memory.cpp.
 #pragma once
 
 #include <ciuic/context.h>
@@ -38,6 +43,10 @@ struct WorkerEnv {
   // torchrun's TORCHELASTIC_RESTART_COUNT: keys of a restarted attempt are kept apart from those
   // of earlier attempts in the agent's (long-lived) store.
   int restart_count = 0;
+  // The run's store token (CIUIC_STORE_TOKEN, else the contents of the file CIUIC_STORE_TOKEN_FILE,
+  // trailing white space removed; "" when neither is set). ciuic-run's launcher always sets it; a
+  // store that rank 0 hosts for several nodes requires it.
+  std::string store_token;
 };
 
 // Reads an environment variable: nullptr when unset. The default reads the process environment.
@@ -60,10 +69,18 @@ using EnvLookup = std::function<const char*(const char* name)>;
 // A SLURM or MPI "world" of one task is not a worker environment (nullopt): ciuic-run is then its
 // own launcher inside that task. Side effect, "ciuic" only: stdout becomes line-buffered (it is
 // a pipe to the launcher, which would otherwise receive lines late).
+// Every launcher: the store token from CIUIC_STORE_TOKEN or CIUIC_STORE_TOKEN_FILE (WorkerEnv).
 // Throws UsageError naming the variable when a launcher's variables are incomplete or malformed
-// (e.g. RANK set but LOCAL_RANK not, RANK >= WORLD_SIZE, MASTER_ADDR missing on several nodes).
+// (e.g. RANK set but LOCAL_RANK not, RANK >= WORLD_SIZE, MASTER_ADDR missing on several nodes,
+// CIUIC_STORE_TOKEN_FILE unreadable, or readable by others than its owner).
 CIUIC_API std::optional<WorkerEnv> detect_worker_env();
 CIUIC_API std::optional<WorkerEnv> detect_worker_env(const EnvLookup& getenv);
+
+// The token in the file `path` (trailing white space removed). `what` names the file's role in
+// errors ("CIUIC_STORE_TOKEN_FILE"). Throws UsageError naming the file when it cannot be opened, is
+// not a regular file (a link is not followed), may be read by others than its owner (mode & 077),
+// is larger than 4096 bytes, or is empty.
+CIUIC_API std::string read_token_file(const std::string& path, const std::string& what);
 
 // Helpers of detect_worker_env, exposed for tests.
 // The first host of a SLURM node list ("gpu[03-05,9],cpu1" -> "gpu03"); nullopt when the
@@ -95,6 +112,11 @@ struct LaunchOptions {
   bool output_all_ranks = false;  // prefix and show every rank's output, not only rank 0's
   std::chrono::seconds stop_grace{10};
   std::chrono::milliseconds rendezvous_timeout{std::chrono::minutes(10)};
+  // Several nodes: the file, on a filesystem every node sees (ciuic-run: <output_dir>/
+  // .ciuic-store-token), through which node 0's launcher hands the run's store token to the
+  // others. Unused when CIUIC_STORE_TOKEN or CIUIC_STORE_TOKEN_FILE is set (then every node uses
+  // that token).
+  std::string store_token_file;
 };
 
 // Spawns and supervises the workers of this node; returns the exit code for ciuic-run.
@@ -104,8 +126,13 @@ struct LaunchOptions {
 // RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, NODE_RANK, GROUP_WORLD_SIZE,
 // ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, CIUIC_LAUNCHER=1, and OMP_NUM_THREADS =
 // usable cores / nproc_per_node unless OMP_NUM_THREADS is already set.
-// Node 0's launcher hosts the run's c10d TCPStore (so the store outlives any worker); launchers of
-// other nodes connect to it to share failures and completion.
+// Node 0's launcher hosts the run's store (StoreServer, launch/tcp_store.h: so the store outlives
+// any worker); launchers of other nodes connect to it to share failures and completion. One node:
+// the store binds 127.0.0.1 and serves loopback only. Several: it binds master_addr, and every
+// connection must present the run's token: CIUIC_STORE_TOKEN (or CIUIC_STORE_TOKEN_FILE's) when
+// set, else a new random one that node 0 writes (mode 0600) to store_token_file and the other
+// nodes read from there. Workers get it as CIUIC_STORE_TOKEN, and MASTER_ADDR is the address
+// the store is bound to.
 //
 // Output: every line a worker writes to stdout/stderr is copied to the same stream of this
 // process as "[rank N] <line>" — rank 0's only, unless output_all_ranks — but error lines

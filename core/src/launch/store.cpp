@@ -1,5 +1,5 @@
-// The run's key-value store over c10d's TCPStore (a ciuic/c10d.h C10dBackedStore) and the
-// rendezvous.
+// The run's key-value store (ciuic's own server, launch/store_server.cpp, or torchrun's agent
+// store), seen as a ciuic/c10d.h C10dBackedStore, and the rendezvous.
 #include <c10/util/Exception.h>
 #include <ciuic/c10d.h>
 #include <ciuic/error.h>
@@ -162,14 +162,14 @@ bool wait_for_listener(const std::string& addr, int port,
   }
 }
 
-c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& addr, int port, bool is_server,
-                                                  std::chrono::milliseconds timeout,
-                                                  const std::string& who) {
-  if (port < 0 || port > 65535 || (!is_server && port == 0))
+c10::intrusive_ptr<c10d::TCPStore> open_c10d_client(const std::string& addr, int port,
+                                                    std::chrono::milliseconds timeout,
+                                                    const std::string& who) {
+  if (port <= 0 || port > 65535)
     throw UsageError(who + ": invalid store port " + std::to_string(port));
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(port);
-  opts.isServer = is_server;
+  opts.isServer = false;
   opts.waitWorkers = false;
   opts.timeout = timeout;
   auto unreachable = [&](const std::string& detail) {
@@ -178,15 +178,11 @@ c10::intrusive_ptr<c10d::TCPStore> open_tcp_store(const std::string& addr, int p
                  " (is the launcher of node 0, or rank 0, running, and are MASTER_ADDR/MASTER_PORT "
                  "right and reachable from this host?)" + detail);
   };
-  if (!is_server && !wait_for_listener(addr, port, std::chrono::steady_clock::now() + timeout))
+  if (!wait_for_listener(addr, port, std::chrono::steady_clock::now() + timeout))
     throw unreachable(": nothing accepted a connection there");
   try {
     return c10::make_intrusive<c10d::TCPStore>(addr, opts);
   } catch (const c10::Error& e) {
-    if (is_server)
-      throw Error(who + " could not start the run's store (c10d TCPStore) on port " +
-                  std::to_string(port) + ": " + c10_message(e) +
-                  (port != 0 ? " — is the port in use? Choose another --master-port" : ""));
     throw unreachable(": " + c10_message(e));
   }
 }
@@ -198,10 +194,32 @@ std::shared_ptr<Store> wrap_c10d_store(c10::intrusive_ptr<c10d::Store> store, st
 
 std::shared_ptr<Store> connect_store(const WorkerEnv& env, std::chrono::milliseconds timeout) {
   if (env.world_size == 1 && !env.store_hosted_by_launcher) return make_local_store(timeout);
-  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   const std::string who = "rank " + std::to_string(env.rank);
-  const bool server = env.rank == 0 && !env.store_hosted_by_launcher;
-  auto tcp = open_tcp_store(env.master_addr, env.master_port, server, timeout, who);
+  // One node: the store serves loopback only, whatever MASTER_ADDR names (the run's own launcher
+  // or rank 0 binds 127.0.0.1). Several: the address given, and the run's token.
+  const bool one_node = env.num_nodes <= 1;
+  const std::string addr = one_node ? "127.0.0.1" : env.master_addr;
+  std::string where = addr + ":" + std::to_string(env.master_port);
+  c10::intrusive_ptr<c10d::Store> tcp;
+  if (env.store_hosted_by_launcher && env.launcher != "ciuic") {
+    // torchrun's agent store: c10d's TCPStore, hosted by torchrun, not by ciuic.
+    tcp = open_c10d_client(env.master_addr, env.master_port, timeout, who);
+  } else if (env.store_hosted_by_launcher) {
+    tcp = connect_run_store(addr, env.master_port, env.store_token, timeout, who);
+  } else if (env.rank == 0) {
+    if (!one_node && env.store_token.empty())
+      throw UsageError(env.launcher + " environment: a run on " + std::to_string(env.num_nodes) +
+                       " nodes needs a store token shared by every rank: set CIUIC_STORE_TOKEN "
+                       "(e.g. export CIUIC_STORE_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' "
+                       "\\n') in the job script) or CIUIC_STORE_TOKEN_FILE (a file readable only by you)");
+    auto server = std::make_shared<StoreServer>(addr, env.master_port, env.store_token, one_node);
+    where = server->address();
+    log_info("rank 0 hosts the run's store at " + where +
+             (env.store_token.empty() ? " (loopback only)" : " (token required)"));
+    tcp = connect_run_store(server->host(), server->port(), env.store_token, timeout, who, server);
+  } else {
+    tcp = connect_run_store(addr, env.master_port, env.store_token, timeout, who);
+  }
 
   std::string prefix = "ciuic";
   if (env.restart_count > 0) prefix += "/attempt_" + std::to_string(env.restart_count);

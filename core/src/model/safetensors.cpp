@@ -225,7 +225,11 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(path + ": not a regular file (a device, pipe or socket): expected a safetensors file");
+    const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a device";
+    throw Error(path + ": not a regular file (" + kind + "): expected a safetensors file");
   }
   f->size_ = static_cast<uint64_t>(st.st_size);
   if (f->size_ < 8) {

@@ -453,8 +453,8 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
   // What would help: the other installed sharding and optimizer plugins in place of the
   // recipe's, then the model terms.
   for (Slot slot : {Slot::kOptimizer, Slot::kSharding}) {
-    for (const PluginDescriptor& d : registry.list()) {
-      if (d.slot != slot || d.name == choices[static_cast<int>(slot)].name || !d.info->plan) continue;
+    for (const PluginDescriptor& d : registry.list(slot)) {  // loads that slot's plugins only
+      if (d.name == choices[static_cast<int>(slot)].name || !d.info->plan) continue;
       Choice alt[kNumSlots];
       std::copy(std::begin(choices), std::end(choices), std::begin(alt));
       Choice& c = alt[static_cast<int>(slot)];

@@ -5,6 +5,7 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,7 +15,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <deque>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <set>
 
 #include <boost/core/demangle.hpp>
@@ -43,17 +47,30 @@ struct Registry::Impl {
     std::string path;
     std::string slot, name;  // from the file name; empty when it does not follow the pattern
     std::string why;
+    size_t order = 0;        // position in the search order (refusals() lists in that order)
   };
-  std::vector<Entry> plugins;  // accepted winners, sorted by (slot, name)
-  std::vector<Refused> refused;
-  std::vector<std::string> shadowed;
+  // A file named libciuic_<slot>_<name>.so that passed the checks that run no code of it; it is
+  // loaded (dlopen: its constructors run) only when the run asks for its slot and name, or when
+  // everything is listed.
+  struct Candidate {
+    std::string path;
+    Slot slot{};
+    std::string name;
+    size_t order = 0;
+    bool tried = false;           // loaded or refused
+    const Entry* entry = nullptr;  // accepted
+  };
   std::vector<std::string> search;
+  mutable std::mutex mu;  // guards everything below (loading happens on first use)
+  mutable std::vector<Candidate> candidates;  // in search order
+  mutable std::deque<Entry> entries;          // accepted files (stable addresses)
+  mutable std::vector<Refused> refused;
 
-  const Entry* find(Slot slot, std::string_view name) const {
-    for (const auto& e : plugins)
-      if (e.desc.slot == slot && e.desc.name == name) return &e;
-    return nullptr;
-  }
+  // The accepted file for (slot, name): the candidates of that name tried from the last one in
+  // the search order back, until one is accepted. Caller holds mu.
+  const Entry* winner(Slot slot, std::string_view name) const;
+  void load_all() const;
+  void load(Candidate& c) const;
 };
 
 namespace {
@@ -229,14 +246,61 @@ void* read_entry_alias(void* handle, const char* name, std::string& why) {
   return target;
 }
 
-class Loader {
+// Defined dynamic symbols among `names` of the 64-bit ELF file at `path`, read from its section
+// headers (nothing of the file runs); nullopt when the file cannot be read that way (then only
+// loading it tells).
+std::optional<std::set<std::string>> defined_symbols(const std::string& path,
+                                                     const std::vector<std::string>& names) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || st.st_size < static_cast<off_t>(sizeof(Elf64_Ehdr))) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return std::nullopt;
+  const auto* base = static_cast<const unsigned char*>(map);
+  std::optional<std::set<std::string>> out;
+  auto in = [&](uint64_t off, uint64_t len) { return off <= size && len <= size - off; };
+  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(base);
+  if (eh->e_ident[EI_CLASS] == ELFCLASS64 && eh->e_shentsize == sizeof(Elf64_Shdr) &&
+      in(eh->e_shoff, uint64_t{eh->e_shnum} * sizeof(Elf64_Shdr)) && eh->e_shnum > 0) {
+    const auto* sh = reinterpret_cast<const Elf64_Shdr*>(base + eh->e_shoff);
+    for (unsigned i = 0; i < eh->e_shnum; ++i) {
+      if (sh[i].sh_type != SHT_DYNSYM) continue;
+      if (sh[i].sh_link >= eh->e_shnum || sh[i].sh_entsize != sizeof(Elf64_Sym)) break;
+      const Elf64_Shdr& strs = sh[sh[i].sh_link];
+      if (!in(sh[i].sh_offset, sh[i].sh_size) || !in(strs.sh_offset, strs.sh_size)) break;
+      const auto* syms = reinterpret_cast<const Elf64_Sym*>(base + sh[i].sh_offset);
+      const char* str = reinterpret_cast<const char*>(base + strs.sh_offset);
+      out.emplace();
+      for (size_t k = 0; k < sh[i].sh_size / sizeof(Elf64_Sym); ++k) {
+        if (syms[k].st_shndx == SHN_UNDEF || syms[k].st_name >= strs.sh_size) continue;
+        const char* n = str + syms[k].st_name;
+        const size_t len = strnlen(n, strs.sh_size - syms[k].st_name);
+        for (const auto& want : names)
+          if (want.size() == len && want.compare(0, len, n, len) == 0) out->insert(want);
+      }
+      break;
+    }
+  }
+  ::munmap(map, size);
+  return out;
+}
+
+// Scans the search path: finds the candidate files and refuses, with a warning, those that are
+// not plugins by their name or content — without loading any.
+class Scanner {
  public:
-  explicit Loader(Registry::Impl& r) : r_(r) {}
+  explicit Scanner(Registry::Impl& r) : r_(r) {}
 
   void add_path(const std::string& entry, bool is_default) {
     std::error_code ec;
     fs::path p(entry);
-    if (!fs::exists(p, ec)) {
+    if (!fs::exists(p, ec) && !fs::is_symlink(p, ec)) {
       if (!is_default) {
         r_.search.push_back(entry + " (missing)");
         log_warn("plugin path " + entry + " does not exist");
@@ -247,7 +311,7 @@ class Loader {
     if (!seen_dirs_.insert(canon.string()).second) return;
     r_.search.push_back(entry);
     if (!fs::is_directory(p, ec)) {
-      load_file(p.string());
+      add_file(p.string());
       return;
     }
     std::vector<std::string> files;
@@ -256,24 +320,31 @@ class Loader {
       if (looks_like_plugin(f)) files.push_back(de.path().string());
     }
     std::sort(files.begin(), files.end());
-    for (const auto& f : files) load_file(f);
+    for (const auto& f : files) add_file(f);
   }
 
+  // Warns of every (slot, name) that several files provide: the last one in the search order is
+  // the one used (when it loads).
   void finish() {
-    std::sort(r_.plugins.begin(), r_.plugins.end(), [](const auto& a, const auto& b) {
-      if (a.desc.slot != b.desc.slot) return a.desc.slot < b.desc.slot;
-      return a.desc.name < b.desc.name;
-    });
+    std::map<std::pair<int, std::string>, std::vector<const Registry::Impl::Candidate*>> by_name;
+    for (const auto& c : r_.candidates) by_name[{static_cast<int>(c.slot), c.name}].push_back(&c);
+    for (const auto& [key, files] : by_name) {
+      if (files.size() < 2) continue;
+      std::vector<std::string> others;
+      for (size_t i = 0; i + 1 < files.size(); ++i) others.push_back(files[i]->path);
+      log_warn("plugin " + std::string(slot_name(static_cast<Slot>(key.first))) + "/" + key.second + ": " +
+               files.back()->path + " shadows " + text::join(others, ", ") +
+               " (the last one found in the plugin search path is used)");
+    }
   }
 
  private:
-  void refuse(const std::string& path, const std::string& slot, const std::string& name,
-              std::string why) {
-    log_debug("plugin " + path + " refused: " + why);
-    r_.refused.push_back({path, slot, name, std::move(why)});
+  void refuse(const std::string& path, const std::string& slot, const std::string& name, std::string why) {
+    log_warn("plugin path: " + path + " is not loaded: " + why);
+    r_.refused.push_back({path, slot, name, std::move(why), order_++});
   }
 
-  void load_file(const std::string& path) {
+  void add_file(const std::string& path) {
     std::error_code ec;
     fs::path canon = fs::weakly_canonical(path, ec);
     if (!seen_files_.insert(canon.string()).second) return;
@@ -297,87 +368,104 @@ class Loader {
       refuse(path, fs_slot, fname, why);
       return;
     }
-    auto lib = std::make_shared<boost::dll::shared_library>();
-    boost::dll::fs::error_code lec;
-    lib->load(boost::dll::fs::path(path),
-              static_cast<boost::dll::load_mode::type>(RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE), lec);
-    if (lec || !lib->is_loaded()) {
-      const char* dl = dlerror();
-      refuse(path, fs_slot, fname,
-             std::string("cannot be loaded as a shared library: ") + (dl ? dl : lec.message()));
-      return;
+    if (auto syms = defined_symbols(path, {kPluginInfoSymbol, kPluginFactorySymbol})) {
+      for (const char* sym : {kPluginInfoSymbol, kPluginFactorySymbol})
+        if (!syms->count(sym)) {
+          refuse(path, fs_slot, fname,
+                 std::string("not a ciuic plugin: entry symbol '") + sym +
+                     "' not found (expected a library defined with CIUIC_DEFINE_PLUGIN)");
+          return;
+        }
     }
-    // Both entry points are checked before either is called.
-    std::string why;
-    void* info_fn = read_entry_alias(lib->native(), kPluginInfoSymbol, why);
-    void* create_fn = info_fn ? read_entry_alias(lib->native(), kPluginFactorySymbol, why) : nullptr;
-    if (!info_fn || !create_fn) {
-      refuse(path, fs_slot, fname, why);
-      return;
-    }
-    const PluginInfo* info = nullptr;
-    try {
-      info = reinterpret_cast<PluginInfoFn*>(info_fn)();
-    } catch (const std::exception& e) {
-      refuse(path, fs_slot, fname, std::string("its info entry point threw: ") + e.what());
-      return;
-    }
-    if (!info) {
-      refuse(path, fs_slot, fname, "its info entry point returned null");
-      return;
-    }
-    // Only api_version is read before it is known to match: the rest of the record's layout
-    // belongs to that API version.
-    if (info->api_version != kPluginApiVersion) {
-      refuse(path, fs_slot, fname,
-             "plugin API version mismatch: expected " + std::to_string(kPluginApiVersion) +
-                 " (ciuic " CIUIC_VERSION "), found " + std::to_string(info->api_version) +
-                 "; rebuild the plugin against this ciuic SDK");
-      return;
-    }
-    const std::string fp = info->build_fingerprint ? info->build_fingerprint : "(none)";
-    if (fp != core_build_fingerprint()) {
-      refuse(path, fs_slot, fname,
-             std::string("build fingerprint mismatch: expected \"") + core_build_fingerprint() +
-                 "\", found \"" + fp +
-                 "\"; rebuild the plugin with the same LibTorch version, C++ ABI and compiler as ciuic");
-      return;
-    }
-    if (static_cast<uint32_t>(info->slot) >= static_cast<uint32_t>(kNumSlots) || !info->name ||
-        !info->version || !info->summary) {
-      refuse(path, fs_slot, fname, "malformed info record (unknown slot or missing name/version/summary)");
-      return;
-    }
-    const std::string islot = slot_name(info->slot);
-    if (info->slot != fslot || fname != info->name) {
-      refuse(path, fs_slot, fname,
-             "declares slot '" + islot + "' and name '" + info->name +
-                 "' but its file name says slot '" + fs_slot + "' and name '" + fname +
-                 "' (expected file name libciuic_" + islot + "_" + info->name + ".so)");
-      return;
-    }
-    if (std::string problem = check_options(*info); !problem.empty()) {
-      refuse(path, fs_slot, fname, "bad option declaration: " + problem);
-      return;
-    }
-    Registry::Impl::Entry e;
-    e.desc = PluginDescriptor{info->slot, info->name, info->version, info->summary, path, info};
-    e.lib = lib;
-    e.factory = reinterpret_cast<PluginFactoryFn*>(create_fn);
-    for (auto& old : r_.plugins) {
-      if (old.desc.slot == e.desc.slot && old.desc.name == e.desc.name) {
-        r_.shadowed.push_back(old.desc.path + ": shadowed by " + path);
-        old = std::move(e);
-        return;
-      }
-    }
-    log_debug("plugin " + islot + "/" + e.desc.name + " " + e.desc.version + " loaded from " + path);
-    r_.plugins.push_back(std::move(e));
+    Registry::Impl::Candidate c;
+    c.path = path;
+    c.slot = fslot;
+    c.name = fname;
+    c.order = order_++;
+    r_.candidates.push_back(std::move(c));
   }
 
   Registry::Impl& r_;
   std::set<std::string> seen_dirs_, seen_files_;
+  size_t order_ = 0;
 };
+
+}  // namespace
+
+void Registry::Impl::load(Candidate& c) const {
+  c.tried = true;
+  const std::string& path = c.path;
+  const std::string fs_slot = slot_name(c.slot);
+  const std::string& fname = c.name;
+  auto refuse = [&](std::string why) {
+    log_debug("plugin " + path + " refused: " + why);
+    refused.push_back({path, fs_slot, fname, std::move(why), c.order});
+  };
+  auto lib = std::make_shared<boost::dll::shared_library>();
+  boost::dll::fs::error_code lec;
+  lib->load(boost::dll::fs::path(path),
+            static_cast<boost::dll::load_mode::type>(RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE), lec);
+  if (lec || !lib->is_loaded()) {
+    const char* dl = dlerror();
+    return refuse(std::string("cannot be loaded as a shared library: ") + (dl ? dl : lec.message()));
+  }
+  // Both entry points are checked before either is called.
+  std::string why;
+  void* info_fn = read_entry_alias(lib->native(), kPluginInfoSymbol, why);
+  void* create_fn = info_fn ? read_entry_alias(lib->native(), kPluginFactorySymbol, why) : nullptr;
+  if (!info_fn || !create_fn) return refuse(why);
+  const PluginInfo* info = nullptr;
+  try {
+    info = reinterpret_cast<PluginInfoFn*>(info_fn)();
+  } catch (const std::exception& e) {
+    return refuse(std::string("its info entry point threw: ") + e.what());
+  }
+  if (!info) return refuse("its info entry point returned null");
+  // Only api_version is read before it is known to match: the rest of the record's layout
+  // belongs to that API version.
+  if (info->api_version != kPluginApiVersion)
+    return refuse("plugin API version mismatch: expected " + std::to_string(kPluginApiVersion) +
+                  " (ciuic " CIUIC_VERSION "), found " + std::to_string(info->api_version) +
+                  "; rebuild the plugin against this ciuic SDK");
+  const std::string fp = info->build_fingerprint ? info->build_fingerprint : "(none)";
+  if (fp != core_build_fingerprint())
+    return refuse(std::string("build fingerprint mismatch: expected \"") + core_build_fingerprint() +
+                  "\", found \"" + fp +
+                  "\"; rebuild the plugin with the same LibTorch version, C++ ABI and compiler as ciuic");
+  if (static_cast<uint32_t>(info->slot) >= static_cast<uint32_t>(kNumSlots) || !info->name ||
+      !info->version || !info->summary)
+    return refuse("malformed info record (unknown slot or missing name/version/summary)");
+  const std::string islot = slot_name(info->slot);
+  if (info->slot != c.slot || fname != info->name)
+    return refuse("declares slot '" + islot + "' and name '" + info->name +
+                  "' but its file name says slot '" + fs_slot + "' and name '" + fname +
+                  "' (expected file name libciuic_" + islot + "_" + info->name + ".so)");
+  if (std::string problem = check_options(*info); !problem.empty())
+    return refuse("bad option declaration: " + problem);
+  Entry e;
+  e.desc = PluginDescriptor{info->slot, info->name, info->version, info->summary, path, info};
+  e.lib = lib;
+  e.factory = reinterpret_cast<PluginFactoryFn*>(create_fn);
+  log_debug("plugin " + islot + "/" + e.desc.name + " " + e.desc.version + " loaded from " + path);
+  entries.push_back(std::move(e));
+  c.entry = &entries.back();
+}
+
+const Registry::Impl::Entry* Registry::Impl::winner(Slot slot, std::string_view name) const {
+  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
+    if (it->slot != slot || it->name != name) continue;
+    if (!it->tried) load(*it);
+    if (it->entry) return it->entry;
+  }
+  return nullptr;
+}
+
+void Registry::Impl::load_all() const {
+  for (auto& c : candidates)
+    if (!c.tried) load(c);
+}
+
+namespace {
 
 std::vector<std::string> default_paths() {
   std::vector<std::string> out;
@@ -392,47 +480,75 @@ std::vector<std::string> default_paths() {
 
 }  // namespace
 
+namespace {
+std::vector<Registry::Impl::Refused> sorted_refusals(const Registry::Impl& impl) {
+  auto out = impl.refused;
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
+  return out;
+}
+}  // namespace
+
 Registry::Registry(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
 Registry Registry::discover(const std::vector<std::string>& extra_paths) {
   auto impl = std::make_shared<Impl>();
-  Loader loader(*impl);
-  for (const auto& p : default_paths()) loader.add_path(p, true);
+  Scanner scan(*impl);
+  for (const auto& p : default_paths()) scan.add_path(p, true);
   if (const char* env = std::getenv("CIUIC_PLUGIN_PATH")) {
     for (const auto& p : text::split(env, ':'))
-      if (!p.empty()) loader.add_path(p, false);
+      if (!p.empty()) scan.add_path(p, false);
   }
-  for (const auto& p : extra_paths) loader.add_path(p, false);
-  loader.finish();
+  for (const auto& p : extra_paths) scan.add_path(p, false);
+  scan.finish();
   return Registry(std::move(impl));
 }
 
 Registry Registry::from_paths(const std::vector<std::string>& paths) {
   auto impl = std::make_shared<Impl>();
-  Loader loader(*impl);
-  for (const auto& p : paths) loader.add_path(p, false);
-  loader.finish();
+  Scanner scan(*impl);
+  for (const auto& p : paths) scan.add_path(p, false);
+  scan.finish();
   return Registry(std::move(impl));
 }
 
 std::vector<PluginDescriptor> Registry::list() const {
-  std::vector<PluginDescriptor> out;
-  for (const auto& e : impl_->plugins) out.push_back(e.desc);
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->load_all();
+  return winners(std::nullopt);
+}
+
+std::vector<PluginDescriptor> Registry::list(Slot slot) const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  return winners(slot);
+}
+
+std::vector<PluginDescriptor> Registry::winners(std::optional<Slot> slot) const {
+  std::set<std::pair<int, std::string>> names;
+  for (const auto& c : impl_->candidates)
+    if (!slot || c.slot == *slot) names.insert({static_cast<int>(c.slot), c.name});
+  std::vector<PluginDescriptor> out;  // sorted by (slot, name), as the set is
+  for (const auto& [sl, name] : names)
+    if (const Impl::Entry* e = impl_->winner(static_cast<Slot>(sl), name)) out.push_back(e->desc);
   return out;
 }
 
 const PluginDescriptor* Registry::find(Slot slot, std::string_view name) const {
-  const Impl::Entry* e = impl_->find(slot, name);
+  std::lock_guard<std::mutex> l(impl_->mu);
+  const Impl::Entry* e = impl_->winner(slot, name);
   return e ? &e->desc : nullptr;
 }
 
 std::string Registry::why_missing(Slot slot, std::string_view name) const {
   const std::string s = slot_name(slot);
-  std::vector<std::string> names;
-  for (const auto& e : impl_->plugins)
-    if (e.desc.slot == slot) names.push_back(e.desc.name);
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->winner(slot, name);  // tries every file of that name
+  // The other names of the slot, from the file names (loading them would run their code).
+  std::set<std::string> unique;
+  for (const auto& c : impl_->candidates)
+    if (c.slot == slot && (!c.tried || c.entry)) unique.insert(c.name);
+  std::vector<std::string> names(unique.begin(), unique.end());
   std::string msg = "unknown " + s + " plugin '" + std::string(name) + "'";
-  for (const auto& r : impl_->refused)
+  for (const auto& r : sorted_refusals(*impl_))
     if (r.slot == s && r.name == name) msg += "; " + r.path + " was refused: " + r.why;
   std::string near = text::closest(name, names);
   if (!near.empty()) msg += "; did you mean '" + near + "'?";
@@ -455,13 +571,28 @@ const PluginDescriptor& Registry::get(Slot slot, std::string_view name) const {
   throw UsageError(why_missing(slot, name));
 }
 
+
 std::vector<std::string> Registry::refusals() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->load_all();
   std::vector<std::string> out;
-  for (const auto& r : impl_->refused) out.push_back(r.path + ": " + r.why);
+  for (const auto& r : sorted_refusals(*impl_)) out.push_back(r.path + ": " + r.why);
   return out;
 }
 
-std::vector<std::string> Registry::shadowed() const { return impl_->shadowed; }
+std::vector<std::string> Registry::shadowed() const {
+  std::lock_guard<std::mutex> l(impl_->mu);
+  impl_->load_all();
+  std::vector<std::string> out;
+  std::map<std::pair<int, std::string>, std::vector<std::string>> accepted;  // in search order
+  for (const auto& c : impl_->candidates)
+    if (c.entry) accepted[{static_cast<int>(c.slot), c.name}].push_back(c.path);
+  for (const auto& c : impl_->candidates) {
+    const auto& files = accepted[{static_cast<int>(c.slot), c.name}];
+    if (c.entry && files.back() != c.path) out.push_back(c.path + ": shadowed by " + files.back());
+  }
+  return out;
+}
 
 std::vector<std::string> Registry::search_path() const { return impl_->search; }
 
@@ -469,7 +600,11 @@ std::shared_ptr<PluginObject> Registry::create_object(Slot slot, std::string_vie
                                                       const Config& config,
                                                       const RunContext& ctx) const {
   const PluginDescriptor& d = get(slot, name);
-  const Impl::Entry* e = impl_->find(slot, name);
+  const Impl::Entry* e = nullptr;
+  {
+    std::lock_guard<std::mutex> l(impl_->mu);
+    e = impl_->winner(slot, name);
+  }
   const std::string context = describe(slot, d.name);
   auto cfg = std::make_shared<const Config>(config);
   PluginObject* raw = nullptr;

@@ -10,6 +10,13 @@
 // plugin file directly. Missing folders of 3./4. are reported with a warning (and in error
 // messages), missing default folders silently skipped.
 //
+// Discovery runs nothing of the files: a file whose name does not follow the pattern, that is not
+// a regular readable ELF file, or whose dynamic symbol table lacks the entry points is refused
+// with a warning naming it; several files of one slot and name get a warning naming the one used
+// ("shadows"). A file is loaded only when first asked for by slot and name (find, get, create,
+// find_info — the plugins a recipe names) or when everything is listed (list(), refusals(),
+// shadowed(): --list-plugins), so --print-recipe, --plan and a run load only what they use.
+//
 // Loading: each file is checked (regular, readable file with an ELF header), dlopen'ed with
 // RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE (through Boost.DLL), and its info record (the
 // `ciuic_plugin_info` entry point) is read before anything else of the plugin runs. The plugin
@@ -21,9 +28,9 @@
 // plugin's factory is never called; refusals are kept for --list-plugins and for the error when
 // a recipe asks for that plugin.
 //
-// Duplicates: when two accepted files provide the same (slot, name), the one found LATER in the
-// search order wins (so --plugin-path overrides an installed plugin of the same name); the other
-// is listed by shadowed().
+// Duplicates: when two files provide the same (slot, name), the one found LATER in the search
+// order wins (so --plugin-path overrides an installed plugin of the same name) when it loads, else
+// the one before it, and so on; the accepted losers are listed by shadowed().
 //
 // Lifetime: libraries are never unloaded (RTLD_NODELETE): plugins register LibTorch operators,
 // CUDA/NCCL state, thread-locals and atexit handlers that must not outlive their code, and even a
@@ -31,12 +38,13 @@
 // create() holds its library's handle (the shared_ptr deleter owns a reference), as in Boost.DLL's
 // reference-counting tutorial, so the ownership is explicit even if NODELETE were dropped.
 //
-// Threading: discover() on one thread; a Registry is immutable afterwards and its const methods
-// may be called from any thread, except create(), which runs plugin factories and must be called
-// from the main thread (ciuic/plugin.h).
+// Threading: discover() on one thread; afterwards its const methods may be called from any thread
+// (loading on first use is serialised by a mutex), except create(), which runs plugin factories
+// and must be called from the main thread (ciuic/plugin.h).
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <typeinfo>
@@ -64,8 +72,10 @@ class CIUIC_API Registry final : public PluginCatalog {
   // Only `paths` (folders or plugin files): for tests and embedders.
   static Registry from_paths(const std::vector<std::string>& paths);
 
-  // Accepted plugins, sorted by slot (enum order), then name.
+  // Accepted plugins, sorted by slot (enum order), then name. Loads every candidate file (for
+  // --list-plugins); list(slot) loads those of one slot only.
   std::vector<PluginDescriptor> list() const;
+  std::vector<PluginDescriptor> list(Slot slot) const;
   const PluginDescriptor* find(Slot slot, std::string_view name) const;
   // Throws UsageError(why_missing(slot, name)) when there is no such accepted plugin.
   const PluginDescriptor& get(Slot slot, std::string_view name) const;
@@ -102,6 +112,7 @@ class CIUIC_API Registry final : public PluginCatalog {
 
  private:
   explicit Registry(std::shared_ptr<const Impl> impl);
+  std::vector<PluginDescriptor> winners(std::optional<Slot> slot) const;  // caller holds the lock
   [[noreturn]] void wrong_type(Slot slot, std::string_view name, const std::type_info& want,
                                const PluginObject& got) const;
   std::shared_ptr<const Impl> impl_;

@@ -16,17 +16,26 @@
 
 namespace ciuic::train {
 
-Evaluator::Evaluator(Run& run) : r_(run) {
-  const TrainOptions& o = run.opt;
-  if (o.exact_match_file.empty()) return;
-  if (!run.tokenizer || !run.chat_template)
-    throw UsageError("[train] exact_match_file needs a tokenizer ([model] tokenizer or path)");
-  questions_ = load_held_out(o.exact_match_file);
-  if (o.exact_match_limit > 0 && static_cast<int64_t>(questions_.size()) > o.exact_match_limit)
-    questions_.resize(static_cast<size_t>(o.exact_match_limit));
-  if (questions_.empty())
+std::vector<HeldOutQuestion> load_exact_match_questions(const TrainOptions& o, bool have_tokenizer) {
+  if (o.exact_match_file.empty()) return {};
+  if (!have_tokenizer) throw UsageError("[train] exact_match_file needs a tokenizer ([model] tokenizer or path)");
+  std::vector<HeldOutQuestion> questions;
+  try {
+    questions = load_held_out(o.exact_match_file);
+  } catch (const UsageError&) {
+    throw;
+  } catch (const Error& e) {
+    throw UsageError(std::string("[train] exact_match_file: ") + e.what());
+  }
+  if (o.exact_match_limit > 0 && static_cast<int64_t>(questions.size()) > o.exact_match_limit)
+    questions.resize(static_cast<size_t>(o.exact_match_limit));
+  if (questions.empty())
     throw UsageError("[train] exact_match_file " + o.exact_match_file + " holds no questions");
+  return questions;
 }
+
+Evaluator::Evaluator(Run& run)
+    : r_(run), questions_(load_exact_match_questions(run.opt, run.tokenizer && run.chat_template)) {}
 
 void Evaluator::before_training(int64_t step, Reporter& report) {
   if (!questions_.empty()) {

@@ -20,6 +20,12 @@ struct EvalResult {
   int64_t tokens = 0;   // label tokens it covered (all ranks)
 };
 
+// [train] exact_match_file's questions as a run uses them (the first exact_match_limit; {} when the
+// key is unset), for the Evaluator and for --dry-run alike. Throws UsageError (bad input, exit 2)
+// when the file is set without a tokenizer, cannot be read (missing, not a regular file such as
+// /dev/zero, too large), is malformed (naming file:line) or holds no questions.
+std::vector<HeldOutQuestion> load_exact_match_questions(const TrainOptions& o, bool have_tokenizer);
+
 class Evaluator {
  public:
   // Loads [train] exact_match_file (when set) and checks a tokenizer is there to use it.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <vector>
@@ -72,6 +73,35 @@ struct Line {
   bool markers = false;
 };
 
+// The points of `data` a chart draws: all of them up to 2 * kColumns; beyond, for each of kColumns
+// equal step ranges of [x0, x1], its lowest and highest value in step order (what a line of that
+// width shows anyway), so that a report stays small however long the run (1M records: 47 MB before).
+constexpr size_t kColumns = 1000;
+std::vector<std::pair<int64_t, double>> drawn_points(const Series& data, double x0, double x1,
+                                                     const std::function<bool(double)>& drawable) {
+  std::vector<std::pair<int64_t, double>> all;
+  for (const auto& [s, v] : data)
+    if (drawable(v)) all.emplace_back(s, v);
+  if (all.size() <= 2 * kColumns) return all;
+  std::vector<std::pair<int64_t, double>> out;
+  size_t i = 0;
+  while (i < all.size()) {
+    const auto column = [&](int64_t s) {
+      return std::min<size_t>(kColumns - 1, static_cast<size_t>((double(s) - x0) / (x1 - x0) * kColumns));
+    };
+    const size_t c = column(all[i].first);
+    size_t lo = i, hi = i, j = i;
+    for (; j < all.size() && column(all[j].first) == c; ++j) {
+      if (all[j].second < all[lo].second) lo = j;
+      if (all[j].second > all[hi].second) hi = j;
+    }
+    out.push_back(all[std::min(lo, hi)]);
+    if (lo != hi) out.push_back(all[std::max(lo, hi)]);
+    i = j;
+  }
+  return out;
+}
+
 // One chart: lines over steps. Log scale on y when every value is positive and they span more than
 // three decades (gradient norms with spikes, fp16 loss scales).
 std::string chart(const std::string& title, const std::string& unit, const std::vector<Line>& lines, double scale = 1) {
@@ -135,27 +165,40 @@ std::string chart(const std::string& title, const std::string& unit, const std::
   }
   o << "<text x=\"" << (L + (W - L - R) / 2) << "\" y=\"" << (H - 6) << "\" text-anchor=\"middle\" class=\"axis\">step</text>\n";
   double legend_x = L + 8;
+  size_t total = 0, shown = 0;
   for (const auto& l : lines) {
     std::string pts;
     size_t n = 0;
-    for (const auto& [s, v] : *l.data) {
-      if (!std::isfinite(v) || (logy && v * scale <= 0)) continue;
-      pts += (n++ ? " " : "") + coord(px(double(s))) + "," + coord(py(v * scale));
-    }
+    const auto points = drawn_points(*l.data, x0, x1, [&](double v) { return std::isfinite(v) && !(logy && v * scale <= 0); });
+    for (const auto& [s, v] : *l.data) total += std::isfinite(v) && !(logy && v * scale <= 0);
+    shown += points.size();
+    for (const auto& [s, v] : points) pts += (n++ ? " " : "") + coord(px(double(s))) + "," + coord(py(v * scale));
     if (n == 0) continue;
     o << "<polyline class=\"series\" data-label=\"" << esc(l.label) << "\" points=\"" << pts
       << "\" fill=\"none\" stroke=\"" << l.color << "\" stroke-width=\"1.6\"/>\n";
     if (l.markers || n == 1)
-      for (const auto& [s, v] : *l.data)
-        if (std::isfinite(v) && !(logy && v * scale <= 0))
-          o << "<circle cx=\"" << coord(px(double(s))) << "\" cy=\"" << coord(py(v * scale)) << "\" r=\"3\" fill=\""
-            << l.color << "\"><title>step " << s << ": " << num(v * scale) << "</title></circle>\n";
+      for (const auto& [s, v] : points)
+        o << "<circle cx=\"" << coord(px(double(s))) << "\" cy=\"" << coord(py(v * scale)) << "\" r=\"3\" fill=\""
+          << l.color << "\"><title>step " << s << ": " << num(v * scale) << "</title></circle>\n";
     o << "<rect x=\"" << coord(legend_x) << "\" y=\"10\" width=\"12\" height=\"4\" fill=\"" << l.color
       << "\"/><text x=\"" << coord(legend_x + 16) << "\" y=\"16\" class=\"legend\">" << esc(l.label) << "</text>\n";
     legend_x += 24 + 7.0 * static_cast<double>(l.label.size());
   }
-  o << "</svg></figure>\n";
+  o << "</svg>";
+  if (shown < total)
+    o << "<p class=\"note\">" << shown << " of " << total << " points drawn: the lowest and highest of each of "
+      << kColumns << " step ranges</p>";
+  o << "</figure>\n";
   return o.str();
+}
+
+std::string type_of(const json& v) {
+  if (v.is_string()) return "a string";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_null()) return "null";
+  if (v.is_array()) return "an array";
+  return "an object";
 }
 
 }  // namespace
@@ -164,10 +207,11 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
   std::map<std::string, Series> train;  // key -> series
   Series eval_loss;
   json end, em_before, em_after;
-  size_t records = 0, bad = 0;
+  size_t records = 0, bad = 0, lineno = 0;
   std::istringstream in(metrics_jsonl);
   std::string line;
   while (std::getline(in, line)) {
+    ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     // A line nested too deep is a bad line like one that is not JSON (counted, not drawn).
     json r = json_depth_problem(line).empty() ? json::parse(line, nullptr, false) : json();
@@ -176,6 +220,19 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
       continue;
     }
     ++records;
+    // A record whose fields have the wrong type is bad input, named where it is.
+    auto expect = [&](const char* key, bool is_ok, const char* want) {
+      if (is_ok) return;
+      throw UsageError((options.source.empty() ? std::string("metrics") : options.source) + ":" +
+                       std::to_string(lineno) + ": \"" + key + "\" is " + type_of(r[key]) + ", expected " + want);
+    };
+    auto field = [&](const char* key, bool (json::*is)() const noexcept, const char* want) {
+      if (r.contains(key)) expect(key, (r[key].*is)(), want);
+    };
+    field("event", &json::is_string, "a string");
+    field("when", &json::is_string, "a string (\"before\" or \"after\")");
+    for (const char* k : {"eval_loss", "accuracy", "tokens_per_s", "elapsed_s", "peak_mem_gib"})
+      field(k, &json::is_number, "a number");
     const std::string event = r.value("event", "");
     const bool has_step = r.contains("step") && r["step"].is_number_integer();
     if (event.empty() && has_step) {
@@ -253,6 +310,7 @@ std::string write_html_report(const std::string& run_dir_or_metrics_file) {
   std::stringstream ss;
   ss << f.rdbuf();
   HtmlReportOptions opt;
+  opt.source = metrics.string();
   fs::path dir = metrics.parent_path();
   opt.title = fs::absolute(dir).lexically_normal().filename().string();
   if (opt.title.empty()) opt.title = "run";

@@ -16,15 +16,20 @@
 namespace ciuic::train {
 
 struct HtmlReportOptions {
-  std::string title;  // default: the run folder's name
+  std::string title;   // default: the run folder's name
+  std::string source;  // the metrics file's name, for errors (default "metrics")
 };
 
-// The report as HTML from the text of a metrics.jsonl.
+// The report as HTML from the text of a metrics.jsonl. A chart draws at most about 2000 points per
+// series (beyond, the lowest and highest value of each of 1000 step ranges, and says so), so the
+// report's size is bounded whatever the number of records. Throws UsageError naming
+// "<source>:<line>" and the field when a record's known field has the wrong type (e.g. "event" is
+// a number); lines that are not JSON objects are skipped and counted.
 CIUIC_API std::string render_html_report(const std::string& metrics_jsonl, const HtmlReportOptions& options = {});
 
 // Reads `run_dir`/metrics.jsonl (or `run_dir` itself when it is a file) and writes report.html next
 // to it (atomically: a temporary file renamed). Returns the path written. Throws UsageError when
-// there is no metrics file, Error when it cannot write.
+// there is no metrics file or a record is mistyped (render_html_report), Error when it cannot write.
 CIUIC_API std::string write_html_report(const std::string& run_dir_or_metrics_file);
 
 // For the end of a run: write_html_report(metrics_file) and log where it went; a failure is logged as

@@ -1,9 +1,11 @@
 #include "cache.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -245,7 +247,7 @@ class ShardWriter {
 
 // Tokenizes every source into `tmp` (shards, index, manifest). Throws on bad input.
 void build_cache(const CacheSettings& s, const nlohmann::json& inputs, const std::string& key,
-                 const std::string& tmp, CacheStats& st) {
+                 const std::string& tmp, CacheStats& st, FileLock& lock) {
   const auto t0 = Clock::now();
   std::vector<std::string> files = s.train_files;
   files.insert(files.end(), s.eval_files.begin(), s.eval_files.end());
@@ -290,6 +292,7 @@ void build_cache(const CacheSettings& s, const nlohmann::json& inputs, const std
     work();
     for (auto& th : pool) th.join();
     if (worker_error) std::rethrow_exception(worker_error);
+    lock.alive();  // waiting ranks see the build progress
 
     for (size_t i = 0; i < n; ++i) {
       const Block& b = blocks[first + i];
@@ -464,6 +467,22 @@ nlohmann::json cache_inputs(const CacheSettings& s, uint64_t* source_bytes) {
   return in;
 }
 
+// Who holds the lock, from the line its last builder recorded ("rank 0 (pid 12 on host h)"): that
+// process when it still runs on this host, else someone else.
+static std::string holder_text(const std::string& recorded) {
+  if (recorded.empty()) return "it is held by another process";
+  const size_t p = recorded.find("(pid "), h = recorded.find(" on host ");
+  if (p != std::string::npos && h != std::string::npos && h > p) {
+    const long pid = std::strtol(recorded.c_str() + p + 5, nullptr, 10);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    const std::string rec_host = recorded.substr(h + 9, recorded.find(')', h) - h - 9);
+    if (pid > 0 && rec_host == host && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      return "the lock file names " + recorded + ", which no longer runs: another process holds it";
+  }
+  return "it is held by " + recorded;
+}
+
 std::unique_ptr<TokenCache> TokenCache::open_or_build(const CacheSettings& s) {
   const auto t0 = Clock::now();
   std::unique_ptr<TokenCache> c(new TokenCache());
@@ -476,26 +495,37 @@ std::unique_ptr<TokenCache> TokenCache::open_or_build(const CacheSettings& s) {
 
   make_dirs(s.cache_dir);
   FileLock lock(s.cache_dir + "/.lock");
-  if (!lock.try_shared()) {
-    log_info("data cache: another process is building in " + s.cache_dir + "; waiting for it");
-    lock.lock_shared();
-  }
+  // Waits for the lock; a holder that makes no progress for lock_patience is given up on.
+  auto take = [&](bool exclusive) {
+    if (exclusive ? lock.try_exclusive() : lock.try_shared()) return;
+    const std::string holder = lock.holder();
+    log_info("data cache: " + (holder.empty() ? std::string("another process") : holder) +
+             " holds " + lock.path() + " (building or checking the cache); waiting for it");
+    if (exclusive ? lock.lock_exclusive(s.lock_patience) : lock.lock_shared(s.lock_patience)) return;
+    const std::string now = lock.holder();
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%g", std::chrono::duration<double>(s.lock_patience).count());
+    throw Error("data cache: " + s.who + " gave up waiting for the lock file " + lock.path() +
+                " after " + secs + " s without progress ([cluster] timeout_s): " + holder_text(now) +
+                "; it builds or checks the cache in " + s.cache_dir +
+                ". If that process is stuck, stop it; if none runs, another run shares this "
+                "cache_dir");
+  };
+  take(false);
   c->manifest_ = read_matching_manifest(c->dir_, c->key_);
   if (c->manifest_.is_null()) {
     lock.unlock();
-    if (!lock.try_exclusive()) {
-      log_info("data cache: another process is building in " + s.cache_dir + "; waiting for it");
-      lock.lock_exclusive();
-    }
+    take(true);
     c->manifest_ = read_matching_manifest(c->dir_, c->key_);
     if (c->manifest_.is_null()) {
+      lock.record_holder(s.who);
       static std::atomic<int> counter{0};
       const std::string tmp = s.cache_dir + "/.tmp-" + c->key_ + "-" + std::to_string(::getpid()) +
                               "-" + std::to_string(counter++);
       remove_tree(tmp);
       make_dirs(tmp);
       try {
-        build_cache(s, inputs, c->key_, tmp, st);
+        build_cache(s, inputs, c->key_, tmp, st, lock);
       } catch (...) {
         remove_tree(tmp);
         throw;

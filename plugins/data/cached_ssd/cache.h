@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,10 @@ struct CacheSettings {
   int64_t shard_bytes = 256 << 20;
   bool verify_checksums = true;
   bool progress = false;         // progress bar on stderr (rank 0)
+  // How long to wait for the cache's lock while its holder shows no progress ([cluster]
+  // timeout_s, RunContext::timeout); then open_or_build gives up naming the lock file and holder.
+  std::chrono::milliseconds lock_patience{std::chrono::minutes(10)};
+  std::string who = "a process";  // this process in the lock file: "rank 0 (pid 12 on host gpu03)"
 };
 
 struct CacheStats {

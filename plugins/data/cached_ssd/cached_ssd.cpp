@@ -4,6 +4,7 @@
 // reuse, verify); the data kit's PackedStream (ciuic/kit/packed_stream.h: shuffling, packing,
 // rank dealing, cursors, eval shares, prefetching) does the rest.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -111,6 +112,10 @@ class CachedSsd final : public DataSource {
     s.shard_bytes = shard_mb_ << 20;
     s.verify_checksums = verify_;
     s.progress = ctx_.rank == 0;
+    s.lock_patience = ctx_.timeout;
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    s.who = "rank " + std::to_string(ctx_.rank) + " (pid " + std::to_string(getpid()) + " on host " + host + ")";
     cache_ = TokenCache::open_or_build(s);
 
     // Splits (document numbers in cache order); the stream keeps them.

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <ciuic/error.h>
 #include <ciuic/files.h>
@@ -85,14 +86,60 @@ FileLock::~FileLock() {
   if (fd_ >= 0) ::close(fd_);  // closing releases the lock
 }
 
-void FileLock::lock_shared() {
-  while (::flock(fd_, LOCK_SH) != 0)
-    if (errno != EINTR) fail_errno("cannot take a shared lock on", path_);
+namespace {
+bool try_flock(int fd, int op, const std::string& path);
+
+// The file's modification time (a holder's sign of life), in nanoseconds.
+int64_t mtime_ns(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return 0;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+}  // namespace
+
+bool FileLock::wait(int op, std::chrono::milliseconds patience) {
+  using Clock = std::chrono::steady_clock;
+  auto deadline = Clock::now() + patience;
+  int64_t seen = mtime_ns(fd_);
+  auto pause = std::chrono::milliseconds(5);
+  while (!try_flock(fd_, op, path_)) {
+    const int64_t m = mtime_ns(fd_);
+    const auto now = Clock::now();
+    if (m != seen) {  // the holder is alive: wait for it another `patience`
+      seen = m;
+      deadline = now + patience;
+    }
+    if (now >= deadline) return false;
+    std::this_thread::sleep_for(std::min<Clock::duration>(pause, deadline - now));
+    pause = std::min(pause * 2, std::chrono::milliseconds(200));
+  }
+  return true;
 }
 
-void FileLock::lock_exclusive() {
-  while (::flock(fd_, LOCK_EX) != 0)
-    if (errno != EINTR) fail_errno("cannot take an exclusive lock on", path_);
+bool FileLock::lock_shared(std::chrono::milliseconds patience) { return wait(LOCK_SH, patience); }
+bool FileLock::lock_exclusive(std::chrono::milliseconds patience) { return wait(LOCK_EX, patience); }
+
+void FileLock::record_holder(const std::string& who) {
+  const std::string line = who + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, line.data(), line.size(), 0) < 0)
+    fail_errno("cannot write the lock file", path_);
+  last_alive_ = std::chrono::steady_clock::now();
+}
+
+void FileLock::alive() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_alive_ < std::chrono::seconds(1)) return;
+  last_alive_ = now;
+  ::futimens(fd_, nullptr);
+}
+
+std::string FileLock::holder() const {
+  char buf[200];
+  const ssize_t n = ::pread(fd_, buf, sizeof buf, 0);
+  std::string s;
+  for (ssize_t i = 0; i < n && buf[i] != '\n'; ++i)
+    s += static_cast<unsigned char>(buf[i]) < 0x20 || buf[i] == 0x7f ? '?' : buf[i];
+  return s;
 }
 
 namespace {

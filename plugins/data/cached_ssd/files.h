@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <chrono>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,22 +43,39 @@ class MappedFile {
 // unlock(). flock locks are per open file: two FileLocks in one process exclude each other too,
 // and on Linux NFS (v4) they are forwarded to the server, so ranks on several nodes sharing the
 // file system exclude each other as well.
+//
+// Bounded waits: lock_shared/lock_exclusive wait until granted or until the lock file showed no
+// sign of life for `patience` — a holder that builds calls alive() as it progresses (which
+// advances the file's modification time, at most once a second), so a slow build is waited for
+// and a stuck one is not. The holder of the exclusive lock records who it is (record_holder) in
+// the file; holder() reads that line back for messages.
 class FileLock {
  public:
   explicit FileLock(const std::string& path);
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
   ~FileLock();
-  // Blocks until granted. try_exclusive() returns false instead of blocking.
-  void lock_shared();
-  void lock_exclusive();
+  // True when granted; false after `patience` without the file's modification time advancing.
+  // try_*() return false instead of waiting.
+  bool lock_shared(std::chrono::milliseconds patience);
+  bool lock_exclusive(std::chrono::milliseconds patience);
   bool try_shared();
   bool try_exclusive();
   void unlock();
+  // While holding the lock exclusively: replaces the file's content with `who` and a newline.
+  void record_holder(const std::string& who);
+  // While holding the lock: shows waiters that the holder makes progress (a no-op when the last
+  // call was less than a second ago).
+  void alive();
+  // The first line of the file (at most 200 bytes, control characters as '?'); "" when empty.
+  std::string holder() const;
+  const std::string& path() const { return path_; }
 
  private:
+  bool wait(int op, std::chrono::milliseconds patience);
   std::string path_;
   int fd_ = -1;
+  std::chrono::steady_clock::time_point last_alive_{};
 };
 
 // Writes the concatenation of `parts` to `path` and fsyncs it (the caller renames the containing

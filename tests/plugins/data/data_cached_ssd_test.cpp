@@ -2,11 +2,15 @@
 // written out by hand from the ByteTokenizer's rules (data_test_support.h), not computed by the
 // plugin's code; XXH64 is compared with the Python `xxhash` package (fixtures/data/xxh64.json).
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -357,6 +361,69 @@ TEST(CachedSsd, CacheIsReusedAndRebuiltWhenInputsChange) {
     EXPECT_EQ(m["inputs"]["sources"][0]["xxh64"].get<std::string>().size(), 16u);
     EXPECT_EQ(m["stats"]["documents"], 20);
   }
+}
+
+// ---- bounded waits on the cache lock ----------------------------------------------------------
+// A rank whose peer holds the cache lock and never finishes (stuck while building) gives up within
+// [cluster] timeout_s (RunContext::timeout) naming the lock file and who holds it; before, it
+// waited forever. A holder that shows progress (the builder touches the lock file) is waited for.
+TEST(CachedSsd, RankWaitingOnAStuckCacheBuildGivesUpWithinTheTimeout) {
+  const std::string dir = temp_dir("stuck-lock");
+  write_file(dir + "/d.jsonl", text_jsonl(10));
+  const std::string toml = "sources = [\"d.jsonl\"]\ncache_dir = \"cache\"\n";
+  const std::string lock = dir + "/cache/.lock";
+  auto read_file = [](const std::string& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  {
+    Source s0(dir, toml, 16, 1, 0, 2);
+    s0.open();  // rank 0 builds: the lock file names it
+  }
+  const std::string rank0 = "rank 0 (pid " + std::to_string(getpid()) + " on host ";
+  EXPECT_EQ(read_file(lock).rfind(rank0, 0), 0u) << read_file(lock);
+
+  // Rank 0 is stuck holding the lock (as while building). Another open file description: it
+  // excludes this process's own lock too (flock locks are per open file).
+  const int held = ::open(lock.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);
+  Source s1(dir, toml, 16, 1, 1, 2);
+  s1.ctx.timeout = std::chrono::milliseconds(1500);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string msg;
+  try {
+    s1.open();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  printf("rank 1 gave up after %.2f s (timeout 1.5 s)\n", waited);
+  EXPECT_GE(waited, 1.5);
+  EXPECT_LT(waited, 1.5 + 1.0);
+  EXPECT_NE(msg.find("data cache: rank 1 (pid "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("gave up waiting for the lock file " + lock + " after 1.5 s without progress "
+                     "([cluster] timeout_s): it is held by " + rank0),
+            std::string::npos)
+      << msg;
+
+  // The same holder, alive: it touches the lock file every 300 ms for 3 s, then releases it. The
+  // waiting rank waits it out (2 x its timeout) and opens the cache.
+  std::thread holder([&] {
+    for (int i = 0; i < 10; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      ::futimens(held, nullptr);
+    }
+    ::close(held);
+  });
+  Source s2(dir, toml, 16, 1, 1, 2);
+  s2.ctx.timeout = std::chrono::milliseconds(1500);
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_NO_THROW(s2.open());
+  const double waited2 = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  holder.join();
+  EXPECT_GE(waited2, 2.9);
+  EXPECT_EQ(s2.metric("data_cache_hit"), 1);
 }
 
 std::string cache_folder(const std::string& cache_dir) {
