@@ -15,6 +15,7 @@
 #include <ciuic/export.h>
 #include <ciuic/files.h>
 #include <ciuic/grad_norm.h>
+#include <ciuic/json.h>
 #include <ciuic/log.h>
 #include <ciuic/metrics.h>
 #include <ciuic/optimizer.h>
