@@ -28,8 +28,10 @@ enum ExitCode : int {
 };
 
 // A failure the user must see. Thread-safe to construct and copy; what() is the full message, kept
-// valid UTF-8: a byte of `message` that is not part of well-formed UTF-8 (a quoted binary input)
-// is written as \xNN, and a line longer than 1000 bytes keeps its first 700 and last 200 bytes
+// safe to print: a byte of `message` that is not part of well-formed UTF-8 (a quoted binary input)
+// and every control byte but '\n' and '\t' (ESC, BEL, CR, NUL: a quoted config's) are written as
+// \xNN, C1 and bidirectional controls as \uXXXX, so a NUL does not cut what() and a message cannot
+// send terminal escapes; a line longer than 1000 bytes keeps its first 700 and last 200 bytes
 // around " ... (N bytes cut) ... ".
 class CIUIC_API Error : public std::runtime_error {
  public:

@@ -2,7 +2,9 @@
 //
 // Lines go to stderr as "ciuic[<rank>] <LEVEL> <message>" (rank omitted before it is known).
 // Thread-safe: concurrent calls never interleave within a line. Messages are plain text; format
-// them with fmt or std::ostringstream before calling.
+// them with std::ostringstream or concatenation before calling. What a message quotes is shown,
+// never sent: control bytes but '\n' and '\t' are written \xNN (\x1b, \x00), bytes that are not
+// UTF-8 too, as in ciuic::Error.
 #pragma once
 
 #include <string_view>
