@@ -7,8 +7,7 @@
 #include <ciuic/error.h>
 #include <ciuic/log.h>
 #include <ciuic/metrics.h>
-#include <ciuic/offload.h>
-#include <ciuic/optim.h>
+#include <ciuic/optimizer.h>
 #include <ciuic/plugin.h>
 #include <ciuic/precision.h>
 #include <ciuic/sharding.h>
