@@ -51,11 +51,11 @@ struct Opened {
   std::shared_ptr<const Tokenizer> bpe;
   std::shared_ptr<DataSource> src;
   Opened(const std::string& plugin, const std::string& toml, int64_t T, int64_t mb, bool use_bpe = false) {
+    ctx.seed = 1;
     src = registry().create<DataSource>(Slot::kData, plugin, Config::from_toml("data", toml), ctx);
     DataOpenArgs a;
     a.seq_len = T;
     a.micro_batch_size = mb;
-    a.seed = 1;
     if (use_bpe) bpe = load_tokenizer(std::string(CIUIC_SOURCE_DIR) + "/examples/demo/tokenizer.json");
     a.tokenizer = use_bpe ? bpe.get() : &tok;
     src->open(a);

@@ -127,11 +127,6 @@ std::shared_ptr<ciuic::Optimizer> make_optimizer(const std::string& plugin, cons
 class Bf16Policy final : public ciuic::Precision {
  public:
   at::ScalarType param_dtype() const override { return at::kBFloat16; }
-  at::ScalarType reduce_dtype() const override { return at::kFloat; }
-  double loss_scale() const override { return 1.0; }
-  bool needs_overflow_check() const override { return false; }
-  bool update(bool, int64_t) override { return false; }
-  int64_t skipped_steps() const override { return 0; }
 };
 
 // The shard: 99% with weight decay, a no-decay tail (norms), as a model's would be; one gradient

@@ -116,14 +116,26 @@ const char* core_build_fingerprint() { return CIUIC_BUILD_FINGERPRINT; }
 PluginObject::~PluginObject() = default;
 void PluginObject::append_metrics(Metrics&) const {}
 Work::~Work() = default;
+// The defaults of the slot interfaces (fp32 precision; nothing counted; no layer boundaries).
+at::ScalarType Precision::param_dtype() const { return at::kFloat; }
+at::ScalarType Precision::reduce_dtype() const { return at::kFloat; }
+double Precision::loss_scale() const { return 1.0; }
+bool Precision::needs_overflow_check() const { return false; }
+bool Precision::update(bool, int64_t) { return false; }
 void Precision::save_state(StateDict&) const {}
 void Precision::load_state(const StateDict&) {}
-void Precision::round_to_param(const at::Tensor& master, at::Tensor& out, int64_t, int64_t) const {
+void Precision::round_to_param(const at::Tensor& master, at::Tensor& out, int64_t,
+                               const std::vector<PositionSpan>&) const {
   out.copy_(master);  // ATen's float -> bf16/fp16 conversion rounds to nearest even
 }
 bool Precision::rounds_to_nearest() const { return true; }
-void Sharding::begin_step(const StepInput&) {}
+void Sharding::before_group(int, GroupPass) {}
+void Sharding::after_group(int, GroupPass) {}
+ShardingMemory Sharding::memory() const { return {}; }
 bool Optimizer::offer_early_update(const OptimizerStep&) { return false; }
+OptimizerMemory Optimizer::memory() const { return {}; }
+CommCounters Comm::counters() const { return {}; }
+int64_t DataSource::epoch() const { return -1; }
 Store::~Store() = default;
 Tokenizer::~Tokenizer() = default;
 ChatTemplate::~ChatTemplate() = default;

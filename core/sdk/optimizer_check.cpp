@@ -1,4 +1,5 @@
 // Argument checks shared by optimizer implementations (declared in ciuic/optimizer.h).
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -66,7 +67,44 @@ void check_optimizer_setup(const OptimizerSetup& s, std::string_view who) {
   if (!supported_dtype(s.grad_dtype))
     throw Error(str(who) + ": gradient dtype " + c10::toString(s.grad_dtype) +
                 " is not supported (fp32, bf16 or fp16)");
+  expect = 0;
+  for (size_t i = 0; i < s.positions.size(); ++i) {
+    const PositionSpan& p = s.positions[i];
+    if (p.offset != expect || p.length < 0 || p.global < -1)
+      throw Error(str(who) + ": setup() position span " + std::to_string(i) + " is " + range(p.offset, p.length) +
+                  " at global " + std::to_string(p.global) + "; spans must cover [0, " + std::to_string(s.numel) +
+                  ") in order, the next one starting at " + std::to_string(expect));
+    expect = p.offset + p.length;
+  }
+  if (!s.positions.empty() && expect != s.numel)
+    throw Error(str(who) + ": setup() position spans end at " + std::to_string(expect) + " but the shard has " +
+                std::to_string(s.numel) + " elements");
   if (!s.precision) throw Error(str(who) + ": setup() without a precision policy");
+}
+
+std::vector<PositionSpan> positions_of(const OptimizerSetup& s, int64_t shard_offset, int64_t numel) {
+  std::vector<PositionSpan> out;
+  if (s.positions.empty()) {  // no layout given: the shard is the model, element for element
+    out.push_back(PositionSpan{0, numel, shard_offset});
+    return out;
+  }
+  const int64_t end = shard_offset + numel;
+  // The first span that ends after shard_offset (spans are in order).
+  size_t i = 0, lo = 0, hi = s.positions.size();
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (s.positions[mid].offset + s.positions[mid].length <= shard_offset)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  for (i = lo; i < s.positions.size() && s.positions[i].offset < end; ++i) {
+    const PositionSpan& p = s.positions[i];
+    const int64_t a = std::max(p.offset, shard_offset), b = std::min(p.offset + p.length, end);
+    if (b <= a) continue;
+    out.push_back(PositionSpan{a - shard_offset, b - a, p.global < 0 ? -1 : p.global + (a - p.offset)});
+  }
+  return out;
 }
 
 void check_grad_chunk(const OptimizerSetup& s, int region, const at::Tensor& chunk, std::string_view who) {

@@ -10,6 +10,7 @@
 //   plugin = "hello"
 //   greeting = "hi there"   # optional, default "hello"
 //   loss_scale = 1024.0     # optional, default 1.0, must be > 0
+#define CIUIC_PLUGIN_API 7
 #include <string>
 
 #include <ciuic/config.h>
@@ -20,34 +21,35 @@
 
 namespace {
 
+// Options, declared once as typed handles: each is listed in kOptions (what the core validates the
+// recipe section against) and read with config.get(handle), so a key is written in one place only.
+// Arguments: key, default (a TOML literal; nullptr = required), help, min, max, choices.
+constexpr ciuic::Option<std::string> kGreeting{"greeting", "\"hello\"",
+                                               "printed once by rank 0 when the plugin is created"};
+constexpr ciuic::Option<double> kLossScale{"loss_scale", "1.0", "static loss scale (gradients are unscaled again)",
+                                           1e-30, 1e30};
+const ciuic::OptionSpec kOptions[] = {kGreeting, kLossScale};
+
+// ciuic::Precision's defaults are fp32 with a loss scale of 1 that never skips a step: a policy
+// overrides only what it changes.
 class HelloPrecision final : public ciuic::Precision {
  public:
   HelloPrecision(const ciuic::Config& config, const ciuic::RunContext& context)
-      : loss_scale_(config.get_float("loss_scale")) {
-    // Options are validated by the core before the factory runs: get_*() of a declared key never
+      : loss_scale_(config.get(kLossScale)) {
+    // Options are validated by the core before the factory runs: reading a declared option never
     // fails. Checks the schema cannot express go through config.fail(), which names the recipe
     // file, line and column.
-    const std::string greeting = config.get_string("greeting");
-    if (greeting.empty()) config.fail("greeting", "must not be empty");
+    const std::string greeting = config.get(kGreeting);
+    if (greeting.empty()) config.fail(kGreeting.key(), "must not be empty");
     if (context.rank == 0)
       ciuic::log_info("precision/hello: " + greeting + " (static loss scale " + std::to_string(loss_scale_) + ")");
   }
 
-  at::ScalarType param_dtype() const override { return at::kFloat; }
-  at::ScalarType reduce_dtype() const override { return at::kFloat; }
+  // Never overflows in fp32, so no overflow check and never a skipped step (the defaults).
   double loss_scale() const override { return loss_scale_; }
-  bool needs_overflow_check() const override { return false; }
-  bool update(bool /*found_inf*/, int64_t /*step*/) override { return false; }  // never skips
-  int64_t skipped_steps() const override { return 0; }
 
  private:
   double loss_scale_;
-};
-
-// key, type, default (a TOML literal; nullptr = required), help, min, max, choices
-const ciuic::OptionSpec kOptions[] = {
-    {"greeting", ciuic::OptionType::kString, "\"hello\"", "printed once by rank 0 when the plugin is created"},
-    {"loss_scale", ciuic::OptionType::kFloat, "1.0", "static loss scale (gradients are unscaled again)", 1e-30, 1e30},
 };
 
 }  // namespace

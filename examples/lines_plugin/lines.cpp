@@ -5,6 +5,7 @@
 // post-processor adds it) followed by EOS, every token a training target: the same documents
 // cached_ssd makes of {"text": line} with its defaults, so both give the same batches
 // (sdk_examples_test checks that). Everything after the documents is the kit's PackedStream.
+#define CIUIC_PLUGIN_API 7
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,6 +26,7 @@ namespace {
 using ciuic::data::DocView;
 using ciuic::data::PackedStream;
 using ciuic::data::PackMode;
+using ciuic::data::StreamArgs;
 
 const ciuic::OptionSpec kOptions[] = {
     {"path", ciuic::OptionType::kString, nullptr, "text file, one document per line (relative to the recipe)"},
@@ -45,7 +47,8 @@ struct Documents {
 class Lines final : public ciuic::DataSource {
  public:
   Lines(const ciuic::Config& config, const ciuic::RunContext& ctx)
-      : config_(config),
+      : ctx_(ctx),
+        config_(config),
         path_(resolve(ctx, config.get_string("path"))),
         eval_path_(config.get_string("eval_path").empty() ? "" : resolve(ctx, config.get_string("eval_path"))) {
     const std::string p = config.get_string("packing");
@@ -66,7 +69,7 @@ class Lines final : public ciuic::DataSource {
     for (uint32_t i = 0; i < docs_[0].ids.size(); ++i) train.push_back(i);
     // Eval documents are numbered after the training ones: one lookup serves both splits.
     for (uint32_t i = 0; i < docs_[1].ids.size(); ++i) eval.push_back(static_cast<uint32_t>(docs_[0].ids.size()) + i);
-    stream_ = std::make_unique<PackedStream>(a, settings_, std::move(train), std::move(eval), [this](uint32_t d) {
+    stream_ = std::make_unique<PackedStream>(StreamArgs(a, ctx_), settings_, std::move(train), std::move(eval), [this](uint32_t d) {
       const size_t n = docs_[0].ids.size();
       const Documents& s = docs_[d < n ? 0 : 1];
       const size_t k = d < n ? d : d - n;
@@ -113,6 +116,7 @@ class Lines final : public ciuic::DataSource {
     return *stream_;
   }
 
+  const ciuic::RunContext& ctx_;  // rank, world size and seed for the stream (outlives the source)
   ciuic::Config config_;
   std::string path_, eval_path_;
   PackedStream::Settings settings_;

@@ -8,6 +8,9 @@
 // ShardOptimizer (ciuic/kit/shard_optimizer.h) does everything but this arithmetic: state on the
 // device, the gradient sink and its squares for the norm, checkpoints, rounding through the
 // precision policy.
+#define CIUIC_PLUGIN_API 7
+#include <vector>
+
 #include <ATen/ops/lerp.h>
 
 #include <ciuic/config.h>
@@ -16,17 +19,17 @@
 
 namespace {
 
-const ciuic::OptionSpec kOptions[] = {
-    {"betas", ciuic::OptionType::kFloatList, "[0.9, 0.99]",
-     "Lion beta1 (interpolation for the update), beta2 (momentum decay); each in [0, 1)", 0.0, 1.0},
-};
+constexpr ciuic::Option<std::vector<double>> kBetas{
+    "betas", "[0.9, 0.99]", "Lion beta1 (interpolation for the update), beta2 (momentum decay); each in [0, 1)", 0.0,
+    1.0};
+const ciuic::OptionSpec kOptions[] = {kBetas};
 
 class Lion final : public ciuic::ShardOptimizer {
  public:
   explicit Lion(const ciuic::Config& cfg) : ShardOptimizer("optimizer lion", {"exp_avg"}) {
-    const auto betas = cfg.get_float_list("betas");
+    const auto betas = cfg.get(kBetas);
     if (betas.size() != 2 || betas[0] >= 1.0 || betas[1] >= 1.0)
-      cfg.fail("betas", "expected two numbers [beta1, beta2], each in [0, 1)");
+      cfg.fail(kBetas.key(), "expected two numbers [beta1, beta2], each in [0, 1)");
     beta1_ = betas[0];
     beta2_ = betas[1];
   }

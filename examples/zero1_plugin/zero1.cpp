@@ -7,6 +7,7 @@
 // (here an all-reduce in place), whether the reduction writes into the packed bucket itself (yes:
 // the kit then hands the optimizer this rank's chunk of it), and how updated parameters reach
 // every rank (an all-gather of the chunks).
+#define CIUIC_PLUGIN_API 7
 #include <ciuic/config.h>
 #include <ciuic/context.h>
 #include <ciuic/kit/bucket_sharding.h>

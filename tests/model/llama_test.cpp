@@ -3,7 +3,9 @@
 // (what a sharding plugin does) leave results and gradient hooks unchanged.
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
@@ -25,9 +27,14 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <ciuic/config.h>
+#include <ciuic/context.h>
+#include <ciuic/sharding.h>
+
 #include "model/fused_ops.h"
 #include "model/llama.h"
 #include "model_test_util.h"
+#include "registry/registry.h"
 
 namespace ciuic::model {
 namespace {
@@ -372,6 +379,111 @@ TEST(Llama, InputErrors) {
   expect_error([&] { LlamaModel::from_pretrained(fixture("nonexistent"), at::kFloat, at::kCPU); },
                {"nonexistent", "no config.json"});
   expect_error([&] { LlamaModel(m->config(), at::kLong, at::kCPU); }, {"float32, bfloat16 or float16"});
+}
+
+
+// ---- layer boundaries (ciuic/sharding.h, Sharding::before_group/after_group) ----------------------
+
+// The boundaries a model of `layers` decoder layers must announce for one training micro-batch,
+// written out from the contract: forward g = 0 .. G-1, then backward G-1 .. 0, with a recompute
+// pair inside the backward of each checkpointed layer (the first `checkpointed`).
+std::vector<std::string> expected_boundaries(int layers, int checkpointed) {
+  const int head = layers + 1;
+  auto name = [&](int g) { return g == 0 ? std::string("embed") : g == head ? std::string("head")
+                                                                              : "layers." + std::to_string(g - 1); };
+  std::vector<std::string> out{"micro_batch 0"};
+  for (int g = 0; g <= head; ++g)
+    for (const char* edge : {"before", "after"}) out.push_back(std::string("forward ") + edge + " " + std::to_string(g) + " " + name(g));
+  for (int g = head; g >= 0; --g) {
+    out.push_back("backward before " + std::to_string(g) + " " + name(g));
+    if (g >= 1 && g <= checkpointed) {
+      out.push_back("recompute before " + std::to_string(g) + " " + name(g));
+      out.push_back("recompute after " + std::to_string(g) + " " + name(g));
+    }
+    out.push_back("backward after " + std::to_string(g) + " " + name(g));
+  }
+  return out;
+}
+
+std::vector<std::string> lines_of(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<std::string> out;
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// The test plugin sharding/test (tests/testplugins/good_sharding.cpp) records what the model
+// announces; its lines name a group's parameters whose gradient was not yet accumulated when the
+// group's backward ended ("missing=").
+TEST(LlamaGroups, BoundariesReachTheShardingInForwardBackwardAndRecompute) {
+  ciuic::Registry reg = ciuic::Registry::from_paths({ciuic_test_paths::test_plugins() + "/good"});
+  for (bool tied : {true, false})
+    for (int checkpointed : {0, 1, 2}) {
+      SCOPED_TRACE(std::string(tied ? "tied" : "untied") + ", checkpointed layers " + std::to_string(checkpointed));
+      LlamaConfig cfg = tiny()->config();  // two layers
+      cfg.tie_word_embeddings = tied;
+      LlamaModel m(cfg, at::kFloat, at::kCPU);
+      m.init_random(3, 0.02);
+      if (checkpointed > 0) m.set_activation_checkpointing(true, checkpointed);
+      const int layers = static_cast<int>(cfg.num_hidden_layers);
+      ASSERT_EQ(layers, 2);
+
+      // The groups: every parameter in its layer's group, the tied embedding in the head's too.
+      const auto named = m.named_parameters();
+      const auto groups = m.param_groups();
+      ASSERT_EQ(groups.size(), static_cast<size_t>(layers + 2));
+      auto names_of = [&](const ciuic::ParamGroup& g) {
+        std::vector<std::string> n;
+        for (int i : g.params) n.push_back(named.at(static_cast<size_t>(i)).first);
+        return n;
+      };
+      EXPECT_EQ(groups[0].name, "embed");
+      EXPECT_EQ(names_of(groups[0]), std::vector<std::string>{"model.embed_tokens.weight"});
+      for (int l = 0; l < layers; ++l) {
+        const auto& g = groups[static_cast<size_t>(l + 1)];
+        EXPECT_EQ(g.name, "layers." + std::to_string(l));
+        const auto n = names_of(g);
+        ASSERT_EQ(n.size(), 9u);
+        for (const auto& p : n) EXPECT_EQ(p.rfind("model.layers." + std::to_string(l) + ".", 0), 0u) << p;
+      }
+      EXPECT_EQ(groups.back().name, "head");
+      EXPECT_EQ(names_of(groups.back()),
+                (std::vector<std::string>{"model.norm.weight", tied ? "model.embed_tokens.weight" : "lm_head.weight"}));
+      size_t listed = 0;
+      for (const auto& g : groups) listed += g.params.size();
+      EXPECT_EQ(listed, named.size() + (tied ? 1 : 0));
+
+      const std::string dir = testing::temp_dir("groups");
+      ciuic::RunContext ctx;
+      ctx.output_dir = dir;
+      ctx.store = ciuic::make_local_store(std::chrono::seconds(10));
+      auto shard = reg.create<ciuic::Sharding>(ciuic::Slot::kSharding, "test", ciuic::Config::from_toml("sharding", ""), ctx);
+      ciuic::ShardingSetup s;
+      for (auto& [n, t] : named) s.params.push_back({n, t, t.dim() >= 2});
+      s.groups = groups;
+      shard->setup(s);
+      m.set_group_boundaries(shard.get());
+
+      // Training: one micro-batch, forward and backward.
+      const at::Tensor ids = expected().tensor("tiny.input_ids");
+      const at::Tensor labels = expected().tensor("tiny.labels");
+      shard->begin_micro_batch(0, true);
+      m.loss_sum(ids, labels, {}, false).backward();
+      const std::string events = dir + "/sharding-test-events.txt";
+      EXPECT_EQ(lines_of(events), expected_boundaries(layers, checkpointed));
+      // Without autograd (evaluation): forward boundaries only.
+      {
+        at::NoGradGuard ng;
+        shard->begin_micro_batch(0, true);
+        m.loss_sum(ids, labels, {}, false);
+      }
+      std::vector<std::string> eval = expected_boundaries(layers, 0);
+      eval.resize(1 + 2 * (layers + 2));
+      const auto all = lines_of(events);
+      ASSERT_GE(all.size(), eval.size());
+      EXPECT_EQ(std::vector<std::string>(all.end() - static_cast<long>(eval.size()), all.end()), eval);
+      m.set_group_boundaries(nullptr);
+    }
 }
 
 }  // namespace

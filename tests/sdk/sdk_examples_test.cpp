@@ -55,16 +55,8 @@ TEST(SdkExamples, Zero1MatchesDdpAndOneProcessAtWorldSizes1To4) {
   }
 }
 
-// Rounds to nearest even (the base class's default).
-class Fp32 final : public ciuic::Precision {
- public:
-  at::ScalarType param_dtype() const override { return at::kFloat; }
-  at::ScalarType reduce_dtype() const override { return at::kFloat; }
-  double loss_scale() const override { return 1.0; }
-  bool needs_overflow_check() const override { return false; }
-  bool update(bool, int64_t) override { return false; }
-  int64_t skipped_steps() const override { return 0; }
-};
+// fp32, rounds to nearest even (the base class's defaults).
+using Fp32 = ciuic::Precision;
 
 at::Tensor tensor(const nlohmann::json& j) { return at::tensor(j.get<std::vector<float>>()); }
 
@@ -87,7 +79,7 @@ TEST(SdkExamples, LionMatchesThePublishedUpdate) {
       recipe.plugin_config(ciuic::Slot::kOptimizer, *reg.get(ciuic::Slot::kOptimizer, "lion").info), ctx);
   EXPECT_EQ(lion->state_names(), (std::vector<std::string>{"master", "exp_avg"}));
 
-  const Fp32 fp32;
+  const Fp32 fp32{};
   ciuic::OptimizerSetup s;
   s.numel = n;
   s.segments = {{0, decay_end, true}, {decay_end, n, false}};

@@ -208,7 +208,13 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
   ciuic_test::write_file(badsrc / "CMakeLists.txt",
                          "cmake_minimum_required(VERSION 3.22)\nproject(engine_call LANGUAGES CXX)\n"
                          "find_package(Ciuic 0.1 REQUIRED)\n"
-                         "ciuic_add_plugin(SLOT data NAME engine_call SOURCES engine_call.cpp)\n");
+                         "ciuic_add_plugin(SLOT data NAME engine_call SOURCES engine_call.cpp)\n"
+                         "ciuic_add_plugin(SLOT data NAME old_api SOURCES old_api.cpp)\n");
+  // Source written for plugin API 6: it must not compile against API 7's headers.
+  ciuic_test::write_file(badsrc / "old_api.cpp",
+                         "#define CIUIC_PLUGIN_API 6\n#include <ciuic/plugin.h>\n"
+                         "namespace { ciuic::PluginObject* make(const ciuic::PluginArgs&) { return nullptr; } }\n"
+                         "CIUIC_DEFINE_PLUGIN_NO_OPTIONS(ciuic::Slot::kData, \"old_api\", \"0.1\", \"old\", make)\n");
   ciuic_test::write_file(badsrc / "engine_call.cpp",
                          "#include <memory>\n#include <string>\n#include <ciuic/plugin.h>\n"
                          "namespace ciuic { class Tokenizer;\n"
@@ -218,8 +224,15 @@ TEST(Sdk, InstalledPackageBuildsAndRunsAnOutOfTreePlugin) {
                          "CIUIC_DEFINE_PLUGIN_NO_OPTIONS(ciuic::Slot::kData, \"engine_call\", \"0.1\", \"calls the engine\", make)\n");
   r = configure_dir(badsrc.string(), root / "engine_call_build", "");
   ASSERT_EQ(r.code, 0) << r.out << r.err;
-  r = ciuic_test::run_command(build_cmd + (root / "engine_call_build").string(), io);
+  r = ciuic_test::run_command(build_cmd + (root / "engine_call_build").string() + " --target ciuic_data_engine_call", io);
   EXPECT_NE(r.code, 0) << r.out << r.err;
   EXPECT_TRUE(has(r.out + r.err, "undefined reference to `ciuic::load_tokenizer")) << r.out << r.err;
+  // engine_call.cpp does not say which plugin API it was written for: a warning naming API 7's changes.
+  EXPECT_TRUE(has(r.out + r.err, "this plugin source does not say which plugin API it was written for")) << r.out << r.err;
+  EXPECT_TRUE(has(r.out + r.err, "changed Sharding::step into finish_grads() + update()")) << r.out << r.err;
+  // old_api.cpp says API 6: an error naming what API 7 changed.
+  r = ciuic_test::run_command(build_cmd + (root / "engine_call_build").string() + " --target ciuic_data_old_api", io);
+  EXPECT_NE(r.code, 0) << r.out << r.err;
+  EXPECT_TRUE(has(r.out + r.err, "this plugin is written for plugin API < 7; API 7 changed")) << r.out << r.err;
   { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(root).string(), rm_ec); }
 }

@@ -2,6 +2,7 @@
 // (CIUIC_TEST_DEFECT_<name>). Every factory aborts the process: a refused plugin's factory must
 // never run, and a test that reached one would crash instead of passing. Entry points that are not
 // Boost.DLL aliases of code (plainfn, dataptr) must be refused without being called or followed.
+#define CIUIC_PLUGIN_API 7
 #include <cstdlib>
 
 #include <ciuic/plugin.h>

@@ -1,5 +1,6 @@
 // Test plugin comm/test: a world of one process. Collectives copy or do nothing.
 // Option fail_on_create makes the factory throw (to test how the core reports it).
+#define CIUIC_PLUGIN_API 7
 #include <ciuic/comm.h>
 #include <ciuic/config.h>
 #include <ciuic/context.h>

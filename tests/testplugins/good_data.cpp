@@ -1,23 +1,37 @@
 // Test plugin data/test: declares one option of every type, so that tests can check the
 // validation of plugin sections, and reports the values it was given through append_metrics()
-// (numbers only) so that tests can see what the factory received.
+// (numbers only) so that tests can see what the factory received. Its options are typed handles
+// (ciuic::Option<T>, one of each type), declared once and read with Config::get.
+#define CIUIC_PLUGIN_API 7
+#include <string>
+#include <vector>
+
 #include <ciuic/config.h>
 #include <ciuic/data.h>
 #include <ciuic/error.h>
 
 namespace {
 
+constexpr ciuic::Option<std::string> kPath{"path", nullptr, "input file (required)"};
+constexpr ciuic::Option<bool> kShuffle{"shuffle", "true", "shuffle the samples"};
+constexpr ciuic::Option<int64_t> kBuffer{"buffer", "4", "prefetch depth", 1, 64};
+constexpr ciuic::Option<double> kRatio{"ratio", "0.5", "held-out fraction", 0.0, 1.0};
+constexpr ciuic::Option<std::string> kMode{"mode", "\"fast\"", "reading mode", NAN, NAN, "fast|slow"};
+constexpr ciuic::Option<std::vector<std::string>> kFiles{"files", "[]", "extra files"};
+constexpr ciuic::Option<std::vector<double>> kWeights{"weights", "[1.0]", "mixing weights", 0.0, NAN};
+const ciuic::OptionSpec kOptions[] = {kPath, kShuffle, kBuffer, kRatio, kMode, kFiles, kWeights};
+
 class TestData final : public ciuic::DataSource {
  public:
   explicit TestData(const ciuic::Config& c)
-      : shuffle_(c.get_bool("shuffle")),
-        buffer_(c.get_int("buffer")),
-        ratio_(c.get_float("ratio")),
-        mode_slow_(c.get_string("mode") == "slow"),
-        files_(static_cast<double>(c.get_string_list("files").size())),
-        weights_(c.get_float_list("weights")) {
-    if (c.get_string("path") == "boom") c.fail("path", "the test plugin was asked to fail");
-    open_boom_ = c.get_string("path") == "open-boom";
+      : shuffle_(c.get(kShuffle)),
+        buffer_(c.get(kBuffer)),
+        ratio_(c.get(kRatio)),
+        mode_slow_(c.get(kMode) == "slow"),
+        files_(static_cast<double>(c.get(kFiles).size())),
+        weights_(c.get(kWeights)) {
+    if (c.get(kPath) == "boom") c.fail(kPath.key(), "the test plugin was asked to fail");
+    open_boom_ = c.get(kPath) == "open-boom";
   }
   // path = "open-boom": open() fails as a plugin with a bad input file would (the engine must
   // add the plugin's name and file to the message).
@@ -27,7 +41,6 @@ class TestData final : public ciuic::DataSource {
   ciuic::Batch next() override { throw ciuic::Error("data/test yields no batches"); }
   std::string cursor() const override { return "{}"; }
   void seek(const std::string&) override {}
-  int64_t epoch() const override { return 0; }
   void append_metrics(ciuic::Metrics& out) const override {
     out.set("shuffle", shuffle_ ? 1 : 0);
     out.set("buffer", static_cast<double>(buffer_));
@@ -48,15 +61,6 @@ class TestData final : public ciuic::DataSource {
   bool open_boom_ = false;
 };
 
-const ciuic::OptionSpec kOptions[] = {
-    {"path", ciuic::OptionType::kString, nullptr, "input file (required)"},
-    {"shuffle", ciuic::OptionType::kBool, "true", "shuffle the samples"},
-    {"buffer", ciuic::OptionType::kInt, "4", "prefetch depth", 1, 64},
-    {"ratio", ciuic::OptionType::kFloat, "0.5", "held-out fraction", 0.0, 1.0},
-    {"mode", ciuic::OptionType::kString, "\"fast\"", "reading mode", NAN, NAN, "fast|slow"},
-    {"files", ciuic::OptionType::kStringList, "[]", "extra files"},
-    {"weights", ciuic::OptionType::kFloatList, "[1.0]", "mixing weights", 0.0, NAN},
-};
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 // Test plugin optimizer/test: constructs; its update is not meant to be called. It answers the
 // memory planner with one item of a size the tests know (7 bytes per shard element, on the
 // device), so that --plan shows a third-party plugin planned from its own answer.
+#define CIUIC_PLUGIN_API 7
 #include <ciuic/error.h>
 #include <ciuic/optimizer.h>
 #include <ciuic/plan.h>
@@ -15,11 +16,10 @@ class TestOptimizer final : public ciuic::Optimizer {
   void step(const ciuic::OptimizerStep&, at::Tensor&) override {
     throw ciuic::Error("optimizer/test does not train");
   }
-  void write_params(at::Tensor&) override {}
+  void write_params(at::Tensor&, int64_t) override {}
   std::vector<std::string> state_names() const override { return {"master"}; }
   void save_state(ciuic::StateDict&) const override {}
   void load_state(const ciuic::StateDict&) override {}
-  ciuic::OptimizerMemory memory() const override { return {}; }
 };
 
 void plan(const ciuic::Config&, ciuic::PlanContext& p) {

@@ -1,17 +1,10 @@
-// Test plugin precision/test: fp32, no loss scaling.
+// Test plugin precision/test: fp32, no loss scaling — ciuic::Precision's defaults.
+#define CIUIC_PLUGIN_API 7
 #include <ciuic/precision.h>
 
 namespace {
 
-class TestPrecision final : public ciuic::Precision {
- public:
-  at::ScalarType param_dtype() const override { return at::kFloat; }
-  at::ScalarType reduce_dtype() const override { return at::kFloat; }
-  double loss_scale() const override { return 1.0; }
-  bool needs_overflow_check() const override { return false; }
-  bool update(bool, int64_t) override { return false; }
-  int64_t skipped_steps() const override { return 0; }
-};
+class TestPrecision final : public ciuic::Precision {};
 
 }  // namespace
 

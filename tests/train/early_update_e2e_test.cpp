@@ -128,7 +128,7 @@ TEST(EarlyUpdateE2E, NotTakenWhenItWouldNotBeExact) {
                                       "train.gradient_clipping=1.0"});
   EXPECT_RUN_OK(clip);
   EXPECT_EQ(early_flags(clip), std::vector<double>(3, 0.0)) << clip.log();
-  EXPECT_NE(clip.err.find("updating after backward: the sharding offered no early update"),
+  EXPECT_NE(clip.err.find("updating after backward: the core offered no early update"),
             std::string::npos) << clip.log();
   // nonfinite = "skip": a non-finite gradient must leave the state untouched.
   const Result skip = run("skip", s, with(kCpuAdam, {"--set", "train.nonfinite=\"skip\""}));

@@ -212,7 +212,8 @@ TEST(TrainE2E, EveryPrecisionLearnsAPatternAndLogsMetrics) {
     // Where the start-up went, once (rank 0).
     EXPECT_TRUE(std::regex_search(r.log(), std::regex("info: set up in [0-9.]+ s: device and store [0-9.]+ s, plugins "
                                                       "\\(comm [a-z]+\\) [0-9.]+ s, model [0-9.]+ s, sharding \\+ "
-                                                      "optimizer state [0-9.]+ s, data [0-9.]+ s")))
+                                                      "optimizer state [0-9.]+ s \\([0-9.]+ GiB on the device, [0-9.]+ GiB in host "
+                                                      "memory\\), data [0-9.]+ s")))
         << r.log();
     // Every run ends with its HTML report; [log] tensorboard adds event files (docs/metrics.md).
     EXPECT_TRUE(fs::exists(r.dir + "/out/report.html")) << r.log();
@@ -225,7 +226,8 @@ TEST(TrainE2E, EveryPrecisionLearnsAPatternAndLogsMetrics) {
     const auto& first = m.front();
     for (const char* k : {"step", "loss", "lr", "grad_norm", "loss_scale", "skipped", "tokens",
                           "tokens_per_s", "step_s", "fwd_bwd_s", "optim_s", "step_drain_s",
-                          "step_norm_s", "step_update_s", "step_publish_s", "optim_state_gib"})
+                          "step_norm_s", "step_update_s", "step_publish_s", "optim_state_gib", "comm_calls",
+                          "shard_param_gib", "data_epoch"})
       EXPECT_TRUE(first.contains(k)) << precision << ": metrics lack " << k << ": " << first.dump();
     EXPECT_EQ(m.back().value("event", ""), "end") << m.back().dump();
     double last = NAN;
@@ -276,6 +278,32 @@ TEST(TrainE2E, ResumeOnOtherWorldSizes) {
   EXPECT_EQ(five.code, 2) << five.log();
   EXPECT_NE(five.err.find("does not split evenly over 5 ranks; world sizes next to 5 that keep it: 4 or 6"),
             std::string::npos) << five.log();
+}
+
+// bf16 with stochastic rounding (ciuic/precision.h): the rounding noise is a function of (seed,
+// update, global position), so a resumed run rewrites exactly the parameters the saved run had and
+// goes on bit for bit. (That the rewritten bits do not depend on the shard layout — another world
+// size — is Bf16Rounding.ResumeRewritesTheSavedBitsOnAnotherShardLayout in sharding_step_test.)
+TEST(TrainE2E, StochasticRoundingResumesBitExact) {
+  auto shape = [](int steps) { return Shape{.world = 2, .micro = 6, .steps = steps, .precision = "bf16"}; };
+  const std::vector<std::string> stochastic = {"--set", "precision.rounding=\"stochastic\""};
+  const Result full = run("sr-full6", shape(6), stochastic);
+  EXPECT_RUN_OK(full);
+  Result half = run("sr-half3", shape(3), stochastic);
+  EXPECT_RUN_OK(half);
+  // The noise is there: the same run rounded to nearest ends elsewhere.
+  const Result nearest = run("sr-nearest6", shape(6));
+  EXPECT_RUN_OK(nearest);
+  EXPECT_FALSE(identical(exported(nearest), exported(full)));
+  // Same folder, longer run, --resume latest: bit for bit the uninterrupted run.
+  const std::string recipe = half.dir + "/recipe.toml";
+  std::ofstream(recipe) << recipe_text(shape(6), half.dir + "/out");
+  Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", recipe, "--resume", "latest", "--set",
+           "precision.rounding=\"stochastic\""},
+          half.dir + "/resume", {"OMP_NUM_THREADS=1"});
+  ASSERT_TRUE(c.wait(std::chrono::seconds(240)));
+  ASSERT_EQ(c.exit_code(), 0) << c.err();
+  EXPECT_TRUE(identical(exported(half), exported(full)));
 }
 
 // A sequence longer than the model's positions trains, with a warning naming both (issue 16 item

@@ -16,9 +16,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <ciuic/export.h>
+#include <ciuic/plugin.h>
 
 namespace ciuic {
 
@@ -42,6 +44,9 @@ class CIUIC_API Config {
   std::string get_string(std::string_view key) const;
   std::vector<std::string> get_string_list(std::string_view key) const;
   std::vector<double> get_float_list(std::string_view key) const;
+  // The value of a typed option (ciuic/plugin.h, Option<T>): the key and the type as declared.
+  template <class T>
+  T get(const Option<T>& option) const;
 
   // "<file>:<line>:<col>" where the key's value was written, "--set" for command-line
   // overrides, "<default>" for defaults filled in by the schema.
@@ -56,5 +61,15 @@ class CIUIC_API Config {
  private:
   std::shared_ptr<const Impl> impl_;
 };
+
+template <class T>
+T Config::get(const Option<T>& option) const {
+  if constexpr (std::is_same_v<T, bool>) return get_bool(option.key());
+  else if constexpr (std::is_same_v<T, int64_t>) return get_int(option.key());
+  else if constexpr (std::is_same_v<T, double>) return get_float(option.key());
+  else if constexpr (std::is_same_v<T, std::string>) return get_string(option.key());
+  else if constexpr (std::is_same_v<T, std::vector<std::string>>) return get_string_list(option.key());
+  else return get_float_list(option.key());
+}
 
 }  // namespace ciuic

@@ -55,12 +55,11 @@ struct Batch {
   int64_t num_documents = 0;     // documents (or parts of them) in the batch
 };
 
+// The rank, world size and seed are the RunContext's (PluginArgs::context: rank, world_size,
+// seed), which the source keeps from its factory.
 struct DataOpenArgs {
   int64_t seq_len = 0;
   int64_t micro_batch_size = 0;
-  uint64_t seed = 0;
-  int rank = 0;
-  int world_size = 1;
   bool pin_memory = false;
   // The model's tokenizer and the recipe's chat template; null when the recipe has none (sources
   // that need them must then fail at open() with a message saying so).
@@ -84,7 +83,9 @@ class CIUIC_API DataSource : public PluginObject {
   // and is refused, naming both cursors.
   virtual std::string cursor() const = 0;
   virtual void seek(const std::string& cursor) = 0;
-  virtual int64_t epoch() const = 0;
+  // The epoch the next training batch belongs to (0 first), reported by the core as the
+  // data_epoch metric at logged steps. Main thread; cheap. Default: -1 (not known, not reported).
+  virtual int64_t epoch() const;
 
   // Held-out split. Each begin_eval() restarts it; next_eval() yields its batches in a fixed
   // order (this rank's part) and nullopt at its end. has_eval() false: no held-out split.

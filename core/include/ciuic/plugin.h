@@ -9,12 +9,15 @@
 //
 // A plugin source file looks like this (see examples/hello_plugin and docs/plugins.md):
 //
+//   #define CIUIC_PLUGIN_API 7  // the plugin API this source is written for, before any include
+//   #include <ciuic/config.h>
 //   #include <ciuic/plugin.h>
 //   #include <ciuic/precision.h>
 //   namespace {
-//   class MyPolicy : public ciuic::Precision { ... };
-//   const ciuic::OptionSpec kOptions[] = {
-//     {"loss_scale", ciuic::OptionType::kFloat, "1.0", "static loss scale", 0.0, 1e9, nullptr},
+//   constexpr ciuic::Option<double> kLossScale{"loss_scale", "1.0", "static loss scale", 0.0, 1e9};
+//   const ciuic::OptionSpec kOptions[] = {kLossScale};
+//   class MyPolicy : public ciuic::Precision {  // reads cfg.get(kLossScale)
+//     ...
 //   };
 //   }
 //   CIUIC_DEFINE_PLUGIN(ciuic::Slot::kPrecision, "mine", "1.0.0", "my precision policy",
@@ -32,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <torch/version.h>  // TORCH_VERSION, for the build fingerprint
 
@@ -39,6 +43,23 @@
 
 #include <ciuic/export.h>
 #include <ciuic/metrics.h>
+
+// ---- which API the source was written for -----------------------------------------------------
+// A plugin source states the plugin API it was written for: #define CIUIC_PLUGIN_API 7 before
+// its first <ciuic/...> include (or -DCIUIC_PLUGIN_API=7). Source written for an older API gets
+// an error naming what changed since (below); source that says nothing gets a warning at its
+// CIUIC_DEFINE_PLUGIN, since it predates the declaration (API 6 and older).
+#if defined(CIUIC_PLUGIN_API)
+#if CIUIC_PLUGIN_API > 7
+#error "this plugin is written for a newer plugin API than this SDK's (7): build it against a newer ciuic SDK"
+#elif CIUIC_PLUGIN_API < 7
+#error "this plugin is written for plugin API < 7; API 7 changed (ciuic/plugin.h, version log): the core owns the step - Sharding::step(StepInput) is now finish_grads() + update(OptimizerStep), begin_step and StepInput/StepResult are gone (the core offers Optimizer::offer_early_update); Sharding::before_group/after_group; Sharding::load_state(fetch, t) and Optimizer::write_params(out, t); Precision::round_to_param(master, out, t, positions) with global positions; Precision::skipped_steps removed, Precision has fp32 defaults; DataOpenArgs lost seed/rank/world_size (use the RunContext). Port it, then define CIUIC_PLUGIN_API 7"
+#endif
+#define CIUIC_PLUGIN_API_NOTE_
+#else
+#define CIUIC_PLUGIN_API_NOTE_                                                                        \
+  _Pragma("GCC warning \"this plugin source does not say which plugin API it was written for (#define CIUIC_PLUGIN_API 7 before its includes): it predates API 7, which changed Sharding::step into finish_grads() + update(), removed Sharding::begin_step, StepInput/StepResult and Precision::skipped_steps, gave round_to_param(master, out, t, positions) global positions, added t to Sharding::load_state and Optimizer::write_params, and moved seed/rank/world_size from DataOpenArgs to the RunContext (ciuic/plugin.h, version log)\"")
+#endif
 
 namespace ciuic {
 
@@ -74,7 +95,18 @@ using PluginPlanFn = void(const Config& options, PlanContext& plan);
 //   5: OptimizerSetup::grad_dtype and one_chunk_per_step (chunks come in one declared dtype; with
 //      one rank in the parameter dtype, unreduced); PlanContext::grad_bytes and one_chunk_per_step.
 //   6: OptionSpec::flags (kOptionPlanned: "auto" chosen by the core's memory planner).
-inline constexpr uint32_t kPluginApiVersion = 6;
+//   7: the core owns the step (norm, precision.update, skip, clip; core/src/train/step.h):
+//      Sharding::step(StepInput) -> StepResult became finish_grads() -> GradSquares and
+//      update(OptimizerStep); StepInput, StepResult and Sharding::begin_step left the ABI (the
+//      core offers Optimizer::offer_early_update itself); Sharding::before_group/after_group
+//      (layer boundaries, ShardingSetup::groups, GroupPass) for parameter-sharding strategies;
+//      Sharding::load_state and Optimizer::write_params take the last applied update's t;
+//      Precision::round_to_param(master, out, t, positions) with global PositionSpans
+//      (OptimizerSetup::positions) instead of a shard offset; Precision has defaults (fp32, scale
+//      1, no check, never skip) and lost skipped_steps(); Sharding::memory, Optimizer::memory,
+//      Comm::counters and DataSource::epoch have defaults and are used by the core;
+//      DataOpenArgs lost seed, rank and world_size (the RunContext has them); Option<T>.
+inline constexpr uint32_t kPluginApiVersion = 7;
 
 // The five slots a recipe fills. The numeric values are part of the ABI.
 enum class Slot : uint32_t {
@@ -115,6 +147,36 @@ struct OptionSpec {
   const char* choices = nullptr;
   // kOption* bits below; 0 for an ordinary option.
   uint32_t flags = 0;
+};
+
+// A typed option: declared once, listed in the plugin's OptionSpec array (it converts to its
+// OptionSpec) and read with Config::get(option) (ciuic/config.h) — the key is written once, so a
+// misspelt key cannot be read, and the type read is the type declared. E.g.
+//   constexpr ciuic::Option<int64_t> kThreads{"threads", "0", "worker threads (0: all cores)", 0, 1024};
+//   const ciuic::OptionSpec kOptions[] = {kThreads, ...};   ...   cfg.get(kThreads)
+// T: bool, int64_t, double, std::string, std::vector<std::string> or std::vector<double>.
+template <class T>
+struct OptionTypeOf;
+template <> struct OptionTypeOf<bool> { static constexpr OptionType value = OptionType::kBool; };
+template <> struct OptionTypeOf<int64_t> { static constexpr OptionType value = OptionType::kInt; };
+template <> struct OptionTypeOf<double> { static constexpr OptionType value = OptionType::kFloat; };
+template <> struct OptionTypeOf<std::string> { static constexpr OptionType value = OptionType::kString; };
+template <> struct OptionTypeOf<std::vector<std::string>> {
+  static constexpr OptionType value = OptionType::kStringList;
+};
+template <> struct OptionTypeOf<std::vector<double>> {
+  static constexpr OptionType value = OptionType::kFloatList;
+};
+
+template <class T>
+struct Option {
+  OptionSpec spec;
+  // The OptionSpec fields after `type` (which T decides).
+  constexpr Option(const char* key, const char* default_value, const char* help, double min = NAN,
+                   double max = NAN, const char* choices = nullptr, uint32_t flags = 0)
+      : spec{key, OptionTypeOf<T>::value, default_value, help, min, max, choices, flags} {}
+  constexpr operator OptionSpec() const { return spec; }  // NOLINT: listed in OptionSpec arrays
+  constexpr const char* key() const { return spec.key; }
 };
 
 // OptionSpec::flags: the option is chosen by the core's memory planner. Only for a kString option
@@ -198,6 +260,7 @@ CIUIC_API const char* core_build_fingerprint();
 // OPTIONS is an array of ciuic::OptionSpec (or use CIUIC_DEFINE_PLUGIN_NO_OPTIONS); PLAN a
 // ciuic::PluginPlanFn (CIUIC_DEFINE_PLUGIN_PLANNED) or none.
 #define CIUIC_DEFINE_PLUGIN_IMPL_(SLOT, NAME, VERSION, SUMMARY, OPTS, NOPTS, FACTORY, PLAN)       \
+  CIUIC_PLUGIN_API_NOTE_                                                                      \
   namespace ciuic_plugin_entry_ {                                                             \
   const ::ciuic::PluginInfo* info() {                                                         \
     static const ::ciuic::PluginInfo kInfo{::ciuic::kPluginApiVersion,                        \

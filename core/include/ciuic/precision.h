@@ -2,34 +2,23 @@
 //
 // Decides the dtype of parameters and compute, the dtype gradients are reduced in, loss scaling,
 // and how fp32 master weights become parameters (round_to_param). Master weights and optimizer
-// moments are always fp32 (held by the Optimizer slot).
+// moments are always fp32 (held by the Optimizer slot). Per optimizer step, the core
+// (core/src/train/step.h):
 //
-// The step protocol, driven by the trainer and the Sharding:
-//   1. loss * loss_scale() is back-propagated (loss_scale() is 1 without loss scaling);
-//   2. if needs_overflow_check(), the Sharding checks its gradients for inf/nan and agrees the
-//      result across ranks (all_reduce MAX through Comm);
-//   3. the Sharding calls update(found_inf, step) exactly once per optimizer step; when it returns
-//      true the step is skipped: parameters and optimizer state are left bit-identical;
-//   4. gradients are multiplied by 1/loss_scale() *as it was before update()* — the Sharding reads
-//      loss_scale() before calling update().
-// A policy whose needs_overflow_check() is false promises that update(false, step) returns false
-// (a finite step is never skipped) and that loss_scale() changes only inside update(): a Sharding
-// relies on it to let the optimizer update before the step's norm is known (ciuic/sharding.h,
-// begin_step), and fails the step with ciuic::Error if such a policy skips a finite step.
+//   scale = loss_scale()                  backward of loss * scale
+//   skip = update(found_inf, step)        once, after the global norm (found_inf: non-finite)
+//   if not skip: the optimizer applies gradient * clip / scale, and writes parameters through
+//                round_to_param(master, out, t, positions)
 //
-// Rounding: every optimizer writes updated parameters through round_to_param() — after each
-// update and when a checkpoint is loaded — so a policy decides how the fp32 master becomes the
-// parameter dtype (e.g. stochastic rounding). When rounds_to_nearest() is true (the default) the
-// policy promises round_to_param() is plain round-to-nearest-even, and an optimizer may fuse that
-// rounding into its own update kernel instead of calling it.
-//
-// Threading: main thread only, except round_to_param(), which an optimizer may call from its own
-// threads for disjoint parts of the shard at once (it must be reentrant). Failure: update() throws
-// ciuic::Error when a dynamic scale would fall below its minimum (the message names the step).
+// The defaults are plain fp32: parameters, compute and reductions in fp32, loss scale 1, no
+// overflow check, never a skipped step, round to nearest even, no state. A policy overrides what
+// it changes.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
 
 #include <ciuic/plugin.h>
@@ -37,29 +26,61 @@
 
 namespace ciuic {
 
+// Elements [offset, offset + length) of a tensor handed to round_to_param() are the elements
+// [global, global + length) of the model in its flat parameter order (the parameters in
+// ShardingSetup::params order, each flattened, no padding between them) — the same numbers at
+// every world size and shard layout. global = -1: padding, no model element.
+struct PositionSpan {
+  int64_t offset = 0;
+  int64_t length = 0;
+  int64_t global = -1;
+};
+
 class CIUIC_API Precision : public PluginObject {
  public:
-  // dtype of the model's parameters and activations (kFloat, kBFloat16, kHalf).
-  virtual at::ScalarType param_dtype() const = 0;
-  // dtype gradients are reduced in across ranks (and accumulated in, for the fp32 accumulator).
-  virtual at::ScalarType reduce_dtype() const = 0;
-  virtual double loss_scale() const = 0;
-  virtual bool needs_overflow_check() const = 0;
-  // See the protocol above. `step` is the 1-based optimizer step being attempted.
-  virtual bool update(bool found_inf, int64_t step) = 0;
-  // Steps skipped so far because of overflow.
-  virtual int64_t skipped_steps() const = 0;
+  // dtype of the model's parameters and activations (kFloat, kBFloat16, kHalf); fixed for the
+  // policy's life. Any thread. Default: kFloat.
+  virtual at::ScalarType param_dtype() const;
+  // dtype gradients are reduced in across ranks (and accumulated in, for an fp32 accumulator);
+  // fixed. Any thread. Default: kFloat.
+  virtual at::ScalarType reduce_dtype() const;
 
-  // out <- master rounded to out's dtype (param_dtype()). `master`: 1-D fp32, `out`: same numel,
-  // both contiguous, on the same device (host optimizers round into host staging memory and copy
-  // it to the device themselves). `shard_offset`: the
-  // position of master[0] in the rank's shard and `t` the optimizer step, for rounding that
-  // depends on position and time (a counter-based random stream). Default: round to nearest even.
-  virtual void round_to_param(const at::Tensor& master, at::Tensor& out, int64_t shard_offset,
-                              int64_t t) const;
+  // The factor the loss is multiplied by before backward; changes only inside update(). The core
+  // reads it before backward and divides the gradient by that value, even when update() changes
+  // it. Main thread. Default: 1.
+  virtual double loss_scale() const;
+  // true: the policy may skip a step whose gradient is finite, or change its scale (dynamic loss
+  // scaling). false promises that update(false, step) returns false and loss_scale() is fixed: the
+  // core may then let the optimizer update before the norm is known (Optimizer::
+  // offer_early_update), and fails the step with ciuic::Error if the promise is broken. Fixed for
+  // the policy's life. Default: false.
+  virtual bool needs_overflow_check() const;
+  // Called by the core exactly once per optimizer step, on every rank with the same arguments:
+  // `found_inf` (the global gradient norm is not finite) and `step` (1-based, the step being
+  // attempted, for messages). Returns true to skip the step (parameters and optimizer state are
+  // then left bit-identical; a non-finite step is never applied whatever this returns). Main
+  // thread. Failure: ciuic::Error when a dynamic scale would fall below its minimum (naming the
+  // step). Default: false (never skip).
+  virtual bool update(bool found_inf, int64_t step);
+
+  // out <- master converted to out's dtype (param_dtype()). Assumes: `master` 1-D fp32, `out` the
+  // same numel, both contiguous, on the same device (host optimizers round into host staging
+  // memory); `t` the applied update whose parameters these are (1-based; after a resume, the last
+  // applied one: write_params(.., t)); `positions` cover [0, numel) of out in order
+  // (PositionSpan). Must give the same bits for the same (master, t, positions) whatever the
+  // world size, the shard layout and how the shard is cut into calls — so a rounding with noise
+  // draws it from a counter-based stream of (run seed, t, global position), never from a running
+  // generator. Reentrant: an optimizer may call it from its own threads for disjoint parts of the
+  // shard at once. Default: round to nearest even.
+  virtual void round_to_param(const at::Tensor& master, at::Tensor& out, int64_t t,
+                              const std::vector<PositionSpan>& positions) const;
+  // true promises that round_to_param() is plain round-to-nearest-even, so an optimizer may fuse
+  // the conversion into its own update kernel instead of calling it. Default: true.
   virtual bool rounds_to_nearest() const;
 
-  // Checkpointed state (the scale and its counters); default: none.
+  // Checkpointed state (the scale and its counters): tensors of any shape, saved and loaded
+  // between steps on the main thread; every rank holds the same. load_state() comes before the
+  // parameters are rewritten from the loaded master weights. Default: none.
   virtual void save_state(StateDict& out) const;
   virtual void load_state(const StateDict& in);
 };

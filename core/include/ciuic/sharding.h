@@ -1,50 +1,23 @@
-// ciuic/sharding.h — the optimizer sharding slot ([sharding] plugin = ddp | zero2 | ...).
+// ciuic/sharding.h — the sharding slot ([sharding] plugin = ddp | zero2 | ...).
 //
-// A Sharding decides how parameters, gradients and optimizer state are laid out across ranks and
-// when collectives run. The trainer drives it like this, once per optimizer step of
-// `gradient_accumulation_steps` micro-batches:
+// A Sharding is mechanism only: it lays parameters, gradients and optimizer state out across
+// ranks, moves them between ranks, and hands the Optimizer (ciuic/optimizer.h) its shard. The
+// step's policy — the global gradient norm, the precision policy's skip decision, clipping, when
+// to update — is the core's (core/src/train/step.h). Per optimizer step of A micro-batches:
 //
-//   begin_step(input)                                       // optional (see below)
 //   for i in 0..A-1:
 //     begin_micro_batch(i, /*last=*/i == A-1)
-//     forward; (loss * precision.loss_scale()).backward()   // the Sharding's hooks see gradients
-//   result = step(input)                                    // reduce, check, clip, update, gather
+//     forward                       before_group(g, kForward) / after_group(g, kForward), g = 0, 1, ..
+//     (loss * loss_scale).backward()  before_group(g, kBackward) .. after_group(g, kBackward),
+//                                   g = .., 1, 0; inside a checkpointed layer's backward
+//                                   before_group(g, kRecompute) / after_group(g, kRecompute);
+//                                   the Sharding's autograd hooks see gradients as they come
+//   squares = finish_grads()        the core: global norm -> precision.update -> skip? -> clip
+//   update(args)                    unless the core skips the step
 //
-// setup() receives the model's parameters (leaf tensors on the run's device in the parameter
-// dtype, requires_grad). It may move their storage into its own flat buffers (param.set_data with
-// a view — the model keeps the same tensor objects) and registers autograd hooks on them. After
-// step() returns, every parameter holds its updated value on every rank and no gradient state of
-// this step remains (the next begin_micro_batch(0, ..) starts from zero).
-//
-// The Sharding decides WHICH elements of the model each rank updates (its shard) and moves
-// gradients and parameters between ranks; the Optimizer (ciuic/optimizer.h) holds the shard's
-// state and does the update. setup() lays the shard out and calls optimizer.setup(); as
-// reductions complete it hands each reduced chunk to optimizer.accumulate_grad() (no gradient
-// shard of its own).
-//
-// step() must: finish all gradient reductions; take optimizer.finish_grads() and turn it into the
-// global gradient L2 norm (summing across ranks when shards differ); call precision.update()
-// exactly once (a non-finite norm is the overflow signal); on a skipped step leave parameters and
-// optimizer state untouched; otherwise clip to max_grad_norm when > 0, call optimizer.step() with
-// grad_scale = clip coefficient / loss scale, and make every rank's parameters current.
-//
-// begin_step(input) announces the step before begin_micro_batch(0, ..), with the StepInput that
-// step() will receive (a caller that never calls it gets the plain protocol; the default does
-// nothing). A Sharding may then offer the optimizer an early update (Optimizer::
-// offer_early_update: regions updated while backward goes on) — but only when the update cannot
-// depend on the global gradient norm: input.max_grad_norm <= 0 (no clipping), the precision
-// policy needs no overflow check (it cannot skip a finite step, and its loss scale is fixed for
-// the step: ciuic/precision.h), and input.nonfinite_stops (a non-finite gradient ends the run, so
-// a partly updated state is never used). After an accepted offer step() must call
-// optimizer.step() with exactly the offered arguments, and must fail (ciuic::Error) rather than
-// skip a step whose gradient is finite.
-//
-// Gradients arriving at the hooks are of sum(token losses) / global_label_tokens per rank, so the
-// reduction across ranks is a SUM (never an average): the trainer normalises the loss.
-//
-// Threading: main thread (autograd runs hooks on the thread that calls backward, for CPU; for
-// CUDA on autograd's device thread — implementations must only enqueue work there).
-// Failure: ciuic::Error; a Comm timeout propagates from Work::wait().
+// Evaluation and generation run forward passes (kForward boundaries, no backward) outside this
+// sequence, between steps. setup() comes first, once; layout(), save_state() and load_state() run
+// between steps.
 #pragma once
 
 #include <cstdint>
@@ -70,31 +43,43 @@ struct ShardingParam {
   bool weight_decay = true;
 };
 
+// Parameters the model computes with together: in a Llama model, group 0 is the embedding
+// ("embed": model.embed_tokens.weight), groups 1..L the decoder layers ("layers.<i>": its nine
+// tensors) and group L + 1 the head ("head": model.norm.weight and lm_head.weight — or, with tied
+// embeddings, model.embed_tokens.weight again: a parameter may belong to several groups, and its
+// gradient is final only after the backward of the last of them, in backward order the lowest).
+struct ParamGroup {
+  std::string name;
+  std::vector<int> params;  // indices into ShardingSetup::params, in forward order
+};
+
 struct ShardingSetup {
   std::vector<ShardingParam> params;  // in forward order (embedding first)
+  // The model's groups in forward order, announced by before_group()/after_group() with their
+  // index. Empty when the caller announces none (then no boundary is ever called).
+  std::vector<ParamGroup> groups;
   Comm* comm = nullptr;               // never null (a world of 1 still has a Comm)
   Precision* precision = nullptr;     // never null
   Optimizer* optimizer = nullptr;     // never null
   int64_t gradient_accumulation_steps = 1;
 };
 
-struct StepInput {
-  double lr = 0.0;             // this step's scheduled learning rate
-  double weight_decay = 0.0;   // [optimizer] weight_decay
-  double max_grad_norm = 0.0;  // <= 0: no clipping
-  int64_t step = 1;            // 1-based optimizer step (for messages and the precision policy)
-  int64_t t = 1;               // the optimizer's t if this step is applied: 1 + updates applied
-                               // so far (skipped steps do not count, as in PyTorch and DeepSpeed)
-  bool nonfinite_stops = false;  // a step returned as skipped with a non-finite grad_norm ends the
-                                 // run ([train] nonfinite = "stop"): nothing trains on or saves
-                                 // the optimizer state afterwards. false: the caller may go on, so
-                                 // a skipped step must leave the state untouched
+// Which pass of a group a boundary belongs to.
+enum class GroupPass : uint32_t {
+  kForward = 0,    // the group's forward (training, evaluation and generation alike)
+  kBackward = 1,   // the group's backward: its parameters' gradients are produced in between
+  kRecompute = 2,  // an activation-checkpointed layer recomputing its forward inside its backward
 };
 
-struct StepResult {
-  double grad_norm = 0.0;  // before clipping, of the unscaled gradient; NaN/inf on overflow
-  bool skipped = false;    // no update was applied: precision.update() said skip, or the
-                           // gradient was non-finite (never applied, whatever the policy)
+// What the core needs for the global gradient norm (finish_grads()).
+struct GradSquares {
+  // This rank's sum of squares of the gradient it holds (as scaled by the loss scale): a
+  // one-element fp64 tensor on any device (ciuic/grad_norm.h's accuracy), e.g.
+  // Optimizer::finish_grads()'s.
+  at::Tensor local_sum_sq;
+  // true: the ranks hold disjoint parts of the gradient (ZeRO) and the core sums local_sum_sq over
+  // ranks (one all_reduce); false: every rank holds the whole gradient (DDP): nothing is exchanged.
+  bool disjoint = false;
 };
 
 // What the Sharding itself holds (the optimizer's memory is Optimizer::memory()).
@@ -120,20 +105,72 @@ using SliceFetcher = std::function<at::Tensor(const std::string& state, const st
 
 class CIUIC_API Sharding : public PluginObject {
  public:
+  // Lays the shard out and calls setup.optimizer->setup() once, with OptimizerSetup::positions
+  // filled from the layout (each shard element's position in the model, ciuic/optimizer.h).
+  // Assumes: params are leaf tensors on the run's device in the parameter dtype with
+  // requires_grad, each listed once; the pointers outlive the Sharding. May move the parameters'
+  // storage into its own buffers (param.set_data with a view: the model keeps the same tensor
+  // objects) and register autograd hooks on them. Every rank must start from rank 0's values.
+  // Main thread. Failure: ciuic::Error naming what does not fit (shapes, dtypes, memory).
   virtual void setup(const ShardingSetup& setup) = 0;
-  // See begin_step() above. Default: nothing.
-  virtual void begin_step(const StepInput& input);
-  virtual void begin_micro_batch(int64_t index, bool last) = 0;
-  virtual StepResult step(const StepInput& input) = 0;
-  virtual ShardingMemory memory() const = 0;
 
-  // Checkpoints. layout() describes this rank's shard; save_state() returns the optimizer's state
-  // (1-D fp32 CPU tensors in layout() order, Optimizer::save_state) plus anything else the plugin
-  // needs; load_state() rebuilds each of the optimizer's state_names() for its shard from
-  // per-parameter slices, hands them to the optimizer and makes the parameters current.
+  // Micro-batch `index` of the step begins (0 first: no gradient of the previous step remains);
+  // `last`: it is the step's last, after which finish_grads() comes. Gradients arriving at the
+  // hooks are of sum(token losses) / global label tokens on each rank, so reductions across ranks
+  // are a SUM, never an average. Main thread.
+  virtual void begin_micro_batch(int64_t index, bool last) = 0;
+
+  // Layer boundaries, announced by the model for each group of ShardingSetup::groups. Default:
+  // nothing (ddp and zero2 keep every parameter whole on every rank).
+  //   before_group(g, pass): the group's computation in `pass` is about to start. When it returns,
+  //     the group's parameters must hold their current values (a parameter-sharding strategy
+  //     gathers them here, or waits for a prefetch it started earlier).
+  //   after_group(g, pass): the group's computation in `pass` is done. kForward/kRecompute: its
+  //     parameters are not read again until the next before_group of the group (they may be
+  //     released). kBackward: autograd has produced and accumulated the gradients of every
+  //     parameter of the group whose gradient this backward computes (a strategy may
+  //     reduce-scatter them now; for a parameter in several groups, only after the last).
+  // Order, per micro-batch with autograd on: kForward boundaries for g = 0, 1, .., G-1, each
+  // before..after; then kBackward for g = G-1 down to 0, each before..after, and within a
+  // checkpointed layer's kBackward one kRecompute pair of the same g. The backward of group 0 (no
+  // input that needs a gradient) ends when the whole backward ends. Evaluation and generation:
+  // kForward pairs only (no_grad), any number of times, outside a step's micro-batches.
+  // Threading: kForward on the main thread; kBackward and kRecompute on the thread autograd runs
+  // backward on (the caller's for CPU; autograd's device thread for CUDA, where implementations
+  // must only enqueue work on the current stream, as in the gradient hooks). Failure: ciuic::Error
+  // (it propagates out of forward or backward and fails the step).
+  virtual void before_group(int group, GroupPass pass);
+  virtual void after_group(int group, GroupPass pass);
+
+  // The last micro-batch's backward has returned: finishes every gradient reduction, hands the
+  // last chunks to the optimizer and returns what the core needs for the norm (usually
+  // Optimizer::finish_grads() and whether shards are disjoint). Called once per step, on every
+  // rank (collectives inside are allowed). After it no gradient state of the step remains in the
+  // Sharding: the next begin_micro_batch(0, ..) starts from zero whether update() comes or not.
+  // Main thread. Failure: ciuic::Error; a Comm timeout propagates from Work::wait().
+  virtual GradSquares finish_grads() = 0;
+
+  // Applies the step the core decided (not called on a skipped step): calls
+  // optimizer.step(args, params_out) with `args` exactly as given (grad_scale already holds the
+  // clip coefficient over the loss scale) and this rank's shard of the parameters as params_out,
+  // then makes the parameters every rank computes with current (ZeRO: all-gather the shards).
+  // Main thread; every rank calls it. Failure: ciuic::Error; Comm timeouts propagate.
+  virtual void update(const OptimizerStep& args) = 0;
+
+  // Checkpoints (between steps, main thread, every rank). layout() describes this rank's shard;
+  // save_state() returns the optimizer's state (1-D fp32 CPU tensors in layout() order,
+  // Optimizer::save_state) plus anything else the plugin needs. load_state(fetch, t) rebuilds each
+  // of the optimizer's state_names() for its shard from per-parameter slices (any world size wrote
+  // them), hands them to the optimizer, and makes the parameters current through
+  // Optimizer::write_params(params_out, t) — `t` is the last applied update's (0 before any); the
+  // precision policy's state is already loaded. Failure: ciuic::Error naming the slice at fault.
   virtual std::vector<ShardSlice> layout() const = 0;
   virtual void save_state(StateDict& out) const = 0;
-  virtual void load_state(const SliceFetcher& fetch) = 0;
+  virtual void load_state(const SliceFetcher& fetch, int64_t t) = 0;
+
+  // What the Sharding holds now, for the core's set-up line and the `shard_*_gib` metrics. Any
+  // thread; cheap. Default: nothing counted.
+  virtual ShardingMemory memory() const;
 };
 
 }  // namespace ciuic

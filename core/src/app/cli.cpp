@@ -112,6 +112,9 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
   ctx.recipe_dir = recipe.dir();
   ctx.seed = static_cast<uint64_t>(run.get_int("seed"));
   ctx.cpu_threads = std::max(1u, std::thread::hardware_concurrency());
+  // The data source is opened as rank 0 of the recipe's world (the other plugins see a world of one).
+  RunContext data_ctx = ctx;
+  data_ctx.world_size = static_cast<int>(cluster.get_int("nnodes") * cluster.get_int("nproc_per_node"));
 
   std::ostringstream os;
   os << "dry run of " << (recipe.path().empty() ? "<recipe>" : recipe.path()) << ": "
@@ -155,7 +158,7 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
       case Slot::kSharding: objects.push_back(registry.create<Sharding>(slot, name, config, ctx)); break;
       case Slot::kOptimizer: objects.push_back(registry.create<Optimizer>(slot, name, config, ctx)); break;
       case Slot::kPrecision: objects.push_back(registry.create<Precision>(slot, name, config, ctx)); break;
-      case Slot::kData: objects.push_back(registry.create<DataSource>(slot, name, config, ctx)); break;
+      case Slot::kData: objects.push_back(registry.create<DataSource>(slot, name, config, data_ctx)); break;
     }
     os << pad(d.name, 12) << pad(d.version, 9) << "created  " << d.path
        << (chosen.empty() ? "" : " (auto: " + chosen + ")") << "\n";
@@ -189,13 +192,10 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
     DataOpenArgs da;
     da.seq_len = opt.seq_len;
     da.micro_batch_size = opt.micro_batch;
-    da.seed = ctx.seed;
-    da.rank = 0;
-    da.world_size = static_cast<int>(cluster.get_int("nnodes") * cluster.get_int("nproc_per_node"));
     da.tokenizer = tokenizer.get();
     da.chat_template = chat_template.get();
     train::open_data_plugin(recipe, registry, *data, da);
-    os << "  data       opened as rank 0 of " << da.world_size << "\n";
+    os << "  data       opened as rank 0 of " << data_ctx.world_size << "\n";
   }
   if (!resume.empty()) {
     std::string folder;

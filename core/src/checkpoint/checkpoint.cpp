@@ -432,13 +432,16 @@ TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape
       throw Error("checkpoint " + folder + ": file " + name + " fails its CRC-32C check (corrupted)");
   }
 
-  ShardSet shards(dir, old_world);
-  parts.sharding->load_state([&](const std::string& state, const std::string& param, int64_t off,
-                                 int64_t len) { return shards.fetch(state, param, off, len); });
+  // The precision policy's state first: the sharding rewrites the parameters from the loaded master
+  // weights through the policy's rounding, for the last applied update (ciuic/sharding.h).
   if (fs::exists(dir / "precision.safetensors")) {
     const model::NamedTensors p = read_state_file(dir / "precision.safetensors");
     parts.precision->load_state(StateDict(p.begin(), p.end()));
   }
+  ShardSet shards(dir, old_world);
+  parts.sharding->load_state([&](const std::string& state, const std::string& param, int64_t off,
+                                 int64_t len) { return shards.fetch(state, param, off, len); },
+                             trainer.at("updates").get<int64_t>());
   const auto& cursors = trainer.at("data_cursors");
   if (!same_world)
     // The DataSource contract (ciuic/data.h): a cursor is a global position, the same on every

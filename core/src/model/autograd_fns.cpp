@@ -15,10 +15,12 @@
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
 
 #include "model/llama_ops.h"
 
 #include <ciuic/error.h>
+#include <ciuic/sharding.h>
 
 namespace ciuic::model {
 
@@ -50,11 +52,19 @@ PackedDocs docs_of(const at::Tensor& cu, const DocsMeta& m) {
   return d;
 }
 
+// The sharding a checkpointed layer announces its recomputation to, as an IValue.
+struct Announce {
+  ciuic::Sharding* boundaries = nullptr;
+  int group = -1;
+};
+
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static at::Tensor forward(AutogradContext* ctx, const LayerShape& s, const at::Tensor& x, const at::Tensor& cos,
                             const at::Tensor& sin_signed, const std::optional<at::Tensor>& mask,
                             const std::optional<at::Tensor>& cu_seqlens, const DocsMeta& meta,
-                            at::TensorList weights) {
+                            at::TensorList weights, const Announce& announce) {
+    ctx->saved_data["boundaries"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(announce.boundaries));
+    ctx->saved_data["group"] = static_cast<int64_t>(announce.group);
     ctx->saved_data["hidden"] = s.hidden;
     ctx->saved_data["n_heads"] = s.n_heads;
     ctx->saved_data["n_kv_heads"] = s.n_kv_heads;
@@ -113,15 +123,19 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
         target_slot.push_back(kFirstWeightSlot + i);
       }
     }
-    variable_list result(kFirstWeightSlot + LayerWeights::kCount);
+    variable_list result(kFirstWeightSlot + LayerWeights::kCount + 1);  // + the Announce slot
     if (targets.empty()) return result;
     std::optional<at::Tensor> mask;
     if (has_mask) mask = saved[3];
     const PackedDocs docs = has_docs ? docs_of(saved[4], meta) : PackedDocs{};
+    auto* boundaries = reinterpret_cast<ciuic::Sharding*>(static_cast<intptr_t>(ctx->saved_data["boundaries"].toInt()));
+    const int group = static_cast<int>(ctx->saved_data["group"].toInt());
     at::Tensor y;
     {
       at::AutoGradMode enable(true);
+      if (boundaries) boundaries->before_group(group, ciuic::GroupPass::kRecompute);
       y = decoder_layer(w, s, x, {saved[1], saved[2]}, mask, nullptr, has_docs ? &docs : nullptr);
+      if (boundaries) boundaries->after_group(group, ciuic::GroupPass::kRecompute);
     }
     variable_list grads = torch::autograd::grad({y}, targets, {grad_out[0]}, /*retain_graph=*/false,
                                                 /*create_graph=*/false, /*allow_unused=*/true);
@@ -280,7 +294,7 @@ struct LinearCrossEntropyInForward : public torch::autograd::Function<LinearCros
 
 at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
                                       const RopeTables& rope, const std::optional<at::Tensor>& mask,
-                                      const PackedDocs* docs) {
+                                      const PackedDocs* docs, ciuic::Sharding* boundaries, int group) {
   std::vector<at::Tensor> weights(std::begin(w.t), std::end(w.t));
   std::optional<at::Tensor> cu;
   DocsMeta meta;
@@ -288,7 +302,38 @@ at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s
     cu = docs->cu_seqlens;
     meta = {docs->max_len, docs->rows, docs->row_len};
   }
-  return CheckpointedLayer::apply(s, x, rope.cos, rope.sin_signed, mask, cu, meta, at::TensorList(weights));
+  return CheckpointedLayer::apply(s, x, rope.cos, rope.sin_signed, mask, cu, meta, at::TensorList(weights),
+                                  Announce{boundaries, group});
+}
+
+namespace {
+// Identity; its backward announces the boundary (group_boundary in model/llama_ops.h).
+struct GroupBoundary : public torch::autograd::Function<GroupBoundary> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Announce& a, int64_t upper) {
+    ctx->saved_data["boundaries"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(a.boundaries));
+    ctx->saved_data["lower"] = static_cast<int64_t>(a.group);
+    ctx->saved_data["upper"] = upper;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    auto* b = reinterpret_cast<ciuic::Sharding*>(static_cast<intptr_t>(ctx->saved_data["boundaries"].toInt()));
+    const int upper = static_cast<int>(ctx->saved_data["upper"].toInt());
+    const int lower = static_cast<int>(ctx->saved_data["lower"].toInt());
+    if (upper >= 0) b->after_group(upper, ciuic::GroupPass::kBackward);
+    if (lower >= 0) {
+      b->before_group(lower, ciuic::GroupPass::kBackward);
+      if (lower == 0)  // nothing below the embedding needs a gradient: its backward ends with the whole
+        torch::autograd::Engine::get_default_engine().queue_callback(
+            [b] { b->after_group(0, ciuic::GroupPass::kBackward); });
+    }
+    return {grad_out[0], at::Tensor(), at::Tensor()};
+  }
+};
+}  // namespace
+
+at::Tensor group_boundary(const at::Tensor& x, ciuic::Sharding* boundaries, int upper, int lower) {
+  if (!boundaries || !at::GradMode::is_enabled() || !x.requires_grad()) return x;
+  return GroupBoundary::apply(x, Announce{boundaries, lower}, static_cast<int64_t>(upper));
 }
 
 at::Tensor linear_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,

@@ -214,34 +214,76 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
   }
   std::optional<at::Tensor> mask;
   if (packed && !docs) mask = packed_causal_mask(pos);
+  // Group g = 0 (embedding), 1 + i (layer i), head_group(); a boundary between each (group_boundary).
+  announce_before(0);
   at::Tensor h = at::embedding(embed_, input_ids, cfg_.pad_token_id.value_or(-1));
+  announce_after(0);
   const bool ckpt = checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
   for (size_t i = 0; i < layers_.size(); ++i) {
+    const int g = static_cast<int>(i) + 1;
+    h = group_boundary(h, boundaries_, g, g - 1);
+    announce_before(g);
     if (ckpt && (checkpoint_layers_ <= 0 || static_cast<int64_t>(i) < checkpoint_layers_))
-      h = checkpointed_decoder_layer(layers_[i], shape_, h, rope, mask, docs);
+      h = checkpointed_decoder_layer(layers_[i], shape_, h, rope, mask, docs, boundaries_, g);
     else
       h = decoder_layer(layers_[i], shape_, h, rope, mask, cache ? &(*cache)[i] : nullptr, docs);
+    announce_after(g);
   }
+  h = group_boundary(h, boundaries_, head_group(), head_group() - 1);
+  announce_before(head_group());
+  return h;
+}
+
+at::Tensor LlamaModel::head_begin(const at::Tensor& h) const {
   return at::rms_norm(h, {cfg_.hidden_size}, norm_, cfg_.rms_norm_eps);
+}
+
+at::Tensor LlamaModel::head_end(const at::Tensor& out) const {
+  announce_after(head_group());
+  return group_boundary(out, boundaries_, -1, head_group());
+}
+
+void LlamaModel::announce_before(int group) const {
+  if (boundaries_) boundaries_->before_group(group, ciuic::GroupPass::kForward);
+}
+
+void LlamaModel::announce_after(int group) const {
+  if (boundaries_) boundaries_->after_group(group, ciuic::GroupPass::kForward);
+}
+
+std::vector<ciuic::ParamGroup> LlamaModel::param_groups() const {
+  // named_parameters() order: the embedding, each layer's kCount tensors, the norm, lm_head.
+  std::vector<ciuic::ParamGroup> out;
+  out.push_back({"embed", {0}});
+  int next = 1;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    ciuic::ParamGroup g{"layers." + std::to_string(i), {}};
+    for (int j = 0; j < LayerWeights::kCount; ++j) g.params.push_back(next++);
+    out.push_back(std::move(g));
+  }
+  const int norm = next++;
+  out.push_back({"head", {norm, lm_head_.defined() ? next : 0}});
+  return out;
 }
 
 at::Tensor LlamaModel::hidden_states(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
                                      const PackedDocs* docs) const {
-  return hidden_impl(input_ids, position_ids, packed, docs, nullptr);
+  return head_end(head_begin(hidden_impl(input_ids, position_ids, packed, docs, nullptr)));
 }
 
 at::Tensor LlamaModel::forward(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
                                const PackedDocs* docs) const {
-  return at::linear(hidden_impl(input_ids, position_ids, packed, docs, nullptr), lm_head_weight());
+  return head_end(at::linear(head_begin(hidden_impl(input_ids, position_ids, packed, docs, nullptr)), lm_head_weight()));
 }
 
 at::Tensor LlamaModel::loss_sum(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& position_ids,
                                 bool packed, const PackedDocs* docs) const {
   check_tokens(input_ids, "input_ids", {});
   check_tokens(labels, "labels", input_ids.sizes());
-  at::Tensor h = hidden_impl(input_ids, position_ids, packed, docs, nullptr);
-  return linear_cross_entropy_sum(h.reshape({-1, cfg_.hidden_size}), lm_head_weight(),
-                                  labels.reshape({-1}).to(at::kLong), loss_chunk_elements(labels.numel()), loss_backward_);
+  const at::Tensor h = head_begin(hidden_impl(input_ids, position_ids, packed, docs, nullptr));
+  return head_end(linear_cross_entropy_sum(h.reshape({-1, cfg_.hidden_size}), lm_head_weight(),
+                                           labels.reshape({-1}).to(at::kLong), loss_chunk_elements(labels.numel()),
+                                           loss_backward_));
 }
 
 std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& prompt, int64_t max_new_tokens,
@@ -260,8 +302,8 @@ std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& pro
   std::vector<int32_t> out;
   int64_t next_pos = static_cast<int64_t>(prompt.size());
   while (static_cast<int64_t>(out.size()) < max_new_tokens) {
-    at::Tensor h = hidden_impl(ids, pos, false, nullptr, &cache);
-    at::Tensor logits = at::linear(h.select(1, h.size(1) - 1), lm_head_weight());  // [1, V]
+    at::Tensor h = head_begin(hidden_impl(ids, pos, false, nullptr, &cache));
+    at::Tensor logits = head_end(at::linear(h.select(1, h.size(1) - 1), lm_head_weight()));  // [1, V]
     const auto next = static_cast<int32_t>(logits.argmax(-1).item<int64_t>());
     out.push_back(next);
     if (stop_id && next == *stop_id) break;

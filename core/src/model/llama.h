@@ -34,6 +34,7 @@
 #include "model/llama_ops.h"
 
 #include <ciuic/export.h>
+#include <ciuic/sharding.h>
 
 namespace ciuic::model {
 
@@ -83,6 +84,14 @@ class CIUIC_API LlamaModel {
   // the embeddings are tied.
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
   std::vector<at::Tensor> parameters() const;
+  // The parameter groups the model computes with together, indices into named_parameters():
+  // "embed" (the embedding), "layers.<i>" (a decoder layer's nine tensors) and "head" (the final
+  // norm and lm_head, or the tied embedding) — ciuic/sharding.h, ParamGroup.
+  std::vector<ciuic::ParamGroup> param_groups() const;
+  // Announces each group's forward, backward and recomputation to `boundaries`
+  // (Sharding::before_group/after_group, in the order ciuic/sharding.h states) in every later
+  // forward; null: none. Not owned; must outlive the model's passes.
+  void set_group_boundaries(ciuic::Sharding* boundaries) { boundaries_ = boundaries; }
 
   // Recompute each decoder layer in backward instead of keeping its activations. Gradients are
   // unchanged; only the layer inputs stay alive between forward and backward.
@@ -137,8 +146,16 @@ class CIUIC_API LlamaModel {
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
 
  private:
+  // The embedding and the decoder layers: the last layer's output, the head group begun (its
+  // before_group announced); head_begin() normalises it, head_end() ends the head group on the
+  // head's result.
   at::Tensor hidden_impl(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
                          const PackedDocs* docs, std::vector<KVCacheLayer>* cache) const;
+  at::Tensor head_begin(const at::Tensor& h) const;
+  at::Tensor head_end(const at::Tensor& out) const;
+  int head_group() const { return static_cast<int>(layers_.size()) + 1; }
+  void announce_before(int group) const;
+  void announce_after(int group) const;
   void check_tokens(const at::Tensor& t, const char* what, c10::IntArrayRef shape) const;
 
   LlamaConfig cfg_;
@@ -154,6 +171,7 @@ class CIUIC_API LlamaModel {
   int64_t checkpoint_layers_ = 0;  // <= 0: all
   int64_t loss_chunk_elements_ = 0;  // 0: the default rule (loss_chunk_elements)
   LossBackward loss_backward_ = LossBackward::kInForward;
+  ciuic::Sharding* boundaries_ = nullptr;  // set_group_boundaries
 };
 
 }  // namespace ciuic::model

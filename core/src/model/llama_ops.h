@@ -15,6 +15,10 @@
 
 #include <ciuic/export.h>
 
+namespace ciuic {
+class Sharding;
+}
+
 namespace ciuic::model {
 
 // Sizes a decoder layer needs (copied out of LlamaConfig).
@@ -106,9 +110,19 @@ CIUIC_API at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, c
 // without autograd and keeps only its input; the backward recomputes the layer with autograd and
 // returns the weights' gradients to the engine, which accumulates them through the parameters'
 // ordinary AccumulateGrad nodes (their hooks fire exactly as without checkpointing).
+// With `boundaries`, the backward's recomputation is announced as group `group`'s kRecompute pass
+// (before_group/after_group around it, ciuic/sharding.h).
 CIUIC_API at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
                                                 const RopeTables& rope, const std::optional<at::Tensor>& mask,
-                                                const PackedDocs* docs = nullptr);
+                                                const PackedDocs* docs = nullptr,
+                                                ciuic::Sharding* boundaries = nullptr, int group = -1);
+
+// A group boundary on the tensor `x` that flows from group `lower` into group `upper` (-1: none):
+// identity in forward; when autograd reaches it in backward, announces after_group(upper,
+// kBackward) — group `upper`'s backward is done — then before_group(lower, kBackward). Group 0's
+// backward has no input that needs a gradient: its after_group(0, kBackward) is queued for the end
+// of the backward. `x` unchanged (no node) when autograd is off or x needs no gradient.
+CIUIC_API at::Tensor group_boundary(const at::Tensor& x, ciuic::Sharding* boundaries, int upper, int lower);
 
 // How linear_cross_entropy_sum gets its gradient.
 //  kInForward: when autograd needs gradients, the forward computes them too, token chunk by

@@ -94,7 +94,17 @@ void Reporter::step(const StepStats& s, const checkpoint::TrainerState& st) {
       if (r_.device.peak_tflops > 0)
         rec["mfu"] = flops_per_token_ * tps / r_.ctx.world_size / (r_.device.peak_tflops * 1e12);
     }
+    rec["step_norm_s"] = s.norm_s;
+    // What the slots count, under the core's names; then each plugin's own figures.
     Metrics pm;
+    const CommCounters cc = r_.comm->counters();
+    pm.set("comm_calls", static_cast<double>(cc.calls));
+    pm.set("comm_bytes", static_cast<double>(cc.bytes));
+    pm.set("comm_busy_s", cc.busy_seconds);
+    const ShardingMemory sm = r_.sharding->memory();
+    pm.set("shard_param_gib", sm.param_bytes / 1073741824.0);
+    pm.set("shard_grad_gib", sm.grad_bytes / 1073741824.0);
+    if (const int64_t epoch = r_.data->epoch(); epoch >= 0) pm.set("data_epoch", static_cast<double>(epoch));
     for (const PluginObject* p : r_.plugins()) p->append_metrics(pm);
     for (const auto& [k, v] : pm.values) rec[k] = v;
     metrics_.write(rec);

@@ -22,6 +22,7 @@
 #include "checkpoint/checkpoint.h"
 #include "train/metrics.h"
 #include "train/run.h"
+#include "train/step.h"
 
 namespace ciuic::train {
 
@@ -36,6 +37,7 @@ struct StepStats {
   StepResult result;
   double global_labels = 0;   // label tokens of the global batch
   double fwd_bwd_s = 0, optim_s = 0;  // timed steps only
+  double norm_s = 0;                  // of optim_s: the global gradient norm (train/step.h)
 };
 
 class Reporter {

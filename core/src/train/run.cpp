@@ -330,31 +330,35 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   ShardingSetup ss;
   for (auto& [name, t] : r.model->named_parameters())
     ss.params.push_back(ShardingParam{name, t, /*weight_decay=*/t.dim() >= 2});
+  ss.groups = r.model->param_groups();
   ss.comm = r.comm.get();
   ss.precision = r.precision.get();
   ss.optimizer = r.optimizer.get();
   ss.gradient_accumulation_steps = r.opt.accumulation;
   r.sharding->setup(ss);
+  r.model->set_group_boundaries(r.sharding.get());  // the model announces its groups to the sharding
   const double sharding_s = lap();
+  const ShardingMemory sharding_mem = r.sharding->memory();
+  const OptimizerMemory optimizer_mem = r.optimizer->memory();
 
   DataOpenArgs da;
   da.seq_len = r.opt.seq_len;
   da.micro_batch_size = r.opt.micro_batch;
-  da.seed = r.ctx.seed;
-  da.rank = r.ctx.rank;
-  da.world_size = r.ctx.world_size;
   da.pin_memory = r.ctx.device.is_cuda();
   da.tokenizer = r.tokenizer.get();
   da.chat_template = r.chat_template.get();
   open_data_plugin(recipe, registry, *r.data, da);
   const double data_s = lap();
   if (r.ctx.rank == 0) {
-    char line[256];
+    char line[320];
     std::snprintf(line, sizeof line,
                   "set up in %.1f s: device and store %.1f s, plugins (comm %s) %.1f s, model %.1f s, sharding + "
-                  "optimizer state %.1f s, data %.1f s",
+                  "optimizer state %.1f s (%.2f GiB on the device, %.2f GiB in host memory), data %.1f s",
                   std::chrono::duration<double>(Clock::now() - t_start).count(), context_s,
-                  r.comm->backend_name().c_str(), plugins_s, model_s, sharding_s, data_s);
+                  r.comm->backend_name().c_str(), plugins_s, model_s, sharding_s,
+                  static_cast<double>(sharding_mem.param_bytes + sharding_mem.grad_bytes + optimizer_mem.device_bytes) /
+                      1073741824.0,
+                  static_cast<double>(optimizer_mem.host_bytes) / 1073741824.0, data_s);
     log_info(line);
   }
   return r;

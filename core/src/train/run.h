@@ -28,6 +28,7 @@
 #include "schedule/schedule.h"
 #include "train/device_info.h"
 #include "train/options.h"
+#include "train/step.h"
 
 namespace ciuic {
 class Recipe;
@@ -55,6 +56,8 @@ struct Run {
 
   // The plugins as PluginObjects, for metrics (comm, precision, optimizer, sharding, data).
   std::vector<const PluginObject*> plugins() const;
+  // The slots the optimizer step drives (train/step.h).
+  StepSlots slots() const { return {comm.get(), precision.get(), optimizer.get(), sharding.get()}; }
 };
 
 Run build_run(const Recipe& recipe, const Registry& registry, const launch::WorkerEnv& env,

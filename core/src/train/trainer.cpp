@@ -5,13 +5,14 @@
 //
 //   1. data      this step's micro-batches; the global count of label tokens (and whether any
 //                rank was asked to stop) agreed in one tiny all-reduce
-//   2. backward  the step announced to the sharding (begin_step: it may let the optimizer update
-//                during backward when nothing depends on the gradient norm); per micro-batch:
-//                loss = sum of token losses / global label tokens, times the precision's loss
-//                scale; backward; the sharding's hooks reduce gradients as buckets complete and
-//                hand them to the optimizer
-//   3. step      the sharding finishes the reductions, checks overflow, clips, has the optimizer
-//                update its shard, and makes every rank's parameters current
+//   2. backward  the step begins (train/step.h: it may let the optimizer update during backward
+//                when nothing depends on the gradient norm); per micro-batch: loss = sum of token
+//                losses / global label tokens, times the precision's loss scale; backward; the
+//                sharding's hooks reduce gradients as buckets complete and hand them to the
+//                optimizer (the model announces its layer groups to the sharding on the way)
+//   3. step      norm -> skip -> clip -> update, as llm.c's loop: the sharding finishes the
+//                reductions and gives its squares, the core takes the global norm, the precision
+//                policy decides a skip, the core clips, the sharding applies the update
 //   4. report    metrics.jsonl and the progress line (train/report.h); evaluation when due
 //                (train/evaluate.h); checkpoints when due (train/checkpoints.h)
 //
@@ -43,6 +44,7 @@
 #include "train/profile.h"
 #include "train/report.h"
 #include "train/run.h"
+#include "train/step.h"
 
 namespace ciuic::train {
 
@@ -163,16 +165,12 @@ int train(Run& r, const WorkerOptions& options) {
     // 2. Forward and backward, micro-batch by micro-batch.
     StepStats s;
     s.step = st.step + 1;
-    s.loss_scale = r.precision->loss_scale();
+    s.lr = r.schedule->lr(st.step);
     s.global_labels = data.global_labels;
-    StepInput in;
-    in.lr = s.lr = r.schedule->lr(st.step);
-    in.weight_decay = r.opt.weight_decay;
-    in.max_grad_norm = r.opt.clip;
-    in.step = s.step;
-    in.t = st.updates + 1;  // skipped steps do not count
-    in.nonfinite_stops = !r.opt.nonfinite_skip;  // count_step() throws on a non-finite gradient
-    r.sharding->begin_step(in);
+    Step step(r.slots(), {.lr = s.lr, .weight_decay = r.opt.weight_decay, .max_grad_norm = r.opt.clip,
+                          .step = s.step, .t = st.updates + 1,  // skipped steps do not count
+                          .nonfinite_stops = !r.opt.nonfinite_skip});  // count_step() throws then
+    s.loss_scale = step.loss_scale();
     Stopwatch clock(r.ctx.device, /*on=*/report.logged(s.step));
     for (int64_t i = 0; i < r.opt.accumulation; ++i) {
       r.sharding->begin_micro_batch(i, /*last=*/i + 1 == r.opt.accumulation);
@@ -182,8 +180,12 @@ int train(Run& r, const WorkerOptions& options) {
     }
     s.fwd_bwd_s = clock.lap();
 
-    // 3. The optimizer step.
-    s.result = r.sharding->step(in);
+    // 3. The optimizer step (train/step.h): norm -> skip -> clip -> update.
+    const GradNorm norm = step.global_norm();  // the sharding finishes its reductions; one all-reduce
+    if (!step.skip(norm))                       // precision.update(); a non-finite norm is never applied
+      step.update(step.clip_coefficient(norm)); // the sharding hands the optimizer its shard, publishes
+    s.result = step.result();
+    s.norm_s = step.norm_s();
     s.optim_s = clock.lap();
     count_step(r, st, s.result, ckpt, report);
     profiler.after_step(s.step);

@@ -37,13 +37,6 @@ inline const char* op_name(ReduceOp op) {
 
 inline int64_t nbytes(const at::Tensor& t) { return t.numel() * t.element_size(); }
 
-// The counters as metrics: comm_calls, comm_bytes, comm_busy_s.
-inline void append_counters(const CommCounters& c, Metrics& out) {
-  out.set("comm_calls", static_cast<double>(c.calls));
-  out.set("comm_bytes", static_cast<double>(c.bytes));
-  out.set("comm_busy_s", c.busy_seconds);
-}
-
 // Checks shared by every collective; `backend` is "gloo", "nccl", ...
 class ArgChecker {
  public:

@@ -23,6 +23,7 @@
 //
 // Counters: calls and input bytes when issued; busy time from timing events around each NCCL
 // call on the comm stream, read lazily (counters() collects the completed ones).
+#define CIUIC_PLUGIN_API 7
 #include <ATen/core/Tensor.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -411,10 +412,6 @@ class NcclComm final : public ciuic::Comm {
     c.bytes = bytes_.load();
     c.busy_seconds = busy_seconds_;
     return c;
-  }
-
-  void append_metrics(ciuic::Metrics& out) const override {
-    ciuic::comm_common::append_counters(counters(), out);
   }
 
  private:

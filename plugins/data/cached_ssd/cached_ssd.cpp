@@ -3,6 +3,7 @@
 // User documentation: docs/data.md. Pieces: documents.h (one line → tokens), cache.h (build,
 // reuse, verify); the data kit's PackedStream (ciuic/kit/packed_stream.h: shuffling, packing,
 // rank dealing, cursors, eval shares, prefetching) does the rest.
+#define CIUIC_PLUGIN_API 7
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -86,10 +87,10 @@ class CachedSsd final : public DataSource {
   }
 
   void open(const DataOpenArgs& a) override {
-    if (a.seq_len < 1 || a.micro_batch_size < 1 || a.world_size < 1 || a.rank < 0 || a.rank >= a.world_size)
+    if (a.seq_len < 1 || a.micro_batch_size < 1 || ctx_.world_size < 1 || ctx_.rank < 0 || ctx_.rank >= ctx_.world_size)
       throw Error("data plugin cached_ssd: bad open arguments (seq_len " + std::to_string(a.seq_len) +
                   ", micro_batch_size " + std::to_string(a.micro_batch_size) + ", rank " +
-                  std::to_string(a.rank) + " of " + std::to_string(a.world_size) + ")");
+                  std::to_string(ctx_.rank) + " of " + std::to_string(ctx_.world_size) + ")");
     if (!a.tokenizer)
       throw UsageError("data plugin cached_ssd tokenizes its sources with the model's tokenizer, but the "
                        "recipe has none: set [model] tokenizer (a tokenizer.json) or [model] path");
@@ -136,7 +137,7 @@ class CachedSsd final : public DataSource {
     ps.pad_id = pad_id_;
     ps.prefetch_batches = static_cast<size_t>(prefetch_);
     ps.truncation_hint = " (set split_documents = true to keep them)";
-    stream_ = std::make_unique<PackedStream>(a, std::move(ps), std::move(train_docs), std::move(eval_docs), [c = cache_.get()](uint32_t d) {
+    stream_ = std::make_unique<PackedStream>(StreamArgs(a, ctx_), std::move(ps), std::move(train_docs), std::move(eval_docs), [c = cache_.get()](uint32_t d) {
       const DocRecord& r = c->doc(d);
       return DocView{c->ids(r), c->mask(r), r.num_tokens};
     });

@@ -9,6 +9,7 @@
 //   increment  a random start s, then s+1, s+2, ... mod vocab_size (learnable: "add one")
 // Every other position has a label (the next id). The eval split (eval_rows > 0) is a separate
 // fixed stream of rows.
+#define CIUIC_PLUGIN_API 7
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -45,7 +46,7 @@ enum class Pattern { kRandom, kRepeat, kIncrement };
 
 class Synthetic final : public DataSource {
  public:
-  Synthetic(const Config& config, const RunContext&) {
+  Synthetic(const Config& config, const RunContext& ctx) : rank_(ctx.rank), world_(ctx.world_size), seed_(ctx.seed) {
     // Absent keys (a Config built without the schema) read the declared defaults.
     std::string defaults_toml;
     for (const auto& o : kOptions)
@@ -74,10 +75,10 @@ class Synthetic final : public DataSource {
   }
 
   void open(const DataOpenArgs& a) override {
-    if (a.seq_len < 1 || a.micro_batch_size < 1 || a.world_size < 1 || a.rank < 0 || a.rank >= a.world_size)
+    if (a.seq_len < 1 || a.micro_batch_size < 1 || world_ < 1 || rank_ < 0 || rank_ >= world_)
       throw Error("data plugin synthetic: bad open arguments (seq_len " + std::to_string(a.seq_len) +
                   ", micro_batch_size " + std::to_string(a.micro_batch_size) + ", rank " +
-                  std::to_string(a.rank) + " of " + std::to_string(a.world_size) + ")");
+                  std::to_string(rank_) + " of " + std::to_string(world_) + ")");
     args_ = a;
     opened_ = true;
   }
@@ -86,9 +87,9 @@ class Synthetic final : public DataSource {
     check_open();
     Batch b = alloc();
     for (int64_t i = 0; i < args_.micro_batch_size; ++i) {
-      const int64_t global = (row_ + args_.rank) % rows_per_epoch_;  // past the end: wrap around
-      fill(b, i, mix64(args_.seed) ^ mix64(static_cast<uint64_t>(epoch_) * 0x100000001B3ULL + global));
-      row_ += args_.world_size;
+      const int64_t global = (row_ + rank_) % rows_per_epoch_;  // past the end: wrap around
+      fill(b, i, mix64(seed_) ^ mix64(static_cast<uint64_t>(epoch_) * 0x100000001B3ULL + global));
+      row_ += world_;
       if (row_ >= rows_per_epoch_) {
         ++epoch_;
         row_ = 0;
@@ -116,14 +117,14 @@ class Synthetic final : public DataSource {
   void begin_eval() override { eval_next_ = 0; }
   std::optional<Batch> next_eval() override {
     check_open();
-    const int64_t batches = eval_batches_per_rank(eval_rows_, args_.world_size, args_.micro_batch_size);
+    const int64_t batches = eval_batches_per_rank(eval_rows_, world_, args_.micro_batch_size);
     if (eval_rows_ == 0 || eval_next_ >= batches) return std::nullopt;
     Batch b = alloc();
     const int64_t T = args_.seq_len;
     for (int64_t i = 0; i < args_.micro_batch_size; ++i) {
-      const int64_t global = (eval_next_ * args_.micro_batch_size + i) * args_.world_size + args_.rank;
+      const int64_t global = (eval_next_ * args_.micro_batch_size + i) * world_ + rank_;
       if (global < eval_rows_) {
-        fill(b, i, mix64(args_.seed ^ 0xE7A1ULL) ^ mix64(~static_cast<uint64_t>(global)));
+        fill(b, i, mix64(seed_ ^ 0xE7A1ULL) ^ mix64(~static_cast<uint64_t>(global)));
       } else {  // this rank's share ran out: an empty row (no loss) keeps batch counts equal
         fill_padding_row(T, 0, b.input_ids.data_ptr<int64_t>() + i * T, b.labels.data_ptr<int64_t>() + i * T,
                          b.position_ids.data_ptr<int64_t>() + i * T);
@@ -134,7 +135,6 @@ class Synthetic final : public DataSource {
   }
 
   void append_metrics(Metrics& m) const override {
-    m.set("data_epoch", static_cast<double>(epoch()));
     m.set("data_tokens", static_cast<double>(tokens_));
   }
 
@@ -193,6 +193,8 @@ class Synthetic final : public DataSource {
 
   int64_t vocab_ = 0, period_ = 8, docs_per_row_ = 1, rows_per_epoch_ = 1, eval_rows_ = 0;
   Pattern pattern_ = Pattern::kRandom;
+  int rank_, world_;  // the RunContext's
+  uint64_t seed_;
   DataOpenArgs args_;
   bool opened_ = false;
   int64_t epoch_ = 0, row_ = 0, eval_next_ = 0, tokens_ = 0;

@@ -21,6 +21,7 @@
 //
 // State: master, exp_avg, exp_avg_sq (fp32) and the gradient shard (fp32, or bf16/fp16 as above):
 // 14 to 16 bytes per shard element on the device.
+#define CIUIC_PLUGIN_API 7
 #include <memory>
 #include <string>
 

@@ -51,6 +51,7 @@
 // Threading: the interface is called on the main thread; the update runs on a private team of
 // `threads` threads (the main thread included). Work is split into contiguous, 64-element
 // aligned pieces, the same split for first touch at setup() and for every step.
+#define CIUIC_PLUGIN_API 7
 #include <sched.h>
 
 #include <algorithm>
@@ -358,9 +359,8 @@ class CpuAdam final : public ciuic::Optimizer {
           std::string(kWho) + ": " +
           (early_.on ? "updating each gradient region as soon as its last chunk is folded, while "
                        "backward goes on (overlap_update = \"auto\")"
-           : overlap_ ? "updating after backward: the sharding offered no early update (gradient "
-                        "clipping, a loss scale that may skip steps, [train] nonfinite = \"skip\", "
-                        "or a sharding without begin_step)"
+           : overlap_ ? "updating after backward: the core offered no early update (gradient "
+                        "clipping, a loss scale that may skip steps, or [train] nonfinite = \"skip\")"
                       : "updating after backward (overlap_update = \"off\")"));
     }
     if (early_.on) {
@@ -377,21 +377,21 @@ class CpuAdam final : public ciuic::Optimizer {
         update(0, numel_, fused_rounding ? params_out.data_ptr() : nullptr, to_dtype(param_dtype_), c);
         if (!fused_rounding) {
           at::Tensor out = params_out.view({numel_});
-          precision_->round_to_param(master_, out, 0, args.t);
+          precision_->round_to_param(master_, out, args.t, ciuic::positions_of(setup_, 0, numel_));
         }
       }
     }
     step_s_ = seconds_since(t0);
   }
 
-  void write_params(at::Tensor& params_out) override {
+  void write_params(at::Tensor& params_out, int64_t t) override {
     require_setup("write_params");
     if (numel_ == 0) return;
     if (staged_) {
-      step_staged(nullptr, 0, params_out);
+      step_staged(nullptr, t, params_out);
     } else {
       at::Tensor out = params_out.view({numel_});
-      precision_->round_to_param(master_, out, 0, 0);
+      precision_->round_to_param(master_, out, t, ciuic::positions_of(setup_, 0, numel_));
     }
   }
 
@@ -561,7 +561,8 @@ class CpuAdam final : public ciuic::Optimizer {
         if (!fused_rounding)  // after the whole region's update: no gradient is read any more
           for (Piece& piece : out) {
             at::Tensor master = master_.narrow(0, r.offset + piece.offset, piece.host.numel());
-            precision_->round_to_param(master, piece.host, r.offset + piece.offset, t);
+            precision_->round_to_param(master, piece.host, t,
+                                        ciuic::positions_of(setup_, r.offset + piece.offset, piece.host.numel()));
           }
       }
       early_.out[i] = std::move(out);
@@ -697,7 +698,7 @@ class CpuAdam final : public ciuic::Optimizer {
       if (c) update(a, b, fused_rounding ? slot.data_ptr() : nullptr, od, *c);
       if (!fused_rounding) {
         at::Tensor master = master_.narrow(0, a, b - a);
-        precision_->round_to_param(master, slot, a, t);
+        precision_->round_to_param(master, slot, t, ciuic::positions_of(setup_, a, b - a));
       }
       slot_ticket[s] = copier_->upload(out.narrow(0, a, b - a), slot);
     }

@@ -1,6 +1,7 @@
 // sharding/ddp: every rank holds all parameters, gradients and optimizer state. Gradient buckets
 // are all-reduced (SUM) as backward completes them; every rank then applies the same update to
 // the whole flat buffer. At world size 1 this is plain single-process training.
+#define CIUIC_PLUGIN_API 7
 #include <ciuic/kit/bucket_sharding.h>
 #include <ciuic/config.h>
 #include <ciuic/context.h>

@@ -5,6 +5,7 @@
 // After the update each rank all-gathers the updated
 // chunks straight into the flat buffer. Any world size works: buckets are padded to a multiple of
 // world_size * 64 elements.
+#define CIUIC_PLUGIN_API 7
 #include <ciuic/kit/bucket_sharding.h>
 #include <ciuic/config.h>
 #include <ciuic/context.h>

@@ -1,19 +1,13 @@
-// precision/fp32: parameters, compute and reduction in fp32; no loss scaling.
+// precision/fp32: parameters, compute and reduction in fp32; no loss scaling — the defaults of
+// ciuic::Precision, named as a plugin.
+#define CIUIC_PLUGIN_API 7
 #include <ciuic/config.h>
 #include <ciuic/plan.h>
 #include <ciuic/precision.h>
 
 namespace {
 
-class Fp32 final : public ciuic::Precision {
- public:
-  at::ScalarType param_dtype() const override { return at::kFloat; }
-  at::ScalarType reduce_dtype() const override { return at::kFloat; }
-  double loss_scale() const override { return 1.0; }
-  bool needs_overflow_check() const override { return false; }
-  bool update(bool /*found_inf*/, int64_t /*step*/) override { return false; }
-  int64_t skipped_steps() const override { return 0; }
-};
+class Fp32 final : public ciuic::Precision {};
 
 // The planner's answer: 4-byte parameters and reductions (the planner's defaults, said here).
 void plan(const ciuic::Config&, ciuic::PlanContext& p) {

@@ -180,11 +180,11 @@ TEST_F(CommGlooSingle, WorldOfOneKeepsValuesAndCountsBytes) {
   comm_->barrier();
   EXPECT_EQ(comm_->counters().calls, 3u);
   EXPECT_EQ(comm_->counters().bytes, 80u);
+  // The core reports counters() as comm_calls/comm_bytes/comm_busy_s (TrainE2E checks them in
+  // metrics.jsonl); the plugin adds nothing of its own.
   Metrics m;
   comm_->append_metrics(m);
-  ASSERT_EQ(m.values.size(), 3u);
-  EXPECT_EQ(m.values[1].first, "comm_bytes");
-  EXPECT_EQ(m.values[1].second, 80.0);
+  EXPECT_TRUE(m.values.empty());
 }
 
 TEST_F(CommGlooSingle, BadArgumentsAreNamed) {

@@ -37,12 +37,10 @@ struct Source {
   Source(const std::string& dir, const std::string& toml, int64_t seq_len, int64_t mb, int rank = 0,
          int world = 1, uint64_t seed = 7, std::string tok_salt = "", bool with_chat = true)
       : ctx(make_context(dir, rank, world)), tok(std::move(tok_salt)) {
+    ctx.seed = seed;
     src = registry().create<DataSource>(Slot::kData, "cached_ssd", Config::from_toml("data", toml, dir + "/recipe.toml"), ctx);
     args.seq_len = seq_len;
     args.micro_batch_size = mb;
-    args.seed = seed;
-    args.rank = rank;
-    args.world_size = world;
     args.tokenizer = &tok;
     args.chat_template = with_chat ? &tmpl : nullptr;
   }

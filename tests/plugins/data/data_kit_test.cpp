@@ -24,6 +24,7 @@ namespace {
 
 using data::DocView;
 using data::PackedStream;
+using data::StreamArgs;
 using data::PackMode;
 using data::RowPlan;
 using Json = nlohmann::json;
@@ -91,8 +92,8 @@ TEST(DataKit, EveryRowOfEveryPackingModeMatchesTheModel) {
   }
 }
 
-DataOpenArgs args_of(const Json& c) {
-  DataOpenArgs a;
+StreamArgs args_of(const Json& c) {
+  StreamArgs a;
   a.seq_len = c["seq_len"].get<int64_t>();
   a.micro_batch_size = c["micro_batch_size"].get<int64_t>();
   a.seed = std::stoull(c["seed"].get<std::string>());
@@ -151,7 +152,7 @@ std::vector<Json> global_rows(const Docs& docs, int world, int64_t micro, const 
                               std::string* cursor_after = nullptr) {
   std::vector<std::unique_ptr<PackedStream>> ranks;
   for (int r = 0; r < world; ++r) {
-    DataOpenArgs a;
+    StreamArgs a;
     a.seq_len = 4;
     a.micro_batch_size = micro;
     a.seed = 42;
@@ -202,7 +203,7 @@ TEST(DataKit, ACursorResumesExactlyOnAnyWorldSize) {
 
 TEST(DataKit, ErrorsNameThePlugin) {
   const Docs docs;
-  DataOpenArgs a;
+  StreamArgs a;
   a.seq_len = 8;
   a.micro_batch_size = 2;
   PackedStream::Settings s;

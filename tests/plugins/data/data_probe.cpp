@@ -28,14 +28,12 @@ int main(int argc, char** argv) {
     toml << std::ifstream(argv[2]).rdbuf();
     const int rank = std::atoi(argv[3]), world = std::atoi(argv[4]), n = std::atoi(argv[5]);
     RunContext ctx = make_context(dir, rank, world);
+    ctx.seed = 5;
     ByteTokenizer tok;
     auto src = registry().create<DataSource>(Slot::kData, "cached_ssd", Config::from_toml("data", toml.str(), argv[2]), ctx);
     DataOpenArgs a;
     a.seq_len = 32;
     a.micro_batch_size = 2;
-    a.seed = 5;
-    a.rank = rank;
-    a.world_size = world;
     a.tokenizer = &tok;
     src->open(a);
     nlohmann::json out;

@@ -15,13 +15,13 @@ struct Synth {
   RunContext ctx = make_context(CIUIC_TEST_TMP);
   std::shared_ptr<DataSource> src;
   Synth(const std::string& toml, int64_t T, int64_t mb, int rank = 0, int world = 1, uint64_t seed = 3) {
+    ctx.rank = rank;
+    ctx.world_size = world;
+    ctx.seed = seed;
     src = registry().create<DataSource>(Slot::kData, "synthetic", Config::from_toml("data", toml, "recipe.toml"), ctx);
     DataOpenArgs a;
     a.seq_len = T;
     a.micro_batch_size = mb;
-    a.rank = rank;
-    a.world_size = world;
-    a.seed = seed;
     src->open(a);
   }
 };

@@ -18,6 +18,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <mutex>
+#include <set>
+
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 
@@ -104,17 +108,8 @@ std::vector<Variant> cpu_adam_variants() {
   return v;
 }
 
-// The default precision policy: round to nearest even (the base class's).
-class NearestEven final : public ciuic::Precision {
- public:
-  at::ScalarType param_dtype() const override { return at::kFloat; }
-  at::ScalarType reduce_dtype() const override { return at::kFloat; }
-  double loss_scale() const override { return 1.0; }
-  bool needs_overflow_check() const override { return false; }
-  bool update(bool, int64_t) override { return false; }
-  int64_t skipped_steps() const override { return 0; }
-};
-const NearestEven kNearestEven;
+// The default precision policy: fp32, round to nearest even (the base class's defaults).
+const ciuic::Precision kNearestEven{};
 
 // ---- the problem and the reference ---------------------------------------------------------------
 
@@ -559,22 +554,31 @@ TEST(OptimizerGradSink, SquaresMatchFp64AndSeveralContributionsSum) {
 
 // A policy that truncates toward zero: every optimizer must write parameters through it, after
 // updates and in write_params() (resume).
+// It records the updates and the elements (global positions) it was asked to round.
 class TowardZero final : public ciuic::Precision {
  public:
   at::ScalarType param_dtype() const override { return at::kBFloat16; }
-  at::ScalarType reduce_dtype() const override { return at::kFloat; }
-  double loss_scale() const override { return 1.0; }
-  bool needs_overflow_check() const override { return false; }
-  bool update(bool, int64_t) override { return false; }
-  int64_t skipped_steps() const override { return 0; }
   bool rounds_to_nearest() const override { return false; }
-  void round_to_param(const at::Tensor& master, at::Tensor& out, int64_t, int64_t) const override {
+  void round_to_param(const at::Tensor& master, at::Tensor& out, int64_t t,
+                      const std::vector<ciuic::PositionSpan>& positions) const override {
+    std::lock_guard<std::mutex> l(mu);
     calls++;
+    ts.insert(t);
+    int64_t at = 0;
+    for (const auto& p : positions) {
+      EXPECT_EQ(p.offset, at);
+      at += p.length;
+      for (int64_t i = 0; i < p.length; ++i) globals.push_back(p.global < 0 ? -1 : p.global + i);
+    }
+    EXPECT_EQ(at, out.numel());
     // bf16 = the top 16 bits of the fp32 pattern: dropping the rest truncates toward zero.
     out.copy_((master.contiguous().view(at::kInt).bitwise_and(static_cast<int32_t>(0xFFFF0000u)))
                   .view(at::kFloat).to(at::kBFloat16));
   }
+  mutable std::mutex mu;
   mutable int calls = 0;
+  mutable std::set<int64_t> ts;
+  mutable std::vector<int64_t> globals;
 };
 
 TEST(OptimizerRounding, PrecisionPolicyRoundsTheParameters) {
@@ -582,7 +586,11 @@ TEST(OptimizerRounding, PrecisionPolicyRoundsTheParameters) {
     SCOPED_TRACE(name);
     TowardZero tz;
     auto o = make();
-    o->setup(make_setup(at::kBFloat16, initial_master(), &tz));
+    // The shard's first half is the model's elements from 5000 on, the rest padding.
+    const int64_t half = kNumel / 2;
+    OptimizerSetup setup = make_setup(at::kBFloat16, initial_master(), &tz);
+    setup.positions = {{0, half, 5000}, {half, kNumel - half, -1}};
+    o->setup(setup);
     at::Tensor params = at::empty({kNumel}, at::kBFloat16);
     run_steps(*o, nullptr, 1, 3, at::kFloat, 1.0, params);
     EXPECT_GT(tz.calls, 0);
@@ -593,10 +601,21 @@ TEST(OptimizerRounding, PrecisionPolicyRoundsTheParameters) {
                                      .view(at::kFloat).to(at::kBFloat16);
     EXPECT_TRUE(at::equal(params, truncated));
     EXPECT_FALSE(at::equal(params, master.to(at::kBFloat16)));  // nearest-even differs somewhere
-    // write_params (resume) goes through the policy too.
+    // Each update rounds for its own t (run_steps applies t = 1, 2, 3), and every shard element
+    // once per update, at its position in the model (OptimizerSetup::positions).
+    EXPECT_EQ(tz.ts, (std::set<int64_t>{1, 2, 3}));
+    std::vector<int64_t> seen = tz.globals;
+    std::sort(seen.begin(), seen.end());
+    ASSERT_EQ(seen.size(), static_cast<size_t>(3 * kNumel));
+    const size_t pad = static_cast<size_t>(3 * (kNumel - half));
+    for (size_t i = 0; i < seen.size(); ++i)
+      ASSERT_EQ(seen[i], i < pad ? -1 : 5000 + static_cast<int64_t>(i - pad) / 3) << i;
+    // write_params (resume) goes through the policy too, for the last applied update's t.
+    tz.ts.clear();
     at::Tensor again = at::zeros({kNumel}, at::kBFloat16);
-    o->write_params(again);
+    o->write_params(again, 3);
     EXPECT_TRUE(at::equal(again, truncated));
+    EXPECT_EQ(tz.ts, (std::set<int64_t>{3}));
   }
 }
 

@@ -1,7 +1,9 @@
-// The optimizer step as the sharding plugins run it, in one process, against independent
-// references: torch::optim::AdamW plus hand-written clipping (ddp, zero2 at world 1), and the fp16
-// loss-scaling rules written out from DeepSpeed's DynamicLossScaler; when begin_step() offers the
-// optimizer an early update (Optimizer::offer_early_update) and its misuse.
+// The optimizer step as the core drives it (train/step.h) through the sharding plugins, in one
+// process, against independent references: torch::optim::AdamW plus hand-written clipping (ddp,
+// zero2 at world 1), and the fp16 loss-scaling rules written out from DeepSpeed's
+// DynamicLossScaler; when the core offers the optimizer an early update
+// (Optimizer::offer_early_update) and its misuse; bf16's stochastic rounding against the exact
+// values it rounds.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,11 +28,23 @@
 #include <ciuic/optimizer.h>
 
 #include "registry/registry.h"
+#include "train/step.h"
 
 namespace {
 
 using ciuic::Config;
 using ciuic::Slot;
+using ciuic::train::StepInput;
+using ciuic::train::StepResult;
+
+// One optimizer step as the trainer runs it: the Step is made before the micro-batches (it may
+// offer the early update), `backward` runs them, then norm -> skip -> clip -> update.
+StepResult run_step(ciuic::Comm& comm, ciuic::Precision& prec, ciuic::Optimizer& opt, ciuic::Sharding& shard,
+                    const StepInput& in, const std::function<void()>& backward) {
+  ciuic::train::Step step({&comm, &prec, &opt, &shard}, in);
+  backward();
+  return ciuic::train::run_step(step);
+}
 
 struct Env {
   ciuic::RunContext ctx;
@@ -108,7 +122,7 @@ void compare_with_torch(const std::string& sharding, double clip, int micro_batc
   o2.weight_decay(0.0);
   torch::optim::AdamW ref_opt_nodecay({ref.b}, o2);
 
-  ciuic::StepInput in;
+  StepInput in;
   in.lr = 1e-2;
   in.weight_decay = 0.1;
   in.max_grad_norm = clip;
@@ -116,12 +130,13 @@ void compare_with_torch(const std::string& sharding, double clip, int micro_batc
     at::manual_seed(100 + step);
     std::vector<std::pair<at::Tensor, at::Tensor>> batches;
     for (int m = 0; m < micro_batches; ++m) batches.emplace_back(at::randn({5, 8}), at::randn({5, 4}));
-    for (int m = 0; m < micro_batches; ++m) {
-      shard->begin_micro_batch(m, m + 1 == micro_batches);
-      torch::autograd::backward({ours.loss(batches[m].first, batches[m].second)});
-    }
     in.step = in.t = step;
-    const ciuic::StepResult r = shard->step(in);
+    const StepResult r = run_step(*comm, *prec, *optimizer, *shard, in, [&] {
+      for (int m = 0; m < micro_batches; ++m) {
+        shard->begin_micro_batch(m, m + 1 == micro_batches);
+        torch::autograd::backward({ours.loss(batches[m].first, batches[m].second)});
+      }
+    });
     ASSERT_FALSE(r.skipped);
 
     ref_opt_decay.zero_grad();
@@ -205,18 +220,19 @@ struct Fp16Rig {
     shard->setup(s);
   }
   // One step; `overflow` poisons the loss with inf.
-  ciuic::StepResult step(int64_t n, bool overflow) {
+  StepResult step(int64_t n, bool overflow) {
     at::manual_seed(500 + n);
     at::Tensor x = at::randn({3, 8}), y = at::randn({3, 4});
-    shard->begin_micro_batch(0, true);
-    at::Tensor loss = toy.loss(x, y) * prec->loss_scale();
-    if (overflow) loss = loss * std::numeric_limits<float>::infinity();
-    torch::autograd::backward({loss});
-    ciuic::StepInput in;
+    StepInput in;
     in.lr = 1e-3;
     in.step = n;
     in.t = n;
-    return shard->step(in);
+    return run_step(*comm, *prec, *optimizer, *shard, in, [&] {
+      shard->begin_micro_batch(0, true);
+      at::Tensor loss = toy.loss(x, y) * prec->loss_scale();
+      if (overflow) loss = loss * std::numeric_limits<float>::infinity();
+      torch::autograd::backward({loss});
+    });
   }
 };
 
@@ -237,7 +253,10 @@ TEST(Fp16, OverflowSkipsStepBitIdenticalAndFollowsHysteresis) {
   EXPECT_TRUE(r.skipped);
   EXPECT_TRUE(at::equal(rig.toy.w1.detach(), w1));
   EXPECT_EQ(rig.prec->loss_scale(), 128.0);
-  EXPECT_EQ(rig.prec->skipped_steps(), 2);
+  ciuic::Metrics m;
+  rig.prec->append_metrics(m);
+  ASSERT_EQ(m.values.size(), 2u);
+  EXPECT_EQ(m.values[1], (std::pair<std::string, double>{"skipped_total", 2.0}));
   // DeepSpeed: the scale doubles when (iter - last_overflow_iter) % window == 0. The last overflow
   // was iteration 2 (0-based); iterations 3, 4 are good, 5 = 2 + 3 doubles.
   EXPECT_FALSE(rig.step(4, false).skipped);
@@ -297,7 +316,7 @@ TEST(Fp16, StateRoundTrip) {
   }
 }
 
-// ---- begin_step: when the optimizer is offered an early update ----------------------------------
+// ---- the step: when the core offers the optimizer an early update --------------------------------
 // An optimizer that forwards to adamw and records the offers it gets; it accepts them when told
 // to (adamw itself still updates in step(), which a Sharding cannot tell apart).
 class Recording final : public ciuic::Optimizer {
@@ -320,7 +339,7 @@ class Recording final : public ciuic::Optimizer {
     steps.push_back(a);
     inner_->step(a, p);
   }
-  void write_params(at::Tensor& p) override { inner_->write_params(p); }
+  void write_params(at::Tensor& p, int64_t t) override { inner_->write_params(p, t); }
   std::vector<std::string> state_names() const override { return inner_->state_names(); }
   void save_state(ciuic::StateDict& o) const override { inner_->save_state(o); }
   void load_state(const ciuic::StateDict& i) override { inner_->load_state(i); }
@@ -342,12 +361,7 @@ class Recording final : public ciuic::Optimizer {
 // fp32 that skips every step it is asked about: a policy breaking its promise (ciuic/precision.h).
 class SkipsFinite final : public ciuic::Precision {
  public:
-  at::ScalarType param_dtype() const override { return at::kFloat; }
-  at::ScalarType reduce_dtype() const override { return at::kFloat; }
-  double loss_scale() const override { return 1.0; }
-  bool needs_overflow_check() const override { return false; }
   bool update(bool, int64_t) override { return true; }
-  int64_t skipped_steps() const override { return 0; }
 };
 
 struct OfferRig {
@@ -372,23 +386,25 @@ struct OfferRig {
     s.optimizer = &opt;
     s.gradient_accumulation_steps = micro_batches;
     shard->setup(s);
+    s_precision = precision;
   }
-  // begin_step(in) (when `announce`), then two micro-batches, then step(in).
-  ciuic::StepResult step(const ciuic::StepInput& in, bool announce = true, bool poison = false) {
-    if (announce) shard->begin_step(in);
-    for (int i = 0; i < 2; ++i) {
-      shard->begin_micro_batch(i, i == 1);
-      at::manual_seed(700 + 10 * in.step + i);
-      at::Tensor loss = toy.loss(at::randn({3, 8}), at::randn({3, 4}));
-      if (poison && i == 1) loss = loss * std::numeric_limits<float>::infinity();
-      torch::autograd::backward({loss});
-    }
-    return shard->step(in);
+  // A step of two micro-batches as the core runs it.
+  StepResult step(const StepInput& in, bool poison = false) {
+    return run_step(*comm, s_precision ? *s_precision : *prec, opt, *shard, in, [&] {
+      for (int i = 0; i < 2; ++i) {
+        shard->begin_micro_batch(i, i == 1);
+        at::manual_seed(700 + 10 * in.step + i);
+        at::Tensor loss = toy.loss(at::randn({3, 8}), at::randn({3, 4}));
+        if (poison && i == 1) loss = loss * std::numeric_limits<float>::infinity();
+        torch::autograd::backward({loss});
+      }
+    });
   }
+  ciuic::Precision* s_precision = nullptr;  // the policy given to setup(), when not `prec`
 };
 
-ciuic::StepInput step_input(int64_t n, double clip = 0.0, bool nonfinite_stops = true) {
-  ciuic::StepInput in;
+StepInput step_input(int64_t n, double clip = 0.0, bool nonfinite_stops = true) {
+  StepInput in;
   in.lr = 1e-3 * static_cast<double>(n);
   in.weight_decay = 0.1;
   in.max_grad_norm = clip;
@@ -443,7 +459,7 @@ TEST(ShardingSetup, WorldOfOneHandsOverTheParameterDtypeOnceAStepWhenNothingAccu
       at::manual_seed(900 + i);
       torch::autograd::backward({toy.loss(at::randn({3, 8}), at::randn({3, 4}))});
     }
-    shard->step(step_input(1));
+    run_step(*comm, *prec, opt, *shard, step_input(1), [] {});  // after the micro-batches above
     const size_t regions = opt.seen.grad_regions.size();
     ASSERT_EQ(opt.chunks.size(), regions * (c.one_chunk ? 1 : static_cast<size_t>(c.micro_batches)));
     std::vector<int> seen(regions, 0);
@@ -456,7 +472,7 @@ TEST(ShardingSetup, WorldOfOneHandsOverTheParameterDtypeOnceAStepWhenNothingAccu
   }
 }
 
-TEST(ShardingBeginStep, OffersTheStepsExactArgumentsOnlyWhenNothingDependsOnTheNorm) {
+TEST(StepProtocol, OffersTheStepsExactArgumentsOnlyWhenNothingDependsOnTheNorm) {
   for (const char* sharding : {"zero2", "ddp"}) {
     SCOPED_TRACE(sharding);
     OfferRig rig(sharding, nullptr, /*accept=*/true);
@@ -472,12 +488,11 @@ TEST(ShardingBeginStep, OffersTheStepsExactArgumentsOnlyWhenNothingDependsOnTheN
       EXPECT_EQ(o.grad_scale, st.grad_scale);
       EXPECT_EQ(o.t, st.t);
     }
-    // Not offered: clipping; nonfinite = "skip"; no begin_step at all.
+    // Not offered: clipping; nonfinite = "skip".
     rig.step(step_input(4, /*clip=*/1.0));
     rig.step(step_input(5, 0.0, /*nonfinite_stops=*/false));
-    rig.step(step_input(6), /*announce=*/false);
     EXPECT_EQ(rig.opt.offers.size(), 3u);
-    EXPECT_EQ(rig.opt.steps.size(), 6u);
+    EXPECT_EQ(rig.opt.steps.size(), 5u);
   }
   // Not offered: a loss scale that may skip the step (fp16).
   OfferRig fp16("zero2", nullptr, true, "fp16");
@@ -513,7 +528,7 @@ TEST(ShardingSetup, PartlyLocalBucketsAreHandedOverOnceAStep) {
       at::manual_seed(900 + i);
       torch::autograd::backward({rig.toy.loss(at::randn({3, 8}), at::randn({3, 4}))});
     }
-    rig.shard->step(step_input(1));
+    run_step(*rig.comm, *rig.prec, opt, *rig.shard, step_input(1), [] {});  // after the micro-batches above
     const auto& regions = opt.seen.grad_regions;
     std::vector<std::vector<Recording::Chunk>> per(regions.size());
     for (const auto& ch : opt.chunks) per.at(static_cast<size_t>(ch.region)).push_back(ch);
@@ -541,33 +556,18 @@ TEST(ShardingSetup, PartlyLocalBucketsAreHandedOverOnceAStep) {
   }
 }
 
-TEST(ShardingBeginStep, Misuse) {
-  OfferRig rig("zero2", nullptr, /*accept=*/true);
-  // step() must get the announced input.
-  ciuic::StepInput in = step_input(1);
-  rig.shard->begin_step(in);
-  ciuic::StepInput other = in;
-  other.lr *= 2;
-  rig.shard->begin_micro_batch(0, true);
-  torch::autograd::backward({rig.toy.loss(at::randn({3, 8}), at::randn({3, 4}))});
-  std::string e = error_of([&] { rig.shard->step(other); });
-  EXPECT_NE(e.find("sharding: step 1 was announced by begin_step() with other lr"), std::string::npos) << e;
-  // begin_step after the step's first micro-batch.
-  OfferRig late("zero2", nullptr, true);
-  late.shard->begin_micro_batch(0, true);
-  e = error_of([&] { late.shard->begin_step(step_input(1)); });
-  EXPECT_NE(e.find("sharding: begin_step(1) after the step's first micro-batch began"), std::string::npos) << e;
+TEST(StepProtocol, Misuse) {
   // A policy that skips a finite step after the optimizer began updating: an error, not a skip.
   SkipsFinite skips;
   OfferRig bad("zero2", &skips, true);
-  e = error_of([&] { bad.step(step_input(1)); });
+  const std::string e = error_of([&] { bad.step(step_input(1)); });
   EXPECT_NE(e.find("the precision policy skipped a step with a finite gradient"), std::string::npos) << e;
   // ... which without an accepted offer is an ordinary skip.
   OfferRig declined("zero2", &skips, /*accept=*/false);
   EXPECT_TRUE(declined.step(step_input(1)).skipped);
   // A non-finite gradient after an accepted offer: skipped (the caller ends the run).
   OfferRig nan("zero2", nullptr, true);
-  const ciuic::StepResult r = nan.step(step_input(1), true, /*poison=*/true);
+  const StepResult r = nan.step(step_input(1), /*poison=*/true);
   EXPECT_TRUE(r.skipped);
   EXPECT_FALSE(std::isfinite(r.grad_norm));
   EXPECT_TRUE(nan.opt.steps.empty());
@@ -591,3 +591,169 @@ TEST(GradNorm, WholeShardNormIsAccurate) {
   EXPECT_TRUE(ciuic::global_grad_norm(bad, *comm, true).nonfinite);
 }
 
+
+// ---- bf16 stochastic rounding ([precision] rounding = "stochastic") ---------------------------------
+namespace {
+
+// The exact value of each bf16 in `t`, as doubles.
+std::vector<double> values(const at::Tensor& t) {
+  const at::Tensor d = t.to(at::kDouble).contiguous();
+  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
+
+std::shared_ptr<ciuic::Precision> bf16(Env& env, const std::string& rounding, uint64_t seed = 11) {
+  env.ctx.seed = seed;
+  return env.make<ciuic::Precision>(Slot::kPrecision, "bf16", "rounding = \"" + rounding + "\"\n");
+}
+
+at::Tensor rounded(const ciuic::Precision& p, const at::Tensor& master, int64_t t,
+                   const std::vector<ciuic::PositionSpan>& positions) {
+  at::Tensor out = at::empty({master.numel()}, at::kBFloat16);
+  p.round_to_param(master, out, t, positions);
+  return out;
+}
+
+}  // namespace
+
+// The mean of many roundings of one value is the value (an independent reference: the exact fp32
+// value, as a double). The values sit 0.7 of a bf16 step above a bf16 number, so round to nearest
+// (always up: 0.3 steps off) and truncation (always down: 0.7 steps off) both miss the bound by far.
+TEST(Bf16Rounding, StochasticRoundingIsUnbiased) {
+  Env env;
+  auto p = bf16(env, "stochastic");
+  EXPECT_FALSE(p->rounds_to_nearest());
+  const int64_t n = 20000;
+  for (double lower : {1.0, -3.0, 1.5 * std::ldexp(1.0, -10), 640.0}) {  // bf16 numbers
+    // The bf16 step above |lower| (lower is a bf16 number): 8 significant bits.
+    const double step = std::ldexp(1.0, std::ilogb(std::fabs(lower)) - 7);
+    const float x = static_cast<float>(lower + (lower > 0 ? 0.7 : -0.7) * step);
+    const double exact = static_cast<double>(x);
+    const at::Tensor master = at::full({n}, x, at::kFloat);
+    double sum = 0;
+    int64_t count = 0;
+    for (int64_t t = 1; t <= 5; ++t) {
+      const auto v = values(rounded(*p, master, t, {{0, n, 1000 * t}}));
+      for (double r : v) {
+        ASSERT_TRUE(r == lower || r == lower + (lower > 0 ? step : -step)) << r << " is not a neighbour of " << exact;
+        sum += r;
+      }
+      count += n;
+    }
+    const double mean = sum / static_cast<double>(count);
+    // Standard deviation of one rounding: step * sqrt(0.7 * 0.3) = 0.46 step; of the mean of 1e5: 0.0015 step.
+    EXPECT_LT(std::fabs(mean - exact), 0.01 * step) << "value " << exact << ": mean " << mean;
+    const double nearest = static_cast<double>(c10::BFloat16(x));
+    EXPECT_GT(std::fabs(nearest - exact), 0.25 * step);  // the bound would catch round to nearest
+  }
+}
+
+// The bits depend on (seed, t, global position) only: not on how the elements are cut into calls
+// or where they sit in the tensor; another t or seed gives other bits. Padding, infinities and
+// NaNs round to nearest; "nearest" is ATen's conversion.
+TEST(Bf16Rounding, StochasticBitsFollowSeedStepAndGlobalPosition) {
+  Env env;
+  auto p = bf16(env, "stochastic");
+  at::manual_seed(3);
+  const int64_t n = 4096;
+  const at::Tensor master = at::randn({n});
+  const at::Tensor whole = rounded(*p, master, 7, {{0, n, 5000}});
+  // The same elements in two calls, the second half first, and as spans of one call.
+  const at::Tensor b = rounded(*p, master.narrow(0, n / 2, n / 2).contiguous(), 7, {{0, n / 2, 5000 + n / 2}});
+  const at::Tensor a = rounded(*p, master.narrow(0, 0, n / 2).contiguous(), 7, {{0, n / 2, 5000}});
+  EXPECT_TRUE(at::equal(at::cat({a, b}), whole));
+  EXPECT_TRUE(at::equal(rounded(*p, master, 7, {{0, 100, 5000}, {100, n - 100, 5100}}), whole));
+  // A rank holding the same elements of the model elsewhere in its shard (another world size).
+  const at::Tensor shifted = at::cat({at::zeros({64}), master});
+  const at::Tensor s = rounded(*p, shifted, 7, {{0, 64, -1}, {64, n, 5000}});
+  EXPECT_TRUE(at::equal(s.narrow(0, 64, n), whole));
+  EXPECT_TRUE(at::equal(s.narrow(0, 0, 64), at::zeros({64}, at::kBFloat16)));
+  // Other update, other position, other seed: other noise (most of 4096 elements differ somewhere).
+  EXPECT_FALSE(at::equal(rounded(*p, master, 8, {{0, n, 5000}}), whole));
+  EXPECT_FALSE(at::equal(rounded(*p, master, 7, {{0, n, 5001}}), whole));
+  Env other;
+  EXPECT_FALSE(at::equal(rounded(*bf16(other, "stochastic", 12), master, 7, {{0, n, 5000}}), whole));
+  // Special values, and padding, as round to nearest.
+  const at::Tensor special = at::tensor(std::vector<float>{INFINITY, -INFINITY, NAN, 0.f, 1.7f});
+  const at::Tensor r = rounded(*p, special, 1, {{0, 4, 0}, {4, 1, -1}});
+  EXPECT_TRUE(at::equal(r.narrow(0, 0, 2), special.narrow(0, 0, 2).to(at::kBFloat16)));
+  EXPECT_TRUE(std::isnan(r[2].item<float>()));
+  EXPECT_EQ(r[3].item<float>(), 0.f);
+  EXPECT_EQ(r[4].item<float>(), static_cast<float>(c10::BFloat16(1.7f)));
+  // rounding = "nearest" (the default) is ATen's round to nearest even.
+  Env plain;
+  auto nearest = bf16(plain, "nearest");
+  EXPECT_TRUE(nearest->rounds_to_nearest());
+  EXPECT_TRUE(at::equal(rounded(*nearest, master, 7, {{0, n, 5000}}), master.to(at::kBFloat16)));
+  // Misuse: positions that do not cover the tensor.
+  const std::string e = error_of([&] { rounded(*p, master, 7, {{0, n - 1, 5000}}); });
+  EXPECT_NE(e.find("precision bf16: round_to_param positions cover 4095 of 4096 elements"), std::string::npos) << e;
+}
+
+// A resume rewrites the parameters from the loaded master weights through the policy
+// (Sharding::load_state(fetch, t) -> Optimizer::write_params(out, t)). With stochastic rounding
+// they are the bits the saved run computed with, whatever the shard layout of the resumed run:
+// here ddp with another bucket size, so every parameter but the first sits at another shard
+// offset (what another world size does to a shard). The control: rewritten for another update
+// (t = 0, the t a resume used before plugin API 7), the bits differ.
+TEST(Bf16Rounding, ResumeRewritesTheSavedBitsOnAnotherShardLayout) {
+  struct Rig {
+    Env env;
+    std::shared_ptr<ciuic::Comm> comm;
+    std::shared_ptr<ciuic::Precision> prec;
+    std::shared_ptr<ciuic::Sharding> shard;
+    std::shared_ptr<ciuic::Optimizer> opt;
+    Toy toy{at::kBFloat16, 17};
+    explicit Rig(const std::string& bucket) {
+      comm = env.make<ciuic::Comm>(Slot::kComm, "gloo");
+      prec = bf16(env, "stochastic", 5);
+      shard = env.make<ciuic::Sharding>(Slot::kSharding, "ddp", "reduce_bucket_size = " + bucket + "\n");
+      opt = env.make<ciuic::Optimizer>(Slot::kOptimizer, "adamw");
+      ciuic::ShardingSetup s;
+      s.params = toy.params();
+      s.comm = comm.get();
+      s.precision = prec.get();
+      s.optimizer = opt.get();
+      shard->setup(s);
+    }
+    std::vector<at::Tensor> params() const {
+      return {toy.w1.detach().clone(), toy.w2.detach().clone(), toy.b.detach().clone()};
+    }
+  };
+  Rig saved("100");
+  for (int64_t n = 1; n <= 3; ++n) {
+    StepInput in = step_input(n);
+    in.lr = 0.05;  // large steps: the masters move by many bf16 steps
+    ASSERT_FALSE(run_step(*saved.comm, *saved.prec, *saved.opt, *saved.shard, in, [&] {
+      saved.shard->begin_micro_batch(0, true);
+      at::manual_seed(40 + n);
+      torch::autograd::backward({saved.toy.loss(at::randn({3, 8}), at::randn({3, 4}))});
+    }).skipped);
+  }
+  const std::vector<at::Tensor> want = saved.params();
+  ciuic::StateDict state;
+  saved.shard->save_state(state);
+  const std::vector<ciuic::ShardSlice> layout = saved.shard->layout();
+  // The checkpoint's slices, as the core's ShardSet serves them.
+  const ciuic::SliceFetcher fetch = [&](const std::string& name, const std::string& param, int64_t off,
+                                        int64_t len) {
+    for (const auto& sl : layout)
+      if (sl.param == param && off >= sl.param_offset && off + len <= sl.param_offset + sl.length)
+        return ciuic::state_get(state, name).narrow(0, sl.shard_offset + off - sl.param_offset, len).clone();
+    ADD_FAILURE() << "no slice of " << param;
+    return at::Tensor();
+  };
+  Rig resumed("37");
+  const auto other = resumed.shard->layout();
+  ASSERT_EQ(other.size(), layout.size());
+  bool moved = false;
+  for (size_t i = 0; i < layout.size(); ++i) moved |= other[i].shard_offset != layout[i].shard_offset;
+  ASSERT_TRUE(moved) << "the two bucket sizes give the same layout: the test shows nothing";
+  resumed.shard->load_state(fetch, 3);
+  const std::vector<at::Tensor> got = resumed.params();
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << "parameter " << i;
+  resumed.shard->load_state(fetch, 0);
+  bool differs = false;
+  const std::vector<at::Tensor> at_zero = resumed.params();
+  for (size_t i = 0; i < want.size(); ++i) differs |= !at::equal(at_zero[i], want[i]);
+  EXPECT_TRUE(differs) << "rounding for t = 0 gave the same bits: the noise does not depend on t";
+}

@@ -12,7 +12,7 @@
 
 namespace ciuic::data {
 
-PackedStream::PackedStream(const DataOpenArgs& args, Settings settings, std::vector<uint32_t> train,
+PackedStream::PackedStream(const StreamArgs& args, Settings settings, std::vector<uint32_t> train,
                            std::vector<uint32_t> eval, DocLookup lookup)
     : args_(args),
       s_(std::move(settings)),
@@ -71,7 +71,6 @@ std::optional<Batch> PackedStream::next_eval() {
 }
 
 void PackedStream::append_metrics(Metrics& m) const {
-  m.set("data_epoch", static_cast<double>(next_.epoch));
   m.set("data_tokens", static_cast<double>(tokens_delivered_));
   m.set("data_batches", static_cast<double>(batches_delivered_));
   m.set("data_wait_s", wait_s_);

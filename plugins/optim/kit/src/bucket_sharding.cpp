@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <unordered_map>
 
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -145,6 +146,22 @@ void BucketSharding::setup(const ShardingSetup& s) {
     os.grad_regions.push_back(ShardRegion{off, ch});
     os.initial.push_back(ShardValues{off, flat.narrow(0, bk.offset + options_.shard_index * ch, ch)});
   }
+  {
+    // Each shard element's position in the model's flat parameter order (padding: -1).
+    std::unordered_map<std::string, int64_t> start;
+    int64_t at = 0;
+    for (const ShardingParam& p : s.params) {
+      start.emplace(p.name, at);
+      at += p.tensor.numel();
+    }
+    int64_t next = 0;
+    for (const ShardSlice& sl : buckets_->shard_slices(options_.shard_index)) {
+      if (sl.shard_offset > next) os.positions.push_back(PositionSpan{next, sl.shard_offset - next, -1});
+      os.positions.push_back(PositionSpan{sl.shard_offset, sl.length, start.at(sl.param) + sl.param_offset});
+      next = sl.shard_offset + sl.length;
+    }
+    if (next < os.numel) os.positions.push_back(PositionSpan{next, os.numel - next, -1});
+  }
   os.param_dtype = flat.scalar_type();
   os.device = flat.device();
   os.precision = precision_;
@@ -169,31 +186,11 @@ void BucketSharding::setup(const ShardingSetup& s) {
   buckets_->install_hooks([this](int b) { on_bucket_ready(b); });
 }
 
-void BucketSharding::begin_step(const StepInput& in) {
-  if (!buckets_) throw Error("sharding: begin_step before setup");
-  if (in_step_)
-    throw Error("sharding: begin_step(" + std::to_string(in.step) +
-                ") after the step's first micro-batch began (it must come before it)");
-  begun_ = in;
-  // The update is known before the gradient norm only without clipping, without a loss scaler
-  // that may skip the step, and when a non-finite gradient ends the run (ciuic/sharding.h).
-  early_ = false;
-  if (in.max_grad_norm <= 0 && !precision_->needs_overflow_check() && in.nonfinite_stops) {
-    OptimizerStep args;
-    args.lr = in.lr;
-    args.weight_decay = in.weight_decay;
-    args.grad_scale = 1.0 / precision_->loss_scale();  // what step() computes: clip coef 1
-    args.t = in.t;
-    early_ = optimizer_->offer_early_update(args);
-  }
-}
-
 void BucketSharding::begin_micro_batch(int64_t index, bool last) {
   if (!buckets_) throw Error("sharding: begin_micro_batch before setup");
-  if (index == 0) {
-    in_step_ = true;
+  if (index == 0)
     micro_batches_ = 0;
-  } else if (options_.reduce_each_micro_batch) {
+  else if (options_.reduce_each_micro_batch) {
     buckets_->flush();
     drain();
   }
@@ -277,60 +274,30 @@ void BucketSharding::drain() {
   retire(0);
 }
 
-StepResult BucketSharding::step(const StepInput& in) {
-  using Clock = std::chrono::steady_clock;
-  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  const bool early = early_;
-  if (begun_) {
-    const StepInput& b = *begun_;
-    if (b.lr != in.lr || b.weight_decay != in.weight_decay || b.max_grad_norm != in.max_grad_norm ||
-        b.t != in.t || b.nonfinite_stops != in.nonfinite_stops)
-      throw Error("sharding: step " + std::to_string(in.step) +
-                  " was announced by begin_step() with other lr, weight decay, clipping or t");
-  }
-  begun_.reset();
-  early_ = in_step_ = false;
-  auto t = Clock::now();
+GradSquares BucketSharding::finish_grads() {
+  if (!buckets_) throw Error("sharding: finish_grads before setup");
+  const auto t = std::chrono::steady_clock::now();
   buckets_->flush();
   drain();
-  const at::Tensor sum_sq = optimizer_->finish_grads();
-  phase_.drain_s = since(t);
-
-  t = Clock::now();
-  const double scale = precision_->loss_scale();
-  const GradNorm gn = global_grad_norm_from_squares(sum_sq, *comm_, options_.shards > 1);
-  const bool skip = precision_->update(gn.nonfinite, in.step) || gn.nonfinite;
-  StepResult r;
-  r.grad_norm = gn.nonfinite ? gn.norm : gn.norm / scale;
-  phase_.norm_s = since(t);
+  GradSquares sq;
+  sq.local_sum_sq = optimizer_->finish_grads();
+  sq.disjoint = options_.shards > 1;
+  phase_.drain_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   phase_.update_s = phase_.publish_s = 0.0;
-  if (skip) {
-    // After an early update the optimizer's state is partly updated: only a non-finite gradient,
-    // which ends the run (StepInput::nonfinite_stops), may skip the step then.
-    if (early && !gn.nonfinite)
-      throw Error("sharding: step " + std::to_string(in.step) +
-                  ": the precision policy skipped a step with a finite gradient although it needs "
-                  "no overflow check (ciuic/precision.h), after the optimizer had begun updating");
-    r.skipped = true;
-    return r;
-  }
-  double coef = 1.0;
-  if (in.max_grad_norm > 0 && r.grad_norm > in.max_grad_norm)
-    coef = in.max_grad_norm / (r.grad_norm + 1e-6);
-  t = Clock::now();
+  return sq;
+}
+
+void BucketSharding::update(const OptimizerStep& args) {
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto t = Clock::now();
   acquire_param_shard();
-  OptimizerStep args;
-  args.lr = in.lr;
-  args.weight_decay = in.weight_decay;
-  args.grad_scale = coef / scale;
-  args.t = in.t;
   optimizer_->step(args, param_shard_);
   phase_.update_s = since(t);
   t = Clock::now();
   publish();
   release_param_shard();
   phase_.publish_s = since(t);
-  return r;
 }
 
 void BucketSharding::acquire_param_shard() {
@@ -356,7 +323,7 @@ std::vector<ShardSlice> BucketSharding::layout() const {
 
 void BucketSharding::save_state(StateDict& out) const { optimizer_->save_state(out); }
 
-void BucketSharding::load_state(const SliceFetcher& fetch) {
+void BucketSharding::load_state(const SliceFetcher& fetch, int64_t t) {
   const int64_t S = buckets_->shard_numel();
   const std::vector<ShardSlice> slices = layout();
   StateDict sd;
@@ -375,18 +342,14 @@ void BucketSharding::load_state(const SliceFetcher& fetch) {
   // Parameters follow the loaded master weights, rounded by the precision policy.
   c10::NoGradGuard ng;
   acquire_param_shard();
-  optimizer_->write_params(param_shard_);
+  optimizer_->write_params(param_shard_, t);
   publish();
   release_param_shard();
 }
 
 void BucketSharding::append_metrics(Metrics& out) const {
-  const ShardingMemory m = memory();
-  out.set("shard_param_gib", m.param_bytes / 1073741824.0);
-  out.set("shard_grad_gib", m.grad_bytes / 1073741824.0);
-  // Host wall time of the last step's phases (see PhaseTimes).
+  // Memory (shard_*_gib) is the core's to report, from memory(). Host wall time of the last step's phases (see PhaseTimes).
   out.set("step_drain_s", phase_.drain_s);
-  out.set("step_norm_s", phase_.norm_s);
   out.set("step_update_s", phase_.update_s);
   out.set("step_publish_s", phase_.publish_s);
 }

@@ -29,6 +29,7 @@ void ShardOptimizer::setup(const OptimizerSetup& s) {
   c10::NoGradGuard ng;
   setup_ = s;
   setup_.initial.clear();  // views into the model: not kept
+  positions_ = positions_of(setup_, 0, s.numel);
   const auto opts = at::TensorOptions().dtype(at::kFloat).device(s.device);
   master_ = at::empty({s.numel}, opts);
   for (const ShardValues& piece : s.initial)
@@ -76,7 +77,7 @@ void ShardOptimizer::step(const OptimizerStep& args, at::Tensor& params_out) {
   at::Tensor out = params_out.view({setup_.numel});
   const bool rounds_here = setup_.precision->rounds_to_nearest();
   if (update_shard(master_, grad_, moments_, rounds_here ? &out : nullptr, args)) {
-    if (!rounds_here) setup_.precision->round_to_param(master_, out, /*shard_offset=*/0, args.t);
+    if (!rounds_here) setup_.precision->round_to_param(master_, out, args.t, positions_);
     last_step_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return;
   }
@@ -96,15 +97,15 @@ void ShardOptimizer::step(const OptimizerStep& args, at::Tensor& params_out) {
   }
   if (!decay.empty()) update(decay, args.lr, args.weight_decay, args.t);
   if (!plain.empty()) update(plain, args.lr, 0.0, args.t);
-  setup_.precision->round_to_param(master_, out, /*shard_offset=*/0, args.t);
+  setup_.precision->round_to_param(master_, out, args.t, positions_);
   last_step_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void ShardOptimizer::write_params(at::Tensor& params_out) {
+void ShardOptimizer::write_params(at::Tensor& params_out, int64_t t) {
   require_setup("write_params");
   c10::NoGradGuard ng;
   at::Tensor out = params_out.view({setup_.numel});
-  setup_.precision->round_to_param(master_, out, /*shard_offset=*/0, /*t=*/0);
+  setup_.precision->round_to_param(master_, out, t, positions_);
 }
 
 std::vector<std::string> ShardOptimizer::state_names() const {

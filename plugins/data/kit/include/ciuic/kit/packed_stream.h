@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include <ciuic/context.h>
 #include <ciuic/data.h>
 #include <ciuic/kit/packing.h>
 #include <ciuic/kit/prefetch.h>
@@ -39,6 +40,17 @@ class Metrics;
 }
 
 namespace ciuic::data {
+
+// DataSource::open's arguments with the rank, world size and seed of the RunContext: what a
+// stream needs to deal global rows.
+struct StreamArgs : DataOpenArgs {
+  uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+  StreamArgs() = default;
+  StreamArgs(const DataOpenArgs& a, const RunContext& ctx)
+      : DataOpenArgs(a), seed(ctx.seed), rank(ctx.rank), world_size(ctx.world_size) {}
+};
 
 class PackedStream {
  public:
@@ -51,10 +63,11 @@ class PackedStream {
     std::string truncation_hint;       // appended to the warning about documents longer than seq_len
   };
 
-  // `args`: DataSource::open's (seq_len, micro_batch_size, seed, rank, world_size, pin_memory).
+  // `args`: DataSource::open's (seq_len, micro_batch_size, pin_memory) and the context's seed,
+  // rank and world_size.
   // `train`, `eval`: document numbers (as `lookup` knows them) in their unshuffled order; `eval`
   // may be empty (no held-out split). Starts at cursor {"epoch":0,"row":0}.
-  PackedStream(const DataOpenArgs& args, Settings settings, std::vector<uint32_t> train,
+  PackedStream(const StreamArgs& args, Settings settings, std::vector<uint32_t> train,
                std::vector<uint32_t> eval, DocLookup lookup);
   ~PackedStream();
   PackedStream(const PackedStream&) = delete;
@@ -69,7 +82,7 @@ class PackedStream {
   void begin_eval() { eval_next_ = 0; }
   std::optional<Batch> next_eval();
 
-  // data_epoch, data_tokens, data_batches, data_wait_s, data_fill_tokens_per_s,
+  // data_tokens, data_batches, data_wait_s, data_fill_tokens_per_s,
   // data_truncated_tokens, data_train_documents, data_eval_documents.
   void append_metrics(Metrics& m) const;
 
@@ -84,7 +97,7 @@ class PackedStream {
   Item produce();
   void seek_to(RowCursor c);
 
-  DataOpenArgs args_;
+  StreamArgs args_;
   Settings s_;
   std::vector<uint32_t> train_docs_, eval_docs_;
   DocLookup lookup_;

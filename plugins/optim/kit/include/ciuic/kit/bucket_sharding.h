@@ -20,11 +20,10 @@
 // handed to the Optimizer (Optimizer::accumulate_grad, region = bucket index); gradient
 // accumulation either without communication until the last micro-batch ("no_sync": autograd
 // accumulates param.grad) or reduced every micro-batch ("reduce_each": no full-size gradient
-// survives a micro-batch); the global norm from the optimizer's squares; precision.update();
-// clipping; the update; memory accounting; checkpoint layout. begin_step() offers the optimizer
-// an early update (Optimizer::offer_early_update) exactly when ciuic/sharding.h allows it: no
-// clipping, a precision policy without overflow check, and a run that ends on a non-finite
-// gradient; step() then checks that its input is the announced one.
+// survives a micro-batch); finish_grads() (the optimizer's squares; disjoint when shards > 1);
+// update() (the optimizer's step into param_shard(), then publish()); memory accounting;
+// checkpoint layout. The step's policy (norm, skip, clip, the early-update offer) is the core's.
+// Layer boundaries (Sharding::before_group/after_group) are ignored: parameters stay whole.
 //
 // The shard of rank r is chunk `shard_index` of every bucket, in bucket order (FlatBuckets::
 // shard_*). With shards == 1 the shard is the whole flat buffer, and the optimizer writes updated
@@ -111,13 +110,13 @@ class BucketSharding : public Sharding {
   ~BucketSharding() override;
 
   void setup(const ShardingSetup& setup) override;
-  void begin_step(const StepInput& input) override;
   void begin_micro_batch(int64_t index, bool last) override;
-  StepResult step(const StepInput& input) override;
+  GradSquares finish_grads() override;
+  void update(const OptimizerStep& args) override;
   ShardingMemory memory() const override;
   std::vector<ShardSlice> layout() const override;
   void save_state(StateDict& out) const override;
-  void load_state(const SliceFetcher& fetch) override;
+  void load_state(const SliceFetcher& fetch, int64_t t) override;
   void append_metrics(Metrics& out) const override;
 
  protected:
@@ -132,7 +131,7 @@ class BucketSharding : public Sharding {
   Comm& comm() { return *comm_; }
   FlatBuckets& buckets() { return *buckets_; }
   // This rank's shard of the parameters in the parameter dtype (the optimizer's params_out): the
-  // flat buffer itself when shards == 1, else a buffer that exists only during step() and
+  // flat buffer itself when shards == 1, else a buffer that exists only during update() and
   // load_state() (publish() reads it), so it costs no memory while activations are alive.
   at::Tensor& param_shard() { return param_shard_; }
   const Options& opts() const { return options_; }
@@ -168,20 +167,15 @@ class BucketSharding : public Sharding {
   std::vector<char> not_local_;   // its complement: what a micro-batch before the last reduces
   at::ScalarType grad_dtype_ = at::kFloat;  // what buckets are packed in (OptimizerSetup::grad_dtype)
   bool alone_ = false;                      // one rank, one shard: nothing to reduce
-  // begin_step(): the announced input, and whether the optimizer accepted an early update.
-  std::optional<StepInput> begun_;
-  bool early_ = false;
-  bool in_step_ = false;  // between begin_micro_batch(0, ..) and step()
   int64_t micro_batches_ = 0;
   uint64_t peak_pending_bytes_ = 0;
   uint64_t pending_bytes_ = 0;
-  // Host wall time of the last step()'s phases, in metrics as step_<phase>_s: drain (the
-  // remaining reductions and the optimizer's finish_grads(): exposed gradient time), norm
-  // (global gradient norm: one all-reduce and a read-back), update (the optimizer's step),
-  // publish (making parameters current: ZeRO-2's all-gather). On a GPU, phases that only enqueue
-  // work measure the enqueueing.
+  // Host wall time of the last step's phases, in metrics as step_<phase>_s: drain
+  // (finish_grads(): the remaining reductions and the optimizer's finish_grads(), exposed gradient
+  // time), update (the optimizer's step), publish (making parameters current: ZeRO-2's
+  // all-gather). On a GPU, phases that only enqueue work measure the enqueueing.
   struct PhaseTimes {
-    double drain_s = 0, norm_s = 0, update_s = 0, publish_s = 0;
+    double drain_s = 0, update_s = 0, publish_s = 0;
   } phase_;
 };
 

@@ -57,7 +57,7 @@ class ShardOptimizer : public Optimizer {
   void accumulate_grad(int region, const at::Tensor& chunk, bool first, bool last) final;
   at::Tensor finish_grads() final;
   void step(const OptimizerStep& args, at::Tensor& params_out) final;
-  void write_params(at::Tensor& params_out) final;
+  void write_params(at::Tensor& params_out, int64_t t) final;
   std::vector<std::string> state_names() const final;
   void save_state(StateDict& out) const override;
   void load_state(const StateDict& in) override;
@@ -96,6 +96,7 @@ class ShardOptimizer : public Optimizer {
   std::vector<std::string> moment_names_;
   bool ready_ = false;
   OptimizerSetup setup_;  // without `initial` (not kept)
+  std::vector<PositionSpan> positions_;  // of the whole shard, for round_to_param()
   at::Tensor master_, grad_, sum_sq_;
   std::vector<at::Tensor> moments_;
   double last_step_s_ = 0;
