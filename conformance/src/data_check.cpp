@@ -59,9 +59,6 @@ class DataCheck {
     DataOpenArgs a;
     a.seq_len = o_.seq_len;
     a.micro_batch_size = micro;
-    a.seed = s->ctx.seed;  // the same as RunContext's (DataOpenArgs repeats it)
-    a.rank = s->ctx.rank;
-    a.world_size = s->ctx.world_size;
     a.tokenizer = tokenizer_.get();
     s->data->open(a);
     return s;
