@@ -29,8 +29,8 @@ endif()
 # tokenizer/bpe.cpp); the rest of the engine is compiled exactly as in the plain build, so ccache
 # serves it. Only the tests labelled `threaded` run (tests that start threads of ciuic's own: the
 # ThreadPool and cpu_adam's update team, the data kit's prefetcher and cached_ssd's cache build,
-# the store and the launcher's watchers, gloo's completion thread, the conformance kit's comm and
-# data checks). LibTorch, gloo and libgomp are not instrumented: what they synchronise inside is
+# the conformance kit's data and optimizer checks; not gloo, whose c10d internals TSAN cannot see,
+# nor the launcher's timed tests: docs/reliability.md). LibTorch, gloo and libgomp are not instrumented: what they synchronise inside is
 # invisible to TSAN, so tests/sanitizers/tsan.supp may name those libraries' frames, each with its
 # reason (docs/reliability.md, "Sanitizers"); ciuic's own races are fixed, not suppressed. Not
 # together with CIUIC_SANITIZE (TSAN and ASan exclude each other).

@@ -259,7 +259,36 @@ void check_comm(const PluginUnderTest& plugin, const CheckOptions& o) {
   const std::string dir = work_dir(o, "comm");
   for (int world : o.world_sizes) {
     SCOPED_TRACE("world size " + std::to_string(world));
-    // This process hosts the store: one server per world size, so that no key of another remains.
+    // The ranks are forked first, while this process runs no thread of its own (a child of a
+    // multi-threaded process may only call async-signal-safe functions; ThreadSanitizer refuses
+    // it outright); then this process hosts the store — one server per world size, so that no key
+    // of another remains — and hands each rank its port through a pipe.
+    std::fflush(nullptr);
+    std::vector<pid_t> pids;
+    std::vector<int> fds, port_fds;
+    for (int r = 0; r < world; ++r) {
+      int p[2], q[2];
+      ASSERT_EQ(::pipe(p), 0);
+      ASSERT_EQ(::pipe(q), 0);
+      const pid_t pid = ::fork();
+      ASSERT_GE(pid, 0) << "fork failed";
+      if (pid == 0) {
+        ::close(p[0]);
+        ::close(q[1]);
+        int port = 0;
+        const bool got = ::read(q[0], &port, sizeof port) == static_cast<ssize_t>(sizeof port);
+        const int code = got ? child(plugin, cfg, o, dir + "/w" + std::to_string(world) + "-r" + std::to_string(r),
+                                     r, world, port, p[1])
+                             : 1;
+        std::fflush(nullptr);
+        ::_exit(code);
+      }
+      ::close(p[1]);
+      ::close(q[0]);
+      pids.push_back(pid);
+      fds.push_back(p[0]);
+      port_fds.push_back(q[1]);
+    }
     c10d::TCPStoreOptions so;
     so.port = 0;
     so.isServer = true;
@@ -267,24 +296,9 @@ void check_comm(const PluginUnderTest& plugin, const CheckOptions& o) {
     so.timeout = 60s;
     auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
     const int port = server->getPort();
-    std::fflush(nullptr);
-    std::vector<pid_t> pids;
-    std::vector<int> fds;
-    for (int r = 0; r < world; ++r) {
-      int p[2];
-      ASSERT_EQ(::pipe(p), 0);
-      const pid_t pid = ::fork();
-      ASSERT_GE(pid, 0) << "fork failed";
-      if (pid == 0) {
-        ::close(p[0]);
-        const int code = child(plugin, cfg, o, dir + "/w" + std::to_string(world) + "-r" + std::to_string(r), r,
-                               world, port, p[1]);
-        std::fflush(nullptr);
-        ::_exit(code);
-      }
-      ::close(p[1]);
-      pids.push_back(pid);
-      fds.push_back(p[0]);
+    for (int fd : port_fds) {
+      if (::write(fd, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) ADD_FAILURE() << "cannot reach a rank";
+      ::close(fd);
     }
     // Collect each rank's lines and exit status; 180 s for the whole world, then kill.
     const auto deadline = std::chrono::steady_clock::now() + 180s;

@@ -19,8 +19,8 @@
 //              gradient buckets), reduce_scatter SUM and all_gather (out of place and in place)
 //              in fp32/bf16/fp16, broadcast from rank 0 and from the last rank, barrier — at
 //              every world size of CheckOptions::world_sizes, each rank a process of its own
-//              (forked: run this check before anything in the process starts threads, e.g. as
-//              the first test of its own binary); values exact in every dtype, so results must
+//              (forked before the check starts any thread; run it before anything else in the
+//              process starts threads, e.g. as the first test of its own binary); values exact in every dtype, so results must
 //              be exact; random fp32 values within 8 units of rounding; several collectives in
 //              flight at once, waited in reverse order; rank()/size()/device(). all_reduce AVG,
 //              MAX and MIN in fp32 (the interface's, unused by the core) must be right or throw
