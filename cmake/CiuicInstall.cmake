@@ -3,7 +3,7 @@
 #   P/lib/libciuic_sdk.so*                 the SDK plugins link (RUNPATH $ORIGIN, then LibTorch's)
 #   P/lib/libciuic.so*                     the engine ciuic-run uses (no headers; exported only as
 #                                          the conformance kit's dependency)
-#   P/lib/libciuic_conformance.a, P/bin/ciuic-plugin-check   the conformance kit (conformance/;
+#   P/lib/libciuic_conformance.a, P/bin/ciuic-plugin-check   the conformance kit (core/conformance/;
 #                                          headers in include/ciuic/testing/)
 #   P/lib/libciuic_*_kit.a                 the kits (static; headers in include/ciuic/kit/)
 #   P/lib/ciuic/plugins/libciuic_*.so      (RUNPATH $ORIGIN/../.., then LibTorch's folder)
@@ -41,7 +41,7 @@ set_target_properties(ciuic_sdk PROPERTIES INTERFACE_LINK_LIBRARIES "${_ciuic_ne
 install(TARGETS ciuic_sdk EXPORT CiuicTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-# libciuic: with the conformance kit, conformance/ installs and exports it (for the kit alone).
+# libciuic: with the conformance kit, core/conformance/ installs and exports it (for the kit alone).
 if(NOT TARGET ciuic_conformance)
   install(TARGETS ciuic LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endif()
