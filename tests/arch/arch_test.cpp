@@ -68,6 +68,9 @@ const MayNamePlugins kMayNamePlugins[] = {
     {"core/src/import/", "",
      "importers translate another tool's vocabulary (DeepSpeed's fp16/bf16 sections, ZeRO stages, offload) into "
      "the recipe text of the plugins that implement it"},
+    {"core/conformance/", "",
+     "the conformance kit is no part of the engine: it drives a plugin under test with an installed helper plugin "
+     "(the optimizer check's fp32 precision)"},
 };
 
 TEST(Architecture, TheEngineNamesNoPluginOutsideTheDefaultsTable) {
