@@ -27,10 +27,10 @@ enum ExitCode : int {
   kExitInterrupted = 130,
 };
 
-// A failure the user must see. Thread-safe to construct and copy; what() is the full message, kept
-// valid UTF-8: a byte of `message` that is not part of well-formed UTF-8 (a quoted binary input)
-// is written as \xNN, and a line longer than 1000 bytes keeps its first 700 and last 200 bytes
-// around " ... (N bytes cut) ... ".
+// A failure the user must see. Thread-safe to construct and copy; what() is the full message, safe
+// to print: bytes that are not well-formed UTF-8 and control bytes but \n, \t are written \xNN (a
+// NUL does not cut it, a quoted config sends no ESC), C1/bidi controls \uXXXX (sdk/printable.h); a
+// line longer than 1000 bytes keeps its first 700 and last 200 bytes around " ... (N bytes cut) ... ".
 class CIUIC_API Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message, int exit_code = kExitRuntime);

@@ -1,8 +1,8 @@
 // ciuic/log.h — process-wide logging for the core and plugins.
 //
 // Lines go to stderr as "ciuic[<rank>] <LEVEL> <message>" (rank omitted before it is known).
-// Thread-safe: concurrent calls never interleave within a line. Messages are plain text; format
-// them with fmt or std::ostringstream before calling.
+// Thread-safe: concurrent calls never interleave within a line. Messages are plain text; what they
+// quote is shown, never sent: control bytes but \n, \t are written \xNN, as in ciuic::Error.
 #pragma once
 
 #include <string_view>
