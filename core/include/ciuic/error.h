@@ -27,12 +27,10 @@ enum ExitCode : int {
   kExitInterrupted = 130,
 };
 
-// A failure the user must see. Thread-safe to construct and copy; what() is the full message, kept
-// safe to print: a byte of `message` that is not part of well-formed UTF-8 (a quoted binary input)
-// and every control byte but '\n' and '\t' (ESC, BEL, CR, NUL: a quoted config's) are written as
-// \xNN, C1 and bidirectional controls as \uXXXX, so a NUL does not cut what() and a message cannot
-// send terminal escapes; a line longer than 1000 bytes keeps its first 700 and last 200 bytes
-// around " ... (N bytes cut) ... ".
+// A failure the user must see. Thread-safe to construct and copy; what() is the full message, safe
+// to print: bytes that are not well-formed UTF-8 and control bytes but \n, \t are written \xNN (a
+// NUL does not cut it, a quoted config sends no ESC), C1/bidi controls \uXXXX (sdk/printable.h); a
+// line longer than 1000 bytes keeps its first 700 and last 200 bytes around " ... (N bytes cut) ... ".
 class CIUIC_API Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message, int exit_code = kExitRuntime);

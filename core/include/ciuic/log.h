@@ -1,10 +1,8 @@
 // ciuic/log.h — process-wide logging for the core and plugins.
 //
 // Lines go to stderr as "ciuic[<rank>] <LEVEL> <message>" (rank omitted before it is known).
-// Thread-safe: concurrent calls never interleave within a line. Messages are plain text; format
-// them with std::ostringstream or concatenation before calling. What a message quotes is shown,
-// never sent: control bytes but '\n' and '\t' are written \xNN (\x1b, \x00), bytes that are not
-// UTF-8 too, as in ciuic::Error.
+// Thread-safe: concurrent calls never interleave within a line. Messages are plain text; what they
+// quote is shown, never sent: control bytes but \n, \t are written \xNN, as in ciuic::Error.
 #pragma once
 
 #include <string_view>

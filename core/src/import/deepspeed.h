@@ -35,16 +35,22 @@
 
 namespace ciuic::importer {
 
+// Every string here is safe to show: the lists' entries are one line each, with the config's
+// control bytes and invalid UTF-8 written \xNN (sdk/printable.h).
 struct DeepSpeedImport {
-  std::string toml;                       // the recipe, with comments
+  std::string toml;                       // the recipe, with comments: data only (see below)
   std::vector<std::string> ignored;       // "key: reason", in config order
   std::vector<std::string> notes;         // translations worth knowing (stage 1 -> zero2, ...)
   std::vector<std::string> placeholders;  // recipe keys written as placeholders
 };
 
-// `json_text` is the config's content, `origin` its name in messages. Throws UsageError for
-// malformed JSON, wrong types, "auto" values without --set, unsupported features and
-// inconsistent batch sizes.
+// `json_text` is the config's content, `origin` its name in messages; both are untrusted (a
+// downloaded config, a file name). The recipe holds only the tables and keys the translation
+// writes: the config's keys and values reach it as one-line comments (toml_comment) or TOML
+// literals (toml_quote), never as syntax. Time and memory are linear in the config's size.
+// Throws UsageError for malformed JSON, nesting deeper than kMaxJsonDepth (ciuic/json.h), wrong
+// types, "auto" values without --set, unsupported features and inconsistent batch sizes.
+// Thread-safe (no shared state).
 CIUIC_API DeepSpeedImport import_deepspeed(const std::string& json_text, const std::string& origin,
                                  const std::vector<std::string>& overrides);
 
