@@ -4,6 +4,10 @@
 #                                 with CUDA (Release), run the whole ctest suite of the CPU build
 #                                 with no GPU visible, and GPU parity (scripts/gpu/parity.py)
 #   scripts/gpu/check.sh cpu      the CI build and suite only
+#   scripts/gpu/check.sh cuda     build this tree with CUDA and its tests (Release) and run, with the
+#                                 GPU visible, every test that has a CUDA case (ctest -R below), then
+#                                 GPU parity (scripts/gpu/parity.py): a change to the slots' ABI
+#                                 compiles and holds on the device
 #   scripts/gpu/check.sh seven    build this tree and .gpu/base (CUDA, Release) and run the
 #                                 3x4090 recipe's 7B shape at 2 ranks: this tree first, then base
 # Everything lands in $OUT (logs, metrics, ctest.log, summary-*.md). Carry .gpu.
@@ -40,6 +44,17 @@ cpu)  # the CI build and suite only (no CUDA build, no parity)
   (cd build-cpu && CUDA_VISIBLE_DEVICES= timeout 360 ctest -j 14 --output-on-failure > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?" >> "$OUT/ctest.log")
   grep -E "tests passed|Total Test|\*\*\*|Test +#|ctest rc" "$OUT/ctest.log"
   grep -E "^\[  FAILED|Failure" "$OUT/ctest.log" | head -30
+  ;;
+cuda)  # the CUDA build with tests; the tests that have CUDA cases, then parity
+  CIUIC_HOST_TESTS=ON bash scripts/gpu/build-on-host.sh . build-gpu > "$OUT/build-gpu.txt" 2>&1
+  echo "build rc=$? after $((SECONDS - t0)) s"; tail -n 3 "$OUT/build-gpu.txt"
+  (cd build-gpu && timeout 300 ctest -j 4 --output-on-failure \
+     -R 'model_gpu|comm_nccl|flat_buckets|optimizer_|sharding_|train_early|conformance_(adamw|cpu_adam|bf16|fp16|fp32)' \
+     > "$OUT/ctest.log" 2>&1; echo "ctest rc=$?" >> "$OUT/ctest.log")
+  grep -E "tests passed|Total Test|\*\*\*|Test +#|ctest rc" "$OUT/ctest.log"
+  grep -E "^\[  FAILED|Failure|SKIPPED" "$OUT/ctest.log" | head -30
+  timeout 200 python3 scripts/gpu/parity.py build-gpu/bin/ciuic-run /tmp/parity > "$OUT/parity.log" 2>&1
+  echo "parity rc=$? after $((SECONDS - t0)) s"; tail -15 "$OUT/parity.log"
   ;;
 seven)
   (CIUIC_HOST_JOBS=$((ncpu / 2)) bash scripts/gpu/build-on-host.sh . build-gpu > "$OUT/build-gpu.txt" 2>&1; echo "gpu rc=$?" >> "$OUT/build-gpu.txt") &
