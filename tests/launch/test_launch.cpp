@@ -424,7 +424,8 @@ TEST_F(LaunchTest, Node0ThatNeverComesIsNamedAfterTheTimeout) {
   auto c1 = launch(args, {"ok"}, "node1");
   ASSERT_TRUE(c1->wait(40s)) << c1->err();
   printf("node 1 gave up on node 0 after %.1f s\n", c1->seconds());
-  EXPECT_LT(c1->seconds(), 3.0 + 2.0) << c1->err();
+  // Start-up on a loaded 2-core machine takes up to ~2.5 s; twice the timeout must still fail.
+  EXPECT_LT(c1->seconds(), 3.0 + 2.9) << c1->err();
   EXPECT_EQ(c1->exit_code(), 1) << c1->err();
   EXPECT_NE(c1->err().find("the launcher of node 1 could not reach node 0: nothing accepted a "
                            "connection at 127.0.0.1:" + port),
