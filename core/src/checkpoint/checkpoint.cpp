@@ -401,9 +401,15 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
       if (ours(p.string())) lineage.push_back(p);
       if (p.filename() == final_dir.filename()) break;
     }
+    // Each goes out of sight by one rename before it is deleted: a kill during the deletion leaves
+    // a ".tmp-" folder (removed by the next save, never resumed from), not a step folder missing
+    // some of its files.
     for (size_t i = 0; i + keep_last_ < lineage.size(); ++i) {
       std::error_code ec;
-      remove_tree(lineage[i].string(), ec);
+      const fs::path doomed = fs::path(dir_) / (".tmp-prune-" + lineage[i].filename().string());
+      fs::rename(lineage[i], doomed, ec);
+      if (!ec) fsync_dir(dir_);
+      if (!ec) remove_tree(doomed.string(), ec);
       if (ec) log_warn("could not remove old checkpoint " + lineage[i].string() + ": " + ec.message());
     }
   }
