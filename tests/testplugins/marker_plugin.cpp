@@ -1,6 +1,7 @@
 // Test plugin precision/marker (and, built with CIUIC_TEST_NOT_A_PLUGIN, a library named like a
 // plugin that is not one): a static constructor appends this file's name to the file named by
 // $CIUIC_TEST_MARKER, so that a test sees whether the registry loaded it (ran its code).
+#define CIUIC_PLUGIN_API 7
 #include <cstdio>
 #include <cstdlib>
 
@@ -28,15 +29,7 @@ struct Marker {
 } marker;
 
 #ifndef CIUIC_TEST_NOT_A_PLUGIN
-class MarkerPrecision final : public ciuic::Precision {
- public:
-  at::ScalarType param_dtype() const override { return at::kFloat; }
-  at::ScalarType reduce_dtype() const override { return at::kFloat; }
-  double loss_scale() const override { return 1.0; }
-  bool needs_overflow_check() const override { return false; }
-  bool update(bool, int64_t) override { return false; }
-  int64_t skipped_steps() const override { return 0; }
-};
+class MarkerPrecision final : public ciuic::Precision {};  // Precision's defaults: plain fp32
 #endif
 
 }  // namespace

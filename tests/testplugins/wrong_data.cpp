@@ -3,6 +3,7 @@
 // g holds tokens g, g + 1, ... (one document per row); its cursor {"row": g} and its resume are
 // right, but rank k of W reads its micro-batch as a block — rows g + k * m ... g + k * m + m - 1 —
 // instead of dealing rows g + k, g + k + W, ...: the same at world 1, other rows at world 2.
+#define CIUIC_PLUGIN_API 7
 #include <string>
 
 #include <ATen/TensorOperators.h>

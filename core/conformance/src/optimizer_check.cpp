@@ -198,7 +198,7 @@ class OptimizerCheck {
     b.opt->setup(setup(params_at_resume.clone(), accumulation));
     b.opt->load_state(at_resume);
     at::Tensor resumed = at::full({kNumel}, 7.0f, at::kFloat);
-    b.opt->write_params(resumed);
+    b.opt->write_params(resumed, /*t=*/kResumeAfter);
     EXPECT_TRUE(resumed.equal(params_at_resume)) << "write_params() after load_state() is not the saved parameters";
     for (int64_t t = kResumeAfter + 1; t <= kSteps; ++t) {
       feed(*b.opt, s, t);
