@@ -185,9 +185,6 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
     os << "  tokenizer  " << opt.tokenizer_path << ", " << tokenizer->vocab_size() << " tokens, chat template "
        << opt.chat_template << "\n";
   }
-  // As the run's Evaluator loads them (a run met a bad file only after its set-up).
-  if (const auto questions = train::load_exact_match_questions(opt, tokenizer && chat_template); !questions.empty())
-    os << "  exact match " << opt.exact_match_file << ", " << questions.size() << " question(s)\n";
   if (auto* data = dynamic_cast<DataSource*>(objects[static_cast<size_t>(Slot::kData)].get())) {
     DataOpenArgs da;
     da.seq_len = opt.seq_len;
@@ -197,6 +194,9 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
     train::open_data_plugin(recipe, registry, *data, da);
     os << "  data       opened as rank 0 of " << data_ctx.world_size << "\n";
   }
+  // As the run's Evaluator loads them after the data, as the run does (a run met a bad file only after its set-up).
+  if (const auto questions = train::load_exact_match_questions(opt, tokenizer && chat_template); !questions.empty())
+    os << "  exact match " << opt.exact_match_file << ", " << questions.size() << " question(s)\n";
   if (!resume.empty()) {
     std::string folder;
     if (resume != "auto")
