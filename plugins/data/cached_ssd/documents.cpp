@@ -13,7 +13,9 @@ std::string bounded_utf8(std::string_view s, size_t max) {
     const auto b = static_cast<unsigned char>(s[i]);
     size_t n = 0;  // length of a well-formed sequence starting at i, 0 if none
     if (b < 0x80) {
-      n = 1;
+      // Control bytes but '\n' and '\t' (ESC, BEL, NUL, DEL) are written \xNN as well, as
+      // ciuic::Error writes them: a quoted line must not send terminal escapes (issue 27).
+      n = (b >= 0x20 && b != 0x7f) || b == '\n' || b == '\t' ? 1 : 0;
     } else if (b >= 0xC2 && b <= 0xDF) {
       n = cont(i + 1) ? 2 : 0;
     } else if (b >= 0xE0 && b <= 0xEF) {
