@@ -28,15 +28,15 @@ using ciuic::data::PackedStream;
 using ciuic::data::PackMode;
 using ciuic::data::StreamArgs;
 
-const ciuic::OptionSpec kOptions[] = {
-    {"path", ciuic::OptionType::kString, nullptr, "text file, one document per line (relative to the recipe)"},
-    {"eval_path", ciuic::OptionType::kString, "\"\"", "held-out text file (\"\" = no eval split)"},
-    {"packing", ciuic::OptionType::kString, "\"whole\"",
+constexpr ciuic::Option<std::string> kPath{"path", nullptr, "text file, one document per line (relative to the recipe)"};
+constexpr ciuic::Option<std::string> kEvalPath{"eval_path", "\"\"", "held-out text file (\"\" = no eval split)"};
+constexpr ciuic::Option<std::string> kPacking{"packing", "\"whole\"",
      "whole: documents packed whole; split: cut at row ends and continued; pad: one per row", NAN, NAN,
-     "whole|split|pad"},
-    {"shuffle", ciuic::OptionType::kBool, "true", "reshuffle the documents every epoch"},
-    {"prefetch_batches", ciuic::OptionType::kInt, "4", "batches prepared ahead on a background thread", 0, 1024},
-};
+     "whole|split|pad"};
+constexpr ciuic::Option<bool> kShuffle{"shuffle", "true", "reshuffle the documents every epoch"};
+constexpr ciuic::Option<int64_t> kPrefetchBatches{"prefetch_batches", "4", "batches prepared ahead on a background thread", 0, 1024};
+const ciuic::OptionSpec kOptions[] = {kPath, kEvalPath, kPacking, kShuffle, kPrefetchBatches};
+
 
 // One split's documents: token ids and a loss mask (all ones) per line.
 struct Documents {
@@ -49,13 +49,13 @@ class Lines final : public ciuic::DataSource {
   Lines(const ciuic::Config& config, const ciuic::RunContext& ctx)
       : ctx_(ctx),
         config_(config),
-        path_(resolve(ctx, config.get_string("path"))),
-        eval_path_(config.get_string("eval_path").empty() ? "" : resolve(ctx, config.get_string("eval_path"))) {
-    const std::string p = config.get_string("packing");
+        path_(resolve(ctx, config.get(kPath))),
+        eval_path_(config.get(kEvalPath).empty() ? "" : resolve(ctx, config.get(kEvalPath))) {
+    const std::string p = config.get(kPacking);
     settings_.who = "data plugin lines";
     settings_.mode = p == "split" ? PackMode::kPackSplit : p == "pad" ? PackMode::kPad : PackMode::kPackWhole;
-    settings_.shuffle = config.get_bool("shuffle");
-    settings_.prefetch_batches = static_cast<size_t>(config.get_int("prefetch_batches"));
+    settings_.shuffle = config.get(kShuffle);
+    settings_.prefetch_batches = static_cast<size_t>(config.get(kPrefetchBatches));
   }
 
   void open(const ciuic::DataOpenArgs& a) override {
@@ -63,7 +63,7 @@ class Lines final : public ciuic::DataSource {
       throw ciuic::UsageError("data plugin lines needs the model's tokenizer: set [model] tokenizer or [model] path");
     read(path_, *a.tokenizer, 0);
     if (!eval_path_.empty()) read(eval_path_, *a.tokenizer, 1);
-    if (docs_[0].ids.empty()) config_.fail("path", path_ + " has no non-empty line");
+    if (docs_[0].ids.empty()) config_.fail(kPath.key(), path_ + " has no non-empty line");
     settings_.pad_id = a.tokenizer->eos_id().value_or(0);
     std::vector<uint32_t> train, eval;
     for (uint32_t i = 0; i < docs_[0].ids.size(); ++i) train.push_back(i);

@@ -12,6 +12,7 @@
 // Copyable and cheap to copy (shared immutable state); safe to read from any thread.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -45,6 +46,10 @@ class CIUIC_API Config {
   std::vector<std::string> get_string_list(std::string_view key) const;
   std::vector<double> get_float_list(std::string_view key) const;
   // The value of a typed option (ciuic/plugin.h, Option<T>): the key and the type as declared.
+  // A section the core made has every declared option; one made with from_toml (tests,
+  // embedders) may lack it, and then the option's declared default is read (fail() when the option
+  // has none: it is required). The value is checked against the declared range or choices here
+  // too, so a plugin need not repeat the checks its OptionSpec states.
   template <class T>
   T get(const Option<T>& option) const;
 
@@ -64,11 +69,35 @@ class CIUIC_API Config {
 
 template <class T>
 T Config::get(const Option<T>& option) const {
+  if (!has(option.key())) {
+    if (!option.spec.default_value) fail(option.key(), "this option is required");
+    return from_toml(section(), std::string(option.key()) + " = " + option.spec.default_value, "<default>")
+        .get(option);
+  }
   if constexpr (std::is_same_v<T, bool>) return get_bool(option.key());
-  else if constexpr (std::is_same_v<T, int64_t>) return get_int(option.key());
-  else if constexpr (std::is_same_v<T, double>) return get_float(option.key());
-  else if constexpr (std::is_same_v<T, std::string>) return get_string(option.key());
-  else if constexpr (std::is_same_v<T, std::vector<std::string>>) return get_string_list(option.key());
+  else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
+    const T v = std::is_same_v<T, int64_t> ? get_int(option.key()) : get_float(option.key());
+    const double lo = option.spec.min, hi = option.spec.max;
+    if ((!std::isnan(lo) && static_cast<double>(v) < lo) || (!std::isnan(hi) && static_cast<double>(v) > hi))
+      fail(option.key(), "out of range: expected a value" +
+                             (std::isnan(lo) ? "" : " >= " + std::to_string(lo)) +
+                             (std::isnan(lo) || std::isnan(hi) ? "" : " and") +
+                             (std::isnan(hi) ? "" : " <= " + std::to_string(hi)));
+    return v;
+  } else if constexpr (std::is_same_v<T, std::string>) {
+    std::string v = get_string(option.key());
+    if (option.spec.choices) {
+      const std::string_view choices = option.spec.choices;
+      for (size_t b = 0;;) {
+        const size_t e = choices.find('|', b);
+        if (choices.substr(b, e == std::string_view::npos ? std::string_view::npos : e - b) == v) return v;
+        if (e == std::string_view::npos) break;
+        b = e + 1;
+      }
+      fail(option.key(), "expected one of " + std::string(choices));
+    }
+    return v;
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) return get_string_list(option.key());
   else return get_float_list(option.key());
 }
 

@@ -57,10 +57,15 @@ TrainOptions TrainOptions::from(const Recipe& recipe) {
   o.loss_backward = m.get_string("loss_backward");
   o.init_std = m.get_float("init_std");
 
-  o.output_dir = recipe.section("run").get_string("output_dir");
+  const Config run = recipe.section("run");
+  o.output_dir = run.get_string("output_dir");
+  o.run_name = run.get_string("name");
+  o.seed = static_cast<uint64_t>(run.get_int("seed"));
+  o.setup = run.get_string("setup");
   const Config cluster = recipe.section("cluster");
   o.cuda = cluster.get_string("device") == "cuda";
   o.memory_cap_gib = cluster.get_float("memory_per_device_gib");
+  o.timeout_s = cluster.get_float("timeout_s");
 
   const Config c = recipe.section("checkpoint");
   o.checkpoint_dir = c.get_string("dir").empty() ? (fs::path(o.output_dir) / "checkpoints").string()

@@ -77,8 +77,12 @@ struct TrainOptions {
 
   // [run], [cluster]
   std::string output_dir;
+  std::string run_name;         // [run] name
+  uint64_t seed = 0;            // [run] seed
+  std::string setup;            // [run] setup: how the recipe's inputs are made ("" = not said)
   bool cuda = false;            // [cluster] device
   double memory_cap_gib = 0.0;  // [cluster] memory_per_device_gib; 0 = none
+  double timeout_s = 0.0;       // [cluster] timeout_s: rendezvous and collectives
 
   // Global batch in tokens: micro_batch x seq_len x accumulation x world.
   int64_t tokens_per_step(int world_size) const { return micro_batch * seq_len * accumulation * world_size; }

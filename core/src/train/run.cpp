@@ -36,15 +36,13 @@ namespace {
 
 // Recipe sections -> RunContext for this worker.
 RunContext make_context(const Recipe& recipe, const TrainOptions& opt, const launch::WorkerEnv& env) {
-  const Config run = recipe.section("run");
-  const Config cluster = recipe.section("cluster");
   RunContext ctx;
   launch::apply_worker_env(env, ctx);
-  ctx.timeout = std::chrono::milliseconds(static_cast<int64_t>(cluster.get_float("timeout_s") * 1000.0));
-  ctx.run_name = run.get_string("name");
+  ctx.timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000.0));
+  ctx.run_name = opt.run_name;
   ctx.output_dir = opt.output_dir;
   ctx.recipe_dir = recipe.dir();
-  ctx.seed = static_cast<uint64_t>(run.get_int("seed"));
+  ctx.seed = opt.seed;
   // CPU threads: OMP_NUM_THREADS when set (ciuic-run's launcher sets usable cores / ranks per node
   // unless the user did), else that share computed here (torchrun, srun, mpirun workers).
   const int share = std::max(1, launch::usable_cores() / std::max(1, env.local_world_size));
@@ -54,10 +52,10 @@ RunContext make_context(const Recipe& recipe, const TrainOptions& opt, const lau
   if (omp && !asked && env.rank == 0)
     log_warn("OMP_NUM_THREADS=\"" + std::string(omp) + "\" is not a thread count (expected an integer >= 1, e.g. 8); "
              "using " + std::to_string(share) + " threads per worker (usable cores / ranks on this node)");
-  if (cluster.get_string("device") == "cuda") {
+  if (opt.cuda) {
     ctx.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
     set_current_device(ctx.device);
-    launch::apply_memory_cap(env.local_rank, cluster.get_float("memory_per_device_gib"));
+    launch::apply_memory_cap(env.local_rank, opt.memory_cap_gib);
   }
   at::set_num_threads(ctx.cpu_threads);
   ctx.store = launch::connect_store(env, ctx.timeout);
@@ -131,7 +129,7 @@ void open_data_plugin(const Recipe& recipe, const Registry& registry, DataSource
     as_plugin(recipe, registry, Slot::kData, [&] { data.open(args); });
   } catch (const Error& e) {
     // A missing input of a recipe that says how its inputs are made ([run] setup): say it too.
-    const std::string setup = recipe.section("run").get_string("setup");
+    const std::string setup = TrainOptions::from(recipe).setup;
     const std::string m = e.what();
     if (setup.empty() || (m.find("no such file") == std::string::npos && m.find("No such file") == std::string::npos &&
                           m.find("matches no file") == std::string::npos))
@@ -217,9 +215,8 @@ bool asks_planned_auto(const Recipe& recipe, const Registry& registry) {
 }  // namespace
 
 void check_recipe(const Recipe& recipe) {
-  const Config train = recipe.section("train");
-  schedule::LrSchedule::create(recipe.section("scheduler"), recipe.section("optimizer").get_float("lr"),
-                               train.get_int("max_steps"));
+  const TrainOptions opt = TrainOptions::from(recipe);
+  schedule::LrSchedule::create(recipe.section("scheduler"), opt.lr, opt.max_steps);
 }
 
 std::vector<const PluginObject*> Run::plugins() const {

@@ -216,6 +216,14 @@ class Observer {
   std::thread thread_;
 };
 
+constexpr ciuic::Option<std::string> kInterface{
+    "interface", "\"\"",
+    "network interface for gloo's TCP transport (e.g. eth0); default: loopback on one node, "
+    "else the interface that routes to master_addr"};
+constexpr ciuic::Option<std::string> kHostname{
+    "hostname", "\"\"", "address or host name of this machine to bind gloo's transport to (when interface is empty)"};
+constexpr ciuic::Option<int64_t> kThreads{"threads", "2", "gloo worker threads running collectives", 1, 64};
+
 class GlooComm final : public ciuic::Comm {
  public:
   GlooComm(const ciuic::Config& cfg, const ciuic::RunContext& ctx)
@@ -227,9 +235,8 @@ class GlooComm final : public ciuic::Comm {
     if (!ctx.device.is_cpu())
       throw ciuic::UsageError("comm gloo works on CPU tensors; the run's device is " +
                               ctx.device.str() + " (use [comm] plugin = \"nccl\" on CUDA)");
-    auto str = [&](const char* key) { return cfg.has(key) ? cfg.get_string(key) : std::string(); };
-    const std::string iface = str("interface"), host = str("hostname");
-    const int threads = cfg.has("threads") ? static_cast<int>(cfg.get_int("threads")) : 2;
+    const std::string iface = cfg.get(kInterface), host = cfg.get(kHostname);
+    const int threads = static_cast<int>(cfg.get(kThreads));
 
     auto opts = c10d::ProcessGroupGloo::Options::create(timeout_);
     opts->threads = threads;
@@ -404,14 +411,7 @@ class GlooComm final : public ciuic::Comm {
   std::unique_ptr<Observer> observer_ = std::make_unique<Observer>();
 };
 
-const ciuic::OptionSpec kOptions[] = {
-    {"interface", ciuic::OptionType::kString, "\"\"",
-     "network interface for gloo's TCP transport (e.g. eth0); default: loopback on one node, "
-     "else the interface that routes to master_addr"},
-    {"hostname", ciuic::OptionType::kString, "\"\"",
-     "address or host name of this machine to bind gloo's transport to (when interface is empty)"},
-    {"threads", ciuic::OptionType::kInt, "2", "gloo worker threads running collectives", 1, 64},
-};
+const ciuic::OptionSpec kOptions[] = {kInterface, kHostname, kThreads};
 
 }  // namespace
 

@@ -242,6 +242,12 @@ class NcclWork final : public ciuic::Work {
   c10::DeviceIndex dev_;
 };
 
+constexpr ciuic::Option<std::string> kTransport{
+    "transport", "\"auto\"",
+    "auto: NCCL decides; nvlink: P2P only over NVLink (NCCL_P2P_LEVEL=NVL); pcie: no P2P, via "
+    "host memory (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0); shm: as pcie plus NCCL_SHM_DISABLE=0",
+    NAN, NAN, "auto|nvlink|pcie|shm"};
+
 class NcclComm final : public ciuic::Comm {
  public:
   NcclComm(const ciuic::Config& cfg, const ciuic::RunContext& ctx)
@@ -257,7 +263,7 @@ class NcclComm final : public ciuic::Comm {
           " (set [cluster] device = \"cuda\", or use [comm] plugin = \"gloo\")");
     device_ = ctx.device.has_index() ? ctx.device.index() : c10::cuda::current_device();
     c10::cuda::CUDAGuard guard(device_);
-    const std::string transport = cfg.has("transport") ? cfg.get_string("transport") : "auto";
+    const std::string transport = cfg.get(kTransport);
     apply_transport(transport, rank_);
     transport_ = transport;
 
@@ -605,12 +611,7 @@ class NcclComm final : public ciuic::Comm {
   std::thread watchdog_;
 };
 
-const ciuic::OptionSpec kOptions[] = {
-    {"transport", ciuic::OptionType::kString, "\"auto\"",
-     "auto: NCCL decides; nvlink: P2P only over NVLink (NCCL_P2P_LEVEL=NVL); pcie: no P2P, via "
-     "host memory (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0); shm: as pcie plus NCCL_SHM_DISABLE=0",
-     NAN, NAN, "auto|nvlink|pcie|shm"},
-};
+const ciuic::OptionSpec kOptions[] = {kTransport};
 
 }  // namespace
 

@@ -23,66 +23,64 @@
 
 #include "cache.h"
 #include "files.h"
-#include "options.h"
 
 namespace ciuic::data {
 namespace {
 
-const OptionSpec kOptions[] = {
-    {"sources", OptionType::kStringList, nullptr,
-     "JSONL files or globs (relative to the recipe's folder), in order"},
-    {"format", OptionType::kString, "\"text\"", "\"text\": {text_field: str}; \"chat\": {messages: [{role, content}]}",
-     NAN, NAN, "text|chat"},
-    {"text_field", OptionType::kString, "\"text\"", "field holding the document (format = \"text\")"},
-    {"messages_field", OptionType::kString, "\"messages\"", "field holding the conversation (format = \"chat\")"},
-    {"assistant_only_loss", OptionType::kBool, "true", "chat: loss on the assistant replies only"},
-    {"add_bos", OptionType::kBool, "true", "text: add the tokenizer's BOS (its post-processor's special tokens)"},
-    {"add_eos", OptionType::kBool, "true", "text: end every document with the tokenizer's EOS"},
-    {"eval_sources", OptionType::kStringList, "[]", "held-out JSONL files or globs (eval split)"},
-    {"eval_fraction", OptionType::kFloat, "0.0",
-     "fraction of the documents of `sources` held out for eval (fixed by the data, not the seed)", 0.0, 0.5},
-    {"cache_dir", OptionType::kString, "\"\"", "token cache folder; \"\" = <output_dir>/data-cache"},
-    {"packing", OptionType::kBool, "true", "pack several documents per row (else one per row, padded)"},
-    {"split_documents", OptionType::kBool, "false",
+constexpr Option<std::vector<std::string>> kSources{"sources", nullptr,
+     "JSONL files or globs (relative to the recipe's folder), in order"};
+constexpr Option<std::string> kFormat{"format", "\"text\"", "\"text\": {text_field: str}; \"chat\": {messages: [{role, content}]}",
+     NAN, NAN, "text|chat"};
+constexpr Option<std::string> kTextField{"text_field", "\"text\"", "field holding the document (format = \"text\")"};
+constexpr Option<std::string> kMessagesField{"messages_field", "\"messages\"", "field holding the conversation (format = \"chat\")"};
+constexpr Option<bool> kAssistantOnlyLoss{"assistant_only_loss", "true", "chat: loss on the assistant replies only"};
+constexpr Option<bool> kAddBos{"add_bos", "true", "text: add the tokenizer's BOS (its post-processor's special tokens)"};
+constexpr Option<bool> kAddEos{"add_eos", "true", "text: end every document with the tokenizer's EOS"};
+constexpr Option<std::vector<std::string>> kEvalSources{"eval_sources", "[]", "held-out JSONL files or globs (eval split)"};
+constexpr Option<double> kEvalFraction{"eval_fraction", "0.0",
+     "fraction of the documents of `sources` held out for eval (fixed by the data, not the seed)", 0.0, 0.5};
+constexpr Option<std::string> kCacheDir{"cache_dir", "\"\"", "token cache folder; \"\" = <output_dir>/data-cache"};
+constexpr Option<bool> kPacking{"packing", "true", "pack several documents per row (else one per row, padded)"};
+constexpr Option<bool> kSplitDocuments{"split_documents", "false",
      "packing: cut documents at row ends and continue them in the next row (no padding) instead "
-     "of starting a new row for a document that does not fit"},
-    {"shuffle", OptionType::kBool, "true", "shuffle documents every epoch (from the run seed and the epoch)"},
-    {"on_error", OptionType::kString, "\"error\"", "a bad JSONL line: \"error\" stops, \"skip\" skips and counts it",
-     NAN, NAN, "error|skip"},
-    {"prefetch_batches", OptionType::kInt, "4", "batches prepared ahead on a background thread (0 = none)", 0, 1024},
-    {"build_threads", OptionType::kInt, "0", "tokenization threads when building the cache (0 = all cores)", 0, 1024},
-    {"shard_size_mb", OptionType::kInt, "256", "target size of one cache shard", 1, 1 << 20},
-    {"verify_checksums", OptionType::kBool, "true", "check every shard's XXH64 when opening the cache"},
-    {"pad_id", OptionType::kInt, "-1", "token id of padding (-1 = the tokenizer's EOS, or 0)", -1, NAN},
-};
+     "of starting a new row for a document that does not fit"};
+constexpr Option<bool> kShuffle{"shuffle", "true", "shuffle documents every epoch (from the run seed and the epoch)"};
+constexpr Option<std::string> kOnError{"on_error", "\"error\"", "a bad JSONL line: \"error\" stops, \"skip\" skips and counts it",
+     NAN, NAN, "error|skip"};
+constexpr Option<int64_t> kPrefetchBatches{"prefetch_batches", "4", "batches prepared ahead on a background thread (0 = none)", 0, 1024};
+constexpr Option<int64_t> kBuildThreads{"build_threads", "0", "tokenization threads when building the cache (0 = all cores)", 0, 1024};
+constexpr Option<int64_t> kShardSizeMb{"shard_size_mb", "256", "target size of one cache shard", 1, 1 << 20};
+constexpr Option<bool> kVerifyChecksums{"verify_checksums", "true", "check every shard's XXH64 when opening the cache"};
+constexpr Option<int64_t> kPadId{"pad_id", "-1", "token id of padding (-1 = the tokenizer's EOS, or 0)", -1, NAN};
+const OptionSpec kOptions[] = {kSources, kFormat, kTextField, kMessagesField, kAssistantOnlyLoss, kAddBos, kAddEos, kEvalSources, kEvalFraction, kCacheDir, kPacking, kSplitDocuments, kShuffle, kOnError, kPrefetchBatches, kBuildThreads, kShardSizeMb, kVerifyChecksums, kPadId};
+
 
 class CachedSsd final : public DataSource {
  public:
   CachedSsd(const Config& config, const RunContext& ctx) : ctx_(ctx) {
-    OptionReader o(config, kOptions);
-    sources_ = o.get_string_list("sources");
-    if (sources_.empty()) config.fail("sources", "at least one JSONL file or glob is needed");
-    eval_sources_ = o.get_string_list("eval_sources");
-    doc_.format = o.get_string("format") == "chat" ? Format::kChat : Format::kText;
-    doc_.text_field = o.get_string("text_field");
-    doc_.messages_field = o.get_string("messages_field");
-    doc_.assistant_only_loss = o.get_bool("assistant_only_loss");
-    doc_.add_bos = o.get_bool("add_bos");
-    doc_.add_eos = o.get_bool("add_eos");
-    eval_fraction_ = o.get_float("eval_fraction");
-    if (eval_fraction_ < 0 || eval_fraction_ > 0.5) config.fail("eval_fraction", "expected a value in [0, 0.5]");
+    sources_ = config.get(kSources);
+    if (sources_.empty()) config.fail(kSources.key(), "at least one JSONL file or glob is needed");
+    eval_sources_ = config.get(kEvalSources);
+    doc_.format = config.get(kFormat) == "chat" ? Format::kChat : Format::kText;
+    doc_.text_field = config.get(kTextField);
+    doc_.messages_field = config.get(kMessagesField);
+    doc_.assistant_only_loss = config.get(kAssistantOnlyLoss);
+    doc_.add_bos = config.get(kAddBos);
+    doc_.add_eos = config.get(kAddEos);
+    eval_fraction_ = config.get(kEvalFraction);
+    if (eval_fraction_ < 0 || eval_fraction_ > 0.5) config.fail(kEvalFraction.key(), "expected a value in [0, 0.5]");
     if (eval_fraction_ > 0 && !eval_sources_.empty())
-      config.fail("eval_fraction", "give either eval_fraction or eval_sources, not both");
-    cache_dir_ = o.get_string("cache_dir");
-    const bool packing = o.get_bool("packing"), split = o.get_bool("split_documents");
+      config.fail(kEvalFraction.key(), "give either eval_fraction or eval_sources, not both");
+    cache_dir_ = config.get(kCacheDir);
+    const bool packing = config.get(kPacking), split = config.get(kSplitDocuments);
     mode_ = !packing ? PackMode::kPad : split ? PackMode::kPackSplit : PackMode::kPackWhole;
-    shuffle_ = o.get_bool("shuffle");
-    skip_bad_ = o.get_string("on_error") == "skip";
-    prefetch_ = o.get_int("prefetch_batches");
-    build_threads_ = static_cast<int>(o.get_int("build_threads"));
-    shard_mb_ = o.get_int("shard_size_mb");
-    verify_ = o.get_bool("verify_checksums");
-    pad_id_ = o.get_int("pad_id");
+    shuffle_ = config.get(kShuffle);
+    skip_bad_ = config.get(kOnError) == "skip";
+    prefetch_ = config.get(kPrefetchBatches);
+    build_threads_ = static_cast<int>(config.get(kBuildThreads));
+    shard_mb_ = config.get(kShardSizeMb);
+    verify_ = config.get(kVerifyChecksums);
+    pad_id_ = config.get(kPadId);
     config_ = std::make_unique<Config>(config);
   }
 

@@ -32,46 +32,30 @@ using data::fill_padding_row;
 using data::mix64;
 using data::RowCursor;
 
-const OptionSpec kOptions[] = {
-    {"vocab_size", OptionType::kInt, nullptr, "ids are drawn from [0, vocab_size)", 2, NAN},
-    {"pattern", OptionType::kString, "\"random\"", "random | repeat (a motif repeated) | increment (s, s+1, ...)",
-     NAN, NAN, "random|repeat|increment"},
-    {"period", OptionType::kInt, "8", "motif length of pattern = \"repeat\"", 1, NAN},
-    {"documents_per_row", OptionType::kInt, "1", "documents packed in each row (random lengths)", 1, NAN},
-    {"rows_per_epoch", OptionType::kInt, "1048576", "global rows in one epoch", 1, NAN},
-    {"eval_rows", OptionType::kInt, "0", "global rows of the eval split (0 = no eval split)", 0, NAN},
-};
+constexpr Option<int64_t> kVocabSize{"vocab_size", nullptr, "ids are drawn from [0, vocab_size)", 2, NAN};
+constexpr Option<std::string> kPattern{"pattern", "\"random\"", "random | repeat (a motif repeated) | increment (s, s+1, ...)",
+     NAN, NAN, "random|repeat|increment"};
+constexpr Option<int64_t> kPeriod{"period", "8", "motif length of pattern = \"repeat\"", 1, NAN};
+constexpr Option<int64_t> kDocumentsPerRow{"documents_per_row", "1", "documents packed in each row (random lengths)", 1, NAN};
+constexpr Option<int64_t> kRowsPerEpoch{"rows_per_epoch", "1048576", "global rows in one epoch", 1, NAN};
+constexpr Option<int64_t> kEvalRows{"eval_rows", "0", "global rows of the eval split (0 = no eval split)", 0, NAN};
+const OptionSpec kOptions[] = {kVocabSize, kPattern, kPeriod, kDocumentsPerRow, kRowsPerEpoch, kEvalRows};
+
 
 enum class Pattern { kRandom, kRepeat, kIncrement };
 
 class Synthetic final : public DataSource {
  public:
   Synthetic(const Config& config, const RunContext& ctx) : rank_(ctx.rank), world_(ctx.world_size), seed_(ctx.seed) {
-    // Absent keys (a Config built without the schema) read the declared defaults.
-    std::string defaults_toml;
-    for (const auto& o : kOptions)
-      if (o.default_value) defaults_toml += std::string(o.key) + " = " + o.default_value + "\n";
-    const Config defaults = Config::from_toml(config.section(), defaults_toml, "<default>");
-    auto get = [&](const char* k) -> const Config& {
-      if (config.has(k)) return config;
-      if (!defaults.has(k)) config.fail(k, "this option is required");
-      return defaults;
-    };
-    vocab_ = get("vocab_size").get_int("vocab_size");
-    if (vocab_ < 2) config.fail("vocab_size", "expected an integer >= 2");
-    const std::string p = get("pattern").get_string("pattern");
+    vocab_ = config.get(kVocabSize);
+    const std::string p = config.get(kPattern);
     if (p == "random") pattern_ = Pattern::kRandom;
     else if (p == "repeat") pattern_ = Pattern::kRepeat;
-    else if (p == "increment") pattern_ = Pattern::kIncrement;
-    else config.fail("pattern", "expected one of random|repeat|increment");
-    period_ = get("period").get_int("period");
-    docs_per_row_ = get("documents_per_row").get_int("documents_per_row");
-    rows_per_epoch_ = get("rows_per_epoch").get_int("rows_per_epoch");
-    eval_rows_ = get("eval_rows").get_int("eval_rows");
-    if (period_ < 1) config.fail("period", "expected an integer >= 1");
-    if (docs_per_row_ < 1) config.fail("documents_per_row", "expected an integer >= 1");
-    if (rows_per_epoch_ < 1) config.fail("rows_per_epoch", "expected an integer >= 1");
-    if (eval_rows_ < 0) config.fail("eval_rows", "expected an integer >= 0");
+    else pattern_ = Pattern::kIncrement;  // the declared choices are checked by get
+    period_ = config.get(kPeriod);
+    docs_per_row_ = config.get(kDocumentsPerRow);
+    rows_per_epoch_ = config.get(kRowsPerEpoch);
+    eval_rows_ = config.get(kEvalRows);
   }
 
   void open(const DataOpenArgs& a) override {

@@ -27,6 +27,7 @@
 
 #include <ciuic/config.h>
 #include <ciuic/context.h>
+#include <ciuic/kit/adam_options.h>
 #include <ciuic/kit/fused_adamw.h>
 #include <ciuic/kit/shard_optimizer.h>
 #include <ciuic/log.h>
@@ -34,27 +35,22 @@
 
 namespace {
 
-const ciuic::OptionSpec kOptions[] = {
-    {"betas", ciuic::OptionType::kFloatList, "[0.9, 0.999]", "AdamW beta1, beta2 (each in [0, 1))",
-     0.0, 1.0},
-    {"eps", ciuic::OptionType::kFloat, "1e-8", "AdamW epsilon (added to sqrt(v))", 0.0, NAN},
-    {"kernel", ciuic::OptionType::kString, "\"auto\"",
-     "auto: on CUDA one fused launch over the shard (scale, update, rounding; bf16 gradients kept "
-     "as they come with one rank), else ATen; aten: ATen's multi-tensor AdamW per group",
-     NAN, NAN, "auto|aten"},
-};
+constexpr ciuic::Option<std::string> kKernel{
+    "kernel", "\"auto\"",
+    "auto: on CUDA one fused launch over the shard (scale, update, rounding; bf16 gradients kept "
+    "as they come with one rank), else ATen; aten: ATen's multi-tensor AdamW per group",
+    NAN, NAN, "auto|aten"};
+const ciuic::OptionSpec kOptions[] = {ciuic::kit::kAdamBetas, ciuic::kit::kAdamEps, kKernel};
 
 class AdamW final : public ciuic::ShardOptimizer {
  public:
   explicit AdamW(const ciuic::Config& cfg)
       : ShardOptimizer("optimizer adamw", {"exp_avg", "exp_avg_sq"}) {
-    const auto betas = cfg.get_float_list("betas");
-    if (betas.size() != 2 || betas[0] >= 1.0 || betas[1] >= 1.0)
-      cfg.fail("betas", "expected two numbers [beta1, beta2], each in [0, 1)");
-    beta1_ = betas[0];
-    beta2_ = betas[1];
-    eps_ = cfg.get_float("eps");
-    fused_ = cfg.get_string("kernel") == "auto";
+    const ciuic::kit::AdamHyper h = ciuic::kit::adam_hyper(cfg);
+    beta1_ = h.beta1;
+    beta2_ = h.beta2;
+    eps_ = h.eps;
+    fused_ = cfg.get(kKernel) == "auto";
   }
 
  protected:
@@ -96,7 +92,7 @@ class AdamW final : public ciuic::ShardOptimizer {
 
 void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
   ciuic::ShardOptimizer::plan_device_state(p, 2, "master weights + AdamW moments",
-                                           /*narrow_grads_on_cuda=*/cfg.get_string("kernel") == "auto");
+                                           /*narrow_grads_on_cuda=*/cfg.get(kKernel) == "auto");
 }
 
 }  // namespace

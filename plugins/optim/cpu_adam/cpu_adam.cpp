@@ -72,6 +72,7 @@
 #include <ciuic/config.h>
 #include <ciuic/context.h>
 #include <ciuic/error.h>
+#include <ciuic/kit/adam_options.h>
 #include <ciuic/kit/host_buffer.h>
 #include <ciuic/log.h>
 #include <ciuic/optimizer.h>
@@ -153,6 +154,30 @@ struct Piece {
   int64_t offset;
 };
 
+constexpr ciuic::Option<int64_t> kThreads{
+    "threads", "0", "CPU threads for the update; 0 = the cores this rank may use (host cores / local ranks)", 0,
+    4096};
+constexpr ciuic::Option<std::string> kSimd{
+    "simd", "\"auto\"", "AdamW kernel: auto (the best this CPU supports), avx512, avx2, scalar", NAN, NAN,
+    "auto|avx512|avx2|scalar"};
+constexpr ciuic::Option<bool> kPinMemory{
+    "pin_memory", "true",
+    "page-lock the host buffers that copies use on CUDA runs (the gradient shard, the landing "
+    "slots of reduced chunks, the upload tiles: asynchronous, faster copies); master and "
+    "moments are never pinned, no copy touches them"};
+constexpr ciuic::Option<int64_t> kTileSize{
+    "tile_size", "4194304", "elements per tile: the unit in which copies and the update overlap", 4096,
+    1073741824.0};
+constexpr ciuic::Option<std::string> kPipeline{
+    "pipeline", "\"auto\"", "auto: staged copies on CUDA, direct in-memory update on CPU; staged: always stage (tests)",
+    NAN, NAN, "auto|staged"};
+constexpr ciuic::Option<std::string> kOverlapUpdate{
+    "overlap_update", "\"auto\"",
+    "auto: update each gradient region while backward goes on, as soon as its last chunk of the "
+    "step is folded, whenever that is exact (no gradient clipping, bf16/fp32, [train] nonfinite = "
+    "\"stop\"; bit-identical results); off: always update after backward",
+    NAN, NAN, "auto|off"};
+
 struct Run {  // consecutive segments with the same weight-decay flag
   int64_t begin, end;
   bool decay;
@@ -161,14 +186,14 @@ struct Run {  // consecutive segments with the same weight-decay flag
 class CpuAdam final : public ciuic::Optimizer {
  public:
   CpuAdam(const ciuic::Config& cfg, const ciuic::RunContext& ctx) : rank_(ctx.rank) {
-    const int64_t threads = cfg.get_int("threads");
+    const int64_t threads = cfg.get(kThreads);
     threads_ = static_cast<int>(threads > 0 ? threads : std::max(1, ctx.cpu_threads));
     if (threads_ > usable_cpus())
       ciuic::log_warn(std::string(kWho) + ": " + std::to_string(threads_) +
                       " threads on " + std::to_string(usable_cpus()) +
                       " usable CPUs: the update will be slower than with fewer threads");
 
-    const std::string simd = cfg.get_string("simd");
+    const std::string simd = cfg.get(kSimd);
     if (simd == "auto") {
       simd_ = simd_best();
     } else {
@@ -179,23 +204,21 @@ class CpuAdam final : public ciuic::Optimizer {
         std::string have = "scalar";
         if (simd_supported(SimdLevel::kAvx2)) have = "avx2, " + have;
         if (simd_supported(SimdLevel::kAvx512)) have = "avx512, " + have;
-        cfg.fail("simd", std::string("this CPU does not support ") +
+        cfg.fail(kSimd.key(), std::string("this CPU does not support ") +
                              (simd_ == SimdLevel::kAvx512 ? "AVX-512 (avx512f + avx512bw)"
                                                           : "AVX2 (avx2 + fma + f16c)") +
                              "; it supports " + have + " (or use \"auto\")");
       }
     }
     kernel_ = kernel_for(simd_);
-    pin_option_ = cfg.get_bool("pin_memory");
-    tile_ = cfg.get_int("tile_size");
-    force_staged_ = cfg.get_string("pipeline") == "staged";
-    overlap_ = cfg.get_string("overlap_update") != "off";
-    const auto betas = cfg.get_float_list("betas");
-    if (betas.size() != 2 || betas[0] >= 1.0 || betas[1] >= 1.0)
-      cfg.fail("betas", "expected two numbers [beta1, beta2], each in [0, 1)");
-    hyper_.beta1 = betas[0];
-    hyper_.beta2 = betas[1];
-    hyper_.eps = cfg.get_float("eps");
+    pin_option_ = cfg.get(kPinMemory);
+    tile_ = cfg.get(kTileSize);
+    force_staged_ = cfg.get(kPipeline) == "staged";
+    overlap_ = cfg.get(kOverlapUpdate) != "off";
+    const ciuic::kit::AdamHyper h = ciuic::kit::adam_hyper(cfg);
+    hyper_.beta1 = h.beta1;
+    hyper_.beta2 = h.beta2;
+    hyper_.eps = h.eps;
     pool_ = std::make_unique<ciuic::ThreadPool>(threads_);
   }
 
@@ -765,34 +788,8 @@ class CpuAdam final : public ciuic::Optimizer {
   std::unique_ptr<HostAccumulator> fold_;
 };
 
-const ciuic::OptionSpec kOptions[] = {
-    {"threads", ciuic::OptionType::kInt, "0",
-     "CPU threads for the update; 0 = the cores this rank may use (host cores / local ranks)", 0,
-     4096, nullptr},
-    {"simd", ciuic::OptionType::kString, "\"auto\"",
-     "AdamW kernel: auto (the best this CPU supports), avx512, avx2, scalar", NAN, NAN,
-     "auto|avx512|avx2|scalar"},
-    {"pin_memory", ciuic::OptionType::kBool, "true",
-     "page-lock the host buffers that copies use on CUDA runs (the gradient shard, the landing "
-     "slots of reduced chunks, the upload tiles: asynchronous, faster copies); master and "
-     "moments are never pinned, no copy touches them",
-     NAN, NAN, nullptr},
-    {"tile_size", ciuic::OptionType::kInt, "4194304",
-     "elements per tile: the unit in which copies and the update overlap", 4096, 1073741824.0,
-     nullptr},
-    {"pipeline", ciuic::OptionType::kString, "\"auto\"",
-     "auto: staged copies on CUDA, direct in-memory update on CPU; staged: always stage (tests)",
-     NAN, NAN, "auto|staged"},
-    {"overlap_update", ciuic::OptionType::kString, "\"auto\"",
-     "auto: update each gradient region while backward goes on, as soon as its last chunk of the "
-     "step is folded, whenever that is exact (no gradient clipping, bf16/fp32, [train] nonfinite = "
-     "\"stop\"; bit-identical results); off: always update after backward",
-     NAN, NAN, "auto|off"},
-    {"betas", ciuic::OptionType::kFloatList, "[0.9, 0.999]", "AdamW beta1, beta2 (each in [0, 1))",
-     0.0, 1.0, nullptr},
-    {"eps", ciuic::OptionType::kFloat, "1e-8", "AdamW epsilon (added to sqrt(v))", 0.0, NAN,
-     nullptr},
-};
+const ciuic::OptionSpec kOptions[] = {kThreads, kSimd, kPinMemory, kTileSize, kPipeline, kOverlapUpdate,
+                                      ciuic::kit::kAdamBetas, ciuic::kit::kAdamEps};
 
 // The planner's answer, as setup() allocates (memory() reports the same bytes): master and
 // moments; the gradient shard (fp32, or with one chunk a step the chunks' dtype; pinned on GPU
@@ -802,7 +799,7 @@ void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
   const double S = static_cast<double>(p.shard_numel > 0 ? p.shard_numel : p.num_parameters);
   const bool host = p.cuda;  // on a CPU run the run's "device" is host memory
   const bool one = p.one_chunk_per_step;
-  const std::string pin = host && cfg.get_bool("pin_memory") ? "pinned, " : "";
+  const std::string pin = host && cfg.get(kPinMemory) ? "pinned, " : "";
   const int grad_bytes = one ? p.grad_bytes : 4;
   p.add("master weights + AdamW moments", !host, S * 12, "fp32 x 3 per shard element");
   p.add("gradient shard", !host, S * grad_bytes,
@@ -815,12 +812,12 @@ void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
             pin + std::to_string(kLandingSlots) + " reduced chunks waiting for their fold");
     }
     p.add("parameter upload tiles", false,
-          2.0 * std::min<double>(S, static_cast<double>(cfg.get_int("tile_size"))) * p.param_bytes,
+          2.0 * std::min<double>(S, static_cast<double>(cfg.get(kTileSize))) * p.param_bytes,
           pin + "two tiles in flight");
   }
   // The early update leaves its parameters in the gradient shard when its elements are at least
   // as wide (early_out()), else in a buffer of their own.
-  if (cfg.get_string("overlap_update") != "off" && grad_bytes < p.param_bytes)
+  if (cfg.get(kOverlapUpdate) != "off" && grad_bytes < p.param_bytes)
     p.add("early-update parameters", !host, S * p.param_bytes,
           pin + "rounded parameters of regions updated during backward, until the step");
 }

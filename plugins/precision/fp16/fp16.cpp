@@ -24,36 +24,38 @@
 
 namespace {
 
-const ciuic::OptionSpec kOptions[] = {
-    {"initial_scale_power", ciuic::OptionType::kInt, "16",
-     "dynamic scaling starts at 2^initial_scale_power", 0, 64},
-    {"loss_scale_window", ciuic::OptionType::kInt, "1000",
-     "good iterations since the last overflow after which the scale doubles", 1, NAN},
-    {"hysteresis", ciuic::OptionType::kInt, "2",
-     "overflows tolerated (skipped without lowering the scale) before the scale is halved", 1, NAN},
-    {"consecutive_hysteresis", ciuic::OptionType::kBool, "false",
-     "refill the hysteresis budget after every good step (else only when the scale grows)"},
-    {"min_loss_scale", ciuic::OptionType::kFloat, "1.0",
-     "the scale never goes below this; an overflow at this scale stops the run", 0x1p-24, NAN},
-    {"loss_scale", ciuic::OptionType::kFloat, "0.0",
-     "static loss scale; 0 selects dynamic scaling", 0.0, NAN},
-    {"reduce_dtype", ciuic::OptionType::kString, "\"fp32\"",
-     "dtype gradients are reduced in across ranks: fp32 or fp16", NAN, NAN, "fp32|fp16"},
-};
+constexpr ciuic::Option<int64_t> kInitialScalePower{
+    "initial_scale_power", "16", "dynamic scaling starts at 2^initial_scale_power", 0, 64};
+constexpr ciuic::Option<int64_t> kLossScaleWindow{
+    "loss_scale_window", "1000", "good iterations since the last overflow after which the scale doubles", 1, NAN};
+constexpr ciuic::Option<int64_t> kHysteresis{
+    "hysteresis", "2", "overflows tolerated (skipped without lowering the scale) before the scale is halved", 1,
+    NAN};
+constexpr ciuic::Option<bool> kConsecutiveHysteresis{
+    "consecutive_hysteresis", "false", "refill the hysteresis budget after every good step (else only when the scale grows)"};
+constexpr ciuic::Option<double> kMinLossScale{
+    "min_loss_scale", "1.0", "the scale never goes below this; an overflow at this scale stops the run", 0x1p-24,
+    NAN};
+constexpr ciuic::Option<double> kLossScale{"loss_scale", "0.0", "static loss scale; 0 selects dynamic scaling",
+                                           0.0, NAN};
+constexpr ciuic::Option<std::string> kReduceDtype{
+    "reduce_dtype", "\"fp32\"", "dtype gradients are reduced in across ranks: fp32 or fp16", NAN, NAN, "fp32|fp16"};
+const ciuic::OptionSpec kOptions[] = {kInitialScalePower, kLossScaleWindow, kHysteresis, kConsecutiveHysteresis,
+                                      kMinLossScale,      kLossScale,       kReduceDtype};
 
 class Fp16 final : public ciuic::Precision {
  public:
   explicit Fp16(const ciuic::Config& cfg)
-      : dynamic_(cfg.get_float("loss_scale") == 0.0),
-        window_(cfg.get_int("loss_scale_window")),
-        hysteresis_(cfg.get_int("hysteresis")),
-        consecutive_hysteresis_(cfg.get_bool("consecutive_hysteresis")),
-        min_scale_(cfg.get_float("min_loss_scale")),
-        reduce_(cfg.get_string("reduce_dtype") == "fp16" ? at::kHalf : at::kFloat) {
-    scale_ = dynamic_ ? std::ldexp(1.0, static_cast<int>(cfg.get_int("initial_scale_power")))
-                      : cfg.get_float("loss_scale");
+      : dynamic_(cfg.get(kLossScale) == 0.0),
+        window_(cfg.get(kLossScaleWindow)),
+        hysteresis_(cfg.get(kHysteresis)),
+        consecutive_hysteresis_(cfg.get(kConsecutiveHysteresis)),
+        min_scale_(cfg.get(kMinLossScale)),
+        reduce_(cfg.get(kReduceDtype) == "fp16" ? at::kHalf : at::kFloat) {
+    scale_ = dynamic_ ? std::ldexp(1.0, static_cast<int>(cfg.get(kInitialScalePower)))
+                      : cfg.get(kLossScale);
     if (dynamic_ && scale_ < min_scale_)
-      cfg.fail("initial_scale_power", "2^initial_scale_power = " + std::to_string(scale_) +
+      cfg.fail(kInitialScalePower.key(), "2^initial_scale_power = " + std::to_string(scale_) +
                                           " is below min_loss_scale = " +
                                           std::to_string(min_scale_));
     cur_hysteresis_ = hysteresis_;
@@ -148,7 +150,7 @@ class Fp16 final : public ciuic::Precision {
 // The planner's answer: 2-byte parameters, reductions in fp32 or fp16.
 void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
   p.param_bytes = 2;
-  p.reduce_bytes = cfg.get_string("reduce_dtype") == "fp16" ? 2 : 4;
+  p.reduce_bytes = cfg.get(kReduceDtype) == "fp16" ? 2 : 4;
 }
 
 }  // namespace
