@@ -21,10 +21,11 @@ using ciuic::conformance::PluginUnderTest;
 constexpr const char* kUsage =
     "usage: ciuic-plugin-check PLUGIN.so [options] [--gtest_* flags]\n"
     "Loads PLUGIN.so as ciuic-run would and holds it to its slot's contract (comm, data, precision,\n"
-    "optimizer; docs/plugins.md \"Testing a plugin\").\n"
+    "optimizer, sharding; docs/plugins.md \"Testing a plugin\").\n"
     "  --options TOML        the plugin's recipe section, without `plugin = ...` (e.g. 'threads = 2')\n"
     "  --options-file FILE   the same from a file\n"
-    "  --world 1,2,3,4       world sizes (comm: a process per rank; data: sources per rank)\n"
+    "  --world 1,2,3,4       world sizes (comm, sharding: a process per rank; data: sources per rank;\n"
+    "                        sharding: each world resumes the previous one's state)\n"
     "  --work-dir DIR        RunContext::output_dir of the checks (default: a fresh temp folder)\n"
     "  data:      --tokenizer tokenizer.json  --seq-len 32  --micro-batch 2  --rows 48  --seed 1234\n"
     "  precision: --expect-scale X  --expect-backoff X  --expect-growth X  --expect-window N\n"

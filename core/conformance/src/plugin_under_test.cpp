@@ -96,9 +96,7 @@ void check_plugin(const PluginUnderTest& plugin, const CheckOptions& o) {
     case Slot::kData: return check_data(plugin, o);
     case Slot::kPrecision: return check_precision(plugin, o);
     case Slot::kOptimizer: return check_optimizer(plugin, o);
-    default:
-      ADD_FAILURE() << plugin.path() << ": the conformance kit has no check for the " << slot_name(plugin.slot())
-                    << " slot yet";
+    case Slot::kSharding: return check_sharding(plugin, o);
   }
 }
 

@@ -49,7 +49,18 @@
 //              resumes bit for bit; CheckOptions::reference = "adamw": the updates equal
 //              torch's AdamW (decoupled weight decay; betas and eps from the plugin's options
 //              `betas`, `eps` when it has them), computed independently in fp64.
-//   sharding   not covered yet (tests/plugins/sharding holds ddp and zero2 to torch's AdamW).
+//   sharding   the protocol of ciuic/sharding.h driven as the trainer drives it, on the engine's
+//              decoder model (tiny, fp32, CPU; untied, and tied with activation checkpointing, so a
+//              parameter sits in two groups and kRecompute boundaries come) with the installed
+//              gloo, fp32 and adamw plugins, each rank a forked process, at every world size of
+//              CheckOptions::world_sizes: micro-batches (accumulation 2), the model's layer
+//              boundaries, finish_grads() -> global norm -> clipping (it bites) -> update(); every
+//              parameter, read inside its groups' kForward boundaries (where a parameter-sharding
+//              plugin gathers it), after setup() and after each step equals the reference — one
+//              process, the whole global batch, plain autograd, AdamW in fp64 — to 1e-4
+//              relative; the state saved after step 2 (layout() + save_state()) and loaded with
+//              load_state() into fresh plugins of the next world size in the list makes the
+//              parameters of step 2 again and goes on to the reference's.
 //
 // Threading: main thread; the comm check forks. Failure: GoogleTest failures (ADD_FAILURE /
 // EXPECT_*) naming the world size, rank, collective or step; load() and config() throw
@@ -133,6 +144,7 @@ CIUIC_API void check_comm(const PluginUnderTest& plugin, const CheckOptions& opt
 CIUIC_API void check_data(const PluginUnderTest& plugin, const CheckOptions& options);
 CIUIC_API void check_precision(const PluginUnderTest& plugin, const CheckOptions& options);
 CIUIC_API void check_optimizer(const PluginUnderTest& plugin, const CheckOptions& options);
+CIUIC_API void check_sharding(const PluginUnderTest& plugin, const CheckOptions& options);
 // The check of plugin.slot(); a slot without one is a GoogleTest failure saying so.
 CIUIC_API void check_plugin(const PluginUnderTest& plugin, const CheckOptions& options);
 
