@@ -69,9 +69,17 @@ struct DataOpenArgs {
 
 class CIUIC_API DataSource : public PluginObject {
  public:
+  // Called once, on the main thread, before any other call but the destructor: reads (or builds)
+  // the data for this rank with these settings and may start prefetch threads. Failure:
+  // ciuic::UsageError for what the recipe got wrong (a missing file, a tokenizer the source needs
+  // and has not got, a row shape it cannot make), ciuic::Error for what the data got wrong (the
+  // file and line at fault); an empty training split is an error here, not at the first next().
   virtual void open(const DataOpenArgs& args) = 0;
-  // The next training micro-batch. Training data is endless: epochs follow one another, each
-  // reshuffled from the seed and the epoch number.
+  // The next training micro-batch (Batch's shapes and rules above). Training data is endless:
+  // epochs follow one another, each reshuffled from the seed and the epoch number; next() never
+  // returns an empty batch. Main thread (a prefetch thread may have made it). Failure: ciuic::Error
+  // naming the file and line of a malformed record that the source does not skip, or the I/O error;
+  // the trainer stops the run (no partial batch is used).
   virtual Batch next() = 0;
   // Opaque position (JSON text) of the next batch next() will return; seek() restores it.
   // Contract: the cursor is a global position — after the same number of next() calls every rank
@@ -80,7 +88,10 @@ class CIUIC_API DataSource : public PluginObject {
   // rank seeks to its own; on another world size, every rank seeks to rank 0's, and seek() must
   // then continue this rank's share of that global batch for the new world size and micro-batch
   // (DataOpenArgs). A checkpoint whose ranks' cursors differ cannot resume on another world size
-  // and is refused, naming both cursors.
+  // and is refused, naming both cursors. cursor(): main thread, cheap, after open().
+  // seek(): main thread, after open() and before the first next() (a resume); a cursor this source
+  // cannot read (another source's, a damaged checkpoint) is a ciuic::Error quoting it — it never
+  // silently restarts at the beginning.
   virtual std::string cursor() const = 0;
   virtual void seek(const std::string& cursor) = 0;
   // The epoch the next training batch belongs to (0 first), reported by the core as the
@@ -88,7 +99,9 @@ class CIUIC_API DataSource : public PluginObject {
   virtual int64_t epoch() const;
 
   // Held-out split. Each begin_eval() restarts it; next_eval() yields its batches in a fixed
-  // order (this rank's part) and nullopt at its end. has_eval() false: no held-out split.
+  // order (this rank's part) and nullopt at its end. has_eval() false: no held-out split. Main
+  // thread, between training steps; the training position (cursor()) is not moved by them. Every
+  // rank yields the same number of eval batches (the rule above).
   virtual bool has_eval() const { return false; }
   virtual void begin_eval() {}
   virtual std::optional<Batch> next_eval() { return std::nullopt; }
