@@ -50,7 +50,8 @@ Value lookup(const Ctx& c, const std::string& name) {
 }
 
 std::string undefined_msg(const Value& v) {
-  return v.s.empty() ? std::string("value is undefined") : "'" + excerpt(v.s, 80) + "' is undefined";
+  if (v.b) return excerpt(v.s, 200);
+  return v.s.empty() ? std::string("value is undefined") : py_repr_str(excerpt(v.s, 80)) + " is undefined";
 }
 
 Flow exec_body(const Body& body, Ctx& c) {
@@ -400,7 +401,9 @@ Value Binary::evaluate(Ctx& c) const {
 
 Value CondExpr::evaluate(Ctx& c) const {
   if (truthy(cond->eval(c))) return yes->eval(c);
-  return no ? no->eval(c) : Value::undefined();
+  if (no) return no->eval(c);
+  return Value::undefined_hint("the inline if-expression on line " + std::to_string(pos.line) +
+                               " evaluated to false and no else section was defined.");
 }
 
 CallArgs Args::eval(Ctx& c) const {
@@ -623,8 +626,8 @@ Flow For::run(Ctx& c) const {
   for (const char* key : {"index0", "index", "revindex0", "revindex", "first", "last", "length", "depth", "depth0",
                           "previtem", "nextitem"})
     d.items.emplace_back(Value::string(key), Value());
-  d.items.emplace_back(Value::string("cycle"), Value::function("loop.cycle", [index](CallArgs& a, Ctx&) -> Value {
-                         if (a.pos.empty()) return Value::undefined();
+  d.items.emplace_back(Value::string("cycle"), Value::function("loop.cycle", [index](CallArgs& a, Ctx& cc) -> Value {
+                         if (a.pos.empty()) fail_here(cc, "no items for cycling given");
                          return a.pos[static_cast<size_t>(*index) % a.pos.size()];
                        }));
   d.items[6].second = Value::integer(n);
@@ -642,8 +645,8 @@ Flow For::run(Ctx& c) const {
     d.items[3].second = Value::integer(n - i);
     d.items[4].second = Value::boolean(i == 0);
     d.items[5].second = Value::boolean(i == n - 1);
-    d.items[9].second = i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("loop.previtem");
-    d.items[10].second = i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::undefined("loop.nextitem");
+    d.items[9].second = i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined_hint("there is no previous item");
+    d.items[10].second = i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::undefined_hint("there is no next item");
     // A fresh scope per iteration (as jinja2): emptied when the body set names of its own.
     auto& frame = c.frames.back();
     if (frame.size() > 1 + target.names.size()) frame.clear();
@@ -663,7 +666,38 @@ Flow Generation::run(Ctx& c) const {
 }
 
 namespace {
-Value call_macro(const Macro& m, CallArgs& a, Ctx& c, Pos p) {
+using Frames = std::vector<std::unordered_map<std::string, Value>>;
+
+// The scopes a macro or a caller was defined in, above the template's top level (empty for a
+// top-level macro): jinja2's macros and call blocks are closures over them.
+Frames closure_of(Ctx& c) {
+  if (c.frames.size() <= 1) return {};
+  int64_t n = 0;
+  for (size_t i = 1; i < c.frames.size(); ++i) n += static_cast<int64_t>(c.frames[i].size());
+  c.budget.add_steps(n);  // the copy
+  return Frames(c.frames.begin() + 1, c.frames.end());
+}
+
+// Runs `fn` with the frames [top level, *closure, fresh frame], then restores the caller's.
+template <class Fn>
+auto in_closure(Ctx& c, const Frames& closure, std::unordered_map<std::string, Value> frame, Fn fn) {
+  Frames saved;
+  saved.swap(c.frames);
+  struct Restore {
+    Ctx& c;
+    Frames& saved;
+    ~Restore() { c.frames.swap(saved); }
+  } restore{c, saved};
+  int64_t n = static_cast<int64_t>(saved.front().size());
+  for (const auto& f : closure) n += static_cast<int64_t>(f.size());
+  c.budget.add_steps(n);  // the copies below
+  c.frames.push_back(saved.front());  // globals and top-level assignments, as they are now
+  c.frames.insert(c.frames.end(), closure.begin(), closure.end());
+  c.frames.push_back(std::move(frame));
+  return fn();
+}
+
+Value call_macro(const Macro& m, const Frames& closure, CallArgs& a, Ctx& c, Pos p) {
   if (c.macro_depth >= c.budget.limits.max_macro_depth)
     rt_fail(c, p, "macro calls nested deeper than " + std::to_string(c.budget.limits.max_macro_depth) +
                       " (ciuic's limit for templates; jinja2: RecursionError)");
@@ -697,25 +731,18 @@ Value call_macro(const Macro& m, CallArgs& a, Ctx& c, Pos p) {
     frame["varargs"] = std::move(t);
   }
   if (m.catch_kwargs) frame["kwargs"] = std::move(kwargs);
-  std::vector<std::unordered_map<std::string, Value>> saved_frames;
-  saved_frames.swap(c.frames);
   ++c.macro_depth;
-  std::string out;
-  try {
-    c.budget.add_steps(static_cast<int64_t>(saved_frames.front().size()));  // the copy below
-    c.frames.push_back(saved_frames.front());  // globals and top-level assignments
-    c.frames.push_back(std::move(frame));
+  struct Depth {
+    int& d;
+    ~Depth() { --d; }
+  } depth{c.macro_depth};
+  std::string out = in_closure(c, closure, std::move(frame), [&] {
     for (const auto& prm : m.params)
       if (!c.frames.back().count(prm.first))
-        c.frames.back()[prm.first] = prm.second ? prm.second->eval(c) : Value::undefined(prm.first);
-    out = capture(c, m.body);
-  } catch (...) {
-    c.frames.swap(saved_frames);
-    --c.macro_depth;
-    throw;
-  }
-  c.frames.swap(saved_frames);
-  --c.macro_depth;
+        c.frames.back()[prm.first] =
+            prm.second ? prm.second->eval(c) : Value::undefined_hint("parameter '" + prm.first + "' was not provided");
+    return capture(c, m.body);
+  });
   return Value::string(std::move(out));
 }
 }  // namespace
@@ -723,7 +750,9 @@ Value call_macro(const Macro& m, CallArgs& a, Ctx& c, Pos p) {
 Flow Macro::run(Ctx& c) const {
   const Macro* self = this;
   Pos p = pos;
-  c.frames.back()[name] = Value::function(name, [self, p](CallArgs& a, Ctx& cc) { return call_macro(*self, a, cc, p); });
+  auto closure = std::make_shared<const Frames>(closure_of(c));
+  c.frames.back()[name] = Value::function(
+      name, [self, p, closure](CallArgs& a, Ctx& cc) { return call_macro(*self, *closure, a, cc, p); });
   return Flow::kNormal;
 }
 
@@ -741,7 +770,10 @@ Flow FilterBlock::run(Ctx& c) const {
 
 Flow CallBlock::run(Ctx& c) const {
   const Body* b = &body;
-  Value caller = Value::function("caller", [b](CallArgs&, Ctx& cc) { return Value::string(capture(cc, *b)); });
+  auto closure = std::make_shared<const Frames>(closure_of(c));  // the body sees the call block's scope
+  Value caller = Value::function("caller", [b, closure](CallArgs&, Ctx& cc) {
+    return Value::string(in_closure(cc, *closure, {}, [&] { return capture(cc, *b); }));
+  });
   c.frames.emplace_back();
   c.frames.back()["caller"] = caller;
   const Call* call_expr = static_cast<const Call*>(call.get());

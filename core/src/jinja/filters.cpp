@@ -222,14 +222,14 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
   }
   if (name == "first" && v.is_iterator()) {  // next(iter(x)): takes one item
     List& l = *v.list;
-    if (l.consumed >= l.size()) return Value::undefined("first item");
+    if (l.consumed >= l.size()) return Value::undefined_hint("No first item, sequence was empty.");
     return l[l.consumed++];
   }
   if (name == "last" && v.is_iterator())  // next(iter(reversed(x)))
     rt_fail(c, p, std::string("'") + type_name(v) + "' object is not reversible");
   if (name == "first" || name == "last") {
     auto items = iterate(c, p, v);
-    if (items.empty()) return Value::undefined(name + " item");
+    if (items.empty()) return Value::undefined_hint(name == "first" ? "No first item, sequence was empty." : "No last item, sequence was empty.");
     return name == "first" ? items.front() : items.back();
   }
   if (name == "list") return Value::make_list(iterate(c, p, v));
@@ -387,7 +387,7 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
   }
   if (name == "min" || name == "max") {
     auto items = iterate(c, p, v);
-    if (items.empty()) return Value::undefined(name + " of an empty sequence");
+    if (items.empty()) return Value::undefined_hint("No aggregated item, sequence was empty.");
     const Value* at = kwarg(a, "attribute");
     Value best = items[0];
     for (const auto& e : items) {

@@ -38,19 +38,38 @@ Value bound_method(const Value& obj, const std::string& name, Pos p) {
 
 }  // namespace
 
+namespace {
+// jinja2's object_type_repr: "None", "dict object", "str object", ... (for Undefined's messages).
+std::string object_type_repr(const Value& v) {
+  if (v.is_none()) return "None";
+  if (v.k == Value::K::kDict && v.dict->ns) return "transformers.utils.chat_template_utils.TemplateNamespace object";
+  if (v.is_string() && v.markup) return "markupsafe.Markup object";
+  return std::string(type_name(v)) + " object";
+}
+
+// jinja2's Undefined for obj.name / obj[key] that is not there, with jinja2's message.
+Value missing(const Value& obj, const Value& key) {
+  if (key.is_string()) return Value::undefined_hint(py_repr_str(object_type_repr(obj)) + " has no attribute " + py_repr_str(excerpt(key.s, 80)));
+  return Value::undefined_hint(object_type_repr(obj) + " has no element " + excerpt(repr(key), 80));
+}
+Value missing(const Value& obj, const std::string& name) {
+  return Value::undefined_hint(py_repr_str(object_type_repr(obj)) + " has no attribute " + py_repr_str(excerpt(name, 80)));
+}
+}  // namespace
+
 Value get_attr(Ctx& c, Pos p, const Value& obj, const std::string& name) {
   if (obj.is_undefined()) rt_fail(c, p, undefined_msg(obj) + " (reading ." + name + ")");
   if (obj.k == Value::K::kDict) {
     if (obj.dict->ns) {
       if (const Value* v = obj.dict->find(name)) return *v;
-      return Value::undefined(name);
+      return missing(obj, name);
     }
     if (is_method(obj, name)) return bound_method(obj, name, p);
     if (const Value* v = obj.dict->find(name)) return *v;
-    return Value::undefined(name);
+    return missing(obj, name);
   }
   if (is_method(obj, name)) return bound_method(obj, name, p);
-  return Value::undefined(name);
+  return missing(obj, name);
 }
 
 Value get_item(Ctx& c, Pos p, const Value& obj, const Value& key) {
@@ -59,11 +78,11 @@ Value get_item(Ctx& c, Pos p, const Value& obj, const Value& key) {
     if (key.is_string()) {
       if (const Value* v = obj.dict->find(key.s)) return *v;
       if (!obj.dict->ns && is_method(obj, key.s)) return bound_method(obj, key.s, p);
-      return Value::undefined(key.s);
+      return missing(obj, key);
     }
     if (!obj.dict->ns)
       if (const Value* v = obj.dict->find(key)) return *v;
-    return Value::undefined(excerpt(to_str(key), 80));
+    return missing(obj, key);
   }
   // Iterators and dict views are not subscriptable: jinja2's sandbox gives Undefined.
   const bool indexable = obj.is_plain_list() || (obj.is_list() && obj.lazy == Value::Lazy::kRange);
@@ -71,13 +90,13 @@ Value get_item(Ctx& c, Pos p, const Value& obj, const Value& key) {
     if (obj.k == Value::K::kList) {
       int64_t n = static_cast<int64_t>(obj.list->size()), i = key.as_int();
       if (i < 0) i += n;
-      if (i < 0 || i >= n) return Value::undefined("[" + std::to_string(key.as_int()) + "]");
+      if (i < 0 || i >= n) return missing(obj, key);
       return (*obj.list)[static_cast<size_t>(i)];
     }
     c.budget.charge(obj.s.size());
     int64_t n = static_cast<int64_t>(cp_count(obj.s)), i = key.as_int();
     if (i < 0) i += n;
-    if (i < 0 || i >= n) return Value::undefined("[" + std::to_string(key.as_int()) + "]");
+    if (i < 0 || i >= n) return missing(obj, key);
     size_t at = 0;  // the byte offset of code point i
     for (int64_t k = 0; k <= i; ++at)
       if ((static_cast<unsigned char>(obj.s[at]) & 0xC0) != 0x80 && k++ == i) break;
@@ -88,7 +107,7 @@ Value get_item(Ctx& c, Pos p, const Value& obj, const Value& key) {
     return r;
   }
   if (key.is_string()) return get_attr(c, p, obj, key.s);
-  return Value::undefined();
+  return missing(obj, key);
 }
 
 Value call_value(Ctx& c, Pos p, const Value& fn, CallArgs& a) {

@@ -136,6 +136,12 @@ Value Value::undefined(std::string name) {
   v.s = std::move(name);
   return v;
 }
+Value Value::undefined_hint(std::string message) {
+  Value v;
+  v.b = true;
+  v.s = std::move(message);
+  return v;
+}
 Value Value::none() {
   Value v;
   v.k = K::kNone;

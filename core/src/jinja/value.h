@@ -131,7 +131,7 @@ struct Value {
   Lazy lazy = Lazy::kNone;
   int64_t i = 0;
   double f = 0;
-  std::string s;  // string value, or the name of an undefined value (for messages)
+  std::string s;  // string value, or the name of an undefined value (its message when b is set)
   std::shared_ptr<List> list;
   std::shared_ptr<Dict> dict;
   std::shared_ptr<Func> func;
@@ -144,6 +144,8 @@ struct Value {
   ~Value() = default;
 
   static Value undefined(std::string name = "");
+  // An Undefined whose message is `message` (jinja2's hint: "'dict object' has no attribute 'x'").
+  static Value undefined_hint(std::string message);
   static Value none();
   static Value boolean(bool x);
   static Value integer(int64_t x);
