@@ -244,10 +244,29 @@ bool same_key(const Value& a, const Value& b) {
 }
 }  // namespace
 
-const Value* Dict::find(std::string_view key) const {
-  for (const auto& kv : items)
-    if (kv.first.k == Value::K::kString && kv.first.s == key) return &kv.second;
-  return nullptr;
+Value* Dict::find_str(std::string_view key) const {
+  auto* self = const_cast<Dict*>(this);  // the index is a cache; items are the dict's own
+  if (items.size() <= 8) {
+    for (auto& kv : self->items)
+      if (kv.first.k == Value::K::kString && kv.first.s == key) return &kv.second;
+    return nullptr;
+  }
+  if (indexed_ > items.size()) {  // items were cleared or replaced behind the index
+    index_.clear();
+    indexed_ = 0;
+  }
+  for (; indexed_ < items.size(); ++indexed_)
+    if (items[indexed_].first.k == Value::K::kString) index_.emplace(items[indexed_].first.s, indexed_);
+  auto it = index_.find(std::string(key));
+  return it == index_.end() ? nullptr : &self->items[it->second].second;
+}
+
+const Value* Dict::find(std::string_view key) const { return find_str(key); }
+
+void Dict::clear() {
+  items.clear();
+  index_.clear();
+  indexed_ = 0;
 }
 
 const Value* Dict::find(const Value& key) const {
@@ -260,23 +279,20 @@ const Value* Dict::find(const Value& key) const {
 }
 
 void Dict::set(const std::string& key, Value v) {
-  for (auto& kv : items)
-    if (kv.first.k == Value::K::kString && kv.first.s == key) {
-      kv.second = std::move(v);
-      return;
-    }
-  Value k = Value::string(key);
-  items.emplace_back(std::move(k), std::move(v));
+  if (Value* have = find_str(key)) {
+    *have = std::move(v);
+    return;
+  }
+  items.emplace_back(Value::string(key), std::move(v));
 }
 
 void Dict::set(Value key, Value v) {
   if (key.is_string()) {
     key.markup = false;
-    for (auto& kv : items)
-      if (kv.first.k == Value::K::kString && kv.first.s == key.s) {
-        kv.second = std::move(v);
-        return;
-      }
+    if (Value* have = find_str(key.s)) {
+      *have = std::move(v);
+      return;
+    }
     items.emplace_back(std::move(key), std::move(v));
     return;
   }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -175,6 +176,10 @@ struct Value {
 
 // A dict: keys are any hashable value (str, int, float, bool, None, tuple), looked up as Python
 // does (1, 1.0 and True are one key; the first key written stays, its value is replaced).
+// `items` keeps the insertion order; it only grows (set() or appending) until clear(). String
+// keys of a dict past a few items are found through a hash index kept up with the appends, so
+// building or reading a large dict is not quadratic; other keys are compared one by one, the
+// scan charged to the render's budget.
 struct Dict {
   std::vector<std::pair<Value, Value>> items;
   bool ns = false;  // a namespace(): attributes may be assigned with {% set ns.x = ... %}
@@ -184,6 +189,12 @@ struct Dict {
   const Value* find(const Value& key) const;  // null also for an unhashable key
   void set(const std::string& key, Value v);
   void set(Value key, Value v);  // the key must be hashable (hashable())
+  void clear();
+
+ private:
+  Value* find_str(std::string_view key) const;
+  mutable std::unordered_map<std::string, size_t> index_;  // string key -> position in items
+  mutable size_t indexed_ = 0;                             // items[0, indexed_) are in index_
 };
 
 // Python's hash() would accept it: not a list, dict, iterator or view (a tuple of such neither).
