@@ -229,9 +229,13 @@ Value binary(Ctx& c, Pos p, const std::string& op, const Value& a, const Value& 
       r.tuple = a.tuple;
       return r;
     }
-    if (a.is_string() || b.is_string())
-      rt_fail(c, p, std::string("can only concatenate str (not \"") + type_name(a.is_string() ? b : a) +
+    // Python: the left operand's type decides the message (str + 1, [1] + 'a'; 1 + 'a' is unsupported)
+    if (a.is_string())
+      rt_fail(c, p, std::string("can only concatenate str (not \"") + type_name(b) +
                         "\") to str; use ~ to join a string with another value");
+    if (a.is_plain_list())
+      rt_fail(c, p, std::string("can only concatenate ") + type_name(a) + " (not \"" + type_name(b) + "\") to " +
+                        type_name(a));
     return unsupported();
   }
   if (op == "*") {
