@@ -13,7 +13,8 @@ Layouts (see each tests/fuzz/<target>_fuzz.cpp):
   manifest     a checkpoint's manifest.json ["\\n%%\\n" trainer.json], next to the harness's fixed
                files rank_00000.safetensors (MANIFEST_RANK_FILE) and precision.safetensors (empty)
   template     selector byte (bit 0: add_generation_prompt, 1: render twice) + a chat template
-               ["\\n%%\\n" variables JSON]: the real templates of tests/fixtures/chat_templates, the
+               ["\\n%%\\n" variables JSON]: the real templates of tests/fixtures/chat_templates
+               (the model folders and real_templates.json, with its tool-call conversation), the
                language cases and the hostile ones (hostile_cases.json, long ones cut to 2,000 repeats)
 """
 import json
@@ -189,6 +190,14 @@ def template_seeds():
         for c in json.load(f):
             write("template", "case_" + c["name"], b"\x02" + c["template"].encode() + b"\n%%\n" +
                   json.dumps(c["vars"], ensure_ascii=False).encode())
+    with open(os.path.join(d, "real_templates.json")) as f:
+        real = json.load(f)
+        conv = real["conversations"]["tool_call_round"]
+        for t in real["templates"]:
+            variables = dict(t["tokens"], messages=conv["messages"], tools=conv["tools"], documents=None,
+                             add_generation_prompt=True)
+            write("template", "real_" + t["name"], b"\x01" + t["template"].encode() + b"\n%%\n" +
+                  json.dumps(variables, ensure_ascii=False).encode())
     with open(os.path.join(d, "hostile_cases.json")) as f:
         for c in json.load(f):
             t = c["template"]

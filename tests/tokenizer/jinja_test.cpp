@@ -1,10 +1,13 @@
 // The Jinja engine and the "hf" chat template vs transformers (fixtures written by
-// tests/fixtures/gen_chat_templates.py): language cases one by one, then the real chat templates
-// of Llama-3, DeepSeek-LLM, Qwen2 and Mistral (v0.1, v0.3) on a dozen conversation shapes —
-// rendered text, ids, generation prompts and HF's {% generation %} assistant masks.
+// tests/fixtures/gen_chat_templates.py): language cases one by one; 77 real chat templates
+// (chat_template_corpus.py) rendered on a dozen conversations, tools and tool calls included; then
+// the real chat templates of Llama-3, DeepSeek-LLM, Qwen2 and Mistral (v0.1, v0.3) through the
+// "hf" ChatTemplate — rendered text, ids, generation prompts and HF's {% generation %} masks.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <thread>
 
 #include <ciuic/error.h>
@@ -55,6 +58,58 @@ TEST(Jinja, LanguageCasesMatchTransformers) {
   }
 }
 
+// Real chat templates of public model families (tests/fixtures/chat_template_corpus.py and the
+// model templates of gen_chat_templates.py) on a dozen conversations, against transformers'
+// apply_chat_template: the text, or the error the template (or jinja2) raised.
+TEST(Jinja, RealTemplatesMatchApplyChatTemplate) {
+  ordered_json fx = ordered_json::parse(test::read_text_file(fixture_dir() + "/real_templates.json"));
+  ASSERT_GE(fx["templates"].size(), 50u);
+  size_t renders = 0, right = 0, templates_right = 0;
+  for (const auto& t : fx["templates"]) {
+    const std::string name = t["name"].get<std::string>();
+    SCOPED_TRACE(name + " (" + t["source"].get<std::string>() + ")");
+    std::unique_ptr<jinja::Template> tmpl;
+    try {
+      tmpl = std::make_unique<jinja::Template>(t["template"].get<std::string>(), name);
+    } catch (const jinja::TemplateError& e) {
+      ADD_FAILURE() << "does not parse: " << e.what();
+      renders += t["renders"].size();
+      continue;
+    }
+    size_t wrong = 0;
+    for (const auto& [conv, want] : t["renders"].items()) {
+      SCOPED_TRACE(conv);
+      const ordered_json& c = fx["conversations"][conv];
+      ordered_json vars = t["tokens"];  // what apply_chat_template passes, in its order
+      vars["messages"] = c["messages"];
+      vars["tools"] = c["tools"];
+      vars["documents"] = nullptr;
+      vars["add_generation_prompt"] = c["add_generation_prompt"];
+      ++renders;
+      std::string text, error;
+      try {
+        text = tmpl->render(vars).text;
+      } catch (const jinja::TemplateError& e) {
+        error = e.message();
+      }
+      bool ok;
+      if (want.contains("error")) {
+        ok = !error.empty() && error.find(want["error"].get<std::string>()) != std::string::npos;
+        EXPECT_TRUE(ok) << "HF raised: " << want["error"].get<std::string>() << "\nours: " << (error.empty() ? text : error);
+      } else {
+        ok = error.empty() && text == want["text"].get<std::string>();
+        EXPECT_TRUE(ok) << "ours: " << (error.empty() ? text : "error: " + error) << "\nHF:   " << want["text"].get<std::string>();
+      }
+      right += ok ? 1 : 0;
+      wrong += ok ? 0 : 1;
+    }
+    templates_right += wrong == 0 ? 1 : 0;
+  }
+  std::printf("[real templates] %zu/%zu renders as transformers, %zu/%zu templates right in every case\n", right, renders,
+              templates_right, static_cast<size_t>(fx["templates"].size()));
+  EXPECT_GE(renders, 500u);
+}
+
 TEST(Jinja, GenerationBlocksGiveByteRanges) {
   jinja::Template t("{% for m in messages %}{{ m.role }}: {% if m.role == 'assistant' %}{% generation %}"
                     "{{ m.content }}!{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}");
@@ -81,11 +136,25 @@ TEST(Jinja, ParseErrorsNamePlaceAndConstruct) {
   EXPECT_EQ(message("a\n{{ x + }}"), "tpl:2:8: unexpected '}}' in an expression");
   EXPECT_EQ(message("{% include 'x' %}"),
             "tpl:1:4: unsupported statement '{% include %}' (chat templates support if, for, set, macro, call, "
-            "break, continue, generation, raw)");
+            "filter, break, continue, generation, raw)");
+  EXPECT_EQ(message("{{ f(**d, x=1) }}"), "tpl:1:5: invalid syntax for function call expression");
+  EXPECT_EQ(message("{{ f(*a, *b) }}"), "tpl:1:5: invalid syntax for function call expression");
+  EXPECT_EQ(message("{% filter upper %}x"), "tpl:1:20: missing {% endfilter %}");
   EXPECT_EQ(message("{% endif %}"), "tpl:1:4: unexpected '{% endif %}' (no open block it could close)");
   EXPECT_EQ(message("{{ 'abc }}"), "tpl:1:4: unterminated string literal");
   EXPECT_EQ(message("{% break %}"), "tpl:1:4: 'break' outside of a for loop");
   EXPECT_EQ(message("{{ x "), "tpl:1:1: unclosed tag '{{'");
+}
+
+TEST(Jinja, StarStarNeedsAMapping) {
+  // jinja2 names its own call() in this message; ciuic says what Python says about the argument.
+  jinja::Template t("{{ dict(**[1]) }}", "tpl");
+  try {
+    t.render(ordered_json::object());
+    FAIL();
+  } catch (const jinja::TemplateError& e) {
+    EXPECT_EQ(std::string(e.what()), "tpl:1:11: argument after ** must be a mapping, not list");
+  }
 }
 
 TEST(Jinja, RaiseExceptionIsMarked) {

@@ -107,6 +107,7 @@ struct SliceExpr : Expr {
 struct Args {
   std::vector<ExprP> pos;
   std::vector<std::pair<std::string, ExprP>> kw;
+  ExprP star, dstar;  // f(*xs) and f(**d): appended to pos / kw (null when absent)
   CallArgs eval(Ctx& c) const;
   int depth() const;  // the deepest argument's
 };
@@ -185,8 +186,16 @@ struct Generation : Node {
 struct Macro : Node {
   std::string name;
   std::vector<std::pair<std::string, ExprP>> params;  // default may be null
+  // The body reads `varargs` / `kwargs` (as jinja2: extra arguments go there, else are an error).
+  bool catch_varargs = false, catch_kwargs = false;
   Body body;
   Flow run(Ctx& c) const override;  // defines the macro in the current frame
+};
+
+struct FilterBlock : Node {  // {% filter f(args)|g %}body{% endfilter %}: the body's text, filtered
+  std::vector<std::pair<std::string, Args>> filters;
+  Body body;
+  Flow run(Ctx& c) const override;
 };
 
 struct CallBlock : Node {  // {% call m(args) %}body{% endcall %}: caller() renders body

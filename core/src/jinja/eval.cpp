@@ -50,7 +50,8 @@ Value lookup(const Ctx& c, const std::string& name) {
 }
 
 std::string undefined_msg(const Value& v) {
-  return v.s.empty() ? std::string("value is undefined") : "'" + excerpt(v.s, 80) + "' is undefined";
+  if (v.b) return excerpt(v.s, 200);
+  return v.s.empty() ? std::string("value is undefined") : py_repr_str(excerpt(v.s, 80)) + " is undefined";
 }
 
 Flow exec_body(const Body& body, Ctx& c) {
@@ -65,11 +66,17 @@ std::vector<Value> iterate(Ctx& c, Pos p, const Value& v) {
   switch (v.k) {
     case Value::K::kUndefined: return {};
     case Value::K::kList:
+      if (v.is_iterator()) {  // consumed: a second iteration sees what the first left
+        const size_t from = std::min(v.list->consumed, v.list->size());
+        v.list->consumed = v.list->size();
+        c.budget.charge((v.list->size() - from) * sizeof(Value));
+        return std::vector<Value>(v.list->begin() + static_cast<std::ptrdiff_t>(from), v.list->end());
+      }
       c.budget.charge(v.list->size() * sizeof(Value));
       return *v.list;
     case Value::K::kDict: {
       std::vector<Value> keys;
-      for (const auto& kv : v.dict->items) keys.push_back(Value::string(kv.first));
+      for (const auto& kv : v.dict->items) keys.push_back(kv.first);
       return keys;
     }
     case Value::K::kString: {
@@ -155,7 +162,9 @@ Value repeat(Ctx& c, Pos p, const Value& s, int64_t n) {
     std::string out;
     out.reserve(s.s.size() * k);
     for (uint64_t i = 0; i < k; ++i) out += s.s;
-    return Value::string(std::move(out));
+    Value r = Value::string(std::move(out));
+    r.markup = s.markup;
+    return r;
   }
   if (k && s.list->size() > static_cast<uint64_t>(c.budget.limits.max_list_items) / k)
     c.budget.fail("a list would have " + std::to_string(s.list->size()) + " x " + std::to_string(k) +
@@ -164,7 +173,9 @@ Value repeat(Ctx& c, Pos p, const Value& s, int64_t n) {
   List l;
   l.reserve(s.list->size() * k);
   for (uint64_t i = 0; i < k; ++i) l.insert(l.end(), s.list->begin(), s.list->end());
-  return Value::make_list(std::move(l));
+  Value r = Value::make_list(std::move(l));
+  r.tuple = s.tuple;
+  return r;
 }
 
 }  // namespace
@@ -196,23 +207,41 @@ Value binary(Ctx& c, Pos p, const std::string& op, const Value& a, const Value& 
       return floats ? Value::number(op == "+" ? a.as_double() + b.as_double() : a.as_double() - b.as_double())
                     : Value::integer(add(c, p, a.as_int(), b.as_int(), op.c_str()));
     if (op == "-") return unsupported();
-    if (a.is_string() && b.is_string()) return concat(a.s, b.s);
+    if (a.is_string() && b.is_string()) {
+      if (!a.markup && !b.markup) return concat(a.s, b.s);
+      // Markup.__add__ / __radd__: the plain side is escaped, the result is Markup
+      c.budget.at = p;
+      Value r = concat(a.markup ? a.s : html_escape(a.s), b.markup ? b.s : html_escape(b.s));
+      r.markup = true;
+      return r;
+    }
+    if (a.markup || b.markup) return unsupported();
     if (a.k == Value::K::kList && b.k == Value::K::kList) {
+      if (!a.is_plain_list()) return unsupported();
+      if (!b.is_plain_list() || a.tuple != b.tuple)
+        rt_fail(c, p, std::string("can only concatenate ") + type_name(a) + " (not \"" + type_name(b) + "\") to " +
+                          type_name(a));
       c.budget.at = p;
       c.budget.check_items(a.list->size() + b.list->size());
       List l = *a.list;
       l.insert(l.end(), b.list->begin(), b.list->end());
-      return Value::make_list(std::move(l));
+      Value r = Value::make_list(std::move(l));
+      r.tuple = a.tuple;
+      return r;
     }
-    if (a.is_string() || b.is_string())
-      rt_fail(c, p, std::string("can only concatenate str (not \"") + type_name(a.is_string() ? b : a) +
+    // Python: the left operand's type decides the message (str + 1, [1] + 'a'; 1 + 'a' is unsupported)
+    if (a.is_string())
+      rt_fail(c, p, std::string("can only concatenate str (not \"") + type_name(b) +
                         "\") to str; use ~ to join a string with another value");
+    if (a.is_plain_list())
+      rt_fail(c, p, std::string("can only concatenate ") + type_name(a) + " (not \"" + type_name(b) + "\") to " +
+                        type_name(a));
     return unsupported();
   }
   if (op == "*") {
     if (nums) return floats ? Value::number(a.as_double() * b.as_double()) : Value::integer(mul(c, p, a.as_int(), b.as_int()));
-    if ((a.is_string() || a.k == Value::K::kList) && b.is_int()) return repeat(c, p, a, b.as_int());
-    if ((b.is_string() || b.k == Value::K::kList) && a.is_int()) return repeat(c, p, b, a.as_int());
+    if ((a.is_string() || a.is_plain_list()) && b.is_int()) return repeat(c, p, a, b.as_int());
+    if ((b.is_string() || b.is_plain_list()) && a.is_int()) return repeat(c, p, b, a.as_int());
     return unsupported();
   }
   if (op == "/") {
@@ -299,14 +328,25 @@ bool contains(Ctx& c, Pos p, const Value& container, const Value& item) {
       c.budget.charge(container.s.size());
       return find_sub(container.s, item.s) != std::string::npos;
     case Value::K::kList:
+      if (container.is_iterator()) {  // `in` consumes an iterator up to the item found
+        const List& l = *container.list;
+        while (l.consumed < l.size()) {
+          c.budget.charge(sizeof(Value));
+          if (equal(l[container.list->consumed++], item)) return true;
+        }
+        return false;
+      }
       for (const auto& e : *container.list) {
         c.budget.charge(sizeof(Value));
         if (equal(e, item)) return true;
       }
       return false;
-    case Value::K::kDict:
+    case Value::K::kDict: {
       c.budget.charge(container.dict->items.size() * sizeof(Value));
-      return item.is_string() && container.dict->find(item.s) != nullptr;
+      const char* type = nullptr;
+      if (!hashable(item, &type)) rt_fail(c, p, std::string("unhashable type: '") + type + "'");
+      return container.dict->find(item) != nullptr;
+    }
     case Value::K::kUndefined: return false;  // jinja2's Undefined iterates as empty
     default: rt_fail(c, p, std::string("argument of type '") + type_name(container) + "' is not iterable");
   }
@@ -326,8 +366,9 @@ Value DictExpr::evaluate(Ctx& c) const {
   Value v = Value::make_dict();
   for (const auto& kv : items) {
     Value k = kv.first->eval(c);
-    if (!k.is_string()) rt_fail(c, kv.first->pos, "dictionary keys must be strings here");
-    v.dict->set(k.s, kv.second->eval(c));
+    const char* type = nullptr;
+    if (!hashable(k, &type)) rt_fail(c, kv.first->pos, std::string("unhashable type: '") + type + "'");
+    v.dict->set(std::move(k), kv.second->eval(c));
   }
   return v;
 }
@@ -364,13 +405,32 @@ Value Binary::evaluate(Ctx& c) const {
 
 Value CondExpr::evaluate(Ctx& c) const {
   if (truthy(cond->eval(c))) return yes->eval(c);
-  return no ? no->eval(c) : Value::undefined();
+  if (no) return no->eval(c);
+  return Value::undefined_hint("the inline if-expression on line " + std::to_string(pos.line) +
+                               " evaluated to false and no else section was defined.");
 }
 
 CallArgs Args::eval(Ctx& c) const {
   CallArgs a;
   for (const auto& e : pos) a.pos.push_back(e->eval(c));
+  if (star) {
+    Value xs = star->eval(c);
+    if (xs.is_undefined() || xs.is_none() || xs.is_number() || xs.k == Value::K::kFunc)
+      rt_fail(c, star->pos, std::string("Value after * must be an iterable, not ") + type_name(xs));
+    for (auto& x : iterate(c, star->pos, xs)) a.pos.push_back(std::move(x));
+  }
   for (const auto& kv : kw) a.kw.emplace_back(kv.first, kv.second->eval(c));
+  if (dstar) {
+    Value d = dstar->eval(c);
+    if (d.k != Value::K::kDict || d.dict->ns)
+      rt_fail(c, dstar->pos, std::string("argument after ** must be a mapping, not ") + type_name(d));
+    for (const auto& kv : d.dict->items) {
+      if (!kv.first.is_string()) rt_fail(c, dstar->pos, "keywords must be strings");
+      for (const auto& have : a.kw)
+        if (have.first == kv.first.s) rt_fail(c, dstar->pos, "got multiple values for keyword argument '" + have.first + "'");
+      a.kw.emplace_back(kv.first.s, kv.second);
+    }
+  }
   return a;
 }
 
@@ -378,6 +438,8 @@ int Args::depth() const {
   int d = 0;
   for (const auto& e : pos) d = std::max(d, e->depth);
   for (const auto& kv : kw) d = std::max(d, kv.second->depth);
+  if (star) d = std::max(d, star->depth);
+  if (dstar) d = std::max(d, dstar->depth);
   return d;
 }
 
@@ -439,14 +501,20 @@ Value SliceExpr::evaluate(Ctx& c) const {
     auto idx = slice_indices(c, pos, static_cast<int64_t>(st.size() - 1), s0, s1, s2);
     std::string out;
     for (int64_t i : idx) out += o.s.substr(st[static_cast<size_t>(i)], st[static_cast<size_t>(i) + 1] - st[static_cast<size_t>(i)]);
-    return Value::string(out);
+    Value r = Value::string(out);
+    r.markup = o.markup;
+    return r;
   }
+  if (o.k == Value::K::kList && !o.is_plain_list() && o.lazy != Value::Lazy::kRange)
+    return Value::undefined();  // iterators and views are not subscriptable (jinja2: Undefined)
   if (o.k == Value::K::kList) {
     auto idx = slice_indices(c, pos, static_cast<int64_t>(o.list->size()), s0, s1, s2);
     List l;
     l.reserve(idx.size());
     for (int64_t i : idx) l.push_back((*o.list)[static_cast<size_t>(i)]);
-    return Value::make_list(std::move(l));
+    Value r = Value::make_list(std::move(l));
+    r.tuple = o.tuple;
+    return r;
   }
   if (o.is_undefined()) rt_fail(c, pos, undefined_msg(o));
   rt_fail(c, pos, std::string("'") + type_name(o) + "' object is not subscriptable");
@@ -535,9 +603,10 @@ Flow For::run(Ctx& c) const {
   Value seq = iter->eval(c);
   // A list is walked in place (seq keeps it alive: lists are immutable); anything else as iterate().
   std::vector<Value> own;
-  if (seq.k != Value::K::kList || filter) {
-    std::vector<Value> all = seq.k == Value::K::kList ? std::vector<Value>() : iterate(c, iter->pos, seq);
-    const std::vector<Value>& from = seq.k == Value::K::kList ? *seq.list : all;
+  const bool in_place = seq.k == Value::K::kList && !seq.is_iterator();  // an iterator is consumed
+  if (!in_place || filter) {
+    std::vector<Value> all = in_place ? std::vector<Value>() : iterate(c, iter->pos, seq);
+    const std::vector<Value>& from = in_place ? *seq.list : all;
     if (!filter) {
       own = std::move(all);
     } else {
@@ -550,7 +619,7 @@ Flow For::run(Ctx& c) const {
       }
     }
   }
-  const std::vector<Value>& items = (seq.k == Value::K::kList && !filter) ? *seq.list : own;
+  const std::vector<Value>& items = (in_place && !filter) ? *seq.list : own;
   if (items.empty()) return exec_body(else_body, c);
   const int64_t n = static_cast<int64_t>(items.size());
   // One loop object for the whole loop, updated in place (as jinja2's LoopContext), and one frame
@@ -560,9 +629,9 @@ Flow For::run(Ctx& c) const {
   Dict& d = *loop.dict;
   for (const char* key : {"index0", "index", "revindex0", "revindex", "first", "last", "length", "depth", "depth0",
                           "previtem", "nextitem"})
-    d.items.emplace_back(key, Value());
-  d.items.emplace_back("cycle", Value::function("loop.cycle", [index](CallArgs& a, Ctx&) -> Value {
-                         if (a.pos.empty()) return Value::undefined();
+    d.items.emplace_back(Value::string(key), Value());
+  d.items.emplace_back(Value::string("cycle"), Value::function("loop.cycle", [index](CallArgs& a, Ctx& cc) -> Value {
+                         if (a.pos.empty()) fail_here(cc, "no items for cycling given");
                          return a.pos[static_cast<size_t>(*index) % a.pos.size()];
                        }));
   d.items[6].second = Value::integer(n);
@@ -580,8 +649,8 @@ Flow For::run(Ctx& c) const {
     d.items[3].second = Value::integer(n - i);
     d.items[4].second = Value::boolean(i == 0);
     d.items[5].second = Value::boolean(i == n - 1);
-    d.items[9].second = i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("loop.previtem");
-    d.items[10].second = i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::undefined("loop.nextitem");
+    d.items[9].second = i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined_hint("there is no previous item");
+    d.items[10].second = i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::undefined_hint("there is no next item");
     // A fresh scope per iteration (as jinja2): emptied when the body set names of its own.
     auto& frame = c.frames.back();
     if (frame.size() > 1 + target.names.size()) frame.clear();
@@ -601,46 +670,83 @@ Flow Generation::run(Ctx& c) const {
 }
 
 namespace {
-Value call_macro(const Macro& m, CallArgs& a, Ctx& c, Pos p) {
+using Frames = std::vector<std::unordered_map<std::string, Value>>;
+
+// The scopes a macro or a caller was defined in, above the template's top level (empty for a
+// top-level macro): jinja2's macros and call blocks are closures over them.
+Frames closure_of(Ctx& c) {
+  if (c.frames.size() <= 1) return {};
+  int64_t n = 0;
+  for (size_t i = 1; i < c.frames.size(); ++i) n += static_cast<int64_t>(c.frames[i].size());
+  c.budget.add_steps(n);  // the copy
+  return Frames(c.frames.begin() + 1, c.frames.end());
+}
+
+// Runs `fn` with the frames [top level, *closure, fresh frame], then restores the caller's.
+template <class Fn>
+auto in_closure(Ctx& c, const Frames& closure, std::unordered_map<std::string, Value> frame, Fn fn) {
+  Frames saved;
+  saved.swap(c.frames);
+  struct Restore {
+    Ctx& c;
+    Frames& saved;
+    ~Restore() { c.frames.swap(saved); }
+  } restore{c, saved};
+  int64_t n = static_cast<int64_t>(saved.front().size());
+  for (const auto& f : closure) n += static_cast<int64_t>(f.size());
+  c.budget.add_steps(n);  // the copies below
+  c.frames.push_back(saved.front());  // globals and top-level assignments, as they are now
+  c.frames.insert(c.frames.end(), closure.begin(), closure.end());
+  c.frames.push_back(std::move(frame));
+  return fn();
+}
+
+Value call_macro(const Macro& m, const Frames& closure, CallArgs& a, Ctx& c, Pos p) {
   if (c.macro_depth >= c.budget.limits.max_macro_depth)
     rt_fail(c, p, "macro calls nested deeper than " + std::to_string(c.budget.limits.max_macro_depth) +
                       " (ciuic's limit for templates; jinja2: RecursionError)");
   std::unordered_map<std::string, Value> frame;
-  if (a.pos.size() > m.params.size())
-    rt_fail(c, p, "macro '" + m.name + "' takes " + std::to_string(m.params.size()) + " arguments, " +
-                      std::to_string(a.pos.size()) + " given");
-  for (size_t i = 0; i < m.params.size(); ++i) {
-    if (i < a.pos.size()) frame[m.params[i].first] = a.pos[i];
+  if (a.pos.size() > m.params.size() && !m.catch_varargs)
+    rt_fail(c, p, "macro '" + m.name + "' takes not more than " + std::to_string(m.params.size()) + " argument(s)");
+  List extra;
+  for (size_t i = 0; i < a.pos.size(); ++i) {
+    if (i < m.params.size()) frame[m.params[i].first] = a.pos[i];
+    else extra.push_back(a.pos[i]);
   }
+  Value kwargs = Value::make_dict();
   for (auto& [k, v] : a.kw) {
-    if (k == "caller") {  // {% call %} passes the caller to any macro
+    bool known = false;
+    for (const auto& prm : m.params) known = known || prm.first == k;
+    if (k == "caller" && !known) {  // {% call %} passes the caller to any macro
       frame[k] = v;
       continue;
     }
-    bool known = false;
-    for (const auto& prm : m.params) known = known || prm.first == k;
-    if (!known) rt_fail(c, p, "macro '" + m.name + "' has no argument '" + k + "'");
+    if (!known) {
+      if (!m.catch_kwargs) rt_fail(c, p, "macro '" + m.name + "' takes no keyword argument '" + k + "'");
+      kwargs.dict->set(k, v);
+      continue;
+    }
+    if (frame.count(k)) rt_fail(c, p, "macro '" + m.name + "' got multiple values for argument '" + k + "'");
     frame[k] = v;
   }
-  std::vector<std::unordered_map<std::string, Value>> saved_frames;
-  saved_frames.swap(c.frames);
+  if (m.catch_varargs) {
+    Value t = Value::make_list(std::move(extra));
+    t.tuple = true;
+    frame["varargs"] = std::move(t);
+  }
+  if (m.catch_kwargs) frame["kwargs"] = std::move(kwargs);
   ++c.macro_depth;
-  std::string out;
-  try {
-    c.budget.add_steps(static_cast<int64_t>(saved_frames.front().size()));  // the copy below
-    c.frames.push_back(saved_frames.front());  // globals and top-level assignments
-    c.frames.push_back(std::move(frame));
+  struct Depth {
+    int& d;
+    ~Depth() { --d; }
+  } depth{c.macro_depth};
+  std::string out = in_closure(c, closure, std::move(frame), [&] {
     for (const auto& prm : m.params)
       if (!c.frames.back().count(prm.first))
-        c.frames.back()[prm.first] = prm.second ? prm.second->eval(c) : Value::undefined(prm.first);
-    out = capture(c, m.body);
-  } catch (...) {
-    c.frames.swap(saved_frames);
-    --c.macro_depth;
-    throw;
-  }
-  c.frames.swap(saved_frames);
-  --c.macro_depth;
+        c.frames.back()[prm.first] =
+            prm.second ? prm.second->eval(c) : Value::undefined_hint("parameter '" + prm.first + "' was not provided");
+    return capture(c, m.body);
+  });
   return Value::string(std::move(out));
 }
 }  // namespace
@@ -648,13 +754,30 @@ Value call_macro(const Macro& m, CallArgs& a, Ctx& c, Pos p) {
 Flow Macro::run(Ctx& c) const {
   const Macro* self = this;
   Pos p = pos;
-  c.frames.back()[name] = Value::function(name, [self, p](CallArgs& a, Ctx& cc) { return call_macro(*self, a, cc, p); });
+  auto closure = std::make_shared<const Frames>(closure_of(c));
+  c.frames.back()[name] = Value::function(
+      name, [self, p, closure](CallArgs& a, Ctx& cc) { return call_macro(*self, *closure, a, cc, p); });
+  return Flow::kNormal;
+}
+
+Flow FilterBlock::run(Ctx& c) const {
+  Value v = Value::string(capture(c, body));
+  for (const auto& [name, args] : filters) {
+    CallArgs a = args.eval(c);
+    c.budget.at = pos;
+    v = apply_filter(c, pos, name, v, a);
+  }
+  c.budget.at = pos;
+  emit(c, pos, to_str(v));
   return Flow::kNormal;
 }
 
 Flow CallBlock::run(Ctx& c) const {
   const Body* b = &body;
-  Value caller = Value::function("caller", [b](CallArgs&, Ctx& cc) { return Value::string(capture(cc, *b)); });
+  auto closure = std::make_shared<const Frames>(closure_of(c));  // the body sees the call block's scope
+  Value caller = Value::function("caller", [b, closure](CallArgs&, Ctx& cc) {
+    return Value::string(in_closure(cc, *closure, {}, [&] { return capture(cc, *b); }));
+  });
   c.frames.emplace_back();
   c.frames.back()["caller"] = caller;
   const Call* call_expr = static_cast<const Call*>(call.get());

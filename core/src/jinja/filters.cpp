@@ -17,7 +17,9 @@ int64_t length_of(Ctx& c, Pos p, const Value& v) {
     case Value::K::kString:
       c.budget.charge(v.s.size());
       return static_cast<int64_t>(cp_count(v.s));
-    case Value::K::kList: return static_cast<int64_t>(v.list->size());
+    case Value::K::kList:
+      if (v.is_iterator()) rt_fail(c, p, std::string("object of type '") + type_name(v) + "' has no len()");
+      return static_cast<int64_t>(v.list->size());
     case Value::K::kDict: return static_cast<int64_t>(v.dict->items.size());
     default: rt_fail(c, p, std::string("object of type '") + type_name(v) + "' has no len()");
   }
@@ -76,9 +78,11 @@ bool apply_test(Ctx& c, Pos p, const std::string& name, const Value& v, CallArgs
   if (name == "boolean") return v.k == Value::K::kBool;
   if (name == "true") return v.k == Value::K::kBool && v.b;
   if (name == "false") return v.k == Value::K::kBool && !v.b;
-  if (name == "mapping") return v.k == Value::K::kDict;
-  if (name == "sequence") return v.k == Value::K::kList || v.is_string() || (v.k == Value::K::kDict && !v.dict->ns);
-  if (name == "iterable") return v.k == Value::K::kList || v.is_string() || v.k == Value::K::kDict;
+  if (name == "mapping") return v.k == Value::K::kDict && !v.dict->ns;
+  if (name == "sequence")  // len() and [] (jinja2's test): not iterators nor dict views
+    return v.is_plain_list() || (v.is_list() && v.lazy == Value::Lazy::kRange) || v.is_string() ||
+           (v.k == Value::K::kDict && !v.dict->ns);
+  if (name == "iterable") return v.k == Value::K::kList || v.is_string() || (v.k == Value::K::kDict && !v.dict->ns);
   if (name == "callable") return v.k == Value::K::kFunc;
   if (name == "odd" || name == "even") {
     if (v.k != Value::K::kInt && v.k != Value::K::kBool) rt_fail(c, p, "test '" + name + "' needs an integer");
@@ -126,7 +130,9 @@ Value select_like(Ctx& c, Pos p, const std::string& name, const Value& v, CallAr
     test = a.pos[k].s;
     targs.pos.assign(a.pos.begin() + static_cast<long>(k + 1), a.pos.end());
   }
-  Value out = Value::make_list();
+  // jinja2's select_or_reject: `if value:` first (None, '' and 0 give nothing), then a generator.
+  Value out = make_lazy({}, Value::Lazy::kGenerator);
+  if (!truthy(v)) return out;
   for (const auto& e : iterate(c, p, v)) {
     Value x = by_attr ? attr_path(c, p, e, attribute) : e;
     bool r = test.empty() ? truthy(x) : apply_test(c, p, test, x, targs);
@@ -165,34 +171,29 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
   auto undefined_error = [&] {
     if (v.is_undefined()) rt_fail(c, p, undefined_msg(v) + " (filter '" + name + "')");
   };
+  // soft_str(s).strip() and the like: a Markup stays a Markup (markupsafe's methods).
+  auto same_kind = [&](std::string text) {
+    Value r = Value::string(std::move(text));
+    r.markup = v.is_string() && v.markup;
+    return r;
+  };
   if (name == "trim") {
     const Value* chars = arg(a, 0, "chars");
-    return Value::string(py_strip(to_str(v), true, true, (chars && chars->is_string()) ? &chars->s : nullptr));
+    return same_kind(py_strip(to_str(v), true, true, (chars && chars->is_string()) ? &chars->s : nullptr));
   }
-  if (name == "upper") return Value::string(ascii_case(to_str(v), true));
-  if (name == "lower") return Value::string(ascii_case(to_str(v), false));
-  if (name == "title") return Value::string(py_title(to_str(v)));
-  if (name == "capitalize") return Value::string(py_capitalize(to_str(v)));
+  if (name == "upper") return same_kind(ascii_case(to_str(v), true));
+  if (name == "lower") return same_kind(ascii_case(to_str(v), false));
+  if (name == "title") return Value::string(py_title(to_str(v)));  // joins plain str pieces
+  if (name == "capitalize") return same_kind(py_capitalize(to_str(v)));
   if (name == "length" || name == "count") return Value::integer(length_of(c, p, v));
   if (name == "string") return v.is_string() ? v : Value::string(to_str(v));
-  if (name == "safe" || name == "e" || name == "escape" || name == "forceescape") {
-    if (name == "safe") return v;
-    std::string s = to_str(v), out;
-    size_t size = s.size();  // of the result: each entity adds at most 4 bytes
-    for (char ch : s) size += (ch == '&' || ch == '<' || ch == '>' || ch == '"' || ch == '\'') ? 4 : 0;
-    c.budget.check_length(size, "escape's result");
-    out.reserve(size);
-    for (char ch : s) {
-      switch (ch) {
-        case '&': out += "&amp;"; break;
-        case '<': out += "&lt;"; break;
-        case '>': out += "&gt;"; break;
-        case '"': out += "&#34;"; break;
-        case '\'': out += "&#39;"; break;
-        default: out += ch;
-      }
-    }
-    return Value::string(out);
+  // markupsafe: safe marks the text as Markup; escape escapes what is not Markup yet; forceescape
+  // escapes always. Printing a Markup prints its text (autoescape is off); `+` escapes the other side.
+  if (name == "safe") return (v.is_string() && v.markup) ? v : Value::markup_string(to_str(v));
+  if (name == "e" || name == "escape" || name == "forceescape") {
+    if (name != "forceescape" && v.is_string() && v.markup) return v;
+    c.budget.at = p;
+    return Value::markup_string(html_escape(to_str(v)));
   }
   if (name == "tojson") {
     JsonFormat f;
@@ -219,9 +220,16 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     bool use = v.is_undefined() || (boolean && truthy(*boolean) && !truthy(v));
     return use ? (dflt ? *dflt : Value::string("")) : v;
   }
+  if (name == "first" && v.is_iterator()) {  // next(iter(x)): takes one item
+    List& l = *v.list;
+    if (l.consumed >= l.size()) return Value::undefined_hint("No first item, sequence was empty.");
+    return l[l.consumed++];
+  }
+  if (name == "last" && v.is_iterator())  // next(iter(reversed(x)))
+    rt_fail(c, p, std::string("'") + type_name(v) + "' object is not reversible");
   if (name == "first" || name == "last") {
     auto items = iterate(c, p, v);
-    if (items.empty()) return Value::undefined("first item");
+    if (items.empty()) return Value::undefined_hint(name == "first" ? "No first item, sequence was empty." : "No last item, sequence was empty.");
     return name == "first" ? items.front() : items.back();
   }
   if (name == "list") return Value::make_list(iterate(c, p, v));
@@ -297,17 +305,23 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
       auto st = cp_starts(v.s);
       std::string out;
       for (size_t i = st.size() - 1; i > 0; --i) out += v.s.substr(st[i - 1], st[i] - st[i - 1]);
-      return Value::string(out);
+      return same_kind(out);
     }
+    // reversed(x) where x is reversible (an iterator: list_reverseiterator, reversed, ...);
+    // else list(x) reversed (jinja2's do_reverse).
+    const bool reversible = v.is_list() ? !v.is_iterator() : v.k == Value::K::kDict;
     auto items = iterate(c, p, v);
     std::reverse(items.begin(), items.end());
-    return Value::make_list(std::move(items));
+    if (!reversible) return Value::make_list(std::move(items));
+    return make_lazy(std::move(items), v.tuple ? Value::Lazy::kReversed : Value::Lazy::kReverseIterator);
   }
-  if (name == "items") {
-    if (v.is_undefined()) return Value::make_list();
-    if (v.k != Value::K::kDict) rt_fail(c, p, "filter 'items' needs a mapping");
+  if (name == "items") {  // jinja2's do_items: a generator of the (key, value) pairs
+    if (v.is_undefined()) return make_lazy({}, Value::Lazy::kGenerator);
+    if (v.k != Value::K::kDict || v.dict->ns) rt_fail(c, p, "Can only get item pairs from a mapping.");
     CallArgs none;
-    return call_method(c, p, v, "items", none);
+    Value pairs = call_method(c, p, v, "items", none);
+    pairs.lazy = Value::Lazy::kGenerator;
+    return pairs;
   }
   if (name == "dictsort") {
     if (v.k != Value::K::kDict) rt_fail(c, p, "filter 'dictsort' needs a mapping");
@@ -325,7 +339,7 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     return sorted(c, p, iterate(c, p, v), rev && truthy(*rev), cs && truthy(*cs), at ? to_str(*at) : "");
   }
   if (name == "unique") {
-    Value out = Value::make_list();
+    Value out = make_lazy({}, Value::Lazy::kGenerator);
     const Value* at = kwarg(a, "attribute");
     std::vector<Value> seen;
     for (const auto& e : iterate(c, p, v)) {
@@ -342,11 +356,11 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     return out;
   }
   if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") return select_like(c, p, name, v, a);
-  if (name == "map") {
-    Value out = Value::make_list();
+  if (name == "map") {  // jinja2's do_map: `if value:` first, then a generator
+    Value out = make_lazy({}, Value::Lazy::kGenerator);
     const Value* at = kwarg(a, "attribute");
     const Value* dflt = kwarg(a, "default");
-    for (const auto& e : iterate(c, p, v)) {
+    for (const auto& e : truthy(v) ? iterate(c, p, v) : std::vector<Value>()) {
       if (at) {
         Value x = attr_path(c, p, e, to_str(*at));
         out.list->push_back((x.is_undefined() && dflt) ? *dflt : x);
@@ -373,7 +387,7 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
   }
   if (name == "min" || name == "max") {
     auto items = iterate(c, p, v);
-    if (items.empty()) return Value::undefined(name + " of an empty sequence");
+    if (items.empty()) return Value::undefined_hint("No aggregated item, sequence was empty.");
     const Value* at = kwarg(a, "attribute");
     Value best = items[0];
     for (const auto& e : items) {
@@ -411,7 +425,7 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
       i = j + 1;
       first_line = false;
     }
-    return Value::string(out);
+    return same_kind(std::move(out));
   }
   if (name == "wordcount") return Value::integer(static_cast<int64_t>(py_split(to_str(v), nullptr, -1).size()));
   rt_fail(c, p, "unknown filter '" + name + "'");

@@ -5,17 +5,23 @@
 // extension, its own `tojson` filter (json.dumps, no HTML escaping), `raise_exception(msg)` and
 // `strftime_now(fmt)`, and the `{% generation %}` block. Template reproduces that environment:
 //
+//   source       as jinja2's lexer: \r\n and \r read as \n, one final newline dropped
 //   statements   if/elif/else, for (tuple targets, `if` filter, `else`, loop.index/index0/
 //                revindex/revindex0/first/last/length/previtem/nextitem/cycle), set (names,
-//                namespace attributes, tuples, `{% set x %}...{% endset %}`), macro + call,
-//                break/continue, generation, raw, comments, whitespace control (`-`, `+`,
-//                trim_blocks, lstrip_blocks)
-//   expressions  Python literals, lists, tuples, dicts, attribute/item access, slices, calls,
-//                + - * / // % ** ~, comparisons, in / not in, and/or/not, `a if c else b`,
-//                filters (`|f(args)`) and tests (`is [not] t`)
+//                namespace attributes, tuples, `{% set x %}...{% endset %}`), macro (with
+//                varargs/kwargs) + call, filter blocks, break/continue, generation, raw,
+//                comments, whitespace control (`-`, `+`, trim_blocks, lstrip_blocks)
+//   expressions  Python literals, lists, tuples, dicts, attribute/item access, slices, calls
+//                (with *args and **kwargs), + - * / // % ** ~, comparisons, in / not in,
+//                and/or/not, `a if c else b`, filters (`|f(args)`) and tests (`is [not] t`)
 //   values       Python semantics: str() of None/True/1.0/lists, truthiness, == across int and
-//                float, negative indices, code-point strings; Undefined prints "" and is an
-//                error where Python's jinja2 raises one
+//                float, negative indices, code-point strings, dict keys of any hashable type
+//                (1, 1.0 and True one key); Undefined prints "" and is an error where Python's
+//                jinja2 raises one; what jinja2 returns as a generator (map, select, reject,
+//                selectattr, rejectattr, unique, items), an iterator (reverse), a view
+//                (dict.items/keys/values) or a range behaves as one (consumed once, no len(),
+//                not JSON serializable...); |safe and |escape make markupsafe Markup strings
+//                (Markup + str escapes the str)
 //   filters      abs attr capitalize count d default dictsort e escape first float indent int
 //                items join last length list lower map max min reject rejectattr replace reverse
 //                round safe select selectattr sort string sum title tojson trim unique upper
@@ -25,8 +31,7 @@
 //                isspace isupper islower format-free; dict: items keys values get; list: index
 //                count
 //
-// Anything outside the subset (include/import/extends, `{% filter %}`, ...) is a parse error that
-// names it. Templates are immutable after parsing and render() is safe from many threads.
+// Anything outside the subset (include/import/extends, ...) is a parse error that names it. Templates are immutable after parsing and render() is safe from many threads.
 //
 // A sandbox: templates come from downloaded model folders and are hostile input. Parsing and
 // rendering bound nesting, work and memory (Limits; docs/tokenizer.md "Limits"); any bound hit,

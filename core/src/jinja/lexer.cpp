@@ -52,9 +52,6 @@ class Lexer {
         } else if (!plus && p < src_.size() && src_[p] == '\n') {
           ++p;
           line_starting = true;
-        } else if (!plus && p + 1 < src_.size() && src_[p] == '\r' && src_[p + 1] == '\n') {
-          p += 2;
-          line_starting = true;
         }
         continue;
       }
@@ -77,9 +74,6 @@ class Lexer {
       if (block && !strip_next && !last_plus_) {
         if (p < src_.size() && src_[p] == '\n') {
           ++p;
-          line_starting = true;
-        } else if (p + 1 < src_.size() && src_[p] == '\r' && src_[p + 1] == '\n') {
-          p += 2;
           line_starting = true;
         }
       }
@@ -299,6 +293,24 @@ class Lexer {
 
 }  // namespace
 
-std::vector<Token> lex(std::string_view src, const std::string& origin) { return Lexer(src, origin).run(); }
+std::string normalize_newlines(std::string_view src) {
+  std::string out;
+  out.reserve(src.size());
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (src[i] == '\r') {
+      out += '\n';
+      if (i + 1 < src.size() && src[i + 1] == '\n') ++i;
+    } else {
+      out += src[i];
+    }
+  }
+  if (!out.empty() && out.back() == '\n') out.pop_back();  // keep_trailing_newline=False
+  return out;
+}
+
+std::vector<Token> lex(std::string_view src, const std::string& origin) {
+  const std::string text = normalize_newlines(src);
+  return Lexer(text, origin).run();
+}
 
 }  // namespace ciuic::jinja

@@ -20,7 +20,11 @@ struct Token {
   Pos pos;
 };
 
-// The tokens of `src`, ending with kEof.
+// jinja2's lexer first: \r\n and \r become \n (newline_sequence), and one final newline is
+// dropped (transformers keeps keep_trailing_newline=False).
+std::string normalize_newlines(std::string_view src);
+
+// The tokens of `src` (after normalize_newlines), ending with kEof.
 std::vector<Token> lex(std::string_view src, const std::string& origin);
 
 }  // namespace ciuic::jinja

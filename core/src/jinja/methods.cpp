@@ -2,6 +2,8 @@
 // of transformers' environment.
 #include <algorithm>
 #include <ctime>
+#include <iterator>
+#include <optional>
 
 #include "jinja/builtins.h"
 #include "jinja/text.h"
@@ -21,7 +23,7 @@ bool is_method(const Value& obj, const std::string& name) {
   } else if (obj.k == Value::K::kDict && !obj.dict->ns) {
     for (const char* m : kDict)
       if (name == m) return true;
-  } else if (obj.k == Value::K::kList) {
+  } else if (obj.is_plain_list()) {
     for (const char* m : kList)
       if (name == m) return true;
   }
@@ -36,19 +38,38 @@ Value bound_method(const Value& obj, const std::string& name, Pos p) {
 
 }  // namespace
 
+namespace {
+// jinja2's object_type_repr: "None", "dict object", "str object", ... (for Undefined's messages).
+std::string object_type_repr(const Value& v) {
+  if (v.is_none()) return "None";
+  if (v.k == Value::K::kDict && v.dict->ns) return "transformers.utils.chat_template_utils.TemplateNamespace object";
+  if (v.is_string() && v.markup) return "markupsafe.Markup object";
+  return std::string(type_name(v)) + " object";
+}
+
+// jinja2's Undefined for obj.name / obj[key] that is not there, with jinja2's message.
+Value missing(const Value& obj, const Value& key) {
+  if (key.is_string()) return Value::undefined_hint(py_repr_str(object_type_repr(obj)) + " has no attribute " + py_repr_str(excerpt(key.s, 80)));
+  return Value::undefined_hint(object_type_repr(obj) + " has no element " + excerpt(repr(key), 80));
+}
+Value missing(const Value& obj, const std::string& name) {
+  return Value::undefined_hint(py_repr_str(object_type_repr(obj)) + " has no attribute " + py_repr_str(excerpt(name, 80)));
+}
+}  // namespace
+
 Value get_attr(Ctx& c, Pos p, const Value& obj, const std::string& name) {
   if (obj.is_undefined()) rt_fail(c, p, undefined_msg(obj) + " (reading ." + name + ")");
   if (obj.k == Value::K::kDict) {
     if (obj.dict->ns) {
       if (const Value* v = obj.dict->find(name)) return *v;
-      return Value::undefined(name);
+      return missing(obj, name);
     }
     if (is_method(obj, name)) return bound_method(obj, name, p);
     if (const Value* v = obj.dict->find(name)) return *v;
-    return Value::undefined(name);
+    return missing(obj, name);
   }
   if (is_method(obj, name)) return bound_method(obj, name, p);
-  return Value::undefined(name);
+  return missing(obj, name);
 }
 
 Value get_item(Ctx& c, Pos p, const Value& obj, const Value& key) {
@@ -57,30 +78,36 @@ Value get_item(Ctx& c, Pos p, const Value& obj, const Value& key) {
     if (key.is_string()) {
       if (const Value* v = obj.dict->find(key.s)) return *v;
       if (!obj.dict->ns && is_method(obj, key.s)) return bound_method(obj, key.s, p);
-      return Value::undefined(key.s);
+      return missing(obj, key);
     }
-    return Value::undefined(excerpt(to_str(key), 80));
+    if (!obj.dict->ns)
+      if (const Value* v = obj.dict->find(key)) return *v;
+    return missing(obj, key);
   }
-  if ((obj.k == Value::K::kList || obj.is_string()) && (key.k == Value::K::kInt || key.k == Value::K::kBool)) {
+  // Iterators and dict views are not subscriptable: jinja2's sandbox gives Undefined.
+  const bool indexable = obj.is_plain_list() || (obj.is_list() && obj.lazy == Value::Lazy::kRange);
+  if ((indexable || obj.is_string()) && (key.k == Value::K::kInt || key.k == Value::K::kBool)) {
     if (obj.k == Value::K::kList) {
       int64_t n = static_cast<int64_t>(obj.list->size()), i = key.as_int();
       if (i < 0) i += n;
-      if (i < 0 || i >= n) return Value::undefined("[" + std::to_string(key.as_int()) + "]");
+      if (i < 0 || i >= n) return missing(obj, key);
       return (*obj.list)[static_cast<size_t>(i)];
     }
     c.budget.charge(obj.s.size());
     int64_t n = static_cast<int64_t>(cp_count(obj.s)), i = key.as_int();
     if (i < 0) i += n;
-    if (i < 0 || i >= n) return Value::undefined("[" + std::to_string(key.as_int()) + "]");
+    if (i < 0 || i >= n) return missing(obj, key);
     size_t at = 0;  // the byte offset of code point i
     for (int64_t k = 0; k <= i; ++at)
       if ((static_cast<unsigned char>(obj.s[at]) & 0xC0) != 0x80 && k++ == i) break;
     size_t end = at + 1;
     while (end < obj.s.size() && (static_cast<unsigned char>(obj.s[end]) & 0xC0) == 0x80) ++end;
-    return Value::string(obj.s.substr(at, end - at));
+    Value r = Value::string(obj.s.substr(at, end - at));
+    r.markup = obj.markup;
+    return r;
   }
   if (key.is_string()) return get_attr(c, p, obj, key.s);
-  return Value::undefined();
+  return missing(obj, key);
 }
 
 Value call_value(Ctx& c, Pos p, const Value& fn, CallArgs& a) {
@@ -123,7 +150,39 @@ const std::string* split_sep(Ctx& c, Pos p, const Value* sep) {
 }
 }  // namespace
 
+namespace {
+// markupsafe's Markup methods: those that return a str return a Markup (strip, replace, upper,
+// ...; replace escapes its `new` first); split/rsplit/splitlines return Markups; join escapes the
+// items. Null when `name` is a plain str method on a Markup (find, startswith, ...).
+std::optional<Value> markup_method(Ctx& c, Pos p, const Value& obj, const std::string& name, CallArgs& a) {
+  static const char* kWrapped[] = {"capitalize", "title", "lower", "upper", "replace", "lstrip", "rstrip", "strip"};
+  const bool wrapped = std::any_of(std::begin(kWrapped), std::end(kWrapped), [&](const char* m) { return name == m; });
+  const bool splits = name == "split" || name == "rsplit" || name == "splitlines";
+  if (!wrapped && !splits && name != "join") return std::nullopt;
+  Value plain = obj;
+  plain.markup = false;
+  CallArgs args = a;
+  auto escape = [](Value& v) {
+    if (v.is_string() && !v.markup) v = Value::markup_string(html_escape(v.s));
+  };
+  if (name == "replace" && args.pos.size() > 1) escape(args.pos[1]);  // markupsafe 3 escapes `new` only
+  if (name == "join" && !args.pos.empty()) {
+    List items;
+    for (const auto& e : iterate(c, p, args.pos[0]))
+      items.push_back(e.is_string() && e.markup ? e : Value::string(html_escape(to_str(e))));
+    args.pos[0] = Value::make_list(std::move(items));
+  }
+  Value r = call_method(c, p, plain, name, args);
+  if (r.is_string()) r.markup = true;
+  if (r.is_list())
+    for (auto& e : *r.list) e.markup = e.is_string();
+  return r;
+}
+}  // namespace
+
 Value call_method(Ctx& c, Pos p, const Value& obj, const std::string& name, CallArgs& a) {
+  if (obj.is_string() && obj.markup)
+    if (std::optional<Value> r = markup_method(c, p, obj, name, a)) return *r;
   if (obj.is_string()) {
     const std::string& s = obj.s;
     c.budget.charge(s.size());  // every method reads the string once (at most)
@@ -263,33 +322,35 @@ Value call_method(Ctx& c, Pos p, const Value& obj, const std::string& name, Call
   }
   if (obj.k == Value::K::kDict) {
     if (name == "items") {
-      Value l = Value::make_list();
+      Value l = make_lazy({}, Value::Lazy::kDictItems);
       for (const auto& kv : obj.dict->items) {
-        Value pair = Value::make_list({Value::string(kv.first), kv.second});
+        Value pair = Value::make_list({kv.first, kv.second});
         pair.tuple = true;
         l.list->push_back(pair);
       }
       return l;
     }
     if (name == "keys") {
-      Value l = Value::make_list();
-      for (const auto& kv : obj.dict->items) l.list->push_back(Value::string(kv.first));
+      Value l = make_lazy({}, Value::Lazy::kDictKeys);
+      for (const auto& kv : obj.dict->items) l.list->push_back(kv.first);
       return l;
     }
     if (name == "values") {
-      Value l = Value::make_list();
+      Value l = make_lazy({}, Value::Lazy::kDictValues);
       for (const auto& kv : obj.dict->items) l.list->push_back(kv.second);
       return l;
     }
     if (name == "get") {
       const Value* k = arg(a, 0, nullptr);
       const Value* d = arg(a, 1, "default");
-      if (k && k->is_string())
-        if (const Value* v = obj.dict->find(k->s)) return *v;
+      if (!k) rt_fail(c, p, "get expected at least 1 argument, got 0");
+      const char* type = nullptr;
+      if (!hashable(*k, &type)) rt_fail(c, p, std::string("unhashable type: '") + type + "'");
+      if (const Value* v = obj.dict->find(*k)) return *v;
       return d ? *d : Value::none();
     }
   }
-  if (obj.k == Value::K::kList) {
+  if (obj.is_plain_list()) {
     const Value* x = arg(a, 0, nullptr);
     if (!x) rt_fail(c, p, name + " expects an argument");
     c.budget.charge(obj.list->size() * sizeof(Value));
@@ -336,23 +397,38 @@ void add_globals(std::unordered_map<std::string, Value>& g) {
     List l;
     l.reserve(static_cast<size_t>(n));
     for (__int128 k = 0; k < n; ++k) l.push_back(Value::integer(static_cast<int64_t>(start + k * step)));
-    return Value::make_list(std::move(l));
+    std::string r = "range(" + std::to_string(start) + ", " + std::to_string(stop) +
+                    (step != 1 ? ", " + std::to_string(step) : std::string()) + ")";
+    return make_lazy(std::move(l), Value::Lazy::kRange, std::move(r));
   });
-  g["namespace"] = Value::function("namespace", [](CallArgs& a, Ctx&) -> Value {
-    Value ns = Value::make_dict(true);
-    for (const auto& v : a.pos)
-      if (v.k == Value::K::kDict)
-        for (const auto& kv : v.dict->items) ns.dict->set(kv.first, kv.second);
-    for (const auto& kv : a.kw) ns.dict->set(kv.first, kv.second);
-    return ns;
-  });
-  g["dict"] = Value::function("dict", [](CallArgs& a, Ctx&) -> Value {
-    Value d = Value::make_dict();
-    for (const auto& v : a.pos)
-      if (v.k == Value::K::kDict)
+  // dict(mapping or iterable of pairs, **kw), as Python's; namespace() takes the same arguments.
+  auto dict_args = [](CallArgs& a, Ctx& c, Value d) -> Value {
+    if (a.pos.size() > 1) fail_here(c, "dict expected at most 1 argument, got " + std::to_string(a.pos.size()));
+    if (!a.pos.empty()) {
+      const Value& v = a.pos[0];
+      if (v.k == Value::K::kDict) {
         for (const auto& kv : v.dict->items) d.dict->set(kv.first, kv.second);
+      } else {
+        std::vector<Value> items = iterate(c, c.budget.at, v);
+        for (size_t i = 0; i < items.size(); ++i) {
+          std::vector<Value> pair = iterate(c, c.budget.at, items[i]);
+          if (pair.size() != 2)
+            fail_here(c, "dictionary update sequence element #" + std::to_string(i) + " has length " +
+                             std::to_string(pair.size()) + "; 2 is required");
+          const char* type = nullptr;
+          if (!hashable(pair[0], &type)) fail_here(c, std::string("unhashable type: '") + type + "'");
+          d.dict->set(std::move(pair[0]), std::move(pair[1]));
+        }
+      }
+    }
     for (const auto& kv : a.kw) d.dict->set(kv.first, kv.second);
     return d;
+  };
+  g["namespace"] = Value::function("namespace", [dict_args](CallArgs& a, Ctx& c) -> Value {
+    return dict_args(a, c, Value::make_dict(true));
+  });
+  g["dict"] = Value::function("dict", [dict_args](CallArgs& a, Ctx& c) -> Value {
+    return dict_args(a, c, Value::make_dict());
   });
   g["strftime_now"] = Value::function("strftime_now", [](CallArgs& a, Ctx&) -> Value {
     std::string fmt = a.pos.empty() ? "" : to_str(a.pos[0]);

@@ -133,6 +133,7 @@ class Parser {
     else if (k == "set") n = parse_set();
     else if (k == "macro") n = parse_macro();
     else if (k == "call") n = parse_call_block();
+    else if (k == "filter") n = parse_filter_block();
     else if (k == "generation") {
       expect_block_end();
       auto g = std::make_unique<Generation>();
@@ -152,7 +153,7 @@ class Parser {
     } else {
       fail_at(origin_, kw.pos,
               "unsupported statement '{% " + k + " %}' (chat templates support if, for, set, macro, call, "
-              "break, continue, generation, raw)");
+              "filter, break, continue, generation, raw)");
     }
     n->pos = kw.pos;
     return n;
@@ -237,13 +238,36 @@ class Parser {
     }
     while (is_op("|")) {
       ++i_;
-      std::string name = expect_name();
-      Args a;
-      if (is_op("(")) a = parse_call_args();
-      n->filters.emplace_back(name, std::move(a));
+      parse_filter_ref(n->filters);
     }
     expect_block_end();
     n->body = parse_body({"endset"});
+    ++i_;
+    expect_block_end();
+    return n;
+  }
+
+  // One filter of a {% set %} / {% filter %} block: name(.name)* and optional arguments.
+  void parse_filter_ref(std::vector<std::pair<std::string, Args>>& filters) {
+    std::string name = expect_name();
+    while (is_op(".")) {
+      ++i_;
+      name += "." + expect_name();
+    }
+    Args a;
+    if (is_op("(")) a = parse_call_args();
+    filters.emplace_back(name, std::move(a));
+  }
+
+  NodeP parse_filter_block() {
+    auto n = std::make_unique<FilterBlock>();
+    parse_filter_ref(n->filters);
+    while (is_op("|")) {
+      ++i_;
+      parse_filter_ref(n->filters);
+    }
+    expect_block_end();
+    n->body = parse_body({"endfilter"});
     ++i_;
     expect_block_end();
     return n;
@@ -268,7 +292,13 @@ class Parser {
     expect_block_end();
     int saved = loop_depth_;
     loop_depth_ = 0;
+    const bool saw_varargs = saw_varargs_, saw_kwargs = saw_kwargs_;
+    saw_varargs_ = saw_kwargs_ = false;
     n->body = parse_body({"endmacro"});
+    n->catch_varargs = saw_varargs_;
+    n->catch_kwargs = saw_kwargs_;
+    saw_varargs_ = saw_varargs_ || saw_varargs;
+    saw_kwargs_ = saw_kwargs_ || saw_kwargs;
     loop_depth_ = saved;
     ++i_;
     expect_block_end();
@@ -448,6 +478,8 @@ class Parser {
         auto n = std::make_unique<Name>();
         n->pos = t.pos;
         n->name = t.text;
+        saw_varargs_ = saw_varargs_ || t.text == "varargs";
+        saw_kwargs_ = saw_kwargs_ || t.text == "kwargs";
         return n;
       }
       case T::kString: {
@@ -541,16 +573,31 @@ class Parser {
     return deep(std::move(l), h);
   }
 
+  // jinja2's call arguments: positional, then keywords; one *iterable and one **mapping at most
+  // (*xs before keywords' end, **d last); a trailing comma is allowed.
   Args parse_call_args() {
+    const Pos open = peek().pos;
     expect_op("(");
     Args a;
+    auto ensure = [&](bool ok) {
+      if (!ok) fail_at(origin_, open, "invalid syntax for function call expression");
+    };
     while (!is_op(")")) {
-      if (peek().type == T::kName && is_op("=", 1)) {
+      if (is_op("*")) {
+        ensure(!a.star && !a.dstar);
+        ++i_;
+        a.star = parse_expr();
+      } else if (is_op("**")) {
+        ensure(!a.dstar);
+        ++i_;
+        a.dstar = parse_expr();
+      } else if (peek().type == T::kName && is_op("=", 1)) {
+        ensure(!a.dstar);
         std::string k = next().text;
         ++i_;
         a.kw.emplace_back(k, parse_expr());
       } else {
-        if (!a.kw.empty()) fail("positional argument after a keyword argument");
+        ensure(!a.star && !a.dstar && a.kw.empty());
         a.pos.push_back(parse_expr());
       }
       if (!is_op(",")) break;
@@ -693,6 +740,7 @@ class Parser {
   int nesting_ = 0;
   int loop_depth_ = 0;
   bool has_generation_ = false;
+  bool saw_varargs_ = false, saw_kwargs_ = false;  // names read since the innermost macro began
 };
 
 }  // namespace

@@ -42,7 +42,7 @@ Rendered Template::render(const nlohmann::ordered_json& variables) const {
     Budget& b;
     ~ClearNamespaces() {
       for (auto& w : b.namespaces)
-        if (auto d = w.lock()) d->items.clear();
+        if (auto d = w.lock()) d->clear();
     }
   };
   Ctx c{impl_->origin, &r.text, &r.generation, {}, budget};

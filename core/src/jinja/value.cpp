@@ -109,7 +109,8 @@ Dict::~Dict() {
 
 // ---- Value ---------------------------------------------------------------------------------
 Value::Value(const Value& o)
-    : k(o.k), b(o.b), tuple(o.tuple), i(o.i), f(o.f), s(o.s), list(o.list), dict(o.dict), func(o.func) {
+    : k(o.k), b(o.b), tuple(o.tuple), markup(o.markup), lazy(o.lazy), i(o.i), f(o.f), s(o.s), list(o.list),
+      dict(o.dict), func(o.func) {
   if (!s.empty() && t_budget) t_budget->bytes += static_cast<int64_t>(s.size());  // checked later: no throw here
 }
 
@@ -133,6 +134,12 @@ int64_t Value::as_int() const {
 Value Value::undefined(std::string name) {
   Value v;
   v.s = std::move(name);
+  return v;
+}
+Value Value::undefined_hint(std::string message) {
+  Value v;
+  v.b = true;
+  v.s = std::move(message);
   return v;
 }
 Value Value::none() {
@@ -165,6 +172,139 @@ Value Value::string(std::string x) {
   v.s = std::move(x);
   return v;
 }
+Value Value::markup_string(std::string x) {
+  Value v = string(std::move(x));
+  v.markup = true;
+  return v;
+}
+
+Value make_lazy(List items, Value::Lazy kind, std::string repr) {
+  Value v = Value::make_list(std::move(items));
+  v.lazy = kind;
+  v.s = std::move(repr);
+  return v;
+}
+
+std::string html_escape(std::string_view s) {
+  size_t size = s.size();  // of the result: each entity adds at most 4 bytes
+  for (char ch : s) size += (ch == '&' || ch == '<' || ch == '>' || ch == '"' || ch == '\'') ? 4 : 0;
+  limit_string(size, "escape's result");
+  std::string out;
+  out.reserve(size);
+  for (char ch : s) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += ch;
+    }
+  }
+  return out;
+}
+
+// ---- Dict ----------------------------------------------------------------------------------
+bool hashable(const Value& v, const char** type) {
+  auto no = [&] {
+    if (type) *type = type_name(v);
+    return false;
+  };
+  if (v.k == Value::K::kDict) return v.dict->ns || no();  // a namespace hashes as an object
+  if (v.k != Value::K::kList) return true;
+  switch (v.lazy) {
+    case Value::Lazy::kNone:
+      if (!v.tuple) return no();
+      for (const auto& e : *v.list)
+        if (!hashable(e, type)) return false;
+      return true;
+    case Value::Lazy::kDictItems:
+    case Value::Lazy::kDictKeys: return no();
+    default: return true;  // iterators, dict_values and range hash as objects
+  }
+}
+
+namespace {
+// Python's dict key equality (hash and ==): numbers by value, str by text, None, tuples by items.
+bool same_key(const Value& a, const Value& b) {
+  if (a.is_string() || b.is_string()) return a.is_string() && b.is_string() && a.s == b.s;
+  if (a.is_number() && b.is_number()) return equal(a, b);
+  if (a.k != b.k) return false;
+  if (a.k == Value::K::kNone || a.k == Value::K::kUndefined) return true;
+  if (a.k == Value::K::kFunc) return a.func == b.func;
+  if (a.k == Value::K::kList) {
+    if (a.list == b.list) return true;
+    if (!a.tuple || !b.tuple) return a.lazy == Value::Lazy::kRange && b.lazy == Value::Lazy::kRange && a.s == b.s;
+    if (a.list->size() != b.list->size()) return false;
+    for (size_t i = 0; i < a.list->size(); ++i)
+      if (!same_key((*a.list)[i], (*b.list)[i])) return false;
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+Value* Dict::find_str(std::string_view key) const {
+  auto* self = const_cast<Dict*>(this);  // the index is a cache; items are the dict's own
+  if (items.size() <= 8) {
+    for (auto& kv : self->items)
+      if (kv.first.k == Value::K::kString && kv.first.s == key) return &kv.second;
+    return nullptr;
+  }
+  if (indexed_ > items.size()) {  // items were cleared or replaced behind the index
+    index_.clear();
+    indexed_ = 0;
+  }
+  for (; indexed_ < items.size(); ++indexed_)
+    if (items[indexed_].first.k == Value::K::kString) index_.emplace(items[indexed_].first.s, indexed_);
+  auto it = index_.find(std::string(key));
+  return it == index_.end() ? nullptr : &self->items[it->second].second;
+}
+
+const Value* Dict::find(std::string_view key) const { return find_str(key); }
+
+void Dict::clear() {
+  items.clear();
+  index_.clear();
+  indexed_ = 0;
+}
+
+const Value* Dict::find(const Value& key) const {
+  if (key.is_string()) return find(std::string_view(key.s));
+  if (!hashable(key)) return nullptr;
+  charge_scan(items.size() * sizeof(Value));
+  for (const auto& kv : items)
+    if (same_key(kv.first, key)) return &kv.second;
+  return nullptr;
+}
+
+void Dict::set(const std::string& key, Value v) {
+  if (Value* have = find_str(key)) {
+    *have = std::move(v);
+    return;
+  }
+  items.emplace_back(Value::string(key), std::move(v));
+}
+
+void Dict::set(Value key, Value v) {
+  if (key.is_string()) {
+    key.markup = false;
+    if (Value* have = find_str(key.s)) {
+      *have = std::move(v);
+      return;
+    }
+    items.emplace_back(std::move(key), std::move(v));
+    return;
+  }
+  charge_scan(items.size() * sizeof(Value));
+  for (auto& kv : items)
+    if (same_key(kv.first, key)) {
+      kv.second = std::move(v);
+      return;
+    }
+  items.emplace_back(std::move(key), std::move(v));
+}
+
 Value Value::make_list(List items) {
   charge_items(items.size());
   Value v;
@@ -213,7 +353,8 @@ Value from_json(const json& j, int depth) {
     }
     case json::value_t::object: {
       Value v = Value::make_dict();
-      for (auto it = j.begin(); it != j.end(); ++it) v.dict->items.emplace_back(it.key(), from_json(it.value(), depth + 1));
+      for (auto it = j.begin(); it != j.end(); ++it)
+        v.dict->items.emplace_back(Value::string(it.key()), from_json(it.value(), depth + 1));
       return v;
     }
     default: return Value::none();
@@ -227,8 +368,19 @@ const char* type_name(const Value& v) {
     case Value::K::kBool: return "bool";
     case Value::K::kInt: return "int";
     case Value::K::kFloat: return "float";
-    case Value::K::kString: return "str";
-    case Value::K::kList: return "list";
+    case Value::K::kString: return v.markup ? "Markup" : "str";
+    case Value::K::kList:
+      switch (v.lazy) {
+        case Value::Lazy::kNone: return v.tuple ? "tuple" : "list";
+        case Value::Lazy::kGenerator: return "generator";
+        case Value::Lazy::kReverseIterator: return "list_reverseiterator";
+        case Value::Lazy::kReversed: return "reversed";
+        case Value::Lazy::kDictItems: return "dict_items";
+        case Value::Lazy::kDictKeys: return "dict_keys";
+        case Value::Lazy::kDictValues: return "dict_values";
+        case Value::Lazy::kRange: return "range";
+      }
+      return "list";
     case Value::K::kDict: return v.dict->ns ? "Namespace" : "dict";
     case Value::K::kFunc: return "function";
   }
@@ -349,7 +501,7 @@ void repr_dict(std::string& out, const Dict& d, Walk& w) {
   for (const auto& kv : d.items) {
     if (!first) out += ", ";
     first = false;
-    out += py_repr_str(kv.first);
+    repr_to(out, kv.first, w);
     out += ": ";
     repr_to(out, kv.second, w);
     limit_string(out.size(), "a printed value");
@@ -362,6 +514,23 @@ void repr_to(std::string& out, const Value& v, Walk& w) {
   switch (v.k) {
     case Value::K::kString: out += py_repr_str(v.s); return;
     case Value::K::kList: {
+      if (v.lazy == Value::Lazy::kRange) {
+        out += v.s;
+        return;
+      }
+      if (v.is_iterator()) {  // Python prints the object's address; ciuic prints none
+        out += std::string("<") + type_name(v) + " object>";
+        return;
+      }
+      if (v.lazy != Value::Lazy::kNone) {  // dict_items([...]), dict_keys([...]), dict_values([...])
+        Value plain = v;
+        plain.lazy = Value::Lazy::kNone;
+        out += type_name(v);
+        out += '(';
+        repr_to(out, plain, w);
+        out += ')';
+        return;
+      }
       if (!w.enter(v.list.get(), "printing")) {
         out += v.tuple ? "(...)" : "[...]";
         return;
@@ -416,7 +585,7 @@ bool truthy(const Value& v) {
     case Value::K::kInt: return v.i != 0;
     case Value::K::kFloat: return v.f != 0;
     case Value::K::kString: return !v.s.empty();
-    case Value::K::kList: return !v.list->empty();
+    case Value::K::kList: return v.is_iterator() || !v.list->empty();
     case Value::K::kDict: return v.dict->ns || !v.dict->items.empty();
     case Value::K::kFunc: return true;
   }
@@ -444,6 +613,8 @@ bool equal_at(const Value& a, const Value& b, int depth) {
       return a.s == b.s;
     case Value::K::kList:
       if (a.list == b.list) return true;  // Python compares items by identity first
+      if (a.tuple != b.tuple || a.lazy != b.lazy || a.is_iterator()) return false;  // (1,) != [1]
+      if (a.lazy == Value::Lazy::kRange) return a.s == b.s;
       if (a.list->size() != b.list->size()) return false;
       charge_scan(a.list->size() * sizeof(Value));
       for (size_t i = 0; i < a.list->size(); ++i)
@@ -513,6 +684,8 @@ void to_json_at(std::string& out, const Value& v, const JsonFormat& f, int depth
     }
     case Value::K::kString: json_str(out, v.s); break;
     case Value::K::kList: {
+      if (v.lazy != Value::Lazy::kNone)
+        throw std::runtime_error(std::string("Object of type ") + type_name(v) + " is not JSON serializable");
       if (v.list->empty()) {
         out += "[]";
         return;
@@ -537,17 +710,43 @@ void to_json_at(std::string& out, const Value& v, const JsonFormat& f, int depth
         return;
       }
       if (!w.enter(v.dict.get(), "tojson")) throw std::runtime_error("Circular reference detected");
-      std::vector<const std::pair<std::string, Value>*> items;
+      std::vector<const std::pair<Value, Value>*> items;
       for (const auto& kv : v.dict->items) items.push_back(&kv);
-      if (f.sort_keys)
-        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+      if (f.sort_keys && items.size() > 1) {  // Python's sorted(d.items()): keys of one kind only
+        const Value& k0 = items[0]->first;
+        for (const auto* kv : items) {
+          const Value& k = kv->first;
+          const bool ok = (k.is_string() && k0.is_string()) || (k.is_number() && k0.is_number());
+          if (!ok)
+            throw std::runtime_error(std::string("'<' not supported between instances of '") + type_name(k) + "' and '" +
+                                     type_name(k0) + "'");
+        }
+        std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) {
+          if (a->first.is_string()) return a->first.s < b->first.s;
+          return a->first.as_double() < b->first.as_double();
+        });
+      }
       out += '{';
       bool first = true;
       for (const auto* kv : items) {
         if (!first) out += f.item_sep;
         first = false;
         if (f.indented) newline(depth + 1);
-        json_str(out, kv->first);
+        const Value& k = kv->first;  // json.dumps turns str, int, float, bool and None keys into strings
+        switch (k.k) {
+          case Value::K::kString: json_str(out, k.s); break;
+          case Value::K::kInt: json_str(out, std::to_string(k.i)); break;
+          case Value::K::kBool: json_str(out, k.b ? "true" : "false"); break;
+          case Value::K::kNone: json_str(out, "null"); break;
+          case Value::K::kFloat: {
+            std::string t;
+            to_json_at(t, k, f, depth + 1, w);
+            json_str(out, t);
+            break;
+          }
+          default:
+            throw std::runtime_error(std::string("keys must be str, int, float, bool or None, not ") + type_name(k));
+        }
         out += f.key_sep;
         to_json_at(out, kv->second, f, depth + 1, w);
       }

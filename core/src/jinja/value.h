@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -101,6 +102,9 @@ struct Ctx;
 struct List : std::vector<Value> {
   using std::vector<Value>::vector;
   List() = default;
+  // Of an iterator (Value::Lazy kGenerator, kReverseIterator): the items before this one were
+  // taken by an earlier iteration (Python's iterators are consumed once).
+  size_t consumed = 0;
   List(std::vector<Value>&& v);
   List(const List&) = default;
   List(List&&) = default;
@@ -116,12 +120,19 @@ struct CallArgs {
 
 struct Value {
   enum class K : uint8_t { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kFunc };
+  // What Python object a kList stands for, beyond list and tuple: jinja2's map/select/... return
+  // generators, reverse a list_reverseiterator, dict.items() a view, range() a range. Each has
+  // Python's behaviour: iterators are consumed once, always true, have no len() and no [i];
+  // views and ranges have len(); none of them is JSON serializable (transformers' tojson raises).
+  enum class Lazy : uint8_t { kNone, kGenerator, kReverseIterator, kReversed, kDictItems, kDictKeys, kDictValues, kRange };
   K k = K::kUndefined;
   bool b = false;
-  bool tuple = false;  // a list printed as a Python tuple (tuple literals, dict items)
+  bool tuple = false;   // a list printed as a Python tuple (tuple literals, dict items)
+  bool markup = false;  // a string that is markupsafe's Markup (|safe, |escape): + escapes the other side
+  Lazy lazy = Lazy::kNone;
   int64_t i = 0;
   double f = 0;
-  std::string s;  // string value, or the name of an undefined value (for messages)
+  std::string s;  // string value, or the name of an undefined value (its message when b is set)
   std::shared_ptr<List> list;
   std::shared_ptr<Dict> dict;
   std::shared_ptr<Func> func;
@@ -134,11 +145,14 @@ struct Value {
   ~Value() = default;
 
   static Value undefined(std::string name = "");
+  // An Undefined whose message is `message` (jinja2's hint: "'dict object' has no attribute 'x'").
+  static Value undefined_hint(std::string message);
   static Value none();
   static Value boolean(bool x);
   static Value integer(int64_t x);
   static Value number(double x);
   static Value string(std::string x);  // checks Limits::max_string_bytes
+  static Value markup_string(std::string x);  // a Markup (already escaped text)
   static Value make_list(List items = {});  // checks Limits::max_list_items
   static Value make_dict(bool ns = false);
   static Value function(std::string name, std::function<Value(CallArgs&, Ctx&)> fn);
@@ -148,35 +162,55 @@ struct Value {
   bool is_number() const { return k == K::kInt || k == K::kFloat || k == K::kBool; }
   bool is_string() const { return k == K::kString; }
   bool is_int() const { return k == K::kInt || k == K::kBool; }
+  bool is_list() const { return k == K::kList; }
+  // A plain list or tuple (not an iterator, view or range).
+  bool is_plain_list() const { return k == K::kList && lazy == Lazy::kNone; }
+  // An iterator: consumed when iterated, always true, no len(), not subscriptable.
+  bool is_iterator() const {
+    return k == K::kList && (lazy == Lazy::kGenerator || lazy == Lazy::kReverseIterator || lazy == Lazy::kReversed);
+  }
   double as_double() const { return k == K::kFloat ? f : k == K::kBool ? (b ? 1 : 0) : static_cast<double>(i); }
   // The integer value; a float truncated toward zero and saturated (NaN = 0), as a size.
   int64_t as_int() const;
 };
 
+// A dict: keys are any hashable value (str, int, float, bool, None, tuple), looked up as Python
+// does (1, 1.0 and True are one key; the first key written stays, its value is replaced).
+// `items` keeps the insertion order; it only grows (set() or appending) until clear(). String
+// keys of a dict past a few items are found through a hash index kept up with the appends, so
+// building or reading a large dict is not quadratic; other keys are compared one by one, the
+// scan charged to the render's budget.
 struct Dict {
-  std::vector<std::pair<std::string, Value>> items;
+  std::vector<std::pair<Value, Value>> items;
   bool ns = false;  // a namespace(): attributes may be assigned with {% set ns.x = ... %}
   Dict() = default;
   ~Dict();  // frees deep values without recursion
-  const Value* find(std::string_view key) const {
-    for (const auto& kv : items)
-      if (kv.first == key) return &kv.second;
-    return nullptr;
-  }
-  void set(const std::string& key, Value v) {
-    for (auto& kv : items)
-      if (kv.first == key) {
-        kv.second = std::move(v);
-        return;
-      }
-    items.emplace_back(key, std::move(v));
-  }
+  const Value* find(std::string_view key) const;
+  const Value* find(const Value& key) const;  // null also for an unhashable key
+  void set(const std::string& key, Value v);
+  void set(Value key, Value v);  // the key must be hashable (hashable())
+  void clear();
+
+ private:
+  Value* find_str(std::string_view key) const;
+  mutable std::unordered_map<std::string, size_t> index_;  // string key -> position in items
+  mutable size_t indexed_ = 0;                             // items[0, indexed_) are in index_
 };
+
+// Python's hash() would accept it: not a list, dict, iterator or view (a tuple of such neither).
+// Fills *type with the unhashable type's name.
+bool hashable(const Value& v, const char** type = nullptr);
 
 struct Func {
   std::string name;
   std::function<Value(CallArgs&, Ctx&)> fn;
 };
+
+// A list standing for a Python iterator, view or range (Value::Lazy); `repr` is what str() of a
+// range prints (empty otherwise).
+Value make_lazy(List items, Value::Lazy kind, std::string repr = "");
+// markupsafe's escape(): & < > " ' as &amp; &lt; &gt; &#34; &#39; (the size is checked first).
+std::string html_escape(std::string_view s);
 
 // The variables of a render (depth checked: Limits::max_value_depth).
 Value from_json(const nlohmann::ordered_json& j, int depth = 0);
