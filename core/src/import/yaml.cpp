@@ -42,6 +42,17 @@ std::optional<double> YamlNode::as_number() const {
   for (char c : text)
     if (c != '_') s += c;  // YAML 1.1 allows 1_000
   size_t start = s[0] == '+' ? 1 : 0;
+  const bool neg = s[0] == '-';
+  const size_t digits = start + (neg ? 1 : 0);
+  // YAML 1.1 integers as PyYAML reads them: 0x1F (hex), 017 (octal).
+  if (s.size() > digits + 1 && s[digits] == '0' && s.find_first_of(".eE") == std::string::npos) {
+    const bool hex = s[digits + 1] == 'x' || s[digits + 1] == 'X';
+    const size_t from = digits + (hex ? 2 : 1);
+    long long v = 0;
+    auto r = std::from_chars(s.data() + from, s.data() + s.size(), v, hex ? 16 : 8);
+    if (r.ec != std::errc() || r.ptr != s.data() + s.size() || from == s.size()) return std::nullopt;
+    return neg ? -static_cast<double>(v) : static_cast<double>(v);
+  }
   double d = 0;
   auto r = std::from_chars(s.data() + start, s.data() + s.size(), d);
   if (r.ec != std::errc() || r.ptr != s.data() + s.size()) return std::nullopt;

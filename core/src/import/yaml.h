@@ -15,6 +15,7 @@
 // a dot is a string, ~ and empty are null) is done by the accessors below.
 #pragma once
 
+#include <ciuic/export.h>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -26,7 +27,7 @@ namespace ciuic::importer {
 inline constexpr size_t kMaxYamlDepth = 128;
 inline constexpr size_t kMaxYamlNodes = 1000000;
 
-struct YamlNode {
+struct CIUIC_API YamlNode {
   enum class Kind { kNull, kScalar, kSeq, kMap };
   Kind kind = Kind::kNull;
   std::string text;   // a scalar's text (as written, unescaped)
@@ -47,6 +48,6 @@ struct YamlNode {
 // Parses `text` (`origin` names it in messages). Throws UsageError (exit 2) naming origin, line and
 // column for malformed YAML, the limits above, foreign tags, several documents, non-scalar keys.
 // Time and memory are linear in the text's size plus the expansion (bounded). Thread-safe.
-YamlNode parse_yaml(const std::string& text, const std::string& origin);
+CIUIC_API YamlNode parse_yaml(const std::string& text, const std::string& origin);
 
 }  // namespace ciuic::importer
