@@ -265,11 +265,12 @@ TEST_F(TrainingFile, LlamaFactoryWithoutDeepSpeedIsTheTrainersOwnRun) {
   EXPECT_EQ(value(t, "scheduler.warmup_max_lr"), "1e-5");
   EXPECT_EQ(value(t, "scheduler.warmup_num_steps"), "1");
   EXPECT_EQ(value(t, "scheduler.warmup_type"), "\"linear\"");
-  EXPECT_FALSE(has(im.recipe.toml, "DeepSpeed's default")) << im.recipe.toml;
+  EXPECT_FALSE(has(line_of(im.recipe.toml, "gradient_clipping"), "DeepSpeed")) << im.recipe.toml;
+  EXPECT_TRUE(has(im.recipe.toml, "# Imported by ciuic-run --from-llamafactory train.yaml (docs/migrate.md)."));
 }
 
 TEST_F(TrainingFile, LlamaFactoryRefusalsAndMismatches) {
-  llamafactory_data(4, 0);
+  llamafactory_data(4, 2);
   write(dir_ / "ds_z2_offload_config.json", kDsZ2Offload);
   const auto with = [&](const std::string& from, const std::string& to) {
     std::string y = llamafactory_yaml();
@@ -312,7 +313,7 @@ TEST_F(TrainingFile, LlamaFactoryRefusalsAndMismatches) {
   EXPECT_TRUE(has(joined(hub.recipe.notes), "give --set train.max_steps=N"));
   // Bad values name the key and line.
   e = error_of(TrainingTool::kLlamaFactory, with("cutoff_len: 1024", "cutoff_len: long"));
-  EXPECT_TRUE(has(e, "cutoff_len (line 17, column 13): expected an integer, found long")) << e;
+  EXPECT_TRUE(has(e, "cutoff_len (line 15, column 13): expected an integer, found long")) << e;
   // A bad data record names its file and record.
   write(dir_ / "lf_data/alpaca_demo.json", R"([{"instruction": "a", "output": "b"}, {"instruction": "c"}])");
   e = error_of(TrainingTool::kLlamaFactory, with("dataset: alpaca_demo,chat_demo", "dataset: alpaca_demo"));
@@ -417,7 +418,9 @@ TEST_F(TrainingFile, HostileKeysAndValuesStayData) {
   const TrainingImport ref = run(TrainingTool::kLlamaFactory, clean);
   std::string y = clean;
   for (const std::string& h : hostile_strings())
-    y += json(h).dump() + ": " + json(h).dump() + "\n";  // a double-quoted YAML scalar is a JSON string
+    // A double-quoted YAML scalar holds a JSON string with every non-ASCII character escaped.
+    // (an explicit key: an implicit one is at most 1024 characters long).
+    y += "? " + json(h).dump(-1, ' ', true) + "\n: " + json(h).dump(-1, ' ', true) + "\n";
   y += "output_dir: " + json("out\n[run]\nplugin_paths = [\"x\"]\x1b[0m").dump() + "\n";
   const TrainingImport im = run(TrainingTool::kLlamaFactory, y);
   const auto keys = [](const std::string& text) {

@@ -539,7 +539,7 @@ class Importer {
   void check_match(const std::string& p, const json& v) {
     const auto differs = [&](double ds, const TrainerValue& hf, const std::string& name) {
       if (ds != hf.value)
-        mismatches_.push_back(shown(p) + " = " + short_json(v) + " but " + name + " = " + float_lit(hf.value) + " (" +
+        mismatches_.push_back(shown(p) + " = " + short_json(v) + " but " + name + " = " + format_number(hf.value) + " (" +
                               shown(hf.source) + ")");
     };
     const auto num = [&](const json& x) -> std::optional<double> {

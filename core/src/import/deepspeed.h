@@ -74,7 +74,7 @@ struct TrainerValue {
 // What the HF Trainer fills DeepSpeed's "auto" values from (its TrainingArguments). defaults() is
 // TrainingArguments() as transformers defines it; a training-file importer (import/training_file.h)
 // sets the values the file gives, with their sources.
-struct TrainerArgs {
+struct CIUIC_API TrainerArgs {
   TrainerValue per_device_train_batch_size, gradient_accumulation_steps, max_grad_norm, learning_rate,
       adam_beta1, adam_beta2, adam_epsilon, weight_decay, warmup_steps, warmup_ratio, fp16, bf16;
   // The optimizer steps of the whole run (the Trainer's num_training_steps), when known.

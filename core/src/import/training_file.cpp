@@ -437,7 +437,7 @@ class Reader {
     pretraining_ = stage == "pt";
     const std::string ft = str("finetuning_type").value_or("lora");
     if (ft != "full")
-      refuse("finetuning_type", ft + (ft == "lora" ? " (LLaMA-Factory's default)" : "") +
+      refuse("finetuning_type", ft + (root_.find("finetuning_type") ? "" : " (LLaMA-Factory's default)") +
                                     ": LoRA, freeze and OFT are not built in ciuic yet (it trains every parameter); "
                                     "write finetuning_type: full to import this as a full fine-tune");
     lora_keys({"lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "loraplus_lr_ratio",
@@ -1086,8 +1086,6 @@ class Reader {
                                 "[" + float_literal(args_.adam_beta1.value) + ", " + float_literal(args_.adam_beta2.value) + "]",
                                 args_.adam_beta1.source + ", " + args_.adam_beta2.source},
                                {"optimizer.eps", float_literal(args_.adam_epsilon.value), args_.adam_epsilon.source}}});
-    if (!optimizer_source_.empty())
-      o.given_unless.back().values.push_back({"optimizer.plugin", "\"adamw\"", optimizer_source_ + ": AdamW on the device"});
     // The schedule (the Trainer's lr_scheduler_type) when the config has no scheduler section.
     std::vector<RecipeValue> sched;
     const std::string skey = sched_key_.empty() ? tool_name_ + "'s default schedule " + sched_type_ : src(sched_key_) + " = " + sched_type_;

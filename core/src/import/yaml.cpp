@@ -110,10 +110,17 @@ class Builder {
     for (;;) {
       Event ev;
       if (!yaml_parser_parse(&parser.p, &ev.e)) {
-        const auto& m = parser.p.problem_mark;
+        size_t line = parser.p.problem_mark.line + 1, col = parser.p.problem_mark.column + 1;
         std::string what = parser.p.problem ? parser.p.problem : "malformed YAML";
+        if (parser.p.error == YAML_READER_ERROR) {  // a byte offset, not a mark
+          const size_t at = std::min(parser.p.problem_offset, text.size());
+          line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+          const size_t nl = text.rfind('\n', at == 0 ? 0 : at - 1);
+          col = nl == std::string::npos || at == 0 ? at + 1 : at - nl;
+          what += " (YAML allows printable Unicode only; write other characters as \\u escapes in double quotes)";
+        }
         if (parser.p.context) what = std::string(parser.p.context) + ": " + what;
-        fail(m.line + 1, m.column + 1, "not valid YAML: " + what);
+        fail(line, col, "not valid YAML: " + what);
       }
       ev.live = true;
       const yaml_event_t& e = ev.e;
