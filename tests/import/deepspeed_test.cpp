@@ -384,6 +384,38 @@ TEST(DeepSpeedImport, AutoIsWhatTheHfTrainerFills) {
   EXPECT_GE(compared, 60u);
 }
 
+// ---- configs of the tools users come from (tests/import/ds_examples, written in their documented
+// formats): each imports as it is, with no --set or --nproc, or is refused for the reason expected.json gives.
+TEST(DeepSpeedImport, DocumentedExampleConfigs) {
+  const fs::path dir = fs::path(CIUIC_SOURCE_DIR) / "tests/import/ds_examples";
+  const nlohmann::json expected = nlohmann::json::parse(read(dir / "expected.json"));
+  size_t imported = 0;
+  for (auto it = expected.begin(); it != expected.end(); ++it) {
+    const std::string name = it.key(), want = it.value();
+    const std::string text = read(dir / name);
+    if (want == "imports") {
+      try {
+        const DeepSpeedImport im = import_deepspeed(text, name, {});
+        expect_loads(im);
+        for (const auto& p : im.placeholders)
+          EXPECT_TRUE(p == "model.path" || p == "data.plugin" || p == "train.max_steps" || p == "optimizer.lr" ||
+                      p == "train.micro_batch_size")
+              << name << ": " << p;
+        ++imported;
+      } catch (const Error& e) {
+        ADD_FAILURE() << name << ": " << e.what();
+      }
+    } else {
+      ASSERT_EQ(want.rfind("refused: ", 0), 0u) << name;
+      const std::string e = error_of(text);
+      EXPECT_TRUE(has(e, want.substr(9))) << name << ": " << e;
+    }
+  }
+  std::cout << imported << " of " << expected.size() << " configs import as they are\n";
+  EXPECT_EQ(imported, 16u);
+  EXPECT_EQ(expected.size(), 26u);
+}
+
 // ---- ignored and refused ------------------------------------------------------------------
 TEST(DeepSpeedImport, KeysWithoutMeaningAreListedWithTheReason) {
   DeepSpeedImport im = import(R"({"train_micro_batch_size_per_gpu": 4, "wall_clock_breakdown": true,
