@@ -193,7 +193,7 @@ TEST_F(TrainingFile, LlamaFactoryFullSftWithDeepSpeed) {
   EXPECT_TRUE(has(line_of(r, "micro_batch_size"), "\"auto\" -> 2: train.yaml: per_device_train_batch_size")) << r;
   // 16 records, micro 2 x world 1: 8 batches, ceil(8 / 4) = 2 steps per epoch, 3 epochs: 6 steps.
   EXPECT_EQ(value(t, "train.max_steps"), "6");
-  EXPECT_TRUE(has(line_of(r, "max_steps"), "3 epochs (train.yaml: num_train_epochs) x 2 steps per epoch")) << r;
+  EXPECT_TRUE(has(line_of(r, "max_steps"), "epochs 3 (train.yaml: num_train_epochs) x 2 steps per epoch")) << r;
   EXPECT_EQ(value(t, "train.gradient_clipping"), "1.0");  // "auto" -> HF's max_grad_norm default
   EXPECT_TRUE(has(line_of(r, "gradient_clipping"), "\"auto\" -> 1.0: HF TrainingArguments max_grad_norm default"));
   EXPECT_EQ(value(t, "precision.plugin"), "\"bf16\"");

@@ -1034,7 +1034,7 @@ class Reader {
       const int64_t batches = (n + micro * world - 1) / (micro * world);
       const int64_t per_epoch = std::max<int64_t>(1, (batches + acc - 1) / acc);
       steps = static_cast<int64_t>(std::ceil(epochs_.first * static_cast<double>(per_epoch) - 1e-9));
-      steps_source = format_number(epochs_.first) + " epochs (" + epochs_.second + ") x " + std::to_string(per_epoch) +
+      steps_source = "epochs " + format_number(epochs_.first) + " (" + epochs_.second + ") x " + std::to_string(per_epoch) +
                      " steps per epoch: ceil(ceil(" + std::to_string(n) + " records / (micro-batch " + std::to_string(micro) +
                      " x world " + std::to_string(world) + ")) / accumulation " + std::to_string(acc) + "), as the HF Trainer counts";
       steps_per_epoch_ = per_epoch;
