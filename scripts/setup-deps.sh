@@ -2,10 +2,10 @@
 # Installs what ciuic needs to build and test, and nothing that is already there.
 #   scripts/setup-deps.sh            Debian packages + .venv with torch (LibTorch)
 #   scripts/setup-deps.sh --tests    also what the Python tests import (`make test`): pinned
-#                                    transformers and, so that `import torch` works, torch's own
-#                                    runtime wheels (nvidia-*, ~2.7 GB) on a machine without a GPU too
-#   scripts/setup-deps.sh --fixtures also tensorboard and transformers' optional dependencies
-#                                    (fixture generators, the test that reads ciuic's event files)
+#                                    transformers, tensorboard's event reader (the test that reads
+#                                    ciuic's event files) and, so that `import torch` works, torch's
+#                                    own runtime wheels (nvidia-*, ~2.7 GB) on a machine without a GPU too
+#   scripts/setup-deps.sh --fixtures also transformers' optional dependencies (fixture generators)
 #   scripts/setup-deps.sh --fuzz     also clang with libFuzzer and llvm-symbolizer (the fuzzing in
 #                                    `make test` and `make fuzz`); fails when they cannot be had
 # Idempotent: a second run prints "ok" lines and changes nothing.
@@ -38,7 +38,7 @@ say() { printf 'setup-deps: %s\n' "$*"; }
 apt_pkgs=(cmake ninja-build g++ make ccache pkg-config
           libboost-dev libboost-program-options-dev
           libtomlplusplus-dev nlohmann-json3-dev
-          libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev libpcre2-dev
+          libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev libpcre2-dev libyaml-dev
           python3-venv python3-pip)
 missing=()
 for p in "${apt_pkgs[@]}"; do
@@ -145,7 +145,8 @@ if [ "$want_tests" = 1 ]; then
            typing-extensions==4.16.0 filelock==4.3.1 sympy==1.14.0 mpmath==1.3.0
            jinja2==3.1.6 markupsafe==3.0.4 networkx==3.6.1 fsspec==2026.9.0)
   # Compares installed versions without importing anything (importing torch takes seconds).
-  hf_missing=$("$VENV/bin/python" - "${hf_pins[@]}" <<'PY'
+  pins_missing() {
+    "$VENV/bin/python" - "$@" <<'PY'
 import importlib.metadata as m, sys
 for pin in sys.argv[1:]:
     name, want = pin.split("==")
@@ -153,7 +154,8 @@ for pin in sys.argv[1:]:
     except m.PackageNotFoundError: have = None
     if have != want: print(pin)
 PY
-  )
+  }
+  hf_missing=$(pins_missing "${hf_pins[@]}")
   if [ -z "$hf_missing" ]; then
     say "ok: transformers and its pinned dependencies (${#hf_pins[@]} packages)"
   else
@@ -162,15 +164,25 @@ PY
       say "WARNING: could not install transformers: the test hf_export_stops_at_eos will fail" \
           "(ctest -LE transformers leaves it out)"
   fi
+  # tensorboard_reads_ciuic_events (tests/train/read_tensorboard.py) reads ciuic's event files back
+  # with TensorBoard's EventAccumulator. --no-deps with what that reader imports (found by importing
+  # it in a venv with torch and numpy alone): 3 wheels, 11 MB installed, where pip's resolver adds
+  # TensorBoard's server (grpcio, werkzeug, markdown, its data server: 58 MB) that the reader never
+  # imports. Under CI=true the test fails, rather than skips, without them.
+  tb_pins=(tensorboard==2.21.0 protobuf==7.36.2 absl-py==2.5.1)
+  tb_missing=$(pins_missing "${tb_pins[@]}")
+  if [ -z "$tb_missing" ]; then
+    say "ok: tensorboard's event reader (${#tb_pins[@]} packages)"
+  else
+    say "installing tensorboard's event reader: $(echo $tb_missing)"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-compile --no-deps "${tb_pins[@]}" ||
+      say "WARNING: could not install tensorboard: the test tensorboard_reads_ciuic_events will be skipped"
+  fi
 fi
 
 if [ "$want_fixtures" = 1 ]; then
-  # The fixture generators use transformers and tokenizers; pip's resolver adds what the pins
-  # above leave out.
-  # tensorboard: its event reader checks ciuic's event files (tests/train/read_tensorboard.py);
-  # measured: ~19 MB of wheels, 58 MB installed (tensorboard 12, its data server 20, grpcio 19,
-  # protobuf, markdown, werkzeug, absl) -- too much for every CI run, where monitoring_test checks
-  # the bytes against a committed file written by tensorboard instead.
+  # The fixture generators use transformers and tokenizers (and tests/fixtures/gen_tensorboard.py
+  # tensorboard's writer); pip's resolver adds what the pins above leave out.
   fx=(transformers==5.24.0 tensorboard)
   if "$VENV/bin/python" -c "import tensorboard, typer" 2>/dev/null; then
     say "ok: fixture packages (${fx[*]})"

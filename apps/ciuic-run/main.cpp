@@ -25,6 +25,7 @@ constexpr const char* kUsage =
     "                 [--print-recipe] [--plan]\n"
     "       ciuic-run --export-hf CKPT OUT [--export-dtype bf16|fp32] [--tokenizer FILE]\n"
     "       ciuic-run --from-deepspeed DS_CONFIG.json [--set section.key=value]... [-o RECIPE.toml]\n"
+    "       ciuic-run --from-llamafactory TRAIN.yaml | --from-axolotl CONFIG.yml [--set ...]... [-o RECIPE.toml]\n"
     "       ciuic-run --plot RUN_DIR\n"
     "       ciuic-run --list-plugins [--verbose] [--plugin-path DIR]...\n"
     "       ciuic-run --help | --help-recipe | --version\n";
@@ -112,14 +113,19 @@ int main(int argc, char** argv) {
       ("tokenizer", po::value<std::string>(&export_tokenizer)->value_name("FILE"),
        "with --export-hf: a tokenizer.json to copy into OUT (with its tokenizer_config.json and "
        "chat_template.jinja) instead of the one the checkpoint keeps");
-  std::string from_ds, output, plot_dir;
+  std::string from_ds, from_lf, from_ax, output, plot_dir;
   po::options_description tool_opts("Converting and reporting (no recipe needed)", 100, 50);
   tool_opts.add_options()
       ("from-deepspeed", po::value<std::string>(&from_ds)->value_name("FILE"),
        "write an equivalent recipe for the DeepSpeed config FILE (docs/deepspeed.md); --set gives recipe "
        "keys for \"auto\" values and the rest (model, data, max_steps); --nproc/--nnodes give the world size")
+      ("from-llamafactory", po::value<std::string>(&from_lf)->value_name("FILE"),
+       "write a recipe for the LLaMA-Factory training YAML FILE and the DeepSpeed config it names; its datasets "
+       "are converted into RECIPE-data/ (docs/migrate.md)")
+      ("from-axolotl", po::value<std::string>(&from_ax)->value_name("FILE"),
+       "the same for an axolotl config YAML (docs/migrate.md)")
       ("output,o", po::value<std::string>(&output)->value_name("FILE"),
-       "with --from-deepspeed: write the recipe to FILE instead of stdout")
+       "with --from-deepspeed/--from-llamafactory/--from-axolotl: write the recipe to FILE instead of stdout")
       ("plot", po::value<std::string>(&plot_dir)->value_name("RUN_DIR"),
        "write RUN_DIR/report.html (loss, eval loss, lr, grad norm, tokens/s, MFU, memory over steps) from "
        "RUN_DIR/metrics.jsonl and print its path");
@@ -174,7 +180,14 @@ int main(int argc, char** argv) {
         return fail("--from-deepspeed takes no recipe: --from-deepspeed DS_CONFIG.json [-o RECIPE.toml]", 2);
       return ciuic::app::from_deepspeed(from_ds, ciuic::app::effective_overrides(o), output, std::cout, std::cerr);
     }
-    if (vm.count("output")) return fail("-o/--output goes with --from-deepspeed", 2);
+    for (const char* tool : {"llamafactory", "axolotl"}) {
+      if (!vm.count(std::string("from-") + tool)) continue;
+      if (!o.recipe.empty() || vm.count("from-deepspeed") || (vm.count("from-llamafactory") && vm.count("from-axolotl")))
+        return fail(std::string("--from-") + tool + " takes one training file and no recipe", 2);
+      return ciuic::app::from_training_file(tool, std::string(tool) == "axolotl" ? from_ax : from_lf,
+                                            ciuic::app::effective_overrides(o), output, std::cout, std::cerr);
+    }
+    if (vm.count("output")) return fail("-o/--output goes with --from-deepspeed, --from-llamafactory or --from-axolotl", 2);
     if (vm.count("plot")) {
       if (!o.recipe.empty()) return fail("--plot takes a run folder, not a recipe: --plot RUN_DIR", 2);
       return ciuic::app::plot(plot_dir, std::cout);

@@ -327,11 +327,11 @@ TEST(Cli, FromDeepSpeedWritesAnEquivalentRecipe) {
   EXPECT_TRUE(has(r.out, "# Imported from " + seed)) << r.out;
   // Refusals, "auto" and a missing file exit 2.
   const fs::path z3 = test_dir() / "z3.json";
-  std::ofstream(z3) << R"({"zero_optimization": {"stage": 3}, "optimizer": {"params": {"lr": "auto"}}})";
+  std::ofstream(z3) << R"({"zero_optimization": {"stage": 3}, "fp16": {"enabled": true, "loss_scale": "auto"}})";
   r = run("--from-deepspeed " + z3.string());
   EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(has(r.err, "optimizer.params.lr = \"auto\": give it with --set optimizer.lr=<value>")) << r.err;
-  r = run("--from-deepspeed " + z3.string() + " --set optimizer.lr=1e-5");
+  EXPECT_TRUE(has(r.err, "fp16.loss_scale = \"auto\": give it with --set precision.loss_scale=<value>")) << r.err;
+  r = run("--from-deepspeed " + z3.string() + " --set precision.loss_scale=0");
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "zero_optimization.stage = 3: ZeRO-3")) << r.err;
   r = run("--from-deepspeed /nonexistent/ds.json");
@@ -340,6 +340,33 @@ TEST(Cli, FromDeepSpeedWritesAnEquivalentRecipe) {
   r = run("recipe.toml -o x.toml");
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "-o/--output goes with --from-deepspeed")) << r.err;
+}
+
+// --from-llamafactory: the recipe, and the converted data next to it (RECIPE-data/); a refused
+// key exits 2 and writes nothing.
+TEST(Cli, FromLlamaFactoryWritesARecipeAndItsData) {
+  const fs::path d = test_dir() / "from_lf";
+  fs::remove_all(d);
+  fs::create_directories(d / "data");
+  std::ofstream(d / "data/dataset_info.json") << R"({"demo": {"file_name": "demo.json"}})";
+  std::ofstream(d / "data/demo.json") << R"([{"instruction": "2+2?", "input": "", "output": "4"}])";
+  std::ofstream(d / "train.yaml") << "model_name_or_path: " << (d / "data").string() << "\nstage: sft\nfinetuning_type: full\n"
+                                  << "dataset: demo\ndataset_dir: " << (d / "data").string() << "\ntemplate: deepseek\n"
+                                  << "per_device_train_batch_size: 1\nnum_train_epochs: 2\nbf16: true\n";
+  Result r = run("--from-llamafactory " + (d / "train.yaml").string() + " -o " + (d / "recipe.toml").string());
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "ciuic-run: note: dataset demo: 1 records -> " + (d / "recipe-data/01-demo.jsonl").string())) << r.err;
+  const std::string text = ciuic_test::slurp((d / "recipe.toml").string());
+  for (const char* s : {"chat_template = \"deepseek\"", "max_steps = 2 ", "plugin = \"bf16\""})
+    EXPECT_TRUE(has(text, s)) << s << "\n" << text;
+  EXPECT_TRUE(fs::exists(d / "recipe-data/01-demo.jsonl"));
+  std::ofstream(d / "lora.yaml") << "model_name_or_path: x\ndataset: demo\ndataset_dir: "
+                                 << (d / "data").string() << "\n";
+  r = run("--from-llamafactory " + (d / "lora.yaml").string() + " -o " + (d / "lora.toml").string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(has(r.err, "finetuning_type: lora (LLaMA-Factory's default): LoRA")) << r.err;
+  EXPECT_FALSE(fs::exists(d / "lora.toml"));
+  EXPECT_FALSE(fs::exists(d / "lora-data"));
 }
 
 // Issue 27: what a config or recipe says reaches the terminal escaped (\x1b, \x00), never raw,

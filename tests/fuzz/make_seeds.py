@@ -16,6 +16,8 @@ Layouts (see each tests/fuzz/<target>_fuzz.cpp):
                ["\\n%%\\n" variables JSON]: the real templates of tests/fixtures/chat_templates
                (the model folders and real_templates.json, with its tool-call conversation), the
                language cases and the hostile ones (hostile_cases.json, long ones cut to 2,000 repeats)
+  yaml         a training file (LLaMA-Factory, axolotl layouts; anchors, merge keys, block scalars;
+               nesting and an alias bomb past the reader's bounds)
 """
 import json
 import os
@@ -206,6 +208,26 @@ def template_seeds():
             write("template", "hostile_" + c["name"], b"\x00" + t.encode())
 
 
+def yaml_seeds():
+    write("yaml", "llamafactory.yaml", "### model\nmodel_name_or_path: meta-llama/Meta-Llama-3-8B-Instruct\n"
+          "stage: sft\nfinetuning_type: full\ndeepspeed: examples/deepspeed/ds_z2_config.json\n"
+          "dataset: identity,alpaca_en_demo\ntemplate: llama3\ncutoff_len: 2048\nlearning_rate: 1.0e-5\n"
+          "num_train_epochs: 3.0\nlr_scheduler_type: cosine\nwarmup_ratio: 0.1\nbf16: true\n")
+    write("yaml", "axolotl.yml", "base_model: NousResearch/Meta-Llama-3.1-8B\nload_in_8bit: false\n"
+          "datasets:\n  - path: tatsu-lab/alpaca\n    type: alpaca\n  - path: chat.jsonl\n    type: chat_template\n"
+          "    message_property_mappings:\n      role: from\n      content: value\n"
+          "sequence_len: 8192\nmicro_batch_size: 1\nlearning_rate: 2e-5\nbf16: auto\nfp16:\n"
+          "special_tokens:\n  pad_token: <|end_of_text|>\n")
+    write("yaml", "anchors.yaml", "base: &b {lr: 1, list: [1, 2]}\nrun:\n  <<: *b\n  lr: 2\nagain: *b\n"
+          "lit: |\n  a\n  b\nfold: >-\n  c\n  d\nq: 'it''s'\ndq: \"\\u00e9\\t\"\n? explicit\n: key\n")
+    write("yaml", "deep.yaml", "a: " + nest(DEEP, "x") + "\n")
+    bomb = "a: &a [x,x,x,x,x,x,x,x,x,x]\n"
+    for prev, cur in zip("abcdefgh", "bcdefghi"):
+        bomb += f"{cur}: &{cur} [" + ",".join(["*" + prev] * 10) + "]\n"
+    write("yaml", "bomb.yaml", bomb)
+    write("yaml", "tags.yaml", "a: !!python/object/apply:os.system ['true']\nb: !!str 1\n---\nc: 2\n")
+
+
 def main():
     shutil.rmtree(os.path.join(HERE, "corpus"), ignore_errors=True)
     recipe_seeds()
@@ -214,6 +236,7 @@ def main():
     jsonl_seeds()
     manifest_seeds()
     template_seeds()
+    yaml_seeds()
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@
 #include "checkpoint/run_dir.h"
 #include "model/hf_export.h"
 #include "import/deepspeed.h"
+#include "import/training_file.h"
 #include "launch/launch.h"
 #include "recipe/recipe.h"
 #include "recipe/schema.h"
@@ -379,14 +380,10 @@ std::string recipe_reference_text() {
   return os.str();
 }
 
-int from_deepspeed(const std::string& config, const std::vector<std::string>& overrides, const std::string& out_path,
-                   std::ostream& out, std::ostream& err) {
-  std::error_code ec;
-  if (!fs::is_regular_file(config, ec)) throw UsageError("--from-deepspeed: no such file: " + config);
-  std::ifstream in(config, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  importer::DeepSpeedImport im = importer::import_deepspeed(ss.str(), config, overrides);
+namespace {
+
+// Shows what an import found on `err` and writes the recipe to `out_path` (or `out`).
+int write_import(const importer::DeepSpeedImport& im, const std::string& out_path, std::ostream& out, std::ostream& err) {
   // Notes and ignored keys quote the config's keys: one line each, control bytes shown as \xNN.
   // Written at once: std::cerr flushes every insertion (300k ignored keys were 600k writes).
   const auto line = [](const std::string& s) { return printable_text(s, /*keep_lines=*/false) + "\n"; };
@@ -407,6 +404,32 @@ int from_deepspeed(const std::string& config, const std::vector<std::string>& ov
   }
   err << line("ciuic-run: wrote " + out_path + " (check it: ciuic-run " + out_path + " --print-recipe)");
   return kExitOk;
+}
+
+}  // namespace
+
+int from_deepspeed(const std::string& config, const std::vector<std::string>& overrides, const std::string& out_path,
+                   std::ostream& out, std::ostream& err) {
+  std::error_code ec;
+  if (!fs::is_regular_file(config, ec)) throw UsageError("--from-deepspeed: no such file: " + config);
+  std::ifstream in(config, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return write_import(importer::import_deepspeed(ss.str(), config, overrides), out_path, out, err);
+}
+
+int from_training_file(const std::string& tool, const std::string& file, const std::vector<std::string>& overrides,
+                       const std::string& out_path, std::ostream& out, std::ostream& err) {
+  const importer::TrainingTool t = tool == "axolotl" ? importer::TrainingTool::kAxolotl : importer::TrainingTool::kLlamaFactory;
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) throw UsageError("--from-" + tool + ": no such file: " + file);
+  fs::path data_dir = "ciuic-data";
+  if (!out_path.empty() && out_path != "-") {
+    const fs::path o(out_path);
+    data_dir = o.parent_path() / (o.stem().string() + "-data");
+  }
+  const importer::TrainingImport im = importer::import_training_file(t, file, overrides, data_dir.string());
+  return write_import(im.recipe, out_path, out, err);
 }
 
 // --tokenizer names a tokenizer.json: says what else it is (the message was "no such file" for

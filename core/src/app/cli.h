@@ -68,9 +68,19 @@ CIUIC_API int export_hf(const std::string& checkpoint, const std::string& out_di
 // an equivalent recipe (import/deepspeed.h, docs/deepspeed.md), written to OUT or `out`. The keys
 // without a ciuic meaning, the notes and the placeholders are listed on `err` (and as comments in
 // the recipe). `overrides` are recipe keys (effective_overrides: --nproc/--nnodes give the world
-// size). Throws UsageError (exit 2) for "auto" values without --set and unsupported features.
+// size). "auto" values take the HF Trainer's (TrainingArguments defaults) or ciuic's answer, each
+// said on its line. Throws UsageError (exit 2) for unsupported features and bad values.
 CIUIC_API int from_deepspeed(const std::string& config, const std::vector<std::string>& overrides,
                              const std::string& out_path, std::ostream& out, std::ostream& err);
+
+// --from-llamafactory FILE / --from-axolotl FILE [--set ...]... [-o OUT]: translates a training
+// file (import/training_file.h, docs/migrate.md), and the DeepSpeed config it names, into a recipe,
+// written like --from-deepspeed's. The datasets it names are converted into ciuic's JSONL in
+// OUT's stem + "-data/" (next to OUT), or ./ciuic-data/ when the recipe goes to `out`; their files
+// are listed on `err`. `tool` is "llamafactory" or "axolotl".
+CIUIC_API int from_training_file(const std::string& tool, const std::string& file,
+                                 const std::vector<std::string>& overrides, const std::string& out_path,
+                                 std::ostream& out, std::ostream& err);
 
 // --plot RUN_DIR: writes RUN_DIR/report.html (train/html_report.h) from RUN_DIR/metrics.jsonl (or
 // from the metrics file given instead of a folder) and prints its path.

@@ -4,9 +4,13 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <deque>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -161,7 +165,9 @@ json parse_ordered(const std::string& text) {
 
 class Importer {
  public:
-  Importer(const std::string& origin, const std::vector<std::string>& overrides) : origin_(shown(origin)) {
+  Importer(const std::string& origin, const std::vector<std::string>& overrides, const ImportOptions& options)
+      : origin_(shown(origin)), options_(options), args_(options.trainer) {
+    for (const auto& g : options.given) sets_.push_back({g.key, g.literal, shown(g.comment)});
     for (const auto& o : overrides) parse_override(o);
   }
 
@@ -175,6 +181,17 @@ class Importer {
                        " (ciuic-run --from-deepspeed reads a DeepSpeed config .json)");
     }
     if (!root.is_object()) throw UsageError(origin_ + ": expected a JSON object (a DeepSpeed config)");
+    // The Trainer's own values for what the config leaves out, before --set (which wins).
+    {
+      std::vector<Set> conditional;
+      for (const auto& c : options_.given_unless) {
+        bool present = false;
+        for (const auto& k : c.unless) present = present || root.contains(k);
+        if (!present)
+          for (const auto& g : c.values) conditional.push_back({g.key, g.literal, shown(g.comment)});
+      }
+      sets_.insert(sets_.begin() + static_cast<std::ptrdiff_t>(options_.given.size()), conditional.begin(), conditional.end());
+    }
 
     batch(root);
     clipping(root);
@@ -186,20 +203,47 @@ class Importer {
     top_level_rest(root);
     finish_placeholders();
 
+    if (!mismatches_.empty()) {
+      std::string m = origin_ + ": " + std::to_string(mismatches_.size()) +
+                      " value(s) differ from the training arguments (the HF Trainer refuses this too; write \"auto\" "
+                      "in the DeepSpeed config, or the same value):";
+      for (const auto& a : mismatches_) m += "\n  " + a;
+      throw UsageError(m);
+    }
     if (!missing_auto_.empty()) {
       std::string m = origin_ + ": " + std::to_string(missing_auto_.size()) +
                       " value(s) are \"auto\" (the HF Trainer fills them in; ciuic needs them given):";
       for (const auto& a : missing_auto_) m += "\n  " + a;
       throw UsageError(m);
     }
+    if (!options_.refused.empty()) {
+      std::vector<std::string> all;
+      for (const auto& r : options_.refused) all.push_back(shown(r));
+      if (!options_.deepspeed_origin.empty())
+        for (const auto& r : refused_) all.push_back(shown(options_.deepspeed_origin) + ": " + r);
+      refused_ = all;
+    }
     if (!refused_.empty()) {
-      std::string m = origin_ + ": " +
+      std::string m = (options_.tool.empty() ? origin_ : shown(options_.tool)) + ": " +
                       (refused_.size() == 1 ? std::string("uses a feature ciuic does not support:")
                                             : std::to_string(refused_.size()) + " features ciuic does not support:");
       for (const auto& r : refused_) m += "\n  " + r;
       throw UsageError(m);
     }
     apply_overrides();
+    if (!options_.tool.empty()) {  // a training file's import: its own lists first
+      std::vector<std::string> ig, no, ph;
+      for (const auto& i : options_.ignored) ig.push_back(shown(i));
+      for (const auto& i : ignored_) ig.push_back(shown(options_.deepspeed_origin) + ": " + i);
+      for (const auto& n : options_.notes) no.push_back(shown(n));
+      if (!options_.deepspeed_origin.empty()) no.insert(no.end(), notes_.begin(), notes_.end());
+      for (const auto& p : options_.placeholders) ph.push_back(shown(p));
+      for (const auto& p : placeholders_)
+        if (std::find(ph.begin(), ph.end(), p) == ph.end()) ph.push_back(p);
+      ignored_ = ig;
+      notes_ = no;
+      placeholders_ = ph;
+    }
     DeepSpeedImport out;
     out.toml = render();
     out.ignored = ignored_;
@@ -239,13 +283,13 @@ class Importer {
     } else {
       throw UsageError("--set " + shown(o) + ": the value is not a TOML value (strings need quotes: '\"text\"')");
     }
-    sets_.emplace_back(lhs, lit);
+    sets_.push_back({lhs, lit, "--set"});
   }
 
   const std::string* set_value(const std::string& recipe_key) const {
     const std::string* v = nullptr;
-    for (const auto& [k, val] : sets_)
-      if (k == recipe_key) v = &val;
+    for (const auto& e : sets_)
+      if (e.key == recipe_key) v = &e.literal;
     return v;
   }
 
@@ -270,7 +314,7 @@ class Importer {
   }
 
   void apply_overrides() {
-    for (const auto& [lhs, lit] : sets_) {
+    for (const auto& [lhs, lit, comment] : sets_) {
       const size_t dot = lhs.rfind('.');
       Section& s = sec(lhs.substr(0, dot));
       const std::string key = lhs.substr(dot + 1);
@@ -278,10 +322,10 @@ class Importer {
       for (auto& e : s.entries)
         if (e.key == key) {
           e.value = lit;
-          e.comment = "--set";
+          e.comment = comment;
           done = true;
         }
-      if (!done) s.entries.push_back({key, lit, "--set"});
+      if (!done) s.entries.push_back({key, lit, comment});
       placeholders_.erase(std::remove(placeholders_.begin(), placeholders_.end(), lhs), placeholders_.end());
     }
   }
@@ -294,7 +338,8 @@ class Importer {
     return sections_.back();
   }
 
-  void put(const std::string& section, const std::string& key, const std::string& value, const std::string& comment) {
+  void put(const std::string& section, const std::string& key, const std::string& value, const std::string& comment_in) {
+    const std::string comment = from(comment_in);
     Section& s = sec(section);
     for (auto& e : s.entries)
       if (e.key == key) {
@@ -316,16 +361,31 @@ class Importer {
     // Data, never code: every comment goes through toml_comment() (one line, whatever it quotes),
     // every key through toml_key(), every value is a literal made by toml_quote()/format_value()
     // or a number (tests: DeepSpeedImport.HostileKeysAndValuesStayData).
-    std::string o = toml_comment("Imported from " + origin_ + " by ciuic-run --from-deepspeed (docs/deepspeed.md).") + "\n";
-    o += "# Each value says where it comes from: a DeepSpeed key, DeepSpeed's default, --set, or a placeholder.\n";
+    std::string o;
+    if (options_.tool.empty()) {
+      o = toml_comment("Imported from " + origin_ + " by ciuic-run --from-deepspeed (docs/deepspeed.md).") + "\n";
+      o += "# Each value says where it comes from: a DeepSpeed key, DeepSpeed's default, \"auto\" and the value the HF\n"
+           "# Trainer (or ciuic) gives it, --set, or a placeholder.\n";
+    } else {
+      o = toml_comment("Imported by ciuic-run " + options_.tool +
+                       (options_.deepspeed_origin.empty() ? "" : " with the DeepSpeed config " + options_.deepspeed_origin) +
+                       " (docs/migrate.md).") + "\n";
+      o += "# Each value says where it comes from: a key of the training file or of the DeepSpeed config, a default of\n"
+           "# the HF Trainer or DeepSpeed, --set, or a placeholder.\n";
+    }
     const auto list = [&](const char* title, const std::vector<std::string>& items) {
       if (items.empty()) return;
       o += "#\n" + toml_comment(title) + "\n";
       for (const auto& i : items) o += toml_comment("  " + i) + "\n";
     };
     list("Notes:", notes_);
-    list("DeepSpeed keys without a ciuic meaning (ignored):", ignored_);
-    list("Placeholders (a DeepSpeed config does not say them; edit, or give them with --set):", placeholders_);
+    if (options_.tool.empty()) {
+      list("DeepSpeed keys without a ciuic meaning (ignored):", ignored_);
+      list("Placeholders (a DeepSpeed config does not say them; edit, or give them with --set):", placeholders_);
+    } else {
+      list("Keys without a ciuic meaning (ignored):", ignored_);
+      list("Placeholders (edit, or give them with --set):", placeholders_);
+    }
     std::vector<const Section*> order;
     for (const char* n : kOrder)
       for (const auto& s : sections_)
@@ -351,21 +411,192 @@ class Importer {
   }
 
   // ---- reading JSON -------------------------------------------------------------------------
-  // Marks `key` of `obj` (at `path`) as read; returns null when absent. "auto" is recorded as
-  // missing unless --set gives recipe_key (then null is returned and the --set value is used).
+  // Marks `key` of `obj` (at `path`) as read; returns null when absent. "auto" is what the HF
+  // Trainer fills in (hf_auto), unless --set (or the training file) gives recipe_key: then null is
+  // returned and that value is used. An "auto" without an HF value is recorded as missing.
   const json* take(const json& obj, const std::string& path, const std::string& key, const std::string& recipe_key) {
-    read_.insert(join(path, key));
+    const std::string p = join(path, key);
+    read_.insert(p);
     auto it = obj.find(key);
     if (it == obj.end() || it->is_null()) return nullptr;
     if (it->is_string() && it->get<std::string>() == "auto") {
+      if (!recipe_key.empty() && set_value(recipe_key)) return nullptr;
+      if (std::optional<Filled> f = hf_auto(p)) {
+        resolved_.push_back(std::move(f->value));
+        auto_[p] = "\"auto\" -> " + f->text + ": " + f->source;
+        return &resolved_.back();
+      }
       if (recipe_key.empty()) {
-        refuse(join(path, key), "\"auto\" has no ciuic equivalent here; write the value");
-      } else if (!set_value(recipe_key)) {
-        missing_auto_.push_back(shown(join(path, key)) + " = \"auto\": give it with --set " + recipe_key + "=<value>");
+        refuse(p, "\"auto\" has no ciuic equivalent here; write the value");
+      } else {
+        missing_auto_.push_back(shown(p) + " = \"auto\": give it with --set " + recipe_key + "=<value>");
       }
       return nullptr;
     }
+    if (args_.from_file) check_match(p, *it);
     return &*it;
+  }
+
+  static bool is_auto(const json& obj, const std::string& key) {
+    auto it = obj.find(key);
+    return it != obj.end() && it->is_string() && it->get<std::string>() == "auto";
+  }
+
+  // What the HF Trainer writes for an "auto" (transformers' integrations/deepspeed.py:
+  // trainer_config_process fills the batch, clipping, optimizer and warmup bounds from its
+  // TrainingArguments; trainer_config_finalize the bucket from the model's hidden size and the
+  // step counts from the run's length). The micro-batch and fp16/bf16 are decided by their
+  // sections (ciuic's planner and choice). nullopt: no HF value.
+  struct Filled {
+    json value;
+    std::string text, source;
+  };
+  std::optional<Filled> hf_auto(const std::string& p) {
+    const auto num = [](const TrainerValue& v) { return Filled{v.value, float_lit(v.value), v.source}; };
+    const auto whole = [](const TrainerValue& v) {
+      const auto n = static_cast<int64_t>(v.value);
+      return Filled{n, std::to_string(n), v.source};
+    };
+    if (p == "gradient_accumulation_steps") return whole(args_.gradient_accumulation_steps);
+    if (p == "gradient_clipping") return num(args_.max_grad_norm);
+    if (p == "optimizer.params.lr" || p == "scheduler.params.warmup_max_lr") return num(args_.learning_rate);
+    if (p == "optimizer.params.betas")
+      return Filled{json::array({args_.adam_beta1.value, args_.adam_beta2.value}),
+                    "[" + float_lit(args_.adam_beta1.value) + ", " + float_lit(args_.adam_beta2.value) + "]",
+                    args_.adam_beta1.source + ", " + args_.adam_beta2.source};
+    if (p == "optimizer.params.eps") return num(args_.adam_epsilon);
+    if (p == "optimizer.params.weight_decay") return num(args_.weight_decay);
+    if (p == "scheduler.params.warmup_min_lr") return Filled{0.0, "0.0", "the HF Trainer's fixed value (no TrainingArguments field)"};
+    if (p == "scheduler.params.total_num_steps") {
+      if (args_.num_training_steps)
+        return Filled{*args_.num_training_steps, std::to_string(*args_.num_training_steps), args_.num_training_steps_source};
+      return Filled{0, "0", "[train] max_steps, the run's length (the HF Trainer's num_training_steps)"};
+    }
+    if (p == "scheduler.params.warmup_num_steps") {
+      // TrainingArguments.get_warmup_steps: warmup_steps when > 0, else ceil(warmup_ratio x steps).
+      // transformers 5 reads warmup_steps < 1 as a ratio, and fills max(1, that): DeepSpeed >= 0.19.6
+      // rejects 0 (older releases made it 2, as ciuic's schedule does).
+      const TrainerValue &ws = args_.warmup_steps, &wr = args_.warmup_ratio;
+      if (ws.value >= 1) return whole(ws);
+      const double ratio = ws.value > 0 ? ws.value : wr.value;
+      const std::string& rs = ws.value > 0 ? ws.source : wr.source;
+      if (ratio == 0) return Filled{1, "1", "max(1, 0): " + ws.source + " 0 (the HF Trainer's smallest warmup)"};
+      if (!args_.num_training_steps) return std::nullopt;  // the ratio needs the run's length
+      const auto n = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(ratio * static_cast<double>(*args_.num_training_steps))));
+      return Filled{n, std::to_string(n),
+                    "ceil(warmup ratio " + float_lit(ratio) + " x " + std::to_string(*args_.num_training_steps) +
+                        " steps), " + rs};
+    }
+    if (p == "zero_optimization.reduce_bucket_size") {
+      if (std::optional<int64_t> h = model_hidden_size()) {
+        const double v = static_cast<double>(*h) * static_cast<double>(*h);
+        return Filled{v, float_lit(v), "hidden_size x hidden_size = " + std::to_string(*h) + "^2 of the model's config.json (the HF Trainer's rule)"};
+      }
+      return Filled{5e8, "5e8", "DeepSpeed's default; the HF Trainer takes hidden_size^2 of the model, whose config.json "
+                                "is not readable here (give --set model.path=DIR)"};
+    }
+    return std::nullopt;
+  }
+
+  // hidden_size (or the largest of hidden_sizes) of <model.path>/config.json, when the recipe names
+  // a readable model folder.
+  std::optional<int64_t> model_hidden_size() const {
+    const std::optional<std::string> dir = set_string("model.path");
+    if (!dir || dir->empty()) return std::nullopt;
+    std::ifstream f(std::filesystem::path(*dir) / "config.json", std::ios::binary);
+    if (!f) return std::nullopt;
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string text = ss.str();
+    if (!json_depth_problem(text).empty()) return std::nullopt;
+    const nlohmann::json c = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!c.is_object()) return std::nullopt;
+    for (const nlohmann::json* node : {&c, c.contains("text_config") ? &c["text_config"] : nullptr}) {
+      if (!node || !node->is_object()) continue;
+      if (auto it = node->find("hidden_size"); it != node->end() && it->is_number_integer() && it->get<int64_t>() > 0)
+        return it->get<int64_t>();
+      if (auto it = node->find("hidden_sizes"); it != node->end() && it->is_array()) {
+        int64_t best = 0;
+        for (const auto& v : *it)
+          if (v.is_number_integer()) best = std::max(best, v.get<int64_t>());
+        if (best > 0) return best;
+      }
+    }
+    return std::nullopt;
+  }
+
+  // A comment that starts with a DeepSpeed path filled from "auto" says so instead.
+  std::string from(const std::string& comment) const {
+    if (auto_.empty()) return comment;
+    const size_t end = comment.find_first_of(" ;(");
+    auto it = auto_.find(comment.substr(0, end));
+    if (it == auto_.end()) return comment;
+    return it->second + (end == std::string::npos ? "" : comment.substr(end));
+  }
+
+  // The HF Trainer's fill_match: with a training file's arguments, a value written in the config
+  // (not "auto") must equal the argument it stands for.
+  void check_match(const std::string& p, const json& v) {
+    const auto differs = [&](double ds, const TrainerValue& hf, const std::string& name) {
+      if (ds != hf.value)
+        mismatches_.push_back(shown(p) + " = " + short_json(v) + " but " + name + " = " + format_number(hf.value) + " (" +
+                              shown(hf.source) + ")");
+    };
+    const auto num = [&](const json& x) -> std::optional<double> {
+      if (x.is_number()) return x.get<double>();
+      if (x.is_string()) {
+        const std::string s = x.get<std::string>();
+        double d = 0;
+        auto r = std::from_chars(s.data(), s.data() + s.size(), d);
+        if (r.ec == std::errc() && r.ptr == s.data() + s.size()) return d;
+      }
+      return std::nullopt;
+    };
+    const std::map<std::string, std::pair<const TrainerValue*, const char*>> match = {
+        {"train_micro_batch_size_per_gpu", {&args_.per_device_train_batch_size, "per_device_train_batch_size"}},
+        {"gradient_accumulation_steps", {&args_.gradient_accumulation_steps, "gradient_accumulation_steps"}},
+        {"gradient_clipping", {&args_.max_grad_norm, "max_grad_norm"}},
+        {"optimizer.params.lr", {&args_.learning_rate, "learning_rate"}},
+        {"optimizer.params.eps", {&args_.adam_epsilon, "adam_epsilon"}},
+        {"optimizer.params.weight_decay", {&args_.weight_decay, "weight_decay"}},
+        {"scheduler.params.warmup_max_lr", {&args_.learning_rate, "learning_rate"}},
+    };
+    if (auto it = match.find(p); it != match.end()) {
+      if (auto d = num(v)) differs(*d, *it->second.first, it->second.second);
+    } else if (p == "optimizer.params.betas" && v.is_array() && v.size() == 2) {
+      if (auto b = num(v[0])) differs(*b, args_.adam_beta1, "adam_beta1");
+      if (auto b = num(v[1])) differs(*b, args_.adam_beta2, "adam_beta2");
+    } else if (p == "scheduler.params.total_num_steps" && args_.num_training_steps) {
+      if (auto d = num(v))
+        differs(*d, TrainerValue{static_cast<double>(*args_.num_training_steps), true, args_.num_training_steps_source},
+                "num_training_steps");
+    } else if (p == "fp16.enabled" || p == "bf16.enabled") {
+      const TrainerValue& hf = p == "fp16.enabled" ? args_.fp16 : args_.bf16;
+      if (auto b = lax_bool(v); b && *b != (hf.value != 0))
+        mismatches_.push_back(shown(p) + " = " + short_json(v) + " but " + p.substr(0, 4) + " = " +
+                              (hf.value != 0 ? "true" : "false") + " (" + shown(hf.source) + ")");
+    }
+  }
+
+  // A boolean as pydantic reads one (its "lax" mode, which DeepSpeed's config models use): true,
+  // false, 0, 1, 0.0, 1.0 and the strings 0/1, true/false, t/f, yes/no, y/n, on/off in any case.
+  static std::optional<bool> lax_bool(const json& v) {
+    if (v.is_boolean()) return v.get<bool>();
+    if (v.is_number()) {
+      const double d = v.get<double>();
+      if (d == 0) return false;
+      if (d == 1) return true;
+      return std::nullopt;
+    }
+    if (v.is_string()) {
+      std::string s = v.get<std::string>();
+      for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      for (const char* t : {"1", "true", "t", "yes", "y", "on"})
+        if (s == t) return true;
+      for (const char* f : {"0", "false", "f", "no", "n", "off"})
+        if (s == f) return false;
+    }
+    return std::nullopt;
   }
 
   static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
@@ -392,7 +623,7 @@ class Importer {
   }
 
   bool boolean(const json& v, const std::string& path) const {
-    if (v.is_boolean()) return v.get<bool>();
+    if (auto b = lax_bool(v)) return *b;
     type_error(path, "true or false", v);
   }
 
@@ -435,8 +666,8 @@ class Importer {
   std::function<void(const json&, const std::string&)> refuse_if_enabled(const std::string& what) {
     return [this, what](const json& v, const std::string& p) {
       bool on = false;
-      if (v.is_boolean()) on = v.get<bool>();
-      else if (v.is_object()) on = v.contains("enabled") && v["enabled"].is_boolean() && v["enabled"].get<bool>();
+      if (v.is_boolean() || v.is_string()) on = lax_bool(v).value_or(false);
+      else if (v.is_object()) on = v.contains("enabled") && lax_bool(v["enabled"]).value_or(false);
       else if (v.is_number()) on = v.get<double>() > 1;
       if (on) refuse(p, what);
       else ignore(p, "disabled");
@@ -445,10 +676,14 @@ class Importer {
 
   // ---- sections -----------------------------------------------------------------------------
   void batch(const json& root) {
-    const json* mb = take(root, "", "train_micro_batch_size_per_gpu", "train.micro_batch_size");
+    // "auto" micro-batch: the training file's per_device_train_batch_size, DeepSpeed's arithmetic
+    // when the other two and the world size decide it, else ciuic's planner for the global batch.
+    const bool mb_auto = is_auto(root, "train_micro_batch_size_per_gpu") && !set_value("train.micro_batch_size");
+    if (mb_auto) read_.insert("train_micro_batch_size_per_gpu");
+    const json* mb = mb_auto ? nullptr : take(root, "", "train_micro_batch_size_per_gpu", "train.micro_batch_size");
     const json* gas = take(root, "", "gradient_accumulation_steps", "train.gradient_accumulation_steps");
     const json* tbs = nullptr;
-    if (root.contains("train_batch_size") && root["train_batch_size"] == "auto") {
+    if (is_auto(root, "train_batch_size")) {
       read_.insert("train_batch_size");  // the HF Trainer's product of the other two: nothing to check
       ignore("train_batch_size", "\"auto\": micro-batch x accumulation x world size");
     } else {
@@ -466,10 +701,46 @@ class Importer {
     std::optional<int64_t> world;
     const auto nproc = set_number("cluster.nproc_per_node"), nnodes = set_number("cluster.nnodes");
     if (nproc || nnodes) world = static_cast<int64_t>(nproc.value_or(1) * nnodes.value_or(1));
-    const std::string world_text = world ? std::to_string(*world) : "";
+    std::string world_text = world ? std::to_string(*world) : "";
+    bool mb_filled = false;
+    if (mb_auto) {
+      const TrainerValue& pd = args_.per_device_train_batch_size;
+      if (pd.given) {
+        m = static_cast<int64_t>(pd.value);
+        mb_filled = true;
+        auto_["train_micro_batch_size_per_gpu"] = "\"auto\" -> " + std::to_string(*m) + ": " + pd.source;
+      } else if (t && g && world) {
+        if (*t % (*g * *world) != 0)
+          throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) + " is not divisible by "
+                           "gradient_accumulation_steps x world size = " + std::to_string(*g) + " x " + world_text);
+        m = *t / (*g * *world);
+        mb_filled = true;
+        auto_["train_micro_batch_size_per_gpu"] = "\"auto\" -> " + std::to_string(*m) +
+                                                  ": train_batch_size / (accumulation x world " + world_text + ")";
+        t.reset();  // used
+      } else {
+        // ciuic's planner: the largest micro-batch whose memory plan fits, for this global batch.
+        const int64_t w = world.value_or(1), acc = g.value_or(1);
+        const int64_t global = t ? *t : static_cast<int64_t>(pd.value) * acc * w;
+        put("train", "micro_batch_size", "\"auto\"",
+            "\"auto\" -> \"auto\": ciuic's planner picks the largest micro-batch that fits, for global_batch_size "
+            "(the HF Trainer would take per_device_train_batch_size, default 8)");
+        put("train", "global_batch_size", std::to_string(global),
+            t ? std::string("train_batch_size")
+              : pd.source + " " + std::to_string(static_cast<int64_t>(pd.value)) + " x accumulation " + std::to_string(acc) + " x world size " + std::to_string(w) +
+                    (world ? "" : " (the recipe's [cluster] default: no --nproc given)"));
+        if (gas || set_value("train.gradient_accumulation_steps"))
+          note("train_micro_batch_size_per_gpu = \"auto\" -> the planner: gradient_accumulation_steps = " +
+               std::to_string(acc) + " is not written, the planner derives it from global_batch_size / (micro-batch x ranks)");
+        return;
+      }
+    }
+    // Without --nproc/--nnodes the world size is the recipe's [cluster] default, 1; said in a note.
     auto need_world = [&](const std::string& what) {
-      throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) + " needs the world size to derive " +
-                       what + ": give --nproc N (and --nnodes N), or --set cluster.nproc_per_node=N");
+      world = 1;
+      world_text = "1";
+      note("train_batch_size = " + std::to_string(*t) + " with world size 1, the recipe's [cluster] default (no --nproc or "
+           "--nnodes given): " + what + " is derived for one process; give --nproc N (and --nnodes N) to derive it for N");
     };
     // DeepSpeed: train_batch_size = micro x accumulation x world; any two give the third.
     if (t) {
@@ -511,7 +782,7 @@ class Importer {
         put("train", "gradient_accumulation_steps", "1", "DeepSpeed's default when only train_batch_size is given");
       }
     }
-    if (mb) put("train", "micro_batch_size", std::to_string(*m), "train_micro_batch_size_per_gpu");
+    if (mb || mb_filled) put("train", "micro_batch_size", std::to_string(*m), "train_micro_batch_size_per_gpu");
     if (gas) put("train", "gradient_accumulation_steps", std::to_string(*g), "gradient_accumulation_steps");
     if (!m && !t && !set_value("train.micro_batch_size")) {
       put("train", "micro_batch_size", "1", "placeholder: the config gives no batch size");
@@ -542,13 +813,39 @@ class Importer {
     const json* bf16 = root.contains("bf16") ? &object(root["bf16"], "bf16")
                        : root.contains("bfloat16") ? &object(root["bfloat16"], "bfloat16") : nullptr;
     const std::string bf_path = root.contains("bf16") ? "bf16" : "bfloat16";
-    const bool fp16_on = fp16 && enabled(*fp16, "fp16", "precision.plugin");
-    const bool bf16_on = bf16 && enabled(*bf16, bf_path, "precision.plugin");
+    // "enabled": "auto" is the training arguments' fp16 / bf16 when a training file gives them;
+    // with TrainingArguments' defaults (both False: fp32) ciuic chooses bf16.
+    const bool given = set_value("precision.plugin") != nullptr;
+    const bool fp16_auto = fp16 && !given && is_auto(*fp16, "enabled");
+    const bool bf16_auto = bf16 && !given && is_auto(*bf16, "enabled");
+    if (fp16_auto) read_.insert("fp16.enabled");
+    if (bf16_auto) read_.insert(bf_path + ".enabled");
+    bool fp16_on = fp16 && !fp16_auto && enabled(*fp16, "fp16", "precision.plugin");
+    bool bf16_on = bf16 && !bf16_auto && enabled(*bf16, bf_path, "precision.plugin");
+    std::string auto_why;
+    if (fp16_auto || bf16_auto) {
+      if (args_.fp16.given || args_.bf16.given) {
+        if (fp16_auto) fp16_on = args_.fp16.value != 0;
+        if (bf16_auto) bf16_on = args_.bf16.value != 0;
+        const TrainerValue& src = fp16_on ? args_.fp16 : args_.bf16;
+        auto_why = std::string("\"auto\" -> ") + (fp16_on ? "fp16" : bf16_on ? "bf16" : "fp32") + ": " + src.source;
+      } else if (!fp16_on && !bf16_on) {
+        bf16_on = true;
+        auto_why = "\"auto\" -> bf16: ciuic's choice (the HF TrainingArguments defaults fp16 = bf16 = False would train in "
+                   "fp32); on a GPU without bf16 (V100, T4) --set precision.plugin=fp16";
+      } else {
+        auto_why = std::string("\"auto\" -> ") + (fp16_on ? "bf16 off: fp16.enabled" : "fp16 off: " + bf_path + ".enabled") +
+                   " is true (HF TrainingArguments defaults fp16 = bf16 = False)";
+      }
+    }
     if (fp16_on && bf16_on) throw UsageError(origin_ + ": fp16 and bf16 are both enabled (DeepSpeed refuses this too)");
     std::string plugin = fp16_on ? "fp16" : bf16_on ? "bf16" : "fp32";
     if (auto s = set_string("precision.plugin")) plugin = *s;
     put("precision", "plugin", toml_quote(plugin),
-        fp16_on ? std::string("fp16.enabled") : bf16_on ? bf_path + ".enabled" : std::string("neither fp16 nor bf16 enabled"));
+        !auto_why.empty() ? auto_why
+        : fp16_on         ? std::string("fp16.enabled")
+        : bf16_on         ? bf_path + ".enabled"
+                          : std::string("neither fp16 nor bf16 enabled"));
     if (fp16) {
       const std::map<std::string, std::string> ignored_fp16 = {
           {"auto_cast", "ciuic computes the whole model in the precision's dtype (no autocast)"},
@@ -836,7 +1133,7 @@ class Importer {
       if (const json* v = take(*params, PP, "total_num_steps", "scheduler.total_num_steps")) {
         const int64_t n = integer(*v, PP + ".total_num_steps");
         put("scheduler", "total_num_steps", std::to_string(n), PP + ".total_num_steps");
-        total_steps_ = n;
+        if (n > 0) total_steps_ = n;  // 0: "auto" without a known length, = [train] max_steps
       } else if (set_value("scheduler.total_num_steps")) {
         if (auto n = set_number("scheduler.total_num_steps")) total_steps_ = static_cast<int64_t>(*n);
       } else if (!missing_auto_.empty() && missing_auto_.back().rfind(PP + ".total_num_steps", 0) == 0) {
@@ -885,7 +1182,7 @@ class Importer {
     if (root.contains("tensorboard")) {
       read_.insert("tensorboard");
       const json& t = root["tensorboard"];
-      if (t.is_object() && t.value("enabled", false)) {
+      if (t.is_object() && t.contains("enabled") && lax_bool(t["enabled"]).value_or(false)) {
         put("log", "tensorboard", "true", "tensorboard.enabled (event files in <output_dir>/tb)");
         for (auto it = t.begin(); it != t.end(); ++it)
           if (it.key() != "enabled") ignore("tensorboard." + it.key(), "ciuic writes <run.output_dir>/tb");
@@ -933,17 +1230,20 @@ class Importer {
         {"amp", refuse_if_enabled("Apex AMP is not supported (use fp16 or bf16)")},
         {"elasticity", refuse_if_enabled("DeepSpeed elasticity is not supported (ciuic resumes at any world size)")},
         {"pipeline", [this](const json& v, const std::string& p) {
-           if (v.is_object() && v.value("stages", 1) > 1) refuse(p, "pipeline parallelism is not implemented");
+           if (v.is_object() && v.contains("stages") && number(v["stages"], p + ".stages") > 1)
+             refuse(p, "pipeline parallelism is not implemented");
            else ignore(p, "no pipeline stages");
          }},
         {"tensor_parallel", [this](const json& v, const std::string& p) {
-           int64_t n = 1;
-           if (v.is_object()) n = v.value("autotp_size", v.value("tp_size", 1));
+           double n = 1;
+           if (v.is_object())
+             for (const char* k : {"tp_size", "autotp_size"})
+               if (v.contains(k) && !v[k].is_null()) n = number(v[k], p + "." + k);
            if (n > 1) refuse(p, "tensor parallelism is not implemented");
            else ignore(p, "no tensor parallelism");
          }},
         {"sequence_parallel_size", [this](const json& v, const std::string& p) {
-           if (v.is_number() && v.get<double>() > 1) refuse(p, "sequence parallelism is not implemented");
+           if ((v.is_number() || v.is_string()) && number(v, p) > 1) refuse(p, "sequence parallelism is not implemented");
            else ignore(p, "1");
          }},
         {"hybrid_engine", refuse_if_enabled("the hybrid (RLHF) engine is not supported")},
@@ -982,7 +1282,17 @@ class Importer {
   }
 
   std::string origin_;
-  std::vector<std::pair<std::string, std::string>> sets_;  // recipe key -> TOML literal
+  // Recipe values decided outside the config, in order (the last of a key wins): a training file's
+  // (options_.given, then the groups of given_unless that apply), then --set.
+  struct Set {
+    std::string key, literal, comment;
+  };
+  std::vector<Set> sets_;
+  const ImportOptions& options_;
+  TrainerArgs args_;
+  std::deque<json> resolved_;                          // "auto" values filled in (stable addresses)
+  std::unordered_map<std::string, std::string> auto_;  // DeepSpeed path -> '"auto" -> v: source'
+  std::vector<std::string> mismatches_;
   std::vector<Section> sections_;
   std::vector<std::string> ignored_, notes_, placeholders_, refused_, missing_auto_;
   std::unordered_set<std::string> read_;  // paths read: a hash set, linear in the keys
@@ -993,9 +1303,37 @@ class Importer {
 
 }  // namespace
 
+TrainerArgs TrainerArgs::defaults() {
+  // TrainingArguments' field defaults (transformers training_args.py).
+  const auto d = [](double v, const char* name) {
+    return TrainerValue{v, false, std::string("HF TrainingArguments ") + name + " default"};
+  };
+  TrainerArgs a;
+  a.per_device_train_batch_size = d(8, "per_device_train_batch_size");
+  a.gradient_accumulation_steps = d(1, "gradient_accumulation_steps");
+  a.max_grad_norm = d(1.0, "max_grad_norm");
+  a.learning_rate = d(5e-5, "learning_rate");
+  a.adam_beta1 = d(0.9, "adam_beta1");
+  a.adam_beta2 = d(0.999, "adam_beta2");
+  a.adam_epsilon = d(1e-8, "adam_epsilon");
+  a.weight_decay = d(0.0, "weight_decay");
+  a.warmup_steps = d(0, "warmup_steps");
+  a.warmup_ratio = d(0.0, "warmup_ratio");
+  a.fp16 = d(0, "fp16");
+  a.bf16 = d(0, "bf16");
+  return a;
+}
+
 DeepSpeedImport import_deepspeed(const std::string& json_text, const std::string& origin,
                                  const std::vector<std::string>& overrides) {
-  Importer im(origin, overrides);
+  const ImportOptions options;
+  Importer im(origin, overrides, options);
+  return im.run(json_text);
+}
+
+DeepSpeedImport import_deepspeed(const std::string& json_text, const std::string& origin,
+                                 const std::vector<std::string>& overrides, const ImportOptions& options) {
+  Importer im(origin, overrides, options);
   return im.run(json_text);
 }
 
