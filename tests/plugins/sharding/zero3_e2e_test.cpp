@@ -18,6 +18,9 @@ namespace {
 
 using namespace ciuic::e2e;
 
+// The run trained with zero3 (its set-up line), not with another sharding.
+#define EXPECT_ZERO3(r) EXPECT_NE((r).log().find("sharding zero3: "), std::string::npos) << (r).log()
+
 Shape zero3(int world, int micro, int accum = 1, int steps = 5) {
   return Shape{.world = world, .micro = micro, .accum = accum, .steps = steps, .sharding = "zero3"};
 }
@@ -29,6 +32,7 @@ TEST(Zero3E2E, MatchesSingleProcessAndZero2AtWorldSizes1To4) {
   for (int world : {1, 2, 3, 4}) {
     const Result r = run("z3-w" + std::to_string(world), zero3(world, 12 / world));
     EXPECT_RUN_OK(r);
+    EXPECT_ZERO3(r);
     EXPECT_LT(max_rel(exported(r), w_ref), 1e-6) << "world " << world;
     EXPECT_LT(max_norm_rel(r, ref), 1e-5) << "world " << world;
   }
@@ -54,6 +58,8 @@ TEST(Zero3E2E, MatchesSingleProcessAndZero2AtWorldSizes1To4) {
   for (const auto& [name, v] : variants) {
     const Result r = run("z3-" + name, v.first, v.second);
     EXPECT_RUN_OK(r);
+    EXPECT_ZERO3(r);
+    if (name == "persist") EXPECT_NE(r.log().find("(one persistent)"), std::string::npos) << r.log();
     EXPECT_LT(max_rel(exported(r), w_ref), 1e-6) << name;
   }
 }
