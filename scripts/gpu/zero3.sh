@@ -3,6 +3,8 @@
 # device call each:
 #   build   CUDA build: the runner and the zero3 unit test
 #   test    sharding_zero3_test on the GPU host (CPU tensors; the build is checked)
+#   one     (nvidia-h200) zero3 vs zero2 on the 1B bench recipe, one GPU: losses step by step,
+#           with and without activation checkpointing, tokens/s and peak memory
 #   seven   (nvidia-h200-x2) 7B dense on 2 GPUs over NVLink: zero3 (reshard_after_forward, the
 #           default) vs FSDP2 fully_shard(reshard_after_forward=True) + torch.compile
 #           (bench/peers/fsdp2_llama.py --reshard-after-forward --compile), and zero2 for the memory
@@ -53,6 +55,34 @@ for stage in ${*:-build test}; do
   test)
     run sharding_zero3_test 240 build-gpu/bin/sharding_zero3_test
     grep -E -A6 "Failure|^\[  (PASSED|FAILED) " "$OUT/sharding_zero3_test.log" | head -60 ;;
+  one)
+    # One GPU (nvidia-h200): zero3 against zero2 on the 1B bench recipe, bf16, one rank: the same
+    # losses step by step (the parameters are gathered on CUDA streams, freed and gathered again
+    # between forward and backward), with and without activation checkpointing; step time and
+    # peak memory of each.
+    z=$(overlay 1b-z3 configs/llama-1b-bench.toml zero3)
+    c1="--set train.max_steps=12 --set log.every_steps=1"
+    ciuic 1b-zero2 240 configs/llama-1b-bench.toml $c1
+    ciuic 1b-zero3 240 "$z" $c1
+    ciuic 1b-zero2-ckpt 240 configs/llama-1b-bench.toml $c1 --set model.activation_checkpointing=true
+    ciuic 1b-zero3-ckpt 240 "$z" $c1 --set model.activation_checkpointing=true
+    python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+def recs(n):
+    try:
+        return [json.loads(l) for l in open(f"{out}/{n}.metrics.jsonl") if l.strip()]
+    except OSError:
+        return []
+for a, b in (("1b-zero2", "1b-zero3"), ("1b-zero2-ckpt", "1b-zero3-ckpt")):
+    ra, rb = [r for r in recs(a) if "loss" in r], [r for r in recs(b) if "loss" in r]
+    worst = max((abs(x["loss"] - y["loss"]) / abs(x["loss"]) for x, y in zip(ra, rb)), default=float("nan"))
+    tps = lambda rs: sorted(r.get("tokens_per_s", 0) for r in rs[2:])[len(rs[2:]) // 2] if len(rs) > 2 else 0
+    mem = lambda rs: max((r.get("mem_gib", 0) for r in rs), default=0)
+    print(f"{b} vs {a}: {len(rb)} steps, worst loss rel diff {worst:.2e}; tokens/s {tps(rb):.0f} vs {tps(ra):.0f}; "
+          f"peak GiB {mem(rb):.2f} vs {mem(ra):.2f}")
+PY
+    ;;
   seven)
     z3=$(overlay 7b-z3 configs/llama-1b-bench.toml zero3)
     ciuic 7b-zero3 400 "$z3" $s7

@@ -688,7 +688,8 @@ void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
         o.reshard_after_forward ? "the computing group and its prefetch (<= max_live_parameters)"
                                 : "reshard_after_forward = false: every group from forward to backward");
   const double reductions = std::min(P, static_cast<double>(kMaxReductionsInFlight + 1) * group);
-  p.add("reductions in flight", true, reductions * p.grad_bytes * (1.0 + 1.0 / world),
+  // A world of one hands the packed gradient over as it is (no chunk buffer).
+  p.add("reductions in flight", true, reductions * p.grad_bytes * (p.world_size == 1 ? 1.0 : 1.0 + 1.0 / world),
         "up to " + std::to_string(kMaxReductionsInFlight + 1) + " groups' packed gradients and chunks");
   p.add("gradients not yet reduced", true, group * p.param_bytes, "about one group (autograd's param.grad)");
 }
