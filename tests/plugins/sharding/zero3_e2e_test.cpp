@@ -75,15 +75,22 @@ TEST(Zero3E2E, TiedEmbeddingsMatchSingleProcess) {
   }
 }
 
-TEST(Zero3E2E, Bf16TracksZero2) {
-  const Result z2 = run("z3-bf16-z2", Shape{.world = 2, .micro = 6, .sharding = "zero2", .precision = "bf16"});
-  Shape s = zero3(2, 6);
-  s.precision = "bf16";
-  const Result z3 = run("z3-bf16", s);
-  EXPECT_RUN_OK(z2);
-  EXPECT_RUN_OK(z3);
-  // The same bf16 gradients summed in fp32 in the same order: within bf16 rounding of each other.
-  EXPECT_LT(max_rel(exported(z3), exported(z2)), 1e-3);
+// bf16, and fp16 with its dynamic loss scale (skipped steps included), against zero2 in the same
+// precision: the same half-precision gradients, summed in fp32 in the same order.
+TEST(Zero3E2E, HalfPrecisionTracksZero2) {
+  for (const char* precision : {"bf16", "fp16"}) {
+    Shape z2s{.world = 2, .micro = 6, .sharding = "zero2"};
+    z2s.precision = precision;
+    Shape z3s = zero3(2, 6);
+    z3s.precision = precision;
+    const Result z2 = run(std::string("z3-") + precision + "-z2", z2s);
+    const Result z3 = run(std::string("z3-") + precision, z3s);
+    EXPECT_RUN_OK(z2);
+    EXPECT_RUN_OK(z3);
+    EXPECT_ZERO3(z3);
+    EXPECT_LT(max_rel(exported(z3), exported(z2)), 1e-3) << precision;
+    EXPECT_LT(max_norm_rel(z3, z2), 1e-3) << precision;
+  }
 }
 
 // The checkpoint format is per parameter slice, whatever wrote it: zero3 and zero2 resume each
