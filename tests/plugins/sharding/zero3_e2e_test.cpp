@@ -5,11 +5,16 @@
 //   * bf16 zero3 against bf16 zero2;
 //   * checkpoints: zero3 on 4 ranks resumed by zero2 on 3, zero2 on 4 resumed by zero3 on 3,
 //     against the uninterrupted run;
-//   * bad options refused at start with exit code 2.
+//   * bad options refused at start with exit code 2; a rank killed while the ranks gather
+//     parameters ends the run, naming it.
 // Final parameters are compared through the Hugging Face export (fp32 master weights).
 #include <gtest/gtest.h>
+#include <signal.h>
 
+#include <chrono>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "e2e_support.h"
@@ -135,5 +140,35 @@ TEST(Zero3E2E, PlanCountsTheShardAndTheGatheredGroups) {
   for (const char* s : {"parameter shard", "gathered parameters in flight", "reductions in flight", "sharding zero3"})
     EXPECT_NE(text3.find(s), std::string::npos) << s << "\n" << text3;
   EXPECT_LE(z3, z2) << text3 << "\n" << text2;
+}
+}  // namespace
+
+namespace {
+using namespace ciuic::e2e;
+// A worker killed mid-training (the ranks all-gather a layer's parameters several times a step)
+// ends the run within the launcher's usual bound, and the launcher names the rank by its pid.
+TEST(Zero3E2E, ARankKilledMidGatherEndsTheRunNamingIt) {
+  const std::string dir = ciuic::testing::fresh_dir("e2e-z3-kill");
+  std::ofstream(dir + "/recipe.toml") << recipe_text(Shape{.world = 2, .micro = 6, .steps = 100000, .sharding = "zero3"},
+                                                     dir + "/out");
+  Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", dir + "/recipe.toml"}, dir + "/log", {"OMP_NUM_THREADS=1"});
+  // Wait until training runs (metrics of the first logged step), then SIGKILL one worker.
+  const auto start = std::chrono::steady_clock::now();
+  while (!std::ifstream(dir + "/out/metrics.jsonl").good() &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::ifstream kids("/proc/" + std::to_string(c.pid()) + "/task/" + std::to_string(c.pid()) + "/children");
+  std::vector<pid_t> pids;
+  for (pid_t p = 0; kids >> p;) pids.push_back(p);
+  ASSERT_EQ(pids.size(), 2u) << c.err();
+  kill(pids.back(), SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(c.wait(std::chrono::seconds(90))) << "launcher did not exit after a worker died";
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(70));  // [cluster] timeout_s = 60
+  EXPECT_NE(c.exit_code(), 0) << c.err();
+  EXPECT_NE(c.err().find("(pid " + std::to_string(pids.back()) + ") was killed by signal 9"), std::string::npos)
+      << c.err();
+  for (pid_t p : pids) EXPECT_TRUE(ciuic::testing::wait_gone(p, std::chrono::seconds(10)));
 }
 }  // namespace
