@@ -14,7 +14,9 @@ the recipe decides and the seed cannot say:
     for --dtype (the 3x4090 setup trains in bf16, the seed's file says fp16);
   - `train_micro_batch_size_per_gpu` and `gradient_accumulation_steps` from the recipe's batch;
   - with --offload, `zero_optimization.offload_optimizer = {"device": "cpu", "pin_memory": true}`
-    (the recipes' cpu_adam).
+    (the recipes' cpu_adam);
+  - with --stage3, `stage = 3` and `offload_param = {"device": "cpu", "pin_memory": true}`, the model
+    built under `deepspeed.zero.Init` (ciuic's zero3 with offload_params).
 Everything else (ZeRO stage and buckets, overlap_comm, optimizer, scheduler, clipping or its
 absence) is the seed's. The config used is in the JSON output.
 
@@ -46,6 +48,8 @@ def parse():
     p.add_argument("--ds-config", required=True, help="the seed's DeepSpeed JSON")
     p.add_argument("--dtype", choices=["bf16", "fp16"], default="bf16")
     p.add_argument("--offload", action="store_true", help="optimizer state in host memory (cpu_adam)")
+    p.add_argument("--stage3", action="store_true",
+                   help="ZeRO stage 3 with offload_param to the CPU, the model built under deepspeed.zero.Init")
     p.add_argument("--hidden", type=int, default=4096)
     p.add_argument("--intermediate", type=int, default=11008)
     p.add_argument("--layers", type=int, default=30)
@@ -75,6 +79,10 @@ def ds_config(a):
     cfg.pop("train_batch_size", None)  # DeepSpeed derives it from the two above and the world size
     if a.offload:
         cfg.setdefault("zero_optimization", {})["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if a.stage3:
+        z = cfg.setdefault("zero_optimization", {})
+        z["stage"] = 3
+        z["offload_param"] = {"device": "cpu", "pin_memory": True}
     cfg.setdefault("steps_per_print", 10**9)
     return cfg
 
@@ -97,7 +105,11 @@ def main():
     mc._attn_implementation = "sdpa"
     torch.manual_seed(1234)
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float16
-    model = LlamaForCausalLM(mc).to(dtype)
+    if a.stage3:  # partitioned as it is built: the whole model never sits on one GPU
+        with deepspeed.zero.Init(config_dict_or_path=ds_config(a), dtype=dtype):
+            model = LlamaForCausalLM(mc)
+    else:
+        model = LlamaForCausalLM(mc).to(dtype)
     model.config.use_cache = False
     if a.checkpointing:
         model.gradient_checkpointing_enable()

@@ -7,7 +7,7 @@ peak memory in one device call.
 Setup (what torchtitan does for a plain run): HF transformers LlamaForCausalLM built from a config
 with random weights (fp32 master parameters), every decoder layer and then the root wrapped with
 fully_shard(reshard_after_forward=False) — ZeRO-2-like: parameters stay gathered between forward
-and backward — MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), fused AdamW, SDPA
+and backward; --reshard-after-forward: True, ZeRO-3 — MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), fused AdamW, SDPA
 attention, optional activation checkpointing per layer, random token ids, loss = mean token
 cross-entropy. Times steps after warm-up with CUDA events around each step; prints one JSON line
 (and writes it to --json) with tokens/s per GPU, MFU against --peak-tflops, and peak memory.
@@ -36,6 +36,8 @@ def parse():
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--checkpointing", action="store_true")
     p.add_argument("--compile", action="store_true", help="torch.compile each block")
+    p.add_argument("--reshard-after-forward", action="store_true",
+                   help="fully_shard(reshard_after_forward=True): ZeRO-3, parameters gathered again for backward")
     p.add_argument("--peak-tflops", type=float, default=989.0)
     p.add_argument("--json", default="")
     return p.parse_args()
@@ -64,8 +66,8 @@ def main():
     for layer in model.model.layers:
         if a.compile:
             layer.compile()
-        fully_shard(layer, mp_policy=mp, reshard_after_forward=False)
-    fully_shard(model, mp_policy=mp, reshard_after_forward=False)
+        fully_shard(layer, mp_policy=mp, reshard_after_forward=a.reshard_after_forward)
+    fully_shard(model, mp_policy=mp, reshard_after_forward=a.reshard_after_forward)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
     n_params = sum(p.numel() for p in model.parameters())
@@ -94,6 +96,7 @@ def main():
     res = {"peer": "fsdp2", "world": world, "params": n_params, "hidden": a.hidden,
            "layers": a.layers, "seq": a.seq, "micro_batch": a.micro_batch,
            "checkpointing": a.checkpointing, "compile": a.compile,
+           "reshard_after_forward": a.reshard_after_forward,
            "step_s_median": med, "step_s_min": times[0], "step_s_max": times[-1],
            "tokens_per_s_per_gpu": tps, "mfu": flops_per_token * tps / (a.peak_tflops * 1e12),
            "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30,

@@ -74,7 +74,7 @@ const MayNamePlugins kMayNamePlugins[] = {
 };
 
 TEST(Architecture, TheEngineNamesNoPluginOutsideTheDefaultsTable) {
-  const std::regex name("\"(zero1|zero2|ddp|cpu_adam|adamw|lion|bf16|fp16|fp32|nccl|gloo|synthetic|cached_ssd)\"");
+  const std::regex name("\"(zero1|zero2|zero3|ddp|cpu_adam|adamw|lion|bf16|fp16|fp32|nccl|gloo|synthetic|cached_ssd)\"");
   std::vector<std::string> found;
   for (const fs::path& p : sources(kRoot / "core")) {
     const auto lines = lines_of(p);

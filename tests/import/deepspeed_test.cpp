@@ -441,12 +441,12 @@ TEST(DeepSpeedImport, KeysWithoutMeaningAreListedWithTheReason) {
 
 TEST(DeepSpeedImport, UnsupportedFeaturesAreRefusedTogether) {
   const std::string e = error_of(R"({"train_micro_batch_size_per_gpu": 1,
-      "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"},
+      "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/nvme"},
                             "offload_param": {"device": "cpu"}},
       "optimizer": {"type": "Lamb", "params": {"lr": 1e-3}},
       "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0}},
       "amp": {"enabled": true}, "pipeline": {"stages": 2}})");
-  for (const char* s : {"features ciuic does not support", "zero_optimization.stage = 3: ZeRO-3",
+  for (const char* s : {"features ciuic does not support",
                         "offload_optimizer.device = \"nvme\": NVMe offload is not implemented",
                         "zero_optimization.offload_param: parameter offload", "optimizer.type = \"Lamb\"",
                         "scheduler.type = \"OneCycle\": not implemented", "amp: Apex AMP", "pipeline: pipeline parallelism"})
@@ -545,6 +545,50 @@ TEST(DeepSpeedImport, BatchSizesFollowDeepSpeedArithmetic) {
   EXPECT_TRUE(has(one.notes[0], "give --nproc N"));
   EXPECT_TRUE(has(one.toml, "world size 1, the recipe's [cluster] default"));
   EXPECT_TRUE(has(error_of(R"({"train_micro_batch_size_per_gpu": 0})"), "expected >= 1"));
+}
+
+// Stage 3 (19 of 45 configs people fine-tune with): zero3 with its stage3_* keys, offload_param
+// and offload_optimizer (DeepSpeed's leanest configuration), every other key listed with a reason.
+TEST(DeepSpeedImport, Stage3MapsToZero3WithParameterAndOptimizerOffload) {
+  DeepSpeedImport im = import(R"({"zero_optimization": {"stage": 3, "overlap_comm": true,
+      "contiguous_gradients": true, "sub_group_size": 1e9, "reduce_bucket_size": 5e8,
+      "stage3_prefetch_bucket_size": 5e7, "stage3_param_persistence_threshold": 1e5,
+      "stage3_max_live_parameters": 1e9, "stage3_max_reuse_distance": 1e9,
+      "stage3_gather_16bit_weights_on_model_save": true,
+      "offload_param": {"device": "cpu", "pin_memory": true},
+      "offload_optimizer": {"device": "cpu", "pin_memory": true}}})");
+  expect_loads(im);
+  toml::table t = parse_toml(im.toml);
+  EXPECT_EQ(value(t, "sharding.plugin"), "\"zero3\"");
+  EXPECT_EQ(value(t, "sharding.max_live_parameters"), "1e9");
+  EXPECT_EQ(value(t, "sharding.prefetch_bucket_size"), "5e7");
+  EXPECT_EQ(value(t, "sharding.param_persistence_threshold"), "1e5");
+  EXPECT_EQ(value(t, "sharding.offload_params"), "true");
+  EXPECT_EQ(value(t, "optimizer.plugin"), "\"cpu_adam\"");
+  // zero3 has no reduce buckets: nothing of zero2's is written.
+  EXPECT_EQ(value(t, "sharding.reduce_bucket_size"), "<absent>");
+  EXPECT_EQ(value(t, "sharding.overlap_comm"), "<absent>");
+  std::string ignored;
+  for (const auto& i : im.ignored) ignored += i + "\n";
+  for (const char* k : {"zero_optimization.sub_group_size: the optimizer updates the whole shard",
+                        "zero_optimization.reduce_bucket_size: zero3 reduce-scatters each layer",
+                        "zero_optimization.overlap_comm: zero3 always overlaps",
+                        "zero_optimization.stage3_max_reuse_distance: zero3 frees a layer",
+                        "zero_optimization.stage3_gather_16bit_weights_on_model_save: ciuic exports from the fp32",
+                        "zero_optimization.offload_param.pin_memory: zero3 pins", "zero_optimization.contiguous_gradients"})
+    EXPECT_TRUE(has(ignored, k)) << k << "\n" << ignored;
+  EXPECT_FALSE(has(ignored, "ZeRO-3 only")) << ignored;
+  // Parameters offloaded without the optimizer: zero3 with adamw on the device.
+  t = parse_toml(import(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})").toml);
+  EXPECT_EQ(value(t, "sharding.offload_params"), "true");
+  EXPECT_EQ(value(t, "optimizer.plugin"), "\"adamw\"");
+  // NVMe is refused with what to use instead; an unknown device and a bad number are errors.
+  EXPECT_TRUE(has(error_of(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x"}}})"),
+                  "zero_optimization.offload_param.device = \"nvme\": NVMe parameter offload is not implemented (use \"cpu\""));
+  EXPECT_TRUE(has(error_of(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "gpu"}}})"),
+                  "offload_param.device = \"gpu\": expected \"cpu\", \"nvme\" or \"none\""));
+  EXPECT_TRUE(has(error_of(R"({"zero_optimization": {"stage": 3, "stage3_max_live_parameters": -5}})"),
+                  "zero_optimization.stage3_max_live_parameters: expected a whole number of elements >= 0"));
 }
 
 TEST(DeepSpeedImport, ZeroStagesAndOptimizerOffload) {

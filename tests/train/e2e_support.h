@@ -53,7 +53,8 @@ inline std::string recipe_text(const Shape& s, const std::string& out) {
     << "\nseq_len = 32\nmax_steps = " << s.steps << "\ngradient_clipping = 1.0\n"
     << "[optimizer]\nlr = 1e-3\nweight_decay = 0.1\n"
     << "[precision]\nplugin = \"" << s.precision << "\"\n"
-    << "[sharding]\nplugin = \"" << s.sharding << "\"\nreduce_bucket_size = 3000\n"
+    << "[sharding]\nplugin = \"" << s.sharding << "\"\n"
+    << (s.sharding == "zero3" ? "" : "reduce_bucket_size = 3000\n")  // zero3 has no buckets
     << "[data]\n" << (s.data.empty() ? "plugin = \"synthetic\"\nvocab_size = 64\ndocuments_per_row = 3\n" : s.data)
     << "[checkpoint]\nexport_hf = true\nexport_dtype = \"fp32\"\n"
     << "[log]\nprogress = \"off\"\n"

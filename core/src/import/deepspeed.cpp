@@ -932,15 +932,15 @@ class Importer {
         note("zero_optimization.stage = 1 -> sharding \"zero2\": ciuic shards gradients as well as optimizer state "
              "(ZeRO-2); the updates are the same, memory is lower, reductions are reduce-scatters");
     } else if (stage == 3) {
-      refuse("zero_optimization.stage = 3", "ZeRO-3 (parameter partitioning) is not implemented; use stage 2, "
-                                            "with offload_optimizer for memory");
-      plugin = "zero2";
+      plugin = "zero3";
     } else {
       throw UsageError(origin_ + ": zero_optimization.stage = " + std::to_string(stage) + ": expected 0, 1, 2 or 3");
     }
     put("sharding", "plugin", toml_quote(plugin), z ? "zero_optimization.stage = " + std::to_string(stage) : "no zero_optimization: plain data parallelism");
     std::optional<double> reduce_bucket;
-    if (z) {
+    if (stage == 3) {
+      stage3(z);
+    } else if (z) {
       if (const json* v = take(*z, P, "reduce_bucket_size", "sharding.reduce_bucket_size")) {
         reduce_bucket = number(*v, P + ".reduce_bucket_size");
         put("sharding", "reduce_bucket_size", float_lit(*reduce_bucket), "zero_optimization.reduce_bucket_size (elements)");
@@ -948,11 +948,11 @@ class Importer {
       if (const json* v = take(*z, P, "overlap_comm", "sharding.overlap_comm"))
         put("sharding", "overlap_comm", boolean(*v, P + ".overlap_comm") ? "true" : "false", "zero_optimization.overlap_comm");
     }
-    if (!reduce_bucket && !set_value("sharding.reduce_bucket_size"))
+    if (stage != 3 && !reduce_bucket && !set_value("sharding.reduce_bucket_size"))
       put("sharding", "reduce_bucket_size", "5e8", "DeepSpeed's default (elements)");
     bool have_overlap = false;
     for (const auto& e : sec("sharding").entries) have_overlap = have_overlap || e.key == "overlap_comm";
-    if (!have_overlap && !set_value("sharding.overlap_comm"))
+    if (stage != 3 && !have_overlap && !set_value("sharding.overlap_comm"))
       put("sharding", "overlap_comm", "true",
           "ciuic overlaps by default (DeepSpeed's default is false below stage 3; the results are the same)");
     // Optimizer offload.
@@ -981,11 +981,11 @@ class Importer {
         offload_ = "cpu";
         note("zero_optimization.cpu_offload (legacy) = true -> [optimizer] plugin = \"cpu_adam\"");
       }
-      if (z->contains("offload_param")) {
+      if (stage != 3 && z->contains("offload_param")) {
         read_.insert(P + ".offload_param");
         const json& o = (*z)["offload_param"];
         if (o.is_object() && o.value("device", "none") != "none")
-          refuse(P + ".offload_param", "parameter offload is a ZeRO-3 feature and is not implemented");
+          refuse(P + ".offload_param", "parameter offload is a ZeRO-3 feature: set stage 3 (ciuic's zero3) to use it");
         else ignore(P + ".offload_param", "device none");
       }
       const std::string allgather_reason =
@@ -1017,8 +1017,59 @@ class Importer {
         else ignore(p, "disabled");
       };
       special["mics_hierarchical_params_gather"] = refuse_if_enabled("MiCS is not implemented");
-      rest(*z, P, reasons, special, {"stage3_", "ZeRO-3 only"});
+      rest(*z, P, reasons, special,
+           {"stage3_", stage == 3 ? "a DeepSpeed ZeRO-3 tuning knob zero3 has no counterpart for" : "ZeRO-3 only"});
     }
+  }
+
+  // ZeRO stage 3 -> [sharding] plugin = "zero3": its stage3_* keys, offload_param and the keys
+  // whose meaning changes with parameter partitioning. What stage 2 shares (offload_optimizer, the
+  // ZeRO++/MiCS refusals, the other keys' reasons) is read after this by zero().
+  void stage3(const json* z) {
+    const std::string P = "zero_optimization";
+    if (!z) return;
+    auto elements = [&](const char* key, const char* option, const std::string& what) {
+      if (const json* v = take(*z, P, key, std::string("sharding.") + option)) {
+        const double n = number(*v, P + "." + key);
+        if (n < 0 || n != std::floor(n)) type_error(P + "." + key, "a whole number of elements >= 0", *v);
+        put("sharding", option, float_lit(n), P + "." + key + " (" + what + ")");
+      }
+    };
+    elements("stage3_max_live_parameters", "max_live_parameters", "gathered elements a prefetch may reach");
+    elements("stage3_prefetch_bucket_size", "prefetch_bucket_size", "elements gathered ahead");
+    elements("stage3_param_persistence_threshold", "param_persistence_threshold",
+             "smaller parameters stay gathered");
+    if (z->contains("offload_param")) {
+      read_.insert(P + ".offload_param");
+      const json& o = object((*z)["offload_param"], P + ".offload_param");
+      const std::string OP = P + ".offload_param";
+      std::string device = "none";
+      if (const json* d = take(o, OP, "device", "sharding.offload_params")) device = string(*d, OP + ".device");
+      if (device == "nvme")
+        refuse(OP + ".device = \"nvme\"", "NVMe parameter offload is not implemented (use \"cpu\": the parameter "
+                                          "shard in host memory)");
+      else if (device != "cpu" && device != "none")
+        throw UsageError(origin_ + ": " + OP + ".device = " + short_json(o["device"]) + ": expected \"cpu\", \"nvme\" or \"none\"");
+      put("sharding", "offload_params", device == "cpu" ? "true" : "false",
+          OP + ".device = \"" + device + "\"" + (device == "cpu" ? ": the parameter shard in host memory" : ""));
+      rest(o, OP, {{"pin_memory", "zero3 pins its host shard on GPUs"}, {"nvme_path", "NVMe only"},
+                   {"buffer_count", "NVMe only"}, {"buffer_size", "NVMe only"}, {"max_in_cpu", "NVMe only"}});
+    }
+    const std::map<std::string, std::string> stage3_reasons = {
+        {"reduce_bucket_size", "zero3 reduce-scatters each layer's gradient in one call as its backward ends"},
+        {"overlap_comm", "zero3 always overlaps: reductions and prefetched gathers run beside the compute"},
+        {"allgather_bucket_size", "zero3 all-gathers each layer group in one call"},
+        {"sub_group_size", "the optimizer updates the whole shard in one pass (cpu_adam's threads split it); no "
+                           "sub-groups"},
+        {"stage3_gather_16bit_weights_on_model_save",
+         "ciuic exports from the fp32 master weights (--export-hf, [checkpoint] export_hf), one slice at a time"},
+        {"gather_16bit_weights_on_model_save",
+         "ciuic exports from the fp32 master weights (--export-hf, [checkpoint] export_hf), one slice at a time"},
+        {"stage3_max_reuse_distance", "zero3 frees a layer after each pass unless the next group computes with it"},
+        {"memory_efficient_linear", "ciuic's linear layers keep no extra copy of the weight"},
+    };
+    for (const auto& [key, reason] : stage3_reasons)
+      if (z->contains(key) && read_.insert(join(P, key)).second) ignore(join(P, key), reason);
   }
 
   void optimizer(const json& root) {

@@ -27,6 +27,7 @@
 #include <ciuic/grad_norm.h>
 #include <ciuic/optimizer.h>
 
+#include "plugin_env.h"
 #include "registry/registry.h"
 #include "train/step.h"
 
@@ -46,29 +47,7 @@ StepResult run_step(ciuic::Comm& comm, ciuic::Precision& prec, ciuic::Optimizer&
   return ciuic::train::run_step(step);
 }
 
-struct Env {
-  ciuic::RunContext ctx;
-  ciuic::Registry reg = ciuic::Registry::from_paths({CIUIC_PLUGIN_DIR});
-  Env() {
-    ctx.store = ciuic::make_local_store(std::chrono::seconds(30));
-    ctx.output_dir = CIUIC_TEST_TMP;
-  }
-  template <class T>
-  std::shared_ptr<T> make(Slot slot, const std::string& name, const std::string& toml = "") {
-    return reg.create<T>(slot, name, with_defaults(reg.get(slot, name), toml), ctx);
-  }
-  // The plugin's defaults plus `toml`, as the recipe would hand them over.
-  static Config with_defaults(const ciuic::PluginDescriptor& d, const std::string& toml) {
-    std::string text;
-    for (uint32_t i = 0; i < d.info->num_options; ++i) {
-      const auto& o = d.info->options[i];
-      if (("\n" + toml).find("\n" + std::string(o.key) + " =") == std::string::npos &&
-          o.default_value)
-        text += std::string(o.key) + " = " + o.default_value + "\n";
-    }
-    return Config::from_toml(ciuic::slot_name(d.slot), text + toml);
-  }
-};
+using ciuic_test::Env;
 
 // A two-layer toy model: loss = sum((x W1^T) W2^T - y)^2 / n, with a bias-like vector.
 struct Toy {

@@ -1,0 +1,174 @@
+// zero3 through build/bin/ciuic-run on CPU workers (gloo), against independent references:
+//   * zero3 at world sizes 1-4 against one process (ddp, world 1) and against zero2 at the same
+//     world size, with clipping (every run: gradient_clipping = 1.0), gradient accumulation,
+//     cpu_adam, activation checkpointing, parameter offload, tied embeddings;
+//   * bf16 zero3 against bf16 zero2;
+//   * checkpoints: zero3 on 4 ranks resumed by zero2 on 3, zero2 on 4 resumed by zero3 on 3,
+//     against the uninterrupted run;
+//   * bad options refused at start with exit code 2; a rank killed while the ranks gather
+//     parameters ends the run, naming it.
+// Final parameters are compared through the Hugging Face export (fp32 master weights).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "e2e_support.h"
+
+namespace {
+
+using namespace ciuic::e2e;
+
+// The run trained with zero3 (its set-up line), not with another sharding.
+#define EXPECT_ZERO3(r) EXPECT_NE((r).log().find("sharding zero3: "), std::string::npos) << (r).log()
+
+Shape zero3(int world, int micro, int accum = 1, int steps = 5) {
+  return Shape{.world = world, .micro = micro, .accum = accum, .steps = steps, .sharding = "zero3"};
+}
+
+TEST(Zero3E2E, MatchesSingleProcessAndZero2AtWorldSizes1To4) {
+  const Result ref = run("z3-ref", Shape{.world = 1, .micro = 12, .sharding = "ddp"});
+  EXPECT_RUN_OK(ref);
+  const Weights w_ref = exported(ref);
+  for (int world : {1, 2, 3, 4}) {
+    const Result r = run("z3-w" + std::to_string(world), zero3(world, 12 / world));
+    EXPECT_RUN_OK(r);
+    EXPECT_ZERO3(r);
+    EXPECT_LT(max_rel(exported(r), w_ref), 1e-6) << "world " << world;
+    EXPECT_LT(max_norm_rel(r, ref), 1e-5) << "world " << world;
+  }
+  const Result z2 = run("z3-z2w3", Shape{.world = 3, .micro = 4, .sharding = "zero2"});
+  const Result z3 = run("z3-w3b", zero3(3, 4));
+  EXPECT_RUN_OK(z2);
+  EXPECT_RUN_OK(z3);
+  EXPECT_LT(max_rel(exported(z3), exported(z2)), 1e-6);
+  // Gradient accumulation (each micro-batch reduced into the optimizer's sharded accumulator),
+  // cpu_adam (optimizer state in host memory), activation checkpointing of some and of all layers,
+  // the shard offloaded, small parameters persistent, no prefetch, reshard_after_forward off.
+  const std::vector<std::pair<std::string, std::pair<Shape, std::vector<std::string>>>> variants = {
+      {"acc", {zero3(2, 2, 3), {}}},
+      {"cpuadam", {zero3(3, 4), {"--set", "optimizer.plugin=\"cpu_adam\""}}},
+      {"cpuadam-acc-offload",
+       {zero3(2, 3, 2), {"--set", "optimizer.plugin=\"cpu_adam\"", "--set", "sharding.offload_params=true"}}},
+      {"ckpt1", {zero3(2, 6), {"--set", "model.activation_checkpointing=true", "--set", "model.checkpoint_layers=1"}}},
+      {"ckpt-all", {zero3(4, 3), {"--set", "model.activation_checkpointing=true"}}},
+      {"persist", {zero3(2, 6), {"--set", "sharding.param_persistence_threshold=100"}}},
+      {"noprefetch-keep",
+       {zero3(2, 6), {"--set", "sharding.prefetch_bucket_size=0", "--set", "sharding.reshard_after_forward=false"}}},
+  };
+  for (const auto& [name, v] : variants) {
+    const Result r = run("z3-" + name, v.first, v.second);
+    EXPECT_RUN_OK(r);
+    EXPECT_ZERO3(r);
+    if (name == "persist") EXPECT_NE(r.log().find("(one persistent)"), std::string::npos) << r.log();
+    EXPECT_LT(max_rel(exported(r), w_ref), 1e-6) << name;
+  }
+}
+
+TEST(Zero3E2E, TiedEmbeddingsMatchSingleProcess) {
+  const std::vector<std::string> tied = {"--set", "model.config.tie_word_embeddings=true"};
+  const Result ref = run("z3-tied-ref", Shape{.world = 1, .micro = 12, .sharding = "ddp"}, tied);
+  EXPECT_RUN_OK(ref);
+  for (int world : {2, 3}) {
+    const Result r = run("z3-tied" + std::to_string(world), zero3(world, 12 / world), tied);
+    EXPECT_RUN_OK(r);
+    EXPECT_LT(max_rel(exported(r), exported(ref)), 1e-6) << "world " << world;
+  }
+}
+
+// bf16, and fp16 with its dynamic loss scale (skipped steps included), against zero2 in the same
+// precision: the same half-precision gradients, summed in fp32 in the same order.
+TEST(Zero3E2E, HalfPrecisionTracksZero2) {
+  for (const char* precision : {"bf16", "fp16"}) {
+    Shape z2s{.world = 2, .micro = 6, .sharding = "zero2"};
+    z2s.precision = precision;
+    Shape z3s = zero3(2, 6);
+    z3s.precision = precision;
+    const Result z2 = run(std::string("z3-") + precision + "-z2", z2s);
+    const Result z3 = run(std::string("z3-") + precision, z3s);
+    EXPECT_RUN_OK(z2);
+    EXPECT_RUN_OK(z3);
+    EXPECT_ZERO3(z3);
+    EXPECT_LT(max_rel(exported(z3), exported(z2)), 1e-3) << precision;
+    EXPECT_LT(max_norm_rel(z3, z2), 1e-3) << precision;
+  }
+}
+
+// The checkpoint format is per parameter slice, whatever wrote it: zero3 and zero2 resume each
+// other's checkpoints on another world size, landing where the uninterrupted run does.
+TEST(Zero3E2E, CheckpointsInterchangeWithZero2AcrossWorldSizes) {
+  const Result full = run("z3-full", Shape{.world = 4, .micro = 3, .steps = 10, .sharding = "zero2"});
+  EXPECT_RUN_OK(full);
+  const Result saved3 = run("z3-save", zero3(4, 3, 1, 5));
+  const Result saved2 = run("z2-save", Shape{.world = 4, .micro = 3, .steps = 5, .sharding = "zero2"});
+  EXPECT_RUN_OK(saved3);
+  EXPECT_RUN_OK(saved2);
+  const Result a = run("z3-to-z2", Shape{.world = 3, .micro = 4, .steps = 10, .sharding = "zero2"},
+                       {"--resume", saved3.dir + "/out/checkpoints"});
+  EXPECT_RUN_OK(a);
+  EXPECT_LT(max_rel(exported(a), exported(full)), 1e-6) << "zero3 on 4 -> zero2 on 3";
+  const Result b = run("z2-to-z3", zero3(3, 4, 1, 10), {"--resume", saved2.dir + "/out/checkpoints"});
+  EXPECT_RUN_OK(b);
+  EXPECT_LT(max_rel(exported(b), exported(full)), 1e-6) << "zero2 on 4 -> zero3 on 3";
+}
+
+TEST(Zero3E2E, BadOptionsAreRefusedAtStart) {
+  const Result small = run("z3-live", zero3(2, 6), {"--set", "sharding.max_live_parameters=100"});
+  EXPECT_EQ(small.code, 2) << small.log();
+  EXPECT_NE(small.err.find("max_live_parameters"), std::string::npos) << small.log();
+  EXPECT_NE(small.err.find("expected at least"), std::string::npos) << small.log();
+  const Result unknown = run("z3-unknown", zero3(2, 6), {"--set", "sharding.stage3_max_live_parameters=1e9"});
+  EXPECT_EQ(unknown.code, 2) << unknown.log();
+  EXPECT_NE(unknown.err.find("stage3_max_live_parameters"), std::string::npos) << unknown.log();
+}
+
+}  // namespace
+
+namespace {
+using namespace ciuic::e2e;
+// --plan asks zero3 for its memory: the parameter shard (1/world of the parameters), the gathered
+// groups in flight and the reductions; per rank not more than zero2 (whole parameters) without
+// prefetch (the tiny model's totals are dominated by activations and print to 0.1 MiB).
+TEST(Zero3E2E, PlanCountsTheShardAndTheGatheredGroups) {
+  const auto [z3, text3] = plan_total_mib("z3-plan", Shape{.world = 2, .micro = 6, .sharding = "zero3"},
+                                          {"--set", "sharding.prefetch_bucket_size=0"});
+  const auto [z2, text2] = plan_total_mib("z2-plan", Shape{.world = 2, .micro = 6, .sharding = "zero2"}, {});
+  for (const char* s : {"parameter shard", "gathered parameters in flight", "reductions in flight", "sharding zero3"})
+    EXPECT_NE(text3.find(s), std::string::npos) << s << "\n" << text3;
+  EXPECT_LE(z3, z2) << text3 << "\n" << text2;
+}
+}  // namespace
+
+namespace {
+using namespace ciuic::e2e;
+// A worker killed mid-training (the ranks all-gather a layer's parameters several times a step)
+// ends the run within the launcher's usual bound, and the launcher names the rank by its pid.
+TEST(Zero3E2E, ARankKilledMidGatherEndsTheRunNamingIt) {
+  const std::string dir = ciuic::testing::fresh_dir("e2e-z3-kill");
+  std::ofstream(dir + "/recipe.toml") << recipe_text(Shape{.world = 2, .micro = 6, .steps = 100000, .sharding = "zero3"},
+                                                     dir + "/out");
+  Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", dir + "/recipe.toml"}, dir + "/log", {"OMP_NUM_THREADS=1"});
+  // Wait until training runs (metrics of the first logged step), then SIGKILL one worker.
+  const auto start = std::chrono::steady_clock::now();
+  while (!std::ifstream(dir + "/out/metrics.jsonl").good() &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(120))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::ifstream kids("/proc/" + std::to_string(c.pid()) + "/task/" + std::to_string(c.pid()) + "/children");
+  std::vector<pid_t> pids;
+  for (pid_t p = 0; kids >> p;) pids.push_back(p);
+  ASSERT_EQ(pids.size(), 2u) << c.err();
+  kill(pids.back(), SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(c.wait(std::chrono::seconds(90))) << "launcher did not exit after a worker died";
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(70));  // [cluster] timeout_s = 60
+  EXPECT_NE(c.exit_code(), 0) << c.err();
+  EXPECT_NE(c.err().find("(pid " + std::to_string(pids.back()) + ") was killed by signal 9"), std::string::npos)
+      << c.err();
+  for (pid_t p : pids) EXPECT_TRUE(ciuic::testing::wait_gone(p, std::chrono::seconds(10)));
+}
+}  // namespace

@@ -1,0 +1,344 @@
+// The zero3 sharding plugin in one process (world 1, gloo) on a small Llama model, against
+// references that are not zero3's own accounting:
+//   * gathers counted by a Comm that wraps gloo (all-gathers per group and pass, per step);
+//   * the parameter memory gathered at every layer boundary, read from the model's own tensors
+//     (the storages that hold memory), against the configured max_live_parameters;
+//   * the trained weights against zero2's (zero2 is held to torch's AdamW in sharding_step_test),
+//     with and without activation checkpointing, tied and untied embeddings, prefetch on and off,
+//     reshard_after_forward on and off, persistent small parameters;
+//   * refusals (exit code 2, the key and what was expected).
+// Multi-rank equivalence, cpu_adam, offload and checkpoints through ciuic-run: zero3_e2e_test.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include <ciuic/comm.h>
+#include <ciuic/config.h>
+#include <ciuic/context.h>
+#include <ciuic/error.h>
+#include <ciuic/optimizer.h>
+#include <ciuic/precision.h>
+#include <ciuic/sharding.h>
+
+#include "model/llama.h"
+#include "plugin_env.h"
+#include "registry/registry.h"
+#include "train/step.h"
+
+namespace {
+
+using ciuic::Config;
+using ciuic::GroupPass;
+using ciuic::Slot;
+
+using ciuic_test::Env;
+
+// Forwards to another Comm and counts its all-gathers.
+class CountingComm final : public ciuic::Comm {
+ public:
+  explicit CountingComm(ciuic::Comm& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  c10::Device device() const override { return inner_.device(); }
+  std::string backend_name() const override { return inner_.backend_name(); }
+  std::unique_ptr<ciuic::Work> all_reduce(at::Tensor& t, ciuic::ReduceOp op) override { return inner_.all_reduce(t, op); }
+  std::unique_ptr<ciuic::Work> reduce_scatter(at::Tensor& o, const at::Tensor& i, ciuic::ReduceOp op) override {
+    return inner_.reduce_scatter(o, i, op);
+  }
+  std::unique_ptr<ciuic::Work> all_gather(at::Tensor& o, const at::Tensor& i) override {
+    ++gathers;
+    return inner_.all_gather(o, i);
+  }
+  std::unique_ptr<ciuic::Work> broadcast(at::Tensor& t, int root) override { return inner_.broadcast(t, root); }
+  void barrier() override { inner_.barrier(); }
+  ciuic::CommCounters counters() const override { return inner_.counters(); }
+  int64_t gathers = 0;
+
+ private:
+  ciuic::Comm& inner_;
+};
+
+// Bytes of parameter memory the model holds now: the distinct storages of its parameters that have
+// memory (a zero3 unit not gathered has none).
+int64_t held_parameter_bytes(const ciuic::model::LlamaModel& m) {
+  std::set<const void*> seen;
+  int64_t bytes = 0;
+  for (const auto& [n, t] : m.named_parameters()) {
+    const c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+    if (!s->data() || !seen.insert(s).second) continue;
+    bytes += static_cast<int64_t>(s->nbytes());
+  }
+  return bytes;
+}
+
+// Forwards every call to the sharding under test and records, at each boundary, the gathers so
+// far and the parameter bytes the model holds once the inner call returned.
+class Probe final : public ciuic::Sharding {
+ public:
+  Probe(ciuic::Sharding& inner, CountingComm& comm, const ciuic::model::LlamaModel& model)
+      : inner_(inner), comm_(comm), model_(model) {}
+  void setup(const ciuic::ShardingSetup& s) override { inner_.setup(s); }
+  void begin_micro_batch(int64_t i, bool last) override { inner_.begin_micro_batch(i, last); }
+  void before_group(int g, GroupPass p) override {
+    const int64_t before = comm_.gathers;
+    inner_.before_group(g, p);
+    gathers[{g, static_cast<int>(p)}] += comm_.gathers - before;
+    peak_held = std::max(peak_held, held_parameter_bytes(model_));
+  }
+  void after_group(int g, GroupPass p) override {
+    inner_.after_group(g, p);
+    peak_held = std::max(peak_held, held_parameter_bytes(model_));
+    between = std::max(between, held_parameter_bytes(model_));
+  }
+  ciuic::GradSquares finish_grads() override { return inner_.finish_grads(); }
+  void update(const ciuic::OptimizerStep& a) override { inner_.update(a); }
+  std::vector<ciuic::ShardSlice> layout() const override { return inner_.layout(); }
+  void save_state(ciuic::StateDict& out) const override { inner_.save_state(out); }
+  void load_state(const ciuic::SliceFetcher& f, int64_t t) override { inner_.load_state(f, t); }
+  std::map<std::pair<int, int>, int64_t> gathers;  // (group, pass) -> all-gathers issued inside before_group
+  std::map<std::pair<int, int>, int64_t> training;  // `gathers` when training ended (train() sets it)
+  int64_t peak_held = 0;                           // at any boundary
+  int64_t between = 0;                             // right after a group's pass
+
+ private:
+  ciuic::Sharding& inner_;
+  CountingComm& comm_;
+  const ciuic::model::LlamaModel& model_;
+};
+
+ciuic::model::LlamaConfig tiny(bool tied, int layers = 3) {
+  ciuic::model::LlamaConfig c;
+  c.vocab_size = 96;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = layers;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.max_position_embeddings = 64;
+  c.tie_word_embeddings = tied;
+  c.pad_token_id.reset();
+  return c;
+}
+
+struct Trained {
+  std::map<std::string, at::Tensor> master;  // fp32, from the optimizer's saved state and layout
+  std::vector<double> losses;
+  Probe* probe = nullptr;
+};
+
+struct Case {
+  std::string sharding = "zero3";
+  std::string options;  // TOML of the sharding's section
+  bool tied = false;
+  int checkpoint_layers = -1;  // -1: none, 0: all
+  int micro_batches = 1;
+  int steps = 3;
+};
+
+// Trains `c.steps` steps of a fresh model (same seed for every case) and returns its master
+// weights. `probe_out`: the probe, for zero3 cases.
+Trained train(const Case& c, std::unique_ptr<Probe>* probe_out = nullptr) {
+  Env env;
+  auto gloo = env.make<ciuic::Comm>(Slot::kComm, "gloo");
+  CountingComm comm(*gloo);
+  auto prec = env.make<ciuic::Precision>(Slot::kPrecision, "fp32");
+  auto shard = env.make<ciuic::Sharding>(Slot::kSharding, c.sharding,
+                                         c.sharding == "zero3" ? c.options : "reduce_bucket_size = 3000\n");
+  auto opt = env.make<ciuic::Optimizer>(Slot::kOptimizer, "adamw");
+  ciuic::model::LlamaModel model(tiny(c.tied), at::kFloat, at::kCPU);
+  model.init_random(11, 0.05);
+  if (c.checkpoint_layers >= 0) model.set_activation_checkpointing(true, c.checkpoint_layers);
+  auto probe = std::make_unique<Probe>(*shard, comm, model);
+  ciuic::ShardingSetup s;
+  for (auto& [n, t] : model.named_parameters()) s.params.push_back({n, t, t.dim() >= 2});
+  s.groups = model.param_groups();
+  s.comm = &comm;
+  s.precision = prec.get();
+  s.optimizer = opt.get();
+  s.gradient_accumulation_steps = c.micro_batches;
+  probe->setup(s);
+  model.set_group_boundaries(probe.get());
+
+  Trained out;
+  for (int step = 1; step <= c.steps; ++step) {
+    ciuic::train::StepInput in;
+    in.lr = 1e-2;
+    in.weight_decay = 0.1;
+    in.max_grad_norm = 0.5;
+    in.step = in.t = step;
+    ciuic::train::Step st({&comm, prec.get(), opt.get(), probe.get()}, in);
+    for (int m = 0; m < c.micro_batches; ++m) {
+      at::manual_seed(1000 * step + m);
+      const at::Tensor ids = at::randint(0, 96, {2, 16}, at::kLong);
+      const at::Tensor labels = at::randint(0, 96, {2, 16}, at::kLong);
+      probe->begin_micro_batch(m, m + 1 == c.micro_batches);
+      const at::Tensor loss = model.loss_sum(ids, labels, {}, false);
+      torch::autograd::backward({loss / 64.0});
+      out.losses.push_back(loss.item<double>());
+    }
+    const auto r = ciuic::train::run_step(st);
+    EXPECT_FALSE(r.skipped);
+  }
+  ciuic::StateDict sd;
+  probe->save_state(sd);
+  at::Tensor master;
+  for (auto& [k, v] : sd)
+    if (k == "master") master = v;
+  EXPECT_TRUE(master.defined());
+  for (const auto& sl : probe->layout()) {
+    at::Tensor& t = out.master[sl.param];
+    if (!t.defined()) {
+      int64_t n = 0;
+      for (const auto& [name, p] : model.named_parameters())
+        if (name == sl.param) n = p.numel();
+      t = at::zeros({n}, at::kDouble);
+    }
+    t.narrow(0, sl.param_offset, sl.length).copy_(master.narrow(0, sl.shard_offset, sl.length));
+  }
+  // Evaluation after training (no autograd): forward boundaries only, parameters current.
+  probe->training = probe->gathers;
+  {
+    at::NoGradGuard ng;
+    at::manual_seed(5);
+    out.losses.push_back(model.loss_sum(at::randint(0, 96, {1, 8}, at::kLong), at::randint(0, 96, {1, 8}, at::kLong),
+                                        {}, false)
+                             .item<double>());
+  }
+  if (probe_out) *probe_out = std::move(probe);
+  return out;
+}
+
+double rel(const std::map<std::string, at::Tensor>& a, const std::map<std::string, at::Tensor>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0, den = 0;
+  for (const auto& [k, t] : b) {
+    if (!a.count(k)) {
+      ADD_FAILURE() << "missing " << k;
+      return INFINITY;
+    }
+    num += (a.at(k) - t).pow(2).sum().item<double>();
+    den += t.pow(2).sum().item<double>();
+  }
+  return std::sqrt(num / den);
+}
+
+void expect_same_losses(const Trained& a, const Trained& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_NEAR(a.losses[i], b.losses[i], 1e-5 * std::abs(b.losses[i])) << i;
+}
+
+TEST(Zero3, MatchesZero2InOneProcess) {
+  for (bool tied : {false, true})
+    for (int ckpt : {-1, 0, 2}) {
+      SCOPED_TRACE(std::string(tied ? "tied" : "untied") + ", checkpoint_layers " + std::to_string(ckpt));
+      Case z2{.sharding = "zero2", .tied = tied, .checkpoint_layers = ckpt, .micro_batches = 2};
+      Case z3 = z2;
+      z3.sharding = "zero3";
+      const Trained ref = train(z2), got = train(z3);
+      EXPECT_LT(rel(got.master, ref.master), 1e-6);
+      expect_same_losses(got, ref);
+    }
+  // Options that change when, not what: no prefetch, reshard off, small parameters persistent.
+  const Trained ref = train(Case{.sharding = "zero2"});
+  for (const char* options : {"prefetch_bucket_size = 0\n", "reshard_after_forward = false\n",
+                              "param_persistence_threshold = 100\n", "offload_params = true\n"}) {
+    SCOPED_TRACE(options);
+    const Trained got = train(Case{.options = options});
+    EXPECT_LT(rel(got.master, ref.master), 1e-6);
+    expect_same_losses(got, ref);
+  }
+}
+
+// Each layer's unit is all-gathered once in its forward and once in its backward (its
+// recomputation under activation checkpointing needs no gather of its own); the head stays
+// gathered from its forward to its backward; between layers the model holds at most
+// max_live_parameters gathered elements.
+TEST(Zero3, GathersEachLayerOnceInForwardAndOnceInBackward) {
+  const int layers = 3;
+  // One layer of the tiny model: 4 x 32 x 32 / 2 (q, o; k and v are half) ... counted from the model.
+  ciuic::model::LlamaModel shape(tiny(false, layers), at::kFloat, at::kCPU);
+  int64_t layer = 0;
+  for (const auto& [n, t] : shape.named_parameters())
+    if (n.rfind("model.layers.0.", 0) == 0) layer += t.numel();
+  const int64_t padded = (layer + 63) / 64 * 64;
+  for (int ckpt : {-1, 0}) {
+    for (int64_t live_layers : {1, 2}) {
+      SCOPED_TRACE("checkpoint_layers " + std::to_string(ckpt) + ", live layers " + std::to_string(live_layers));
+      // The embedding and lm_head (96 x 32) are larger than a layer: the bound holds them too.
+      const int64_t live = std::max<int64_t>(live_layers * padded, 96 * 32);
+      std::unique_ptr<Probe> probe;
+      Case c{.options = "max_live_parameters = " + std::to_string(live) + "\n", .checkpoint_layers = ckpt, .steps = 1};
+      train(c, &probe);
+      auto& trained = probe->training;
+      for (int g = 1; g <= layers; ++g) {
+        const int64_t fwd = trained[{g, 0}], bwd = trained[{g, 1}], rec = trained[{g, 2}];
+        // A gather is issued in the group's own before_group or earlier, as a prefetch.
+        EXPECT_LE(fwd, 1) << "layer " << g;
+        EXPECT_LE(bwd, 1) << "layer " << g;
+        EXPECT_EQ(rec, 0) << "layer " << g;
+      }
+      int64_t total = 0, all = 0;
+      for (const auto& [k, n] : trained) total += n;
+      for (const auto& [k, n] : probe->gathers) all += n;
+      // The step: 3 layers x 2, the embedding x 2, the head x 1; the evaluation forward after
+      // training: each of the 5 groups once.
+      EXPECT_EQ(total, 2 * layers + 2 + 1);
+      EXPECT_EQ(all - total, layers + 2);
+      if (live_layers == 1) {  // no room to prefetch a layer: each gather happens in its own before_group
+        for (int g = 1; g <= layers; ++g) {
+          EXPECT_EQ((trained[{g, 0}]), 1) << "layer " << g;
+          EXPECT_EQ((trained[{g, 1}]), 1) << "layer " << g;
+        }
+      }
+      // Measured from the model's tensors: never more than the bound (plus nothing persistent).
+      EXPECT_LE(probe->peak_held, live * 4);
+      EXPECT_GE(probe->peak_held, padded * 4);
+    }
+  }
+}
+
+TEST(Zero3, RefusesALiveBoundSmallerThanTheLargestGroup) {
+  Env env;
+  auto comm = env.make<ciuic::Comm>(Slot::kComm, "gloo");
+  auto prec = env.make<ciuic::Precision>(Slot::kPrecision, "fp32");
+  auto opt = env.make<ciuic::Optimizer>(Slot::kOptimizer, "adamw");
+  auto shard = env.make<ciuic::Sharding>(Slot::kSharding, "zero3", "max_live_parameters = 1000\n");
+  ciuic::model::LlamaModel model(tiny(false), at::kFloat, at::kCPU);
+  model.init_random(1, 0.02);
+  ciuic::ShardingSetup s;
+  for (auto& [n, t] : model.named_parameters()) s.params.push_back({n, t, t.dim() >= 2});
+  s.groups = model.param_groups();
+  s.comm = comm.get();
+  s.precision = prec.get();
+  s.optimizer = opt.get();
+  try {
+    shard->setup(s);
+    FAIL() << "accepted";
+  } catch (const ciuic::Error& e) {
+    EXPECT_EQ(e.exit_code(), ciuic::kExitUsage);
+    const std::string m = e.what();
+    EXPECT_NE(m.find("max_live_parameters"), std::string::npos) << m;
+    EXPECT_NE(m.find("is 1000 elements, but group embed gathers 3072 elements at once"), std::string::npos) << m;
+  }
+  // Without groups there is no boundary to gather at.
+  auto other = env.make<ciuic::Sharding>(Slot::kSharding, "zero3");
+  s.groups.clear();
+  try {
+    other->setup(s);
+    FAIL() << "accepted";
+  } catch (const ciuic::Error& e) {
+    EXPECT_EQ(e.exit_code(), ciuic::kExitUsage);
+    EXPECT_NE(std::string(e.what()).find("announces no parameter groups"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
