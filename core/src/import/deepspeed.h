@@ -58,7 +58,8 @@ struct DeepSpeedImport {
 // writes: the config's keys and values reach it as one-line comments (toml_comment) or TOML
 // literals (toml_quote), never as syntax. Time and memory are linear in the config's size.
 // Throws UsageError for malformed JSON, nesting deeper than kMaxJsonDepth (ciuic/json.h), wrong
-// types, "auto" values without --set, unsupported features and inconsistent batch sizes.
+// types, "auto" values the HF Trainer does not fill (without --set), unsupported features and
+// inconsistent batch sizes.
 // Thread-safe (no shared state).
 CIUIC_API DeepSpeedImport import_deepspeed(const std::string& json_text, const std::string& origin,
                                  const std::vector<std::string>& overrides);

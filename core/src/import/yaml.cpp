@@ -239,7 +239,7 @@ class Builder {
     }
     f.have_key = false;
     auto [at, inserted] = f.index.try_emplace(f.key, f.node.map.size());
-    if (inserted) f.node.map.emplace_back(f.key, std::move(n));
+    if (inserted) f.node.map.push_back(YamlEntry{f.key, std::move(n)});
     else f.node.map[at->second].second = std::move(n);
   }
 
@@ -259,7 +259,7 @@ class Builder {
     for (const YamlNode* s : sources) {
       if (s->kind != YamlNode::Kind::kMap) fail(s->line, s->column, "a merge key (<<) takes mappings");
       for (const auto& [k, v] : s->map)
-        if (f.index.emplace(k, f.node.map.size()).second) f.node.map.emplace_back(k, v);
+        if (f.index.emplace(k, f.node.map.size()).second) f.node.map.push_back(YamlEntry{k, v});
     }
   }
 

@@ -27,13 +27,15 @@ namespace ciuic::importer {
 inline constexpr size_t kMaxYamlDepth = 128;
 inline constexpr size_t kMaxYamlNodes = 1000000;
 
+struct YamlEntry;  // a mapping's key and value
+
 struct CIUIC_API YamlNode {
   enum class Kind { kNull, kScalar, kSeq, kMap };
   Kind kind = Kind::kNull;
   std::string text;   // a scalar's text (as written, unescaped)
   bool plain = true;  // an unquoted scalar (subject to resolution: true, null, 3, 1.5e-5)
   std::vector<YamlNode> items;                        // kSeq
-  std::vector<std::pair<std::string, YamlNode>> map;  // kMap, in order; a repeated key keeps its first place and last value
+  std::vector<YamlEntry> map;  // kMap, in order; a repeated key keeps its first place and last value
   size_t line = 0, column = 0;                        // 1-based start
 
   // The value of `key` in a mapping, or null (also when this is not a mapping).
@@ -43,6 +45,11 @@ struct CIUIC_API YamlNode {
   std::optional<double> as_number() const;    // a number, also when quoted or written "2e-5" (pydantic/HF coerce them)
   std::optional<std::string> as_string() const;  // a scalar's text (numbers and booleans too), not null
   std::string where() const;                  // "line L, column C"
+};
+
+struct YamlEntry {
+  std::string first;
+  YamlNode second;
 };
 
 // Parses `text` (`origin` names it in messages). Throws UsageError (exit 2) naming origin, line and
