@@ -737,23 +737,26 @@ std::string many_keys(size_t n) {
 // miss the cache more), quadratic ~100. Each time is the best of a few runs, so a busy machine
 // slows both sizes alike.
 TEST(DeepSpeedImport, ImportingIsLinearInTheNumberOfKeys) {
-  const auto best_seconds = [](const std::string& text, int runs, size_t* ignored) {
-    double best = 1e9;
-    for (int r = 0; r < runs; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const DeepSpeedImport im = import(text);
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      *ignored = im.ignored.size();
-    }
-    return best;
-  };
+  // Small and large runs alternate, so that both see the same machine load, and each size keeps its
+  // best time. Linear is a ratio of 10 (plus cache effects: 300k keys outgrow the caches); a
+  // quadratic importer is 100. The bound sits between (30 failed once in four under heavy load).
+  const std::string small_text = many_keys(15000), large_text = many_keys(150000);  // 30k and 300k keys
+  double small = 1e9, large = 1e9;
   size_t small_ignored = 0, large_ignored = 0;
-  const double small = best_seconds(many_keys(15000), 5, &small_ignored);
-  const double large = best_seconds(many_keys(150000), 3, &large_ignored);  // 300k keys in all
+  const auto timed = [](const std::string& text, size_t* ignored) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const DeepSpeedImport im = import(text);
+    *ignored = im.ignored.size();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (int r = 0; r < 3; ++r) {
+    small = std::min({small, timed(small_text, &small_ignored), timed(small_text, &small_ignored)});
+    large = std::min(large, timed(large_text, &large_ignored));
+  }
   EXPECT_EQ(large_ignored, 300000u);
   EXPECT_EQ(small_ignored, 30000u);
   std::cout << "import of 30k keys: " << small << " s, 300k keys: " << large << " s (ratio " << large / small << ")\n";
-  EXPECT_LT(large / small, 30.0) << small << " s vs " << large << " s";
+  EXPECT_LT(large / small, 50.0) << small << " s vs " << large << " s";
   // A key given twice keeps its first place and its last value, as nlohmann's own parser did.
   const DeepSpeedImport dup = import(R"({"gradient_clipping": 1.0, "my_key": 1, "gradient_clipping": 2.0})");
   EXPECT_EQ(value(parse_toml(dup.toml), "train.gradient_clipping"), "2.0");
