@@ -4,6 +4,7 @@
 // loads back as a recipe.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
