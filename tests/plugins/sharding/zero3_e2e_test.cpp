@@ -57,6 +57,7 @@ TEST(Zero3E2E, MatchesSingleProcessAndZero2AtWorldSizes1To4) {
       {"ckpt1", {zero3(2, 6), {"--set", "model.activation_checkpointing=true", "--set", "model.checkpoint_layers=1"}}},
       {"ckpt-all", {zero3(4, 3), {"--set", "model.activation_checkpointing=true"}}},
       {"persist", {zero3(2, 6), {"--set", "sharding.param_persistence_threshold=100"}}},
+      {"loss-recompute", {zero3(2, 6), {"--set", "model.loss_backward=\"recompute\""}}},
       {"noprefetch-keep",
        {zero3(2, 6), {"--set", "sharding.prefetch_bucket_size=0", "--set", "sharding.reshard_after_forward=false"}}},
   };
@@ -140,6 +141,14 @@ TEST(Zero3E2E, PlanCountsTheShardAndTheGatheredGroups) {
   for (const char* s : {"parameter shard", "gathered parameters in flight", "reductions in flight", "sharding zero3"})
     EXPECT_NE(text3.find(s), std::string::npos) << s << "\n" << text3;
   EXPECT_LE(z3, z2) << text3 << "\n" << text2;
+  // The planner's "auto" choices take zero3's answer.
+  const Result a = run("z3-auto", Shape{.world = 2, .micro = 6, .sharding = "zero3"},
+                       {"--set", "model.activation_checkpointing=true", "--set", "model.checkpoint_layers=\"auto\"",
+                        "--set", "train.micro_batch_size=\"auto\"", "--set", "train.global_batch_size=12"});
+  EXPECT_RUN_OK(a);
+  EXPECT_ZERO3(a);
+  for (const char* s : {"[train] micro_batch_size = \"auto\": ", "[model] checkpoint_layers = \"auto\": "})
+    EXPECT_NE(a.log().find(s), std::string::npos) << s << "\n" << a.log();
 }
 }  // namespace
 
