@@ -70,6 +70,22 @@ TEST(Zero3E2E, MatchesSingleProcessAndZero2AtWorldSizes1To4) {
   }
 }
 
+// cpu_adam's early update (each region updated while backward goes on; taken without clipping)
+// under zero3, whose later layers gather from the parameter shard during that backward: bit for
+// bit the update after backward.
+TEST(Zero3E2E, CpuAdamEarlyUpdateIsTheUpdateAfterBackward) {
+  const std::vector<std::string> cpu_adam = {"--set", "optimizer.plugin=\"cpu_adam\"", "--set",
+                                             "train.gradient_clipping=0.0"};
+  const Result early = run("z3-early", zero3(2, 3, 2), with(cpu_adam, {"--set", "optimizer.overlap_update=\"auto\""}));
+  const Result late = run("z3-late", zero3(2, 3, 2), with(cpu_adam, {"--set", "optimizer.overlap_update=\"off\""}));
+  EXPECT_RUN_OK(early);
+  EXPECT_RUN_OK(late);
+  EXPECT_ZERO3(early);
+  EXPECT_NE(early.log().find("updating each gradient region as soon as its last chunk is folded"), std::string::npos)
+      << early.log();
+  EXPECT_TRUE(identical(exported(early), exported(late)));
+}
+
 TEST(Zero3E2E, TiedEmbeddingsMatchSingleProcess) {
   const std::vector<std::string> tied = {"--set", "model.config.tie_word_embeddings=true"};
   const Result ref = run("z3-tied-ref", Shape{.world = 1, .micro = 12, .sharding = "ddp"}, tied);
