@@ -19,9 +19,9 @@
 //
 // Per group g of a pass (the model's boundaries, ciuic/sharding.h):
 //   before_group(g, p)  gather g's units (or wait for their prefetch), hold them; then prefetch the
-//                       next group's units (g + 1 in forward, g - 1 in backward) while the gathered
-//                       elements stay within max_live_parameters and the prefetch within
-//                       prefetch_bucket_size;
+//                       next group's units (g + 1 in forward, g - 1 in backward), and the groups
+//                       after it while the prefetch stays within prefetch_bucket_size, as long as
+//                       the gathered elements stay within max_live_parameters;
 //   after_group(g, p)   release; a unit nobody holds is freed after its backward, after a forward
 //                       (reshard_after_forward, or any forward without autograd) and after a
 //                       recomputation; kBackward also reduce-scatters (SUM) the gradients of the
@@ -78,8 +78,9 @@ const ciuic::OptionSpec kOptions[] = {
      "the largest group",
      1, NAN},
     {"prefetch_bucket_size", ciuic::OptionType::kFloat, "5e7",
-     "elements gathered ahead of the group that computes (the next group in forward and backward; DeepSpeed's "
-     "stage3_prefetch_bucket_size); 0: no prefetch",
+     "elements gathered ahead of the group that computes (DeepSpeed's stage3_prefetch_bucket_size): the next "
+     "group in forward and backward order always, the ones after it while their sum stays within this; 0: no "
+     "prefetch",
      0, NAN},
     {"param_persistence_threshold", ciuic::OptionType::kFloat, "0",
      "parameters with fewer elements stay gathered on every rank (DeepSpeed's "
@@ -455,7 +456,8 @@ void Zero3::prefetch(int group, int step) {
     for (int k : needs_[g])
       if (!units_[k].gathered()) n += units_[k].numel;
     if (n == 0) continue;
-    if (ahead + n > opts_.prefetch || live_ + n > opts_.max_live) return;
+    // The next group always (as FSDP2 prefetches one module ahead), more while within the bucket.
+    if ((ahead > 0 && ahead + n > opts_.prefetch) || live_ + n > opts_.max_live) return;
     for (int k : needs_[g]) gather(k);
     ahead += n;
   }
@@ -680,10 +682,10 @@ void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
   // every group between forward and backward. The planner does not know the group sizes: the
   // largest parameter is a lower bound of the largest group, max_live_parameters the upper bound.
   const double group = static_cast<double>(std::max<int64_t>(p.largest_parameter, 1));
-  const double live = o.reshard_after_forward ? std::min(P, std::max(group, std::min<double>(
-                                                                                 static_cast<double>(o.max_live),
-                                                                                 group + static_cast<double>(o.prefetch))))
-                                              : P;
+  const double ahead = o.prefetch > 0 ? std::max(group, static_cast<double>(o.prefetch)) : 0.0;
+  const double live = o.reshard_after_forward
+                          ? std::min(P, std::max(group, std::min(static_cast<double>(o.max_live), group + ahead)))
+                          : P;
   p.add("gathered parameters in flight", true, live * p.param_bytes,
         o.reshard_after_forward ? "the computing group and its prefetch (<= max_live_parameters)"
                                 : "reshard_after_forward = false: every group from forward to backward");

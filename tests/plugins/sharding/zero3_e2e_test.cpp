@@ -57,6 +57,7 @@ TEST(Zero3E2E, MatchesSingleProcessAndZero2AtWorldSizes1To4) {
       {"ckpt1", {zero3(2, 6), {"--set", "model.activation_checkpointing=true", "--set", "model.checkpoint_layers=1"}}},
       {"ckpt-all", {zero3(4, 3), {"--set", "model.activation_checkpointing=true"}}},
       {"persist", {zero3(2, 6), {"--set", "sharding.param_persistence_threshold=100"}}},
+      {"loss-recompute", {zero3(2, 6), {"--set", "model.loss_backward=\"recompute\""}}},
       {"noprefetch-keep",
        {zero3(2, 6), {"--set", "sharding.prefetch_bucket_size=0", "--set", "sharding.reshard_after_forward=false"}}},
   };
@@ -67,6 +68,22 @@ TEST(Zero3E2E, MatchesSingleProcessAndZero2AtWorldSizes1To4) {
     if (name == "persist") EXPECT_NE(r.log().find("(one persistent)"), std::string::npos) << r.log();
     EXPECT_LT(max_rel(exported(r), w_ref), 1e-6) << name;
   }
+}
+
+// cpu_adam's early update (each region updated while backward goes on; taken without clipping)
+// under zero3, whose later layers gather from the parameter shard during that backward: bit for
+// bit the update after backward.
+TEST(Zero3E2E, CpuAdamEarlyUpdateIsTheUpdateAfterBackward) {
+  const std::vector<std::string> cpu_adam = {"--set", "optimizer.plugin=\"cpu_adam\"", "--set",
+                                             "train.gradient_clipping=0.0"};
+  const Result early = run("z3-early", zero3(2, 3, 2), with(cpu_adam, {"--set", "optimizer.overlap_update=\"auto\""}));
+  const Result late = run("z3-late", zero3(2, 3, 2), with(cpu_adam, {"--set", "optimizer.overlap_update=\"off\""}));
+  EXPECT_RUN_OK(early);
+  EXPECT_RUN_OK(late);
+  EXPECT_ZERO3(early);
+  EXPECT_NE(early.log().find("updating each gradient region as soon as its last chunk is folded"), std::string::npos)
+      << early.log();
+  EXPECT_TRUE(identical(exported(early), exported(late)));
 }
 
 TEST(Zero3E2E, TiedEmbeddingsMatchSingleProcess) {
@@ -140,6 +157,14 @@ TEST(Zero3E2E, PlanCountsTheShardAndTheGatheredGroups) {
   for (const char* s : {"parameter shard", "gathered parameters in flight", "reductions in flight", "sharding zero3"})
     EXPECT_NE(text3.find(s), std::string::npos) << s << "\n" << text3;
   EXPECT_LE(z3, z2) << text3 << "\n" << text2;
+  // The planner's "auto" choices take zero3's answer.
+  const Result a = run("z3-auto", Shape{.world = 2, .micro = 6, .sharding = "zero3"},
+                       {"--set", "model.activation_checkpointing=true", "--set", "model.checkpoint_layers=\"auto\"",
+                        "--set", "train.micro_batch_size=\"auto\"", "--set", "train.global_batch_size=12"});
+  EXPECT_RUN_OK(a);
+  EXPECT_ZERO3(a);
+  for (const char* s : {"[train] micro_batch_size = \"auto\": ", "[model] checkpoint_layers = \"auto\": "})
+    EXPECT_NE(a.log().find(s), std::string::npos) << s << "\n" << a.log();
 }
 }  // namespace
 

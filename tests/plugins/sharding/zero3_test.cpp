@@ -85,9 +85,16 @@ class Probe final : public ciuic::Sharding {
  public:
   Probe(ciuic::Sharding& inner, CountingComm& comm, const ciuic::model::LlamaModel& model)
       : inner_(inner), comm_(comm), model_(model) {}
-  void setup(const ciuic::ShardingSetup& s) override { inner_.setup(s); }
+  void setup(const ciuic::ShardingSetup& s) override {
+    inner_.setup(s);
+    groups_ = s.groups;
+    params_ = s.params;
+  }
   void begin_micro_batch(int64_t i, bool last) override { inner_.begin_micro_batch(i, last); }
   void before_group(int g, GroupPass p) override {
+    bool present = true;  // every parameter of the group holds memory already (gathered earlier)
+    for (int i : groups_[g].params) present = present && params_[i].tensor.storage().unsafeGetStorageImpl()->data();
+    if (present) ++ready_on_entry[{g, static_cast<int>(p)}];
     const int64_t before = comm_.gathers;
     inner_.before_group(g, p);
     gathers[{g, static_cast<int>(p)}] += comm_.gathers - before;
@@ -105,6 +112,7 @@ class Probe final : public ciuic::Sharding {
   void load_state(const ciuic::SliceFetcher& f, int64_t t) override { inner_.load_state(f, t); }
   std::map<std::pair<int, int>, int64_t> gathers;  // (group, pass) -> all-gathers issued inside before_group
   std::map<std::pair<int, int>, int64_t> training;  // `gathers` when training ended (train() sets it)
+  std::map<std::pair<int, int>, int64_t> ready_on_entry;  // (group, pass) -> before_group found it gathered
   int64_t peak_held = 0;                           // at any boundary
   int64_t between = 0;                             // right after a group's pass
 
@@ -112,6 +120,8 @@ class Probe final : public ciuic::Sharding {
   ciuic::Sharding& inner_;
   CountingComm& comm_;
   const ciuic::model::LlamaModel& model_;
+  std::vector<ciuic::ParamGroup> groups_;
+  std::vector<ciuic::ShardingParam> params_;
 };
 
 ciuic::model::LlamaConfig tiny(bool tied, int layers = 3) {
@@ -303,6 +313,23 @@ TEST(Zero3, GathersEachLayerOnceInForwardAndOnceInBackward) {
       EXPECT_LE(probe->peak_held, live * 4);
       EXPECT_GE(probe->peak_held, padded * 4);
     }
+  }
+}
+
+// A prefetch bucket smaller than a layer still gathers the next layer ahead (with room for two
+// layers): each layer's before_group finds it gathered already, in forward (training and
+// evaluation) and in backward (the group above prefetched it); without prefetch, never.
+TEST(Zero3, TheNextLayerIsPrefetchedWhateverTheBucket) {
+  const int layers = 3;
+  for (const char* prefetch : {"1", "0"}) {
+    SCOPED_TRACE(std::string("prefetch_bucket_size = ") + prefetch);
+    std::unique_ptr<Probe> probe;
+    train(Case{.options = std::string("prefetch_bucket_size = ") + prefetch + "\nmax_live_parameters = 40000\n", .steps = 1},
+          &probe);
+    const bool on = std::string(prefetch) == "1";
+    auto& r = probe->ready_on_entry;  // one step, then one evaluation forward
+    for (int g = 1; g <= layers; ++g) EXPECT_EQ((r[{g, 0}]), on ? 2 : 0) << "forward, layer " << g;
+    for (int g = 1; g <= layers; ++g) EXPECT_EQ((r[{g, 1}]), on ? 1 : 0) << "backward, layer " << g;
   }
 }
 
