@@ -332,8 +332,13 @@ TEST(Cli, FromDeepSpeedWritesAnEquivalentRecipe) {
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "fp16.loss_scale = \"auto\": give it with --set precision.loss_scale=<value>")) << r.err;
   r = run("--from-deepspeed " + z3.string() + " --set precision.loss_scale=0");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(has(r.out, "[sharding]\nplugin = \"zero3\"")) << r.out;
+  const fs::path nvme = test_dir() / "z3-nvme.json";
+  std::ofstream(nvme) << R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})";
+  r = run("--from-deepspeed " + nvme.string());
   EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(has(r.err, "zero_optimization.stage = 3: ZeRO-3")) << r.err;
+  EXPECT_TRUE(has(r.err, "offload_param.device = \"nvme\"")) << r.err;
   r = run("--from-deepspeed /nonexistent/ds.json");
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "--from-deepspeed: no such file: /nonexistent/ds.json")) << r.err;

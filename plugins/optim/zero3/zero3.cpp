@@ -69,32 +69,37 @@ using ciuic::GroupPass;
 constexpr int64_t kAlign = 64;           // elements per chunk are a multiple of this
 constexpr size_t kMaxReductionsInFlight = 3;
 
-const ciuic::OptionSpec kOptions[] = {
-    {"reshard_after_forward", ciuic::OptionType::kBool, "true",
-     "free each group's gathered parameters after its forward and gather them again for its backward "
-     "(FSDP2's reshard_after_forward; false keeps them gathered from forward to backward)"},
-    {"max_live_parameters", ciuic::OptionType::kFloat, "1e9",
-     "gathered elements a prefetch may bring the rank to (DeepSpeed's stage3_max_live_parameters); must hold "
-     "the largest group",
-     1, NAN},
-    {"prefetch_bucket_size", ciuic::OptionType::kFloat, "5e7",
-     "elements gathered ahead of the group that computes (DeepSpeed's stage3_prefetch_bucket_size): the next "
-     "group in forward and backward order always, the ones after it while their sum stays within this; 0: no "
-     "prefetch",
-     0, NAN},
-    {"param_persistence_threshold", ciuic::OptionType::kFloat, "0",
-     "parameters with fewer elements stay gathered on every rank (DeepSpeed's "
-     "stage3_param_persistence_threshold); their optimizer state is still sharded",
-     0, NAN},
-    {"offload_params", ciuic::OptionType::kBool, "false",
-     "keep this rank's parameter shard in host memory and upload a unit's chunk for each gather (DeepSpeed's "
-     "offload_param)"},
-};
+constexpr ciuic::Option<bool> kReshardAfterForward{
+    "reshard_after_forward", "true",
+    "free each group's gathered parameters after its forward and gather them again for its backward "
+    "(FSDP2's reshard_after_forward; false keeps them gathered from forward to backward)"};
+constexpr ciuic::Option<double> kMaxLiveParameters{
+    "max_live_parameters", "1e9",
+    "gathered elements a prefetch may bring the rank to (DeepSpeed's stage3_max_live_parameters); must hold "
+    "the largest group",
+    1, NAN};
+constexpr ciuic::Option<double> kPrefetchBucketSize{
+    "prefetch_bucket_size", "5e7",
+    "elements gathered ahead of the group that computes (DeepSpeed's stage3_prefetch_bucket_size): the next "
+    "group in forward and backward order always, the ones after it while their sum stays within this; 0: no "
+    "prefetch",
+    0, NAN};
+constexpr ciuic::Option<double> kParamPersistenceThreshold{
+    "param_persistence_threshold", "0",
+    "parameters with fewer elements stay gathered on every rank (DeepSpeed's "
+    "stage3_param_persistence_threshold); their optimizer state is still sharded",
+    0, NAN};
+constexpr ciuic::Option<bool> kOffloadParams{
+    "offload_params", "false",
+    "keep this rank's parameter shard in host memory and upload a unit's chunk for each gather (DeepSpeed's "
+    "offload_param)"};
+const ciuic::OptionSpec kOptions[] = {kReshardAfterForward, kMaxLiveParameters, kPrefetchBucketSize,
+                                      kParamPersistenceThreshold, kOffloadParams};
 
 // Elements of a whole number option given as a float ("5e8").
-int64_t elements(const ciuic::Config& c, const char* key) {
-  const double v = c.get_float(key);
-  if (v != std::floor(v) || v > 9e18) c.fail(key, "expected a whole number of elements");
+int64_t elements(const ciuic::Config& c, const ciuic::Option<double>& option) {
+  const double v = c.get(option);
+  if (v != std::floor(v) || v > 9e18) c.fail(option.key(), "expected a whole number of elements");
   return static_cast<int64_t>(v);
 }
 
@@ -106,11 +111,11 @@ struct Options {
   bool offload = false;
   static Options from(const ciuic::Config& c) {
     Options o;
-    o.reshard_after_forward = c.get_bool("reshard_after_forward");
-    o.max_live = elements(c, "max_live_parameters");
-    o.prefetch = elements(c, "prefetch_bucket_size");
-    o.persistence = elements(c, "param_persistence_threshold");
-    o.offload = c.get_bool("offload_params");
+    o.reshard_after_forward = c.get(kReshardAfterForward);
+    o.max_live = elements(c, kMaxLiveParameters);
+    o.prefetch = elements(c, kPrefetchBucketSize);
+    o.persistence = elements(c, kParamPersistenceThreshold);
+    o.offload = c.get(kOffloadParams);
     return o;
   }
 };
@@ -317,7 +322,7 @@ void Zero3::setup(const ciuic::ShardingSetup& s) {
     int64_t n = 0;
     for (int k : needs_[g]) n += units_[k].numel;
     if (n > opts_.max_live)
-      cfg_.fail("max_live_parameters",
+      cfg_.fail(kMaxLiveParameters.key(),
                 "is " + std::to_string(opts_.max_live) + " elements, but group " + s.groups[g].name + " gathers " +
                     std::to_string(n) + " elements at once (its parameters, padded to " + std::to_string(unit_pad) +
                     "); expected at least " + std::to_string(n));
