@@ -14,6 +14,10 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
 bool apply_test(Ctx& c, Pos p, const std::string& name, const Value& v, CallArgs& args);
 
 bool is_method(const Value& obj, const std::string& name);
+// Python's `fmt % args` (str.__mod__; a Markup format escapes the arguments) and str.format()
+// (format.cpp), with Python's error messages.
+Value percent_format(Ctx& c, Pos p, const Value& fmt, const Value& args);
+std::string str_format(Ctx& c, Pos p, const std::string& fmt, CallArgs& a);
 Value call_method(Ctx& c, Pos p, const Value& obj, const std::string& name, CallArgs& a);
 // raise_exception, range (at most Limits::max_range items), namespace, dict, strftime_now.
 void add_globals(std::unordered_map<std::string, Value>& g);

@@ -199,6 +199,7 @@ Value binary(Ctx& c, Pos p, const std::string& op, const Value& a, const Value& 
     return Value::string(x + y);
   };
   if (op == "~") return concat(to_str(a), to_str(b));
+  if (op == "%" && a.is_string()) return percent_format(c, p, a, b);  // printf-style formatting
   undefined_check();
   const bool nums = a.is_number() && b.is_number();
   const bool floats = nums && (a.k == Value::K::kFloat || b.k == Value::K::kFloat);

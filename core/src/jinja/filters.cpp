@@ -427,6 +427,19 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     }
     return same_kind(std::move(out));
   }
+  if (name == "format") {  // jinja2's do_format: value % (kwargs or args)
+    if (!a.pos.empty() && !a.kw.empty()) rt_fail(c, p, "can't handle positional and keyword arguments at the same time");
+    Value args;
+    if (!a.kw.empty()) {
+      args = Value::make_dict();
+      for (const auto& kv : a.kw) args.dict->set(kv.first, kv.second);
+    } else {
+      args = Value::make_list(List(a.pos.begin(), a.pos.end()));
+      args.tuple = true;
+    }
+    Value fmt = v.is_string() ? v : Value::string(to_str(v));
+    return percent_format(c, p, fmt, args);
+  }
   if (name == "wordcount") return Value::integer(static_cast<int64_t>(py_split(to_str(v), nullptr, -1).size()));
   rt_fail(c, p, "unknown filter '" + name + "'");
 }

@@ -22,14 +22,16 @@
 //                (dict.items/keys/values) or a range behaves as one (consumed once, no len(),
 //                not JSON serializable...); |safe and |escape make markupsafe Markup strings
 //                (Markup + str escapes the str)
-//   filters      abs attr capitalize count d default dictsort e escape first float indent int
-//                items join last length list lower map max min reject rejectattr replace reverse
-//                round safe select selectattr sort string sum title tojson trim unique upper
-//                wordcount
+//   filters      abs attr capitalize count d default dictsort e escape first float forceescape
+//                format indent int items join last length list lower map max min reject
+//                rejectattr replace reverse round safe select selectattr sort string sum title
+//                tojson trim unique upper wordcount
 //   methods      str: strip lstrip rstrip split rsplit startswith endswith upper lower title
 //                capitalize replace find rfind count join splitlines isdigit isalpha isalnum
-//                isspace isupper islower format-free; dict: items keys values get; list: index
-//                count
+//                isspace isupper islower format removeprefix removesuffix partition rpartition
+//                zfill ljust rjust center swapcase casefold, and `%` formatting (format.cpp);
+//                dict: items keys values get copy; list: index count copy (append, update, ...
+//                are the sandbox's "unsafe" error, as ImmutableSandboxedEnvironment's)
 //
 // Anything outside the subset (include/import/extends, ...) is a parse error that names it. Templates are immutable after parsing and render() is safe from many threads.
 //
@@ -41,7 +43,7 @@
 // Layout (core/src/jinja/): value.h (values with Python semantics, the render budget), text.h
 // (UTF-8 and Python str helpers), lexer.h, parser.h, ast.h (the tree), eval.h/eval.cpp
 // (evaluation, operators), builtins.h (filters.cpp: filters and tests; methods.cpp: str/dict/list
-// methods and globals), template.cpp (this header).
+// methods and globals; format.cpp: `%` and str.format), template.cpp (this header).
 #pragma once
 
 #include <ciuic/export.h>

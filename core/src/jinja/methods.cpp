@@ -14,9 +14,10 @@ bool is_method(const Value& obj, const std::string& name) {
   static const char* kStr[] = {"strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "upper",
                                "lower", "title", "capitalize", "replace", "find", "rfind", "count", "join",
                                "splitlines", "isdigit", "isalpha", "isalnum", "isspace", "isupper", "islower",
-                               "index"};
-  static const char* kDict[] = {"items", "keys", "values", "get"};
-  static const char* kList[] = {"index", "count"};
+                               "index", "format", "removeprefix", "removesuffix", "partition", "rpartition",
+                               "zfill", "ljust", "rjust", "center", "swapcase", "casefold"};
+  static const char* kDict[] = {"items", "keys", "values", "get", "copy"};
+  static const char* kList[] = {"index", "count", "copy"};
   if (obj.is_string()) {
     for (const char* m : kStr)
       if (name == m) return true;
@@ -55,10 +56,23 @@ Value missing(const Value& obj, const Value& key) {
 Value missing(const Value& obj, const std::string& name) {
   return Value::undefined_hint(py_repr_str(object_type_repr(obj)) + " has no attribute " + py_repr_str(excerpt(name, 80)));
 }
+
+// ImmutableSandboxedEnvironment: the methods that would change a list or dict are unsafe (an
+// Undefined whose use raises jinja2's SecurityError message).
+std::optional<Value> unsafe_method(const Value& obj, const std::string& name) {
+  static const std::vector<std::string> kList = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse"};
+  static const std::vector<std::string> kDict = {"update", "pop", "popitem", "setdefault", "clear"};
+  const bool list = obj.is_plain_list() && !obj.tuple, dict = obj.k == Value::K::kDict && !obj.dict->ns;
+  if (!list && !dict) return std::nullopt;
+  const auto& names = list ? kList : kDict;
+  if (std::find(names.begin(), names.end(), name) == names.end()) return std::nullopt;
+  return Value::undefined_hint("access to attribute '" + name + "' of '" + type_name(obj) + "' object is unsafe.");
+}
 }  // namespace
 
 Value get_attr(Ctx& c, Pos p, const Value& obj, const std::string& name) {
   if (obj.is_undefined()) rt_fail(c, p, undefined_msg(obj) + " (reading ." + name + ")");
+  if (std::optional<Value> u = unsafe_method(obj, name)) return *u;
   if (obj.k == Value::K::kDict) {
     if (obj.dict->ns) {
       if (const Value* v = obj.dict->find(name)) return *v;
@@ -155,7 +169,9 @@ namespace {
 // ...; replace escapes its `new` first); split/rsplit/splitlines return Markups; join escapes the
 // items. Null when `name` is a plain str method on a Markup (find, startswith, ...).
 std::optional<Value> markup_method(Ctx& c, Pos p, const Value& obj, const std::string& name, CallArgs& a) {
-  static const char* kWrapped[] = {"capitalize", "title", "lower", "upper", "replace", "lstrip", "rstrip", "strip"};
+  static const char* kWrapped[] = {"capitalize", "title", "lower", "upper", "replace", "lstrip", "rstrip", "strip",
+                                   "removeprefix", "removesuffix", "zfill", "ljust", "rjust", "center", "swapcase",
+                                   "casefold"};
   const bool wrapped = std::any_of(std::begin(kWrapped), std::end(kWrapped), [&](const char* m) { return name == m; });
   const bool splits = name == "split" || name == "rsplit" || name == "splitlines";
   if (!wrapped && !splits && name != "join") return std::nullopt;
@@ -319,8 +335,74 @@ Value call_method(Ctx& c, Pos p, const Value& obj, const std::string& name, Call
     if (name == "isspace") return all_of([](unsigned char ch) { return std::isspace(ch) != 0; });
     if (name == "isupper") return Value::boolean(s != ascii_case(s, false) && s == ascii_case(s, true));
     if (name == "islower") return Value::boolean(s != ascii_case(s, true) && s == ascii_case(s, false));
+    if (name == "format") return Value::string(str_format(c, p, s, a));
+    if (name == "casefold") return Value::string(ascii_case(s, false));
+    if (name == "swapcase") {
+      std::string out;
+      for (size_t i = 0; i < s.size();) {  // each code point: upper if it was lower, else lower
+        size_t len = 0;
+        decode_at(s, i, &len);
+        const std::string ch = s.substr(i, len), up = ascii_case(ch, true);
+        out += up != ch ? up : ascii_case(ch, false);
+        i += len;
+      }
+      return Value::string(std::move(out));
+    }
+    if (name == "removeprefix" || name == "removesuffix") {
+      const std::string x = need_str(c, p, arg(a, 0, nullptr), name.c_str());
+      const bool prefix = name == "removeprefix";
+      if (x.size() <= s.size() && (prefix ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0))
+        return Value::string(prefix ? s.substr(x.size()) : s.substr(0, s.size() - x.size()));
+      return Value::string(s);
+    }
+    if (name == "partition" || name == "rpartition") {
+      const std::string sep = need_str(c, p, arg(a, 0, nullptr), name.c_str());
+      if (sep.empty()) rt_fail(c, p, "empty separator");
+      const size_t j = name == "partition" ? find_sub(s, sep) : rfind_sub(s, sep);
+      std::vector<std::string> parts;
+      if (j == std::string::npos) parts = name == "partition" ? std::vector<std::string>{s, "", ""} : std::vector<std::string>{"", "", s};
+      else parts = {s.substr(0, j), sep, s.substr(j + sep.size())};
+      Value t = str_list(parts);
+      t.tuple = true;
+      return t;
+    }
+    if (name == "zfill" || name == "ljust" || name == "rjust" || name == "center") {
+      const Value* w = arg(a, 0, nullptr);
+      if (!w || !w->is_int()) rt_fail(c, p, name + "() expects an integer width");
+      const Value* fc = arg(a, 1, nullptr);
+      std::string fill = " ";
+      if (fc) {
+        if (!fc->is_string() || cp_count(fc->s) != 1) rt_fail(c, p, "The fill character must be exactly one character long");
+        fill = fc->s;
+      }
+      const size_t n = cp_count(s);
+      const int64_t width = w->as_int();
+      if (width <= static_cast<int64_t>(n)) return Value::string(s);
+      const size_t extra = static_cast<size_t>(width) - n;
+      c.budget.at = p;
+      c.budget.check_length(s.size() + extra * fill.size(), (name + "'s result").c_str());
+      auto rep = [&](size_t k) {
+        std::string r;
+        for (size_t i = 0; i < k; ++i) r += fill;
+        return r;
+      };
+      if (name == "zfill") {
+        const bool signed_ = !s.empty() && (s[0] == '+' || s[0] == '-');
+        return Value::string(signed_ ? s.substr(0, 1) + std::string(extra, '0') + s.substr(1) : std::string(extra, '0') + s);
+      }
+      if (name == "ljust") return Value::string(s + rep(extra));
+      if (name == "rjust") return Value::string(rep(extra) + s);
+      // Python's center: the extra odd fill goes left when the width is odd... as CPython's pad()
+      const size_t left = extra / 2 + (extra & static_cast<size_t>(width) & 1);
+      return Value::string(rep(left) + s + rep(extra - left));
+    }
   }
   if (obj.k == Value::K::kDict) {
+    if (name == "copy") {
+      Value d = Value::make_dict();
+      for (const auto& kv : obj.dict->items) d.dict->set(kv.first, kv.second);
+      return d;
+    }
     if (name == "items") {
       Value l = make_lazy({}, Value::Lazy::kDictItems);
       for (const auto& kv : obj.dict->items) {
@@ -351,6 +433,11 @@ Value call_method(Ctx& c, Pos p, const Value& obj, const std::string& name, Call
     }
   }
   if (obj.is_plain_list()) {
+    if (name == "copy") {
+      Value l = Value::make_list(List(obj.list->begin(), obj.list->end()));
+      l.tuple = obj.tuple;
+      return l;
+    }
     const Value* x = arg(a, 0, nullptr);
     if (!x) rt_fail(c, p, name + " expects an argument");
     c.budget.charge(obj.list->size() * sizeof(Value));
