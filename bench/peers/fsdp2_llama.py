@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""PyTorch FSDP2 peer run: the same Llama shape ciuic trains, for side-by-side tokens/s, MFU and
-peak memory in one device call.
+"""PyTorch FSDP2 peer run: the same model shape ciuic trains, for side-by-side tokens/s, MFU and
+peak memory in one device call. --model-type picks the family (llama, mistral, qwen2, qwen3,
+gemma3_text: transformers' own class for it, e.g. Qwen2ForCausalLM with its q/k/v biases).
 
   torchrun --nproc-per-node N bench/peers/fsdp2_llama.py --hidden 2048 --layers 16 ... --json out.json
 
@@ -30,6 +31,10 @@ def parse():
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--kv-heads", type=int, default=16)
     p.add_argument("--vocab", type=int, default=32000)
+    p.add_argument("--model-type", default="llama", choices=["llama", "mistral", "qwen2", "qwen3", "gemma3_text"])
+    p.add_argument("--head-dim", type=int, default=0, help="0: hidden / heads")
+    p.add_argument("--sliding-window", type=int, default=0, help="mistral, qwen2/3 (all layers), gemma3_text; 0: none")
+    p.add_argument("--tie", action="store_true", help="tied embeddings")
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=12)
@@ -46,20 +51,27 @@ def parse():
 def main():
     a = parse()
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     local = int(os.environ.get("LOCAL_RANK", 0))
     torch.cuda.set_device(local)
     torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=a.hidden, intermediate_size=a.intermediate,
-                      num_hidden_layers=a.layers, num_attention_heads=a.heads,
-                      num_key_value_heads=a.kv_heads, vocab_size=a.vocab,
-                      max_position_embeddings=a.seq, tie_word_embeddings=False)
+    extra = {}
+    if a.head_dim:
+        extra["head_dim"] = a.head_dim
+    if a.model_type in ("mistral", "gemma3_text"):
+        extra["sliding_window"] = a.sliding_window or None
+    if a.model_type in ("qwen2", "qwen3") and a.sliding_window:
+        extra.update(use_sliding_window=True, sliding_window=a.sliding_window, max_window_layers=0)
+    cfg = AutoConfig.for_model(a.model_type, hidden_size=a.hidden, intermediate_size=a.intermediate,
+                               num_hidden_layers=a.layers, num_attention_heads=a.heads,
+                               num_key_value_heads=a.kv_heads, vocab_size=a.vocab,
+                               max_position_embeddings=a.seq, tie_word_embeddings=a.tie, **extra)
     cfg._attn_implementation = "sdpa"
     with torch.device("cuda"):
-        model = LlamaForCausalLM(cfg)
+        model = AutoModelForCausalLM.from_config(cfg)
     if a.checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -70,10 +82,11 @@ def main():
     fully_shard(model, mp_policy=mp, reshard_after_forward=a.reshard_after_forward)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
-    n_params = sum(p.numel() for p in model.parameters())
+    n_params = sum(p.numel() for p in model.parameters())  # a tied embedding once
     n_embed = cfg.vocab_size * cfg.hidden_size
     # PaLM appendix B: 6 N (weights used in matmuls: all but the input embedding) + 12 L H T.
-    flops_per_token = 6 * (n_params - n_embed) + 12 * a.layers * a.hidden * a.seq
+    heads_width = a.heads * (a.head_dim or a.hidden // a.heads)
+    flops_per_token = 6 * (n_params - n_embed + (n_embed if a.tie else 0)) + 12 * a.layers * heads_width * a.seq
     g = torch.Generator(device="cuda").manual_seed(1234 + rank)
     times = []
     for step in range(a.warmup + a.steps):
@@ -93,7 +106,7 @@ def main():
     times.sort()
     med = times[len(times) // 2]
     tps = a.micro_batch * a.seq / med
-    res = {"peer": "fsdp2", "world": world, "params": n_params, "hidden": a.hidden,
+    res = {"peer": "fsdp2", "model_type": a.model_type, "world": world, "params": n_params, "hidden": a.hidden,
            "layers": a.layers, "seq": a.seq, "micro_batch": a.micro_batch,
            "checkpointing": a.checkpointing, "compile": a.compile,
            "reshard_after_forward": a.reshard_after_forward,

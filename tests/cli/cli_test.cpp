@@ -182,6 +182,34 @@ TEST(Cli, DryRunCreatesEveryPlugin) {
   EXPECT_TRUE(has(r.err, "[offload] and [optimizer] both choose a plugin")) << r.err;
 }
 
+// Every model family's folder (tests/fixtures/gen_model_families.py) passes the preflight with
+// transformers' parameter count; a config.json asking for what a family does not implement is
+// refused naming the file, the key and what is expected, exit code 1 (issue 30 item 6).
+TEST(Cli, DryRunReadsEveryModelFamily) {
+  const fs::path dir = test_dir();
+  const std::string recipe = write_recipe(dir, kAllTest);
+  const std::string base = recipe + " --plugin-path " + kGood + " --dry-run --set model.path=";
+  const std::string fam = CIUIC_SOURCE_DIR + "/tests/fixtures/model/families/";
+  for (const auto& [name, count] : std::vector<std::pair<std::string, std::string>>{
+           {"mistral", "23712"}, {"qwen2", "19744"}, {"qwen3", "26832"}, {"gemma3", "27600"}, {"llama_pad", "23712"}}) {
+    Result r = run(base + fam + name);
+    EXPECT_EQ(r.code, 0) << name << ": " << r.err;
+    EXPECT_TRUE(has(r.out, ", " + count + " parameters\n")) << name << ": " << r.out;
+  }
+  const fs::path bad = dir / "gemma-softcap";
+  fs::create_directories(bad);
+  std::ofstream(bad / "config.json") << R"({"model_type": "gemma3_text", "final_logit_softcapping": 30.0})";
+  Result r = run(base + bad.string());
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(has(r.err, (bad / "config.json").string() + ": key `final_logit_softcapping`: logit soft-capping is "
+                                                             "not supported (expected null, found 30.0)")) << r.err;
+  std::ofstream(bad / "config.json") << R"({"model_type": "falcon"})";
+  r = run(base + bad.string());
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(has(r.err, "model type \"falcon\" is not supported (supported: \"llama\", \"mistral\", \"qwen2\", "
+                         "\"qwen3\", \"gemma3_text\")")) << r.err;
+}
+
 // --dry-run is a preflight (issue 16 item 7): besides creating every plugin it reads the model's
 // config and checks its weights exist, loads the tokenizer and the chat template, opens the data
 // plugin as rank 0 and checks the checkpoint to resume; each of these, which a run would meet

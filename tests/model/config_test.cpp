@@ -159,7 +159,9 @@ TEST(LlamaConfig, Errors) {
                {"`rope_parameters.full_attention`", "per-layer"});
   expect_error([] { parse(R"({"rope_scaling": {"type": "linear", "factor": 2, "partial_rotary_factor": 0.5}})"); },
                {"partial_rotary_factor"});
-  expect_error([] { parse(R"({"model_type": "mistral"})"); }, {"cfg.json", "`model_type`", "\"mistral\""});
+  expect_error([] { parse(R"({"model_type": "falcon"})"); },
+               {"cfg.json", "`model_type`", "\"falcon\" is not supported",
+                "supported: \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"gemma3_text\""});
   expect_error([] { parse(R"({"hidden_act": "gelu"})"); }, {"`hidden_act`", "\"gelu\""});
   expect_error([] { parse(R"({"attention_bias": true})"); }, {"`attention_bias`", "biases"});
   expect_error([] { parse(R"({"hidden_size": "4096"})"); }, {"`hidden_size`", "expected an integer", "\"4096\""});
@@ -198,9 +200,84 @@ TEST(LlamaConfig, Errors) {
   expect_error([&] { LlamaConfig::from_file(huge); }, {huge, "over the limit of 268435456 bytes"});
 }
 
+// What a family does not implement is refused by name, with the expected values (issue 30 item 6).
+TEST(LlamaConfig, FamilyOptionsOutsideTheImplementationAreRefused) {
+  expect_error([] { parse(R"({"model_type": "gemma3"})"); }, {"`model_type`", "\"gemma3\"", "gemma3_text"});
+  expect_error([] { parse(R"({"model_type": "gemma3_text", "final_logit_softcapping": 30.0})"); },
+               {"`final_logit_softcapping`", "not supported", "expected null, found 30.0"});
+  expect_error([] { parse(R"({"model_type": "gemma3_text", "attn_logit_softcapping": 50.0})"); },
+               {"`attn_logit_softcapping`", "expected null"});
+  expect_error([] { parse(R"({"model_type": "gemma3_text", "use_bidirectional_attention": true})"); },
+               {"`use_bidirectional_attention`", "expected false"});
+  expect_error([] { parse(R"({"model_type": "gemma3_text", "hidden_activation": "gelu"})"); },
+               {"`hidden_activation`", "\"gelu\"", "expected \"gelu_pytorch_tanh\""});
+  expect_error([] { parse(R"({"model_type": "qwen2", "hidden_act": "gelu"})"); },
+               {"`hidden_act`", "model type \"qwen2\"", "expected \"silu\""});
+  expect_error([] { parse(R"({"model_type": "qwen3", "attention_bias": true})"); },
+               {"`attention_bias`", "qwen3", "expected false"});
+  expect_error([] { parse(R"({"model_type": "qwen2", "rope_scaling": {"type": "yarn", "factor": 4.0}})"); },
+               {"`rope_scaling.type`", "\"yarn\" is not supported", "\"default\", \"linear\", \"llama3\""});
+  expect_error([] { parse(R"({"model_type": "qwen2", "num_hidden_layers": 2, "layer_types": ["full_attention"]})"); },
+               {"`layer_types`", "1 entries, num_hidden_layers is 2"});
+  expect_error([] {
+    parse(R"({"model_type": "qwen2", "num_hidden_layers": 2, "layer_types": ["full_attention", "chunked_attention"]})");
+  }, {"`layer_types[1]`", "\"full_attention\" or \"sliding_attention\"", "\"chunked_attention\""});
+  expect_error([] { parse(R"({"model_type": "mistral", "sliding_window": 0})"); },
+               {"`sliding_window`", "positive integer or null"});
+  expect_error([] {
+    parse(R"({"model_type": "gemma3_text", "rope_parameters": {"sliding_attention": {"rope_type": "linear", "factor": 2.0}}})");
+  }, {"`rope_parameters.sliding_attention.rope_type`", "\"linear\"", "expected \"default\""});
+  expect_error([] { parse(R"({"model_type": "gemma3_text", "rope_parameters": {"rope_type": "default"}})"); },
+               {"`rope_parameters.rope_type`", "one rope dict per layer type"});
+  expect_error([] { parse(R"({"model_type": "llama", "rope_parameters": {"full_attention": {"rope_type": "default"}}})"); },
+               {"`rope_parameters.full_attention`", "per-layer"});
+  expect_error([] { parse(R"({"vocab_size": 100, "pad_token_id": -101})"); },
+               {"`pad_token_id`", "-101 is outside the vocabulary [-100, 100)", "counts from the end"});
+  // Accepted as transformers does: a negative pad counts from the end; Mistral ignores layer_types.
+  EXPECT_EQ(parse(R"({"vocab_size": 100, "pad_token_id": -1})").padding_idx(), 99);
+  EXPECT_EQ(parse(R"({"vocab_size": 100, "pad_token_id": 7})").padding_idx(), 7);
+  EXPECT_EQ(parse(R"({"vocab_size": 100})").padding_idx(), -1);
+  const LlamaConfig m = parse(R"({"model_type": "mistral", "num_hidden_layers": 2, "sliding_window": 8,
+      "layer_types": ["full_attention", "full_attention"]})");
+  EXPECT_TRUE(m.layer_slides(0) && m.layer_slides(1));
+}
+
+// Family defaults for absent keys are transformers' <Family>Config defaults; a recipe's
+// [model.config] may switch the family and change the layer count (layer types re-derived).
+TEST(LlamaConfig, FamilyDefaultsAndOverrides) {
+  const LlamaConfig q = parse(R"({"model_type": "qwen3", "hidden_size": 64, "num_attention_heads": 32})");
+  EXPECT_EQ(q.head_dim, 128);  // Qwen3Config's fixed default, not hidden / heads
+  EXPECT_EQ(q.num_key_value_heads, 32);
+  EXPECT_EQ(q.vocab_size, 151936);
+  EXPECT_FALSE(q.eos_token_id.has_value());
+  const LlamaConfig g = parse(R"({"model_type": "gemma3_text", "num_hidden_layers": 7})");
+  EXPECT_EQ(g.sliding_layers, (std::vector<uint8_t>{1, 1, 1, 1, 1, 0, 1}));  // pattern 6
+  EXPECT_EQ(g.padding_idx(), 0);
+  EXPECT_TRUE(g.tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(g.rope_theta, 1e6);
+  EXPECT_DOUBLE_EQ(g.rope_local_theta, 1e4);
+  const LlamaConfig g2 = g.with_overrides(json{{"num_hidden_layers", 4}, {"rope_theta", 2e5}, {"rope_local_base_freq", 50.0}}, "r");
+  EXPECT_EQ(g2.sliding_layers, (std::vector<uint8_t>{1, 1, 1, 1}));
+  EXPECT_DOUBLE_EQ(g2.rope_theta, 2e5);
+  EXPECT_DOUBLE_EQ(g2.rope_local_theta, 50.0);
+  const LlamaConfig qw = LlamaConfig{}.with_overrides(
+      json{{"model_type", "qwen2"}, {"hidden_size", 64}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+           {"num_hidden_layers", 3}, {"use_sliding_window", true}, {"sliding_window", 16}, {"max_window_layers", 1}},
+      "recipe.toml [model.config]");
+  EXPECT_EQ(qw.family, ModelFamily::kQwen2);
+  EXPECT_TRUE(qw.qkv_bias);
+  EXPECT_EQ(qw.vocab_size, 151936);  // Qwen2's default, not Llama's
+  EXPECT_EQ(qw.sliding_layers, (std::vector<uint8_t>{0, 1, 1}));
+  EXPECT_EQ(LlamaConfig::from_json(qw.to_json(), "to_json"), qw);
+  expect_error([] { LlamaConfig{}.with_overrides(json{{"model_type", "bert"}}, "recipe.toml"); },
+               {"recipe.toml", "\"bert\" is not supported"});
+}
+
 TEST(LlamaConfig, ParameterSpecsAgreeWithCount) {
-  for (const char* text : {kDeepSeekCoder, kDeepSeekLlm7b}) {
-    const LlamaConfig c = parse(text);
+  std::vector<LlamaConfig> configs{parse(kDeepSeekCoder), parse(kDeepSeekLlm7b)};
+  for (const char* f : {"mistral", "qwen2", "qwen3", "gemma3", "llama_pad"})  // every family's tensors
+    configs.push_back(LlamaConfig::from_file(fixture(std::string("families/") + f + "/config.json")));
+  for (const LlamaConfig& c : configs) {
     int64_t n = 0;
     for (const auto& s : llama_parameter_specs(c)) {
       int64_t k = 1;

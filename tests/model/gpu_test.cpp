@@ -125,5 +125,39 @@ TEST(LlamaGpu, PackedVarlenAttentionMatchesMask) {
   EXPECT_LE(max_rel_diff(f->forward(ids, pos, true, &docs), expected().tensor("packed.logits")), 1e-4);
 }
 
+// Every family (tests/fixtures/gen_model_families.py) on CUDA: fp32 against transformers (SDPA
+// with the window mask), bf16 through flash varlen with the layer windows (rows as documents;
+// packed rows with PackedDocs) against transformers' fp32 logits within bf16 rounding, and the
+// fused kernels on (rope for all, SwiGLU for the silu families).
+TEST(FamiliesGpu, MatchTransformersFp32AndWindowedFlashInBf16) {
+  SKIP_WITHOUT_CUDA();
+  static const SafetensorsReader want = SafetensorsReader::open(fixture("families/expected.safetensors"));
+  for (const char* c : {"mistral", "qwen2", "qwen3", "gemma3", "llama_pad"}) {
+    SCOPED_TRACE(c);
+    const std::string k = c;
+    const at::Tensor ids = want.tensor(k + ".input_ids").to(cuda());
+    const at::Tensor logits = want.tensor(k + ".logits");
+    auto m = LlamaModel::from_pretrained(fixture("families/" + k), at::kFloat, cuda());
+    EXPECT_LE(max_rel_diff(m->forward(ids, {}, false), logits), 1e-4);
+    auto b = LlamaModel::from_pretrained(fixture("families/" + k), at::kBFloat16, cuda());
+    for (bool fused : {false, true}) {
+      b->set_fused_kernels(fused);
+      const double d = max_rel_diff(b->forward(ids, {}, false), logits);
+      std::printf("    %-10s bf16 logits vs transformers fp32 %.2e (fused %d)\n", c, d, fused);
+      EXPECT_LE(d, 4e-2);
+      at::Tensor loss = b->loss_sum(ids, want.tensor(k + ".labels").to(cuda()), {}, false);
+      loss.backward();
+      EXPECT_LE(max_rel_diff(loss, want.tensor(k + ".loss_sum")), 3e-2);
+    }
+    if (k == "mistral" || k == "gemma3") {
+      const at::Tensor pos = want.tensor(k + ".packed.position_ids");
+      const PackedDocs docs = PackedDocs::from_position_ids(pos, cuda());
+      const at::Tensor pids = want.tensor(k + ".packed.input_ids").to(cuda());
+      EXPECT_LE(max_rel_diff(m->forward(pids, pos.to(cuda()), true), want.tensor(k + ".packed.logits")), 1e-4);
+      EXPECT_LE(max_rel_diff(b->forward(pids, pos.to(cuda()), true, &docs), want.tensor(k + ".packed.logits")), 4e-2);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ciuic::model

@@ -33,10 +33,10 @@ constexpr int64_t kIgnoreIndex = -100;
 
 // ---- activation checkpointing ---------------------------------------------------------------
 //
-// apply(shape, x, cos, sin_signed, mask, cu_seqlens, docs_meta, weights...) — argument slots
-// (for backward's result): 0 shape (not a tensor), 1 x, 2 cos, 3 sin_signed, 4 mask (optional),
-// 5 cu_seqlens (optional: varlen attention over PackedDocs), 6 docs_meta (not a tensor), 7.. the
-// 9 weights.
+// apply(shape, x, cos, sin_signed, mask, cu_seqlens, docs_meta, weights..., announce, slots) —
+// argument slots (for backward's result): 0 shape (not a tensor), 1 x, 2 cos, 3 sin_signed,
+// 4 mask (optional), 5 cu_seqlens (optional: varlen attention over PackedDocs), 6 docs_meta (not
+// a tensor), 7.. the layer's defined weights in slot order (`slots`: a bit per LayerWeights slot).
 constexpr int kFirstWeightSlot = 7;
 
 struct DocsMeta {
@@ -58,19 +58,56 @@ struct Announce {
   int group = -1;
 };
 
+// A LayerShape in the context's saved_data, and back.
+void save_shape(AutogradContext* ctx, const LayerShape& s) {
+  ctx->saved_data["hidden"] = s.hidden;
+  ctx->saved_data["n_heads"] = s.n_heads;
+  ctx->saved_data["n_kv_heads"] = s.n_kv_heads;
+  ctx->saved_data["head_dim"] = s.head_dim;
+  ctx->saved_data["eps"] = s.eps;
+  ctx->saved_data["fused"] = s.fused;
+  ctx->saved_data["act"] = static_cast<int64_t>(s.act);
+  ctx->saved_data["qk_norm"] = s.qk_norm;
+  ctx->saved_data["gemma_norm"] = s.gemma_norm;
+  ctx->saved_data["sandwich"] = s.sandwich;
+  ctx->saved_data["scale"] = s.scale;
+  ctx->saved_data["window"] = s.window;
+}
+LayerShape load_shape(AutogradContext* ctx) {
+  LayerShape s;
+  s.hidden = ctx->saved_data["hidden"].toInt();
+  s.n_heads = ctx->saved_data["n_heads"].toInt();
+  s.n_kv_heads = ctx->saved_data["n_kv_heads"].toInt();
+  s.head_dim = ctx->saved_data["head_dim"].toInt();
+  s.eps = ctx->saved_data["eps"].toDouble();
+  s.fused = ctx->saved_data["fused"].toBool();
+  s.act = static_cast<Activation>(ctx->saved_data["act"].toInt());
+  s.qk_norm = ctx->saved_data["qk_norm"].toBool();
+  s.gemma_norm = ctx->saved_data["gemma_norm"].toBool();
+  s.sandwich = ctx->saved_data["sandwich"].toBool();
+  s.scale = ctx->saved_data["scale"].toDouble();
+  s.window = ctx->saved_data["window"].toInt();
+  return s;
+}
+
+// `weights` are the layer's defined slots in slot order; `slots` has bit i set for slot i.
+LayerWeights weights_of(at::TensorList weights, int64_t slots) {
+  LayerWeights w;
+  size_t k = 0;
+  for (int i = 0; i < LayerWeights::kCount; ++i)
+    if (slots & (int64_t{1} << i)) w.t[i] = weights[k++];
+  return w;
+}
+
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static at::Tensor forward(AutogradContext* ctx, const LayerShape& s, const at::Tensor& x, const at::Tensor& cos,
                             const at::Tensor& sin_signed, const std::optional<at::Tensor>& mask,
                             const std::optional<at::Tensor>& cu_seqlens, const DocsMeta& meta,
-                            at::TensorList weights, const Announce& announce) {
+                            at::TensorList weights, const Announce& announce, int64_t slots) {
     ctx->saved_data["boundaries"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(announce.boundaries));
     ctx->saved_data["group"] = static_cast<int64_t>(announce.group);
-    ctx->saved_data["hidden"] = s.hidden;
-    ctx->saved_data["n_heads"] = s.n_heads;
-    ctx->saved_data["n_kv_heads"] = s.n_kv_heads;
-    ctx->saved_data["head_dim"] = s.head_dim;
-    ctx->saved_data["eps"] = s.eps;
-    ctx->saved_data["fused"] = s.fused;
+    save_shape(ctx, s);
+    ctx->saved_data["slots"] = slots;
     ctx->saved_data["has_mask"] = mask.has_value();
     ctx->saved_data["has_docs"] = cu_seqlens.has_value();
     ctx->saved_data["max_len"] = meta.max_len;
@@ -79,21 +116,15 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     variable_list to_save{x, cos, sin_signed, mask.value_or(at::Tensor()), cu_seqlens.value_or(at::Tensor())};
     to_save.insert(to_save.end(), weights.begin(), weights.end());
     ctx->save_for_backward(to_save);  // the layer input and references to inputs: nothing new
-    LayerWeights w;
-    for (int i = 0; i < LayerWeights::kCount; ++i) w.t[i] = weights[i];
+    const LayerWeights w = weights_of(weights, slots);
     const PackedDocs docs = cu_seqlens ? docs_of(*cu_seqlens, meta) : PackedDocs{};
     return decoder_layer(w, s, x, {cos, sin_signed}, mask, nullptr, cu_seqlens ? &docs : nullptr);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const variable_list saved = ctx->get_saved_variables();
-    LayerShape s;
-    s.hidden = ctx->saved_data["hidden"].toInt();
-    s.n_heads = ctx->saved_data["n_heads"].toInt();
-    s.n_kv_heads = ctx->saved_data["n_kv_heads"].toInt();
-    s.head_dim = ctx->saved_data["head_dim"].toInt();
-    s.eps = ctx->saved_data["eps"].toDouble();
-    s.fused = ctx->saved_data["fused"].toBool();
+    const LayerShape s = load_shape(ctx);
+    const int64_t slots = ctx->saved_data["slots"].toInt();
     const bool has_mask = ctx->saved_data["has_mask"].toBool();
     const bool has_docs = ctx->saved_data["has_docs"].toBool();
     DocsMeta meta;
@@ -102,28 +133,30 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     meta.row_len = ctx->saved_data["row_len"].toInt();
     // needs_input_grad counts only tensor inputs: x, cos, sin, [mask], [cu_seqlens], weights.
     const size_t first_weight_edge = 3 + (has_mask ? 1 : 0) + (has_docs ? 1 : 0);
+    const size_t n_weights = saved.size() - 5;
 
     // Recompute on detached aliases of the inputs (same storage, fresh leaves): autograd::grad
     // then returns the gradients without touching the real parameters' .grad, and the engine
     // delivers them to the parameters' AccumulateGrad nodes like any other function's output.
     variable_list targets;
-    std::vector<int> target_slot;  // result slot of each target
+    std::vector<size_t> target_slot;  // result slot of each target
     at::Tensor x = saved[0].detach();
     if (ctx->needs_input_grad(0)) {
       x.requires_grad_(true);
       targets.push_back(x);
       target_slot.push_back(1);
     }
-    LayerWeights w;
-    for (int i = 0; i < LayerWeights::kCount; ++i) {
-      w.t[i] = saved[5 + i].detach();
+    std::vector<at::Tensor> weights(n_weights);
+    for (size_t i = 0; i < n_weights; ++i) {
+      weights[i] = saved[5 + i].detach();
       if (ctx->needs_input_grad(first_weight_edge + i)) {
-        w.t[i].requires_grad_(true);
-        targets.push_back(w.t[i]);
+        weights[i].requires_grad_(true);
+        targets.push_back(weights[i]);
         target_slot.push_back(kFirstWeightSlot + i);
       }
     }
-    variable_list result(kFirstWeightSlot + LayerWeights::kCount + 1);  // + the Announce slot
+    const LayerWeights w = weights_of(weights, slots);
+    variable_list result(kFirstWeightSlot + n_weights + 2);  // + the Announce and slots arguments
     if (targets.empty()) return result;
     std::optional<at::Tensor> mask;
     if (has_mask) mask = saved[3];
@@ -295,7 +328,13 @@ struct LinearCrossEntropyInForward : public torch::autograd::Function<LinearCros
 at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
                                       const RopeTables& rope, const std::optional<at::Tensor>& mask,
                                       const PackedDocs* docs, ciuic::Sharding* boundaries, int group) {
-  std::vector<at::Tensor> weights(std::begin(w.t), std::end(w.t));
+  std::vector<at::Tensor> weights;
+  int64_t slots = 0;
+  for (int i = 0; i < LayerWeights::kCount; ++i)
+    if (w.t[i].defined()) {
+      weights.push_back(w.t[i]);
+      slots |= int64_t{1} << i;
+    }
   std::optional<at::Tensor> cu;
   DocsMeta meta;
   if (docs) {
@@ -303,7 +342,7 @@ at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s
     meta = {docs->max_len, docs->rows, docs->row_len};
   }
   return CheckpointedLayer::apply(s, x, rope.cos, rope.sin_signed, mask, cu, meta, at::TensorList(weights),
-                                  Announce{boundaries, group});
+                                  Announce{boundaries, group}, slots);
 }
 
 namespace {

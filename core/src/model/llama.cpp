@@ -1,7 +1,9 @@
 // LlamaModel: parameters, weight loading, forward, loss and greedy generation.
 #include "model/llama.h"
 
+#include <cmath>
 #include <filesystem>
+#include <mutex>
 #include <set>
 
 #include <ATen/Context.h>
@@ -12,10 +14,12 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/linear.h>
-#include <ATen/ops/rms_norm.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/tensor.h>
 
 #include <ciuic/error.h>
+#include <ciuic/log.h>
 
 #include "model/fused_ops.h"
 #include "model/safetensors.h"
@@ -41,7 +45,7 @@ std::string describe(const at::Tensor& t) {
 }  // namespace
 
 LlamaModel::LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device device)
-    : cfg_(cfg), shape_(LayerShape::of(cfg)), dtype_(dtype), device_(device) {
+    : cfg_(cfg), shape_(LayerShape::of(cfg)), dtype_(dtype), device_(device), slots_(layer_slots(cfg)) {
   cfg_.validate("LlamaModel config");
   shape_.fused = fused_kernels_supported(dtype, device);
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf)
@@ -65,6 +69,10 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device
   }
   device_ = embed_.device();  // "cuda" becomes "cuda:<current>": inputs are compared against it
   inv_freq_ = rope_inv_freq(cfg_).to(device_);
+  if (cfg_.local_rope) inv_freq_local_ = rope_inv_freq(cfg_, /*local=*/true).to(device_);
+  // transformers multiplies by the scale as a tensor in the weights' dtype.
+  if (cfg_.scale_embeddings)
+    embed_scale_ = at::scalar_tensor(std::sqrt(static_cast<double>(cfg_.hidden_size)), at::kFloat).to(dtype).item<double>();
 }
 
 LlamaModel::~LlamaModel() = default;
@@ -81,13 +89,15 @@ std::unique_ptr<LlamaModel> LlamaModel::from_pretrained(const std::string& folde
 
 std::vector<LlamaParamSpec> llama_parameter_specs(const LlamaConfig& cfg) {
   const int64_t h = cfg.hidden_size, q = cfg.num_attention_heads * cfg.head_dim,
-                kv = cfg.num_key_value_heads * cfg.head_dim, m = cfg.intermediate_size;
-  const std::vector<int64_t> layer_shapes[LayerWeights::kCount] = {{q, h}, {kv, h}, {kv, h}, {h, q}, {m, h},
-                                                                   {m, h}, {h, m}, {h},    {h}};
+                kv = cfg.num_key_value_heads * cfg.head_dim, m = cfg.intermediate_size, d = cfg.head_dim;
+  // By slot (LayerWeights::Slot order).
+  const std::vector<int64_t> layer_shapes[LayerWeights::kCount] = {
+      {q, h}, {q}, {kv, h}, {kv}, {kv, h}, {kv}, {h, q}, {d}, {d}, {m, h}, {m, h}, {h, m}, {h}, {h}, {h}, {h}};
   std::vector<LlamaParamSpec> out;
   out.push_back({"model.embed_tokens.weight", {cfg.vocab_size, h}, -1, -1});
+  const std::vector<int> slots = layer_slots(cfg);
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
-    for (int j = 0; j < LayerWeights::kCount; ++j)
+    for (int j : slots)
       out.push_back({"model.layers." + std::to_string(l) + "." + LayerWeights::kNames[j], layer_shapes[j], l, j});
   out.push_back({"model.norm.weight", {h}, -1, -1});
   if (!cfg.tie_word_embeddings) out.push_back({"lm_head.weight", {cfg.vocab_size, h}, -1, -1});
@@ -96,10 +106,10 @@ std::vector<LlamaParamSpec> llama_parameter_specs(const LlamaConfig& cfg) {
 
 std::vector<std::pair<std::string, at::Tensor>> LlamaModel::named_parameters() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  out.reserve(3 + layers_.size() * LayerWeights::kCount);
+  out.reserve(3 + layers_.size() * slots_.size());
   out.emplace_back("model.embed_tokens.weight", embed_);
   for (size_t i = 0; i < layers_.size(); ++i)
-    for (int j = 0; j < LayerWeights::kCount; ++j)
+    for (int j : slots_)
       out.emplace_back("model.layers." + std::to_string(i) + "." + LayerWeights::kNames[j], layers_[i].t[j]);
   out.emplace_back("model.norm.weight", norm_);
   if (lm_head_.defined()) out.emplace_back("lm_head.weight", lm_head_);
@@ -123,7 +133,16 @@ int64_t LlamaModel::loss_chunk_elements(int64_t tokens) const {
   return std::max(kDefaultLossChunkElements, std::min<int64_t>(tokens, 2048) * cfg_.vocab_size);
 }
 
-void LlamaModel::set_fused_kernels(bool on) { shape_.fused = on && fused_kernels_supported(dtype_, device_); }
+void LlamaModel::set_fused_kernels(bool on) {
+  shape_.fused = on && fused_kernels_supported(dtype_, device_);
+  if (shape_.fused && cfg_.hidden_act != Activation::kSilu) {
+    static std::once_flag said;
+    std::call_once(said, [&] {
+      log_info(std::string("fused kernels: rotary embedding fused; the SwiGLU kernel does not apply to ") +
+               model_type_name(cfg_.family) + "'s GeGLU MLP, which runs on ATen");
+    });
+  }
+}
 
 void LlamaModel::init_random(uint64_t seed, double std) {
   at::NoGradGuard no_grad;
@@ -132,7 +151,8 @@ void LlamaModel::init_random(uint64_t seed, double std) {
   for (auto& [name, t] : named_parameters()) {
     ++index;
     if (t.dim() == 1) {
-      t.fill_(1.0);  // RMSNorm weights
+      // Biases 0; RMSNorm weights 1, or 0 where the norm scales by (1 + w).
+      t.fill_(name.ends_with(".bias") || cfg_.gemma_norm ? 0.0 : 1.0);
       continue;
     }
     at::Generator gen = base.clone();
@@ -144,7 +164,7 @@ void LlamaModel::init_random(uint64_t seed, double std) {
     else
       t.copy_(at::empty(t.sizes(), t.options().dtype(at::kFloat)).normal_(0.0, std, gen));
   }
-  if (cfg_.pad_token_id) embed_[*cfg_.pad_token_id].zero_();
+  if (cfg_.padding_idx() >= 0) embed_[cfg_.padding_idx()].zero_();
 }
 
 void LlamaModel::load_hf(const std::string& path) { load_hf(SafetensorsReader::open(path)); }
@@ -160,7 +180,8 @@ void LlamaModel::load_hf(const SafetensorsReader& reader) {
   if (!missing.empty()) {
     std::string msg = reader.path() + ": missing tensor `" + missing[0] + "`";
     if (missing.size() > 1) msg += " (and " + std::to_string(missing.size() - 1) + " more)";
-    throw Error(msg + " for a Llama model with " + std::to_string(cfg_.num_hidden_layers) + " layers" +
+    throw Error(msg + " for a " + model_type_name(cfg_.family) + " model with " +
+                std::to_string(cfg_.num_hidden_layers) + " layers" +
                 (cfg_.tie_word_embeddings ? ", tied embeddings" : ", untied embeddings"));
   }
   std::vector<std::string> unexpected;
@@ -173,7 +194,8 @@ void LlamaModel::load_hf(const SafetensorsReader& reader) {
   if (!unexpected.empty()) {
     std::string msg = reader.file_of(unexpected[0]) + ": unexpected tensor `" + unexpected[0] + "`";
     if (unexpected.size() > 1) msg += " (and " + std::to_string(unexpected.size() - 1) + " more)";
-    throw Error(msg + ": not part of a Llama model with " + std::to_string(cfg_.num_hidden_layers) +
+    throw Error(msg + ": not part of a " + std::string(model_type_name(cfg_.family)) + " model with " +
+                std::to_string(cfg_.num_hidden_layers) +
                 " layers (does config.json match the weights?)");
   }
   for (const auto& [name, t] : params) reader.check_loadable(name, t);  // all checks before any copy
@@ -202,6 +224,8 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
     packed = false;  // one document per row
   }
   const RopeTables rope = rope_tables(inv_freq_, pos, dtype_);
+  RopeTables rope_local;
+  if (inv_freq_local_.defined()) rope_local = rope_tables(inv_freq_local_, pos, dtype_);
   if (docs) {
     if (!packed) throw Error("LlamaModel: document boundaries (PackedDocs) given for a batch not marked packed");
     if (docs->rows != b || docs->row_len != t || !docs->cu_seqlens.defined() ||
@@ -212,21 +236,44 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
                   "), the batch is [" + std::to_string(b) + ", " + std::to_string(t) + "] on " + device_.str());
     if (!varlen_attention_supported(dtype_, device_, cfg_.head_dim)) docs = nullptr;  // the mask does it
   }
-  std::optional<at::Tensor> mask;
+  // Windowed layers: when the window is shorter than the rows, flash varlen with the window on
+  // CUDA (the rows as documents when not packed), else a mask.
+  bool windowed = false;
+  for (int64_t i = 0; i < cfg_.num_hidden_layers && !windowed; ++i)
+    windowed = cfg_.layer_slides(i) && cfg_.sliding_window < t;
+  PackedDocs row_docs;
+  if (windowed && !docs && !cache && varlen_attention_supported(dtype_, device_, cfg_.head_dim)) {
+    row_docs.cu_seqlens = at::arange(0, b * t + 1, t, at::TensorOptions().dtype(at::kInt).device(device_));
+    row_docs.max_len = t;
+    row_docs.rows = b;
+    row_docs.row_len = t;
+    docs = &row_docs;
+  }
+  std::optional<at::Tensor> mask, window_mask;
   if (packed && !docs) mask = packed_causal_mask(pos);
+  if (windowed && !docs) {
+    window_mask = sliding_causal_mask(t, cfg_.sliding_window, device_);
+    if (mask) window_mask = mask->logical_and(*window_mask);
+  }
   // Group g = 0 (embedding), 1 + i (layer i), head_group(); a boundary between each (group_boundary).
   announce_before(0);
-  at::Tensor h = at::embedding(embed_, input_ids, cfg_.pad_token_id.value_or(-1));
+  at::Tensor h = at::embedding(embed_, input_ids, cfg_.padding_idx());
+  if (cfg_.scale_embeddings) h = h * embed_scale_;
   announce_after(0);
   const bool ckpt = checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
   for (size_t i = 0; i < layers_.size(); ++i) {
     const int g = static_cast<int>(i) + 1;
     h = group_boundary(h, boundaries_, g, g - 1);
     announce_before(g);
+    const bool slides = cfg_.layer_slides(static_cast<int64_t>(i));
+    LayerShape s = shape_;
+    if (slides) s.window = cfg_.sliding_window;
+    const RopeTables& r = slides && inv_freq_local_.defined() ? rope_local : rope;
+    const std::optional<at::Tensor>& m = slides && window_mask ? window_mask : mask;
     if (ckpt && (checkpoint_layers_ <= 0 || static_cast<int64_t>(i) < checkpoint_layers_))
-      h = checkpointed_decoder_layer(layers_[i], shape_, h, rope, mask, docs, boundaries_, g);
+      h = checkpointed_decoder_layer(layers_[i], s, h, r, m, docs, boundaries_, g);
     else
-      h = decoder_layer(layers_[i], shape_, h, rope, mask, cache ? &(*cache)[i] : nullptr, docs);
+      h = decoder_layer(layers_[i], s, h, r, m, cache ? &(*cache)[i] : nullptr, docs);
     announce_after(g);
   }
   h = group_boundary(h, boundaries_, head_group(), head_group() - 1);
@@ -235,7 +282,7 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
 }
 
 at::Tensor LlamaModel::head_begin(const at::Tensor& h) const {
-  return at::rms_norm(h, {cfg_.hidden_size}, norm_, cfg_.rms_norm_eps);
+  return rms_norm_of(h, norm_, cfg_.hidden_size, cfg_.rms_norm_eps, cfg_.gemma_norm);
 }
 
 at::Tensor LlamaModel::head_end(const at::Tensor& out) const {
@@ -252,13 +299,13 @@ void LlamaModel::announce_after(int group) const {
 }
 
 std::vector<ciuic::ParamGroup> LlamaModel::param_groups() const {
-  // named_parameters() order: the embedding, each layer's kCount tensors, the norm, lm_head.
+  // named_parameters() order: the embedding, each layer's slots, the norm, lm_head.
   std::vector<ciuic::ParamGroup> out;
   out.push_back({"embed", {0}});
   int next = 1;
   for (size_t i = 0; i < layers_.size(); ++i) {
     ciuic::ParamGroup g{"layers." + std::to_string(i), {}};
-    for (int j = 0; j < LayerWeights::kCount; ++j) g.params.push_back(next++);
+    for (size_t j = 0; j < slots_.size(); ++j) g.params.push_back(next++);
     out.push_back(std::move(g));
   }
   const int norm = next++;

@@ -1,11 +1,20 @@
-// model/llama.h — the Llama / DeepSeek decoder in LibTorch.
+// model/llama.h — the decoder of every supported family (Llama, Mistral, Qwen2, Qwen3, Gemma 3
+// text) in LibTorch: one implementation whose per-family switches come from LlamaConfig
+// (model/config.h) through LayerShape and the layer's weight slots (model/llama_ops.h).
 //
-// Architecture (identical to transformers' LlamaForCausalLM): token embedding; per layer
-// x += o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))) with n = RMSNorm(x), then
-// x += down_proj(silu(gate_proj(n)) * up_proj(n)) with n = RMSNorm(x); final RMSNorm; lm_head
-// (or the embedding matrix when tie_word_embeddings). RMSNorm computes in fp32 and casts back
-// (at::rms_norm); attention is at::scaled_dot_product_attention with grouped-query heads
-// (flash / cuDNN kernels on GPU), causal, or block-diagonal causal for packed rows.
+// Architecture (identical to transformers' <Family>ForCausalLM): token embedding (times
+// sqrt(hidden) with scale_embeddings); per layer
+//   q, k = rope(norm_qk(q_proj(n) [+ bias])), rope(norm_qk(k_proj(n) [+ bias])), v = v_proj(n) [+ bias]
+//   a = o_proj(attn(q, k, v)) with n = RMSNorm(x)  [a = RMSNorm(a) with sandwich norms]
+//   x += a; x += down_proj(act(gate_proj(n)) * up_proj(n)) with n = RMSNorm(x)
+//   [the MLP output RMSNorm'ed too with sandwich norms]
+// final RMSNorm; lm_head (or the embedding matrix when tie_word_embeddings). act is silu
+// (SwiGLU) or tanh GELU (GeGLU); norm_qk is an RMSNorm over head_dim when qk_norm; RMSNorm scales
+// by (1 + w) when gemma_norm. RMSNorm computes in fp32 and casts back (at::rms_norm); attention is
+// at::scaled_dot_product_attention with grouped-query heads (flash / cuDNN kernels on GPU),
+// causal, or block-diagonal causal for packed rows, within the layer's sliding window when it
+// has one (a mask on the CPU; flash varlen with a window on CUDA in bf16/fp16); scores scaled
+// by query_pre_attn_scalar^-1/2 when set. Gemma's sliding layers use their own rope base.
 //
 // Parameters are leaf tensors (requires_grad) in `dtype` on `device`, created once by the
 // constructor and never replaced: callers may keep them, register autograd hooks on them and
@@ -67,7 +76,7 @@ class CIUIC_API LlamaModel {
                                                      c10::Device device);
 
   // transformers' initialisation: every matrix ~ normal(0, std) (the embedding row of
-  // pad_token_id zeroed), norm weights 1. Each parameter draws from its own generator seeded from
+  // pad_token_id zeroed), biases 0, norm weights 1 (0 with gemma_norm: they scale by 1 + w). Each parameter draws from its own generator seeded from
   // (seed, its index), on the parameter's device: deterministic for a given seed and device type,
   // identical on every rank.
   void init_random(uint64_t seed, double std);
@@ -79,13 +88,13 @@ class CIUIC_API LlamaModel {
   void load_hf(const SafetensorsReader& reader);
 
   // HF names in transformers' named_parameters() order: model.embed_tokens.weight, then per layer
-  // self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj, input_layernorm, post_attention_layernorm
-  // (each ".weight", prefixed "model.layers.<i>."), model.norm.weight, and lm_head.weight unless
-  // the embeddings are tied.
+  // the family's slots (layer_slots; Llama: self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj,
+  // input_layernorm, post_attention_layernorm, each ".weight", prefixed "model.layers.<i>."),
+  // model.norm.weight, and lm_head.weight unless the embeddings are tied.
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
   std::vector<at::Tensor> parameters() const;
   // The parameter groups the model computes with together, indices into named_parameters():
-  // "embed" (the embedding), "layers.<i>" (a decoder layer's nine tensors) and "head" (the final
+  // "embed" (the embedding), "layers.<i>" (a decoder layer's tensors) and "head" (the final
   // norm and lm_head, or the tied embedding) — ciuic/sharding.h, ParamGroup.
   std::vector<ciuic::ParamGroup> param_groups() const;
   // Announces each group's forward, backward and recomputation to `boundaries`
@@ -113,6 +122,7 @@ class CIUIC_API LlamaModel {
   LossBackward loss_backward() const { return loss_backward_; }
   // Rotary embedding and SwiGLU through fused CUDA kernels (model/fused_ops.h). On by default
   // where fused_kernels_supported(dtype, device); `on` elsewhere is ignored (the ATen path runs).
+  // A GeGLU family (gemma3_text) keeps its MLP on ATen, logged once when turned on.
   void set_fused_kernels(bool on);
   bool fused_kernels() const { return shape_.fused; }
 
@@ -163,6 +173,9 @@ class CIUIC_API LlamaModel {
   at::ScalarType dtype_;
   c10::Device device_;
   at::Tensor inv_freq_;  // fp32 [head_dim / 2] on device_ (derived from the config, not weights)
+  at::Tensor inv_freq_local_;  // the sliding layers' (local_rope); undefined otherwise
+  double embed_scale_ = 1.0;   // sqrt(hidden) rounded to dtype_ (scale_embeddings), else 1
+  std::vector<int> slots_;     // layer_slots(cfg_)
   at::Tensor embed_;
   std::vector<LayerWeights> layers_;
   at::Tensor norm_;

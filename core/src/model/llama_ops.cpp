@@ -17,6 +17,7 @@
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/eq.h>
+#include <ATen/ops/gelu.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/pow.h>
@@ -31,12 +32,33 @@
 
 namespace ciuic::model {
 
-at::Tensor rope_inv_freq(const LlamaConfig& cfg) {
+std::vector<int> layer_slots(const LlamaConfig& cfg) {
+  using W = LayerWeights;
+  std::vector<int> s{W::kQ};
+  if (cfg.qkv_bias) s.push_back(W::kQBias);
+  s.push_back(W::kK);
+  if (cfg.qkv_bias) s.push_back(W::kKBias);
+  s.push_back(W::kV);
+  if (cfg.qkv_bias) s.push_back(W::kVBias);
+  s.push_back(W::kO);
+  if (cfg.qk_norm) s.insert(s.end(), {W::kQNorm, W::kKNorm});
+  s.insert(s.end(), {W::kGate, W::kUp, W::kDown, W::kLnIn, W::kLnPostAttn});
+  if (cfg.sandwich_norms) s.insert(s.end(), {W::kLnPreFfn, W::kLnPostFfn});
+  return s;
+}
+
+at::Tensor rms_norm_of(const at::Tensor& x, const at::Tensor& w, int64_t dim, double eps, bool gemma_norm) {
+  if (!gemma_norm) return at::rms_norm(x, {dim}, w, eps);
+  if (x.scalar_type() == at::kFloat) return at::rms_norm(x, {dim}, w + 1.0, eps);
+  return at::rms_norm(x.to(at::kFloat), {dim}, w.to(at::kFloat) + 1.0, eps).to(x.scalar_type());
+}
+
+at::Tensor rope_inv_freq(const LlamaConfig& cfg, bool local) {
   // Same operations, in fp32, as transformers' rope initialisers (modeling_rope_utils.py).
   const int64_t dim = cfg.head_dim;
   at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
-  at::Tensor inv_freq = at::reciprocal(at::pow(cfg.rope_theta, exponents));
-  switch (cfg.rope_type) {
+  at::Tensor inv_freq = at::reciprocal(at::pow(local ? cfg.rope_local_theta : cfg.rope_theta, exponents));
+  switch (local ? RopeType::kDefault : cfg.rope_type) {
     case RopeType::kDefault:
       break;
     case RopeType::kLinear:
@@ -79,6 +101,13 @@ at::Tensor packed_causal_mask(const at::Tensor& position_ids) {
   return same.logical_and_(causal).unsqueeze(1);
 }
 
+at::Tensor sliding_causal_mask(int64_t t, int64_t window, c10::Device device) {
+  const auto opts = at::TensorOptions().dtype(at::kLong).device(device);
+  const at::Tensor i = at::arange(t, opts).unsqueeze(1), j = at::arange(t, opts).unsqueeze(0);
+  const at::Tensor d = i - j;  // query minus key index
+  return d.ge(0).logical_and_(d.lt(window)).view({1, 1, t, t});
+}
+
 PackedDocs PackedDocs::from_position_ids(const at::Tensor& cpu_position_ids, c10::Device device) {
   if (!cpu_position_ids.defined() || cpu_position_ids.dim() != 2 || !cpu_position_ids.device().is_cpu() ||
       !at::isIntegralType(cpu_position_ids.scalar_type(), /*includeBool=*/false))
@@ -117,35 +146,55 @@ inline at::Tensor apply_rope(const at::Tensor& x, const RopeTables& r, bool fuse
   // x [B, T, heads, D]; roll by D/2 gives cat(x2, x1), the sign sits in sin_signed.
   return at::addcmul(x * r.cos, at::roll(x, {x.size(-1) / 2}, {-1}), r.sin_signed);
 }
-// The rest of a layer after attention: output projection, residual, MLP block, residual.
+// The rest of a layer after attention: output projection, (norm,) residual, MLP block, residual.
 at::Tensor attention_tail(const LayerWeights& w, const LayerShape& s, const at::Tensor& x, const at::Tensor& a) {
-  at::Tensor out = x + at::linear(a, w.wo());
-  at::Tensor h = at::rms_norm(out, {s.hidden}, w.ln_post(), s.eps);
+  using W = LayerWeights;
+  at::Tensor o = at::linear(a, w.wo());
+  if (s.sandwich) o = rms_norm_of(o, w.t[W::kLnPostAttn], s.hidden, s.eps, s.gemma_norm);
+  at::Tensor out = x + o;
+  at::Tensor h = rms_norm_of(out, w.t[s.sandwich ? W::kLnPreFfn : W::kLnPostAttn], s.hidden, s.eps, s.gemma_norm);
   at::Tensor gate = at::linear(h, w.w_gate()), up = at::linear(h, w.w_up());
-  at::Tensor m = s.fused ? fused_swiglu_down(gate, up, w.w_down()) : at::linear(at::silu(gate) * up, w.w_down());
+  at::Tensor m;
+  if (s.act == Activation::kGeluTanh)
+    m = at::linear(at::gelu(gate, "tanh") * up, w.w_down());
+  else
+    m = s.fused ? fused_swiglu_down(gate, up, w.w_down()) : at::linear(at::silu(gate) * up, w.w_down());
+  if (s.sandwich) m = rms_norm_of(m, w.t[W::kLnPostFfn], s.hidden, s.eps, s.gemma_norm);
   return out + m;
+}
+// q or k [B, T, heads, D]: projected, normed over D (qk_norm), rotated.
+at::Tensor project(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& norm,
+                   const LayerShape& s, int64_t heads, const RopeTables& rope) {
+  at::Tensor y = at::linear(h, weight, bias).view({h.size(0), h.size(1), heads, s.head_dim});
+  if (s.qk_norm) y = rms_norm_of(y, norm, s.head_dim, s.eps, s.gemma_norm);
+  return apply_rope(y, rope, s.fused);
 }
 }  // namespace
 
 at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x, const RopeTables& rope,
                          const std::optional<at::Tensor>& mask, KVCacheLayer* cache, const PackedDocs* docs) {
+  using W = LayerWeights;
   const int64_t b = x.size(0), t = x.size(1);
-  at::Tensor h = at::rms_norm(x, {s.hidden}, w.ln_in(), s.eps);
+  at::Tensor h = rms_norm_of(x, w.ln_in(), s.hidden, s.eps, s.gemma_norm);
   // Projections stay in [B, T, heads, D] (the layout flash kernels use); the transposes to
   // [B, heads, T, D] for SDPA are views.
-  at::Tensor q = apply_rope(at::linear(h, w.wq()).view({b, t, s.n_heads, s.head_dim}), rope, s.fused);
-  at::Tensor k = apply_rope(at::linear(h, w.wk()).view({b, t, s.n_kv_heads, s.head_dim}), rope, s.fused);
-  at::Tensor v = at::linear(h, w.wv()).view({b, t, s.n_kv_heads, s.head_dim});
+  at::Tensor q = project(h, w.wq(), w.t[W::kQBias], w.t[W::kQNorm], s, s.n_heads, rope);
+  at::Tensor k = project(h, w.wk(), w.t[W::kKBias], w.t[W::kKNorm], s, s.n_kv_heads, rope);
+  at::Tensor v = at::linear(h, w.wv(), w.t[W::kVBias]).view({b, t, s.n_kv_heads, s.head_dim});
+  const std::optional<double> scale = s.scale > 0 ? std::optional<double>(s.scale) : std::nullopt;
   at::Tensor a;
   if (docs) {
     // Variable-length flash attention over the documents of the flattened batch ([B*T, heads, D]
     // views, no copies; GQA handled by the kernel). Differentiable through ATen's own autograd.
+    // A window: keys j with i - j <= window - 1 (flash's window_size_left; -1: unbounded).
     const int64_t n = b * t;
+    const std::optional<int64_t> left(s.window > 0 ? s.window - 1 : -1);
+    const std::optional<int64_t> right(s.window > 0 ? 0 : -1);
     a = std::get<0>(at::_flash_attention_forward(q.view({n, s.n_heads, s.head_dim}),
                                                  k.view({n, s.n_kv_heads, s.head_dim}),
                                                  v.view({n, s.n_kv_heads, s.head_dim}), docs->cu_seqlens,
                                                  docs->cu_seqlens, docs->max_len, docs->max_len, 0.0,
-                                                 /*is_causal=*/true, /*return_debug_mask=*/false))
+                                                 /*is_causal=*/true, /*return_debug_mask=*/false, scale, left, right))
             .view({b, t, s.n_heads * s.head_dim});
     return attention_tail(w, s, x, a);
   }
@@ -159,11 +208,15 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
       k = at::cat({cache->k, k}, 2);
       v = at::cat({cache->v, v}, 2);
       causal = false;  // one query attends to every cached position
+      if (s.window > 0 && k.size(2) > s.window) {  // ... within its window
+        k = k.narrow(2, k.size(2) - s.window, s.window);
+        v = v.narrow(2, v.size(2) - s.window, s.window);
+      }
     }
     cache->k = k;
     cache->v = v;
   }
-  a = at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, std::nullopt,
+  a = at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale,
                                        /*enable_gqa=*/s.n_heads != s.n_kv_heads);
   return attention_tail(w, s, x, a.transpose(1, 2).reshape({b, t, s.n_heads * s.head_dim}));
 }

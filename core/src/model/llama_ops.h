@@ -5,8 +5,10 @@
 // are on one device; activations are in the weights' dtype except where noted.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -21,7 +23,8 @@ class Sharding;
 
 namespace ciuic::model {
 
-// Sizes a decoder layer needs (copied out of LlamaConfig).
+// What a decoder layer computes: sizes and the family's switches (copied out of LlamaConfig),
+// and this layer's attention window.
 struct LayerShape {
   int64_t hidden = 0;
   int64_t n_heads = 0;
@@ -29,31 +32,60 @@ struct LayerShape {
   int64_t head_dim = 0;
   double eps = 1e-6;
   // Rotary embedding and SwiGLU through the fused CUDA kernels (model/fused_ops.h) instead of
-  // their ATen compositions; only where fused_kernels_supported() for the layer's tensors.
+  // their ATen compositions; only where fused_kernels_supported() for the layer's tensors. The
+  // SwiGLU kernel applies only to Activation::kSilu (GeGLU runs on ATen).
   bool fused = false;
-  static LayerShape of(const LlamaConfig& c) {
-    return {c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps, false};
+  Activation act = Activation::kSilu;
+  bool qk_norm = false;    // RMSNorm over head_dim on q and k before rope (q_norm, k_norm)
+  bool gemma_norm = false;  // every RMSNorm scales by (1 + weight), computed in fp32
+  bool sandwich = false;   // norms after attention and around the MLP (gemma3_text)
+  double scale = 0;        // attention score scale; 0: 1 / sqrt(head_dim)
+  int64_t window = 0;      // attends to the last `window` positions (itself included); 0: all
+  // Layer `layer`'s shape (its window when it slides); -1: the model-wide part only.
+  static LayerShape of(const LlamaConfig& c, int64_t layer = -1) {
+    LayerShape s{c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps, false};
+    s.act = c.hidden_act;
+    s.qk_norm = c.qk_norm;
+    s.gemma_norm = c.gemma_norm;
+    s.sandwich = c.sandwich_norms;
+    s.scale = c.query_pre_attn_scalar > 0 ? 1.0 / std::sqrt(c.query_pre_attn_scalar) : 0.0;
+    s.window = c.layer_slides(layer) ? c.sliding_window : 0;
+    return s;
   }
 };
 
-// One decoder layer's weights, in transformers' named_parameters() order.
+// One decoder layer's weights. A family uses a subset of the slots (layer_slots), in
+// transformers' named_parameters() order; the others stay undefined.
 struct LayerWeights {
-  static constexpr int kCount = 9;
+  enum Slot : int {
+    kQ, kQBias, kK, kKBias, kV, kVBias, kO, kQNorm, kKNorm, kGate, kUp, kDown,
+    kLnIn, kLnPostAttn, kLnPreFfn, kLnPostFfn, kCount
+  };
   static constexpr const char* kNames[kCount] = {
-      "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-      "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
-      "mlp.down_proj.weight",    "input_layernorm.weight",  "post_attention_layernorm.weight"};
+      "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight",
+      "self_attn.k_proj.bias",   "self_attn.v_proj.weight", "self_attn.v_proj.bias",
+      "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+      "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
+      "input_layernorm.weight",  "post_attention_layernorm.weight",
+      "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"};
   at::Tensor t[kCount];
-  const at::Tensor& wq() const { return t[0]; }
-  const at::Tensor& wk() const { return t[1]; }
-  const at::Tensor& wv() const { return t[2]; }
-  const at::Tensor& wo() const { return t[3]; }
-  const at::Tensor& w_gate() const { return t[4]; }
-  const at::Tensor& w_up() const { return t[5]; }
-  const at::Tensor& w_down() const { return t[6]; }
-  const at::Tensor& ln_in() const { return t[7]; }
-  const at::Tensor& ln_post() const { return t[8]; }
+  const at::Tensor& wq() const { return t[kQ]; }
+  const at::Tensor& wk() const { return t[kK]; }
+  const at::Tensor& wv() const { return t[kV]; }
+  const at::Tensor& wo() const { return t[kO]; }
+  const at::Tensor& w_gate() const { return t[kGate]; }
+  const at::Tensor& w_up() const { return t[kUp]; }
+  const at::Tensor& w_down() const { return t[kDown]; }
+  const at::Tensor& ln_in() const { return t[kLnIn]; }
+  // Llama: the norm before the MLP; with sandwich norms: the norm of the attention output.
+  const at::Tensor& ln_post() const { return t[kLnPostAttn]; }
 };
+// The slots `cfg`'s family has, in transformers' named_parameters() order (Llama: q, k, v, o,
+// gate, up, down, input_layernorm, post_attention_layernorm).
+CIUIC_API std::vector<int> layer_slots(const LlamaConfig& cfg);
+// RMSNorm over the last `dim` elements with weight w (gemma_norm: 1 + w, in fp32, rounded once to
+// x's dtype, as transformers' Gemma3RMSNorm).
+CIUIC_API at::Tensor rms_norm_of(const at::Tensor& x, const at::Tensor& w, int64_t dim, double eps, bool gemma_norm);
 
 // Rotary tables for one batch, [B, T, 1, head_dim] in the activation dtype:
 // cos = cos(cat(f, f)), sin_signed = cat(-sin(f), sin(f)) with f = position * inv_freq, so that
@@ -65,13 +97,16 @@ struct RopeTables {
 };
 
 // Inverse frequencies [head_dim / 2], fp32, computed the way transformers does for the config's
-// rope type (default, linear: divided by the factor, llama3: smoothed per wavelength).
-CIUIC_API at::Tensor rope_inv_freq(const LlamaConfig& cfg);
+// rope type (default, linear: divided by the factor, llama3: smoothed per wavelength). local:
+// the sliding layers' rope of gemma3_text (default type, base rope_local_theta).
+CIUIC_API at::Tensor rope_inv_freq(const LlamaConfig& cfg, bool local = false);
 // position_ids [B, T] (integer, any device) -> tables in `dtype` on position_ids' device.
 CIUIC_API RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& position_ids, at::ScalarType dtype);
 // Block-diagonal causal mask [B, 1, T, T] (true = may attend) for packed rows: a document starts
 // where position_ids == 0 (the row's first token always starts one). No host synchronisation.
 CIUIC_API at::Tensor packed_causal_mask(const at::Tensor& position_ids);
+// Causal mask [1, 1, T, T] of a sliding window: query i sees keys j with i - window < j <= i.
+CIUIC_API at::Tensor sliding_causal_mask(int64_t t, int64_t window, c10::Device device);
 
 // Document boundaries of packed rows, known on the host (built from the batch's CPU
 // position_ids before they go to the device). With them, CUDA runs in bf16/fp16 use
@@ -98,10 +133,11 @@ struct KVCacheLayer {
 };
 
 // x [B, T, hidden] -> [B, T, hidden]. Attention is causal; with `mask` (from
-// packed_causal_mask) block-diagonal causal instead; with `docs` (only where
-// varlen_attention_supported) causal within each document through flash varlen attention.
+// packed_causal_mask and/or sliding_causal_mask) that mask instead; with `docs` (only where
+// varlen_attention_supported) causal within each document through flash varlen attention, with
+// the layer's window (s.window) applied by the kernel. The caller gives the mask for s.window.
 // With `cache`, this call's keys/values are appended to it and the queries attend to the cached
-// positions too (T == 1 once the cache is non-empty).
+// positions too (T == 1 once the cache is non-empty; a windowed layer keeps its last `window`).
 CIUIC_API at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
                                    const RopeTables& rope, const std::optional<at::Tensor>& mask,
                                    KVCacheLayer* cache = nullptr, const PackedDocs* docs = nullptr);

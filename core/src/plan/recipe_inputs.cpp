@@ -21,10 +21,11 @@ model::LlamaConfig model_config(const Recipe& recipe, const std::string& model_p
   const Config mc = recipe.section("model.config");
   nlohmann::json overrides = nlohmann::json::object();
   for (const std::string& k : mc.keys()) {
-    if (k == "tie_word_embeddings") overrides[k] = mc.get_bool(k);
-    else if (k == "rope_theta" || k == "rms_norm_eps" || k == "rope_scaling_factor")
+    if (k == "tie_word_embeddings" || k == "use_sliding_window") overrides[k] = mc.get_bool(k);
+    else if (k == "rope_theta" || k == "rms_norm_eps" || k == "rope_scaling_factor" || k == "query_pre_attn_scalar" ||
+             k == "rope_local_base_freq")
       overrides[k] = mc.get_float(k);
-    else if (k == "rope_scaling_type") overrides[k] = mc.get_string(k);
+    else if (k == "rope_scaling_type" || k == "model_type") overrides[k] = mc.get_string(k);
     else overrides[k] = mc.get_int(k);
   }
   const std::string origin = recipe.path().empty() ? "[model.config]" : recipe.path() + " [model.config]";

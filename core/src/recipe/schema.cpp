@@ -116,6 +116,8 @@ std::vector<SectionSpec> build_core_schema() {
           .choices("in_forward|recompute"),
   }});
   v.push_back({"model.config", "HF config.json keys overriding (or, without a path, defining) the architecture", {
+      K("model_type", kS, nullptr, "architecture family (docs/finetune.md, Model families); default llama")
+          .optional().choices("llama|mistral|qwen2|qwen3|gemma3_text"),
       K("hidden_size", kI, nullptr, "width of the residual stream").optional().min(1),
       K("intermediate_size", kI, nullptr, "width of the SwiGLU MLP").optional().min(1),
       K("num_hidden_layers", kI, nullptr, "number of transformer layers").optional().min(1),
@@ -129,7 +131,13 @@ std::vector<SectionSpec> build_core_schema() {
       K("tie_word_embeddings", kB, nullptr, "share the input embedding with the output head").optional(),
       K("bos_token_id", kI, nullptr, "beginning-of-sequence token id").optional().min(0),
       K("eos_token_id", kI, nullptr, "end-of-sequence token id").optional().min(0),
-      K("pad_token_id", kI, nullptr, "padding token id").optional().min(0),
+      K("pad_token_id", kI, nullptr, "padding token id (the embedding row without gradient; < 0 counts from the end)").optional(),
+      K("sliding_window", kI, nullptr, "windowed layers attend to this many last positions (mistral, qwen2/3, gemma3_text)").optional().min(1),
+      K("use_sliding_window", kB, nullptr, "qwen2/qwen3: window the layers from max_window_layers on").optional(),
+      K("max_window_layers", kI, nullptr, "qwen2/qwen3: first windowed layer with use_sliding_window").optional().min(0),
+      K("sliding_window_pattern", kI, nullptr, "gemma3_text: every N-th layer attends to all positions").optional().min(1),
+      K("query_pre_attn_scalar", kF, nullptr, "gemma3_text: attention scores scaled by its -1/2 power").optional().min(0, true),
+      K("rope_local_base_freq", kF, nullptr, "gemma3_text: rotary base of the windowed layers").optional().min(0, true),
       K("rope_scaling_type", kS, nullptr, "rotary scaling: none or linear").optional().choices("none|linear"),
       K("rope_scaling_factor", kF, nullptr, "linear rotary scaling factor (1 = none)").optional().min(0, true),
   }});
