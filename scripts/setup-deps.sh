@@ -38,7 +38,7 @@ say() { printf 'setup-deps: %s\n' "$*"; }
 apt_pkgs=(cmake ninja-build g++ make ccache pkg-config
           libboost-dev libboost-program-options-dev
           libtomlplusplus-dev nlohmann-json3-dev
-          libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev libpcre2-dev
+          libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev libpcre2-dev libicu-dev
           python3-venv python3-pip)
 missing=()
 for p in "${apt_pkgs[@]}"; do
@@ -171,8 +171,10 @@ if [ "$want_fixtures" = 1 ]; then
   # measured: ~19 MB of wheels, 58 MB installed (tensorboard 12, its data server 20, grpcio 19,
   # protobuf, markdown, werkzeug, absl) -- too much for every CI run, where monitoring_test checks
   # the bytes against a committed file written by tensorboard instead.
-  fx=(transformers==5.24.0 tensorboard)
-  if "$VENV/bin/python" -c "import tensorboard, typer" 2>/dev/null; then
+  # sentencepiece + protobuf: tests/fixtures/gen_tokenizer_spm.py trains SentencePiece models and
+  # converts them with transformers' converters (which read the model's protobuf).
+  fx=(transformers==5.24.0 tensorboard sentencepiece protobuf)
+  if "$VENV/bin/python" -c "import tensorboard, typer, sentencepiece, google.protobuf" 2>/dev/null; then
     say "ok: fixture packages (${fx[*]})"
   else
     say "installing fixture packages: ${fx[*]}"
