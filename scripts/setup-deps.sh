@@ -38,7 +38,7 @@ say() { printf 'setup-deps: %s\n' "$*"; }
 apt_pkgs=(cmake ninja-build g++ make ccache pkg-config
           libboost-dev libboost-program-options-dev
           libtomlplusplus-dev nlohmann-json3-dev
-          libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev libpcre2-dev libyaml-dev
+          libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev libpcre2-dev libyaml-dev libicu-dev
           python3-venv python3-pip)
 missing=()
 for p in "${apt_pkgs[@]}"; do
@@ -183,8 +183,10 @@ fi
 if [ "$want_fixtures" = 1 ]; then
   # The fixture generators use transformers and tokenizers (and tests/fixtures/gen_tensorboard.py
   # tensorboard's writer); pip's resolver adds what the pins above leave out.
-  fx=(transformers==5.24.0 tensorboard)
-  if "$VENV/bin/python" -c "import tensorboard, typer" 2>/dev/null; then
+  # sentencepiece + protobuf: tests/fixtures/gen_tokenizer_spm.py trains SentencePiece models and
+  # converts them with transformers' converters (which read the model's protobuf).
+  fx=(transformers==5.24.0 tensorboard sentencepiece protobuf)
+  if "$VENV/bin/python" -c "import tensorboard, typer, sentencepiece, google.protobuf" 2>/dev/null; then
     say "ok: fixture packages (${fx[*]})"
   else
     say "installing fixture packages: ${fx[*]}"

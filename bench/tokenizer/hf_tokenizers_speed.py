@@ -6,8 +6,11 @@
 1. Writes a deterministic mixed corpus (English prose, Chinese, Japanese, code, numbers, emoji,
    whitespace runs; ~4 MB, documents of ~2-8 KB) to <out>/docs.jsonl.
 2. Trains a 32k-vocab byte-level BPE on it with the DeepSeek-LLM pre-tokenizer and one with the
-   Llama-3 pre-tokenizer (the configurations of tests/fixtures/gen_tokenizer.py) and saves them as
-   <out>/<config>/tokenizer.json — realistic vocabulary sizes without downloading model files.
+   Llama-3 pre-tokenizer (the configurations of tests/fixtures/gen_tokenizer.py), a 32k Qwen2-style
+   one (NFC + Qwen2 regex, transformers' Qwen2Converter) and 32k SentencePiece BPE models (byte
+   fallback) converted by transformers in the Llama-2 (Prepend/Replace normalizer), Mistral
+   (Metaspace "first") and Gemma (Replace normalizer) layouts (tests/fixtures/gen_tokenizer_spm.py),
+   and saves them as <out>/<config>/tokenizer.json — realistic vocabulary sizes without model files.
 3. Measures HF `tokenizers` single-threaded (RAYON_NUM_THREADS=1): `encode_batch` over all
    documents and a Python loop of `encode`; best of N repetitions, in process CPU time — the
    Google Benchmark rates are per CPU second too, so a busy shared machine skews neither side.
@@ -26,6 +29,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "fixtures"))
 import gen_tokenizer as G  # noqa: E402
+import gen_tokenizer_spm as S  # noqa: E402
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
 WORDS = ("the of and to in is was for that with as on by at from his her are were be this which have an "
@@ -43,6 +47,9 @@ CODE = [
     "{{\"{f}\": {n}, \"list\": [1, 2, 3], \"ok\": true}}\n",
 ]
 EMOJI = ["😀", "👍🏽", "🇺🇸", "❤️", "👨‍👩‍👧", "🚀", "✨"]
+
+
+CONFIGS = ("deepseek_llm", "llama3", "qwen2", "llama2_spm", "mistral_spm", "gemma_spm")
 
 
 def make_docs(total_bytes, seed=1234):
@@ -94,8 +101,15 @@ def build(docs, out, vocab_size):
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     ll = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(G.LLAMA3_SPLIT), behavior="isolated"),
                                   pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    for name, pre in [("deepseek_llm", ds), ("llama3", ll)]:
-        tok = train(docs, pre, vocab_size)
+    toks = {name: train(docs, pre, vocab_size) for name, pre in [("deepseek_llm", ds), ("llama3", ll)]}
+    lines = [line for d in docs for line in d.split("\n") if line.strip()]
+    import tempfile
+    with tempfile.TemporaryDirectory() as work:
+        toks["llama2_spm"] = S.build_llama2(work, lines, vocab_size)[0]
+        toks["mistral_spm"] = S.build_mistral(work, lines, vocab_size)[0]
+        toks["gemma_spm"] = S.build_gemma(work, lines, vocab_size)[0]
+    toks["qwen2"] = S.build_qwen2(lines, vocab_size)[0]
+    for name, tok in toks.items():
         os.makedirs(os.path.join(out, name), exist_ok=True)
         paths[name] = os.path.join(out, name, "tokenizer.json")
         tok.save(paths[name])
@@ -140,7 +154,7 @@ def main():
             f.write(json.dumps(d, ensure_ascii=False) + "\n")
     nbytes = sum(len(d.encode()) for d in docs)
     print(f"corpus: {len(docs)} documents, {nbytes / 1e6:.2f} MB", flush=True)
-    paths = {n: os.path.join(args.out, n, "tokenizer.json") for n in ("deepseek_llm", "llama3")}
+    paths = {n: os.path.join(args.out, n, "tokenizer.json") for n in CONFIGS}
     if args.retrain or not all(os.path.exists(p) for p in paths.values()):
         print(f"training {args.vocab}-token vocabularies ...", flush=True)
         paths = build(docs, args.out, args.vocab)

@@ -2,7 +2,7 @@
 //
 // Input: $CIUIC_TOKENIZER_BENCH_DIR when set — the folder hf_tokenizers_speed.py writes, with
 // docs.jsonl (one JSON string per line: the documents) and <config>/tokenizer.json for each
-// config (deepseek_llm, llama3) — so that HF tokenizers and ciuic encode the very same documents
+// config (deepseek_llm, llama3, qwen2, llama2_spm, mistral_spm, gemma_spm) — so that HF tokenizers and ciuic encode the very same documents
 // with the very same tokenizers. Without it, the committed test fixtures are used (small
 // vocabularies; documents made from the fixture strings): a smoke run, not a figure to quote.
 #include "tokenizer/factory.h"
@@ -94,6 +94,10 @@ void BM_Load(benchmark::State& state, const char* config) {
 
 BENCHMARK_CAPTURE(BM_Encode, deepseek_llm, "deepseek_llm")->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Encode, llama3, "llama3")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_Encode, qwen2, "qwen2")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_Encode, llama2_spm, "llama2_spm")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_Encode, mistral_spm, "mistral_spm")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_Encode, gemma_spm, "gemma_spm")->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_EncodeColdCache, deepseek_llm, "deepseek_llm")->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Load, deepseek_llm, "deepseek_llm")->Unit(benchmark::kMillisecond);
 

@@ -110,8 +110,8 @@ TEST(TokenizerErrors, NotATokenizerJson) {
 TEST(TokenizerErrors, UnsupportedModel) {
   expect_error([](json& j) { j["model"]["type"] = "WordPiece"; },
                "bad.json: /model/type: unsupported model type \"WordPiece\" (ciuic supports \"BPE\")");
-  expect_error([](json& j) { j["model"]["byte_fallback"] = true; },
-               "bad.json: /model/byte_fallback: byte_fallback = true is not supported");
+  expect_error([](json& j) { j["model"]["byte_fallback"] = "yes"; },
+               "bad.json: /model/byte_fallback: expected a boolean");
   expect_error([](json& j) { j["model"]["dropout"] = 0.1; },
                "bad.json: /model/dropout: BPE dropout is not supported (encoding must be deterministic): 0.1");
   expect_error([](json& j) { j["model"]["continuing_subword_prefix"] = "##"; },
@@ -139,21 +139,40 @@ TEST(TokenizerErrors, UnsupportedModel) {
 }
 
 TEST(TokenizerErrors, UnsupportedNormalizerPreTokenizerPostProcessorDecoder) {
-  expect_error([](json& j) { j["normalizer"] = {{"type", "NFC"}}; },
-               "bad.json: /normalizer/type: unsupported normalizer \"NFC\" (ciuic supports no normalizer: null or an "
-               "empty Sequence, as DeepSeek, Llama-3 and GPT-2 use)");
-  expect_error([](json& j) { j["normalizer"]["normalizers"] = json::array({{{"type", "Lowercase"}}}); },
-               "bad.json: /normalizer/normalizers/0/type: unsupported normalizer \"Lowercase\" (ciuic supports no "
-               "normalizer: null or an empty Sequence, as DeepSeek, Llama-3 and GPT-2 use)");
-  expect_error([](json& j) { j["pre_tokenizer"]["pretokenizers"][2] = {{"type", "Metaspace"}}; },
-               "bad.json: /pre_tokenizer/pretokenizers/2/type: unsupported pre-tokenizer \"Metaspace\" (ciuic "
-               "supports Sequence, Split, Digits and ByteLevel)");
+  expect_error([](json& j) { j["normalizer"] = {{"type", "BertNormalizer"}}; },
+               "bad.json: /normalizer/type: unsupported normalizer \"BertNormalizer\" (ciuic supports NFC, NFD, NFKC, "
+               "NFKD, Lowercase, Strip, Prepend, Replace and Sequence)");
+  expect_error([](json& j) { j["normalizer"]["normalizers"] = json::array({{{"type", "NFC"}}, {{"type", "StripAccents"}}}); },
+               "bad.json: /normalizer/normalizers/1/type: unsupported normalizer \"StripAccents\" (ciuic supports NFC, "
+               "NFD, NFKC, NFKD, Lowercase, Strip, Prepend, Replace and Sequence)");
+  expect_error([](json& j) { j["normalizer"] = {{"type", "Precompiled"}, {"precompiled_charsmap", "AAAA"}}; },
+               "bad.json: /normalizer/type: unsupported normalizer \"Precompiled\" (SentencePiece's compiled character "
+               "map; ciuic supports NFC, NFD, NFKC, NFKD, Lowercase, Strip, Prepend, Replace and Sequence: convert the "
+               "model with transformers' LlamaConverter / GemmaConverter layouts, which have none)");
+  expect_error([](json& j) { j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}}; },
+               "bad.json: /normalizer/content: missing or not a string");
+  expect_error([](json& j) { j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Glob", "*"}}}, {"content", ""}}; },
+               "bad.json: /normalizer/pattern: expected {\"String\": \"...\"} or {\"Regex\": \"...\"}, got "
+               "{\"Glob\":\"*\"}");
+  expect_error([](json& j) { j["normalizer"] = {{"type", "Prepend"}, {"prepend", 7}}; },
+               "bad.json: /normalizer/prepend: missing or not a string");
+  expect_error([](json& j) { j["normalizer"] = {{"type", "Strip"}, {"strip_left", "yes"}}; },
+               "bad.json: /normalizer/strip_left: expected a boolean, got \"yes\"");
+  expect_error([](json& j) { j["pre_tokenizer"]["pretokenizers"][2] = {{"type", "Whitespace"}}; },
+               "bad.json: /pre_tokenizer/pretokenizers/2/type: unsupported pre-tokenizer \"Whitespace\" (ciuic "
+               "supports Sequence, Split, Digits, ByteLevel and Metaspace)");
   expect_error([](json& j) { j["pre_tokenizer"]["pretokenizers"].push_back({{"type", "Digits"}}); },
                "bad.json: /pre_tokenizer/pretokenizers/7: pre-tokenizer \"Digits\" after ByteLevel is not supported "
                "(ByteLevel must be last)");
-  expect_error([](json& j) { j["pre_tokenizer"]["pretokenizers"].erase(6); },
-               "bad.json: /pre_tokenizer: no ByteLevel pre-tokenizer: ciuic supports byte-level BPE only (the "
-               "pre-tokenizer must end with ByteLevel)");
+  expect_error([](json& j) { j["pre_tokenizer"]["pretokenizers"][2] = {{"type", "Metaspace"}}; },
+               "bad.json: /pre_tokenizer/pretokenizers/3: pre-tokenizer \"Split\" after Metaspace is not supported "
+               "(Metaspace must be last)");
+  expect_error([](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}, {"prepend_scheme", "sometimes"}}; },
+               "bad.json: /pre_tokenizer/prepend_scheme: expected \"first\", \"always\" or \"never\", got \"sometimes\"");
+  expect_error([](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "__"}}; },
+               "bad.json: /pre_tokenizer/replacement: expected a one-character string, got \"__\"");
+  expect_error([](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}, {"split", 1}}; },
+               "bad.json: /pre_tokenizer/split: expected a boolean, got 1");
   expect_error([](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sideways"; },
                "bad.json: /pre_tokenizer/pretokenizers/0/behavior: unknown behavior \"Sideways\" (expected Removed, "
                "Isolated, MergedWithPrevious, MergedWithNext or Contiguous)");
@@ -170,9 +189,19 @@ TEST(TokenizerErrors, UnsupportedNormalizerPreTokenizerPostProcessorDecoder) {
   expect_error([](json& j) { j["post_processor"]["single"].erase(1); },
                "bad.json: /post_processor/single: the template has no $A sequence");
   expect_error([](json& j) { j["decoder"] = {{"type", "WordPiece"}}; },
-               "bad.json: /decoder/type: unsupported decoder \"WordPiece\" (ciuic supports ByteLevel)");
-  expect_error([](json& j) { j["decoder"] = nullptr; },
-               "bad.json: /decoder: a ByteLevel decoder is required for byte-level BPE, got null");
+               "bad.json: /decoder/type: unsupported decoder \"WordPiece\" (ciuic supports ByteLevel, Replace, "
+               "ByteFallback, Fuse, Strip, Metaspace and Sequence)");
+  expect_error([](json& j) { j["decoder"] = {{"type", "Sequence"}, {"decoders", json::array({{{"type", "Fuse"}}, {{"type", "CTC"}}})}}; },
+               "bad.json: /decoder/decoders/1/type: unsupported decoder \"CTC\" (ciuic supports ByteLevel, Replace, "
+               "ByteFallback, Fuse, Strip, Metaspace and Sequence)");
+  expect_error([](json& j) { j["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", -1}, {"stop", 0}}; },
+               "bad.json: /decoder/start: expected a non-negative integer, got -1");
+  expect_error([](json& j) { j["decoder"] = {{"type", "Strip"}, {"content", "ab"}, {"start", 1}, {"stop", 0}}; },
+               "bad.json: /decoder/content: expected exactly one character, got \"ab\"");
+  expect_error([](json& j) { j["decoder"] = {{"type", "Metaspace"}, {"prepend_scheme", 3}}; },
+               "bad.json: /decoder/prepend_scheme: expected \"first\", \"always\" or \"never\", got 3");
+  expect_error([](json& j) { j["decoder"] = {{"type", "Replace"}, {"pattern", {{"String", "▁"}}}}; },
+               "bad.json: /decoder/content: missing or not a string");
   expect_error([](json& j) { j["added_tokens"][0].erase("content"); },
                "bad.json: /added_tokens/0/content: missing or not a string");
   expect_error([](json& j) { j["added_tokens"][1]["lstrip"] = "yes"; },

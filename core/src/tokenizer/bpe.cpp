@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <limits>
 #include <queue>
 
@@ -165,7 +166,7 @@ void require_unset(const json& model, const char* key, const std::string& origin
 
 }  // namespace
 
-BpeModel::BpeModel(const json& model, const std::string& origin) {
+BpeModel::BpeModel(const json& model, const std::string& origin, bool byte_level) : byte_level_(byte_level) {
   if (!model.is_object()) fail(origin, "/model", "expected an object");
   if (auto t = model.find("type"); t != model.end()) {
     if (!t->is_string()) fail(origin, "/model/type", "expected a string");
@@ -181,7 +182,7 @@ BpeModel::BpeModel(const json& model, const std::string& origin) {
   }
   if (auto b = model.find("byte_fallback"); b != model.end() && !b->is_null()) {
     if (!b->is_boolean()) fail(origin, "/model/byte_fallback", "expected a boolean");
-    if (b->get<bool>()) fail(origin, "/model/byte_fallback", "byte_fallback = true is not supported");
+    byte_fallback_ = b->get<bool>();
   }
   if (auto f = model.find("fuse_unk"); f != model.end() && !f->is_null()) {
     if (!f->is_boolean()) fail(origin, "/model/fuse_unk", "expected a boolean");
@@ -213,10 +214,23 @@ BpeModel::BpeModel(const json& model, const std::string& origin) {
   id_bytes_.assign(max_id_ + 1, std::string());
   id_valid_.assign(max_id_ + 1, 0);
   byte_id_.fill(-1);
+  ascii_id_.fill(-1);
+  fallback_id_.fill(-1);
   by_bytes_.reserve(vocab_.size());
   for (const auto& [token, id] : vocab_) {
     id_token_[id] = &token;
     id_valid_[id] = 1;
+    if (!byte_level_) {  // pieces are looked up as they are
+      by_bytes_.emplace(token, id);
+      id_bytes_[id] = token;
+      size_t len = token.empty() ? 0 : utf8::sequence_length(token, 0);
+      if (len != 0 && len == token.size()) {
+        const uint32_t cp = utf8::decode(token, 0, &len);
+        if (cp < 0x80) ascii_id_[cp] = id;
+        else char_id_.put(cp, static_cast<uint64_t>(id));
+      }
+      continue;
+    }
     std::optional<std::string> bytes = alphabet.to_bytes(token);
     if (bytes) {
       if (bytes->size() == 1) byte_id_[static_cast<unsigned char>((*bytes)[0])] = id;
@@ -225,6 +239,12 @@ BpeModel::BpeModel(const json& model, const std::string& origin) {
     } else {
       id_bytes_[id] = token;  // HF's ByteLevel decoder passes such tokens through as UTF-8
     }
+  }
+
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);  // Rust's format!("<{b:#04X}>")
+    if (auto it = vocab_.find(name); it != vocab_.end()) fallback_id_[b] = it->second;
   }
 
   if (auto u = model.find("unk_token"); u != model.end() && !u->is_null()) {
@@ -260,6 +280,16 @@ BpeModel::BpeModel(const json& model, const std::string& origin) {
     if (ib == vocab_.end()) fail(origin, path, "merge token \"" + b + "\" is not in the vocabulary");
     if (ic == vocab_.end()) fail(origin, path, "merged token \"" + a + b + "\" is not in the vocabulary");
     // Like HF (a hash map filled in order), a repeated pair keeps its last rank.
+    if (!byte_level_ && !a.empty() && !b.empty()) {
+      // The boundary between the last character of `a` and the first of `b` can be merged across.
+      size_t k = a.size() - 1;
+      while (k > 0 && (static_cast<unsigned char>(a[k]) & 0xC0) == 0x80) --k;
+      size_t la, lb;
+      const uint64_t last = utf8::valid_at(a, k) ? utf8::decode(a, k, &la) : 0xFFFFFFFFu;
+      const uint64_t first = utf8::valid_at(b, 0) ? utf8::decode(b, 0, &lb) : 0xFFFFFFFFu;
+      crossable_.put((last << 32) | first, 1);
+      if ((last | first) < 0x80) ascii_crossable_[last * 0x80 + first] = 1;
+    }
     merges_.put((static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32) | static_cast<uint32_t>(ib->second),
                 (static_cast<uint64_t>(rank) << 32) | static_cast<uint32_t>(ic->second));
     ++rank;
@@ -279,6 +309,52 @@ PieceCache& BpeModel::thread_cache() const {
   if (caches.size() >= 8) caches.erase(caches.begin());  // least recently created
   caches.push_back(Entry{instance_id_, std::make_unique<PieceCache>(kCacheEntries)});
   return *caches.back().cache;
+}
+
+bool BpeModel::token_lengths(std::string_view piece, const int32_t* ids, size_t n, std::vector<size_t>& lens) const {
+  size_t pos = 0;
+  // A character the model has no symbol for (neither in the vocabulary nor byte-fallback-able).
+  auto missing_at = [&](size_t at, size_t* len) {
+    if (byte_level_) {
+      *len = 1;
+      return byte_id_[static_cast<unsigned char>(piece[at])] < 0;
+    }
+    *len = utf8::sequence_length(piece, at);
+    if (*len == 0) *len = 1;
+    if (char_id(piece, at, *len) >= 0) return false;
+    if (!byte_fallback_) return true;
+    for (size_t k = 0; k < *len; ++k)
+      if (fallback_id_[static_cast<unsigned char>(piece[at + k])] < 0) return true;
+    return false;
+  };
+  for (size_t t = 0; t < n; ++t) {
+    const int32_t id = ids[t];
+    if (id < 0 || id > max_id_ || !id_valid_[id]) return false;
+    const std::string& bytes = id_bytes_[id];
+    if (!bytes.empty() && piece.compare(pos, bytes.size(), bytes) == 0 && !(unk_id_ && id == *unk_id_)) {
+      lens.push_back(bytes.size());
+      pos += bytes.size();
+      continue;
+    }
+    bool is_fallback = false;
+    for (int b = 0; b < 256 && !is_fallback; ++b) is_fallback = fallback_id_[b] == id;
+    if (is_fallback && pos < piece.size() && fallback_id_[static_cast<unsigned char>(piece[pos])] == id) {
+      lens.push_back(1);
+      ++pos;
+      continue;
+    }
+    if (unk_id_ && id == *unk_id_ && pos < piece.size()) {
+      size_t len, end = pos;
+      if (!missing_at(end, &len)) return false;
+      end += len;
+      while (fuse_unk_ && end < piece.size() && missing_at(end, &len)) end += len;
+      lens.push_back(end - pos);
+      pos = end;
+      continue;
+    }
+    return false;
+  }
+  return pos == piece.size();
 }
 
 std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
@@ -382,6 +458,67 @@ void BpeModel::merge_long(std::vector<int32_t>& s) const {
   heap_storage = Access::take(queue);
 }
 
+int32_t BpeModel::char_id(std::string_view piece, size_t i, size_t len) const {
+  const auto c = static_cast<unsigned char>(piece[i]);
+  if (c < 0x80) return ascii_id_[c];
+  size_t l;
+  const uint64_t* id = char_id_.find(utf8::decode(piece, i, &l));
+  return id ? static_cast<int32_t>(*id) : -1;
+}
+
+void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& syms) const {
+  // HF merge_word: one symbol per character of the piece (byte-level: per byte, each byte being
+  // one character of the byte alphabet). A character missing from the vocabulary becomes its
+  // "<0xXX>" bytes (byte_fallback, when every one exists) or unk_token (fused when fuse_unk)
+  // or, without unk_token, is dropped -- all as HF does, including HF's order: a pending unk is
+  // only written when the next vocabulary character (or the end) comes, after any byte tokens.
+  bool pending_unk = false;
+  auto missing = [&](std::string_view utf8_of_char) {
+    if (byte_fallback_) {
+      bool all = true;
+      for (unsigned char b : utf8_of_char) all &= fallback_id_[b] >= 0;
+      if (all) {
+        for (unsigned char b : utf8_of_char) syms.push_back(fallback_id_[b]);
+        return;
+      }
+    }
+    if (unk_id_) {
+      if (pending_unk && !fuse_unk_) syms.push_back(*unk_id_);
+      pending_unk = true;
+    }
+  };
+  auto found = [&](int32_t id) {
+    if (pending_unk) {
+      syms.push_back(*unk_id_);
+      pending_unk = false;
+    }
+    syms.push_back(id);
+  };
+  if (byte_level_) {
+    const ByteAlphabet& alphabet = ByteAlphabet::get();
+    for (unsigned char b : piece) {
+      const int32_t id = byte_id_[b];
+      if (id >= 0) {
+        found(id);
+      } else {
+        std::string ch;
+        utf8::append(ch, alphabet.byte_to_cp[b]);
+        missing(ch);
+      }
+    }
+  } else {
+    for (size_t i = 0; i < piece.size();) {
+      size_t len = utf8::sequence_length(piece, i);
+      if (len == 0) len = 1;  // not reached: the text is valid UTF-8
+      const int32_t id = char_id(piece, i, len);
+      if (id >= 0) found(id);
+      else missing(piece.substr(i, len));
+      i += len;
+    }
+  }
+  if (pending_unk) syms.push_back(*unk_id_);
+}
+
 void BpeModel::encode_uncached(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
   if (ignore_merges_) {
@@ -393,24 +530,7 @@ void BpeModel::encode_uncached(std::string_view piece, std::vector<int32_t>& out
   }
   thread_local std::vector<int32_t> syms;
   syms.clear();
-  // HF merge_word: one symbol per character of the byte-level string, i.e. per byte. A byte
-  // missing from the vocabulary becomes unk (fused when fuse_unk) or, without unk_token, is
-  // dropped — both as HF does.
-  bool pending_unk = false;
-  for (unsigned char b : piece) {
-    int32_t id = byte_id_[b];
-    if (id >= 0) {
-      if (pending_unk) {
-        syms.push_back(*unk_id_);
-        pending_unk = false;
-      }
-      syms.push_back(id);
-    } else if (unk_id_) {
-      if (pending_unk && !fuse_unk_) syms.push_back(*unk_id_);
-      pending_unk = true;
-    }
-  }
-  if (pending_unk) syms.push_back(*unk_id_);
+  initial_symbols(piece, syms);
   if (syms.size() <= kShortWord) {
     merge_short(syms);
   } else {
@@ -419,9 +539,55 @@ void BpeModel::encode_uncached(std::string_view piece, std::vector<int32_t>& out
   out.insert(out.end(), syms.begin(), syms.end());
 }
 
+void BpeModel::encode_split(std::string_view piece, std::vector<int32_t>& out, PieceCache& cache) const {
+  // Merges never join two symbols whose characters meet at a boundary that no merge spans (no
+  // merge (L, R) with L ending in the left character and R starting with the right one), and the
+  // merges on either side of it do not interact (each applies to adjacent symbols of one side;
+  // their order by (rank, position) is the same on each side alone). So a long piece -- a whole
+  // stretch of text for Llama-2's and Gemma's layouts, which have no splitting pre-tokenizer -- is
+  // cut at such boundaries between two vocabulary characters (unk and byte-fallback characters
+  // are never cut around: fuse_unk joins them) and the parts go through the merge cache. The ids
+  // are those of the whole piece. Not with ignore_merges, where the whole piece is looked up.
+  size_t start = 0, i = 0;
+  uint32_t prev = 0;
+  bool prev_found = false;
+  const auto* d = reinterpret_cast<const unsigned char*>(piece.data());
+  while (i < piece.size()) {
+    uint32_t cp;
+    size_t len;
+    bool found;
+    if (d[i] < 0x80) {
+      cp = d[i];
+      len = 1;
+      found = ascii_id_[cp] >= 0;
+    } else {
+      len = utf8::sequence_length(piece, i);
+      if (len == 0) len = 1;
+      size_t l;
+      cp = utf8::decode(piece, i, &l);
+      found = char_id_.find(cp) != nullptr;
+    }
+    if (found && prev_found && i > start) {
+      const bool cross = (prev | cp) < 0x80 ? ascii_crossable_[prev * 0x80 + cp]
+                                            : crossable_.find((static_cast<uint64_t>(prev) << 32) | cp) != nullptr;
+      if (!cross) {
+        encode(piece.substr(start, i - start), out, cache);
+        start = i;
+      }
+    }
+    prev = cp;
+    prev_found = found;
+    i += len;
+  }
+  const std::string_view rest = piece.substr(start);
+  if (rest.size() == piece.size()) encode_uncached(rest, out);
+  else encode(rest, out, cache);
+}
+
 void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out, PieceCache& cache) const {
   if (piece.size() > kMaxCachedLen || piece.empty()) {
-    encode_uncached(piece, out);
+    if (!byte_level_ && !ignore_merges_ && !piece.empty()) encode_split(piece, out, cache);
+    else encode_uncached(piece, out);
     return;
   }
   uint64_t h = PieceCache::hash(piece);

@@ -1,10 +1,18 @@
-// tokenizer/bpe.h — the byte-level BPE model of an HF tokenizer.json ("model": {"type": "BPE"}).
+// tokenizer/bpe.h — the BPE model of an HF tokenizer.json ("model": {"type": "BPE"}).
 //
-// Vocabulary tokens are written in GPT-2's byte-to-unicode alphabet ("Ġthe" for " the"). The
-// model works on raw bytes instead: every token whose characters all belong to that alphabet is
-// mapped back to its bytes once at load, so a pre-tokenized piece of text is BPE-encoded without
-// converting it. Merges are applied exactly as HF's `Word::merge_all` does: repeatedly the
-// adjacent pair of lowest merge rank, the leftmost one on ties.
+// Two modes, chosen by the pipeline:
+//  - byte-level (the pre-tokenizer ends with ByteLevel): vocabulary tokens are written in GPT-2's
+//    byte-to-unicode alphabet ("Ġthe" for " the"). The model works on raw bytes instead: every
+//    token whose characters all belong to that alphabet is mapped back to its bytes once at load,
+//    so a pre-tokenized piece of text is BPE-encoded without converting it; one symbol per byte.
+//  - characters (no ByteLevel: SentencePiece-style vocabularies such as Llama-2's, Mistral's,
+//    Gemma's with "▁" for a space): pieces are looked up as they are, one symbol per character.
+// A character (byte-level: a byte) missing from the vocabulary becomes its UTF-8 bytes as
+// "<0xXX>" tokens with byte_fallback (when all of them exist), else unk_token (consecutive ones
+// fused into one with fuse_unk), else it is dropped: HF's BPE::merge_word, including its order
+// (a pending unk is emitted after byte-fallback tokens that follow it). Merges are applied exactly
+// as HF's `Word::merge_all` does: repeatedly the adjacent pair of lowest merge rank, the leftmost
+// one on ties. With ignore_merges a piece that is itself a vocabulary token is emitted whole.
 //
 // Threading: immutable after construction; encode() may be called from any number of threads at
 // once. The merge cache (piece -> ids) is per thread and per model, as in HF (no locks): each
@@ -99,8 +107,9 @@ class PieceCache {
 class CIUIC_API BpeModel {
  public:
   // Parses the "model" object. `origin` names the file; errors are ciuic::Error
-  // "<origin>: /model/<path>: <what>".
-  BpeModel(const nlohmann::json& model, const std::string& origin);
+  // "<origin>: /model/<path>: <what>". `byte_level`: the pipeline's pre-tokenizer ends with
+  // ByteLevel (pieces are raw bytes standing for byte-alphabet characters).
+  BpeModel(const nlohmann::json& model, const std::string& origin, bool byte_level = true);
 
   // Appends the ids of one pre-tokenized piece (raw bytes, not the byte-level alphabet), through
   // `cache` (from thread_cache(), fetched once per text by the caller) or this thread's cache.
@@ -111,6 +120,10 @@ class CIUIC_API BpeModel {
   // Same, without the cache (tests compare both paths).
   void encode_uncached(std::string_view piece, std::vector<int32_t>& out) const;
 
+  // The byte length in `piece` of each of `ids` (encode()'s output for `piece`), appended to
+  // `lens`; false when they cannot be told apart (merged byte-fallback tokens, unknown ids).
+  bool token_lengths(std::string_view piece, const int32_t* ids, size_t n, std::vector<size_t>& lens) const;
+
   std::optional<int32_t> token_to_id(std::string_view token) const;  // byte-level form
   // Token string (byte-level form) of `id`, or nullptr.
   const std::string* id_to_token(int32_t id) const;
@@ -119,8 +132,14 @@ class CIUIC_API BpeModel {
   const std::string* id_to_bytes(int32_t id) const;
   int32_t max_id() const { return max_id_; }
   size_t vocab_size() const { return vocab_.size(); }
+  bool byte_level() const { return byte_level_; }
 
  private:
+  // The initial symbols of `piece` (HF merge_word before merge_all), appended to `syms`.
+  void initial_symbols(std::string_view piece, std::vector<int32_t>& syms) const;
+  int32_t char_id(std::string_view piece, size_t i, size_t len) const;
+  // Characters mode, a piece longer than the cache takes: cut where no merge can join (see .cpp).
+  void encode_split(std::string_view piece, std::vector<int32_t>& out, PieceCache& cache) const;
   void merge_short(std::vector<int32_t>& syms) const;
   void merge_long(std::vector<int32_t>& syms) const;
   const uint64_t* find_merge(int32_t a, int32_t b) const {
@@ -132,7 +151,14 @@ class CIUIC_API BpeModel {
   std::vector<const std::string*> id_token_;           // id -> key in vocab_
   std::vector<std::string> id_bytes_;                  // id -> decoder bytes
   std::vector<uint8_t> id_valid_;
-  std::array<int32_t, 256> byte_id_{};                 // single byte -> id, -1 if absent
+  std::array<int32_t, 256> byte_id_{};                 // byte-level: single byte -> id, -1 if absent
+  std::array<int32_t, 128> ascii_id_{};                // characters: ASCII character -> id, -1
+  FlatMap64 char_id_;                                  // characters: code point -> id (non-ASCII)
+  FlatMap64 crossable_;                                // characters: (last cp of L) << 32 | first cp of R, per merge
+  std::array<uint8_t, 128 * 128> ascii_crossable_{};   // the same for two ASCII characters
+  std::array<int32_t, 256> fallback_id_{};             // "<0xXX>" -> id, -1 if absent
+  bool byte_level_ = true;
+  bool byte_fallback_ = false;
   FlatMap64 merges_;                                   // (a,b) -> rank << 32 | new id
   int32_t max_id_ = -1;
   std::optional<int32_t> unk_id_;

@@ -2,14 +2,17 @@
 // in docs/tokenizer.md ("Chat templates").
 //
 // A conversation is rendered as a list of text segments, each with a loss flag. encode() encodes
-// every segment on its own and concatenates the ids, so the loss mask falls exactly on segment
-// boundaries. Adjacent segments with the same flag are joined first, so with
-// assistant_only = false the whole conversation is one segment and the ids are exactly those of
-// tokenizing the rendered text (as transformers' apply_chat_template(tokenize=True) does).
-// With assistant_only, the boundaries are "...Assistant:" | " reply<eos>" | "User: ...": the
-// pre-tokenizers of DeepSeek, Llama-3 and GPT-2 never join ':' with a following space, and an
-// added token (EOS) is always a boundary, so the ids are the same there too.
+// the rendered text in one piece (the ids of transformers' apply_chat_template(tokenize=True))
+// and, with assistant_only, marks the tokens whose bytes overlap a loss segment (HF's offsets,
+// HfTokenizer::encode_with_offsets: transformers' return_assistant_tokens_mask). Adjacent
+// segments with the same flag are joined first. The boundaries are "...Assistant:" |
+// " reply<eos>" | "User: ...": the pre-tokenizers of DeepSeek, Llama-3, GPT-2, Qwen2 never join
+// ':' with a following space, SentencePiece-style ones put the space into the reply's first
+// token ("▁reply"), and an added token (EOS) is always a boundary, so the mask falls exactly on
+// them. Without offsets (another Tokenizer, or a token whose extent is unknown) every segment is
+// encoded on its own and the ids concatenated.
 #include "tokenizer/factory.h"
+#include "tokenizer/hf_tokenizer.h"
 #include <ciuic/error.h>
 #include <ciuic/tokenizer.h>
 
@@ -66,7 +69,21 @@ class RoleTemplate final : public ChatTemplate {
       enc.loss_mask.assign(enc.ids.size(), 1);
       return enc;
     }
-    for (const Segment& s : segments(messages)) {
+    const std::vector<Segment> segs = segments(messages);
+    if (const auto* hf = dynamic_cast<const tok::HfTokenizer*>(&tok_)) {
+      std::string text;
+      std::vector<std::pair<size_t, size_t>> spans, offsets;
+      for (const Segment& s : segs) {
+        if (s.loss) spans.emplace_back(text.size(), text.size() + s.text.size());
+        text += s.text;
+      }
+      if (hf->encode_with_offsets(text, enc.ids, offsets)) {
+        enc.loss_mask = tok::loss_mask_from_offsets(offsets, spans);
+        return enc;
+      }
+      enc.ids.clear();
+    }
+    for (const Segment& s : segs) {
       std::vector<int32_t> ids = tok_.encode(s.text, false);
       enc.ids.insert(enc.ids.end(), ids.begin(), ids.end());
       enc.loss_mask.insert(enc.loss_mask.end(), ids.size(), s.loss ? 1 : 0);

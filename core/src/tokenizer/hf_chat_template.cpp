@@ -65,23 +65,13 @@ class HfChatTemplate final : public ChatTemplate {
       return enc;
     }
     std::vector<std::pair<size_t, size_t>> spans = assistant_spans(messages, full);
-    enc.ids = tok_.encode(full.text, false);
-    enc.loss_mask.assign(enc.ids.size(), 0);
-    // Byte offsets of the tokens; they add up to the text for byte-level BPE without a
-    // normalizer. Otherwise encode range by range so that the mask falls on the boundaries.
-    std::vector<size_t> ends;
-    size_t at = 0;
-    if (hf_) {
-      for (int32_t id : enc.ids) ends.push_back(at += hf_->token_bytes(id).size());
-    }
-    if (!hf_ || at != full.text.size()) return encode_ranges(full.text, spans);
-    size_t s = 0, begin = 0;
-    for (size_t t = 0; t < enc.ids.size(); ++t) {
-      const size_t end = ends[t];
-      while (s < spans.size() && spans[s].second <= begin) ++s;
-      if (s < spans.size() && spans[s].first < end && begin < spans[s].second) enc.loss_mask[t] = 1;
-      begin = end;
-    }
+    // The ids of the whole rendering and each token's bytes in it (HF's offsets): a token carries
+    // loss when its bytes overlap an assistant range. When the offsets cannot be had (not an HF
+    // tokenizer, or a token whose extent is unknown), encode range by range so that the mask
+    // falls on the boundaries.
+    std::vector<std::pair<size_t, size_t>> offsets;
+    if (!hf_ || !hf_->encode_with_offsets(full.text, enc.ids, offsets)) return encode_ranges(full.text, spans);
+    enc.loss_mask = tok::loss_mask_from_offsets(offsets, spans);
     return enc;
   }
 

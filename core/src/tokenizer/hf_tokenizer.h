@@ -3,12 +3,13 @@
 // Encoding follows HF `tokenizers` (Tokenizer::encode_single_sequence) step by step:
 //   1. added tokens whose "normalized" is false are cut out of the raw text (leftmost-longest,
 //      with their lstrip / rstrip / single_word rules);
-//   2. the remaining text is normalized (only the identity normalizers are supported) and the
-//      "normalized" added tokens are cut out of it the same way;
-//   3. the pre-tokenizer chain (Split / Digits / ByteLevel) cuts each remaining stretch into
-//      pieces; ByteLevel must come last (add_prefix_space, optional GPT-2 regex);
-//   4. every piece is BPE-encoded (bpe.h);
+//   2. each remaining stretch is normalized (normalizer.h) and the "normalized" added tokens
+//      (their content normalized the same way, as HF does) are cut out of it the same way;
+//   3. the pre-tokenizer chain (Split / Digits, then optionally ByteLevel or Metaspace, which
+//      must come last) cuts each remaining stretch into pieces;
+//   4. every piece is BPE-encoded (bpe.h; byte-level when the chain ends with ByteLevel);
 //   5. with add_special_tokens, the post-processor's template adds its tokens (BOS ...).
+// Decoding: ids -> token strings -> the decoder chain (decoder.h).
 // Everything is immutable after construction; encode/decode are safe from many threads.
 #pragma once
 
@@ -23,6 +24,8 @@
 #include <ciuic/tokenizer.h>
 
 #include "tokenizer/bpe.h"
+#include "tokenizer/decoder.h"
+#include "tokenizer/normalizer.h"
 #include "tokenizer/regex.h"
 
 #include <ciuic/export.h>
@@ -32,6 +35,7 @@ namespace ciuic::tok {
 struct AddedToken {
   int32_t id = -1;
   std::string content;
+  std::string decoded;  // its token string in decode(): the normalized content when "normalized", as HF
   bool single_word = false, lstrip = false, rstrip = false, normalized = true, special = false;
 };
 
@@ -76,6 +80,14 @@ class CIUIC_API HfTokenizer final : public Tokenizer {
   std::optional<int32_t> eos_id() const override { return eos_; }
   std::string fingerprint() const override { return fingerprint_; }
 
+  // encode(text, false), also giving for every id the [start, end) bytes of `text` it stands for
+  // (HF's Encoding.offsets, in bytes: a "▁" prepended or put for a space stands for the character
+  // it was made from). False when a token's extent cannot be told (byte-fallback tokens merged
+  // by the model, characters the model drops, HF's out-of-order unk): `ids` are still right, the
+  // offsets of that piece are the whole stretch. Same threading and errors as encode().
+  bool encode_with_offsets(std::string_view text, std::vector<int32_t>& ids,
+                           std::vector<std::pair<size_t, size_t>>& offsets) const;
+
   // The pre-tokenized pieces of `text` (raw UTF-8, prefix space included, before the byte-level
   // mapping), added tokens shown as their content. For tests and debugging.
   std::vector<std::string> pre_tokenize(std::string_view text) const;
@@ -113,21 +125,33 @@ class CIUIC_API HfTokenizer final : public Tokenizer {
     std::vector<Segment> segs, first;
     std::vector<Span> pieces, next, acc;
     std::vector<Match> matches;
-    std::string buf;
+    std::string buf, norm_a, norm_b;
+    std::vector<std::pair<uint32_t, uint32_t>> map;  // for_each_final_piece<true>
+  };
+  // Metaspace pre-tokenizer: ' ' -> replacement, the replacement prepended (always, only to the
+  // piece at the start of the text, or never) unless the piece starts with it, then optionally
+  // split before every replacement (HF's MergedWithNext).
+  struct Metaspace {
+    enum class Prepend { kAlways, kFirst, kNever };
+    std::string replacement;
+    Prepend prepend = Prepend::kAlways;
+    bool split = true;
   };
   Scratch& scratch() const;
 
-  void parse_normalizer(const nlohmann::json& j, const std::string& path);
-  void parse_pre_tokenizer(const nlohmann::json& j, const std::string& path, bool* saw_byte_level);
+  void parse_pre_tokenizer(const nlohmann::json& j, const std::string& path);
   void parse_post_processor(const nlohmann::json& j, const std::string& path);
-  void parse_decoder(const nlohmann::json& j, const std::string& path);
   void split_added(std::string_view text, size_t b, size_t e, const LiteralMatcher& m,
                    std::vector<Segment>& out) const;
-  void segments(std::string_view text, Scratch& sc) const;  // -> sc.segs
+  // Steps 1-3 on `text`: on_added(index into added_) for every added token, on_piece(piece) for
+  // every piece that reaches the model, in order.
+  template <class A, class P>
+  void run_pipeline(std::string_view text, Scratch& sc, A&& on_added, P&& on_piece) const;
   void pre_tokenize_text(std::string_view text, Segment seg, Scratch& sc) const;  // -> sc.pieces
   void apply_step(const Step& step, std::string_view text, Span piece, Scratch& sc) const;  // appends sc.next
-  template <class F>
-  void for_each_final_piece(std::string_view text, Scratch& sc, F&& fn) const;
+  // `at_origin`: `text` starts at offset 0 of the original text (Metaspace's "first" scheme).
+  template <bool kMap, class F>
+  void for_each_final_piece(std::string_view text, bool at_origin, Scratch& sc, F&& fn) const;
   bool is_word_char_before(std::string_view s) const;
   bool is_word_char_after(std::string_view s) const;
 
@@ -138,6 +162,11 @@ class CIUIC_API HfTokenizer final : public Tokenizer {
   std::vector<int32_t> added_by_id_;  // id -> index into added_, -1
   LiteralMatcher raw_matcher_, normalized_matcher_;
   std::vector<Step> steps_;
+  std::unique_ptr<Normalizer> normalizer_;  // null when the identity
+  std::unique_ptr<Decoder> decoder_;
+  std::optional<Metaspace> metaspace_;
+  bool byte_level_ = false;  // the pre-tokenizer chain ends with ByteLevel
+  std::vector<uint8_t> special_by_id_;  // id -> its token string is a special added token's (HF skips those)
   bool add_prefix_space_ = false;
   std::unique_ptr<Regex> byte_level_regex_;  // GPT-2's, when ByteLevel.use_regex
   std::unique_ptr<Regex> word_char_;         // Rust regex \w, for single_word
@@ -146,6 +175,11 @@ class CIUIC_API HfTokenizer final : public Tokenizer {
   int32_t vocab_size_ = 0;
   std::string fingerprint_;
 };
+
+// 1 for every token whose [start, end) bytes overlap one of `spans` (sorted, disjoint), else 0:
+// transformers' assistant mask (char_to_token(start) .. char_to_token(end - 1)).
+CIUIC_API std::vector<uint8_t> loss_mask_from_offsets(const std::vector<std::pair<size_t, size_t>>& offsets,
+                                                      const std::vector<std::pair<size_t, size_t>>& spans);
 
 // FNV-1a 64-bit, as 16 lowercase hex digits.
 CIUIC_API std::string fnv1a64_hex(std::string_view data);

@@ -1,4 +1,4 @@
-// ciuic::Tokenizer: HF tokenizer.json byte-level BPE. See ciuic/tokenizer.h and
+// ciuic::Tokenizer: HF tokenizer.json BPE (byte-level and SentencePiece-style). See ciuic/tokenizer.h and
 // tokenizer/hf_tokenizer.h for the pipeline; docs/tokenizer.md for what is supported.
 #include <algorithm>
 #include <cerrno>
@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -16,6 +17,7 @@
 
 #include "tokenizer/factory.h"
 #include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/json_parse.h"
 #include "tokenizer/utf8.h"
 
 namespace ciuic {
@@ -27,22 +29,11 @@ using nlohmann::json;
 
 namespace {
 
-[[noreturn]] void fail(const std::string& origin, const std::string& path, const std::string& what) {
-  throw Error(origin + ": " + path + ": " + what);
-}
-
 std::string type_of(const json& j, const std::string& origin, const std::string& path) {
   if (!j.is_object()) fail(origin, path, "expected an object, got " + j.dump());
   auto t = j.find("type");
   if (t == j.end() || !t->is_string()) fail(origin, path + "/type", "missing or not a string");
   return t->get<std::string>();
-}
-
-bool get_bool(const json& j, const char* key, bool dflt, const std::string& origin, const std::string& path) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return dflt;
-  if (!it->is_boolean()) fail(origin, path + "/" + key, "expected a boolean, got " + it->dump());
-  return it->get<bool>();
 }
 
 // "line L, column C" of byte offset `pos` in `text` (1-based, columns in bytes).
@@ -100,6 +91,22 @@ constexpr const char* kRustWordChar =
     R"([\p{L}\p{Nl}\p{M}\p{Nd}\p{Pc}\x{200C}\x{200D}\x{24B6}-\x{24E9}\x{1F130}-\x{1F149}\x{1F150}-\x{1F169}\x{1F170}-\x{1F189}])";
 
 }  // namespace
+
+std::vector<uint8_t> loss_mask_from_offsets(const std::vector<std::pair<size_t, size_t>>& offsets,
+                                            const std::vector<std::pair<size_t, size_t>>& spans) {
+  std::vector<uint8_t> mask(offsets.size(), 0);
+  for (size_t t = 0; t < offsets.size(); ++t) {
+    const auto [b, e] = offsets[t];
+    for (const auto& [sb, se] : spans) {
+      if (sb >= e) break;  // spans are sorted: none later overlaps either
+      if (b < se && sb < e) {
+        mask[t] = 1;
+        break;
+      }
+    }
+  }
+  return mask;
+}
 
 std::string fnv1a64_hex(std::string_view data) {
   uint64_t h = 0xcbf29ce484222325ULL;
@@ -188,30 +195,18 @@ bool LiteralMatcher::find(std::string_view text, size_t pos, size_t* start, size
 }
 
 // ---- construction -------------------------------------------------------------------------
-void HfTokenizer::parse_normalizer(const json& j, const std::string& path) {
+void HfTokenizer::parse_pre_tokenizer(const json& j, const std::string& path) {
   if (j.is_null()) return;
   std::string type = type_of(j, origin_, path);
-  if (type == "Sequence") {
-    auto it = j.find("normalizers");
-    if (it == j.end() || !it->is_array()) fail(origin_, path + "/normalizers", "missing or not an array");
-    for (size_t i = 0; i < it->size(); ++i) parse_normalizer((*it)[i], path + "/normalizers/" + std::to_string(i));
-    return;
+  if (byte_level_ || metaspace_) {
+    const char* last = byte_level_ ? "ByteLevel" : "Metaspace";
+    fail(origin_, path,
+         "pre-tokenizer \"" + type + "\" after " + last + " is not supported (" + last + " must be last)");
   }
-  fail(origin_, path + "/type",
-       "unsupported normalizer \"" + type +
-           "\" (ciuic supports no normalizer: null or an empty Sequence, as DeepSeek, Llama-3 and GPT-2 use)");
-}
-
-void HfTokenizer::parse_pre_tokenizer(const json& j, const std::string& path, bool* saw_byte_level) {
-  if (j.is_null()) return;
-  std::string type = type_of(j, origin_, path);
-  if (*saw_byte_level)
-    fail(origin_, path, "pre-tokenizer \"" + type + "\" after ByteLevel is not supported (ByteLevel must be last)");
   if (type == "Sequence") {
     auto it = j.find("pretokenizers");
     if (it == j.end() || !it->is_array()) fail(origin_, path + "/pretokenizers", "missing or not an array");
-    for (size_t i = 0; i < it->size(); ++i)
-      parse_pre_tokenizer((*it)[i], path + "/pretokenizers/" + std::to_string(i), saw_byte_level);
+    for (size_t i = 0; i < it->size(); ++i) parse_pre_tokenizer((*it)[i], path + "/pretokenizers/" + std::to_string(i));
     return;
   }
   if (type == "Split") {
@@ -252,14 +247,37 @@ void HfTokenizer::parse_pre_tokenizer(const json& j, const std::string& path, bo
     return;
   }
   if (type == "ByteLevel") {
-    *saw_byte_level = true;
+    byte_level_ = true;
     add_prefix_space_ = get_bool(j, "add_prefix_space", true, origin_, path);
     if (get_bool(j, "use_regex", true, origin_, path))
       byte_level_regex_ = std::make_unique<Regex>(kGpt2Regex, origin_ + ": " + path + " (GPT-2 regex)");
     return;
   }
+  if (type == "Metaspace") {
+    Metaspace m;
+    m.replacement = "\xE2\x96\x81";  // U+2581, HF's default
+    if (auto r = j.find("replacement"); r != j.end() && !r->is_null()) {
+      const std::string rep = r->is_string() ? r->get<std::string>() : std::string();
+      if (rep.empty() || utf8::find_invalid(rep) != std::string_view::npos ||
+          utf8::sequence_length(rep, 0) != rep.size())
+        fail(origin_, path + "/replacement", "expected a one-character string, got " + r->dump());
+      m.replacement = rep;
+    }
+    if (auto ps = j.find("prepend_scheme"); ps != j.end() && !ps->is_null()) {
+      if (*ps == "always") m.prepend = Metaspace::Prepend::kAlways;
+      else if (*ps == "first") m.prepend = Metaspace::Prepend::kFirst;
+      else if (*ps == "never") m.prepend = Metaspace::Prepend::kNever;
+      else fail(origin_, path + "/prepend_scheme", "expected \"first\", \"always\" or \"never\", got " + ps->dump());
+    } else {  // files written before prepend_scheme existed
+      m.prepend = get_bool(j, "add_prefix_space", true, origin_, path) ? Metaspace::Prepend::kAlways
+                                                                       : Metaspace::Prepend::kNever;
+    }
+    m.split = get_bool(j, "split", true, origin_, path);
+    metaspace_ = std::move(m);
+    return;
+  }
   fail(origin_, path + "/type",
-       "unsupported pre-tokenizer \"" + type + "\" (ciuic supports Sequence, Split, Digits and ByteLevel)");
+       "unsupported pre-tokenizer \"" + type + "\" (ciuic supports Sequence, Split, Digits, ByteLevel and Metaspace)");
 }
 
 void HfTokenizer::parse_post_processor(const json& j, const std::string& path) {
@@ -311,20 +329,6 @@ void HfTokenizer::parse_post_processor(const json& j, const std::string& path) {
        "unsupported post-processor \"" + type + "\" (ciuic supports TemplateProcessing, ByteLevel and Sequence)");
 }
 
-void HfTokenizer::parse_decoder(const json& j, const std::string& path) {
-  if (j.is_null()) fail(origin_, path, "a ByteLevel decoder is required for byte-level BPE, got null");
-  std::string type = type_of(j, origin_, path);
-  if (type == "ByteLevel") return;
-  if (type == "Sequence") {
-    auto it = j.find("decoders");
-    if (it != j.end() && it->is_array() && it->size() == 1) {
-      parse_decoder((*it)[0], path + "/decoders/0");
-      return;
-    }
-  }
-  fail(origin_, path + "/type", "unsupported decoder \"" + type + "\" (ciuic supports ByteLevel)");
-}
-
 HfTokenizer::HfTokenizer(std::string_view json_text, const std::string& origin, std::string_view config_json,
                          const std::string& config_origin)
     : origin_(origin), config_text_(config_json), config_path_(config_json.empty() ? "" : config_origin) {
@@ -332,16 +336,14 @@ HfTokenizer::HfTokenizer(std::string_view json_text, const std::string& origin, 
   if (!j.is_object()) fail(origin_, "/", "expected a JSON object (an HF tokenizer.json)");
   auto m = j.find("model");
   if (m == j.end()) fail(origin_, "/model", "missing (not an HF tokenizer.json?)");
-  model_ = std::make_unique<BpeModel>(*m, origin_);
 
-  parse_normalizer(j.value("normalizer", json()), "/normalizer");
-  bool saw_byte_level = false;
-  parse_pre_tokenizer(j.value("pre_tokenizer", json()), "/pre_tokenizer", &saw_byte_level);
-  if (!saw_byte_level)
-    fail(origin_, "/pre_tokenizer",
-         "no ByteLevel pre-tokenizer: ciuic supports byte-level BPE only (the pre-tokenizer must end with ByteLevel)");
+  normalizer_ = std::make_unique<Normalizer>(j.value("normalizer", json()), origin_, "/normalizer");
+  if (normalizer_->identity()) normalizer_.reset();
+  parse_pre_tokenizer(j.value("pre_tokenizer", json()), "/pre_tokenizer");
+  // The model works on raw bytes when the pieces reach it through ByteLevel, else on characters.
+  model_ = std::make_unique<BpeModel>(*m, origin_, byte_level_);
   parse_post_processor(j.value("post_processor", json()), "/post_processor");
-  parse_decoder(j.value("decoder", json()), "/decoder");
+  decoder_ = std::make_unique<Decoder>(j.value("decoder", json()), origin_, "/decoder");
   for (const char* key : {"truncation", "padding"}) {
     auto it = j.find(key);
     if (it != j.end() && !it->is_null())
@@ -382,10 +384,30 @@ HfTokenizer::HfTokenizer(std::string_view json_text, const std::string& origin, 
   added_by_id_.assign(vocab_size_, -1);
   for (size_t i = 0; i < added_.size(); ++i) {
     const AddedToken& a = added_[i];
-    // Later entries with the same content win, as in HF's map; the normalizer is the identity,
-    // so "normalized" tokens match their content as written.
+    // Later entries with the same content win, as in HF's map. "normalized" tokens are matched
+    // in normalized text by their normalized content (HF normalizes them when it builds its trie).
     added_by_id_[a.id] = static_cast<int32_t>(i);
-    (a.normalized ? normalized_matcher_ : raw_matcher_).add(a.content, static_cast<int32_t>(i));
+    // HF's id_to_token (and so decode) gives a normalized token's normalized content.
+    added_[i].decoded = a.normalized && normalizer_ ? normalizer_->normalize(a.content) : a.content;
+    if (a.normalized) {
+      normalized_matcher_.add(added_[i].decoded, static_cast<int32_t>(i));
+    } else {
+      raw_matcher_.add(a.content, static_cast<int32_t>(i));
+    }
+  }
+  // HF's decode skips (skip_special_tokens) every token whose string is a special token's content.
+  {
+    std::unordered_set<std::string> special;
+    for (const AddedToken& a : added_)
+      if (a.special) special.insert(a.content);
+    special_by_id_.assign(vocab_size_, 0);
+    for (int32_t id = 0; id < vocab_size_; ++id) {
+      if (added_by_id_[id] >= 0) {
+        special_by_id_[id] = special.count(added_[added_by_id_[id]].decoded) ? 1 : 0;
+      } else if (const std::string* t = model_->id_to_token(id)) {
+        special_by_id_[id] = special.count(*t) ? 1 : 0;
+      }
+    }
   }
   for (int32_t id : prefix_)
     if (id < 0 || id >= vocab_size_)
@@ -423,7 +445,7 @@ HfTokenizer::HfTokenizer(std::string_view json_text, const std::string& origin, 
       }
       return std::nullopt;
     };
-    if (!bos_) bos_ = first_known({"<｜begin▁of▁sentence｜>", "<|begin_of_text|>", "<s>", "<|endoftext|>"});
+    if (!bos_) bos_ = first_known({"<｜begin▁of▁sentence｜>", "<|begin_of_text|>", "<s>", "<bos>", "<|endoftext|>"});
     eos_ = first_known({"<｜end▁of▁sentence｜>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<|im_end|>", "<eos>"});
   }
 
@@ -506,22 +528,33 @@ HfTokenizer::Scratch& HfTokenizer::scratch() const {
   return sc;
 }
 
-void HfTokenizer::segments(std::string_view text, Scratch& sc) const {
-  std::vector<Segment>& out = sc.segs;
-  out.clear();
+template <class A, class P>
+void HfTokenizer::run_pipeline(std::string_view text, Scratch& sc, A&& on_added, P&& on_piece) const {
+  std::vector<Segment>& raw = sc.first;
+  raw.clear();
   if (text.empty()) return;
-  if (raw_matcher_.empty() && normalized_matcher_.empty()) {
-    out.push_back(Segment{0, text.size(), -1});
-    return;
-  }
-  std::vector<Segment>& first = sc.first;
-  first.clear();
-  split_added(text, 0, text.size(), raw_matcher_, first);
-  for (const Segment& seg : first) {
+  if (raw_matcher_.empty()) raw.push_back(Segment{0, text.size(), -1});
+  else split_added(text, 0, text.size(), raw_matcher_, raw);
+  for (const Segment& seg : raw) {
     if (seg.added >= 0) {
-      out.push_back(seg);
-    } else {
-      split_added(text, seg.b, seg.e, normalized_matcher_, out);
+      on_added(seg.added);
+      continue;
+    }
+    // HF normalizes each stretch between raw-matched added tokens on its own.
+    std::string_view t = text.substr(seg.b, seg.e - seg.b);
+    if (normalizer_) t = normalizer_->normalize(t, sc.norm_a, sc.norm_b, *sc.regex);
+    if (t.empty()) continue;
+    std::vector<Segment>& segs = sc.segs;
+    segs.clear();
+    if (normalized_matcher_.empty()) segs.push_back(Segment{0, t.size(), -1});
+    else split_added(t, 0, t.size(), normalized_matcher_, segs);
+    for (const Segment& s2 : segs) {
+      if (s2.added >= 0) {
+        on_added(s2.added);
+        continue;
+      }
+      pre_tokenize_text(t, s2, sc);
+      for_each_final_piece<false>(t, seg.b == 0, sc, on_piece);
     }
   }
 }
@@ -606,28 +639,148 @@ void HfTokenizer::pre_tokenize_text(std::string_view text, Segment seg, Scratch&
 
 // Calls fn(piece) for every piece that reaches the BPE model: ByteLevel's prefix space and GPT-2
 // regex applied to each pre-tokenized span.
-template <class F>
-void HfTokenizer::for_each_final_piece(std::string_view text, Scratch& sc, F&& fn) const {
+template <bool kMap, class F>
+void HfTokenizer::for_each_final_piece(std::string_view text, bool at_origin, Scratch& sc, F&& fn) const {
+  // fn(piece, map): with kMap, map[i] is the [start, end) bytes of `text` that byte i of the
+  // piece comes from (a prefix or replacement character: the character it stands for).
   std::string& buf = sc.buf;
+  std::vector<std::pair<uint32_t, uint32_t>>& map = sc.map;
+  const std::pair<uint32_t, uint32_t>* no_map = nullptr;
+  auto identity = [&](size_t b, size_t e) {
+    for (size_t i = b; i < e; ++i) map.emplace_back(static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1));
+  };
   for (const Span& p : sc.pieces) {
     std::string_view s = text.substr(p.b, p.e - p.b);
+    if constexpr (kMap) map.clear();
+    if (metaspace_) {
+      // HF Metaspace::pre_tokenize: ' ' -> replacement; the prefix ("first": only for the piece
+      // at offset 0 of the original text); then split before each replacement (MergedWithNext).
+      const std::string& rep = metaspace_->replacement;
+      const bool prepend = metaspace_->prepend == Metaspace::Prepend::kAlways ||
+                           (metaspace_->prepend == Metaspace::Prepend::kFirst && at_origin && p.b == 0);
+      buf.clear();
+      if (prepend && s[0] != ' ' && s.compare(0, rep.size(), rep) != 0) {  // after ' ' -> rep it would start with rep
+        buf = rep;
+        if constexpr (kMap) {
+          const size_t first = utf8::sequence_length(s, 0);
+          for (size_t k = 0; k < rep.size(); ++k)
+            map.emplace_back(static_cast<uint32_t>(p.b), static_cast<uint32_t>(p.b + (first ? first : 1)));
+        }
+      }
+      for (size_t i = 0; i < s.size();) {
+        const size_t sp = std::min(s.find(' ', i), s.size());
+        buf.append(s.data() + i, sp - i);
+        if constexpr (kMap) identity(p.b + i, p.b + sp);
+        if (sp == s.size()) break;
+        buf += rep;
+        if constexpr (kMap)
+          for (size_t k = 0; k < rep.size(); ++k)
+            map.emplace_back(static_cast<uint32_t>(p.b + sp), static_cast<uint32_t>(p.b + sp + 1));
+        i = sp + 1;
+      }
+      const std::string_view all = buf;
+      if (!metaspace_->split) {
+        fn(all, kMap ? map.data() : no_map);
+        continue;
+      }
+      size_t start = 0;
+      for (size_t at = all.find(rep, 1); at != std::string_view::npos; at = all.find(rep, at + rep.size())) {
+        if (at > start) fn(all.substr(start, at - start), kMap ? map.data() + start : no_map);
+        start = at;
+      }
+      if (start < all.size()) fn(all.substr(start), kMap ? map.data() + start : no_map);
+      continue;
+    }
     if (add_prefix_space_ && s[0] != ' ') {
       buf.assign(1, ' ');
       buf.append(s);
       s = buf;
+      if constexpr (kMap) {
+        const size_t first = utf8::sequence_length(text, p.b);
+        map.emplace_back(static_cast<uint32_t>(p.b), static_cast<uint32_t>(p.b + (first ? first : 1)));
+        identity(p.b, p.e);
+      }
+    } else if constexpr (kMap) {
+      identity(p.b, p.e);
     }
     if (byte_level_regex_) {
       size_t prev = 0;
       byte_level_regex_->for_each_match(s, [&](size_t st, size_t en) {
-        if (prev != st) fn(s.substr(prev, st - prev));
-        if (st != en) fn(s.substr(st, en - st));
+        if (prev != st) fn(s.substr(prev, st - prev), kMap ? map.data() + prev : no_map);
+        if (st != en) fn(s.substr(st, en - st), kMap ? map.data() + st : no_map);
         prev = en;
       }, *sc.regex);
-      if (prev != s.size()) fn(s.substr(prev));
+      if (prev != s.size()) fn(s.substr(prev), kMap ? map.data() + prev : no_map);
     } else {
-      fn(s);
+      fn(s, kMap ? map.data() : no_map);
     }
   }
+}
+
+bool HfTokenizer::encode_with_offsets(std::string_view text, std::vector<int32_t>& ids,
+                                      std::vector<std::pair<size_t, size_t>>& offsets) const {
+  const size_t bad = utf8::find_invalid(text);
+  if (bad != std::string_view::npos)
+    throw Error("tokenizer (" + origin_ + "): the text is not valid UTF-8 (first bad byte at offset " +
+                std::to_string(bad) + " of " + std::to_string(text.size()) + ")");
+  ids.clear();
+  offsets.clear();
+  if (text.empty()) return true;
+  Scratch& sc = scratch();
+  std::vector<Segment> raw, segs;
+  if (raw_matcher_.empty()) raw.push_back(Segment{0, text.size(), -1});
+  else split_added(text, 0, text.size(), raw_matcher_, raw);
+  Normalizer::Alignment align;
+  std::vector<size_t> lens;
+  bool ok = true;
+  for (const Segment& seg : raw) {
+    if (seg.added >= 0) {
+      ids.push_back(added_[seg.added].id);
+      offsets.emplace_back(seg.b, seg.e);
+      continue;
+    }
+    const std::string_view orig = text.substr(seg.b, seg.e - seg.b);
+    std::string norm;
+    if (normalizer_) {
+      norm = normalizer_->normalize_aligned(orig, align);
+    } else {
+      norm.assign(orig);
+      align.clear();
+      for (size_t i = 0; i < orig.size(); ++i) align.emplace_back(static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1));
+    }
+    if (norm.empty()) continue;
+    // Bytes [b, e) of `norm` -> bytes of `text`.
+    auto to_text = [&](size_t b, size_t e) {
+      return std::make_pair(seg.b + align[b].first, seg.b + align[e - 1].second);
+    };
+    segs.clear();
+    if (normalized_matcher_.empty()) segs.push_back(Segment{0, norm.size(), -1});
+    else split_added(norm, 0, norm.size(), normalized_matcher_, segs);
+    for (const Segment& s2 : segs) {
+      if (s2.added >= 0) {
+        ids.push_back(added_[s2.added].id);
+        offsets.push_back(to_text(s2.b, s2.e));
+        continue;
+      }
+      pre_tokenize_text(norm, s2, sc);
+      for_each_final_piece<true>(norm, seg.b == 0, sc, [&](std::string_view piece, const std::pair<uint32_t, uint32_t>* m) {
+        const size_t first = ids.size();
+        model_->encode(piece, ids, *sc.cache);
+        lens.clear();
+        if (!model_->token_lengths(piece, ids.data() + first, ids.size() - first, lens)) {
+          ok = false;
+          offsets.resize(ids.size(), std::make_pair(seg.b, seg.e));
+          return;
+        }
+        size_t at = 0;
+        for (size_t len : lens) {
+          offsets.push_back(to_text(m[at].first, m[at + len - 1].second));
+          at += len;
+        }
+      });
+    }
+  }
+  return ok;
 }
 
 std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special_tokens) const {
@@ -639,15 +792,8 @@ std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special
   out.reserve(text.size() / 3 + prefix_.size() + suffix_.size() + 4);
   if (add_special_tokens) out.insert(out.end(), prefix_.begin(), prefix_.end());
   Scratch& sc = scratch();
-  segments(text, sc);
-  for (const Segment& seg : sc.segs) {
-    if (seg.added >= 0) {
-      out.push_back(added_[seg.added].id);
-      continue;
-    }
-    pre_tokenize_text(text, seg, sc);
-    for_each_final_piece(text, sc, [&](std::string_view piece) { model_->encode(piece, out, *sc.cache); });
-  }
+  run_pipeline(text, sc, [&](int32_t added) { out.push_back(added_[added].id); },
+               [&](std::string_view piece, const void*) { model_->encode(piece, out, *sc.cache); });
   if (add_special_tokens) out.insert(out.end(), suffix_.begin(), suffix_.end());
   return out;
 }
@@ -656,46 +802,63 @@ std::vector<std::string> HfTokenizer::pre_tokenize(std::string_view text) const 
   if (utf8::find_invalid(text) != std::string_view::npos) throw Error("pre_tokenize: text is not valid UTF-8");
   std::vector<std::string> out;
   Scratch& sc = scratch();
-  segments(text, sc);
-  for (const Segment& seg : sc.segs) {
-    if (seg.added >= 0) {
-      out.push_back(added_[seg.added].content);
-      continue;
-    }
-    pre_tokenize_text(text, seg, sc);
-    for_each_final_piece(text, sc, [&](std::string_view piece) { out.emplace_back(piece); });
-  }
+  run_pipeline(text, sc, [&](int32_t added) { out.push_back(added_[added].content); },
+               [&](std::string_view piece, const void*) { out.emplace_back(piece); });
   return out;
 }
 
 std::string HfTokenizer::token_bytes(int32_t id) const {
   if (id >= 0 && id < static_cast<int32_t>(added_by_id_.size()) && added_by_id_[id] >= 0) {
     const AddedToken& a = added_[added_by_id_[id]];
-    std::optional<std::string> b = ByteAlphabet::get().to_bytes(a.content);
-    return b ? *b : a.content;
+    std::optional<std::string> b = ByteAlphabet::get().to_bytes(a.decoded);
+    return b ? *b : a.decoded;
   }
   const std::string* b = model_->id_to_bytes(id);
   return b ? *b : std::string();
 }
 
 std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
-  // HF Tokenizer::decode + ByteLevel decoder: each token becomes its bytes (or its own UTF-8
-  // when it has characters outside the byte alphabet); unknown ids are skipped; the whole is
-  // then read as UTF-8 with U+FFFD for ill-formed parts.
-  const ByteAlphabet& alphabet = ByteAlphabet::get();
-  std::string bytes;
-  bytes.reserve(ids.size() * 4);
-  for (int32_t id : ids) {
-    if (id >= 0 && id < static_cast<int32_t>(added_by_id_.size()) && added_by_id_[id] >= 0) {
-      const AddedToken& a = added_[added_by_id_[id]];
-      if (skip_special_tokens && a.special) continue;
-      std::optional<std::string> b = alphabet.to_bytes(a.content);
-      bytes += b ? *b : a.content;
-      continue;
+  // HF Tokenizer::decode: every id becomes its token string (an added token's content, else the
+  // model's token; unknown ids are skipped, and with skip_special_tokens every string that is a
+  // special token's content), then the decoder chain runs on the strings.
+  auto skipped = [&](int32_t id) {
+    return skip_special_tokens && id >= 0 && id < static_cast<int32_t>(special_by_id_.size()) && special_by_id_[id];
+  };
+  if (decoder_->byte_level_only()) {
+    // ByteLevel alone: each token becomes its bytes (its own UTF-8 when it has characters outside
+    // the byte alphabet), precomputed for model tokens; the whole is then read as UTF-8 with
+    // U+FFFD for ill-formed parts.
+    const ByteAlphabet& alphabet = ByteAlphabet::get();
+    std::string bytes;
+    bytes.reserve(ids.size() * 4);
+    for (int32_t id : ids) {
+      if (skipped(id)) continue;
+      if (id >= 0 && id < static_cast<int32_t>(added_by_id_.size()) && added_by_id_[id] >= 0) {
+        const AddedToken& a = added_[added_by_id_[id]];
+        std::optional<std::string> b = alphabet.to_bytes(a.decoded);
+        bytes += b ? *b : a.decoded;
+        continue;
+      }
+      if (model_->byte_level()) {
+        if (const std::string* b = model_->id_to_bytes(id)) bytes += *b;
+      } else if (const std::string* t = model_->id_to_token(id)) {
+        std::optional<std::string> b = alphabet.to_bytes(*t);
+        bytes += b ? *b : *t;
+      }
     }
-    if (const std::string* b = model_->id_to_bytes(id)) bytes += *b;
+    return utf8::lossy(bytes);
   }
-  return utf8::lossy(bytes);
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
+  for (int32_t id : ids) {
+    if (skipped(id)) continue;
+    if (id >= 0 && id < static_cast<int32_t>(added_by_id_.size()) && added_by_id_[id] >= 0) {
+      tokens.push_back(added_[added_by_id_[id]].decoded);
+    } else if (const std::string* t = model_->id_to_token(id)) {
+      tokens.push_back(*t);
+    }
+  }
+  return decoder_->decode(std::move(tokens));
 }
 
 }  // namespace tok

@@ -84,6 +84,9 @@ inline std::string lossy(std::string_view bytes) {
   return out;
 }
 
+// s[i] starts a complete well-formed sequence.
+inline bool valid_at(std::string_view s, size_t i) { return i < s.size() && sequence_length(s, i) != 0; }
+
 // Decodes the code point at s[i] (s valid UTF-8); advances *len.
 inline uint32_t decode(std::string_view s, size_t i, size_t* len) {
   auto at = [&](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(s[k])); };
