@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include <ciuic/error.h>
@@ -90,6 +91,7 @@ HostMemory host_memory() {
       h.rss = resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
     std::fclose(f);
   }
+  h.peak_rss = std::max(h.peak_rss, h.rss);  // getrusage and statm count a little differently
   return h;
 }
 

@@ -92,8 +92,9 @@ void Reporter::step(const StepStats& s, const checkpoint::TrainerState& st) {
   for (const auto& [k, v] : om.values)
     if (k == "optim_step_s") timings.optim_step_s = v;
   const report::RankFigures mine = monitor_.sample(timings);
+  const auto sampled = Clock::now();
   const std::vector<report::RankFigures> ranks = exchange(mine);
-  const double monitor_s = seconds(now, Clock::now());
+  const auto exchanged = Clock::now();
   loss_acc_.zero_();
   window_start_ = now;
   window_tokens_ = window_labels_ = window_data_wait_ = 0;
@@ -111,7 +112,7 @@ void Reporter::step(const StepStats& s, const checkpoint::TrainerState& st) {
                           {"step_s", step_s},
                           {"fwd_bwd_s", s.fwd_bwd_s},
                           {"optim_s", s.optim_s},
-                          {"monitor_s", monitor_s}};
+                          {"monitor_exchange_s", seconds(sampled, exchanged)}};
     if (r_.ctx.device.is_cuda()) {
       const MemoryStats ms = memory_stats(r_.ctx.device);
       rec["mem_gib"] = ms.peak_allocated / 1073741824.0;
@@ -132,8 +133,10 @@ void Reporter::step(const StepStats& s, const checkpoint::TrainerState& st) {
     if (const int64_t epoch = r_.data->epoch(); epoch >= 0) pm.set("data_epoch", static_cast<double>(epoch));
     for (const PluginObject* p : r_.plugins()) p->append_metrics(pm);
     for (const auto& [k, v] : pm.values) rec[k] = v;
+    std::vector<nlohmann::json> after = rank_records(s.step, ranks);
+    rec["monitor_s"] = seconds(now, sampled) + seconds(exchanged, Clock::now());  // the exchange aside
     metrics_.write(rec);
-    report_ranks(s.step, ranks);
+    for (const nlohmann::json& r : after) metrics_.write(r);
   }
   progress_.update(s.step, last_loss_, s.lr, tps, true, straggler_note_);
 }
@@ -156,26 +159,28 @@ std::vector<report::RankFigures> Reporter::exchange(const report::RankFigures& m
   return out;
 }
 
-void Reporter::report_ranks(int64_t step, const std::vector<report::RankFigures>& ranks) {
+std::vector<nlohmann::json> Reporter::rank_records(int64_t step, const std::vector<report::RankFigures>& ranks) {
+  std::vector<nlohmann::json> out;
   if (r_.opt.rank_records)
-    for (const report::RankFigures& f : ranks) metrics_.write(f.record(step));
-  if (ranks.size() < 2) return;
+    for (const report::RankFigures& f : ranks) out.push_back(f.record(step));
+  if (ranks.size() < 2) return out;
   const report::StragglerDetector::Update u = stragglers_.update(step, ranks);
   for (const report::Straggler& g : u.named) {
     progress_.message(g.describe());
-    metrics_.write({{"event", "straggler"}, {"step", step}, {"rank", g.rank}, {"slower", g.slower},
-                    {"steps", g.steps}, {"work_s", g.work_s}, {"median_work_s", g.median_work_s},
-                    {"data_wait_s", g.data_wait_s}, {"median_data_wait_s", g.median_data_wait_s}});
+    out.push_back({{"event", "straggler"}, {"step", step}, {"rank", g.rank}, {"slower", g.slower},
+                   {"steps", g.steps}, {"work_s", g.work_s}, {"median_work_s", g.median_work_s},
+                   {"data_wait_s", g.data_wait_s}, {"median_data_wait_s", g.median_data_wait_s}});
   }
   for (const int rank : u.recovered) {
     progress_.message("rank " + std::to_string(rank) + " is no longer slower than the others (step " +
                       std::to_string(step) + ")");
-    metrics_.write({{"event", "straggler_recovered"}, {"step", step}, {"rank", rank}});
+    out.push_back({{"event", "straggler_recovered"}, {"step", step}, {"rank", rank}});
   }
   straggler_note_.clear();
   for (const report::Straggler& g : u.now)
     straggler_note_ += std::string(straggler_note_.empty() ? "slow: " : ", ") + "rank " + std::to_string(g.rank) +
                        " +" + std::to_string(static_cast<int>(std::lround(100 * g.slower))) + "%";
+  return out;
 }
 
 void Reporter::eval(int64_t step, const EvalResult& e) {

@@ -79,7 +79,8 @@ class Reporter {
  private:
   // This rank's figures and loss sum for every rank's (the loss: summed into last_loss_).
   std::vector<report::RankFigures> exchange(const report::RankFigures& mine);
-  void report_ranks(int64_t step, const std::vector<report::RankFigures>& ranks);
+  // Rank 0: the "rank" records, the straggler rule's records and messages, the progress note.
+  std::vector<nlohmann::json> rank_records(int64_t step, const std::vector<report::RankFigures>& ranks);
 
   Run& r_;
   bool rank0_;
