@@ -1,5 +1,7 @@
 // ciuic-run: train from a recipe, list plugins, print the resolved recipe.
 // Argument parsing only; the work is done by the core (core/src/app/cli.h).
+#include <unistd.h>
+
 #include <exception>
 #include <iostream>
 #include <string>
@@ -27,6 +29,7 @@ constexpr const char* kUsage =
     "       ciuic-run --from-deepspeed DS_CONFIG.json [--set section.key=value]... [-o RECIPE.toml]\n"
     "       ciuic-run --from-llamafactory TRAIN.yaml | --from-axolotl CONFIG.yml [--set ...]... [-o RECIPE.toml]\n"
     "       ciuic-run --plot RUN_DIR\n"
+    "       ciuic-run --watch RUN_DIR [--interval S]\n"
     "       ciuic-run --list-plugins [--verbose] [--plugin-path DIR]...\n"
     "       ciuic-run --help | --help-recipe | --version\n";
 
@@ -113,7 +116,8 @@ int main(int argc, char** argv) {
       ("tokenizer", po::value<std::string>(&export_tokenizer)->value_name("FILE"),
        "with --export-hf: a tokenizer.json to copy into OUT (with its tokenizer_config.json and "
        "chat_template.jinja) instead of the one the checkpoint keeps");
-  std::string from_ds, from_lf, from_ax, output, plot_dir;
+  std::string from_ds, from_lf, from_ax, output, plot_dir, watch_dir;
+  double watch_interval = 2.0;
   po::options_description tool_opts("Converting and reporting (no recipe needed)", 100, 50);
   tool_opts.add_options()
       ("from-deepspeed", po::value<std::string>(&from_ds)->value_name("FILE"),
@@ -128,7 +132,12 @@ int main(int argc, char** argv) {
        "with --from-deepspeed/--from-llamafactory/--from-axolotl: write the recipe to FILE instead of stdout")
       ("plot", po::value<std::string>(&plot_dir)->value_name("RUN_DIR"),
        "write RUN_DIR/report.html (loss, eval loss, lr, grad norm, tokens/s, MFU, memory over steps) from "
-       "RUN_DIR/metrics.jsonl and print its path");
+       "RUN_DIR/metrics.jsonl and print its path (also while the run is going)")
+      ("watch", po::value<std::string>(&watch_dir)->value_name("RUN_DIR"),
+       "follow a run from another terminal: a table of every rank (memory, busy %, link GB/s, step time, "
+       "data wait) under the step, loss and ETA, refreshed until the run ends (exit 0; 1 when it stopped "
+       "without its end record)")
+      ("interval", po::value<double>(&watch_interval)->value_name("S"), "with --watch: seconds between refreshes (default 2)");
   po::options_description info_opts("Information", 100, 50);
   info_opts.add_options()
       ("list-plugins", po::bool_switch(&list), "list the plugins found: <slot> <name> <version> <path>")
@@ -192,6 +201,11 @@ int main(int argc, char** argv) {
       if (!o.recipe.empty()) return fail("--plot takes a run folder, not a recipe: --plot RUN_DIR", 2);
       return ciuic::app::plot(plot_dir, std::cout);
     }
+    if (vm.count("watch")) {
+      if (!o.recipe.empty()) return fail("--watch takes a run folder, not a recipe: --watch RUN_DIR", 2);
+      return ciuic::app::watch(watch_dir, watch_interval, isatty(STDOUT_FILENO) != 0, std::cout);
+    }
+    if (vm.count("interval")) return fail("--interval goes with --watch", 2);
     if (o.recipe.empty()) {
       std::cerr << kUsage;
       return fail("no recipe given (see ciuic-run --help)", 2);

@@ -8,6 +8,10 @@
 //   * the Jinja engine (jinja/) is a leaf: it includes only its own headers, <ciuic/error.h> and
 //     <ciuic/export.h>, the standard library and nlohmann/json; no LibTorch, no other engine folder;
 //   * plan/ does not include train/ (the trainer calls the planner, not both ways);
+//   * the report formats (report/: metrics.jsonl, TensorBoard, the HTML report, per-rank records,
+//     the --watch view) are a leaf below the trainer: they include only their own headers, a few
+//     SDK helpers, the standard library and nlohmann/json — no LibTorch, no train/ or other
+//     engine folder — so a tool reads a run's records without the engine;
 //   * every JSON parse is preceded by the depth check of ciuic/json.h;
 //   * the training loop fits on a screen;
 //   * the umbrella header ciuic/ciuic.h includes every SDK header.
@@ -138,24 +142,41 @@ TEST(Architecture, RecipeDoesNotIncludeRegistry) {
     for (const auto& l : lines_of(p)) EXPECT_FALSE(std::regex_search(l, include_registry)) << p << ": " << l;
 }
 
-TEST(Architecture, TheJinjaEngineIsALeafWithoutLibTorch) {
+// Checks that every file of the engine folder `folder` includes only its own headers ("<folder>/..."),
+// the standard library (names without '/' or '.') and the angled headers in `allowed`; returns
+// how many files it read.
+size_t expect_leaf(const std::string& folder, const std::vector<std::string>& allowed) {
   const std::regex include("^\\s*#\\s*include\\s*([\"<])([^\">]+)[\">]");
   size_t files = 0;
-  for (const fs::path& p : sources(kRoot / "core/src/jinja")) {
+  for (const fs::path& p : sources(kRoot / "core/src" / folder)) {
     ++files;
     const auto lines = lines_of(p);
     for (size_t i = 0; i < lines.size(); ++i) {
       std::smatch m;
       if (!std::regex_search(lines[i], m, include)) continue;
       const std::string inc = m[2];
-      const bool ok = m[1] == "\"" ? inc.rfind("jinja/", 0) == 0
-                                   : (inc == "ciuic/error.h" || inc == "ciuic/export.h" || inc == "nlohmann/json.hpp" ||
-                                      (inc.find('/') == std::string::npos && inc.find('.') == std::string::npos) ||
-                                      inc == "string.h");
+      const bool ok = m[1] == "\"" ? inc.rfind(folder + "/", 0) == 0
+                                   : (std::find(allowed.begin(), allowed.end(), inc) != allowed.end() ||
+                                      (inc.find('/') == std::string::npos && inc.find('.') == std::string::npos));
       EXPECT_TRUE(ok) << fs::relative(p, kRoot).string() << ":" << i + 1 << ": " << lines[i];
     }
   }
-  EXPECT_GE(files, 10u);
+  return files;
+}
+
+TEST(Architecture, TheJinjaEngineIsALeafWithoutLibTorch) {
+  EXPECT_GE(expect_leaf("jinja", {"ciuic/error.h", "ciuic/export.h", "nlohmann/json.hpp", "string.h"}), 10u);
+}
+
+// The report formats are written by the trainer and read by tools (--plot, --watch); they know
+// records and files, not the loop, the devices or the plugins.
+TEST(Architecture, TheReportFormatsAreALeafBelowTheTrainer) {
+  EXPECT_GE(expect_leaf("report", {"ciuic/error.h", "ciuic/export.h", "ciuic/json.h", "ciuic/log.h", "ciuic/checksum.h",
+                                   "nlohmann/json.hpp", "unistd.h"}),
+            10u);
+  // And the loop's folder keeps no report format of its own.
+  for (const char* moved : {"metrics.h", "tensorboard.h", "html_report.h"})
+    EXPECT_FALSE(fs::exists(kRoot / "core/src/train" / moved)) << "core/src/train/" << moved << " belongs in core/src/report";
 }
 
 // The trainer calls the planner (micro_batch_size = "auto", planned options); what both read from

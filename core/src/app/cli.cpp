@@ -1,7 +1,11 @@
 // The flow of `ciuic-run`; see cli.h.
 #include "app/cli.h"
 
+#include <signal.h>
 #include <stdlib.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <filesystem>
@@ -38,7 +42,8 @@
 #include "sdk/printable.h"
 #include "tokenizer/factory.h"
 #include "train/evaluate.h"
-#include "train/html_report.h"
+#include "report/html_report.h"
+#include "report/watch.h"
 #include "train/options.h"
 #include "train/worker.h"
 
@@ -462,8 +467,44 @@ void check_tokenizer_file(const std::string& path) {
 }
 
 int plot(const std::string& run_dir, std::ostream& out) {
-  out << train::write_html_report(run_dir) << "\n";
+  out << report::write_html_report(run_dir) << "\n";
   return kExitOk;
+}
+
+namespace {
+
+// 1: the run holding `run_dir`'s lock is alive on this host; 0: no run holds it (no lock file, or
+// its holder is gone); -1: its holder is on another host.
+int run_alive(const std::string& run_dir) {
+  std::error_code ec;
+  fs::path folder = run_dir;
+  if (!fs::is_directory(folder, ec)) folder = folder.parent_path();
+  std::ifstream f(folder / checkpoint::kLockFile);
+  if (!f) return 0;
+  std::string pid, host;
+  for (std::string line; std::getline(f, line);) {
+    if (line.rfind("pid=", 0) == 0) pid = line.substr(4);
+    if (line.rfind("host=", 0) == 0) host = line.substr(5);
+  }
+  if (pid.empty()) return 0;
+  char here[256] = {};
+  gethostname(here, sizeof here - 1);
+  if (!host.empty() && host != here) return -1;
+  const long p = std::strtol(pid.c_str(), nullptr, 10);
+  if (p <= 0) return 0;
+  return ::kill(static_cast<pid_t>(p), 0) == 0 || errno == EPERM ? 1 : 0;
+}
+
+}  // namespace
+
+int watch(const std::string& run_dir, double interval_s, bool tty, std::ostream& out) {
+  if (!(interval_s > 0) || interval_s > 3600)
+    throw UsageError("--interval " + std::to_string(interval_s) + ": expected seconds in (0, 3600]");
+  report::WatchOptions wo;
+  wo.interval_s = interval_s;
+  wo.tty = tty;
+  wo.run_alive = [run_dir] { return run_alive(run_dir); };
+  return report::watch(run_dir, out, wo);
 }
 
 int export_hf(const std::string& checkpoint, const std::string& out_dir, const std::string& dtype,

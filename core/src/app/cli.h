@@ -82,9 +82,15 @@ CIUIC_API int from_training_file(const std::string& tool, const std::string& fil
                                  const std::vector<std::string>& overrides, const std::string& out_path,
                                  std::ostream& out, std::ostream& err);
 
-// --plot RUN_DIR: writes RUN_DIR/report.html (train/html_report.h) from RUN_DIR/metrics.jsonl (or
-// from the metrics file given instead of a folder) and prints its path.
+// --plot RUN_DIR: writes RUN_DIR/report.html (report/html_report.h) from RUN_DIR/metrics.jsonl (or
+// from the metrics file given instead of a folder) and prints its path. Also during the run.
 CIUIC_API int plot(const std::string& run_dir, std::ostream& out);
+
+// --watch RUN_DIR [--interval S]: the live per-rank table of a run (report/watch.h), redrawn in
+// place when `out` is a terminal (`tty`), until the run ends. Whether the run is still going is
+// read from the run folder's lock (checkpoint/run_dir.h: the holder's pid, on this host). Returns
+// 0 when the run ended, 1 when it stopped without its end record; UsageError when no run appears.
+CIUIC_API int watch(const std::string& run_dir, double interval_s, bool tty, std::ostream& out);
 
 // --version: ciuic version, LibTorch version, build fingerprint, plugin API version.
 CIUIC_API std::string version_text();

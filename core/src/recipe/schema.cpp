@@ -207,6 +207,12 @@ std::vector<SectionSpec> build_core_schema() {
         "profile from this optimizer step (Kineto: Chrome trace and a GPU time table by category in "
         "<output_dir>/profile); 0 = off").min(0),
       K("profile_steps", kI, "3", "steps profiled from profile_start_step").min(1),
+      K("rank_records", kB, "true",
+        "write every rank's figures (memory, device busy, link, data wait, step time) at each log step"),
+      K("straggler_margin", kF, "0.2",
+        "name a rank whose data wait + forward/backward exceeds the other ranks' median by this fraction; "
+        "0 = never").min(0).max(100),
+      K("straggler_log_steps", kI, "3", "... for this many log steps in a row").min(1),
   }});
   return v;
 }

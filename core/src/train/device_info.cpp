@@ -1,6 +1,10 @@
 #include "train/device_info.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 
 #include <ciuic/error.h>
 
@@ -60,6 +64,7 @@ MemoryStats memory_stats(c10::Device device) {
     m.peak_allocated = s.allocated_bytes[all].peak;
     m.peak_reserved = s.reserved_bytes[all].peak;
     m.allocated = s.allocated_bytes[all].current;
+    m.reserved = s.reserved_bytes[all].current;
     return m;
   }
 #endif
@@ -73,6 +78,32 @@ void reset_peak_memory(c10::Device device) {
 #ifdef CIUIC_WITH_CUDA
   if (device.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device.index());
 #endif
+}
+
+HostMemory host_memory() {
+  HostMemory h;
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  h.peak_rss = static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    unsigned long long size = 0, resident = 0;
+    if (std::fscanf(f, "%llu %llu", &size, &resident) == 2)
+      h.rss = resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    std::fclose(f);
+  }
+  h.peak_rss = std::max(h.peak_rss, h.rss);  // getrusage and statm count a little differently
+  return h;
+}
+
+std::string pci_bus_id(c10::Device device) {
+#ifdef CIUIC_WITH_CUDA
+  if (device.is_cuda()) {
+    char id[32] = {};
+    if (cudaDeviceGetPCIBusId(id, sizeof id, device.index()) == cudaSuccess) return id;
+  }
+#endif
+  (void)device;
+  return "";
 }
 
 int cuda_device_count() {

@@ -86,6 +86,9 @@ TrainOptions TrainOptions::from(const Recipe& recipe) {
   o.tensorboard = l.get_bool("tensorboard");
   o.profile_start = l.get_int("profile_start_step");
   o.profile_steps = l.get_int("profile_steps");
+  o.rank_records = l.get_bool("rank_records");
+  o.straggler_margin = l.get_float("straggler_margin");
+  o.straggler_log_steps = l.get_int("straggler_log_steps");
   return o;
 }
 

@@ -74,6 +74,9 @@ struct TrainOptions {
   bool tensorboard = false;  // also TensorBoard event files in <output_dir>/tb
   int64_t profile_start = 0;  // [log] profile_start_step; 0 = off
   int64_t profile_steps = 0;
+  bool rank_records = false;       // per-rank records in metrics.jsonl (docs/metrics.md)
+  double straggler_margin = 0.0;   // 0 = no straggler detection
+  int64_t straggler_log_steps = 0;
 
   // [run], [cluster]
   std::string output_dir;

@@ -11,12 +11,16 @@
 #include <ciuic/log.h>
 #include <ciuic/metrics.h>
 
+#include "report/html_report.h"
 #include "train/device_info.h"
 #include "train/evaluate.h"
 #include "train/exact_match.h"
-#include "train/html_report.h"
 
 namespace ciuic::train {
+
+using report::human_count;
+using report::human_duration;
+using report::write_html_report_or_warn;
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -31,7 +35,9 @@ Reporter::Reporter(Run& run, const checkpoint::TrainerState& start)
       flops_per_token_(run.model->config().flops_per_token(run.opt.seq_len)),
       tokens_per_step_(run.opt.tokens_per_step(run.ctx.world_size)),
       tokens_at_start_(start.tokens),
-      last_loss_(NAN) {
+      last_loss_(NAN),
+      monitor_(run),
+      stragglers_({.margin = run.opt.straggler_margin, .log_steps = run.opt.straggler_log_steps}, start.step + 1) {
   loss_acc_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(run.ctx.device));
   if (rank0_ && run.opt.tensorboard)
     metrics_.enable_tensorboard((std::filesystem::path(run.opt.output_dir) / "tb").string());
@@ -40,6 +46,7 @@ Reporter::Reporter(Run& run, const checkpoint::TrainerState& start)
 void Reporter::begin_training() {
   reset_peak_memory(r_.ctx.device);
   run_start_ = window_start_ = step_start_ = Clock::now();
+  monitor_.begin();
 }
 
 void Reporter::announce() {
@@ -64,19 +71,37 @@ void Reporter::step(const StepStats& s, const checkpoint::TrainerState& st) {
   const double step_s = seconds(step_start_, now);
   window_tokens_ += static_cast<double>(tokens_per_step_);
   window_labels_ += s.global_labels;
+  window_data_wait_ += s.data_wait_s;
+  ++window_steps_;
   const double window_s = std::max(seconds(window_start_, now), 1e-9);
   const double tps = window_tokens_ / window_s;
   if (!logged(s.step)) {
-    progress_.update(s.step, last_loss_, s.lr, tps, false);
+    progress_.update(s.step, last_loss_, s.lr, tps, false, straggler_note_);
     return;
   }
-  // Mean token loss over the steps since the last log (all ranks).
-  last_loss_ = all_sum(*r_.comm, {loss_acc_.item<double>()})[0] / std::max(1.0, window_labels_);
+  // Every rank's figures, and the mean token loss over the steps since the last log (all ranks),
+  // in one all-reduce.
+  Metrics om;  // the optimizer's own figures (its host time), on every rank
+  r_.optimizer->append_metrics(om);
+  RankMonitor::Timings timings;
+  timings.step_s = step_s;
+  timings.data_wait_s = window_data_wait_;
+  timings.steps = window_steps_;
+  timings.fwd_bwd_s = s.fwd_bwd_s;
+  timings.optim_s = s.optim_s;
+  for (const auto& [k, v] : om.values)
+    if (k == "optim_step_s") timings.optim_step_s = v;
+  const report::RankFigures mine = monitor_.sample(timings);
+  const auto sampled = Clock::now();
+  const std::vector<report::RankFigures> ranks = exchange(mine);
+  const auto exchanged = Clock::now();
   loss_acc_.zero_();
   window_start_ = now;
-  window_tokens_ = window_labels_ = 0;
+  window_tokens_ = window_labels_ = window_data_wait_ = 0;
+  window_steps_ = 0;
   if (rank0_) {
     nlohmann::json rec = {{"step", s.step},
+                          {"max_steps", r_.opt.max_steps},
                           {"loss", last_loss_},
                           {"lr", s.lr},
                           {"grad_norm", s.result.grad_norm},
@@ -86,7 +111,8 @@ void Reporter::step(const StepStats& s, const checkpoint::TrainerState& st) {
                           {"tokens_per_s", tps},
                           {"step_s", step_s},
                           {"fwd_bwd_s", s.fwd_bwd_s},
-                          {"optim_s", s.optim_s}};
+                          {"optim_s", s.optim_s},
+                          {"monitor_exchange_s", seconds(sampled, exchanged)}};
     if (r_.ctx.device.is_cuda()) {
       const MemoryStats ms = memory_stats(r_.ctx.device);
       rec["mem_gib"] = ms.peak_allocated / 1073741824.0;
@@ -107,9 +133,54 @@ void Reporter::step(const StepStats& s, const checkpoint::TrainerState& st) {
     if (const int64_t epoch = r_.data->epoch(); epoch >= 0) pm.set("data_epoch", static_cast<double>(epoch));
     for (const PluginObject* p : r_.plugins()) p->append_metrics(pm);
     for (const auto& [k, v] : pm.values) rec[k] = v;
+    std::vector<nlohmann::json> after = rank_records(s.step, ranks);
+    rec["monitor_s"] = seconds(now, sampled) + seconds(exchanged, Clock::now());  // the exchange aside
     metrics_.write(rec);
+    for (const nlohmann::json& r : after) metrics_.write(r);
   }
-  progress_.update(s.step, last_loss_, s.lr, tps, true);
+  progress_.update(s.step, last_loss_, s.lr, tps, true, straggler_note_);
+}
+
+std::vector<report::RankFigures> Reporter::exchange(const report::RankFigures& mine) {
+  const std::vector<double> figures = mine.to_vector();
+  const size_t row = figures.size() + 1, world = static_cast<size_t>(r_.ctx.world_size);
+  const size_t at = static_cast<size_t>(r_.ctx.rank) * row;
+  std::vector<double> all(row * world, 0.0);  // x + 0 is x: the sum is every rank's row
+  all[at] = loss_acc_.item<double>();
+  std::copy(figures.begin(), figures.end(), all.begin() + static_cast<std::ptrdiff_t>(at + 1));
+  all = all_sum(*r_.comm, all);
+  double loss = 0;
+  std::vector<report::RankFigures> out;
+  for (size_t k = 0; k < world; ++k) {
+    loss += all[k * row];
+    out.push_back(report::RankFigures::from_vector(all.data() + k * row + 1));
+  }
+  last_loss_ = loss / std::max(1.0, window_labels_);
+  return out;
+}
+
+std::vector<nlohmann::json> Reporter::rank_records(int64_t step, const std::vector<report::RankFigures>& ranks) {
+  std::vector<nlohmann::json> out;
+  if (r_.opt.rank_records)
+    for (const report::RankFigures& f : ranks) out.push_back(f.record(step));
+  if (ranks.size() < 2) return out;
+  const report::StragglerDetector::Update u = stragglers_.update(step, ranks);
+  for (const report::Straggler& g : u.named) {
+    progress_.message(g.describe());
+    out.push_back({{"event", "straggler"}, {"step", step}, {"rank", g.rank}, {"slower", g.slower},
+                   {"steps", g.steps}, {"work_s", g.work_s}, {"median_work_s", g.median_work_s},
+                   {"data_wait_s", g.data_wait_s}, {"median_data_wait_s", g.median_data_wait_s}});
+  }
+  for (const int rank : u.recovered) {
+    progress_.message("rank " + std::to_string(rank) + " is no longer slower than the others (step " +
+                      std::to_string(step) + ")");
+    out.push_back({{"event", "straggler_recovered"}, {"step", step}, {"rank", rank}});
+  }
+  straggler_note_.clear();
+  for (const report::Straggler& g : u.now)
+    straggler_note_ += std::string(straggler_note_.empty() ? "slow: " : ", ") + "rank " + std::to_string(g.rank) +
+                       " +" + std::to_string(static_cast<int>(std::lround(100 * g.slower))) + "%";
+  return out;
 }
 
 void Reporter::eval(int64_t step, const EvalResult& e) {

@@ -1,10 +1,18 @@
 // Internal: what a run tells its users — metrics.jsonl records (docs/metrics.md), the progress
-// line (step, loss, lr, tokens/s, ETA), MFU and memory, and the summary at the end.
+// line (step, loss, lr, tokens/s, ETA), MFU and memory, every rank's figures and the stragglers
+// among them, and the summary at the end. The formats are report/'s (metrics_log.h, progress.h,
+// ranks.h, html_report.h); this is the trainer's side: what it measured, when to write.
 //
 // The Reporter keeps the accounting of the "window" since the last logged step: tokens, label
 // tokens, and the summed token loss on the device (read back, and summed across ranks, only at
 // logged steps, so that unlogged steps never wait for the GPU). Logged steps are every
 // [log] every_steps and the last one; on those the trainer times the phases (timed()).
+//
+// At a logged step every rank samples its own figures (train/rank_monitor.h) and the ranks
+// exchange them together with their loss sums in the step's one all-reduce (a world x figures
+// fp64 vector, each rank filling its row: the gather costs no collective of its own). Rank 0
+// writes one "rank" record per rank, and names a rank that stays slower than the others
+// (report/ranks.h, [log] straggler_margin / straggler_log_steps) in the log and the progress line.
 //
 // Collective: step() at a logged step and end() all-reduce; every rank calls them. Only rank 0
 // writes files and draws the progress line.
@@ -20,7 +28,10 @@
 #include <ciuic/sharding.h>
 
 #include "checkpoint/checkpoint.h"
-#include "train/metrics.h"
+#include "report/metrics_log.h"
+#include "report/progress.h"
+#include "report/ranks.h"
+#include "train/rank_monitor.h"
 #include "train/run.h"
 #include "train/step.h"
 
@@ -38,6 +49,7 @@ struct StepStats {
   double global_labels = 0;   // label tokens of the global batch
   double fwd_bwd_s = 0, optim_s = 0;  // timed steps only
   double norm_s = 0;                  // of optim_s: the global gradient norm (train/step.h)
+  double data_wait_s = 0;             // every step: time in DataSource::next() for its micro-batches
 };
 
 class Reporter {
@@ -65,10 +77,15 @@ class Reporter {
   void finish_progress() { progress_.finish(); }
 
  private:
+  // This rank's figures and loss sum for every rank's (the loss: summed into last_loss_).
+  std::vector<report::RankFigures> exchange(const report::RankFigures& mine);
+  // Rank 0: the "rank" records, the straggler rule's records and messages, the progress note.
+  std::vector<nlohmann::json> rank_records(int64_t step, const std::vector<report::RankFigures>& ranks);
+
   Run& r_;
   bool rank0_;
-  MetricsLog metrics_;
-  Progress progress_;
+  report::MetricsLog metrics_;
+  report::Progress progress_;
   double flops_per_token_;
   int64_t tokens_per_step_;
   std::chrono::steady_clock::time_point run_start_, window_start_, step_start_;
@@ -76,6 +93,11 @@ class Reporter {
   double window_tokens_ = 0, window_labels_ = 0;
   double last_loss_;
   at::Tensor loss_acc_;
+  RankMonitor monitor_;
+  report::StragglerDetector stragglers_;
+  std::string straggler_note_;  // for the progress line while a rank is named
+  double window_data_wait_ = 0;
+  int64_t window_steps_ = 0;
 };
 
 }  // namespace ciuic::train

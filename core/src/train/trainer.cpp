@@ -13,7 +13,8 @@
 //   3. step      norm -> skip -> clip -> update, as llm.c's loop: the sharding finishes the
 //                reductions and gives its squares, the core takes the global norm, the precision
 //                policy decides a skip, the core clips, the sharding applies the update
-//   4. report    metrics.jsonl and the progress line (train/report.h); evaluation when due
+//   4. report    metrics.jsonl (every rank's figures too) and the progress line (train/report.h);
+//                evaluation when due
 //                (train/evaluate.h); checkpoints when due (train/checkpoints.h)
 //
 // Loss normalisation is exact whatever the split into ranks and micro-batches: every micro-batch
@@ -98,15 +99,18 @@ struct StepData {
   std::vector<Batch> batches;
   double global_labels = 1;  // label tokens of the global batch (at least 1)
   bool stop = false;         // a rank was asked to stop: no rank trains this step
+  double wait_s = 0;         // this rank's time in DataSource::next() (per-rank records, stragglers)
 };
 
 StepData next_step_data(Run& r) {
   StepData d;
   double local_labels = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < r.opt.accumulation; ++i) {
     d.batches.push_back(r.data->next());
     local_labels += static_cast<double>(d.batches.back().num_label_tokens);
   }
+  d.wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto agreed = all_sum(*r.comm, {local_labels, StopSignals::requested() ? 1.0 : 0.0});
   d.global_labels = std::max(1.0, agreed[0]);
   d.stop = agreed[1] > 0;
@@ -167,6 +171,7 @@ int train(Run& r, const WorkerOptions& options) {
     s.step = st.step + 1;
     s.lr = r.schedule->lr(st.step);
     s.global_labels = data.global_labels;
+    s.data_wait_s = data.wait_s;
     Step step(r.slots(), {.lr = s.lr, .weight_decay = r.opt.weight_decay, .max_grad_norm = r.opt.clip,
                           .step = s.step, .t = st.updates + 1,  // skipped steps do not count
                           .nonfinite_stops = !r.opt.nonfinite_skip});  // count_step() throws then

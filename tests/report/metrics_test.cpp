@@ -1,4 +1,4 @@
-// MetricsLog (train/metrics.h): records are written and flushed line by line, and a record that
+// MetricsLog (report/metrics_log.h): records are written and flushed line by line, and a record that
 // cannot be written is an error naming the file and the system's reason — never silently lost.
 #include <gtest/gtest.h>
 
@@ -9,11 +9,11 @@
 #include <ciuic/error.h>
 
 #include "../launch/subprocess.h"
-#include "train/metrics.h"
+#include "report/metrics_log.h"
 
 namespace {
 
-using ciuic::train::MetricsLog;
+using ciuic::report::MetricsLog;
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path);

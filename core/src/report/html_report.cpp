@@ -1,8 +1,11 @@
-#include "train/html_report.h"
+#include "report/html_report.h"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -14,7 +17,7 @@
 #include <ciuic/log.h>
 #include <ciuic/json.h>
 
-namespace ciuic::train {
+namespace ciuic::report {
 
 namespace {
 
@@ -192,6 +195,76 @@ std::string chart(const std::string& title, const std::string& unit, const std::
   return o.str();
 }
 
+// The per-rank section: one line per rank up to kRankLines ranks; beyond, the lowest, median and
+// highest rank at each step (a chart of 64 lines shows nothing).
+constexpr size_t kRankLines = 8;
+const char* const kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
+
+std::string rank_charts(const std::map<std::string, std::map<int64_t, Series>>& ranks, const std::vector<json>& stragglers) {
+  if (ranks.empty()) return "";
+  size_t world = 0;
+  for (const auto& [key, by_rank] : ranks) world = std::max(world, by_rank.size());
+  std::ostringstream o;
+  o << "<h2>Ranks</h2>\n<p>" << world << " rank(s), from their own figures at each log step (\"rank\" records).</p>\n";
+  if (!stragglers.empty()) {
+    o << "<table>\n";
+    for (const json& g : stragglers) {
+      std::string what;
+      if (g.value("event", "") == "straggler_recovered") {
+        what = "no longer slower than the others";
+      } else {
+        what = (g.contains("slower") && g["slower"].is_number() ? num(100 * g["slower"].get<double>(), 3) + "% slower than the median" : std::string("slower"));
+        if (g.contains("steps") && g["steps"].is_number()) what += " for " + g["steps"].dump() + " steps";
+        if (g.contains("data_wait_s") && g["data_wait_s"].is_number())
+          what += "; data wait " + num(g["data_wait_s"].get<double>(), 3) + " s/step";
+      }
+      o << "<tr><th>straggler</th><td>step " << g["step"].dump() << ": rank "
+        << (g.contains("rank") ? g["rank"].dump() : std::string("?")) << " " << esc(what) << "</td></tr>\n";
+    }
+    o << "</table>\n";
+  }
+  std::deque<Series> spread;  // storage of the min/median/max lines (push_back keeps addresses)
+  auto draw = [&](const char* key, const std::string& title, const std::string& unit, double scale) {
+    const auto it = ranks.find(key);
+    if (it == ranks.end()) return;
+    std::vector<Line> lines;
+    if (it->second.size() <= kRankLines) {
+      size_t i = 0;
+      for (const auto& [rank, series] : it->second)
+        lines.push_back({"rank " + std::to_string(rank), kPalette[i++ % 8], &series});
+    } else {
+      std::map<int64_t, std::vector<double>> at;
+      for (const auto& [rank, series] : it->second)
+        for (const auto& [step, v] : series) at[step].push_back(v);
+      Series lo, mid, hi;
+      for (auto& [step, v] : at) {
+        std::sort(v.begin(), v.end());
+        lo[step] = v.front();
+        mid[step] = v[v.size() / 2];
+        hi[step] = v.back();
+      }
+      spread.push_back(std::move(lo));
+      lines.push_back({"lowest rank", "#2ca02c", &spread.back()});
+      spread.push_back(std::move(mid));
+      lines.push_back({"median", "#1f77b4", &spread.back()});
+      spread.push_back(std::move(hi));
+      lines.push_back({"highest rank", "#d62728", &spread.back()});
+    }
+    o << chart(title, unit, lines, scale);
+  };
+  draw("work_s", "Data wait + forward/backward per rank", "s per step", 1);
+  draw("step_s", "Step time per rank", "s", 1);
+  draw("data_wait_s", "Data wait per rank", "s per step", 1);
+  draw("device_busy", "Device busy per rank", "% of the interval", 100);
+  draw("mem_gib", "Device memory per rank", "GiB, peak allocated", 1);
+  draw("mem_reserved_gib", "Device memory reserved per rank", "GiB, peak", 1);
+  draw("link_bytes_per_s", "Link traffic per rank", "GB/s handed to collectives", 1e-9);
+  draw("link_busy", "Link busy per rank", "% of the interval", 100);
+  draw("optim_step_s", "Optimizer host time per rank", "s per step", 1);
+  draw("host_rss_gib", "Host memory per rank", "GiB resident", 1);
+  return o.str();
+}
+
 std::string type_of(const json& v) {
   if (v.is_string()) return "a string";
   if (v.is_boolean()) return "a boolean";
@@ -207,6 +280,8 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
   std::map<std::string, Series> train;  // key -> series
   Series eval_loss;
   json end, em_before, em_after;
+  std::map<std::string, std::map<int64_t, Series>> ranks;  // key -> rank -> series ("rank" records)
+  std::vector<json> stragglers;
   size_t records = 0, bad = 0, lineno = 0;
   std::istringstream in(metrics_jsonl);
   std::string line;
@@ -216,7 +291,9 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
     // A line nested too deep is a bad line like one that is not JSON (counted, not drawn).
     json r = json_depth_problem(line).empty() ? json::parse(line, nullptr, false) : json();
     if (!r.is_object()) {
-      ++bad;
+      // The last line of a file still being written (--plot during a run) is not bad, only not
+      // complete yet.
+      if (!(in.eof() && !metrics_jsonl.empty() && metrics_jsonl.back() != '\n')) ++bad;
       continue;
     }
     ++records;
@@ -245,6 +322,12 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
       end = r;
     } else if (event == "exact_match") {
       (r.value("when", "") == "before" ? em_before : em_after) = r;
+    } else if (event == "rank" && has_step && r.contains("rank") && r["rank"].is_number_integer()) {
+      const int64_t step = r["step"].get<int64_t>(), rank = r["rank"].get<int64_t>();
+      for (auto it = r.begin(); it != r.end(); ++it)
+        if (it->is_number() && it.key() != "step" && it.key() != "rank") ranks[it.key()][rank][step] = it->get<double>();
+    } else if ((event == "straggler" || event == "straggler_recovered") && has_step) {
+      stragglers.push_back(r);
     }
   }
   auto series = [&](const char* k) -> const Series* {
@@ -260,7 +343,7 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
     << " — ciuic report</title>\n<style>body{font:14px system-ui,sans-serif;margin:24px;color:#222}"
        "h1{font-size:20px}figure{margin:18px 0}figcaption{font-weight:600;margin-bottom:4px}"
        "table{border-collapse:collapse}td,th{padding:2px 10px;border-bottom:1px solid #eee;text-align:left}"
-       "svg text{font:11px system-ui,sans-serif;fill:#444}svg .legend{fill:#222}</style></head><body>\n";
+       "h2{font-size:17px;margin-top:28px}svg text{font:11px system-ui,sans-serif;fill:#444}svg .legend{fill:#222}</style></head><body>\n";
   o << "<h1>" << esc(title) << "</h1>\n<table>\n";
   auto row = [&](const std::string& k, const std::string& v) { o << "<tr><th>" << esc(k) << "</th><td>" << esc(v) << "</td></tr>\n"; };
   const Series* loss = series("loss");
@@ -296,6 +379,7 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
               {"peak reserved", "#7f7f7f", or_empty(series("mem_reserved_gib"))}});
   if (const Series* ls = series("loss_scale"); ls && ls->size() > 1 && ls->begin()->second != ls->rbegin()->second)
     o << chart("Loss scale", "dynamic loss scaling", {{"loss_scale", "#bcbd22", ls}});
+  o << rank_charts(ranks, stragglers);
   o << "</body></html>\n";
   return o.str();
 }
@@ -314,7 +398,8 @@ std::string write_html_report(const std::string& run_dir_or_metrics_file) {
   fs::path dir = metrics.parent_path();
   opt.title = fs::absolute(dir).lexically_normal().filename().string();
   if (opt.title.empty()) opt.title = "run";
-  const fs::path out = dir / "report.html", tmp = dir / ".report.html.tmp";
+  // A temporary file of this process's own: --plot during a run may write while the run does.
+  const fs::path out = dir / "report.html", tmp = dir / (".report.html." + std::to_string(::getpid()) + ".tmp");
   {
     std::ofstream w(tmp, std::ios::binary | std::ios::trunc);
     w << render_html_report(ss.str(), opt);
@@ -334,4 +419,4 @@ void write_html_report_or_warn(const std::string& metrics_file) noexcept {
   }
 }
 
-}  // namespace ciuic::train
+}  // namespace ciuic::report

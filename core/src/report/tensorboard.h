@@ -6,7 +6,7 @@
 // and each data is a serialized tensorflow.Event protobuf. The first event carries
 // file_version "brain.Event:2"; every scalar is an Event{wall_time, step, summary{value{tag,
 // simple_value}}}, the form TensorBoard's scalar dashboard (and torch's SummaryWriter) uses.
-// tests/train/monitoring_test.cpp checks the bytes against a file written by the tensorboard
+// tests/report/monitoring_test.cpp checks the bytes against a file written by the tensorboard
 // package's own EventFileWriter and protos, and reads ours back with its event reader.
 //
 // Records are flushed after every add_scalars() call, so a crashed run keeps what it logged.
@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-namespace ciuic::train {
+namespace ciuic::report {
 
 class CIUIC_API TensorBoardWriter {
  public:
@@ -49,4 +49,4 @@ class CIUIC_API TensorBoardWriter {
   std::string path_;
 };
 
-}  // namespace ciuic::train
+}  // namespace ciuic::report

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace ciuic::train {
+namespace ciuic::report {
 
 struct HtmlReportOptions {
   std::string title;   // default: the run folder's name
@@ -36,4 +36,4 @@ CIUIC_API std::string write_html_report(const std::string& run_dir_or_metrics_fi
 // a warning and never fails the run. Does nothing for an empty path (ranks other than 0).
 CIUIC_API void write_html_report_or_warn(const std::string& metrics_file) noexcept;
 
-}  // namespace ciuic::train
+}  // namespace ciuic::report

@@ -1,4 +1,4 @@
-#include "train/tensorboard.h"
+#include "report/tensorboard.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <ciuic/checksum.h>
 #include <ciuic/error.h>
 
-namespace ciuic::train {
+namespace ciuic::report {
 
 namespace {
 
@@ -133,4 +133,4 @@ void TensorBoardWriter::add_scalars(int64_t step, const std::vector<std::pair<st
   std::fflush(f_);
 }
 
-}  // namespace ciuic::train
+}  // namespace ciuic::report

@@ -1,6 +1,6 @@
-// Monitoring outputs: TensorBoard event files (train/tensorboard.h) byte for byte against a file
+// Monitoring outputs: TensorBoard event files (report/tensorboard.h) byte for byte against a file
 // written by the tensorboard package (tests/fixtures/gen_tensorboard.py), the metrics -> scalar
-// mapping, and the HTML/SVG run report (train/html_report.h). A file written here is read back by
+// mapping, and the HTML/SVG run report (report/html_report.h). A file written here is read back by
 // tensorboard's own reader in read_tensorboard.py (ctest: tensorboard_reads_ciuic_events).
 #include <gtest/gtest.h>
 
@@ -16,11 +16,11 @@
 #include <ciuic/error.h>
 #include <ciuic/files.h>
 
-#include "train/metrics.h"
-#include "train/html_report.h"
-#include "train/tensorboard.h"
+#include "report/html_report.h"
+#include "report/metrics_log.h"
+#include "report/tensorboard.h"
 
-namespace ciuic::train {
+namespace ciuic::report {
 namespace {
 
 namespace fs = std::filesystem;
@@ -34,7 +34,7 @@ std::string read(const fs::path& p) {
 }
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path d = fs::path(CIUIC_TEST_TMP) / "train" / name;
+  const fs::path d = fs::path(CIUIC_TEST_TMP) / "report" / name;
   { std::error_code rm_ec; ciuic::remove_tree(d.string(), rm_ec); }
   fs::create_directories(d);
   return d;
@@ -234,4 +234,4 @@ TEST(RunReport, MistypedRecordIsNamedByFileAndLine) {
 }
 
 }  // namespace
-}  // namespace ciuic::train
+}  // namespace ciuic::report

@@ -1,0 +1,62 @@
+// This rank's figures at a log step (train/rank_monitor.h).
+#include "train/rank_monitor.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <ciuic/log.h>
+
+#include "train/device_info.h"
+#include "train/run.h"
+
+namespace ciuic::train {
+
+namespace {
+constexpr double kGiB = 1073741824.0;
+}
+
+RankMonitor::RankMonitor(const Run& run) : r_(run), busy_(pci_bus_id(run.ctx.device)) {
+  if (run.ctx.device.is_cuda() && !busy_.available())
+    log_debug("no device busy fraction in the per-rank records: " + busy_.why_unavailable());
+}
+
+void RankMonitor::begin() {
+  last_counters_ = r_.comm->counters();
+  last_ = std::chrono::steady_clock::now();
+  busy_.busy_since_last();
+}
+
+report::RankFigures RankMonitor::sample(const Timings& t) {
+  report::RankFigures f;
+  const auto now = std::chrono::steady_clock::now();
+  const double interval = std::max(std::chrono::duration<double>(now - last_).count(), 1e-9);
+  last_ = now;
+  f.rank = r_.ctx.rank;
+  f.step_s = t.step_s;
+  f.data_wait_s = t.steps > 0 ? t.data_wait_s / static_cast<double>(t.steps) : 0.0;
+  f.fwd_bwd_s = t.fwd_bwd_s;
+  f.optim_s = t.optim_s;
+  f.work_s = f.data_wait_s + t.fwd_bwd_s;
+  f.optim_step_s = t.optim_step_s;
+  if (r_.ctx.device.is_cuda()) {
+    const MemoryStats m = memory_stats(r_.ctx.device);
+    f.mem_gib = m.peak_allocated / kGiB;
+    f.mem_reserved_gib = m.peak_reserved / kGiB;
+    f.mem_now_gib = m.allocated / kGiB;
+    f.mem_reserved_now_gib = m.reserved / kGiB;
+    f.device_busy = busy_.busy_since_last();
+  }
+  const CommCounters c = r_.comm->counters();
+  f.link_bytes_per_s = static_cast<double>(c.bytes - last_counters_.bytes) / interval;
+  f.link_calls_per_s = static_cast<double>(c.calls - last_counters_.calls) / interval;
+  f.link_busy = std::clamp((c.busy_seconds - last_counters_.busy_seconds) / interval, 0.0, 1.0);
+  f.comm_calls = static_cast<double>(c.calls);
+  f.comm_bytes = static_cast<double>(c.bytes);
+  last_counters_ = c;
+  const HostMemory h = host_memory();
+  if (h.rss > 0) f.host_rss_gib = h.rss / kGiB;
+  f.host_rss_peak_gib = h.peak_rss / kGiB;
+  return f;
+}
+
+}  // namespace ciuic::train
