@@ -493,8 +493,9 @@ void add_globals(std::unordered_map<std::string, Value>& g) {
     if (a.pos.size() > 1) fail_here(c, "dict expected at most 1 argument, got " + std::to_string(a.pos.size()));
     if (!a.pos.empty()) {
       const Value& v = a.pos[0];
-      if (v.k == Value::K::kDict) {
-        for (const auto& kv : v.dict->items) d.dict->set(kv.first, kv.second);
+      if (v.k == Value::K::kDict) {  // its keys are distinct already: copied as they are
+        c.budget.charge(v.dict->items.size() * sizeof(Value));
+        d.dict->items = v.dict->items;
       } else {
         std::vector<Value> items = iterate(c, c.budget.at, v);
         for (size_t i = 0; i < items.size(); ++i) {

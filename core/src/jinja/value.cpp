@@ -251,21 +251,41 @@ Value* Dict::find_str(std::string_view key) const {
       if (kv.first.k == Value::K::kString && kv.first.s == key) return &kv.second;
     return nullptr;
   }
-  if (indexed_ > items.size()) {  // items were cleared or replaced behind the index
-    index_.clear();
+  if (indexed_ > items.size() || slots_.size() < 2 * items.size()) {  // (re)build, at least twice as wide
+    size_t n = 32;
+    while (n < 4 * items.size()) n *= 2;
+    slots_.assign(n, 0);
     indexed_ = 0;
   }
-  for (; indexed_ < items.size(); ++indexed_)
-    if (items[indexed_].first.k == Value::K::kString) index_.emplace(items[indexed_].first.s, indexed_);
-  auto it = index_.find(std::string(key));
-  return it == index_.end() ? nullptr : &self->items[it->second].second;
+  const size_t mask = slots_.size() - 1;
+  auto slot_of = [&](std::string_view k, bool* found) {
+    size_t h = std::hash<std::string_view>{}(k) & mask;
+    while (slots_[h] != 0) {
+      if (items[slots_[h] - 1].first.s == k) {
+        *found = true;
+        return h;
+      }
+      h = (h + 1) & mask;
+    }
+    *found = false;
+    return h;
+  };
+  for (; indexed_ < items.size(); ++indexed_) {
+    if (items[indexed_].first.k != Value::K::kString) continue;
+    bool found = false;
+    const size_t h = slot_of(items[indexed_].first.s, &found);
+    if (!found) slots_[h] = static_cast<uint32_t>(indexed_ + 1);  // the first of equal keys wins
+  }
+  bool found = false;
+  const size_t h = slot_of(key, &found);
+  return found ? &self->items[slots_[h] - 1].second : nullptr;
 }
 
 const Value* Dict::find(std::string_view key) const { return find_str(key); }
 
 void Dict::clear() {
   items.clear();
-  index_.clear();
+  slots_.clear();
   indexed_ = 0;
 }
 

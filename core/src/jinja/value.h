@@ -17,7 +17,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -193,8 +192,9 @@ struct Dict {
 
  private:
   Value* find_str(std::string_view key) const;
-  mutable std::unordered_map<std::string, size_t> index_;  // string key -> position in items
-  mutable size_t indexed_ = 0;                             // items[0, indexed_) are in index_
+  // Open addressing over the string keys: 1 + their position in items, 0 for an empty slot.
+  mutable std::vector<uint32_t> slots_;
+  mutable size_t indexed_ = 0;  // items[0, indexed_) are in slots_
 };
 
 // Python's hash() would accept it: not a list, dict, iterator or view (a tuple of such neither).
