@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks that the exports families_test writes (one folder per case of
 tests/fixtures/gen_model_families.py) load in transformers as the family's *ForCausalLM, with
-weights identical to the fixture's (written by transformers itself) and the fixture's logits to
-1e-5 relative. ctest runs it as families_export_loads_in_transformers after model_test; without
+weights identical to the fixture's (written by transformers itself), the fixture's logits to
+1e-5 relative, and generate() giving ciuic's greedy tokens up to and including an EOS. ctest runs it as families_export_loads_in_transformers after model_test; without
 transformers in the venv it exits 77 (skipped).
 
     /work/main/.venv/bin/python tests/model/check_family_exports.py <folder holding the case folders>
@@ -57,7 +57,24 @@ def main() -> int:
             rel = ((got - expect).abs().max() / expect.abs().max()).item()
             if rel > 1e-5:
                 problems.append(f"logits differ by {rel:.2e}")
-            print(f"{case:10s} {type(ours).__name__:20s} logits {rel:.2e} {'; '.join(problems) or 'ok'}")
+            # generate() on the export (its KV cache, sliding layers included) gives ciuic's greedy
+            # tokens (Families.GreedyGenerationPastTheWindowMatchesFullForwards holds ciuic to the
+            # same fixture) and stops at an EOS (one of them).
+            prompt = want.get_tensor(f"{case}.generate.prompt")
+            new = want.get_tensor(f"{case}.generate.new_tokens")
+            # EOS: the token whose first appearance comes last (the longest generation that stops).
+            firsts = {}
+            for i, t in enumerate(new[0].tolist()):
+                firsts.setdefault(t, i)
+            eos = max(firsts, key=firsts.get)
+            with torch.no_grad():
+                gen = ours.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=8,
+                                    do_sample=False, eos_token_id=eos, pad_token_id=eos)[:, prompt.shape[1]:]
+            first = int((new[0] == eos).nonzero()[0])
+            if not torch.equal(gen, new[:, :first + 1]):
+                problems.append(f"generate() gave {gen.tolist()}, ciuic's greedy {new.tolist()} (eos {eos})")
+            print(f"{case:10s} {type(ours).__name__:20s} logits {rel:.2e}, generate {gen.shape[1]} tokens "
+                  f"{'; '.join(problems) or 'ok'}")
             bad += bool(problems)
     return 1 if bad else 0
 
