@@ -498,8 +498,12 @@ class Importer {
     // ZeRO-3's buckets (for the stage 3 mapping): the HF Trainer's rules, with a readable model.
     if (p == "zero_optimization.stage3_prefetch_bucket_size" || p == "zero_optimization.stage3_param_persistence_threshold") {
       const std::optional<int64_t> h = model_hidden_size();
-      if (!h) return std::nullopt;
       const bool prefetch = p == "zero_optimization.stage3_prefetch_bucket_size";
+      if (!h)
+        return prefetch ? Filled{5e7, "5e7", "DeepSpeed's default; the HF Trainer takes int(0.9 x hidden_size^2) of the "
+                                             "model, whose config.json is not readable here (give --set model.path=DIR)"}
+                        : Filled{1e5, "1e5", "DeepSpeed's default; the HF Trainer takes 10 x hidden_size of the model, "
+                                             "whose config.json is not readable here (give --set model.path=DIR)"};
       const auto v = prefetch ? static_cast<int64_t>(0.9 * static_cast<double>(*h) * static_cast<double>(*h)) : 10 * *h;
       return Filled{v, std::to_string(v),
                     (prefetch ? "int(0.9 x hidden_size^2)" : std::string("10 x hidden_size")) + ", hidden_size " +
