@@ -167,7 +167,7 @@ fi
 if [ "$want_fixtures" = 1 ]; then
   # The fixture generators use transformers and tokenizers; pip's resolver adds what the pins
   # above leave out.
-  # tensorboard: its event reader checks ciuic's event files (tests/train/read_tensorboard.py);
+  # tensorboard: its event reader checks ciuic's event files (tests/report/read_tensorboard.py);
   # measured: ~19 MB of wheels, 58 MB installed (tensorboard 12, its data server 20, grpcio 19,
   # protobuf, markdown, werkzeug, absl) -- too much for every CI run, where monitoring_test checks
   # the bytes against a committed file written by tensorboard instead.

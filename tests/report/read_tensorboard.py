@@ -5,7 +5,7 @@ dashboard uses) and compares every scalar with the expected.json written next to
 it as tensorboard_reads_ciuic_events after monitoring_test; without the package (CI's venv has only
 torch; scripts/setup-deps.sh --fixtures installs it) it exits 77, reported as skipped.
 
-    .venv/bin/python tests/train/read_tensorboard.py <folder with events.out.tfevents.* and expected.json>
+    .venv/bin/python tests/report/read_tensorboard.py <folder with events.out.tfevents.* and expected.json>
 """
 import json
 import math
