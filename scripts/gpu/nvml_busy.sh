@@ -6,5 +6,5 @@
 set -eu
 cd "$(dirname "$0")/../.."
 out=${TMPDIR:-/tmp}/ciuic-nvml-busy
-nvcc -O2 -std=c++17 -Icore/src -o "$out" scripts/gpu/nvml_busy.cu core/src/train/nvml.cpp -ldl
+nvcc -O2 -std=c++17 -Icore/src -Icore/include -o "$out" scripts/gpu/nvml_busy.cu core/src/train/nvml.cpp -ldl
 "$out"

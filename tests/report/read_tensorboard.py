@@ -6,7 +6,7 @@ it as tensorboard_reads_ciuic_events after monitoring_test. scripts/setup-deps.s
 installs the reader (tensorboard, protobuf, absl-py); without it the test exits 77, reported as
 skipped, except under CI=true, where it fails: CI reads back what it writes.
 
-    .venv/bin/python tests/train/read_tensorboard.py <folder with events.out.tfevents.* and expected.json>
+    .venv/bin/python tests/report/read_tensorboard.py <folder with events.out.tfevents.* and expected.json>
 """
 import json
 import math

@@ -15,9 +15,11 @@
 #include <cstdint>
 #include <string>
 
+#include <ciuic/export.h>
+
 namespace ciuic::train {
 
-class DeviceBusyMeter {
+class CIUIC_API DeviceBusyMeter {
  public:
   DeviceBusyMeter() = default;  // unavailable
   // The GPU with this PCI bus id ("0000:3B:00.0", as cudaDeviceGetPCIBusId gives it); an empty id

@@ -13,9 +13,9 @@
 //   3. step      norm -> skip -> clip -> update, as llm.c's loop: the sharding finishes the
 //                reductions and gives its squares, the core takes the global norm, the precision
 //                policy decides a skip, the core clips, the sharding applies the update
-//   4. report    metrics.jsonl (every rank's figures too) and the progress line (train/report.h);
-//                evaluation when due
-//                (train/evaluate.h); checkpoints when due (train/checkpoints.h)
+//   4. report    metrics.jsonl (every rank's own figures too: data wait, phases, memory, link)
+//                and the progress line (train/report.h); evaluation when due (train/evaluate.h);
+//                checkpoints when due (train/checkpoints.h)
 //
 // Loss normalisation is exact whatever the split into ranks and micro-batches: every micro-batch
 // contributes sum(token losses) / N, with N the label tokens of the whole global batch, and the
