@@ -7,6 +7,8 @@
 //   * recipe/ does not include registry/ (the registry depends on the recipe, not both ways);
 //   * the Jinja engine (jinja/) is a leaf: it includes only its own headers, <ciuic/error.h> and
 //     <ciuic/export.h>, the standard library and nlohmann/json; no LibTorch, no other engine folder;
+//   * the text metrics (score/) are a leaf: only their own headers, <ciuic/export.h> and the
+//     standard library; no LibTorch, no other engine folder, no JSON;
 //   * plan/ does not include train/ (the trainer calls the planner, not both ways);
 //   * every JSON parse is preceded by the depth check of ciuic/json.h;
 //   * the training loop fits on a screen;
@@ -114,7 +116,7 @@ TEST(Architecture, PluginsIncludeOnlyTheSdkAndTheirOwnFiles) {
           if (inc.find("..") != std::string::npos && inc.rfind("../common/", 0) != 0)
             bad.push_back(where + ": " + inc + " leaves the plugin's folder");
           for (const char* engine : {"recipe/", "registry/", "train/", "model/", "launch/", "tokenizer/", "jinja/",
-                                     "checkpoint/", "plan/", "app/", "base/", "sdk/", "schedule/"})
+                                     "checkpoint/", "plan/", "app/", "base/", "sdk/", "schedule/", "score/"})
             if (inc.rfind(engine, 0) == 0) bad.push_back(where + ": " + inc + " is an engine header");
         }
         if (std::regex_search(lines[i], m, angled)) {
@@ -138,24 +140,36 @@ TEST(Architecture, RecipeDoesNotIncludeRegistry) {
     for (const auto& l : lines_of(p)) EXPECT_FALSE(std::regex_search(l, include_registry)) << p << ": " << l;
 }
 
-TEST(Architecture, TheJinjaEngineIsALeafWithoutLibTorch) {
+// A leaf folder of the engine: its quoted includes are its own ("<folder>/..."), its angled ones
+// the standard library (no '/' and no '.') or one of `allowed`. Returns the files it read.
+static size_t expect_leaf(const std::string& folder, const std::vector<std::string>& allowed) {
   const std::regex include("^\\s*#\\s*include\\s*([\"<])([^\">]+)[\">]");
   size_t files = 0;
-  for (const fs::path& p : sources(kRoot / "core/src/jinja")) {
+  for (const fs::path& p : sources(kRoot / "core/src" / folder)) {
     ++files;
     const auto lines = lines_of(p);
     for (size_t i = 0; i < lines.size(); ++i) {
       std::smatch m;
       if (!std::regex_search(lines[i], m, include)) continue;
       const std::string inc = m[2];
-      const bool ok = m[1] == "\"" ? inc.rfind("jinja/", 0) == 0
-                                   : (inc == "ciuic/error.h" || inc == "ciuic/export.h" || inc == "nlohmann/json.hpp" ||
-                                      (inc.find('/') == std::string::npos && inc.find('.') == std::string::npos) ||
-                                      inc == "string.h");
+      const bool ok = m[1] == "\"" ? inc.rfind(folder + "/", 0) == 0
+                                   : (std::find(allowed.begin(), allowed.end(), inc) != allowed.end() ||
+                                      (inc.find('/') == std::string::npos && inc.find('.') == std::string::npos));
       EXPECT_TRUE(ok) << fs::relative(p, kRoot).string() << ":" << i + 1 << ": " << lines[i];
     }
   }
-  EXPECT_GE(files, 10u);
+  return files;
+}
+
+TEST(Architecture, TheJinjaEngineIsALeafWithoutLibTorch) {
+  EXPECT_GE(expect_leaf("jinja", {"ciuic/error.h", "ciuic/export.h", "nlohmann/json.hpp", "string.h"}), 10u);
+}
+
+// BLEU, ROUGE-L and percentiles (core/src/score/) are plain C++: the standard library and their own
+// headers (<ciuic/export.h> is CIUIC_API, a macro). A LibTorch or engine include would tie the
+// metrics to the trainer.
+TEST(Architecture, TheTextMetricsAreALeafWithoutLibTorch) {
+  EXPECT_GE(expect_leaf("score", {"ciuic/export.h"}), 6u);
 }
 
 // The trainer calls the planner (micro_batch_size = "auto", planned options); what both read from
