@@ -4,7 +4,7 @@
 #   scripts/setup-deps.sh --tests    also what the Python tests import (`make test`): pinned
 #                                    transformers and, so that `import torch` works, torch's own
 #                                    runtime wheels (nvidia-*, ~2.7 GB) on a machine without a GPU too
-#   scripts/setup-deps.sh --fixtures also tensorboard and transformers' optional dependencies
+#   scripts/setup-deps.sh --fixtures also tensorboard, sacrebleu, rouge-score and transformers' optional dependencies
 #                                    (fixture generators, the test that reads ciuic's event files)
 #   scripts/setup-deps.sh --fuzz     also clang with libFuzzer and llvm-symbolizer (the fuzzing in
 #                                    `make test` and `make fuzz`); fails when they cannot be had
@@ -171,8 +171,10 @@ if [ "$want_fixtures" = 1 ]; then
   # measured: ~19 MB of wheels, 58 MB installed (tensorboard 12, its data server 20, grpcio 19,
   # protobuf, markdown, werkzeug, absl) -- too much for every CI run, where monitoring_test checks
   # the bytes against a committed file written by tensorboard instead.
-  fx=(transformers==5.24.0 tensorboard)
-  if "$VENV/bin/python" -c "import tensorboard, typer" 2>/dev/null; then
+  # sacrebleu, rouge-score: tests/fixtures/gen_score.py (BLEU and ROUGE-L references; the fixture
+  # it writes is committed, so CI's score_test needs neither).
+  fx=(transformers==5.24.0 tensorboard sacrebleu==2.6.0 rouge-score==0.1.2)
+  if "$VENV/bin/python" -c "import tensorboard, typer, sacrebleu, rouge_score" 2>/dev/null; then
     say "ok: fixture packages (${fx[*]})"
   else
     say "installing fixture packages: ${fx[*]}"

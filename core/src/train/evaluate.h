@@ -1,4 +1,5 @@
-// Internal: evaluation during a run — the held-out loss and the exact match of greedy answers.
+// Internal: evaluation during a run — the held-out loss and the greedy answers to the held-out
+// questions: exact match, BLEU, ROUGE-L and response time ([train] eval_metrics; docs/metrics.md).
 //
 // Both are collective (every rank evaluates its part; sums are all-reduced) and run without
 // gradients. The Evaluator reads its settings from TrainOptions and writes its results through
@@ -42,6 +43,10 @@ class Evaluator {
 
  private:
   ExactMatchResult exact_match_all_ranks();
+  void append_local_figures(const std::vector<HeldOutQuestion>& mine, const ExactMatchResult& local,
+                            const std::vector<double>& ttft, const std::vector<double>& seconds,
+                            std::vector<double>& out) const;
+  std::vector<EvalFigure> figures_from_sums(const std::vector<double>& sums) const;
   Run& r_;
   std::vector<HeldOutQuestion> questions_;
   ExactMatchResult before_;
