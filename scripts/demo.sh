@@ -25,6 +25,10 @@ if em:
     if "bleu" in a:
         print(f"BLEU ({a.get('bleu_tokenize', '13a')}, sacrebleu's){'':4}{b.get('bleu', float('nan')):11.2f}   "
               f"{a['bleu']:14.2f}")
+        if a["bleu"] == 0 and a.get("bleu_precision_1", 0) > 0:
+            print(f"  (BLEU is 0 by sacrebleu's definition: the answers are single numbers, with no 2- to 4-grams;\n"
+                  f"   its 1-gram precision went {b.get('bleu_precision_1', float('nan')):.1f}% -> "
+                  f"{a['bleu_precision_1']:.1f}%)")
     if "rouge_l" in a:
         print(f"ROUGE-L F (rouge-score)  {b.get('rouge_l', float('nan')):15.4f}   {a['rouge_l']:14.4f}")
     if "ttft_median_s" in a:

@@ -186,7 +186,11 @@ std::vector<EvalFigure> Evaluator::figures_from_sums(const std::vector<double>& 
     st.ref_len = static_cast<int64_t>(g[i++]);
     for (auto& c : st.correct) c = static_cast<int64_t>(g[i++]);
     for (auto& c : st.total) c = static_cast<int64_t>(g[i++]);
-    f.push_back({"bleu", "BLEU (" + o.bleu_tokenize + ")", score::bleu_from_stats(st).score, "%.2f"});
+    const score::BleuScore b = score::bleu_from_stats(st);
+    f.push_back({"bleu", "BLEU (" + o.bleu_tokenize + ")", b.score, "%.2f"});
+    // Its 1-gram precision (sacrebleu's precisions[0]): one-word answers have no 2- to 4-grams,
+    // so their BLEU is 0 whatever they are, and this is then the figure that moves.
+    f.push_back({"bleu_precision_1", "BLEU 1-gram%", b.precisions[0], "%.2f"});
   }
   if (o.eval_rouge_l) {
     const double n = static_cast<double>(questions_.size());
