@@ -455,12 +455,10 @@ TEST(Cli, DryRunChecksTheEvalMetrics) {
   r = run(base + " --set train.bleu_tokenize=intl");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "bleu_tokenize")) << r.err;
-  r = run(base + " --set train.rouge_use_stemmer=true");
+  r = run(base + " --set train.rouge_use_stemmer=yes");
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "[train] rouge_use_stemmer = true: the Porter stemmer (rouge-score's use_stemmer) is not "
-                         "implemented"))
-      << r.err;
-  r = run(base + " --set 'train.eval_metrics=[\"rouge_l\"]' --set train.bleu_tokenize=zh");
+  EXPECT_TRUE(has(r.err, "rouge_use_stemmer")) << r.err;
+  r = run(base + " --set 'train.eval_metrics=[\"rouge_l\"]' --set train.bleu_tokenize=zh --set train.rouge_use_stemmer=true");
   EXPECT_EQ(r.code, 0) << r.err;
 }
 

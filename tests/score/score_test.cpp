@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "score/bleu.h"
+#include "score/porter.h"
 #include "score/rouge.h"
 #include "score/stats.h"
 #include "score/unicode.h"
@@ -114,6 +115,29 @@ TEST(Rouge, TokenizerAndScoresEqualRougeScores) {
     const std::string t = c["target"], p = c["prediction"];
     EXPECT_EQ(rouge_tokenize(t), c["tokens_target"].get<std::vector<std::string>>()) << show(t);
     const RougeScore s = rouge_l(t, p);
+    EXPECT_EQ(s.precision, c["precision"].get<double>()) << show(t) << " vs " << show(p);
+    EXPECT_EQ(s.recall, c["recall"].get<double>()) << show(t) << " vs " << show(p);
+    EXPECT_EQ(s.fmeasure, c["fmeasure"].get<double>()) << show(t) << " vs " << show(p);
+  }
+}
+
+TEST(Porter, StemsAsNltk) {
+  size_t n = 0, bad = 0;
+  for (const auto& c : cases()["porter"]) {
+    const std::string w = c[0], want = c[1];
+    const std::string got = porter_stem(w);
+    if (got != want && ++bad <= 20) ADD_FAILURE() << w << ": " << got << ", NLTK " << want;
+    ++n;
+  }
+  EXPECT_EQ(bad, 0u) << "of " << n;
+  EXPECT_GE(n, 2000u);
+}
+
+TEST(Rouge, WithTheStemmerEqualsRougeScores) {
+  for (const auto& c : cases()["rouge_stem"]) {
+    const std::string t = c["target"], p = c["prediction"];
+    EXPECT_EQ(rouge_tokenize(t, true), c["tokens_target"].get<std::vector<std::string>>()) << show(t);
+    const RougeScore s = rouge_l(t, p, true);
     EXPECT_EQ(s.precision, c["precision"].get<double>()) << show(t) << " vs " << show(p);
     EXPECT_EQ(s.recall, c["recall"].get<double>()) << show(t) << " vs " << show(p);
     EXPECT_EQ(s.fmeasure, c["fmeasure"].get<double>()) << show(t) << " vs " << show(p);

@@ -159,7 +159,7 @@ std::vector<SectionSpec> build_core_schema() {
       K("bleu_tokenize", kS, "\"13a\"", "BLEU tokenizer, sacrebleu's: 13a (its default), zh (Chinese), none")
           .choices("13a|zh|none"),
       K("rouge_use_stemmer", kB, "false",
-        "rouge-score's use_stemmer (Porter stemmer): not implemented, true is refused; ROUGE-L is unstemmed"),
+        "ROUGE-L as rouge-score's use_stemmer=True: tokens of more than 3 letters stemmed by NLTK's Porter stemmer"),
   }});
 
   v.push_back({"scheduler", "learning-rate schedule (DeepSpeed's names and meanings)", {

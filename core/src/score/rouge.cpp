@@ -6,15 +6,18 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "score/porter.h"
 #include "score/unicode.h"
 
 namespace ciuic::score {
 
-std::vector<std::string> rouge_tokenize(std::string_view text) {
+std::vector<std::string> rouge_tokenize(std::string_view text, bool use_stemmer) {
   std::vector<std::string> out;
   std::string cur;
   auto cut = [&] {
-    if (!cur.empty()) out.push_back(std::move(cur)), cur.clear();
+    if (cur.empty()) return;
+    out.push_back(use_stemmer && cur.size() > 3 ? porter_stem(std::move(cur)) : std::move(cur));
+    cur.clear();
   };
   for (char32_t c : decode_utf8(text)) {
     // str.lower() then [^a-z0-9]+ -> " ": only these code points lowercase to an ASCII letter or
@@ -29,8 +32,8 @@ std::vector<std::string> rouge_tokenize(std::string_view text) {
   return out;
 }
 
-RougeScore rouge_l(std::string_view target, std::string_view prediction) {
-  const auto t = rouge_tokenize(target), p = rouge_tokenize(prediction);
+RougeScore rouge_l(std::string_view target, std::string_view prediction, bool use_stemmer) {
+  const auto t = rouge_tokenize(target, use_stemmer), p = rouge_tokenize(prediction, use_stemmer);
   RougeScore r;
   if (t.empty() || p.empty()) return r;
   // Tokens as ids, then the LCS length with two rows of the table.
@@ -55,14 +58,15 @@ RougeScore rouge_l(std::string_view target, std::string_view prediction) {
   return r;
 }
 
-RougeScore rouge_l_mean(const std::vector<std::string>& targets, const std::vector<std::string>& predictions) {
+RougeScore rouge_l_mean(const std::vector<std::string>& targets, const std::vector<std::string>& predictions,
+                        bool use_stemmer) {
   if (targets.size() != predictions.size())
     throw std::invalid_argument("ROUGE-L: " + std::to_string(targets.size()) + " targets but " +
                                 std::to_string(predictions.size()) + " predictions");
   RougeScore m;
   if (targets.empty()) return m;
   for (size_t i = 0; i < targets.size(); ++i) {
-    const RougeScore s = rouge_l(targets[i], predictions[i]);
+    const RougeScore s = rouge_l(targets[i], predictions[i], use_stemmer);
     m.precision += s.precision, m.recall += s.recall, m.fmeasure += s.fmeasure;
   }
   const double n = static_cast<double>(targets.size());

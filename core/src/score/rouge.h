@@ -1,5 +1,5 @@
 // score/rouge.h — ROUGE-L as rouge-score computes it (Google's `rouge_score`,
-// RougeScorer(["rougeL"]) with its default tokenizer, without stemming).
+// RougeScorer(["rougeL"]) with its default tokenizer, and its Porter stemmer when asked).
 //
 // Tokenizer (rouge_score.tokenize): the text lowercased as Python's str.lower() does, every run
 // of characters other than a-z and 0-9 a separator (so only ASCII letters and digits make
@@ -7,8 +7,8 @@
 // ASCII "i" and "k" and count). ROUGE-L of one pair: the longest common subsequence of the
 // token lists, precision = LCS / prediction tokens, recall = LCS / target tokens, F = 2PR/(P+R);
 // all three 0 when either side has no token.
-// Stemming (rouge-score's use_stemmer, NLTK's Porter stemmer) is not implemented: the recipe
-// refuses [train] rouge_use_stemmer = true by name (docs/metrics.md).
+// With use_stemmer (rouge-score's use_stemmer=True), tokens longer than three characters are
+// stemmed by NLTK's Porter stemmer (score/porter.h) before the comparison.
 // Corpus figure: rouge_l_mean averages the pairs' scores (what `evaluate`'s "rouge" reports
 // with use_aggregator=False, then a mean; rouge-score itself scores pairs only).
 //
@@ -27,10 +27,11 @@ struct RougeScore {
   double precision = 0, recall = 0, fmeasure = 0;
 };
 
-CIUIC_API std::vector<std::string> rouge_tokenize(std::string_view text);
-CIUIC_API RougeScore rouge_l(std::string_view target, std::string_view prediction);
+CIUIC_API std::vector<std::string> rouge_tokenize(std::string_view text, bool use_stemmer = false);
+CIUIC_API RougeScore rouge_l(std::string_view target, std::string_view prediction, bool use_stemmer = false);
 // targets[i] against predictions[i]; the mean of each field (0s for no pair). Throws
 // std::invalid_argument when the two differ in number.
-CIUIC_API RougeScore rouge_l_mean(const std::vector<std::string>& targets, const std::vector<std::string>& predictions);
+CIUIC_API RougeScore rouge_l_mean(const std::vector<std::string>& targets, const std::vector<std::string>& predictions,
+                                  bool use_stemmer = false);
 
 }  // namespace ciuic::score

@@ -159,7 +159,7 @@ void Evaluator::append_local_figures(const std::vector<HeldOutQuestion>& mine, c
   if (o.eval_rouge_l) {
     double p = 0, r = 0, f = 0;
     for (size_t i = 0; i < mine.size(); ++i) {
-      const score::RougeScore s = score::rouge_l(mine[i].answer, local.answers[i]);
+      const score::RougeScore s = score::rouge_l(mine[i].answer, local.answers[i], o.rouge_use_stemmer);
       p += s.precision, r += s.recall, f += s.fmeasure;
     }
     out.insert(out.end(), {p, r, f});

@@ -40,9 +40,7 @@ void read_eval_metrics(const Config& t, TrainOptions& o) {
     }
   }
   o.bleu_tokenize = t.get_string("bleu_tokenize");
-  if (t.get_bool("rouge_use_stemmer"))
-    throw UsageError("[train] rouge_use_stemmer = true: the Porter stemmer (rouge-score's use_stemmer) is not "
-                     "implemented; ROUGE-L is computed without stemming, as rouge-score's default (set it false)");
+  o.rouge_use_stemmer = t.get_bool("rouge_use_stemmer");
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ struct TrainOptions {
   // bleu_tokenize: "13a" | "zh" | "none" (score/bleu.h)
   bool eval_bleu = true, eval_rouge_l = true, eval_response_time = true;
   std::string bleu_tokenize = "13a";
+  bool rouge_use_stemmer = false;  // rouge-score's use_stemmer (score/porter.h)
 
   // [optimizer] (the core's keys; the plugin's own options are read by the plugin)
   double lr = 0.0;
