@@ -185,6 +185,11 @@ TEST(RunReport, SelfContainedHtmlWithOneChartPerMetric) {
   EXPECT_NE(em.find("<tr><th>ROUGE-L F</th><td>0.25 → 0.5</td></tr>"), std::string::npos) << em;
   EXPECT_NE(em.find("<tr><th>time to first token, median (s)</th><td>- → 0.8</td></tr>"), std::string::npos) << em;
   EXPECT_EQ(em.find("answer tokens/s"), std::string::npos) << em;  // in neither record
+  // A "during" record (exact_match_every_steps) is no "after": a run stopped before its end.
+  const std::string during = render_html_report(
+      "{\"event\":\"exact_match\",\"when\":\"before\",\"step\":0,\"accuracy\":0.1,\"bleu\":18.5}\n"
+      "{\"event\":\"exact_match\",\"when\":\"during\",\"step\":5,\"accuracy\":0.3,\"bleu\":20.0}\n");
+  EXPECT_NE(during.find("<tr><th>BLEU</th><td>18.5 → -</td></tr>"), std::string::npos) << during;
 
   const std::string cpu = render_html_report(metrics_text(false));
   EXPECT_EQ(count(cpu, "<svg"), 4u);  // no MFU or memory on CPU runs

@@ -55,6 +55,17 @@ void Evaluator::before_training(int64_t step, Reporter& report) {
 void Evaluator::after_step(int64_t step, Reporter& report) {
   if (r_.opt.eval_every > 0 && (step % r_.opt.eval_every == 0 || step == r_.opt.max_steps))
     report.eval(step, held_out_loss());
+  // The held-out answers during training (the last step's are after_training's).
+  if (!questions_.empty() && r_.opt.exact_match_every > 0 && step % r_.opt.exact_match_every == 0 &&
+      step != r_.opt.max_steps) {
+    const ExactMatchResult now = exact_match_all_ranks();
+    report.exact_match("during", step, now);
+    std::string line = "exact match at step " + std::to_string(step) + ": " + std::to_string(now.correct) + "/" +
+                       std::to_string(now.total);
+    for (const EvalFigure& f : now.figures)
+      if (f.key == "bleu" || f.key == "rouge_l") line += ", " + f.label + " " + std::to_string(f.value);
+    report.message(line);
+  }
 }
 
 void Evaluator::after_training(int64_t step, Reporter& report) {

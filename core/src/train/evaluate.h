@@ -34,7 +34,8 @@ class Evaluator {
 
   // At the start of a run (step 0 of a fresh run): exact match "before" and the step-0 eval.
   void before_training(int64_t step, Reporter& report);
-  // After a step: the held-out loss when [train] eval_every_steps says so (and at the last step).
+  // After a step: the held-out loss when [train] eval_every_steps says so (and at the last step);
+  // the held-out answers' figures ("during") when [train] exact_match_every_steps says so.
   void after_step(int64_t step, Reporter& report);
   // At the end: exact match "after", with the before/after table.
   void after_training(int64_t step, Reporter& report);

@@ -244,7 +244,7 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
     } else if (event == "end") {
       end = r;
     } else if (event == "exact_match") {
-      (r.value("when", "") == "before" ? em_before : em_after) = r;
+      if (r.value("when", "") != "during") (r.value("when", "") == "before" ? em_before : em_after) = r;
     }
   }
   auto series = [&](const char* k) -> const Series* {

@@ -62,6 +62,7 @@ TrainOptions TrainOptions::from(const Recipe& recipe) {
   o.exact_match_file = resolve_input(t.get_string("exact_match_file"), recipe.dir());
   o.exact_match_limit = t.get_int("exact_match_limit");
   o.exact_match_max_new_tokens = t.get_int("exact_match_max_new_tokens");
+  o.exact_match_every = t.get_int("exact_match_every_steps");
   read_eval_metrics(t, o);
 
   const Config opt = recipe.section("optimizer");
