@@ -5,7 +5,8 @@
 #                                    transformers, tensorboard's event reader (the test that reads
 #                                    ciuic's event files) and, so that `import torch` works, torch's
 #                                    own runtime wheels (nvidia-*, ~2.7 GB) on a machine without a GPU too
-#   scripts/setup-deps.sh --fixtures also transformers' optional dependencies (fixture generators)
+#   scripts/setup-deps.sh --fixtures also sentencepiece, sacrebleu, rouge-score and transformers' optional
+#                                    dependencies (fixture generators)
 #   scripts/setup-deps.sh --fuzz     also clang with libFuzzer and llvm-symbolizer (the fuzzing in
 #                                    `make test` and `make fuzz`); fails when they cannot be had
 # Idempotent: a second run prints "ok" lines and changes nothing.
@@ -185,8 +186,10 @@ if [ "$want_fixtures" = 1 ]; then
   # tensorboard's writer); pip's resolver adds what the pins above leave out.
   # sentencepiece + protobuf: tests/fixtures/gen_tokenizer_spm.py trains SentencePiece models and
   # converts them with transformers' converters (which read the model's protobuf).
-  fx=(transformers==5.24.0 tensorboard sentencepiece protobuf)
-  if "$VENV/bin/python" -c "import tensorboard, typer, sentencepiece, google.protobuf" 2>/dev/null; then
+  # sacrebleu, rouge-score: tests/fixtures/gen_score.py (BLEU and ROUGE-L references; the fixture
+  # it writes is committed, so CI's score_test needs neither).
+  fx=(transformers==5.24.0 tensorboard sentencepiece protobuf sacrebleu==2.6.0 rouge-score==0.1.2)
+  if "$VENV/bin/python" -c "import tensorboard, typer, sentencepiece, google.protobuf, sacrebleu, rouge_score" 2>/dev/null; then
     say "ok: fixture packages (${fx[*]})"
   else
     say "installing fixture packages: ${fx[*]}"

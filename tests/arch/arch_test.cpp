@@ -7,6 +7,8 @@
 //   * recipe/ does not include registry/ (the registry depends on the recipe, not both ways);
 //   * the Jinja engine (jinja/) is a leaf: it includes only its own headers, <ciuic/error.h> and
 //     <ciuic/export.h>, the standard library and nlohmann/json; no LibTorch, no other engine folder;
+//   * the text metrics (score/) are a leaf: only their own headers, <ciuic/export.h> and the
+//     standard library; no LibTorch, no other engine folder, no JSON;
 //   * plan/ does not include train/ (the trainer calls the planner, not both ways);
 //   * the report formats (report/: metrics.jsonl, TensorBoard, the HTML report, per-rank records,
 //     the --watch view) are a leaf below the trainer: they include only their own headers, a few
@@ -118,7 +120,7 @@ TEST(Architecture, PluginsIncludeOnlyTheSdkAndTheirOwnFiles) {
           if (inc.find("..") != std::string::npos && inc.rfind("../common/", 0) != 0)
             bad.push_back(where + ": " + inc + " leaves the plugin's folder");
           for (const char* engine : {"recipe/", "registry/", "train/", "model/", "launch/", "tokenizer/", "jinja/",
-                                     "checkpoint/", "plan/", "app/", "base/", "sdk/", "schedule/"})
+                                     "checkpoint/", "plan/", "app/", "base/", "sdk/", "schedule/", "score/"})
             if (inc.rfind(engine, 0) == 0) bad.push_back(where + ": " + inc + " is an engine header");
         }
         if (std::regex_search(lines[i], m, angled)) {
@@ -177,6 +179,13 @@ TEST(Architecture, TheReportFormatsAreALeafBelowTheTrainer) {
   // And the loop's folder keeps no report format of its own.
   for (const char* moved : {"metrics.h", "tensorboard.h", "html_report.h"})
     EXPECT_FALSE(fs::exists(kRoot / "core/src/train" / moved)) << "core/src/train/" << moved << " belongs in core/src/report";
+}
+
+// BLEU, ROUGE-L and percentiles (core/src/score/) are plain C++: the standard library and their own
+// headers (<ciuic/export.h> is CIUIC_API, a macro). A LibTorch or engine include would tie the
+// metrics to the trainer.
+TEST(Architecture, TheTextMetricsAreALeafWithoutLibTorch) {
+  EXPECT_GE(expect_leaf("score", {"ciuic/export.h"}), 6u);
 }
 
 // The trainer calls the planner (micro_batch_size = "auto", planned options); what both read from

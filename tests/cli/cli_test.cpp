@@ -503,6 +503,25 @@ TEST(Cli, DryRunChecksTheExactMatchFile) {
   EXPECT_TRUE(has(r.out, "  exact match " + q.string() + ", 1 question(s)\n")) << r.out;
 }
 
+// Issue 33: the held-out evaluation's settings are checked by --dry-run, exit 2 naming the key.
+TEST(Cli, DryRunChecksTheEvalMetrics) {
+  const fs::path dir = test_dir();
+  const std::string base = write_recipe(dir, kAllTest) + " --plugin-path " + kGood + " --dry-run";
+  Result r = run(base + " --set 'train.eval_metrics=[\"bleu\", \"blue\"]'");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "[train] eval_metrics: \"blue\" is not a metric: expected exact_match, bleu, rouge_l or "
+                         "response_time; did you mean \"bleu\"?"))
+      << r.err;
+  r = run(base + " --set train.bleu_tokenize=intl");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "bleu_tokenize")) << r.err;
+  r = run(base + " --set train.rouge_use_stemmer=yes");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "rouge_use_stemmer")) << r.err;
+  r = run(base + " --set 'train.eval_metrics=[\"rouge_l\"]' --set train.bleu_tokenize=zh --set train.rouge_use_stemmer=true");
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
 // Plugins load only when the run uses them: --print-recipe with a plugin path holding a plugin the
 // recipe does not name runs none of its code (issue 27: every libciuic_*.so was loaded), and a
 // library there that is not a plugin is named in a warning.

@@ -94,6 +94,14 @@ TEST(TensorBoard, MetricsRecordsBecomeScalarsAndReadBack) {
   s = tensorboard_scalars(json{{"event", "exact_match"}, {"when", "after"}, {"step", 20}, {"accuracy", 0.4}}, &step);
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].first, "exact_match/accuracy_after");
+  // Issue 33: the held-out evaluation's other figures get the same suffix; "questions" none.
+  s = tensorboard_scalars(json{{"event", "exact_match"}, {"when", "before"}, {"step", 0}, {"bleu", 18.5},
+                               {"bleu_tokenize", "13a"}, {"questions", 200}, {"ttft_median_s", 1.2}},
+                          &step);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[0].first, "exact_match/bleu_before");
+  EXPECT_EQ(s[1].first, "exact_match/questions");
+  EXPECT_EQ(s[2].first, "exact_match/ttft_median_s_before");
   EXPECT_TRUE(tensorboard_scalars(json{{"event", "end"}, {"steps", 3}}, &step).empty());
 
   // A metrics log with TensorBoard on, as the trainer runs it; expected.json for the reader.
@@ -167,6 +175,21 @@ TEST(RunReport, SelfContainedHtmlWithOneChartPerMetric) {
   EXPECT_NE(html.find("Gradient norm (before clipping) — log scale"), std::string::npos);  // the 5000 spike
   EXPECT_NE(html.find("1 unreadable lines skipped"), std::string::npos);
   EXPECT_NE(html.find("4.805 → 1.328"), std::string::npos) << "loss summary";  // 4e^-0.05+1 -> 4e^-2.5+1
+
+  // Issue 33: the held-out evaluation's BLEU, ROUGE-L and response time, before -> after.
+  const std::string em = render_html_report(
+      "{\"event\":\"exact_match\",\"when\":\"before\",\"step\":0,\"accuracy\":0.1,\"bleu\":18.5,\"rouge_l\":0.25}\n"
+      "{\"event\":\"exact_match\",\"when\":\"after\",\"step\":9,\"accuracy\":0.5,\"bleu\":23.2,\"rouge_l\":0.5,"
+      "\"ttft_median_s\":0.8}\n");
+  EXPECT_NE(em.find("<tr><th>BLEU</th><td>18.5 → 23.2</td></tr>"), std::string::npos) << em;
+  EXPECT_NE(em.find("<tr><th>ROUGE-L F</th><td>0.25 → 0.5</td></tr>"), std::string::npos) << em;
+  EXPECT_NE(em.find("<tr><th>time to first token, median (s)</th><td>- → 0.8</td></tr>"), std::string::npos) << em;
+  EXPECT_EQ(em.find("answer tokens/s"), std::string::npos) << em;  // in neither record
+  // A "during" record (exact_match_every_steps) is no "after": a run stopped before its end.
+  const std::string during = render_html_report(
+      "{\"event\":\"exact_match\",\"when\":\"before\",\"step\":0,\"accuracy\":0.1,\"bleu\":18.5}\n"
+      "{\"event\":\"exact_match\",\"when\":\"during\",\"step\":5,\"accuracy\":0.3,\"bleu\":20.0}\n");
+  EXPECT_NE(during.find("<tr><th>BLEU</th><td>18.5 → -</td></tr>"), std::string::npos) << during;
 
   const std::string cpu = render_html_report(metrics_text(false));
   EXPECT_EQ(count(cpu, "<svg"), 4u);  // no MFU or memory on CPU runs

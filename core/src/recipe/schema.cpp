@@ -160,6 +160,16 @@ std::vector<SectionSpec> build_core_schema() {
       K("exact_match_file", kS, "\"\"", "chat JSONL of held-out questions: greedy answers are scored by exact match before and after training; \"\" = off"),
       K("exact_match_limit", kI, "0", "questions scored from exact_match_file; 0 = all").min(0),
       K("exact_match_max_new_tokens", kI, "32", "longest greedy answer generated").min(1),
+      K("exact_match_every_steps", kI, "0",
+        "also run the exact_match_file evaluation every N steps (records with when = \"during\"); 0 = only before and after").min(0),
+      K("eval_metrics", kSL, "[\"exact_match\", \"bleu\", \"rouge_l\", \"response_time\"]",
+        "what the exact_match_file evaluation reports: exact_match, bleu (corpus BLEU, sacrebleu's), rouge_l "
+        "(rouge-score's ROUGE-L F, mean over questions), response_time (time to first token and tokens/s per "
+        "answer, median and p90)"),
+      K("bleu_tokenize", kS, "\"13a\"", "BLEU tokenizer, sacrebleu's: 13a (its default), zh (Chinese), none")
+          .choices("13a|zh|none"),
+      K("rouge_use_stemmer", kB, "false",
+        "ROUGE-L as rouge-score's use_stemmer=True: tokens of more than 3 letters stemmed by NLTK's Porter stemmer"),
   }});
 
   v.push_back({"scheduler", "learning-rate schedule (DeepSpeed's names and meanings)", {

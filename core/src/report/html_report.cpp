@@ -321,7 +321,7 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
     } else if (event == "end") {
       end = r;
     } else if (event == "exact_match") {
-      (r.value("when", "") == "before" ? em_before : em_after) = r;
+      if (r.value("when", "") != "during") (r.value("when", "") == "before" ? em_before : em_after) = r;
     } else if (event == "rank" && has_step && r.contains("rank") && r["rank"].is_number_integer()) {
       const int64_t step = r["step"].get<int64_t>(), rank = r["rank"].get<int64_t>();
       for (auto it = r.begin(); it != r.end(); ++it)
@@ -356,6 +356,13 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
   if (!em_before.empty() || !em_after.empty()) {
     auto acc = [](const json& r) { return r.contains("accuracy") ? num(100 * r["accuracy"].get<double>(), 3) + "%" : std::string("-"); };
     row("exact match", acc(em_before) + " → " + acc(em_after));
+    // The other figures of the same records (train/evaluate.cpp), where the run computed them.
+    for (const auto& [k, label] : std::initializer_list<std::pair<const char*, const char*>>{
+             {"bleu", "BLEU"}, {"rouge_l", "ROUGE-L F"}, {"ttft_median_s", "time to first token, median (s)"},
+             {"answer_tokens_per_s_median", "answer tokens/s, median"}}) {
+      auto v = [&](const json& r) { return r.contains(k) && r[k].is_number() ? num(r[k].get<double>(), 4) : std::string("-"); };
+      if (em_before.contains(k) || em_after.contains(k)) row(label, v(em_before) + " → " + v(em_after));
+    }
   }
   if (!end.empty()) {
     if (end.contains("tokens_per_s")) row("tokens/s (whole run)", num(end["tokens_per_s"].get<double>()));

@@ -79,7 +79,7 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::
     else continue;
     std::string name = k;
     if (event == "eval" && name.rfind("eval_", 0) == 0) name = name.substr(5);
-    if (event == "exact_match" && name == "accuracy") name += "_" + record.value("when", std::string());
+    if (event == "exact_match" && name != "questions") name += "_" + record.value("when", std::string());
     out.emplace_back(prefix + name, v);
   }
   return out;

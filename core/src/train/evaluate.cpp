@@ -1,6 +1,8 @@
 // The Evaluator (train/evaluate.h).
 #include "train/evaluate.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -11,8 +13,11 @@
 #include <ciuic/error.h>
 #include <ciuic/log.h>
 
-#include "train/report.h"
+#include "score/bleu.h"
+#include "score/rouge.h"
+#include "score/stats.h"
 #include "sdk/printable.h"
+#include "train/report.h"
 
 namespace ciuic::train {
 
@@ -50,6 +55,17 @@ void Evaluator::before_training(int64_t step, Reporter& report) {
 void Evaluator::after_step(int64_t step, Reporter& report) {
   if (r_.opt.eval_every > 0 && (step % r_.opt.eval_every == 0 || step == r_.opt.max_steps))
     report.eval(step, held_out_loss());
+  // The held-out answers during training (the last step's are after_training's).
+  if (!questions_.empty() && r_.opt.exact_match_every > 0 && step % r_.opt.exact_match_every == 0 &&
+      step != r_.opt.max_steps) {
+    const ExactMatchResult now = exact_match_all_ranks();
+    report.exact_match("during", step, now);
+    std::string line = "exact match at step " + std::to_string(step) + ": " + std::to_string(now.correct) + "/" +
+                       std::to_string(now.total);
+    for (const EvalFigure& f : now.figures)
+      if (f.key == "bleu" || f.key == "rouge_l") line += ", " + f.label + " " + std::to_string(f.value);
+    report.message(line);
+  }
 }
 
 void Evaluator::after_training(int64_t step, Reporter& report) {
@@ -83,19 +99,34 @@ EvalResult Evaluator::held_out_loss() {
   return e;
 }
 
-// Each rank answers every world_size-th question; counts (overall and per category) are summed
-// across ranks.
+// Each rank answers every world_size-th question; counts (overall and per category), BLEU's
+// statistics and ROUGE-L's sums are summed across ranks, and each question's response time is
+// summed into its own place (zeros elsewhere), so every rank has all of them for the percentiles.
 ExactMatchResult Evaluator::exact_match_all_ranks() {
+  using Clock = std::chrono::steady_clock;
   c10::NoGradGuard no_grad;
+  const TrainOptions& o = r_.opt;
   std::vector<HeldOutQuestion> mine;
   for (size_t i = r_.ctx.rank; i < questions_.size(); i += r_.ctx.world_size) mine.push_back(questions_[i]);
   const std::optional<int32_t> stop = r_.tokenizer->eos_id();
+  // Response time: generate_greedy returns all ids at once (no streaming callback), so the time
+  // to first token is measured as a one-token generation of the same prompt (prefill and one
+  // step), and tokens/s as the answer's ids over its whole generation (docs/metrics.md).
+  std::vector<double> ttft, seconds;
   ExactMatchResult local = exact_match(
       mine, *r_.tokenizer, *r_.chat_template,
       [&](const std::vector<int32_t>& prompt, int64_t max_new) {
-        return r_.model->generate_greedy(prompt, max_new, stop);
+        if (o.eval_response_time) {
+          const auto t0 = Clock::now();
+          (void)r_.model->generate_greedy(prompt, 1, stop);
+          ttft.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        }
+        const auto t0 = Clock::now();
+        std::vector<int32_t> ids = r_.model->generate_greedy(prompt, max_new, stop);
+        seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+        return ids;
       },
-      r_.opt.exact_match_max_new_tokens);
+      o.exact_match_max_new_tokens);
   std::set<std::string> cats;
   for (const auto& q : questions_) cats.insert(q.category);
   std::vector<double> counts = {static_cast<double>(local.correct), static_cast<double>(local.total)};
@@ -104,6 +135,8 @@ ExactMatchResult Evaluator::exact_match_all_ranks() {
     counts.push_back(it == local.by_category.end() ? 0.0 : static_cast<double>(it->second.first));
     counts.push_back(it == local.by_category.end() ? 0.0 : static_cast<double>(it->second.second));
   }
+  const size_t figures_at = counts.size();
+  append_local_figures(mine, local, ttft, seconds, counts);
   const std::vector<double> g = all_sum(*r_.comm, counts);
   ExactMatchResult all;
   all.correct = static_cast<int64_t>(g[0]);
@@ -114,7 +147,79 @@ ExactMatchResult Evaluator::exact_match_all_ranks() {
     i += 2;
   }
   all.mistakes = local.mistakes;
+  all.figures = figures_from_sums(std::vector<double>(g.begin() + static_cast<std::ptrdiff_t>(figures_at), g.end()));
   return all;
+}
+
+// This rank's part of the figures, appended to `out` (summed across ranks next): BLEU's
+// statistics (sys_len, ref_len, correct[4], total[4]), ROUGE-L's (P, R, F) sums, then for every
+// question of the file its time to first token and tokens/s (0 where another rank answered it).
+void Evaluator::append_local_figures(const std::vector<HeldOutQuestion>& mine, const ExactMatchResult& local,
+                                     const std::vector<double>& ttft, const std::vector<double>& seconds,
+                                     std::vector<double>& out) const {
+  const TrainOptions& o = r_.opt;
+  if (o.eval_bleu) {
+    const score::BleuTokenize tok = *score::bleu_tokenize_from_name(o.bleu_tokenize);  // the schema checked it
+    score::BleuStats st;
+    for (size_t i = 0; i < mine.size(); ++i) st.add(score::bleu_segment(local.answers[i], {mine[i].answer}, tok));
+    out.push_back(static_cast<double>(st.sys_len));
+    out.push_back(static_cast<double>(st.ref_len));
+    for (int64_t c : st.correct) out.push_back(static_cast<double>(c));
+    for (int64_t c : st.total) out.push_back(static_cast<double>(c));
+  }
+  if (o.eval_rouge_l) {
+    double p = 0, r = 0, f = 0;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const score::RougeScore s = score::rouge_l(mine[i].answer, local.answers[i], o.rouge_use_stemmer);
+      p += s.precision, r += s.recall, f += s.fmeasure;
+    }
+    out.insert(out.end(), {p, r, f});
+  }
+  if (o.eval_response_time) {
+    const size_t n = questions_.size(), at = out.size();
+    out.resize(at + 2 * n, 0.0);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const size_t i = static_cast<size_t>(r_.ctx.rank) + k * static_cast<size_t>(r_.ctx.world_size);
+      out[at + i] = ttft[k];
+      out[at + n + i] = static_cast<double>(local.generated[k]) / std::max(seconds[k], 1e-9);
+    }
+  }
+}
+
+// The figures of summed append_local_figures parts.
+std::vector<EvalFigure> Evaluator::figures_from_sums(const std::vector<double>& g) const {
+  const TrainOptions& o = r_.opt;
+  std::vector<EvalFigure> f;
+  size_t i = 0;
+  if (o.eval_bleu) {
+    score::BleuStats st;
+    st.sys_len = static_cast<int64_t>(g[i++]);
+    st.ref_len = static_cast<int64_t>(g[i++]);
+    for (auto& c : st.correct) c = static_cast<int64_t>(g[i++]);
+    for (auto& c : st.total) c = static_cast<int64_t>(g[i++]);
+    const score::BleuScore b = score::bleu_from_stats(st);
+    f.push_back({"bleu", "BLEU (" + o.bleu_tokenize + ")", b.score, "%.2f"});
+    // Its 1-gram precision (sacrebleu's precisions[0]): one-word answers have no 2- to 4-grams,
+    // so their BLEU is 0 whatever they are, and this is then the figure that moves.
+    f.push_back({"bleu_precision_1", "BLEU 1-gram%", b.precisions[0], "%.2f"});
+  }
+  if (o.eval_rouge_l) {
+    const double n = static_cast<double>(questions_.size());
+    f.push_back({"rouge_l", "ROUGE-L F", g[i + 2] / n, "%.4f"});
+    f.push_back({"rouge_l_precision", "ROUGE-L P", g[i] / n, "%.4f"});
+    f.push_back({"rouge_l_recall", "ROUGE-L R", g[i + 1] / n, "%.4f"});
+    i += 3;
+  }
+  if (o.eval_response_time) {
+    const auto n = static_cast<std::ptrdiff_t>(questions_.size());
+    const std::vector<double> ttft(g.begin() + static_cast<std::ptrdiff_t>(i), g.begin() + static_cast<std::ptrdiff_t>(i) + n);
+    const std::vector<double> tps(g.begin() + static_cast<std::ptrdiff_t>(i) + n, g.begin() + static_cast<std::ptrdiff_t>(i) + 2 * n);
+    f.push_back({"ttft_median_s", "TTFT p50 s", score::percentile(ttft, 50), "%.4f"});
+    f.push_back({"ttft_p90_s", "TTFT p90 s", score::percentile(ttft, 90), "%.4f"});
+    f.push_back({"answer_tokens_per_s_median", "tok/s p50", score::percentile(tps, 50), "%.1f"});
+    f.push_back({"answer_tokens_per_s_p90", "tok/s p90", score::percentile(tps, 90), "%.1f"});
+  }
+  return f;
 }
 
 }  // namespace ciuic::train

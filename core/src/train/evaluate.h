@@ -1,4 +1,5 @@
-// Internal: evaluation during a run — the held-out loss and the exact match of greedy answers.
+// Internal: evaluation during a run — the held-out loss and the greedy answers to the held-out
+// questions: exact match, BLEU, ROUGE-L and response time ([train] eval_metrics; docs/metrics.md).
 //
 // Both are collective (every rank evaluates its part; sums are all-reduced) and run without
 // gradients. The Evaluator reads its settings from TrainOptions and writes its results through
@@ -33,7 +34,8 @@ class Evaluator {
 
   // At the start of a run (step 0 of a fresh run): exact match "before" and the step-0 eval.
   void before_training(int64_t step, Reporter& report);
-  // After a step: the held-out loss when [train] eval_every_steps says so (and at the last step).
+  // After a step: the held-out loss when [train] eval_every_steps says so (and at the last step);
+  // the held-out answers' figures ("during") when [train] exact_match_every_steps says so.
   void after_step(int64_t step, Reporter& report);
   // At the end: exact match "after", with the before/after table.
   void after_training(int64_t step, Reporter& report);
@@ -42,6 +44,10 @@ class Evaluator {
 
  private:
   ExactMatchResult exact_match_all_ranks();
+  void append_local_figures(const std::vector<HeldOutQuestion>& mine, const ExactMatchResult& local,
+                            const std::vector<double>& ttft, const std::vector<double>& seconds,
+                            std::vector<double>& out) const;
+  std::vector<EvalFigure> figures_from_sums(const std::vector<double>& sums) const;
   Run& r_;
   std::vector<HeldOutQuestion> questions_;
   ExactMatchResult before_;

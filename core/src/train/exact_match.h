@@ -20,9 +20,14 @@
 // Matching: the generated ids are cut at the tokenizer's EOS, decoded without special tokens and
 // trimmed of white space at both ends; the answer must then be equal, byte for byte.
 //
+// The replies as compared (ExactMatchResult::answers) are what the trainer's other figures score
+// (BLEU, ROUGE-L: core/src/score; response time), which it adds as EvalFigures; format_table
+// shows them below the accuracy, before vs after.
+//
 // Threading: load_held_out and exact_match are reentrant; the callback is called from the caller's
 // thread, one question at a time. Failure: load_held_out throws ciuic::Error naming file:line for
-// a malformed line or one without an assistant message; exact_match propagates the callback's
+// a malformed line, one without an assistant message, an "answer" or "category" that is not a
+// string, or an empty (white-space only) expected answer; exact_match propagates the callback's
 // exceptions.
 #pragma once
 
@@ -56,8 +61,19 @@ struct HeldOutQuestion {
 // is accepted too: the prompt is cut off). It may stop early (e.g. at EOS).
 using GenerateFn = std::function<std::vector<int32_t>(const std::vector<int32_t>& prompt_ids, int64_t max_new_tokens)>;
 
+// One more figure of an evaluation (BLEU, ROUGE-L, response time: train/evaluate.cpp computes
+// them over all ranks): its metrics.jsonl key, its row label in format_table and printf format.
+struct EvalFigure {
+  std::string key, label;
+  double value = 0;
+  const char* format = "%.3f";
+};
+
 struct ExactMatchResult {
   int64_t total = 0, correct = 0;
+  std::vector<std::string> answers;  // per question, in order: the reply as compared (decoded, trimmed)
+  std::vector<int64_t> generated;    // per question: the ids generate returned (new ones, EOS included)
+  std::vector<EvalFigure> figures;   // the evaluation's other figures, set by its caller
   double accuracy() const { return total ? static_cast<double>(correct) / total : 0.0; }
   std::map<std::string, std::pair<int64_t, int64_t>> by_category;  // category -> (correct, total)
   std::vector<std::string> mistakes;  // the first few: "<question> -> got '<x>', expected '<y>'"
@@ -93,9 +109,16 @@ inline std::vector<HeldOutQuestion> load_held_out(const std::string& path) {
       if (role == "prompter") role = "user";
       q.prompt.push_back({role, msgs[i]["content"].get<std::string>()});
     }
-    q.answer = j.contains("answer") && j["answer"].is_string() ? j["answer"].get<std::string>()
-                                                               : msgs[prompt_end]["content"].get<std::string>();
-    if (j.contains("category") && j["category"].is_string()) q.category = j["category"].get<std::string>();
+    if (j.contains("answer") && !j["answer"].is_string())
+      throw Error(where + ": \"answer\" must be a string (the expected reply)");
+    if (j.contains("category") && !j["category"].is_string())
+      throw Error(where + ": \"category\" must be a string");
+    q.answer = j.contains("answer") ? j["answer"].get<std::string>() : msgs[prompt_end]["content"].get<std::string>();
+    // An empty reference scores nothing (BLEU counts no n-gram of it, ROUGE-L is 0 against it)
+    // and a trimmed answer never equals it but for an empty reply: refused, not silently kept.
+    if (q.answer.find_first_not_of(" \t\r\n") == std::string::npos)
+      throw Error(where + ": the expected answer is empty (\"answer\" or the last assistant message): nothing to score against");
+    if (j.contains("category")) q.category = j["category"].get<std::string>();
     out.push_back(std::move(q));
   }
   return out;
@@ -120,6 +143,7 @@ inline ExactMatchResult exact_match(const std::vector<HeldOutQuestion>& question
     std::vector<int32_t> gen = generate(prompt, max_new_tokens);
     if (gen.size() >= prompt.size() && std::equal(prompt.begin(), prompt.end(), gen.begin()))
       gen.erase(gen.begin(), gen.begin() + static_cast<std::ptrdiff_t>(prompt.size()));
+    r.generated.push_back(static_cast<int64_t>(gen.size()));
     if (eos)
       for (size_t i = 0; i < gen.size(); ++i)
         if (gen[i] == *eos) {
@@ -128,6 +152,7 @@ inline ExactMatchResult exact_match(const std::vector<HeldOutQuestion>& question
         }
     const std::string got = trim_spaces(tok.decode(gen, true));
     const bool ok = got == q.answer;
+    r.answers.push_back(got);
     ++r.total;
     r.correct += ok;
     auto& c = r.by_category[q.category];
@@ -167,6 +192,20 @@ inline std::string format_table(const ExactMatchResult& before, const ExactMatch
   std::snprintf(line, sizeof line, "  %-12s %-18s %-18s\n", "all", cell({before.correct, before.total}).c_str(),
                 cell({after.correct, after.total}).c_str());
   out += line;
+  // The other figures, in the order "after" has them; "-" where one side lacks a figure.
+  for (const EvalFigure& f : after.figures.empty() ? before.figures : after.figures) {
+    auto value = [&](const ExactMatchResult& r) {
+      for (const EvalFigure& g : r.figures)
+        if (g.key == f.key) {
+          char b[48];
+          std::snprintf(b, sizeof b, g.format, g.value);
+          return std::string(b);
+        }
+      return std::string("-");
+    };
+    std::snprintf(line, sizeof line, "  %-12s %-18s %-18s\n", f.label.c_str(), value(before).c_str(), value(after).c_str());
+    out += line;
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <ciuic/config.h>
 #include <ciuic/error.h>
 
+#include "base/text.h"
 #include "recipe/recipe.h"
 
 namespace fs = std::filesystem;
@@ -20,6 +21,29 @@ checkpoint::RunPaths TrainOptions::run_paths() const {
   p.hf_dir = hf_dir;
   return p;
 }
+
+namespace {
+
+// [train] eval_metrics, bleu_tokenize, rouge_use_stemmer: a bad value is a usage error naming the key.
+void read_eval_metrics(const Config& t, TrainOptions& o) {
+  const std::vector<std::string> known = {"exact_match", "bleu", "rouge_l", "response_time"};
+  o.eval_bleu = o.eval_rouge_l = o.eval_response_time = false;
+  for (const std::string& m : t.get_string_list("eval_metrics")) {
+    if (m == "exact_match") continue;  // always reported (the record's accuracy)
+    if (m == "bleu") o.eval_bleu = true;
+    else if (m == "rouge_l") o.eval_rouge_l = true;
+    else if (m == "response_time") o.eval_response_time = true;
+    else {
+      std::string msg = "[train] eval_metrics: \"" + m + "\" is not a metric: expected exact_match, bleu, rouge_l or response_time";
+      if (const std::string near = text::closest(m, known); !near.empty()) msg += "; did you mean \"" + near + "\"?";
+      throw UsageError(msg);
+    }
+  }
+  o.bleu_tokenize = t.get_string("bleu_tokenize");
+  o.rouge_use_stemmer = t.get_bool("rouge_use_stemmer");
+}
+
+}  // namespace
 
 TrainOptions TrainOptions::from(const Recipe& recipe) {
   TrainOptions o;
@@ -38,6 +62,8 @@ TrainOptions TrainOptions::from(const Recipe& recipe) {
   o.exact_match_file = resolve_input(t.get_string("exact_match_file"), recipe.dir());
   o.exact_match_limit = t.get_int("exact_match_limit");
   o.exact_match_max_new_tokens = t.get_int("exact_match_max_new_tokens");
+  o.exact_match_every = t.get_int("exact_match_every_steps");
+  read_eval_metrics(t, o);
 
   const Config opt = recipe.section("optimizer");
   o.lr = opt.get_float("lr");

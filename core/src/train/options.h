@@ -40,6 +40,12 @@ struct TrainOptions {
   std::string exact_match_file;  // resolved against the recipe's folder; "" = off
   int64_t exact_match_limit = 0;
   int64_t exact_match_max_new_tokens = 0;
+  int64_t exact_match_every = 0;  // exact_match_every_steps; 0 = before and after only
+  // [train] eval_metrics, each a flag ("exact_match" is always on: it costs nothing more);
+  // bleu_tokenize: "13a" | "zh" | "none" (score/bleu.h)
+  bool eval_bleu = true, eval_rouge_l = true, eval_response_time = true;
+  std::string bleu_tokenize = "13a";
+  bool rouge_use_stemmer = false;  // rouge-score's use_stemmer (score/porter.h)
 
   // [optimizer] (the core's keys; the plugin's own options are read by the plugin)
   double lr = 0.0;

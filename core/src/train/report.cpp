@@ -196,8 +196,12 @@ void Reporter::exact_match(const char* when, int64_t step, const ExactMatchResul
   if (!rank0_) return;
   nlohmann::json cats = nlohmann::json::object();
   for (const auto& [c, v] : em.by_category) cats[c] = v.second ? double(v.first) / v.second : 0.0;
-  metrics_.write({{"event", "exact_match"}, {"when", when}, {"step", step},
-                  {"accuracy", em.accuracy()}, {"questions", em.total}, {"by_category", cats}});
+  nlohmann::json rec = {{"event", "exact_match"}, {"when", when}, {"step", step},
+                         {"accuracy", em.accuracy()}, {"questions", em.total}, {"by_category", cats}};
+  // BLEU, ROUGE-L, response time (train/evaluate.cpp; docs/metrics.md).
+  for (const EvalFigure& f : em.figures) rec[f.key] = f.value;
+  if (rec.contains("bleu")) rec["bleu_tokenize"] = r_.opt.bleu_tokenize;
+  metrics_.write(rec);
 }
 
 void Reporter::message(const std::string& line) {

@@ -102,6 +102,46 @@ TEST(DemoEval, MalformedHeldOutFileNamesTheLine) {
   }
 }
 
+// Issue 33: an expected answer that is not a string, or empty, and a category that is not a
+// string, are refused naming the line (before: a non-string "answer" without an assistant
+// message indexed past the messages array; an empty one was kept and scored as nothing).
+TEST(DemoEval, HeldOutAnswersMustBeNonEmptyStrings) {
+  const std::string dir = temp_dir("demo_bad_answers");
+  const std::string ok = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": \"1\"}\n";
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": 5}", "\"answer\" must be a string"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": \" \\t\"}", "the expected answer is empty"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"\"}]}",
+       "the expected answer is empty"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": \"1\", \"category\": 3}",
+       "\"category\" must be a string"},
+  };
+  for (const auto& [line, want] : bad) {
+    write_file(dir + "/e.jsonl", ok + line + "\n");
+    const std::string m = message_of([&] { train::load_held_out(dir + "/e.jsonl"); });
+    EXPECT_NE(m.find("e.jsonl:2: " + want), std::string::npos) << line << " -> " << m;
+  }
+}
+
+// The replies as compared are kept for the other figures, and format_table shows those figures.
+TEST(DemoEval, RepliesAndFiguresReachTheTable) {
+  auto tok = load_tokenizer(kTokenizer);
+  auto tmpl = make_chat_template("plain", *tok);
+  auto questions = train::load_held_out(kDemoFixtures + "/eval.jsonl");
+  auto zero = [&](const std::vector<int32_t>&, int64_t) { return tok->encode(" 0", false); };
+  train::ExactMatchResult z = train::exact_match(questions, *tok, *tmpl, zero, 8, 10);
+  ASSERT_EQ(z.answers.size(), 10u);
+  ASSERT_EQ(z.generated.size(), 10u);
+  EXPECT_EQ(z.answers[0], "0");
+  EXPECT_EQ(z.generated[0], static_cast<int64_t>(tok->encode(" 0", false).size()));
+  train::ExactMatchResult after = z;
+  z.figures = {{"bleu", "BLEU (13a)", 3.5, "%.2f"}};
+  after.figures = {{"bleu", "BLEU (13a)", 61.25, "%.2f"}, {"ttft_median_s", "TTFT p50 s", 0.01, "%.4f"}};
+  const std::string table = train::format_table(z, after);
+  EXPECT_NE(table.find("BLEU (13a)   3.50               61.25"), std::string::npos) << table;
+  EXPECT_NE(table.find("TTFT p50 s   -                  0.0100"), std::string::npos) << table;
+}
+
 // exact_match_file is read like every text input: a regular file, bounded (issue 16 item 3).
 TEST(DemoEval, HeldOutFileMustBeARegularFile) {
   for (const std::string p : {"/dev/zero", "/dev/null"}) {
