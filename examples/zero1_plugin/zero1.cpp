@@ -15,20 +15,20 @@
 
 namespace {
 
-const ciuic::OptionSpec kOptions[] = {
-    {"reduce_bucket_size", ciuic::OptionType::kFloat, "5e8",
-     "elements per gradient bucket (one all-reduce and one all-gather each)", 1, NAN},
-    {"overlap_comm", ciuic::OptionType::kBool, "true",
-     "launch each bucket's all-reduce as soon as backward completes it"},
-    {"grad_accumulation", ciuic::OptionType::kString, "\"reduce_each\"",
+// The bucket options the kit reads (ciuic::BucketSharding::OptionDecls), declared with this
+// strategy's defaults and help, and listed as its options.
+constexpr ciuic::BucketSharding::OptionDecls kBucket{
+    {"reduce_bucket_size", "5e8", "elements per gradient bucket (one all-reduce and one all-gather each)", 1, NAN},
+    {"overlap_comm", "true", "launch each bucket's all-reduce as soon as backward completes it"},
+    {"grad_accumulation", "\"reduce_each\"",
      "reduce_each: reduce every micro-batch into the optimizer's gradient shard; no_sync: "
      "accumulate locally and reduce after the last",
-     NAN, NAN, "reduce_each|no_sync"},
-};
+     NAN, NAN, "reduce_each|no_sync"}};
+const ciuic::OptionSpec kOptions[] = {kBucket.reduce_bucket_size, kBucket.overlap_comm, kBucket.grad_accumulation};
 
 class Zero1 final : public ciuic::BucketSharding {
  public:
-  Zero1(const ciuic::Config& cfg, const ciuic::RunContext& ctx) : BucketSharding(with_world(options_from(cfg), ctx)) {}
+  Zero1(const ciuic::Config& cfg, const ciuic::RunContext& ctx) : BucketSharding(with_world(options_from(cfg, kBucket), ctx)) {}
 
  protected:
   std::unique_ptr<ciuic::Work> reduce(at::Tensor& packed, at::Tensor& /*out = packed*/) override {
@@ -57,7 +57,7 @@ class Zero1 final : public ciuic::BucketSharding {
 
 // The planner's answer: the kit's accounting, with reductions in place (no chunk buffers).
 void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
-  ciuic::BucketSharding::plan_buckets(cfg, p, /*shards=*/p.world_size, /*chunk_buffers=*/false);
+  ciuic::BucketSharding::plan_buckets(cfg, kBucket, p, /*shards=*/p.world_size, /*chunk_buffers=*/false);
 }
 
 }  // namespace

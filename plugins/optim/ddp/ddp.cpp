@@ -8,18 +8,16 @@
 
 namespace {
 
-const ciuic::OptionSpec kOptions[] = {
-    {"reduce_bucket_size", ciuic::OptionType::kFloat, "2.5e7",
-     "elements per gradient bucket (one all-reduce each)", 1, NAN},
-    {"overlap_comm", ciuic::OptionType::kBool, "true",
-     "launch each bucket's all-reduce as soon as backward completes it"},
-    ciuic::BucketSharding::accumulation_option("\"no_sync\""),
-    ciuic::BucketSharding::kLocalAccumulationOption,
-};
+constexpr ciuic::BucketSharding::OptionDecls kBucket{
+    {"reduce_bucket_size", "2.5e7", "elements per gradient bucket (one all-reduce each)", 1, NAN},
+    {"overlap_comm", "true", "launch each bucket's all-reduce as soon as backward completes it"},
+    ciuic::BucketSharding::accumulation_option("\"no_sync\"")};
+const ciuic::OptionSpec kOptions[] = {kBucket.reduce_bucket_size, kBucket.overlap_comm, kBucket.grad_accumulation,
+                                      ciuic::BucketSharding::kLocalAccumulationOption};
 
 class Ddp final : public ciuic::BucketSharding {
  public:
-  explicit Ddp(const ciuic::Config& cfg) : BucketSharding(options_from(cfg)) {}
+  explicit Ddp(const ciuic::Config& cfg) : BucketSharding(options_from(cfg, kBucket)) {}
 
  protected:
   std::unique_ptr<ciuic::Work> reduce(at::Tensor& packed, at::Tensor& /*out = packed*/) override {
@@ -30,7 +28,7 @@ class Ddp final : public ciuic::BucketSharding {
 };
 
 void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
-  ciuic::BucketSharding::plan_buckets(cfg, p, /*shards=*/1, /*chunk_buffers=*/false);
+  ciuic::BucketSharding::plan_buckets(cfg, kBucket, p, /*shards=*/1, /*chunk_buffers=*/false);
 }
 
 }  // namespace

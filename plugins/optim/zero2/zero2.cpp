@@ -12,19 +12,17 @@
 
 namespace {
 
-const ciuic::OptionSpec kOptions[] = {
-    {"reduce_bucket_size", ciuic::OptionType::kFloat, "5e8",
-     "elements per gradient bucket (one reduce-scatter and one all-gather each)", 1, NAN},
-    {"overlap_comm", ciuic::OptionType::kBool, "true",
-     "launch each bucket's reduce-scatter as soon as backward completes it"},
-    ciuic::BucketSharding::accumulation_option("\"reduce_each\""),
-    ciuic::BucketSharding::kLocalAccumulationOption,
-};
+constexpr ciuic::BucketSharding::OptionDecls kBucket{
+    {"reduce_bucket_size", "5e8", "elements per gradient bucket (one reduce-scatter and one all-gather each)", 1, NAN},
+    {"overlap_comm", "true", "launch each bucket's reduce-scatter as soon as backward completes it"},
+    ciuic::BucketSharding::accumulation_option("\"reduce_each\"")};
+const ciuic::OptionSpec kOptions[] = {kBucket.reduce_bucket_size, kBucket.overlap_comm, kBucket.grad_accumulation,
+                                      ciuic::BucketSharding::kLocalAccumulationOption};
 
 class Zero2 final : public ciuic::BucketSharding {
  public:
   Zero2(const ciuic::Config& cfg, const ciuic::RunContext& ctx)
-      : BucketSharding(with_world(options_from(cfg), ctx)) {}
+      : BucketSharding(with_world(options_from(cfg, kBucket), ctx)) {}
 
  protected:
   std::unique_ptr<ciuic::Work> reduce(at::Tensor& packed, at::Tensor& out) override {
@@ -58,7 +56,7 @@ class Zero2 final : public ciuic::BucketSharding {
 };
 
 void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
-  ciuic::BucketSharding::plan_buckets(cfg, p, /*shards=*/p.world_size, /*chunk_buffers=*/true);
+  ciuic::BucketSharding::plan_buckets(cfg, kBucket, p, /*shards=*/p.world_size, /*chunk_buffers=*/true);
 }
 
 }  // namespace

@@ -22,27 +22,27 @@ namespace ciuic {
 BucketSharding::BucketSharding(const Options& options) : options_(options) {}
 BucketSharding::~BucketSharding() = default;
 
-BucketSharding::Options BucketSharding::options_from(const Config& config) {
+BucketSharding::Options BucketSharding::options_from(const Config& config, const OptionDecls& decls) {
   Options o;
-  const double bucket = config.get_float("reduce_bucket_size");
+  const double bucket = config.get(decls.reduce_bucket_size);
   if (bucket < 1 || bucket != std::floor(bucket))
-    config.fail("reduce_bucket_size", "expected a whole number of elements >= 1");
+    config.fail(decls.reduce_bucket_size.key(), "expected a whole number of elements >= 1");
   o.bucket_elements = static_cast<int64_t>(bucket);
-  o.overlap_comm = config.get_bool("overlap_comm");
-  const std::string accumulation = config.get_string("grad_accumulation");
+  o.overlap_comm = config.get(decls.overlap_comm);
+  const std::string accumulation = config.get(decls.grad_accumulation);
   if (accumulation != "reduce_each" && accumulation != "no_sync")  // "auto" is the core's to choose
-    config.fail("grad_accumulation", "expected \"no_sync\" or \"reduce_each\" here (\"auto\" is chosen by the "
-                                     "core's memory planner before the plugin is created)");
+    config.fail(decls.grad_accumulation.key(), "expected \"no_sync\" or \"reduce_each\" here (\"auto\" is chosen by "
+                                               "the core's memory planner before the plugin is created)");
   o.reduce_each_micro_batch = accumulation == "reduce_each";
-  if (config.has("local_accumulation_percent")) {
+  if (config.has(kLocalAccumulationOption.key())) {
     try {
-      o.local_percent = config.get_int("local_accumulation_percent");
+      o.local_percent = config.get(kLocalAccumulationOption);
+    } catch (const UsageError&) {
+      throw;
     } catch (const Error&) {  // "auto" is the core's to choose
-      config.fail("local_accumulation_percent", "expected an integer 0-100 here (\"auto\" is chosen by the core's "
-                                                "memory planner before the plugin is created)");
+      config.fail(kLocalAccumulationOption.key(), "expected an integer 0-100 here (\"auto\" is chosen by the core's "
+                                                  "memory planner before the plugin is created)");
     }
-    if (o.local_percent < 0 || o.local_percent > 100)
-      config.fail("local_accumulation_percent", "expected an integer 0-100");
   }
   return o;
 }
@@ -63,9 +63,9 @@ std::vector<char> local_buckets(const std::vector<int64_t>& sizes, int64_t perce
 }
 }  // namespace
 
-void BucketSharding::plan_buckets(const Config& config, PlanContext& plan, int64_t shards,
-                                  bool chunk_buffers) {
-  const Options o = options_from(config);
+void BucketSharding::plan_buckets(const Config& config, const OptionDecls& decls, PlanContext& plan,
+                                  int64_t shards, bool chunk_buffers) {
+  const Options o = options_from(config, decls);
   const double P = static_cast<double>(plan.num_parameters);
   // Buckets of reduce_bucket_size elements (a larger parameter gets a bucket of its own; the
   // measured peaks are matched by counting buckets of the configured size).

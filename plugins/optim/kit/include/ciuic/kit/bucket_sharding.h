@@ -74,28 +74,37 @@ class BucketSharding : public Sharding {
     int64_t shard_index = 0;              // this rank's chunk
   };
 
-  // Reads the options every bucketed strategy declares in its recipe section (with defaults of
-  // its own): reduce_bucket_size (elements, float or int), overlap_comm (bool), grad_accumulation
-  // ("reduce_each" | "no_sync"; a strategy may declare "auto|no_sync|reduce_each" with
-  // kOptionPlanned, and the core then chooses before the Config gets here; "auto" itself is refused),
-  // and, when declared, local_accumulation_percent (integer 0-100, Options::local_percent; may be
-  // kOptionPlanned the same way).
-  static Options options_from(const Config& config);
+  // The options every bucketed strategy declares in its recipe section, each with the strategy's
+  // own default and help: reduce_bucket_size (elements, float or int, >= 1), overlap_comm (bool),
+  // grad_accumulation ("reduce_each" | "no_sync"; a strategy may declare
+  // "auto|no_sync|reduce_each" with kOptionPlanned — accumulation_option() — and the core then
+  // chooses before the Config gets here; "auto" itself is refused). A strategy lists the three
+  // in its option array (and kLocalAccumulationOption when it offers it) and passes the same
+  // declarations here, so the kit reads exactly the keys, types and defaults the strategy declared.
+  struct OptionDecls {
+    Option<double> reduce_bucket_size;
+    Option<bool> overlap_comm;
+    Option<std::string> grad_accumulation;
+  };
+  // Reads them (typed, Config::get), and local_accumulation_percent when the section has it
+  // (integer 0-100, Options::local_percent; may be kOptionPlanned the same way). Failure: a
+  // UsageError through Config::fail naming the key.
+  static Options options_from(const Config& config, const OptionDecls& decls);
   // The declaration of grad_accumulation (kOptionPlanned, "auto|no_sync|reduce_each") with the
-  // strategy's default, for its option array.
-  static constexpr OptionSpec accumulation_option(const char* default_value) {
-    return OptionSpec{"grad_accumulation", OptionType::kString, default_value,
-                      "reduce_each: reduce every micro-batch's gradient as backward produces it, into the "
-                      "optimizer's fp32 accumulator (no full-size gradient kept; DeepSpeed's ZeRO-2); no_sync: "
-                      "accumulate on the device in the parameter dtype and reduce once, after the last "
-                      "micro-batch (a full-size gradient on the device); auto: no_sync when the memory plan "
-                      "fits, else reduce_each",
-                      NAN, NAN, "auto|no_sync|reduce_each", kOptionPlanned};
+  // strategy's default, for its OptionDecls.
+  static constexpr Option<std::string> accumulation_option(const char* default_value) {
+    return Option<std::string>{"grad_accumulation", default_value,
+                               "reduce_each: reduce every micro-batch's gradient as backward produces it, into the "
+                               "optimizer's fp32 accumulator (no full-size gradient kept; DeepSpeed's ZeRO-2); no_sync: "
+                               "accumulate on the device in the parameter dtype and reduce once, after the last "
+                               "micro-batch (a full-size gradient on the device); auto: no_sync when the memory plan "
+                               "fits, else reduce_each",
+                               NAN, NAN, "auto|no_sync|reduce_each", kOptionPlanned};
   }
   // The declaration of local_accumulation_percent (kOptionPlanned, 0-100, default 0), for a
   // strategy's option array.
-  static constexpr OptionSpec kLocalAccumulationOption{
-      "local_accumulation_percent", OptionType::kInt, "0",
+  static constexpr Option<int64_t> kLocalAccumulationOption{
+      "local_accumulation_percent", "0",
       "with reduce_each and gradient accumulation: this share of the gradient (whole buckets, up to this "
       "percent of the elements) accumulates on the device in the parameter dtype and is reduced once, after "
       "the last micro-batch (as no_sync); the rest every micro-batch. 0: plain reduce_each; auto: the "
@@ -105,7 +114,7 @@ class BucketSharding : public Sharding {
   // every rank, reductions in flight, gradients not yet reduced; sets shard_numel and
   // grad_chunk_elements. `shards` chunks per bucket; `chunk_buffers`: whether a reduction needs a
   // chunk-size output besides the packed bucket (reduce_in_place() false).
-  static void plan_buckets(const Config& config, PlanContext& plan, int64_t shards,
+  static void plan_buckets(const Config& config, const OptionDecls& decls, PlanContext& plan, int64_t shards,
                            bool chunk_buffers);
   ~BucketSharding() override;
 
