@@ -5,6 +5,7 @@
 #include <random>
 #include <string>
 
+#include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <ciuic/error.h>
@@ -58,6 +59,62 @@ int64_t steps_to_growth(Precision& p, int64_t& step) {
   return 0;
 }
 
+// round_to_param's contract (ciuic/precision.h): out in param_dtype(); the same bits for the same
+// (master, t, positions) however the elements are cut into calls and shards; rounds_to_nearest()
+// promises round-to-nearest-even (what ATen's conversion does). A rounding with noise must also be
+// unbiased: the mean over many updates t of the rounded value of a fixed x lies within a few
+// standard errors of x (not of x's nearest neighbour).
+void check_rounding(const Precision& p) {
+  constexpr int64_t kN = 4096;
+  constexpr int64_t kGlobal = 1000003;  // where this "shard" sits in the model
+  const at::ScalarType pd = p.param_dtype();
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(77);
+  const at::Tensor master = at::randn({kN}, gen, at::TensorOptions().dtype(at::kFloat)) * 0.05;
+  auto round = [&](const at::Tensor& m, int64_t t, const std::vector<PositionSpan>& pos) {
+    at::Tensor out = at::empty({m.numel()}, at::TensorOptions().dtype(pd));
+    p.round_to_param(m, out, t, pos);
+    return out;
+  };
+  const at::Tensor whole = round(master, 5, {{0, kN, kGlobal}});
+  ASSERT_EQ(whole.scalar_type(), pd);
+  // Cut into two calls, the second half first, and into spans of another layout: the same bits.
+  const int64_t half = 1531;
+  const at::Tensor b = round(master.narrow(0, half, kN - half).contiguous(), 5, {{0, kN - half, kGlobal + half}});
+  const at::Tensor a = round(master.narrow(0, 0, half).contiguous(), 5, {{0, half, kGlobal}});
+  EXPECT_TRUE(at::cat({a, b}).equal(whole)) << "round_to_param gives other bits when the elements come in two calls "
+                                               "(the same global positions, the same t): the noise must be a function "
+                                               "of (seed, t, global position), ciuic/precision.h";
+  const at::Tensor spans = round(master, 5, {{0, 100, kGlobal}, {100, kN - 100, kGlobal + 100}});
+  EXPECT_TRUE(spans.equal(whole)) << "round_to_param gives other bits for the same positions in two spans";
+  if (pd == at::kFloat) {
+    EXPECT_TRUE(whole.equal(master)) << "param_dtype() is fp32 but round_to_param changed the values";
+    return;
+  }
+  if (p.rounds_to_nearest()) {
+    EXPECT_TRUE(whole.equal(master.to(pd))) << "rounds_to_nearest() is true, but round_to_param is not round to nearest "
+                                               "even (ATen's conversion)";
+    return;
+  }
+  // Noise: unbiased over t, and it depends on t.
+  const at::Tensor m64 = master.to(at::kDouble);
+  at::Tensor sum = at::zeros({kN}, at::kDouble);
+  constexpr int kDraws = 400;
+  bool varies = false;
+  for (int t = 1; t <= kDraws; ++t) {
+    const at::Tensor r = round(master, t, {{0, kN, kGlobal}});
+    varies = varies || !r.equal(whole);
+    sum += r.to(at::kDouble);
+  }
+  EXPECT_TRUE(varies) << "rounds_to_nearest() is false, yet round_to_param gives the same bits for 400 updates t";
+  // Per element, a rounding between neighbours lo < x < hi has variance <= (hi - lo)^2 / 4; the
+  // bound is 6 standard errors, the mean over all elements of the bias well within it.
+  const at::Tensor ulp = (master.to(pd).to(at::kDouble) - m64).abs() * 2 + m64.abs() * (pd == at::kBFloat16 ? 0x1p-7 : 0x1p-10);
+  const at::Tensor bias = (sum / kDraws - m64).abs();
+  const double worst = (bias - ulp * 6 / std::sqrt(4.0 * kDraws)).max().item<double>();
+  EXPECT_LE(worst, 0.0) << "the stochastic rounding is biased: the mean of " << kDraws
+                        << " roundings of a value strays further from it than 6 standard errors";
+}
+
 }  // namespace
 
 void check_precision(const PluginUnderTest& plugin, const CheckOptions& o) {
@@ -71,6 +128,7 @@ void check_precision(const PluginUnderTest& plugin, const CheckOptions& o) {
       << "param_dtype() is " << c10::toString(pd) << ", expected fp32, bf16 or fp16";
   EXPECT_TRUE(rd == at::kFloat || rd == at::kBFloat16 || rd == at::kHalf)
       << "reduce_dtype() is " << c10::toString(rd) << ", expected fp32, bf16 or fp16";
+  check_rounding(p);
   const double s0 = p.loss_scale();
   int64_t step = 1;
 

@@ -34,7 +34,11 @@
 //              eval: the same number of batches on every rank, begin_eval() restarts, eval rows
 //              dealt globally as well. The check reads CheckOptions::rows global rows: the data
 //              set must hold at least that many training rows per epoch.
-//   precision  dtypes; loss_scale() changes only inside update(); a finite step is never
+//   precision  dtypes; round_to_param: the same bits however the elements are cut into calls
+//              and spans (the same global positions and t), round to nearest even when
+//              rounds_to_nearest() says so, otherwise noise that varies with t and is unbiased
+//              (the mean of 400 roundings within 6 standard errors of the value);
+//              loss_scale() changes only inside update(); a finite step is never
 //              skipped; without an overflow check the scale stays put (CheckOptions::expect_scale
 //              pins its value: fp32 and bf16 1); with one, an overflow skips the step and never
 //              raises the scale, repeated overflows lower it, finite steps raise it periodically
