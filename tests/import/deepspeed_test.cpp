@@ -23,6 +23,7 @@
 #include "recipe/schema.h"
 #include "../support/deep_json.h"
 #include "hostile.h"
+#include "read_file.h"
 #include "registry/registry.h"
 
 namespace ciuic::importer {
@@ -31,13 +32,6 @@ namespace {
 using namespace ciuic::recipe;
 
 namespace fs = std::filesystem;
-
-std::string read(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 DeepSpeedImport import(const std::string& json, const std::vector<std::string>& sets = {}) {
   return import_deepspeed(json, "ds.json", sets);

@@ -19,6 +19,7 @@
 
 #include "base/text.h"
 #include "hostile.h"
+#include "read_file.h"
 #include "import/training_file.h"
 #include "recipe/recipe.h"
 #include "recipe/schema.h"
@@ -29,13 +30,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-std::string read(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 void write(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());

@@ -14,19 +14,13 @@
 #include <ciuic/error.h>
 
 #include "import/yaml.h"
+#include "read_file.h"
 
 namespace ciuic::importer {
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-std::string read(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 std::string error_of(const std::string& yaml) {
   try {
