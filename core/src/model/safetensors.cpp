@@ -414,9 +414,10 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
     auto it = file_ids.find(fname);
     if (it == file_ids.end()) {
       const std::string fpath = (dir / fname).string();
-      if (!fs::exists(fpath))
-        throw Error(index_path + ": tensor `" + name + "` is in shard \"" + fname + "\", which does not exist (" +
-                    fpath + ")");
+      std::error_code ec;  // a name the file system refuses (too long, ...) is an error, not a throw of std::filesystem
+      if (!fs::exists(fpath, ec))
+        throw Error(index_path + ": tensor `" + name + "` is in shard \"" + fname + "\", which " +
+                    (ec ? "cannot be opened: " + ec.message() : std::string("does not exist")) + " (" + fpath + ")");
       r.files_.push_back(SafetensorsFile::open(fpath));
       it = file_ids.emplace(fname, r.files_.size() - 1).first;
     }
