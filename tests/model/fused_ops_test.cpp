@@ -8,6 +8,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/addcmul.h>
 #include <ATen/ops/arange.h>
+#include <ATen/ops/gelu.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
@@ -75,12 +76,20 @@ TEST(FusedOps, RopeMatchesComposition) {
   }
 }
 
-TEST(FusedOps, SwiGluMatchesComposition) {
+// The reference activation in fp32: silu, or PyTorch's tanh GELU (GeGLU, gemma3_text).
+at::Tensor act_ref(const at::Tensor& g, Activation act) {
+  return act == Activation::kGeluTanh ? at::gelu(g, "tanh") : at::silu(g);
+}
+const char* act_name(Activation act) { return act == Activation::kGeluTanh ? "GeGLU" : "SwiGLU"; }
+
+TEST(FusedOps, GatedActivationMatchesComposition) {
   SKIP_WITHOUT_KERNELS();
+  for (Activation act : {Activation::kSilu, Activation::kGeluTanh})
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
     for (int64_t n : {int64_t{4096} * 8, int64_t{1001}, int64_t{7}}) {
       for (bool unaligned : {false, true}) {
-        SCOPED_TRACE(std::string(c10::toString(dt)) + " n=" + std::to_string(n) + (unaligned ? " unaligned" : ""));
+        SCOPED_TRACE(std::string(act_name(act)) + " " + c10::toString(dt) + " n=" + std::to_string(n) +
+                     (unaligned ? " unaligned" : ""));
         at::manual_seed(5);
         const auto opts = at::TensorOptions().device(cuda());
         // Unaligned: views starting one element into their storage (no 16-byte loads).
@@ -89,10 +98,10 @@ TEST(FusedOps, SwiGluMatchesComposition) {
         auto view = [&](const at::Tensor& t) { return t.narrow(0, unaligned ? 1 : 0, n); };
         at::Tensor gr = view(gate_base).to(at::kFloat).clone().requires_grad_(true);
         at::Tensor ur = view(up_base).to(at::kFloat).clone().requires_grad_(true);
-        const at::Tensor ref = at::silu(gr) * ur;
+        const at::Tensor ref = act_ref(gr, act) * ur;
         ref.backward(view(dy_base).to(at::kFloat));
         at::Tensor gb = gate_base.clone().requires_grad_(true), ub = up_base.clone().requires_grad_(true);
-        const at::Tensor y = fused_swiglu(view(gb), view(ub));
+        const at::Tensor y = fused_glu(view(gb), view(ub), act);
         EXPECT_LE(max_rel_diff(y, ref), tol(dt));
         y.backward(view(dy_base));
         EXPECT_LE(max_rel_diff(view(gb.grad()), gr.grad()), tol(dt));
@@ -102,10 +111,11 @@ TEST(FusedOps, SwiGluMatchesComposition) {
   }
 }
 
-TEST(FusedOps, SwiGluDownMatchesComposition) {
+TEST(FusedOps, GatedDownMatchesComposition) {
   SKIP_WITHOUT_KERNELS();
+  for (Activation act : {Activation::kSilu, Activation::kGeluTanh})
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
-    SCOPED_TRACE(c10::toString(dt));
+    SCOPED_TRACE(std::string(act_name(act)) + " " + c10::toString(dt));
     at::manual_seed(8);
     const auto opts = at::TensorOptions().device(cuda());
     const int64_t b = 3, t = 7, inter = 333, hidden = 52;  // nothing a multiple of the vector width
@@ -114,11 +124,11 @@ TEST(FusedOps, SwiGluDownMatchesComposition) {
     const at::Tensor dy = at::randn({b, t, hidden}, opts).to(dt);
     at::Tensor gr = gate.to(at::kFloat).clone().requires_grad_(true), ur = up.to(at::kFloat).clone().requires_grad_(true),
                wr = w.to(at::kFloat).clone().requires_grad_(true);
-    const at::Tensor ref = at::linear(at::silu(gr) * ur, wr);
+    const at::Tensor ref = at::linear(act_ref(gr, act) * ur, wr);
     ref.backward(dy.to(at::kFloat));
     at::Tensor gf = gate.clone().requires_grad_(true), uf = up.clone().requires_grad_(true),
                wf = w.clone().requires_grad_(true);
-    const at::Tensor y = fused_swiglu_down(gf, uf, wf);
+    const at::Tensor y = fused_glu_down(gf, uf, wf, act);
     y.backward(dy);
     // A matmul over `inter` terms in the dtype: a looser bound than one rounding.
     const double t_mm = dt == at::kFloat ? 1e-5 : 2e-2;

@@ -128,7 +128,7 @@ TEST(LlamaGpu, PackedVarlenAttentionMatchesMask) {
 // Every family (tests/fixtures/gen_model_families.py) on CUDA: fp32 against transformers (SDPA
 // with the window mask), bf16 through flash varlen with the layer windows (rows as documents;
 // packed rows with PackedDocs) against transformers' fp32 logits within bf16 rounding, and the
-// fused kernels on (rope for all, SwiGLU for the silu families).
+// fused kernels on (rope and the gated MLP activation, SwiGLU or GeGLU, for every family).
 TEST(FamiliesGpu, MatchTransformersFp32AndWindowedFlashInBf16) {
   SKIP_WITHOUT_CUDA();
   static const SafetensorsReader want = SafetensorsReader::open(fixture("families/expected.safetensors"));

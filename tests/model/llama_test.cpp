@@ -197,8 +197,8 @@ TEST(Llama, FusedKernelsNeedCuda) {
   EXPECT_FALSE(fused_kernels_supported(at::kFloat, at::kCPU));
   const at::Tensor x = at::zeros({1, 2, 1, 4});
   expect_error([&] { fused_rope(x, RopeTables{x, x}); }, {"fused_rope", "CUDA", "Float on cpu"});
-  expect_error([&] { fused_swiglu(x, x); }, {"fused_swiglu", "CUDA"});
-  expect_error([&] { fused_swiglu_down(x, x, x); }, {"fused_swiglu_down", "CUDA"});
+  expect_error([&] { fused_glu(x, x); }, {"fused_glu", "CUDA"});
+  expect_error([&] { fused_glu_down(x, x, x, Activation::kGeluTanh); }, {"fused_glu_down", "CUDA"});
 }
 
 // Counts a parameter's hook calls: the pre-accumulation tensor hook and the post-accumulate-grad

@@ -88,14 +88,17 @@ struct FusedRope : public torch::autograd::Function<FusedRope> {
   }
 };
 
-struct FusedSwiGLU : public torch::autograd::Function<FusedSwiGLU> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up) {
+cuda::Glu glu_of(Activation act) { return act == Activation::kGeluTanh ? cuda::Glu::kGeluTanh : cuda::Glu::kSilu; }
+
+struct FusedGlu : public torch::autograd::Function<FusedGlu> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up, int64_t act) {
     ctx->save_for_backward({gate, up});
+    ctx->saved_data["act"] = act;
     at::Tensor out = at::empty_like(gate, at::MemoryFormat::Contiguous);
     const c10::cuda::CUDAGuard guard(gate.device());
-    check_launch(cuda::swiglu_forward(gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel(),
-                                      kernel_dtype(gate.scalar_type()), stream_of(gate)),
-                 "fused_swiglu");
+    check_launch(cuda::glu_forward(gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel(),
+                                   static_cast<cuda::Glu>(act), kernel_dtype(gate.scalar_type()), stream_of(gate)),
+                 "fused_glu");
     return out;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
@@ -106,46 +109,50 @@ struct FusedSwiGLU : public torch::autograd::Function<FusedSwiGLU> {
     at::Tensor d_gate = at::empty_like(gate, at::MemoryFormat::Contiguous);
     at::Tensor d_up = at::empty_like(up, at::MemoryFormat::Contiguous);
     const c10::cuda::CUDAGuard guard(gate.device());
-    check_launch(cuda::swiglu_backward(gate.data_ptr(), up.data_ptr(), dy.data_ptr(), d_gate.data_ptr(), d_up.data_ptr(),
-                                       gate.numel(), kernel_dtype(gate.scalar_type()), stream_of(gate)),
-                 "fused_swiglu backward");
-    return {d_gate, d_up};
+    const auto act = static_cast<cuda::Glu>(ctx->saved_data["act"].toInt());
+    check_launch(cuda::glu_backward(gate.data_ptr(), up.data_ptr(), dy.data_ptr(), d_gate.data_ptr(), d_up.data_ptr(),
+                                    gate.numel(), act, kernel_dtype(gate.scalar_type()), stream_of(gate)),
+                 "fused_glu backward");
+    return {d_gate, d_up, at::Tensor()};
   }
 };
 
-// The MLP's tail, silu(gate) * up @ w_down^T, keeping only gate and up (and the weight): the
-// SwiGLU output [N, I] is recomputed in the backward (one elementwise kernel) instead of being
+// The MLP's tail, act(gate) * up @ w_down^T, keeping only gate and up (and the weight): the
+// gated output [N, I] is recomputed in the backward (one elementwise kernel) instead of being
 // held from forward to backward.
-struct FusedSwiGLUDown : public torch::autograd::Function<FusedSwiGLUDown> {
-  static at::Tensor swiglu(const at::Tensor& gate, const at::Tensor& up) {
-    at::Tensor act = at::empty_like(gate, at::MemoryFormat::Contiguous);
-    check_launch(cuda::swiglu_forward(gate.data_ptr(), up.data_ptr(), act.data_ptr(), gate.numel(),
-                                      kernel_dtype(gate.scalar_type()), stream_of(gate)),
-                 "fused_swiglu_down");
-    return act;
+struct FusedGluDown : public torch::autograd::Function<FusedGluDown> {
+  static at::Tensor glu(const at::Tensor& gate, const at::Tensor& up, cuda::Glu act) {
+    at::Tensor out = at::empty_like(gate, at::MemoryFormat::Contiguous);
+    check_launch(cuda::glu_forward(gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel(), act,
+                                   kernel_dtype(gate.scalar_type()), stream_of(gate)),
+                 "fused_glu_down");
+    return out;
   }
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& w_down) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& w_down,
+                            int64_t act) {
     ctx->save_for_backward({gate, up, w_down});
+    ctx->saved_data["act"] = act;
     const c10::cuda::CUDAGuard guard(gate.device());
-    return at::linear(swiglu(gate, up), w_down);
+    return at::linear(glu(gate, up, static_cast<cuda::Glu>(act)), w_down);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor& gate = saved[0];
     const at::Tensor& up = saved[1];
     const at::Tensor& w = saved[2];
+    const auto act = static_cast<cuda::Glu>(ctx->saved_data["act"].toInt());
     const int64_t inter = gate.size(-1), hidden = w.size(0);
     const c10::cuda::CUDAGuard guard(gate.device());
     const at::Tensor dy = grad_out[0].reshape({-1, hidden});
-    variable_list result(3);
-    if (ctx->needs_input_grad(2)) result[2] = at::mm(dy.t(), swiglu(gate, up).view({-1, inter}));
+    variable_list result(4);
+    if (ctx->needs_input_grad(2)) result[2] = at::mm(dy.t(), glu(gate, up, act).view({-1, inter}));
     if (ctx->needs_input_grad(0) || ctx->needs_input_grad(1)) {
       const at::Tensor d_act = at::mm(dy, w).view(gate.sizes());
       at::Tensor d_gate = at::empty_like(gate, at::MemoryFormat::Contiguous);
       at::Tensor d_up = at::empty_like(up, at::MemoryFormat::Contiguous);
-      check_launch(cuda::swiglu_backward(gate.data_ptr(), up.data_ptr(), d_act.data_ptr(), d_gate.data_ptr(),
-                                         d_up.data_ptr(), gate.numel(), kernel_dtype(gate.scalar_type()), stream_of(gate)),
-                   "fused_swiglu_down backward");
+      check_launch(cuda::glu_backward(gate.data_ptr(), up.data_ptr(), d_act.data_ptr(), d_gate.data_ptr(),
+                                      d_up.data_ptr(), gate.numel(), act, kernel_dtype(gate.scalar_type()), stream_of(gate)),
+                   "fused_glu_down backward");
       result[0] = d_gate;
       result[1] = d_up;
     }
@@ -156,18 +163,19 @@ struct FusedSwiGLUDown : public torch::autograd::Function<FusedSwiGLUDown> {
 }  // namespace
 #endif
 
-at::Tensor fused_swiglu_down(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& w_down) {
-  check_supported(gate, "fused_swiglu_down");
+at::Tensor fused_glu_down(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& w_down, Activation act) {
+  check_supported(gate, "fused_glu_down");
   if (!up.defined() || !up.sizes().equals(gate.sizes()) || up.scalar_type() != gate.scalar_type() ||
       up.device() != gate.device())
-    throw Error("fused_swiglu_down: gate and up must have the same shape, dtype and device");
+    throw Error("fused_glu_down: gate and up must have the same shape, dtype and device");
   if (!w_down.defined() || w_down.dim() != 2 || w_down.size(1) != gate.size(-1) ||
       w_down.scalar_type() != gate.scalar_type() || w_down.device() != gate.device())
-    throw Error("fused_swiglu_down: w_down must be [hidden, " + std::to_string(gate.size(-1)) +
+    throw Error("fused_glu_down: w_down must be [hidden, " + std::to_string(gate.size(-1)) +
                 "] in gate's dtype, on its device");
 #ifdef CIUIC_FUSED_KERNELS
-  return FusedSwiGLUDown::apply(gate.contiguous(), up.contiguous(), w_down);
+  return FusedGluDown::apply(gate.contiguous(), up.contiguous(), w_down, static_cast<int64_t>(glu_of(act)));
 #else
+  (void)act;
   return at::Tensor();
 #endif
 }
@@ -188,14 +196,15 @@ at::Tensor fused_rope(const at::Tensor& x, const RopeTables& rope) {
 #endif
 }
 
-at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up) {
-  check_supported(gate, "fused_swiglu");
+at::Tensor fused_glu(const at::Tensor& gate, const at::Tensor& up, Activation act) {
+  check_supported(gate, "fused_glu");
   if (!up.defined() || !up.sizes().equals(gate.sizes()) || up.scalar_type() != gate.scalar_type() ||
       up.device() != gate.device())
-    throw Error("fused_swiglu: gate and up must have the same shape, dtype and device");
+    throw Error("fused_glu: gate and up must have the same shape, dtype and device");
 #ifdef CIUIC_FUSED_KERNELS
-  return FusedSwiGLU::apply(gate.contiguous(), up.contiguous());
+  return FusedGlu::apply(gate.contiguous(), up.contiguous(), static_cast<int64_t>(glu_of(act)));
 #else
+  (void)act;
   return at::Tensor();
 #endif
 }

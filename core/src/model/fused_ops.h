@@ -1,11 +1,12 @@
 // model/fused_ops.h — fused CUDA versions of the decoder layer's elementwise steps.
 //
 // Each function computes what its ATen composition in model/llama_ops.cpp computes (rotary
-// embedding: x * cos + roll(x, D/2) * sin_signed; SwiGLU: silu(gate) * up), differentiably, in
+// embedding: x * cos + roll(x, D/2) * sin_signed; the gated MLP activation act(gate) * up with
+// act = silu (SwiGLU) or tanh GELU (GeGLU, gelu(approximate = "tanh"))), differentiably, in
 // one kernel forward and one backward, evaluating in fp32 and rounding once (the composition
 // rounds after each step: results differ by bf16/fp16 rounding, not more; tests/model/
-// fused_ops_test.cpp holds both to each other). The SwiGLU keeps only gate and up for its
-// backward (the composition also keeps silu(gate) and the product).
+// fused_ops_test.cpp holds both to each other). The gated activation keeps only gate and up for
+// its backward (the composition also keeps act(gate) and the product).
 // Available in CUDA builds for CUDA tensors in fp32/bf16/fp16 (fused_kernels_supported); calling
 // them otherwise throws ciuic::Error. Stateless; the kernels run on the current CUDA stream.
 #pragma once
@@ -27,11 +28,12 @@ CIUIC_API bool fused_kernels_supported(at::ScalarType dtype, c10::Device device)
 // x [B, T, heads, D] (last dimension contiguous; any strides otherwise), tables from rope_tables
 // for the same B, T, in x's dtype. Returns a contiguous [B, T, heads, D].
 CIUIC_API at::Tensor fused_rope(const at::Tensor& x, const RopeTables& rope);
-// gate, up: same shape and dtype, contiguous. Returns silu(gate) * up.
-CIUIC_API at::Tensor fused_swiglu(const at::Tensor& gate, const at::Tensor& up);
-// gate, up [..., I]; w_down [H, I]. Returns linear(silu(gate) * up, w_down) [..., H], keeping
-// only gate and up for the backward, which recomputes silu(gate) * up (one elementwise kernel):
-// the decoder layer's MLP holds I fewer activations per token than with the composition.
-CIUIC_API at::Tensor fused_swiglu_down(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& w_down);
+// gate, up: same shape and dtype, contiguous. Returns act(gate) * up.
+CIUIC_API at::Tensor fused_glu(const at::Tensor& gate, const at::Tensor& up, Activation act = Activation::kSilu);
+// gate, up [..., I]; w_down [H, I]. Returns linear(act(gate) * up, w_down) [..., H], keeping
+// only gate and up for the backward, which recomputes act(gate) * up (one elementwise kernel):
+// the decoder layer's MLP holds 2 I fewer activations per token than with the composition.
+CIUIC_API at::Tensor fused_glu_down(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& w_down,
+                                    Activation act = Activation::kSilu);
 
 }  // namespace ciuic::model

@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <mutex>
 #include <set>
 
 #include <ATen/Context.h>
@@ -19,7 +18,6 @@
 #include <ATen/ops/tensor.h>
 
 #include <ciuic/error.h>
-#include <ciuic/log.h>
 
 #include "model/fused_ops.h"
 #include "model/safetensors.h"
@@ -135,13 +133,6 @@ int64_t LlamaModel::loss_chunk_elements(int64_t tokens) const {
 
 void LlamaModel::set_fused_kernels(bool on) {
   shape_.fused = on && fused_kernels_supported(dtype_, device_);
-  if (shape_.fused && cfg_.hidden_act != Activation::kSilu) {
-    static std::once_flag said;
-    std::call_once(said, [&] {
-      log_info(std::string("fused kernels: rotary embedding fused; the SwiGLU kernel does not apply to ") +
-               model_type_name(cfg_.family) + "'s GeGLU MLP, which runs on ATen");
-    });
-  }
 }
 
 void LlamaModel::init_random(uint64_t seed, double std) {

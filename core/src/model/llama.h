@@ -120,9 +120,9 @@ class CIUIC_API LlamaModel {
   // How loss_sum's gradient is computed (model/llama_ops.h, LossBackward); default kInForward.
   void set_loss_backward(LossBackward mode) { loss_backward_ = mode; }
   LossBackward loss_backward() const { return loss_backward_; }
-  // Rotary embedding and SwiGLU through fused CUDA kernels (model/fused_ops.h). On by default
-  // where fused_kernels_supported(dtype, device); `on` elsewhere is ignored (the ATen path runs).
-  // A GeGLU family (gemma3_text) keeps its MLP on ATen, logged once when turned on.
+  // Rotary embedding and the gated MLP activation (SwiGLU, or GeGLU for gemma3_text) through
+  // fused CUDA kernels (model/fused_ops.h). On by default where fused_kernels_supported(dtype,
+  // device); `on` elsewhere is ignored (the ATen path runs).
   void set_fused_kernels(bool on);
   bool fused_kernels() const { return shape_.fused; }
 

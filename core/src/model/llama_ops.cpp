@@ -155,10 +155,12 @@ at::Tensor attention_tail(const LayerWeights& w, const LayerShape& s, const at::
   at::Tensor h = rms_norm_of(out, w.t[s.sandwich ? W::kLnPreFfn : W::kLnPostAttn], s.hidden, s.eps, s.gemma_norm);
   at::Tensor gate = at::linear(h, w.w_gate()), up = at::linear(h, w.w_up());
   at::Tensor m;
-  if (s.act == Activation::kGeluTanh)
+  if (s.fused)
+    m = fused_glu_down(gate, up, w.w_down(), s.act);
+  else if (s.act == Activation::kGeluTanh)
     m = at::linear(at::gelu(gate, "tanh") * up, w.w_down());
   else
-    m = s.fused ? fused_swiglu_down(gate, up, w.w_down()) : at::linear(at::silu(gate) * up, w.w_down());
+    m = at::linear(at::silu(gate) * up, w.w_down());
   if (s.sandwich) m = rms_norm_of(m, w.t[W::kLnPostFfn], s.hidden, s.eps, s.gemma_norm);
   return out + m;
 }

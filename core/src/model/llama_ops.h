@@ -31,9 +31,9 @@ struct LayerShape {
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
   double eps = 1e-6;
-  // Rotary embedding and SwiGLU through the fused CUDA kernels (model/fused_ops.h) instead of
-  // their ATen compositions; only where fused_kernels_supported() for the layer's tensors. The
-  // SwiGLU kernel applies only to Activation::kSilu (GeGLU runs on ATen).
+  // Rotary embedding and the gated MLP activation (SwiGLU or GeGLU) through the fused CUDA
+  // kernels (model/fused_ops.h) instead of their ATen compositions; only where
+  // fused_kernels_supported() for the layer's tensors.
   bool fused = false;
   Activation act = Activation::kSilu;
   bool qk_norm = false;    // RMSNorm over head_dim on q and k before rope (q_norm, k_norm)

@@ -60,7 +60,7 @@ struct Inputs {
   model::LlamaConfig model;
   bool checkpointing = false;
   int64_t checkpoint_layers = 0;  // 0 = all
-  bool fused = false;             // the fused CUDA kernels run (SwiGLU keeps gate and up only)
+  bool fused = false;             // the fused CUDA kernels run (the gated MLP keeps gate and up only)
   bool loss_in_forward = false;   // [model] loss_backward = "in_forward"
   std::string auto_note;          // how checkpoint_layers = "auto" was resolved (activations' note)
 };
@@ -87,9 +87,8 @@ PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots], std::vecto
   // Model terms. Activations kept for backward, per decoder layer (compute dtype): the residual
   // input, the normed input, q, k, v, the attention output, the second residual and normed input
   // (5 x hidden + q + 2 x kv), and of the MLP gate, up, act(gate) and their product
-  // (4 x intermediate; 2 with the fused SwiGLU kernel, which keeps gate and up only; GeGLU
-  // families run on ATen). Family terms: q/k norms keep the unnormed q and k (q + kv); sandwich
-  // norms the attention and MLP outputs before their norms (2 x hidden); (1 + w) norms in a
+  // (4 x intermediate; 2 with the fused SwiGLU/GeGLU kernel, which keeps gate and up only).
+  // Family terms: q/k norms keep the unnormed q and k (q + kv); sandwich norms the attention and MLP outputs before their norms (2 x hidden); (1 + w) norms in a
   // 16-bit dtype their fp32 inputs (4 x hidden, + q + kv with q/k norms, at 4 bytes).
   const model::LlamaConfig& m = in.model;
   const double pb = ctx.param_bytes;
@@ -100,8 +99,7 @@ PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots], std::vecto
   const double I = static_cast<double>(m.intermediate_size);
   const double V = static_cast<double>(m.vocab_size);
   const double L = static_cast<double>(m.num_hidden_layers);
-  const bool fused_mlp = in.fused && m.hidden_act == model::Activation::kSilu;
-  double per_token = 5 * H + q + 2 * kv + (fused_mlp ? 2 : 4) * I;
+  double per_token = 5 * H + q + 2 * kv + (in.fused ? 2 : 4) * I;
   if (m.qk_norm) per_token += q + kv;
   if (m.sandwich_norms) per_token += 2 * H;
   double layer = per_token * N * pb;

@@ -80,8 +80,30 @@ const char* rope_t(const void* x, const void* cos, const void* sin, void* out, i
   return launched();
 }
 
-// ---- SwiGLU ----------------------------------------------------------------------------------
+// ---- gated MLP activations: SwiGLU and GeGLU (tanh GELU) -------------------------------------
 __device__ __forceinline__ float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+
+// act(g) and act'(g) for the two activations. GELU's tanh form as PyTorch's gelu(approximate =
+// "tanh") computes it: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+template <Glu A> struct Act;
+template <> struct Act<Glu::kSilu> {
+  static __device__ __forceinline__ float f(float g) { return g * sigmoid(g); }
+  static __device__ __forceinline__ float df(float g) {
+    const float s = sigmoid(g);
+    return s * (1.0f + g * (1.0f - s));
+  }
+};
+template <> struct Act<Glu::kGeluTanh> {
+  static constexpr float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+  static constexpr float kKappa = 0.044715f;
+  static __device__ __forceinline__ float f(float g) {
+    return 0.5f * g * (1.0f + tanhf(kBeta * (g + kKappa * g * g * g)));
+  }
+  static __device__ __forceinline__ float df(float g) {
+    const float t = tanhf(kBeta * (g + kKappa * g * g * g));
+    return 0.5f * (1.0f + t) + 0.5f * g * (1.0f - t * t) * kBeta * (1.0f + 3.0f * kKappa * g * g);
+  }
+};
 
 // V elements loaded and stored as one access: aligned to their own size (16 bytes for the vector
 // path, the element's for V = 1).
@@ -91,8 +113,8 @@ struct alignas(sizeof(T) * V) Pack {
 };
 
 // V elements per thread and iteration (16-byte loads when V = 16 / sizeof(T)).
-template <typename T, int V>
-__global__ void swiglu_fwd_kernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ out,
+template <typename T, int V, Glu A>
+__global__ void glu_fwd_kernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ out,
                                   int64_t packs) {
   for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < packs;
        p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -102,14 +124,14 @@ __global__ void swiglu_fwd_kernel(const T* __restrict__ gate, const T* __restric
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const float gf = to_f(g.v[k]);
-      o.v[k] = from_f<T>(gf * sigmoid(gf) * to_f(u.v[k]));
+      o.v[k] = from_f<T>(Act<A>::f(gf) * to_f(u.v[k]));
     }
     reinterpret_cast<Pack<T, V>*>(out)[p] = o;
   }
 }
 
-template <typename T, int V>
-__global__ void swiglu_bwd_kernel(const T* __restrict__ gate, const T* __restrict__ up, const T* __restrict__ grad,
+template <typename T, int V, Glu A>
+__global__ void glu_bwd_kernel(const T* __restrict__ gate, const T* __restrict__ up, const T* __restrict__ grad,
                                   T* __restrict__ d_gate, T* __restrict__ d_up, int64_t packs) {
   for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < packs;
        p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -120,9 +142,8 @@ __global__ void swiglu_bwd_kernel(const T* __restrict__ gate, const T* __restric
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const float gf = to_f(g.v[k]), uf = to_f(u.v[k]), df = to_f(dy.v[k]);
-      const float s = sigmoid(gf);
-      du.v[k] = from_f<T>(df * gf * s);
-      dg.v[k] = from_f<T>(df * uf * s * (1.0f + gf * (1.0f - s)));
+      du.v[k] = from_f<T>(df * Act<A>::f(gf));
+      dg.v[k] = from_f<T>(df * uf * Act<A>::df(gf));
     }
     reinterpret_cast<Pack<T, V>*>(d_gate)[p] = dg;
     reinterpret_cast<Pack<T, V>*>(d_up)[p] = du;
@@ -131,31 +152,31 @@ __global__ void swiglu_bwd_kernel(const T* __restrict__ gate, const T* __restric
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
-template <typename T>
-const char* swiglu_fwd_t(const void* gate, const void* up, void* out, int64_t n, cudaStream_t stream) {
+template <typename T, Glu A>
+const char* glu_fwd_t(const void* gate, const void* up, void* out, int64_t n, cudaStream_t stream) {
   if (n == 0) return nullptr;
   constexpr int kV = 16 / sizeof(T);
   if (n % kV == 0 && aligned16(gate) && aligned16(up) && aligned16(out)) {
-    swiglu_fwd_kernel<T, kV><<<static_cast<unsigned>(blocks_for(n / kV)), kThreads, 0, stream>>>(
+    glu_fwd_kernel<T, kV, A><<<static_cast<unsigned>(blocks_for(n / kV)), kThreads, 0, stream>>>(
         static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), n / kV);
   } else {
-    swiglu_fwd_kernel<T, 1><<<static_cast<unsigned>(blocks_for(n)), kThreads, 0, stream>>>(
+    glu_fwd_kernel<T, 1, A><<<static_cast<unsigned>(blocks_for(n)), kThreads, 0, stream>>>(
         static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(out), n);
   }
   return launched();
 }
 
-template <typename T>
-const char* swiglu_bwd_t(const void* gate, const void* up, const void* grad, void* d_gate, void* d_up, int64_t n,
+template <typename T, Glu A>
+const char* glu_bwd_t(const void* gate, const void* up, const void* grad, void* d_gate, void* d_up, int64_t n,
                          cudaStream_t stream) {
   if (n == 0) return nullptr;
   constexpr int kV = 16 / sizeof(T);
   if (n % kV == 0 && aligned16(gate) && aligned16(up) && aligned16(grad) && aligned16(d_gate) && aligned16(d_up)) {
-    swiglu_bwd_kernel<T, kV><<<static_cast<unsigned>(blocks_for(n / kV)), kThreads, 0, stream>>>(
+    glu_bwd_kernel<T, kV, A><<<static_cast<unsigned>(blocks_for(n / kV)), kThreads, 0, stream>>>(
         static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<const T*>(grad), static_cast<T*>(d_gate),
         static_cast<T*>(d_up), n / kV);
   } else {
-    swiglu_bwd_kernel<T, 1><<<static_cast<unsigned>(blocks_for(n)), kThreads, 0, stream>>>(
+    glu_bwd_kernel<T, 1, A><<<static_cast<unsigned>(blocks_for(n)), kThreads, 0, stream>>>(
         static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<const T*>(grad), static_cast<T*>(d_gate),
         static_cast<T*>(d_up), n);
   }
@@ -179,23 +200,37 @@ const char* rope(const void* x, const void* cos, const void* sin_signed, void* o
   return "rope: unknown dtype";
 }
 
-const char* swiglu_forward(const void* gate, const void* up, void* out, int64_t n, DType dtype, cudaStream_t stream) {
+template <Glu A>
+const char* glu_forward_a(const void* gate, const void* up, void* out, int64_t n, DType dtype, cudaStream_t stream) {
   switch (dtype) {
-    case DType::kFloat: return swiglu_fwd_t<float>(gate, up, out, n, stream);
-    case DType::kBFloat16: return swiglu_fwd_t<__nv_bfloat16>(gate, up, out, n, stream);
-    case DType::kHalf: return swiglu_fwd_t<__half>(gate, up, out, n, stream);
+    case DType::kFloat: return glu_fwd_t<float, A>(gate, up, out, n, stream);
+    case DType::kBFloat16: return glu_fwd_t<__nv_bfloat16, A>(gate, up, out, n, stream);
+    case DType::kHalf: return glu_fwd_t<__half, A>(gate, up, out, n, stream);
   }
-  return "swiglu_forward: unknown dtype";
+  return "glu_forward: unknown dtype";
 }
 
-const char* swiglu_backward(const void* gate, const void* up, const void* grad, void* d_gate, void* d_up, int64_t n,
-                            DType dtype, cudaStream_t stream) {
+template <Glu A>
+const char* glu_backward_a(const void* gate, const void* up, const void* grad, void* d_gate, void* d_up, int64_t n,
+                           DType dtype, cudaStream_t stream) {
   switch (dtype) {
-    case DType::kFloat: return swiglu_bwd_t<float>(gate, up, grad, d_gate, d_up, n, stream);
-    case DType::kBFloat16: return swiglu_bwd_t<__nv_bfloat16>(gate, up, grad, d_gate, d_up, n, stream);
-    case DType::kHalf: return swiglu_bwd_t<__half>(gate, up, grad, d_gate, d_up, n, stream);
+    case DType::kFloat: return glu_bwd_t<float, A>(gate, up, grad, d_gate, d_up, n, stream);
+    case DType::kBFloat16: return glu_bwd_t<__nv_bfloat16, A>(gate, up, grad, d_gate, d_up, n, stream);
+    case DType::kHalf: return glu_bwd_t<__half, A>(gate, up, grad, d_gate, d_up, n, stream);
   }
-  return "swiglu_backward: unknown dtype";
+  return "glu_backward: unknown dtype";
+}
+
+const char* glu_forward(const void* gate, const void* up, void* out, int64_t n, Glu act, DType dtype,
+                        cudaStream_t stream) {
+  return act == Glu::kGeluTanh ? glu_forward_a<Glu::kGeluTanh>(gate, up, out, n, dtype, stream)
+                               : glu_forward_a<Glu::kSilu>(gate, up, out, n, dtype, stream);
+}
+
+const char* glu_backward(const void* gate, const void* up, const void* grad, void* d_gate, void* d_up, int64_t n,
+                         Glu act, DType dtype, cudaStream_t stream) {
+  return act == Glu::kGeluTanh ? glu_backward_a<Glu::kGeluTanh>(gate, up, grad, d_gate, d_up, n, dtype, stream)
+                               : glu_backward_a<Glu::kSilu>(gate, up, grad, d_gate, d_up, n, dtype, stream);
 }
 
 }  // namespace ciuic::model::cuda

@@ -27,10 +27,14 @@ const char* rope(const void* x, const void* cos, const void* sin_signed, void* o
                  int64_t heads, int64_t half, const int64_t x_strides[3], bool backward, DType dtype,
                  cudaStream_t stream);
 
-// SwiGLU: out = silu(gate) * up over n elements (all contiguous).
-const char* swiglu_forward(const void* gate, const void* up, void* out, int64_t n, DType dtype, cudaStream_t stream);
-// Its gradient: d_gate = grad * up * silu'(gate), d_up = grad * silu(gate).
-const char* swiglu_backward(const void* gate, const void* up, const void* grad, void* d_gate, void* d_up, int64_t n,
-                            DType dtype, cudaStream_t stream);
+// The gated MLP activation act(gate) * up: SwiGLU (act = silu) or GeGLU (act = GELU in
+// PyTorch's tanh form, gelu(approximate = "tanh")).
+enum class Glu { kSilu, kGeluTanh };
+// out = act(gate) * up over n elements (all contiguous).
+const char* glu_forward(const void* gate, const void* up, void* out, int64_t n, Glu act, DType dtype,
+                        cudaStream_t stream);
+// Its gradient: d_gate = grad * up * act'(gate), d_up = grad * act(gate).
+const char* glu_backward(const void* gate, const void* up, const void* grad, void* d_gate, void* d_up, int64_t n,
+                         Glu act, DType dtype, cudaStream_t stream);
 
 }  // namespace ciuic::model::cuda
