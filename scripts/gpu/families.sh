@@ -7,6 +7,9 @@
 # ciuic >= 1.1x the compiled peer's tokens/s.
 #   scripts/gpu/families.sh [build] [test] [mistral] [qwen2] [qwen3] [gemma3] [llama]
 # MBS (micro-batch, default 4), STEPS (default 8) and SEQ (default 2048) apply to both sides.
+# CKPT=auto runs ciuic with [model] checkpoint_layers = "auto" (the fewest checkpointed layers
+# whose memory plan fits) instead of every layer, named <family>-ciuic-ckauto; SKIP_PEER=1 skips
+# the peer.
 # Logs and metrics go to /tmp/families, packed into $OUT/families.tgz; scripts/gpu/summarize.py
 # prints the runs' table.
 set -u
@@ -74,7 +77,11 @@ for stage in ${*:-build test mistral qwen2 qwen3 gemma3}; do
     grep -E -A4 "Failure|^\[  (PASSED|FAILED) " "$OUT/model_gpu_test.log" | head -60 ;;
   mistral|qwen2|qwen3|gemma3|llama)
     s=$(shape "$stage")
-    ciuic "$stage-ciuic" 400 ${s%%|*}
+    if [ "${CKPT:-all}" = auto ]; then
+      ciuic "$stage-ciuic-ckauto" 400 ${s%%|*} --set 'model.checkpoint_layers="auto"'
+    else
+      ciuic "$stage-ciuic" 400 ${s%%|*}
+    fi
     [ "${SKIP_PEER:-0}" = 1 ] || peer "$stage-fsdp2-compiled" 500 ${s#*|} ;;
   *) echo "unknown stage $stage" ;;
   esac
