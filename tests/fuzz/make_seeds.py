@@ -100,7 +100,9 @@ def safetensors_seeds():
 
 
 def tokenizer_seeds():
-    for name in ("gpt2", "llama3"):
+    # Byte-level BPE (gpt2, llama3), Qwen2's NFC + split regex, SentencePiece-style BPE with byte
+    # fallback (Llama-2/Mistral, Gemma) and the normalizer/Metaspace variants.
+    for name in ("gpt2", "llama3", "qwen2", "llama2_spm", "gemma_spm", "spm_variants_a", "spm_variants_b"):
         d = os.path.join(FIXTURES, "tokenizer", name)
         with open(os.path.join(d, "tokenizer.json"), "rb") as f:
             tok = f.read()
@@ -119,6 +121,12 @@ def tokenizer_seeds():
              "I'm can't we've they'll 3.14159"]
     for i, t in enumerate(texts):
         write("tokenizer", "text%d" % i, bytes([1 + i % 3]) + t.encode())
+    # The same texts (and SentencePiece's own marks: "\u2581", byte-fallback tokens' spelling,
+    # combining marks for the normalizers) through qwen2, llama2_spm, gemma_spm, spm_variants_a
+    # (selectors 5, 6, 7, 9: tokenizer_fuzz.cpp's fixtures 3 to 6).
+    spm = texts + ["\u2581lead \u2581\u2581 <0x41> e\u0301 \uFB01 \u212B \uFF21\uFF22", " \t trailing  "]
+    for i, t in enumerate(spm):
+        write("tokenizer", "spm_text%d" % i, bytes([(5, 6, 7, 9)[i % 4]]) + t.encode())
 
 
 def jsonl_seeds():

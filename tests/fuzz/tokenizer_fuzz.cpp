@@ -4,8 +4,11 @@
 //   selector % 4 == 0: a tokenizer.json (anything after "\n%%\n" is cut off: the seeds carry a
 //                      tokenizer_config.json there); the tokenizer built from it encodes a fixed
 //                      text and the input itself, and decodes the ids;
-//   otherwise:         text encoded by a committed fixture tokenizer (tests/fixtures/tokenizer:
-//                      llama3, deepseek_llm, gpt2).
+//   otherwise:         text encoded by a committed fixture tokenizer (tests/fixtures/tokenizer),
+//                      the non-zero selectors taken in turn: llama3, deepseek_llm, gpt2 (byte-level
+//                      BPE), qwen2 (NFC, split regex, byte-level), llama2_spm and gemma_spm
+//                      (SentencePiece-style BPE with byte fallback), spm_variants_a (NFKC,
+//                      Lowercase, Strip, Metaspace).
 // Checks: only ciuic::Error escapes (with a short, valid UTF-8 message); ids lie in
 // [0, vocab_size); for llama3 (byte-level with every byte, no stripping added tokens)
 // decode(encode(text)) == text for valid UTF-8 text, as for HF `tokenizers` with it.
@@ -21,18 +24,25 @@ namespace {
 
 using namespace ciuic;
 
+constexpr int kFixtures = 7;
+
 struct Fixture {
   std::shared_ptr<const Tokenizer> tok;
   bool roundtrip;
 };
 
 const Fixture& fixture(int i) {
-  static const Fixture f[3] = {
+  static const Fixture f[kFixtures] = {
       {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/llama3/tokenizer.json"), true},
       // The fixture is cut down to ~700 tokens and lacks byte tokens (e.g. for "ø"): HF
       // `tokenizers` does not give the text back either.
       {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/deepseek_llm/tokenizer.json"), false},
       {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/gpt2/tokenizer.json"), false},  // lstrip/rstrip tokens
+      // NFC changes text; "\u2581" decodes to a space; Lowercase and NFKC change text: no round trip.
+      {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/qwen2/tokenizer.json"), false},
+      {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/llama2_spm/tokenizer.json"), false},
+      {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/gemma_spm/tokenizer.json"), false},
+      {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/spm_variants_a/tokenizer.json"), false},
   };
   return f[i];
 }
@@ -63,7 +73,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     });
     return 0;
   }
-  const Fixture& f = fixture(data[0] % 3);
+  // Selectors 1, 2, 3, 5, 6, 7, 9, ... take the fixtures in turn (1, 2, 3 as before: old seeds keep theirs).
+  const Fixture& f = fixture((data[0] / 4 * 3 + data[0] % 4 - 1) % kFixtures);
   fuzz::expect_ok_or_error([&] {
     const auto ids = f.tok->encode(in, /*add_special_tokens=*/false);
     check_ids(*f.tok, ids);

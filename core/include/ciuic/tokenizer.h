@@ -1,9 +1,14 @@
-// ciuic/tokenizer.h — Hugging Face byte-level BPE tokenizers and chat templates.
+// ciuic/tokenizer.h — Hugging Face BPE tokenizers (byte-level and SentencePiece-style) and chat templates.
 //
-// Tokenizer reads an HF `tokenizer.json` (model.type "BPE" with a ByteLevel pre-tokenizer /
-// decoder, as used by DeepSeek, Llama-3 and GPT-2 style tokenizers) and encodes exactly as the
-// Python `tokenizers` package does (checked token for token by tests/tokenizer). Added and special
-// tokens are matched before BPE.
+// Tokenizer reads an HF `tokenizer.json` with a BPE model and encodes exactly as the Python
+// `tokenizers` package does (checked token for token by tests/tokenizer against fixtures of every
+// style): byte-level BPE with a ByteLevel / Split pre-tokenizer and decoder (DeepSeek, Llama-3,
+// GPT-2, Qwen2 with its NFC normalizer), and SentencePiece-style BPE (Llama-2, Mistral, Gemma:
+// Metaspace or Prepend/Replace, byte_fallback, fuse_unk, ignore_merges), with the normalizers,
+// Split/Digits pre-tokenizers and decoders of docs/tokenizer.md's "What is supported" table.
+// Added and special tokens (lstrip/rstrip/normalized/single_word) are matched before BPE.
+// Anything else (Unigram or WordPiece models, the Precompiled normalizer, other pre-tokenizers)
+// is refused at construction naming its JSON path and what is supported.
 //
 // ChatTemplate turns a conversation into token ids plus a per-token "carries loss" mask for
 // training. Templates are chosen by name in the recipe ([model] chat_template).
