@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include <ATen/ops/zeros.h>
+#include <ATen/record_function.h>
 
 #include <ciuic/error.h>
 #include <ciuic/log.h>
@@ -79,6 +80,9 @@ void Reporter::step(const StepStats& s, const checkpoint::TrainerState& st) {
     progress_.update(s.step, last_loss_, s.lr, tps, false, straggler_note_);
     return;
   }
+  // The cost of monitoring, visible in the step profile ([log] profile_start_step: a range in
+  // rank<R>.trace.json): sampling, the exchange, the records.
+  RECORD_FUNCTION("ciuic::monitor", std::vector<c10::IValue>());
   // Every rank's figures, and the mean token loss over the steps since the last log (all ranks),
   // in one all-reduce.
   Metrics om;  // the optimizer's own figures (its host time), on every rank
