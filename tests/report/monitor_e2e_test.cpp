@@ -49,7 +49,8 @@ TEST(MonitorE2E, EveryRankWritesItsOwnFiguresAtEachLogStep) {
   }
   ASSERT_EQ(steps.size(), 3u) << r.log();
   ASSERT_EQ(ranks.size(), 3u) << r.log();
-  const size_t row = report::rank_figure_keys().size() + 1;  // the exchange: loss sum + figures per rank, fp64
+  // The exchange: per rank its loss sum + its 24 figures (docs/metrics.md's table), fp64.
+  const size_t row = 25;
   int64_t prev_calls[3] = {0, 0, 0};
   for (const auto& [step, by_rank] : ranks) {
     ASSERT_EQ(by_rank.size(), 3u) << "step " << step;
@@ -58,7 +59,9 @@ TEST(MonitorE2E, EveryRankWritesItsOwnFiguresAtEachLogStep) {
     EXPECT_TRUE(mine.contains("monitor_s") && mine.contains("monitor_exchange_s")) << mine.dump();
     for (const auto& [rank, rec] : by_rank) {
       for (const char* k : {"step_s", "data_wait_s", "fwd_bwd_s", "optim_s", "work_s", "link_bytes_per_s", "link_busy",
-                            "link_calls_per_s", "comm_calls", "comm_bytes", "host_rss_gib", "host_rss_peak_gib"})
+                            "link_calls_per_s", "comm_calls", "comm_bytes", "host_rss_gib", "host_rss_peak_gib",
+                            "compute_s", "comm_wait_s", "compute_busy", "link_sent_bytes_per_s",
+                            "link_received_bytes_per_s"})
         EXPECT_TRUE(rec.contains(k)) << "rank " << rank << " lacks " << k << ": " << rec.dump();
       // A CPU run has no device figures (left out, not zero).
       for (const char* k : {"mem_gib", "mem_reserved_gib", "mem_now_gib", "device_busy"})
@@ -66,6 +69,18 @@ TEST(MonitorE2E, EveryRankWritesItsOwnFiguresAtEachLogStep) {
       EXPECT_GT(rec["link_bytes_per_s"].get<double>(), 0.0);
       EXPECT_GT(rec["host_rss_gib"].get<double>(), 0.01);
       EXPECT_NEAR(rec["work_s"].get<double>(), rec["data_wait_s"].get<double>() + rec["fwd_bwd_s"].get<double>(), 1e-9);
+      // Busy without NVML: the step less data and collectives, a fraction of the step.
+      const double busy = rec["compute_busy"].get<double>(), step_s = rec["step_s"].get<double>();
+      EXPECT_GT(busy, 0.0) << rec.dump();
+      EXPECT_LE(busy, 1.0) << rec.dump();
+      EXPECT_NEAR(busy, rec["compute_s"].get<double>() / step_s, 1e-9) << rec.dump();
+      EXPECT_LE(rec["compute_s"].get<double>() + rec["comm_wait_s"].get<double>(), step_s + 1e-9) << rec.dump();
+      // ZeRO-2 issues symmetric collectives only (reduce-scatter, all-gather, all-reduce): as much
+      // sent as received, between (W-1)/W = 2/3 and W-1 = 2 times the input handed over.
+      const double sent = rec["link_sent_bytes_per_s"].get<double>(), in = rec["link_bytes_per_s"].get<double>();
+      EXPECT_NEAR(sent, rec["link_received_bytes_per_s"].get<double>(), 1e-6 * sent) << rec.dump();
+      EXPECT_GE(sent, 2.0 / 3.0 * in * (1 - 1e-9)) << rec.dump();
+      EXPECT_LE(sent, 2.0 * in * (1 + 1e-9)) << rec.dump();
       // zero2 issues the same collectives of the same sizes on every rank: each rank's own
       // counters agree with rank 0's.
       EXPECT_EQ(rec["comm_calls"], by_rank.at(0)["comm_calls"]) << "rank " << rank << " step " << step;
@@ -118,6 +133,64 @@ TEST(MonitorE2E, ARankSlowedByItsDataIsNamedAsTheStraggler) {
     const double wait = rec["data_wait_s"].get<double>();
     if (rec["rank"] == 2) EXPECT_GT(wait, 0.25) << rec.dump();
     else EXPECT_LT(wait, 0.25) << rec.dump();
+    // The busy fraction without NVML: no rank computes for most of a step that sleeps 0.3 s. The
+    // ranks that wait for rank 2 wait in the label-count agreement (a collective), rank 2 in its data.
+    EXPECT_LT(rec["compute_busy"].get<double>(), 0.6) << rec.dump();
+    if (rec["rank"] == 2) EXPECT_LT(rec["comm_wait_s"].get<double>(), 0.2) << rec.dump();
+    else EXPECT_GT(rec["comm_wait_s"].get<double>(), 0.2) << rec.dump();
+    // DDP moves its gradients by ring all-reduce only: 2(W-1)/W = 4/3 of the input each way.
+    const double in = rec["link_bytes_per_s"].get<double>();
+    EXPECT_NEAR(rec["link_sent_bytes_per_s"].get<double>(), 4.0 / 3.0 * in, 1e-6 * in) << rec.dump();
+    EXPECT_NEAR(rec["link_received_bytes_per_s"].get<double>(), 4.0 / 3.0 * in, 1e-6 * in) << rec.dump();
+  }
+}
+
+// [log] rank_records = false: no "rank" records, no rank<N>/ scalars, no Ranks section, and a
+// smaller exchange — only what the straggler rule reads (rank, work_s, data_wait_s), or only the
+// loss sums when that rule is off too. The same collectives either way (comm_calls equal); the
+// bytes differ by exactly the rows left out, worked out by hand from docs/metrics.md.
+TEST(MonitorE2E, RankRecordsFalseLeavesThemOutOfTheExchangeAndEveryOutput) {
+  const Shape s{.world = 3, .micro = 2, .steps = 4, .sharding = "zero2"};
+  struct Case {
+    const char* name;
+    std::vector<std::string> set;
+    int64_t doubles_per_rank;  // loss sum + exchanged figures
+  };
+  const std::vector<Case> cases = {
+      {"rr-on", {}, 1 + 24},
+      {"rr-off", {"--set", "log.rank_records=false"}, 1 + 3},
+      {"rr-off-nostrag", {"--set", "log.rank_records=false", "--set", "log.straggler_margin=0"}, 1},
+  };
+  std::map<std::string, std::map<int64_t, json>> steps;  // case -> step -> step record
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"--set", "log.every_steps=2", "--set", "log.tensorboard=true"};
+    args.insert(args.end(), c.set.begin(), c.set.end());
+    const Result r = run(c.name, s, args);
+    EXPECT_RUN_OK(r);
+    for (const json& rec : metrics(r))
+      if (!rec.contains("event") && rec.contains("loss")) steps[c.name][rec["step"].get<int64_t>()] = rec;
+    ASSERT_EQ(steps[c.name].size(), 2u) << c.name << "\n" << r.log();
+    const bool on = c.set.empty();
+    EXPECT_EQ(records(r, "rank").size(), on ? 3u * 2u : 0u) << c.name;
+    std::string events;
+    for (const auto& f : fs::directory_iterator(r.dir + "/out/tb")) {
+      std::ifstream in(f.path(), std::ios::binary);
+      events.append(std::istreambuf_iterator<char>(in), {});
+    }
+    EXPECT_EQ(events.find("rank0/") != std::string::npos, on) << c.name;
+    EXPECT_NE(events.find("train/loss"), std::string::npos) << c.name;
+    std::ifstream html(r.dir + "/out/report.html");
+    const std::string report((std::istreambuf_iterator<char>(html)), {});
+    EXPECT_EQ(report.find("<h2>Ranks</h2>") != std::string::npos, on) << c.name;
+  }
+  // Step 2's record counts one exchange, step 4's two: 3 ranks x the doubles left out x 8 bytes each.
+  for (const int64_t step : {2, 4}) {
+    const int64_t exchanges = step / 2;
+    for (const Case& c : cases) {
+      EXPECT_EQ(steps[c.name][step]["comm_calls"], steps["rr-on"][step]["comm_calls"]) << c.name << " step " << step;
+      const int64_t less = steps["rr-on"][step]["comm_bytes"].get<int64_t>() - steps[c.name][step]["comm_bytes"].get<int64_t>();
+      EXPECT_EQ(less, exchanges * 3 * (25 - c.doubles_per_rank) * 8) << c.name << " step " << step;
+    }
   }
 }
 
@@ -226,7 +299,7 @@ TEST(MonitorE2E, WatchShowsEveryRankOfALiveRunAndExitsWhenItEnds) {
   EXPECT_EQ(watch.code(), 0) << watch.out();
   const std::string& out = watch.out();
   EXPECT_NE(out.find("ciuic-run --watch " + dir + "/out"), std::string::npos) << out;
-  EXPECT_NE(out.find("rank  mem GiB  resv GiB  busy  link GB/s"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank  mem GiB  resv GiB  busy  comp  link GB/s  sent GB/s  recv GB/s"), std::string::npos) << out;
   for (const char* rank : {"\n   0 ", "\n   1 ", "\n   2 "})
     EXPECT_NE(out.find(rank), std::string::npos) << "no row for rank" << rank << "\n" << out;
   EXPECT_TRUE(std::regex_search(out, std::regex("step [0-9]+/30 \\([0-9]+%\\) \\| loss [0-9.]+ \\| [0-9.k]+ tok/s \\| ETA ")))

@@ -144,6 +144,9 @@ std::string run_with_ranks(int world, int log_steps, bool with_straggler) {
       f.mem_gib = 1.0 + r;
       f.link_bytes_per_s = 2.5e9;
       f.device_busy = 0.5;
+      f.compute_busy = 0.25;
+      f.link_sent_bytes_per_s = 1.5e9;
+      f.link_received_bytes_per_s = 1.25e9;
       o << f.record(step).dump() << "\n";
     }
   }
@@ -151,6 +154,57 @@ std::string run_with_ranks(int world, int log_steps, bool with_straggler) {
     o << json{{"event", "straggler"}, {"step", log_steps}, {"rank", 2}, {"slower", 2.0}, {"steps", 3}, {"data_wait_s", 0.6}}.dump()
       << "\n";
   return o.str();
+}
+
+TEST(RankFigures, WithoutRankRecordsOnlyTheStragglerFiguresTravel) {
+  RankFigures f = figures(1, 0.5, 0.2);
+  f.link_bytes_per_s = 3e9;
+  const std::vector<double> v = f.to_vector(straggler_figure_keys());
+  ASSERT_EQ(v.size(), 3u);  // rank, work_s, data_wait_s
+  EXPECT_EQ(v, (std::vector<double>{1.0, 0.5, 0.2}));
+  const RankFigures back = RankFigures::from_vector(v.data(), straggler_figure_keys());
+  EXPECT_DOUBLE_EQ(back.work_s, 0.5);
+  EXPECT_DOUBLE_EQ(back.data_wait_s, 0.2);
+  EXPECT_TRUE(std::isnan(back.link_bytes_per_s));
+  EXPECT_TRUE(std::isnan(back.fwd_bwd_s));
+  EXPECT_THROW(f.to_vector({"rank", "no_such_figure"}), std::logic_error);
+}
+
+// Hand-worked ring figures (nccl-tests' bus-bandwidth factors, PERFORMANCE.md there): per rank,
+// all-reduce 2(W-1)/W of the buffer, reduce-scatter and all-gather (W-1)/W of the whole
+// (W x the shard) buffer, broadcast the buffer once along a chain.
+TEST(LinkTraffic, RingBytesSentAndReceivedPerCollective) {
+  using C = Collective;
+  // All-reduce of 1000 bytes at 4 ranks: 3 reduce-scatter + 3 all-gather hops of 250 bytes = 1500.
+  LinkBytes b = ring_link_bytes(C::kAllReduce, 1000, 4, 2);
+  EXPECT_DOUBLE_EQ(b.sent, 1500);
+  EXPECT_DOUBLE_EQ(b.received, 1500);
+  // 8 ranks, 64 MiB fp32 gradient: 2 x 7/8 x 64 MiB = 112 MiB each way.
+  EXPECT_DOUBLE_EQ(ring_link_bytes(C::kAllReduce, 64.0 * 1048576, 8, 0).sent, 112.0 * 1048576);
+  // Reduce-scatter of a 1200-byte input at 3 ranks (400-byte shards): 2 hops of 400 = 800.
+  b = ring_link_bytes(C::kReduceScatter, 1200, 3, 0);
+  EXPECT_DOUBLE_EQ(b.sent, 800);
+  EXPECT_DOUBLE_EQ(b.received, 800);
+  // All-gather of a 100-byte shard at 3 ranks (300-byte output): 2 hops of 100 = 200.
+  b = ring_link_bytes(C::kAllGather, 100, 3, 1);
+  EXPECT_DOUBLE_EQ(b.sent, 200);
+  EXPECT_DOUBLE_EQ(b.received, 200);
+  // The ZeRO-2 step at 4 ranks on a 4000-byte gradient: reduce-scatter 4000 in, all-gather 1000
+  // in: 3000 + 3000 = what one all-reduce of 4000 moves (2 x 3/4 x 4000).
+  EXPECT_DOUBLE_EQ(ring_link_bytes(C::kReduceScatter, 4000, 4, 3).sent + ring_link_bytes(C::kAllGather, 1000, 4, 3).sent,
+                   ring_link_bytes(C::kAllReduce, 4000, 4, 3).sent);
+  // Broadcast of 64 bytes from rank 1 of 3: chain 1 -> 2 -> 0.
+  EXPECT_DOUBLE_EQ(ring_link_bytes(C::kBroadcast, 64, 3, 1, 1).sent, 64);
+  EXPECT_DOUBLE_EQ(ring_link_bytes(C::kBroadcast, 64, 3, 1, 1).received, 0);
+  EXPECT_DOUBLE_EQ(ring_link_bytes(C::kBroadcast, 64, 3, 2, 1).sent, 64);
+  EXPECT_DOUBLE_EQ(ring_link_bytes(C::kBroadcast, 64, 3, 2, 1).received, 64);
+  EXPECT_DOUBLE_EQ(ring_link_bytes(C::kBroadcast, 64, 3, 0, 1).sent, 0);
+  EXPECT_DOUBLE_EQ(ring_link_bytes(C::kBroadcast, 64, 3, 0, 1).received, 64);
+  // One rank moves nothing.
+  for (C c : {C::kAllReduce, C::kReduceScatter, C::kAllGather, C::kBroadcast}) {
+    EXPECT_EQ(ring_link_bytes(c, 1e6, 1, 0).sent, 0);
+    EXPECT_EQ(ring_link_bytes(c, 1e6, 1, 0).received, 0);
+  }
 }
 
 TEST(RankRecords, TheHtmlReportDrawsOneLinePerRankOrTheirSpread) {
@@ -163,8 +217,11 @@ TEST(RankRecords, TheHtmlReportDrawsOneLinePerRankOrTheirSpread) {
   std::string rest = html;
   size_t rank_lines = 0;
   for (const std::regex line("data-label=\"rank [0-9]+\""); std::regex_search(rest, m, line); rest = m.suffix()) ++rank_lines;
-  // Charts with data: work, step time, data wait, busy, memory, link traffic — 3 ranks each.
-  EXPECT_EQ(rank_lines, 6u * 3u);
+  // Charts with data: work, step time, data wait, device busy, compute busy, memory, link traffic,
+  // link sent, link received — 3 ranks each.
+  EXPECT_EQ(rank_lines, 9u * 3u);
+  for (const char* title : {"Compute busy per rank (loop timers)", "Link sent per rank", "Link received per rank"})
+    EXPECT_NE(html.find(title), std::string::npos) << title;
   EXPECT_NE(html.find("rank 2 200% slower than the median for 3 steps; data wait 0.6 s/step"), std::string::npos);
   // 12 ranks: the lowest, median and highest rank instead of 12 lines.
   const std::string wide = render_html_report(run_with_ranks(12, 3, false));
@@ -197,8 +254,10 @@ TEST(Watch, TheFollowerTakesCompleteLinesAsTheyArrive) {
   // ETA: 98 steps x (2000 tokens / 2 steps) / 500 tokens/s = 196 s.
   EXPECT_NE(table.find("step 2/100 (2%) | loss 2.8000 | 500 tok/s | ETA 3m16s"), std::string::npos) << table;
   EXPECT_NE(table.find("rank  mem GiB"), std::string::npos) << table;
-  // Rank 2: 3.00 GiB, 50 % busy, 2.500 GB/s, work 0.900 s, data 0.600 s, named slow (+200 %).
-  EXPECT_TRUE(std::regex_search(table, std::regex("\n   2 +3\\.00 .* 50% +2\\.500 .* 0\\.900 +0\\.600 .*slow \\+200%\n")))
+  // Rank 2: 3.00 GiB, 50 % device busy, 25 % compute busy, 2.500 GB/s (1.500 sent, 1.250
+  // received), work 0.900 s, data 0.600 s, named slow (+200 %).
+  EXPECT_TRUE(std::regex_search(
+      table, std::regex("\n   2 +3\\.00 .* 50% +25% +2\\.500 +1\\.500 +1\\.250 .* 0\\.900 +0\\.600 .*slow \\+200%\n")))
       << table;
   f.feed("{\"event\": \"straggler_recovered\", \"step\": 3, \"rank\": 2}\n");
   f.feed("{\"event\": \"end\", \"steps\": 3, \"elapsed_s\": 75.0}\n");

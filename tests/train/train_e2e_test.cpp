@@ -328,6 +328,11 @@ TEST(TrainE2E, ProfileWritesTraceAndTablePerRank) {
     const fs::path base = fs::path(p.dir) / "out" / "profile" / ("rank" + std::to_string(rank));
     ASSERT_TRUE(fs::exists(base.string() + ".trace.json")) << p.log();
     EXPECT_GT(fs::file_size(base.string() + ".trace.json"), 1000u);
+    {  // the log step's monitoring is a range of its own (docs/metrics.md, monitor_s)
+      std::ifstream tr(base.string() + ".trace.json");
+      const std::string trace((std::istreambuf_iterator<char>(tr)), std::istreambuf_iterator<char>());
+      EXPECT_NE(trace.find("\"ciuic::monitor\""), std::string::npos) << "rank " << rank;
+    }
     std::ifstream t(base.string() + ".txt");
     const std::string table((std::istreambuf_iterator<char>(t)), std::istreambuf_iterator<char>());
     EXPECT_NE(table.find("profile of steps 2-3 (rank " + std::to_string(rank) + ")"), std::string::npos) << table;

@@ -256,9 +256,13 @@ std::string rank_charts(const std::map<std::string, std::map<int64_t, Series>>& 
   draw("step_s", "Step time per rank", "s", 1);
   draw("data_wait_s", "Data wait per rank", "s per step", 1);
   draw("device_busy", "Device busy per rank", "% of the interval", 100);
+  draw("compute_busy", "Compute busy per rank (loop timers)", "% of the step outside data and collectives", 100);
+  draw("comm_wait_s", "Waiting in collectives per rank", "s of the step", 1);
   draw("mem_gib", "Device memory per rank", "GiB, peak allocated", 1);
   draw("mem_reserved_gib", "Device memory reserved per rank", "GiB, peak", 1);
   draw("link_bytes_per_s", "Link traffic per rank", "GB/s handed to collectives", 1e-9);
+  draw("link_sent_bytes_per_s", "Link sent per rank", "GB/s, ring algorithm's bytes", 1e-9);
+  draw("link_received_bytes_per_s", "Link received per rank", "GB/s, ring algorithm's bytes", 1e-9);
   draw("link_busy", "Link busy per rank", "% of the interval", 100);
   draw("optim_step_s", "Optimizer host time per rank", "s per step", 1);
   draw("host_rss_gib", "Host memory per rank", "GiB resident", 1);

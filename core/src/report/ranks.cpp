@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 
 namespace ciuic::report {
 
@@ -35,7 +36,18 @@ const Field kFields[] = {
     {"host_rss_gib", &RankFigures::host_rss_gib},
     {"host_rss_peak_gib", &RankFigures::host_rss_peak_gib},
     {"optim_step_s", &RankFigures::optim_step_s},
+    {"compute_s", &RankFigures::compute_s},
+    {"comm_wait_s", &RankFigures::comm_wait_s},
+    {"compute_busy", &RankFigures::compute_busy},
+    {"link_sent_bytes_per_s", &RankFigures::link_sent_bytes_per_s},
+    {"link_received_bytes_per_s", &RankFigures::link_received_bytes_per_s},
 };
+
+double RankFigures::*member_of(const std::string& key) {
+  for (const Field& f : kFields)
+    if (key == f.key) return f.member;
+  throw std::logic_error("no rank figure named " + key);
+}
 
 // Median of the finite values (NaN when there are none).
 double median(std::vector<double> v) {
@@ -70,6 +82,24 @@ RankFigures RankFigures::from_vector(const double* values) {
   return r;
 }
 
+const std::vector<std::string>& straggler_figure_keys() {
+  static const std::vector<std::string> keys = {"rank", "work_s", "data_wait_s"};
+  return keys;
+}
+
+std::vector<double> RankFigures::to_vector(const std::vector<std::string>& keys) const {
+  std::vector<double> v;
+  for (const std::string& k : keys) v.push_back(this->*member_of(k));
+  return v;
+}
+
+RankFigures RankFigures::from_vector(const double* values, const std::vector<std::string>& keys) {
+  RankFigures r;
+  size_t i = 0;
+  for (const std::string& k : keys) r.*member_of(k) = values[i++];
+  return r;
+}
+
 json RankFigures::record(int64_t step) const {
   json j = {{"event", "rank"}, {"step", step}, {"rank", static_cast<int64_t>(rank)}};
   for (const Field& f : kFields) {
@@ -84,6 +114,21 @@ RankFigures RankFigures::from_record(const json& record) {
   for (const Field& f : kFields)
     if (record.contains(f.key) && record[f.key].is_number()) r.*f.member = record[f.key].get<double>();
   return r;
+}
+
+LinkBytes ring_link_bytes(Collective collective, double input_bytes, int world, int rank, int root) {
+  if (world < 2) return {};
+  const double w = world;
+  switch (collective) {
+    case Collective::kAllReduce: return {2 * (w - 1) / w * input_bytes, 2 * (w - 1) / w * input_bytes};
+    case Collective::kReduceScatter: return {(w - 1) / w * input_bytes, (w - 1) / w * input_bytes};
+    case Collective::kAllGather: return {(w - 1) * input_bytes, (w - 1) * input_bytes};
+    case Collective::kBroadcast: {
+      const bool is_root = rank == root, is_last = rank == (root + world - 1) % world;
+      return {is_last ? 0.0 : input_bytes, is_root ? 0.0 : input_bytes};
+    }
+  }
+  return {};
 }
 
 bool Straggler::data_bound() const {

@@ -40,10 +40,23 @@ struct CIUIC_API RankFigures {
   double host_rss_gib = NAN;        // host resident set now
   double host_rss_peak_gib = NAN;   // host resident set, peak
   double optim_step_s = NAN;        // the optimizer plugin's own host time of its last step (optim_step_s)
+  // Where the last step's wall time went, from the loop's own timers (no NVML needed; CPU runs too):
+  double compute_s = NAN;           // forward/backward + the optimizer step, less comm_wait_s's parts inside them
+  double comm_wait_s = NAN;         // waiting in the loop's collectives: the label-count agreement, finishing the
+                                    //   reductions + the norm's all-reduce (step_norm_s), the publish (step_publish_s)
+  double compute_busy = NAN;        // compute_s / step_s, 0..1
+  // Link traffic split by direction, per second over the interval: derived by the core from each
+  // collective's kind, size and the world size (report/link_traffic.h), not measured by the plugin.
+  double link_sent_bytes_per_s = NAN;
+  double link_received_bytes_per_s = NAN;
 
   // The figures in a fixed order, for the exchange between ranks (kFields names them).
   std::vector<double> to_vector() const;
   static RankFigures from_vector(const double* values);
+  // Only the figures named by `keys` (of rank_figure_keys()), in that order: a smaller exchange.
+  // from_vector(values, keys) leaves the others NaN. An unknown key is a std::logic_error.
+  std::vector<double> to_vector(const std::vector<std::string>& keys) const;
+  static RankFigures from_vector(const double* values, const std::vector<std::string>& keys);
   // {"event": "rank", "step": step, "rank": N, ...}: the measured figures only.
   nlohmann::json record(int64_t step) const;
   // Reads a record written by record(); keys it lacks stay NaN.
@@ -52,6 +65,26 @@ struct CIUIC_API RankFigures {
 
 // The record keys of RankFigures, in to_vector() order.
 CIUIC_API const std::vector<std::string>& rank_figure_keys();
+// What the straggler rule reads (rank, work_s, data_wait_s): all the ranks exchange when
+// [log] rank_records = false.
+CIUIC_API const std::vector<std::string>& straggler_figure_keys();
+
+// Link traffic of one collective on one rank as a ring moves it — the factors nccl-tests uses for
+// its bus bandwidth (docs/metrics.md, "Link traffic: sent and received"). `input_bytes` is the
+// collective's input, as CommCounters::bytes counts it; W = world:
+//   all-reduce      sent = received = 2(W-1)/W x input
+//   reduce-scatter  sent = received = (W-1)/W x input   (input = W x output)
+//   all-gather      sent = received = (W-1) x input     (output = W x input)
+//   broadcast       a chain from the root in rank order: the root sends the tensor, the rank
+//                   before it (root - 1 mod W) only receives it, every other rank both
+// One rank (W = 1) moves nothing. These are the algorithm's bytes, not a measurement: a backend
+// that picks a tree or a direct exchange moves other amounts (the API-8 proposal in
+// docs/architecture.md lets the backend say).
+enum class Collective { kAllReduce, kReduceScatter, kAllGather, kBroadcast };
+struct LinkBytes {
+  double sent = 0, received = 0;
+};
+CIUIC_API LinkBytes ring_link_bytes(Collective collective, double input_bytes, int world, int rank, int root = 0);
 
 // [log] straggler_margin, straggler_log_steps (docs/recipe.md).
 struct StragglerOptions {

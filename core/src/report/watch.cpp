@@ -118,11 +118,13 @@ std::string watch_table(const WatchState& s, const std::string& title) {
   }
   o << "\n";
   if (s.ranks.empty()) return o.str();
-  o << "rank  mem GiB  resv GiB  busy  link GB/s  link busy  step s  work s  data s  host GiB\n";
+  // busy: the device (NVML); comp: the step's wall time outside data and collectives (loop timers)
+  o << "rank  mem GiB  resv GiB  busy  comp  link GB/s  sent GB/s  recv GB/s  link busy  step s  work s  data s  host GiB\n";
   for (const auto& [rank, f] : s.ranks) {
     std::snprintf(b, sizeof b, "%4d", rank);
     o << b << " " << fixed(f.mem_gib, 2, 8) << " " << fixed(f.mem_reserved_gib, 2, 9) << " " << percent(f.device_busy, 5)
-      << " " << fixed(f.link_bytes_per_s / 1e9, 3, 10) << " " << percent(f.link_busy, 10) << " " << fixed(f.step_s, 3, 7)
+      << " " << percent(f.compute_busy, 5) << " " << fixed(f.link_bytes_per_s / 1e9, 3, 10) << " "
+      << fixed(f.link_sent_bytes_per_s / 1e9, 3, 9) << " " << fixed(f.link_received_bytes_per_s / 1e9, 3, 9) << " " << percent(f.link_busy, 10) << " " << fixed(f.step_s, 3, 7)
       << " " << fixed(f.work_s, 3, 7) << " " << fixed(f.data_wait_s, 3, 7) << " " << fixed(f.host_rss_gib, 2, 9);
     if (const auto g = s.stragglers.find(rank); g != s.stragglers.end())
       o << "  slow" << (std::isfinite(g->second) ? " +" + std::to_string(static_cast<int>(std::lround(100 * g->second))) + "%" : "");

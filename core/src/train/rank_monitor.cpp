@@ -15,13 +15,15 @@ namespace {
 constexpr double kGiB = 1073741824.0;
 }
 
-RankMonitor::RankMonitor(const Run& run) : r_(run), busy_(pci_bus_id(run.ctx.device)) {
+RankMonitor::RankMonitor(const Run& run)
+    : r_(run), busy_(pci_bus_id(run.ctx.device)), traffic_(dynamic_cast<const TrafficComm*>(run.comm.get())) {
   if (run.ctx.device.is_cuda() && !busy_.available())
     log_debug("no device busy fraction in the per-rank records: " + busy_.why_unavailable());
 }
 
 void RankMonitor::begin() {
   last_counters_ = r_.comm->counters();
+  if (traffic_) last_traffic_ = traffic_->traffic();
   last_ = std::chrono::steady_clock::now();
   busy_.busy_since_last();
 }
@@ -38,6 +40,12 @@ report::RankFigures RankMonitor::sample(const Timings& t) {
   f.optim_s = t.optim_s;
   f.work_s = f.data_wait_s + t.fwd_bwd_s;
   f.optim_step_s = t.optim_step_s;
+  // Busy without NVML: the step's wall time less what the loop spent waiting for data and in its
+  // collectives (docs/metrics.md, compute_busy).
+  const double publish = std::isfinite(t.publish_s) ? t.publish_s : 0.0;
+  f.comm_wait_s = t.agree_s + t.norm_s + publish;
+  f.compute_s = std::max(0.0, t.fwd_bwd_s + t.optim_s - t.norm_s - publish);
+  if (t.step_s > 0) f.compute_busy = std::clamp(f.compute_s / t.step_s, 0.0, 1.0);
   if (r_.ctx.device.is_cuda()) {
     const MemoryStats m = memory_stats(r_.ctx.device);
     f.mem_gib = m.peak_allocated / kGiB;
@@ -53,6 +61,12 @@ report::RankFigures RankMonitor::sample(const Timings& t) {
   f.comm_calls = static_cast<double>(c.calls);
   f.comm_bytes = static_cast<double>(c.bytes);
   last_counters_ = c;
+  if (traffic_) {
+    const TrafficComm::Traffic now_traffic = traffic_->traffic();
+    f.link_sent_bytes_per_s = (now_traffic.sent - last_traffic_.sent) / interval;
+    f.link_received_bytes_per_s = (now_traffic.received - last_traffic_.received) / interval;
+    last_traffic_ = now_traffic;
+  }
   const HostMemory h = host_memory();
   if (h.rss > 0) f.host_rss_gib = h.rss / kGiB;
   f.host_rss_peak_gib = h.peak_rss / kGiB;

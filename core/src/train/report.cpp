@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include <ATen/ops/zeros.h>
+#include <ATen/record_function.h>
 
 #include <ciuic/error.h>
 #include <ciuic/log.h>
@@ -79,6 +80,9 @@ void Reporter::step(const StepStats& s, const checkpoint::TrainerState& st) {
     progress_.update(s.step, last_loss_, s.lr, tps, false, straggler_note_);
     return;
   }
+  // The cost of monitoring, visible in the step profile ([log] profile_start_step: a range in
+  // rank<R>.trace.json): sampling, the exchange, the records.
+  RECORD_FUNCTION("ciuic::monitor", std::vector<c10::IValue>());
   // Every rank's figures, and the mean token loss over the steps since the last log (all ranks),
   // in one all-reduce.
   Metrics om;  // the optimizer's own figures (its host time), on every rank
@@ -89,8 +93,14 @@ void Reporter::step(const StepStats& s, const checkpoint::TrainerState& st) {
   timings.steps = window_steps_;
   timings.fwd_bwd_s = s.fwd_bwd_s;
   timings.optim_s = s.optim_s;
+  timings.agree_s = s.agree_s;
+  timings.norm_s = s.norm_s;
   for (const auto& [k, v] : om.values)
     if (k == "optim_step_s") timings.optim_step_s = v;
+  Metrics shm;  // the sharding's phases: its publish is time in collectives
+  r_.sharding->append_metrics(shm);
+  for (const auto& [k, v] : shm.values)
+    if (k == "step_publish_s") timings.publish_s = v;
   const report::RankFigures mine = monitor_.sample(timings);
   const auto sampled = Clock::now();
   const std::vector<report::RankFigures> ranks = exchange(mine);
@@ -141,8 +151,16 @@ void Reporter::step(const StepStats& s, const checkpoint::TrainerState& st) {
   progress_.update(s.step, last_loss_, s.lr, tps, true, straggler_note_);
 }
 
+const std::vector<std::string>& Reporter::exchanged_figures() const {
+  static const std::vector<std::string> none;
+  if (r_.opt.rank_records) return report::rank_figure_keys();
+  if (r_.ctx.world_size > 1 && r_.opt.straggler_margin > 0) return report::straggler_figure_keys();
+  return none;
+}
+
 std::vector<report::RankFigures> Reporter::exchange(const report::RankFigures& mine) {
-  const std::vector<double> figures = mine.to_vector();
+  const std::vector<std::string>& keys = exchanged_figures();
+  const std::vector<double> figures = mine.to_vector(keys);
   const size_t row = figures.size() + 1, world = static_cast<size_t>(r_.ctx.world_size);
   const size_t at = static_cast<size_t>(r_.ctx.rank) * row;
   std::vector<double> all(row * world, 0.0);  // x + 0 is x: the sum is every rank's row
@@ -153,7 +171,7 @@ std::vector<report::RankFigures> Reporter::exchange(const report::RankFigures& m
   std::vector<report::RankFigures> out;
   for (size_t k = 0; k < world; ++k) {
     loss += all[k * row];
-    out.push_back(report::RankFigures::from_vector(all.data() + k * row + 1));
+    if (!keys.empty()) out.push_back(report::RankFigures::from_vector(all.data() + k * row + 1, keys));
   }
   last_loss_ = loss / std::max(1.0, window_labels_);
   return out;

@@ -50,6 +50,7 @@ struct StepStats {
   double fwd_bwd_s = 0, optim_s = 0;  // timed steps only
   double norm_s = 0;                  // of optim_s: the global gradient norm (train/step.h)
   double data_wait_s = 0;             // every step: time in DataSource::next() for its micro-batches
+  double agree_s = 0;                 // every step: the all-reduce agreeing on label count and stop, after the data
 };
 
 class Reporter {
@@ -77,7 +78,12 @@ class Reporter {
   void finish_progress() { progress_.finish(); }
 
  private:
-  // This rank's figures and loss sum for every rank's (the loss: summed into last_loss_).
+  // The figures the ranks exchange: all with [log] rank_records; else what the straggler rule
+  // reads, or none when it is off (one rank, straggler_margin = 0): the all-reduce then carries
+  // the loss sums alone.
+  const std::vector<std::string>& exchanged_figures() const;
+  // This rank's figures and loss sum for every rank's (the loss: summed into last_loss_); none
+  // when exchanged_figures() is empty.
   std::vector<report::RankFigures> exchange(const report::RankFigures& mine);
   // Rank 0: the "rank" records, the straggler rule's records and messages, the progress note.
   std::vector<nlohmann::json> rank_records(int64_t step, const std::vector<report::RankFigures>& ranks);

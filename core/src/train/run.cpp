@@ -25,6 +25,7 @@
 #include "schedule/schedule.h"
 #include "tokenizer/factory.h"
 #include "train/checkpoints.h"
+#include "train/comm_traffic.h"
 #include "train/device_info.h"
 #include "train/elastic.h"
 #include "train/worker.h"
@@ -281,6 +282,7 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
                 std::to_string(r.comm->rank()) + " of " + std::to_string(r.comm->size()) +
                 " but this worker is rank " + std::to_string(r.ctx.rank) + " of " +
                 std::to_string(r.ctx.world_size));
+  r.comm = std::make_shared<TrafficComm>(std::move(r.comm));  // link traffic by direction (train/comm_traffic.h)
   r.precision = make_plugin<Precision>(recipe, registry, Slot::kPrecision, r.ctx, planned);
   r.optimizer = make_plugin<Optimizer>(recipe, registry, Slot::kOptimizer, r.ctx, planned);
   r.sharding = make_plugin<Sharding>(recipe, registry, Slot::kSharding, r.ctx, planned);

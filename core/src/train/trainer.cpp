@@ -100,6 +100,7 @@ struct StepData {
   double global_labels = 1;  // label tokens of the global batch (at least 1)
   bool stop = false;         // a rank was asked to stop: no rank trains this step
   double wait_s = 0;         // this rank's time in DataSource::next() (per-rank records, stragglers)
+  double agree_s = 0;        // then in the agreement's all-reduce (waiting for the other ranks' data)
 };
 
 StepData next_step_data(Run& r) {
@@ -110,8 +111,10 @@ StepData next_step_data(Run& r) {
     d.batches.push_back(r.data->next());
     local_labels += static_cast<double>(d.batches.back().num_label_tokens);
   }
-  d.wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const auto t1 = std::chrono::steady_clock::now();
+  d.wait_s = std::chrono::duration<double>(t1 - t0).count();
   const auto agreed = all_sum(*r.comm, {local_labels, StopSignals::requested() ? 1.0 : 0.0});
+  d.agree_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   d.global_labels = std::max(1.0, agreed[0]);
   d.stop = agreed[1] > 0;
   return d;
@@ -172,6 +175,7 @@ int train(Run& r, const WorkerOptions& options) {
     s.lr = r.schedule->lr(st.step);
     s.global_labels = data.global_labels;
     s.data_wait_s = data.wait_s;
+    s.agree_s = data.agree_s;
     Step step(r.slots(), {.lr = s.lr, .weight_decay = r.opt.weight_decay, .max_grad_norm = r.opt.clip,
                           .step = s.step, .t = st.updates + 1,  // skipped steps do not count
                           .nonfinite_stops = !r.opt.nonfinite_skip});  // count_step() throws then
