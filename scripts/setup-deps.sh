@@ -144,7 +144,10 @@ if [ "$want_tests" = 1 ]; then
            pyyaml==6.0.4 regex==2026.11.19 packaging==26.4 tqdm==4.70.1
            httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 idna==3.20 truststore==0.10.5
            typing-extensions==4.16.0 filelock==4.3.1 sympy==1.14.0 mpmath==1.3.0
-           jinja2==3.1.6 markupsafe==3.0.4 networkx==3.6.1 fsspec==2026.9.0)
+           jinja2==3.1.6 markupsafe==3.0.4 networkx==3.6.1 fsspec==2026.9.0
+           peft==0.21.2 accelerate==1.16.0 psutil==7.2.2)
+  # peft (and what it imports beyond transformers: accelerate, psutil): the LoRA fixtures
+  # (tests/fixtures/gen_lora.py) and lora_export_loads_in_peft.
   # Compares installed versions without importing anything (importing torch takes seconds).
   pins_missing() {
     "$VENV/bin/python" - "$@" <<'PY'
