@@ -67,7 +67,7 @@ TEST(LoraE2E, CheckpointHoldsOnlyTheAdapterAndResumesOnAnotherWorldSize) {
   const Result a = run("lora-part", first);
   EXPECT_RUN_OK(a);
   const std::string ckpt = newest_checkpoint(a.dir + "/out/checkpoints");
-  auto f = ciuic::model::SafetensorsFile::open(ckpt + "/rank_0.safetensors");
+  auto f = ciuic::model::SafetensorsFile::open(ckpt + "/rank_00000.safetensors");
   for (const auto& e : f->entries()) EXPECT_EQ(e.name.find("embed_tokens"), std::string::npos) << e.name;
   const Result b = run("lora-resume", lora(3, 4, "zero2"), {"--resume", ckpt});
   EXPECT_RUN_OK(b);
