@@ -42,10 +42,8 @@ TEST(LoraE2E, AdapterTrainedAlikeByDdpZero2Zero3AtWorldSizes1To3) {
     std::string name;
     Shape s;
   };
-  const std::vector<V> variants = {{"ddp2", lora(2, 6, "ddp")},
-                                   {"zero2-2", lora(2, 6, "zero2")},
+  const std::vector<V> variants = {{"zero2-acc", lora(2, 3, "zero2", 2)},
                                    {"zero2-3", lora(3, 4, "zero2")},
-                                   {"zero2-acc", lora(2, 3, "zero2", 2)},
                                    {"zero3-2", lora(2, 6, "zero3")},
                                    {"zero3-3", lora(3, 4, "zero3")}};
   for (const auto& v : variants) {
