@@ -145,7 +145,10 @@ if [ "$want_tests" = 1 ]; then
            httpx2==2.16.2 httpcore2==2.16.2 h11==0.16.0 idna==3.20 truststore==0.10.5
            typing-extensions==4.16.0 filelock==4.3.1 sympy==1.14.0 mpmath==1.3.0
            jinja2==3.1.6 markupsafe==3.0.4 networkx==3.6.1 fsspec==2026.9.0
-           bitsandbytes==0.50.2)  # tests/fixtures/gen_nf4.py: NF4 on CPU (needs torch, numpy, packaging)
+           bitsandbytes==0.50.2 peft==0.21.2 accelerate==1.16.0 psutil==7.2.2)
+  # bitsandbytes: tests/fixtures/gen_nf4.py, NF4 on CPU (needs torch, numpy, packaging); peft
+  # (and what it imports beyond transformers: accelerate, psutil): the LoRA fixtures
+  # (tests/fixtures/gen_lora.py) and lora_export_loads_in_peft.
   # Compares installed versions without importing anything (importing torch takes seconds).
   pins_missing() {
     "$VENV/bin/python" - "$@" <<'PY'

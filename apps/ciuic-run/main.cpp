@@ -25,7 +25,7 @@ constexpr const char* kUsage =
     "                 [--nnodes N] [--node-rank R] [--master-addr A] [--master-port P]\n"
     "                 [--output-all-ranks] [--resume PATH|latest|auto | --overwrite] [--dry-run]\n"
     "                 [--print-recipe] [--plan]\n"
-    "       ciuic-run --export-hf CKPT OUT [--export-dtype bf16|fp32] [--tokenizer FILE]\n"
+    "       ciuic-run --export-hf CKPT OUT [--export-dtype bf16|fp32] [--tokenizer FILE] [--merge]\n"
     "       ciuic-run --from-deepspeed DS_CONFIG.json [--set section.key=value]... [-o RECIPE.toml]\n"
     "       ciuic-run --from-llamafactory TRAIN.yaml | --from-axolotl CONFIG.yml [--set ...]... [-o RECIPE.toml]\n"
     "       ciuic-run --plot RUN_DIR\n"
@@ -105,6 +105,7 @@ int main(int argc, char** argv) {
        "print the resolved recipe (defaults included, origin of each value) and exit");
   std::vector<std::string> export_args;
   std::string export_dtype = "bf16", export_tokenizer;
+  bool export_merge = false;
   po::options_description export_opts("Exporting a checkpoint (no recipe needed)", 100, 50);
   export_opts.add_options()
       ("export-hf", po::value<std::vector<std::string>>(&export_args)->multitoken()->value_name("CKPT OUT"),
@@ -115,7 +116,10 @@ int main(int argc, char** argv) {
        "with --export-hf: dtype of the exported weights (default bf16)")
       ("tokenizer", po::value<std::string>(&export_tokenizer)->value_name("FILE"),
        "with --export-hf: a tokenizer.json to copy into OUT (with its tokenizer_config.json and "
-       "chat_template.jinja) instead of the one the checkpoint keeps");
+       "chat_template.jinja) instead of the one the checkpoint keeps")
+      ("merge", po::bool_switch(&export_merge),
+       "with --export-hf of a LoRA checkpoint: the base model with the adapter merged in (PEFT's "
+       "merge_and_unload) instead of the PEFT adapter folder");
   std::string from_ds, from_lf, from_ax, output, plot_dir, watch_dir;
   double watch_interval = 2.0;
   po::options_description tool_opts("Converting and reporting (no recipe needed)", 100, 50);
@@ -182,7 +186,7 @@ int main(int argc, char** argv) {
       if (export_args.size() != 2)
         return fail("--export-hf takes two arguments, CKPT and OUT (got " +
                         std::to_string(export_args.size()) + ")", 2);
-      return ciuic::app::export_hf(export_args[0], export_args[1], export_dtype, export_tokenizer, std::cout);
+      return ciuic::app::export_hf(export_args[0], export_args[1], export_dtype, export_tokenizer, std::cout, export_merge);
     }
     if (vm.count("from-deepspeed")) {
       if (!o.recipe.empty())

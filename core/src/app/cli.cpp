@@ -17,6 +17,7 @@
 #include <thread>
 
 #include <ATen/Context.h>
+#include <ATen/core/grad_mode.h>
 
 #include <ciuic/comm.h>
 #include <ciuic/data.h>
@@ -32,6 +33,8 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/run_dir.h"
 #include "model/hf_export.h"
+#include "model/llama.h"
+#include "model/lora.h"
 #include "import/deepspeed.h"
 #include "import/training_file.h"
 #include "launch/launch.h"
@@ -507,8 +510,41 @@ int watch(const std::string& run_dir, double interval_s, bool tty, std::ostream&
   return report::watch(run_dir, out, wo);
 }
 
+namespace {
+// The merged model of a LoRA checkpoint: its base (adapter config's base_model_name_or_path) with
+// the checkpoint's adapter (and modules_to_save) loaded and merged, in fp32 on the CPU.
+model::NamedTensors merged_weights(const std::string& folder, const nlohmann::json& adapter) {
+  const std::string where = folder + "/trainer.json adapter";
+  const model::LoraSpec spec = model::lora_spec_from_peft(adapter, where);
+  const std::string base = adapter.value("base_model_name_or_path", std::string());
+  if (base.empty())
+    throw UsageError("--merge: " + where + " names no base model folder (the run trained from a random init): "
+                     "there are no base weights to merge into");
+  auto m = model::LlamaModel::from_pretrained(base, at::kFloat, at::kCPU);
+  m->enable_lora(spec);
+  const model::NamedTensors saved = checkpoint::read_master_weights(folder);
+  const auto params = m->trainable_parameters();
+  if (saved.size() != params.size())
+    throw Error(where + ": the checkpoint holds " + std::to_string(saved.size()) + " tensors, the adapter " +
+                std::to_string(params.size()));
+  {
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (saved[i].first != params[i].first || saved[i].second.sizes() != params[i].second.sizes())
+        throw Error(where + ": tensor `" + saved[i].first + "` does not match the base model " + base +
+                    " (expected `" + params[i].first + "`)");
+      params[i].second.copy_(saved[i].second);
+    }
+  }
+  m->merge_lora();
+  model::NamedTensors out;
+  for (auto& [name, t] : m->named_parameters()) out.emplace_back(name, t.detach());
+  return out;
+}
+}  // namespace
+
 int export_hf(const std::string& checkpoint, const std::string& out_dir, const std::string& dtype,
-              const std::string& tokenizer, std::ostream& out) {
+              const std::string& tokenizer, std::ostream& out, bool merge) {
   namespace fs = std::filesystem;
   const std::optional<at::ScalarType> export_dtype = model::export_dtype_from_name(dtype);
   if (!export_dtype)
@@ -521,6 +557,9 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, const s
   const std::string folder = checkpoint::resolve(checkpoint, checkpoint, "--export-hf");
   checkpoint::verify(folder, /*checksums=*/true);
   const model::LlamaConfig config = checkpoint::read_model_config(folder);
+  const nlohmann::json adapter = checkpoint::read_adapter_config(folder);
+  if (merge && adapter.is_null())
+    throw UsageError("--merge: " + folder + " is not a LoRA checkpoint (it holds the full model: export it without --merge)");
   model::HfExportOptions eo;
   eo.dtype = *export_dtype;
   // The tokenizer the checkpoint keeps (written by runs with a tokenizer), unless --tokenizer
@@ -532,7 +571,10 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, const s
   const fs::path tmp = target.parent_path() / (".tmp-" + target.filename().string());
   remove_tree((tmp).string(), ec);
   try {
-    model::write_hf_folder(tmp.string(), config, checkpoint::read_master_weights(folder), eo);
+    if (!adapter.is_null() && !merge)
+      model::write_peft_folder(tmp.string(), adapter, checkpoint::read_master_weights(folder), eo.dtype);
+    else
+      model::write_hf_folder(tmp.string(), config, merge ? merged_weights(folder, adapter) : checkpoint::read_master_weights(folder), eo);
     if (fs::exists(target)) fs::remove(target);  // the empty folder
     fs::rename(tmp, target);
   } catch (...) {

@@ -61,8 +61,13 @@ CIUIC_API std::vector<std::string> plugin_paths(const CliOptions& options, const
 // next to it and renamed into place, so a failed export leaves nothing half-written. FILE is a
 // tokenizer.json (its sibling tokenizer_config.json is copied too). Throws UsageError on a bad
 // argument, Error on a corrupt checkpoint or an I/O failure. Prints what it wrote on `out`.
+// A LoRA checkpoint exports as a PEFT adapter folder (adapter_config.json,
+// adapter_model.safetensors); with `merge`, as the base model (its folder from the adapter
+// config's base_model_name_or_path) with the adapter merged in. `merge` on a full checkpoint is
+// a UsageError.
 CIUIC_API int export_hf(const std::string& checkpoint, const std::string& out_dir,
-                        const std::string& dtype, const std::string& tokenizer, std::ostream& out);
+                        const std::string& dtype, const std::string& tokenizer, std::ostream& out,
+                        bool merge = false);
 
 // --from-deepspeed FILE [--set section.key=value]... [-o OUT]: translates a DeepSpeed config into
 // an equivalent recipe (import/deepspeed.h, docs/deepspeed.md), written to OUT or `out`. The keys

@@ -78,10 +78,12 @@ std::string new_run_id() {
 nlohmann::json shape_json(const RunShape& s) {
   nlohmann::json params = nlohmann::json::array();
   for (const auto& [name, shape] : s.params) params.push_back({{"name", name}, {"shape", shape}});
-  return {{"model_config", s.model.to_json()},
-          {"global_rows", s.global_rows},
-          {"seq_len", s.seq_len},
-          {"params", params}};
+  nlohmann::json j = {{"model_config", s.model.to_json()},
+                      {"global_rows", s.global_rows},
+                      {"seq_len", s.seq_len},
+                      {"params", params}};
+  if (!s.adapter.is_null()) j["adapter"] = s.adapter;
+  return j;
 }
 
 // Every rank file's shard layout, and slice lookup across them.
@@ -525,6 +527,13 @@ model::LlamaConfig read_model_config(const std::string& folder) try {
   const nlohmann::json trainer = read_json(fs::path(folder) / "trainer.json");
   return model::LlamaConfig::from_json(trainer.at("shape").at("model_config"),
                                        (fs::path(folder) / "trainer.json").string());
+} catch (const nlohmann::json::exception& e) {
+  malformed(folder, e);
+}
+
+nlohmann::json read_adapter_config(const std::string& folder) try {
+  const nlohmann::json trainer = read_json(fs::path(folder) / "trainer.json");
+  return trainer.at("shape").value("adapter", nlohmann::json());
 } catch (const nlohmann::json::exception& e) {
   malformed(folder, e);
 }

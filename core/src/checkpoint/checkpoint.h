@@ -77,6 +77,9 @@ struct RunShape {
   // The run's tokenizer files (model::tokenizer_files), copied into every checkpoint under their
   // own names so that an export from the checkpoint carries them; not compared on resume.
   std::vector<std::string> tokenizer_files;
+  // With an adapter: its PEFT adapter_config.json (model::peft_adapter_config; `params` then
+  // are the adapter's); null otherwise. An export writes a PEFT folder from it.
+  nlohmann::json adapter;
 };
 
 // The run's stateful parts.
@@ -136,5 +139,7 @@ std::string resolve(const std::string& spec, const std::string& dir,
 model::NamedTensors read_master_weights(const std::string& folder);
 // The model config stored in a checkpoint.
 model::LlamaConfig read_model_config(const std::string& folder);
+// The adapter config the checkpoint was written with (RunShape::adapter); null without one.
+nlohmann::json read_adapter_config(const std::string& folder);
 
 }  // namespace ciuic::checkpoint

@@ -72,6 +72,8 @@ void save_shape(AutogradContext* ctx, const LayerShape& s) {
   ctx->saved_data["sandwich"] = s.sandwich;
   ctx->saved_data["scale"] = s.scale;
   ctx->saved_data["window"] = s.window;
+  ctx->saved_data["lora_scale"] = s.lora_scale;
+  ctx->saved_data["lora_dropout"] = s.lora_dropout;
 }
 LayerShape load_shape(AutogradContext* ctx) {
   LayerShape s;
@@ -87,6 +89,8 @@ LayerShape load_shape(AutogradContext* ctx) {
   s.sandwich = ctx->saved_data["sandwich"].toBool();
   s.scale = ctx->saved_data["scale"].toDouble();
   s.window = ctx->saved_data["window"].toInt();
+  s.lora_scale = ctx->saved_data["lora_scale"].toDouble();
+  s.lora_dropout = ctx->saved_data["lora_dropout"].toDouble();
   return s;
 }
 

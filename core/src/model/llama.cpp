@@ -13,6 +13,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/matmul.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/tensor.h>
@@ -111,6 +112,120 @@ std::vector<std::pair<std::string, at::Tensor>> LlamaModel::named_parameters() c
       out.emplace_back("model.layers." + std::to_string(i) + "." + LayerWeights::kNames[j], layers_[i].t[j]);
   out.emplace_back("model.norm.weight", norm_);
   if (lm_head_.defined()) out.emplace_back("lm_head.weight", lm_head_);
+  return out;
+}
+
+void LlamaModel::enable_lora(const LoraSpec& spec) {
+  if (lora_) throw Error("LlamaModel::enable_lora: an adapter is already attached");
+  if (spec.r <= 0) throw Error("LlamaModel::enable_lora: r must be > 0");
+  if (spec.targets.empty()) throw Error("LlamaModel::enable_lora: no target modules");
+  const auto opts = at::TensorOptions().dtype(dtype_).device(device_);
+  for (auto& w : layers_)
+    for (int slot : spec.targets) {
+      const int a = LayerWeights::lora_a_slot(slot);
+      if (a < 0 || !w.t[slot].defined()) throw Error("LlamaModel::enable_lora: slot " + std::to_string(slot) + " is not a linear layer");
+      w.t[a] = at::empty({spec.r, w.t[slot].size(1)}, opts).requires_grad_(true);
+      w.t[a + 1] = at::empty({w.t[slot].size(0), spec.r}, opts).requires_grad_(true);
+    }
+  for (auto& [name, t] : named_parameters()) {
+    const bool save = (name == "model.embed_tokens.weight" && spec.save_embed) ||
+                      (name == "lm_head.weight" && spec.save_lm_head) ||
+                      (name == "model.embed_tokens.weight" && spec.save_lm_head && cfg_.tie_word_embeddings);
+    t.requires_grad_(save);
+  }
+  lora_ = spec;
+  shape_.lora_scale = spec.scaling();
+  shape_.lora_dropout = spec.dropout;
+}
+
+void LlamaModel::init_lora(uint64_t seed) {
+  if (!lora_) throw Error("LlamaModel::init_lora: no adapter (enable_lora)");
+  at::NoGradGuard no_grad;
+  at::Generator base = at::globalContext().defaultGenerator(device_);
+  uint64_t index = 0;
+  for (auto& [name, t] : lora_parameters()) {
+    ++index;
+    if (name.ends_with("lora_B.weight")) {
+      t.zero_();
+      continue;
+    }
+    at::Generator gen = base.clone();
+    gen.set_current_seed(splitmix64(seed ^ splitmix64(index) ^ 0x4c6f5241ull));
+    at::Tensor f = at::empty(t.sizes(), t.options().dtype(at::kFloat));
+    if (lora_->init == LoraInit::kGaussian) {
+      f.normal_(0.0, 1.0 / static_cast<double>(lora_->r), gen);
+    } else {  // kaiming_uniform_(a = sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain * sqrt(3 / fan_in)
+      const double bound = std::sqrt(1.0 / 3.0) * std::sqrt(3.0 / static_cast<double>(t.size(1)));
+      f.uniform_(-bound, bound, gen);
+    }
+    t.copy_(f);
+  }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> LlamaModel::lora_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    for (int j = LayerWeights::kQLoraA; j < LayerWeights::kCount; ++j)
+      if (layers_[i].t[j].defined())
+        out.emplace_back("model.layers." + std::to_string(i) + "." + LayerWeights::kNames[j], layers_[i].t[j]);
+  return out;
+}
+
+void LlamaModel::load_lora(const SafetensorsReader& reader) {
+  if (!lora_) throw Error("LlamaModel::load_lora: no adapter (enable_lora)");
+  std::set<std::string> expected;
+  const std::string prefix = "base_model.model.";
+  for (const auto& [name, t] : trainable_parameters()) {
+    const std::string key = prefix + name;
+    expected.insert(key);
+    if (!reader.contains(key))
+      throw Error(reader.path() + ": missing tensor `" + key + "` of a rank-" + std::to_string(lora_->r) +
+                  " adapter (do target_modules and modules_to_save match the adapter's adapter_config.json?)");
+    reader.check_loadable(key, t);  // a shape that differs: named with both shapes
+  }
+  for (const auto& name : reader.names())
+    if (!expected.count(name))
+      throw Error(reader.file_of(name) + ": unexpected tensor `" + name +
+                  "`: not one of the adapter's parameters (do target_modules and modules_to_save match?)");
+  at::NoGradGuard no_grad;
+  for (const auto& [name, t] : trainable_parameters()) reader.load_into(prefix + name, t);
+}
+
+void LlamaModel::merge_lora() {
+  if (!lora_) throw Error("LlamaModel::merge_lora: no adapter (enable_lora)");
+  at::NoGradGuard no_grad;
+  for (auto& w : layers_)
+    for (int slot : lora_->targets) {
+      const int a = LayerWeights::lora_a_slot(slot);
+      at::Tensor delta = at::matmul(w.t[a + 1].to(at::kFloat), w.t[a].to(at::kFloat)) * lora_->scaling();
+      w.t[slot].copy_(w.t[slot].to(at::kFloat) + delta);
+    }
+}
+
+std::vector<std::pair<std::string, at::Tensor>> LlamaModel::trainable_parameters() const {
+  if (!lora_) return named_parameters();
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  if (embed_.requires_grad()) out.emplace_back("model.embed_tokens.weight", embed_);
+  for (auto& p : lora_parameters()) out.push_back(std::move(p));
+  if (lm_head_.defined() && lm_head_.requires_grad()) out.emplace_back("lm_head.weight", lm_head_);
+  return out;
+}
+
+std::vector<ciuic::ParamGroup> LlamaModel::trainable_param_groups() const {
+  if (!lora_) return param_groups();
+  std::vector<ciuic::ParamGroup> out;
+  int next = 0;
+  out.push_back({"embed", {}});
+  if (embed_.requires_grad()) out.back().params.push_back(next++);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    ciuic::ParamGroup g{"layers." + std::to_string(i), {}};
+    for (int j = LayerWeights::kQLoraA; j < LayerWeights::kCount; ++j)
+      if (layers_[i].t[j].defined()) g.params.push_back(next++);
+    out.push_back(std::move(g));
+  }
+  out.push_back({"head", {}});
+  if (lm_head_.defined() && lm_head_.requires_grad()) out.back().params.push_back(next);
+  else if (cfg_.tie_word_embeddings && embed_.requires_grad()) out.back().params.push_back(0);
   return out;
 }
 
@@ -250,6 +365,9 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
   announce_before(0);
   at::Tensor h = at::embedding(embed_, input_ids, cfg_.padding_idx());
   if (cfg_.scale_embeddings) h = h * embed_scale_;
+  // A frozen embedding (LoRA): its output needs no gradient, so no boundary node would end layer
+  // 0's backward; a leaf that asks for one puts the boundary back (one [B, T, hidden] gradient).
+  if (boundaries_ && lora_ && at::GradMode::is_enabled() && !h.requires_grad()) h = h.detach().requires_grad_(true);
   announce_after(0);
   const bool ckpt = checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
   for (size_t i = 0; i < layers_.size(); ++i) {

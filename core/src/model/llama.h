@@ -41,6 +41,7 @@
 
 #include "model/config.h"
 #include "model/llama_ops.h"
+#include "model/lora.h"
 
 #include <ciuic/export.h>
 #include <ciuic/sharding.h>
@@ -101,6 +102,34 @@ class CIUIC_API LlamaModel {
   // (Sharding::before_group/after_group, in the order ciuic/sharding.h states) in every later
   // forward; null: none. Not owned; must outlive the model's passes.
   void set_group_boundaries(ciuic::Sharding* boundaries) { boundaries_ = boundaries; }
+
+  // LoRA (model/lora.h): allocates A and B for every targeted linear slot of every layer (in the
+  // model's dtype, on its device; values unspecified until init_lora() or load_lora()), and
+  // freezes every base parameter (requires_grad false) except modules_to_save. Once only.
+  void enable_lora(const LoraSpec& spec);
+  const LoraSpec* lora() const { return lora_ ? &*lora_ : nullptr; }
+  // PEFT's initialisation: A Kaiming-uniform (a = sqrt(5), bound 1/sqrt(in)) or, with
+  // LoraInit::kGaussian, normal(0, 1/r); B zero. Deterministic per (seed, parameter index).
+  void init_lora(uint64_t seed);
+  // The adapter parameters: "model.layers.<i>.<slot name>" (e.g.
+  // model.layers.0.self_attn.q_proj.lora_A.weight; PEFT prefixes "base_model.model."), per layer in
+  // slot order.
+  std::vector<std::pair<std::string, at::Tensor>> lora_parameters() const;
+  // Loads a PEFT adapter (adapter_model.safetensors, keys "base_model.model." + the
+  // lora_parameters() names; modules_to_save tensors as "base_model.model.<module>.weight").
+  // Errors name the file and the tensor: missing, unexpected, or a shape that differs (an
+  // adapter made for another base model or rank).
+  void load_lora(const SafetensorsReader& reader);
+  // Folds each adapter into its base weight, W += scaling * B A (computed in fp32, rounded once
+  // to the model's dtype), as PEFT's merge_and_unload(); named_parameters() then holds the merged
+  // model (modules_to_save are the base's own tensors already). The adapter stays attached: do not
+  // run forward afterwards.
+  void merge_lora();
+  // What training updates: without an adapter named_parameters(); with one the embedding (when in
+  // modules_to_save), each layer's adapters, lm_head (when in modules_to_save; a tied model
+  // trains the embedding instead). trainable_param_groups() indexes into it.
+  std::vector<std::pair<std::string, at::Tensor>> trainable_parameters() const;
+  std::vector<ciuic::ParamGroup> trainable_param_groups() const;
 
   // Recompute each decoder layer in backward instead of keeping its activations. Gradients are
   // unchanged; only the layer inputs stay alive between forward and backward.
@@ -180,6 +209,7 @@ class CIUIC_API LlamaModel {
   std::vector<LayerWeights> layers_;
   at::Tensor norm_;
   at::Tensor lm_head_;  // undefined when tied
+  std::optional<LoraSpec> lora_;  // enable_lora
   bool checkpointing_ = false;
   int64_t checkpoint_layers_ = 0;  // <= 0: all
   int64_t loss_chunk_elements_ = 0;  // 0: the default rule (loss_chunk_elements)

@@ -14,7 +14,9 @@
 #include <ATen/ops/_flash_attention_forward.h>
 #include <ATen/ops/addcmul.h>
 #include <ATen/ops/cat.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/cumsum.h>
+#include <ATen/ops/dropout.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/eq.h>
 #include <ATen/ops/gelu.h>
@@ -141,6 +143,20 @@ bool varlen_attention_supported(at::ScalarType dtype, c10::Device device, int64_
 }
 
 namespace {
+// linear(x, w.t[slot], bias), plus the slot's LoRA term when it has an adapter (PEFT's
+// lora.Linear: result + lora_B(lora_A(dropout(x))) * scaling).
+at::Tensor lin(const LayerWeights& w, const LayerShape& s, int slot, const at::Tensor& x,
+               const at::Tensor& bias = at::Tensor()) {
+  at::Tensor y = at::linear(x, w.t[slot], bias);
+  const int a = LayerWeights::lora_a_slot(slot);
+  if (a < 0 || !w.t[a].defined()) return y;
+  const at::Tensor xd = s.lora_dropout > 0 && at::GradMode::is_enabled() ? at::dropout(x, s.lora_dropout, true) : x;
+  return y + at::linear(at::linear(xd, w.t[a]), w.t[a + 1]) * s.lora_scale;
+}
+inline bool has_lora(const LayerWeights& w, int slot) {
+  const int a = LayerWeights::lora_a_slot(slot);
+  return a >= 0 && w.t[a].defined();
+}
 inline at::Tensor apply_rope(const at::Tensor& x, const RopeTables& r, bool fused) {
   if (fused) return fused_rope(x, r);
   // x [B, T, heads, D]; roll by D/2 gives cat(x2, x1), the sign sits in sin_signed.
@@ -149,25 +165,25 @@ inline at::Tensor apply_rope(const at::Tensor& x, const RopeTables& r, bool fuse
 // The rest of a layer after attention: output projection, (norm,) residual, MLP block, residual.
 at::Tensor attention_tail(const LayerWeights& w, const LayerShape& s, const at::Tensor& x, const at::Tensor& a) {
   using W = LayerWeights;
-  at::Tensor o = at::linear(a, w.wo());
+  at::Tensor o = lin(w, s, W::kO, a);
   if (s.sandwich) o = rms_norm_of(o, w.t[W::kLnPostAttn], s.hidden, s.eps, s.gemma_norm);
   at::Tensor out = x + o;
   at::Tensor h = rms_norm_of(out, w.t[s.sandwich ? W::kLnPreFfn : W::kLnPostAttn], s.hidden, s.eps, s.gemma_norm);
-  at::Tensor gate = at::linear(h, w.w_gate()), up = at::linear(h, w.w_up());
+  at::Tensor gate = lin(w, s, W::kGate, h), up = lin(w, s, W::kUp, h);
   at::Tensor m;
-  if (s.fused)
+  if (s.fused && !has_lora(w, W::kDown))
     m = fused_glu_down(gate, up, w.w_down(), s.act);
-  else if (s.act == Activation::kGeluTanh)
-    m = at::linear(at::gelu(gate, "tanh") * up, w.w_down());
+  else if (s.fused)  // the adapter reads the product: no fused down projection
+    m = lin(w, s, W::kDown, fused_glu(gate, up, s.act));
   else
-    m = at::linear(at::silu(gate) * up, w.w_down());
+    m = lin(w, s, W::kDown, (s.act == Activation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate)) * up);
   if (s.sandwich) m = rms_norm_of(m, w.t[W::kLnPostFfn], s.hidden, s.eps, s.gemma_norm);
   return out + m;
 }
 // q or k [B, T, heads, D]: projected, normed over D (qk_norm), rotated.
-at::Tensor project(const at::Tensor& h, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& norm,
+at::Tensor project(const at::Tensor& h, const LayerWeights& w, int slot, const at::Tensor& bias, const at::Tensor& norm,
                    const LayerShape& s, int64_t heads, const RopeTables& rope) {
-  at::Tensor y = at::linear(h, weight, bias).view({h.size(0), h.size(1), heads, s.head_dim});
+  at::Tensor y = lin(w, s, slot, h, bias).view({h.size(0), h.size(1), heads, s.head_dim});
   if (s.qk_norm) y = rms_norm_of(y, norm, s.head_dim, s.eps, s.gemma_norm);
   return apply_rope(y, rope, s.fused);
 }
@@ -180,9 +196,9 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
   at::Tensor h = rms_norm_of(x, w.ln_in(), s.hidden, s.eps, s.gemma_norm);
   // Projections stay in [B, T, heads, D] (the layout flash kernels use); the transposes to
   // [B, heads, T, D] for SDPA are views.
-  at::Tensor q = project(h, w.wq(), w.t[W::kQBias], w.t[W::kQNorm], s, s.n_heads, rope);
-  at::Tensor k = project(h, w.wk(), w.t[W::kKBias], w.t[W::kKNorm], s, s.n_kv_heads, rope);
-  at::Tensor v = at::linear(h, w.wv(), w.t[W::kVBias]).view({b, t, s.n_kv_heads, s.head_dim});
+  at::Tensor q = project(h, w, W::kQ, w.t[W::kQBias], w.t[W::kQNorm], s, s.n_heads, rope);
+  at::Tensor k = project(h, w, W::kK, w.t[W::kKBias], w.t[W::kKNorm], s, s.n_kv_heads, rope);
+  at::Tensor v = lin(w, s, W::kV, h, w.t[W::kVBias]).view({b, t, s.n_kv_heads, s.head_dim});
   const std::optional<double> scale = s.scale > 0 ? std::optional<double>(s.scale) : std::nullopt;
   at::Tensor a;
   if (docs) {

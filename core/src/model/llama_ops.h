@@ -41,6 +41,11 @@ struct LayerShape {
   bool sandwich = false;   // norms after attention and around the MLP (gemma3_text)
   double scale = 0;        // attention score scale; 0: 1 / sqrt(head_dim)
   int64_t window = 0;      // attends to the last `window` positions (itself included); 0: all
+  // LoRA (model/lora.h): a linear slot whose adapter slots are defined adds
+  // lora_scale * B(A(dropout(x))) to its output, as PEFT's lora.Linear; dropout applies only
+  // while autograd records (training).
+  double lora_scale = 0;
+  double lora_dropout = 0;
   // Layer `layer`'s shape (its window when it slides); -1: the model-wide part only.
   static LayerShape of(const LlamaConfig& c, int64_t layer = -1) {
     LayerShape s{c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps, false};
@@ -59,15 +64,35 @@ struct LayerShape {
 struct LayerWeights {
   enum Slot : int {
     kQ, kQBias, kK, kKBias, kV, kVBias, kO, kQNorm, kKNorm, kGate, kUp, kDown,
-    kLnIn, kLnPostAttn, kLnPreFfn, kLnPostFfn, kCount
+    kLnIn, kLnPostAttn, kLnPreFfn, kLnPostFfn,
+    // LoRA adapters (model/lora.h): A [r, in] and B [out, r] of each linear slot, in kLinear
+    // order; undefined unless an adapter targets that linear.
+    kQLoraA, kQLoraB, kKLoraA, kKLoraB, kVLoraA, kVLoraB, kOLoraA, kOLoraB,
+    kGateLoraA, kGateLoraB, kUpLoraA, kUpLoraB, kDownLoraA, kDownLoraB, kCount
   };
+  // The linear (matrix) slots, in the order of their adapter slots.
+  static constexpr int kLinear[7] = {kQ, kK, kV, kO, kGate, kUp, kDown};
+  static constexpr int kNumLinear = 7;
+  // Adapter A slot of linear slot `slot` (B is the next one); -1 when `slot` is not linear.
+  static constexpr int lora_a_slot(int slot) {
+    for (int i = 0; i < kNumLinear; ++i)
+      if (kLinear[i] == slot) return kQLoraA + 2 * i;
+    return -1;
+  }
   static constexpr const char* kNames[kCount] = {
       "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight",
       "self_attn.k_proj.bias",   "self_attn.v_proj.weight", "self_attn.v_proj.bias",
       "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
       "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
       "input_layernorm.weight",  "post_attention_layernorm.weight",
-      "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight"};
+      "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight",
+      "self_attn.q_proj.lora_A.weight", "self_attn.q_proj.lora_B.weight",
+      "self_attn.k_proj.lora_A.weight", "self_attn.k_proj.lora_B.weight",
+      "self_attn.v_proj.lora_A.weight", "self_attn.v_proj.lora_B.weight",
+      "self_attn.o_proj.lora_A.weight", "self_attn.o_proj.lora_B.weight",
+      "mlp.gate_proj.lora_A.weight",    "mlp.gate_proj.lora_B.weight",
+      "mlp.up_proj.lora_A.weight",      "mlp.up_proj.lora_B.weight",
+      "mlp.down_proj.lora_A.weight",    "mlp.down_proj.lora_B.weight"};
   at::Tensor t[kCount];
   const at::Tensor& wq() const { return t[kQ]; }
   const at::Tensor& wk() const { return t[kK]; }

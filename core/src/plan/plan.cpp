@@ -63,6 +63,7 @@ struct Inputs {
   bool fused = false;             // the fused CUDA kernels run (the gated MLP keeps gate and up only)
   bool loss_in_forward = false;   // [model] loss_backward = "in_forward"
   std::string auto_note;          // how checkpoint_layers = "auto" was resolved (activations' note)
+  int64_t frozen_parameters = 0;  // [adapter]: the frozen base (no gradient, no optimizer state)
 };
 
 // Runs every slot's answer, then the model terms; `unknown` collects what was not counted.
@@ -105,6 +106,10 @@ PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots], std::vecto
   double layer = per_token * N * pb;
   if (m.gemma_norm && pb < 4) layer += (4 * H + (m.qk_norm ? q + kv : 0)) * N * 4;
   const size_t first_model_item = ctx.items.size();
+  if (in.frozen_parameters > 0)
+    ctx.add("frozen base weights", true, static_cast<double>(in.frozen_parameters) * pb,
+            "[adapter] LoRA: " + std::to_string(in.frozen_parameters) +
+                " base parameters in the training dtype, no gradient or optimizer state");
   if (in.checkpointing) {
     const double c = in.checkpoint_layers > 0 ? std::min(L, static_cast<double>(in.checkpoint_layers)) : L;
     ctx.add("activations", true, c * N * H * pb + (L - c) * layer + layer,
@@ -266,6 +271,16 @@ Prepared prepare(const Recipe& recipe, const Registry& registry, double budget) 
     const int64_t H = m.hidden_size;
     b.largest_parameter = std::max({m.vocab_size * H, m.intermediate_size * H,
                                     m.num_attention_heads * m.head_dim * H});
+  }
+  // LoRA: the plugins plan for what they are handed, the adapter; the base is a model term.
+  if (const auto lora = recipe_adapter(recipe)) {
+    const int64_t trainable = model::lora_num_parameters(in.model, *lora);
+    in.frozen_parameters = b.num_parameters - trainable;
+    b.num_parameters = trainable;
+    const model::LlamaConfig& m = in.model;
+    b.largest_parameter = lora->save_embed || lora->save_lm_head
+                              ? m.vocab_size * m.hidden_size
+                              : lora->r * std::max(m.intermediate_size, m.num_attention_heads * m.head_dim);
   }
   const RecipeBatch batch = recipe_batch(recipe);
   p.micro_auto = batch.micro_auto;

@@ -79,4 +79,34 @@ RecipeBatch recipe_batch(const Recipe& recipe) {
   return b;
 }
 
+// [adapter]: the LoRA spec, or nullopt for type = "none". Bad values are usage errors naming the key.
+std::optional<model::LoraSpec> recipe_adapter(const Recipe& recipe) {
+  const Config a = recipe.section("adapter");
+  const std::string q = a.get_string("base_quantization");
+  if (q == "nf4")
+    throw UsageError(a.location("base_quantization") + ": [adapter] base_quantization = \"nf4\" (QLoRA) is not "
+                     "available in this build yet; remove it to train LoRA on the unquantized base");
+  if (!q.empty())
+    throw UsageError(a.location("base_quantization") + ": [adapter] base_quantization = \"" + q +
+                     "\" is not a quantization: expected \"\" or \"nf4\"");
+  if (a.get_string("type") == "none") return std::nullopt;
+  model::LoraSpec s;
+  s.r = a.get_int("r");
+  s.alpha = a.get_float("alpha");
+  s.dropout = a.get_float("dropout");
+  s.rslora = a.get_bool("use_rslora");
+  s.init = a.get_string("init") == "gaussian" ? model::LoraInit::kGaussian : model::LoraInit::kDefault;
+  s.target_names = a.get_string_list("target_modules");
+  s.targets = model::lora_target_slots(s.target_names, "[adapter] target_modules");
+  for (const std::string& m : a.get_string_list("modules_to_save")) {
+    if (m == "embed_tokens") s.save_embed = true;
+    else if (m == "lm_head") s.save_lm_head = true;
+    else
+      throw UsageError("[adapter] modules_to_save: \"" + m + "\" is not a module ciuic can train fully beside "
+                       "an adapter: expected embed_tokens or lm_head");
+  }
+  return s;
+}
+
+
 }  // namespace ciuic::plan

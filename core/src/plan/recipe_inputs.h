@@ -8,7 +8,10 @@
 
 #include <ciuic/export.h>
 
+#include <optional>
+
 #include "model/config.h"
+#include "model/lora.h"
 
 namespace ciuic {
 class Recipe;
@@ -33,5 +36,9 @@ struct RecipeBatch {
   bool micro_auto = false;
 };
 CIUIC_API RecipeBatch recipe_batch(const Recipe& recipe);
+
+// [adapter]: the LoRA spec, or nullopt for type = "none". Bad values (targets matching no linear
+// module, unknown modules_to_save, base_quantization other than "") are UsageErrors naming the key.
+CIUIC_API std::optional<model::LoraSpec> recipe_adapter(const Recipe& recipe);
 
 }  // namespace ciuic::plan

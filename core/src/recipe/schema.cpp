@@ -198,6 +198,21 @@ std::vector<SectionSpec> build_core_schema() {
                            "precision plugin; default fp32", false));
   v.push_back(slot_section("data", "data source plugin and its options",
                            "data plugin (required)", true));
+  v.push_back({"adapter", "LoRA adapter: frozen base, trained low-rank adapters (docs/finetune.md, LoRA)", {
+      K("type", kS, "\"none\"", "none (train every parameter) or lora").choices("none|lora"),
+      K("r", kI, "8", "LoRA rank").min(0, true),
+      K("alpha", kF, "8.0", "LoRA alpha: the adapter's output is scaled by alpha / r (alpha / sqrt(r) with use_rslora)")
+          .min(0, true),
+      K("dropout", kF, "0.0", "dropout on the adapters' input while training (PEFT's lora_dropout)").min(0).max(1, true),
+      K("target_modules", kSL, "[\"q_proj\", \"v_proj\"]",
+        "linear modules given adapters by PEFT's names: q_proj k_proj v_proj o_proj gate_proj up_proj down_proj, or "
+        "\"all-linear\""),
+      K("use_rslora", kB, "false", "rank-stabilised scaling alpha / sqrt(r)"),
+      K("init", kS, "\"default\"", "A's initialisation: default (Kaiming-uniform, PEFT's) or gaussian (normal, std 1/r); B is zero")
+          .choices("default|gaussian"),
+      K("modules_to_save", kSL, "[]", "modules trained fully beside the adapters: embed_tokens, lm_head"),
+      K("base_quantization", kS, "\"\"", "frozen base stored quantized: \"\" (none); nf4 (QLoRA) is not available yet"),
+  }});
   v.push_back({"checkpoint", "checkpoint folder, frequency, retention, Hugging Face export", {
       K("dir", kS, "\"\"", "checkpoint folder; \"\" = <output_dir>/checkpoints"),
       K("every_steps", kI, "0", "save every N optimizer steps; 0 = only at the end and on signals").min(0),

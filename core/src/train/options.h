@@ -11,7 +11,10 @@
 
 #include <ciuic/export.h>
 
+#include <optional>
+
 #include "checkpoint/run_dir.h"
+#include "model/lora.h"
 #include "plan/recipe_inputs.h"
 
 namespace ciuic {
@@ -59,6 +62,8 @@ struct TrainOptions {
   int64_t checkpoint_layers = 0;  // 0 = all
   bool checkpoint_layers_auto = false;  // "auto": the fewest the memory plan fits (train/run.cpp)
   double init_std = 0.0;
+  // [adapter] type = "lora": the adapter (model/lora.h); nullopt: every parameter trains.
+  std::optional<model::LoraSpec> lora;
   std::string fused_kernels;  // "auto" | "on" | "off"
   std::string loss_backward;  // "in_forward" | "recompute"
 

@@ -310,6 +310,10 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
     r.model->init_random(r.ctx.seed, r.opt.init_std);
   else
     r.model->load_hf(r.opt.model_path);
+  if (r.opt.lora) {  // the base frozen; only the adapters (and modules_to_save) reach the plugins
+    r.model->enable_lora(*r.opt.lora);
+    r.model->init_lora(r.ctx.seed);
+  }
   r.model->set_activation_checkpointing(r.opt.activation_checkpointing, r.opt.checkpoint_layers);
   if (r.opt.activation_checkpointing && r.opt.checkpoint_layers_auto)
     resolve_auto_checkpointing(recipe, registry, r);
@@ -327,9 +331,9 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   const double model_s = lap();
 
   ShardingSetup ss;
-  for (auto& [name, t] : r.model->named_parameters())
+  for (auto& [name, t] : r.model->trainable_parameters())
     ss.params.push_back(ShardingParam{name, t, /*weight_decay=*/t.dim() >= 2});
-  ss.groups = r.model->param_groups();
+  ss.groups = r.model->trainable_param_groups();
   ss.comm = r.comm.get();
   ss.precision = r.precision.get();
   ss.optimizer = r.optimizer.get();
