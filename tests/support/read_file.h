@@ -1,5 +1,6 @@
-// The import tests' one file reader: a file's bytes as a string ("" when it cannot be opened; the
-// assertions on the content then say what is missing).
+// The tests' one file reader: a file's bytes as a string ("" when it cannot be opened; the
+// assertions on the content then say what is missing). Used by the foundation tests (through
+// tests/testplugins/support.h), the import tests and the launch tests' subprocess helpers.
 #pragma once
 
 #include <filesystem>
@@ -7,13 +8,13 @@
 #include <sstream>
 #include <string>
 
-namespace ciuic::importer {
+namespace ciuic_test {
 
-inline std::string read(const std::filesystem::path& p) {
+inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
 }
 
-}  // namespace ciuic::importer
+}  // namespace ciuic_test
