@@ -7,15 +7,13 @@
 # Logs, metrics and profiles go to /tmp/dense, packed at the end into $OUT/dense.tgz (the device
 # tool returns few files); scripts/gpu/summarize.py prints the runs' table.
 set -u
-source "$(dirname "$0")/lib.sh"  # gpu_env NAME; run NAME TIMEOUT CMD...
+source "$(dirname "$0")/lib.sh"  # gpu_env NAME; run NAME TIMEOUT CMD...; ciuic_run; fsdp2_peer
 gpu_env dense
 RUN_TAIL=25
 # ciuic NAME TIMEOUT RECIPE ARGS...: one run, its metrics and profile table copied to $OUT.
 ciuic() {
-  local name=$1 limit=$2 recipe=$3; shift 3
-  rm -rf "/tmp/runs/$name"
-  run "$name" "$limit" build-gpu/bin/ciuic-run "$recipe" --set "run.output_dir=\"/tmp/runs/$name\"" "$@"
-  cp "/tmp/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
+  local name=$1
+  ciuic_run "$@"
   cp "/tmp/runs/$name/profile/rank0.txt" "$OUT/$name.profile.txt" 2>/dev/null && cat "$OUT/$name.profile.txt" | head -30
   # Who launched the copies and the other elementwise kernels (the trace itself is too large to return).
   local trace="/tmp/runs/$name/profile/rank0.trace.json"
@@ -32,11 +30,7 @@ infwd="--set model.fused_kernels=\"off\" --set model.loss_backward=\"in_forward\
 new="--set model.fused_kernels=\"on\" --set model.loss_backward=\"in_forward\""
 common="--set train.max_steps=16 --set log.every_steps=1"
 s7base="--set model.config.hidden_size=4096 --set model.config.intermediate_size=11008 --set model.config.num_hidden_layers=30 --set model.config.num_attention_heads=32 --set model.config.num_key_value_heads=32 --set model.config.vocab_size=102400 --set data.vocab_size=102400 --set model.config.max_position_embeddings=4096 --set train.max_steps=8 --set log.every_steps=1"
-peer() {  # peer NAME TIMEOUT ARGS...
-  local name=$1 limit=$2; shift 2
-  run "$name" "$limit" torchrun --standalone --nproc-per-node 1 bench/peers/fsdp2_llama.py --json "$OUT/$name.json" "$@"
-  tail -1 "$OUT/$name.log"
-}
+peer() { fsdp2_peer "$@"; }  # peer NAME TIMEOUT ARGS...
 for stage in ${*:-build test one}; do
   case "$stage" in
   build)

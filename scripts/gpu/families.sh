@@ -13,7 +13,7 @@
 # Logs and metrics go to /tmp/families, packed into $OUT/families.tgz; scripts/gpu/summarize.py
 # prints the runs' table.
 set -u
-source "$(dirname "$0")/lib.sh"  # gpu_env NAME; run NAME TIMEOUT CMD...
+source "$(dirname "$0")/lib.sh"  # gpu_env NAME; run NAME TIMEOUT CMD...; ciuic_run; fsdp2_peer
 gpu_env families
 RUN_TAIL=25
 MBS=${MBS:-4}
@@ -21,18 +21,14 @@ STEPS=${STEPS:-8}
 SEQ=${SEQ:-2048}
 ciuic() {  # ciuic NAME TIMEOUT ARGS...: one run of configs/llama-1b-bench.toml with ARGS on top
   local name=$1 limit=$2; shift 2
-  rm -rf "/tmp/runs/$name"
-  run "$name" "$limit" build-gpu/bin/ciuic-run configs/llama-1b-bench.toml --set "run.output_dir=\"/tmp/runs/$name\"" \
+  ciuic_run "$name" "$limit" configs/llama-1b-bench.toml \
     --set model.activation_checkpointing=true --set train.micro_batch_size=$MBS --set train.seq_len=$SEQ \
     --set train.max_steps=$STEPS --set log.every_steps=1 "$@"
-  cp "/tmp/runs/$name/metrics.jsonl" "$OUT/$name.metrics.jsonl" 2>/dev/null
   grep -h "tokens/s" "$OUT/$name.log" | tail -2
 }
 peer() {  # peer NAME TIMEOUT ARGS...
   local name=$1 limit=$2; shift 2
-  run "$name" "$limit" torchrun --standalone --nproc-per-node 1 bench/peers/fsdp2_llama.py --json "$OUT/$name.json" \
-    --micro-batch $MBS --seq $SEQ --steps $STEPS --checkpointing --compile "$@"
-  tail -1 "$OUT/$name.log"
+  fsdp2_peer "$name" "$limit" --micro-batch $MBS --seq $SEQ --steps $STEPS --checkpointing --compile "$@"
 }
 # shape FAMILY: "ciuic --set args|peer args" of the family's released 7B-class model.
 shape() {

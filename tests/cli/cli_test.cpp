@@ -1,8 +1,10 @@
 // ciuic-run as a subprocess: exit codes, error messages, listings, --print-recipe, --dry-run.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -369,7 +371,7 @@ TEST(Cli, FromDeepSpeedWritesAnEquivalentRecipe) {
   EXPECT_TRUE(has(r.err, "offload_param.device = \"nvme\"")) << r.err;
   r = run("--from-deepspeed /nonexistent/ds.json");
   EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(has(r.err, "--from-deepspeed: no such file: /nonexistent/ds.json")) << r.err;
+  EXPECT_TRUE(has(r.err, "--from-deepspeed /nonexistent/ds.json: no such file (expected a DeepSpeed config JSON file)")) << r.err;
   r = run("recipe.toml -o x.toml");
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "-o/--output goes with --from-deepspeed")) << r.err;
@@ -555,3 +557,65 @@ TEST(Cli, PlotWritesTheRunReport) {
   EXPECT_TRUE(has(r.err, "no metrics file at")) << r.err;
 }
 
+
+// Paths the file system refuses (uncaught std::filesystem_error from fs::exists and co. before):
+// a 300-character name (ENAMETOOLONG) and a path through a regular file (ENOTDIR), given as the
+// recipe, [run] output_dir, [checkpoint] dir, [model] path, [model] tokenizer, --resume, the
+// importers' files and -o, and --export-hf's CKPT and OUT. Each is the project's error naming the
+// path, where it came from and the reason, with the documented exit code; none is the text of a
+// std::filesystem_error, and nothing is left behind. (An unreadable folder, EACCES, is not tried:
+// these tests run as root, who reads every folder.)
+namespace {
+
+void expect_refused_paths(const fs::path& dir, const std::string& bad, const std::string& reason,
+                          const std::string& system_text) {
+  const std::string recipe = write_recipe(dir, kAllTest);
+  const std::string ds = CIUIC_SOURCE_DIR + "/tests/fixtures/deepspeed/ds_config_4xa100_seed.json";
+  const std::string base = recipe + " --plugin-path " + kGood;
+  struct Case {
+    std::string args, head;
+    int code;
+    std::string why;
+  };
+  const std::vector<Case> cases = {
+      {bad, "\ncannot read recipe " + bad + ": ", 2, system_text},
+      {base + " --set run.output_dir=" + bad, "error: [run] output_dir " + bad + " cannot be created: ", 2, reason},
+      {base + " --set checkpoint.dir=" + bad, "error: [checkpoint] dir " + bad + " cannot be created: ", 2, reason},
+      {base + " --dry-run --set model.path=" + bad,
+       "error: " + bad + "/config.json: cannot open the model config (expected an HF config.json): ", 1, reason},
+      {base + " --dry-run --set model.tokenizer=" + bad, "error: cannot read tokenizer file '" + bad + "': ", 1, reason},
+      {base + " --dry-run --resume " + bad, "error: --resume " + bad + ": no such checkpoint folder (", 2, reason},
+      {"--from-deepspeed " + bad, "error: --from-deepspeed " + bad + ": ", 2, reason},
+      {"--from-axolotl " + bad, "error: --from-axolotl " + bad + ": ", 2, reason},
+      {"--from-deepspeed " + ds + " -o " + bad + "/r.toml", "error: -o " + bad + "/r.toml cannot be written: ", 2, reason},
+      {"--export-hf " + bad + " " + (dir / "out").string(), "error: --export-hf " + bad + ": no such checkpoint folder (", 2,
+       reason},
+      {"--export-hf " + dir.string() + " " + bad, "error: --export-hf OUT " + bad + " cannot be written: ", 2, reason},
+  };
+  for (const Case& c : cases) {
+    Result r = run(c.args);
+    EXPECT_EQ(r.code, c.code) << c.args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, c.head + c.why)) << c.args << "\n" << r.err;
+    EXPECT_FALSE(has(r.err, "filesystem error")) << c.args << "\n" << r.err;
+  }
+  // Nothing was written: no -o data folder, no export, no run folders next to the bad paths.
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"file", "recipe.toml"}));
+}
+
+}  // namespace
+
+TEST(Cli, TooLongPathNamesAreNamedWithTheReason) {
+  const fs::path dir = test_dir();
+  ciuic_test::write_file(dir / "file", "x\n");
+  expect_refused_paths(dir, (dir / std::string(300, 'a') / "x").string(), "File name too long", "File name too long");
+}
+
+TEST(Cli, PathsThroughAFileAreNamedWithTheReason) {
+  const fs::path dir = test_dir();
+  ciuic_test::write_file(dir / "file", "x\n");
+  expect_refused_paths(dir, (dir / "file" / "x").string(), (dir / "file").string() + " is a file, not a folder",
+                       "Not a directory");
+}

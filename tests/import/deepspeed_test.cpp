@@ -23,7 +23,7 @@
 #include "recipe/schema.h"
 #include "../support/deep_json.h"
 #include "hostile.h"
-#include "read_file.h"
+#include "../support/read_file.h"
 #include "registry/registry.h"
 
 namespace ciuic::importer {
@@ -101,10 +101,10 @@ TEST(DeepSpeedImport, SeedConfigIsTheFourA100Recipe) {
   const fs::path seed = fs::path(CIUIC_SOURCE_DIR) / "tests/fixtures/deepspeed/ds_config_4xa100_seed.json";
   const fs::path recipe = fs::path(CIUIC_SOURCE_DIR) / "configs/deepseek-6.7b-4xa100.toml";
   // The seed's JSON gives no batch size (its launch script did): the recipe's 2 x 4 is given.
-  DeepSpeedImport im = import(read(seed), {"train.micro_batch_size=2", "train.gradient_accumulation_steps=4"});
+  DeepSpeedImport im = import(ciuic_test::slurp(seed), {"train.micro_batch_size=2", "train.gradient_accumulation_steps=4"});
   expect_loads(im);
   toml::table got = parse_toml(im.toml);
-  toml::table want = toml::parse(read(recipe), recipe.string());
+  toml::table want = toml::parse(ciuic_test::slurp(recipe), recipe.string());
   Registry reg = Registry::from_paths({CIUIC_PLUGIN_DIR});
   // Values the recipe chose itself rather than from the seed (issue 17 item 1 ties each recipe
   // value to its source): they may differ; everything else must be equal.
@@ -294,7 +294,7 @@ double number_at(const toml::table& t, const std::string& dotted) {
 }
 
 TEST(DeepSpeedImport, AutoIsWhatTheHfTrainerFills) {
-  const nlohmann::json fx = nlohmann::json::parse(read(fs::path(CIUIC_SOURCE_DIR) / "tests/import/hf_auto_cases.json"));
+  const nlohmann::json fx = nlohmann::json::parse(ciuic_test::slurp(fs::path(CIUIC_SOURCE_DIR) / "tests/import/hf_auto_cases.json"));
   // TrainerArgs::defaults() are TrainingArguments' (transformers' dataclass).
   TrainerArgs d = TrainerArgs::defaults();
   for (auto it = fx["training_arguments_defaults"].begin(); it != fx["training_arguments_defaults"].end(); ++it) {
@@ -383,11 +383,11 @@ TEST(DeepSpeedImport, AutoIsWhatTheHfTrainerFills) {
 // formats): each imports as it is, with no --set or --nproc, or is refused for the reason expected.json gives.
 TEST(DeepSpeedImport, DocumentedExampleConfigs) {
   const fs::path dir = fs::path(CIUIC_SOURCE_DIR) / "tests/import/ds_examples";
-  const nlohmann::json expected = nlohmann::json::parse(read(dir / "expected.json"));
+  const nlohmann::json expected = nlohmann::json::parse(ciuic_test::slurp(dir / "expected.json"));
   size_t imported = 0;
   for (auto it = expected.begin(); it != expected.end(); ++it) {
     const std::string name = it.key(), want = it.value();
-    const std::string text = read(dir / name);
+    const std::string text = ciuic_test::slurp(dir / name);
     if (want == "imports") {
       try {
         const DeepSpeedImport im = import_deepspeed(text, name, {});

@@ -19,7 +19,7 @@
 
 #include "base/text.h"
 #include "hostile.h"
-#include "read_file.h"
+#include "../support/read_file.h"
 #include "import/training_file.h"
 #include "recipe/recipe.h"
 #include "recipe/schema.h"
@@ -210,11 +210,11 @@ TEST_F(TrainingFile, LlamaFactoryFullSftWithDeepSpeed) {
   EXPECT_EQ(value(t, "data.assistant_only_loss"), "true");
   // The converted data: alpaca rows as (instruction + "\n" + input, output), sharegpt with its tags.
   ASSERT_EQ(im.written.size(), 2u);
-  const auto lines = text::split(read(im.written[0]), '\n');
+  const auto lines = text::split(ciuic_test::slurp(im.written[0]), '\n');
   EXPECT_EQ(json::parse(lines[1]), json::parse(R"({"messages": [{"role": "user", "content": "Add 1 and 2.\nShow the steps."},
                                                                {"role": "assistant", "content": "3"}]})"));
   EXPECT_EQ(json::parse(lines[0])["messages"][0]["content"], "Add 0 and 2.");
-  EXPECT_EQ(json::parse(text::split(read(im.written[1]), '\n')[0])["messages"][0],
+  EXPECT_EQ(json::parse(text::split(ciuic_test::slurp(im.written[1]), '\n')[0])["messages"][0],
             json::parse(R"({"role": "system", "content": "Be brief."})"));
   EXPECT_EQ(value(t, "data.sources"), "[" + format_value(toml::value<std::string>(im.written[0])) + ", " +
                                           format_value(toml::value<std::string>(im.written[1])) + "]");
@@ -385,7 +385,7 @@ special_tokens:
   EXPECT_EQ(value(t, "model.activation_checkpointing"), "true");
   EXPECT_EQ(value(t, "log.every_steps"), "1");
   ASSERT_EQ(im.written.size(), 2u);
-  EXPECT_EQ(json::parse(text::split(read(im.written[1]), '\n')[0]),
+  EXPECT_EQ(json::parse(text::split(ciuic_test::slurp(im.written[1]), '\n')[0]),
             json::parse(R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hey"}]})"));
   const std::string notes = joined(im.recipe.notes), ignored = joined(im.recipe.ignored);
   EXPECT_TRUE(has(notes, "optimizer = adamw_bnb_8bit -> ciuic's AdamW")) << notes;

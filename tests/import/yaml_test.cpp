@@ -14,7 +14,7 @@
 #include <ciuic/error.h>
 
 #include "import/yaml.h"
-#include "read_file.h"
+#include "../support/read_file.h"
 
 namespace ciuic::importer {
 namespace {
@@ -66,7 +66,7 @@ void expect_same(const YamlNode& n, const json& want, const std::string& path) {
 }
 
 TEST(Yaml, ReadsWhatPyYamlReads) {
-  const json fx = json::parse(read(fs::path(CIUIC_SOURCE_DIR) / "tests/import/yaml_cases.json"));
+  const json fx = json::parse(ciuic_test::slurp(fs::path(CIUIC_SOURCE_DIR) / "tests/import/yaml_cases.json"));
   for (const auto& c : fx["cases"]) {
     SCOPED_TRACE(c["name"].get<std::string>());
     const YamlNode n = parse_yaml(c["yaml"].get<std::string>(), "t.yaml");

@@ -24,16 +24,13 @@
 #include <thread>
 #include <vector>
 
+#include "../support/read_file.h"
+
 extern char** environ;
 
 namespace ciuic::testing {
 
-inline std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+inline std::string read_file(const std::string& path) { return ciuic_test::slurp(path); }
 
 // A fresh, empty folder under CIUIC_TEST_TMP.
 inline std::string fresh_dir(const std::string& name) {

@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include "../support/read_file.h"
+
 namespace ciuic_test {
 
 // A fresh, empty folder for the running test: <build>/test-tmp/<area>/<suite>.<test>.
@@ -24,13 +26,6 @@ inline std::filesystem::path test_dir(const std::string& area) {
   { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(d).string(), rm_ec); }
   std::filesystem::create_directories(d);
   return d;
-}
-
-inline std::string slurp(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 inline void write_file(const std::filesystem::path& p, const std::string& text) { std::ofstream(p) << text; }

@@ -7,6 +7,7 @@
 #include <ciuic/error.h>
 #include <ciuic/testing/conformance.h>
 
+#include "base/paths.h"
 #include "recipe/recipe.h"
 #include "registry/registry.h"
 
@@ -86,7 +87,7 @@ RunContext make_context(int rank, int world_size, std::shared_ptr<Store> store, 
   ctx.output_dir = output_dir;
   ctx.recipe_dir = fs::current_path().string();
   ctx.seed = seed;
-  fs::create_directories(output_dir);
+  paths::create_folders(output_dir, "the checks' output folder (--work-dir)");
   return ctx;
 }
 

@@ -7,7 +7,10 @@
 #include <string>
 #include <vector>
 
+#include <ciuic/files.h>
 #include <ciuic/testing/conformance.h>
+
+#include "base/paths.h"
 
 namespace ciuic::conformance {
 
@@ -40,8 +43,8 @@ inline std::string work_dir(const CheckOptions& o, const std::string& what) {
                                             : fs::temp_directory_path() / ("ciuic-plugin-check-" + std::to_string(::getpid()));
   const fs::path d = base / what;
   std::error_code ec;
-  fs::remove_all(d, ec);
-  fs::create_directories(d);
+  ciuic::remove_tree(d.string(), ec);  // not fs::remove_all(d, ec): see ciuic/files.h
+  ciuic::paths::create_folders(d.string(), "the checks' work folder (--work-dir)");
   return d.string();
 }
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <filesystem>
@@ -29,6 +30,7 @@
 #include <ciuic/sharding.h>
 #include <ciuic/version.h>
 
+#include "base/paths.h"
 #include "base/text.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/run_dir.h"
@@ -177,7 +179,8 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
   const model::LlamaConfig cfg = train::recipe_model_config(recipe);  // reads [model] path's config.json
   if (!opt.model_path.empty()) {
     const fs::path p(opt.model_path);
-    if (!fs::exists(p / "model.safetensors") && !fs::exists(p / "model.safetensors.index.json"))
+    if (!paths::is((p / "model.safetensors").string(), paths::Want::kAny) &&
+        !paths::is((p / "model.safetensors.index.json").string(), paths::Want::kAny))
       throw UsageError("[model] path " + opt.model_path +
                        ": no model.safetensors or model.safetensors.index.json (expected a Hugging Face model folder)");
   }
@@ -391,6 +394,21 @@ std::string recipe_reference_text() {
 namespace {
 
 // Shows what an import found on `err` and writes the recipe to `out_path` (or `out`).
+// -o FILE of the importers, checked before anything is converted (the data of --from-llamafactory
+// is written beside it): a refused name, a path through a file or a folder in its place is a usage
+// error naming -o, and nothing is left half-written.
+void check_output_file(const std::string& out_path) {
+  if (out_path.empty() || out_path == "-") return;
+  const fs::path o = fs::path(out_path);
+  std::string why = paths::folder_problem(o.has_parent_path() ? o.parent_path().string() : ".");
+  if (why.empty() && paths::is(out_path, paths::Want::kFolder)) why = "a folder, not a file";
+  if (why.empty() && !paths::is(out_path, paths::Want::kAny)) {
+    const std::string p = paths::problem(out_path, paths::Want::kAny);
+    if (p != "no such file or folder") why = p;
+  }
+  if (!why.empty()) throw UsageError("-o " + out_path + " cannot be written: " + why);
+}
+
 int write_import(const importer::DeepSpeedImport& im, const std::string& out_path, std::ostream& out, std::ostream& err) {
   // Notes and ignored keys quote the config's keys: one line each, control bytes shown as \xNN.
   // Written at once: std::cerr flushes every insertion (300k ignored keys were 600k writes).
@@ -408,7 +426,7 @@ int write_import(const importer::DeepSpeedImport& im, const std::string& out_pat
   {
     std::ofstream f(out_path, std::ios::binary | std::ios::trunc);
     f << im.toml;
-    if (!f) throw Error("cannot write " + out_path);
+    if (!f) throw Error("cannot write " + out_path + ": " + std::strerror(errno));
   }
   err << line("ciuic-run: wrote " + out_path + " (check it: ciuic-run " + out_path + " --print-recipe)");
   return kExitOk;
@@ -418,8 +436,9 @@ int write_import(const importer::DeepSpeedImport& im, const std::string& out_pat
 
 int from_deepspeed(const std::string& config, const std::vector<std::string>& overrides, const std::string& out_path,
                    std::ostream& out, std::ostream& err) {
-  std::error_code ec;
-  if (!fs::is_regular_file(config, ec)) throw UsageError("--from-deepspeed: no such file: " + config);
+  if (const std::string why = paths::problem(config, paths::Want::kFile); !why.empty())
+    throw UsageError("--from-deepspeed " + config + ": " + why + " (expected a DeepSpeed config JSON file)");
+  check_output_file(out_path);
   std::ifstream in(config, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -429,8 +448,9 @@ int from_deepspeed(const std::string& config, const std::vector<std::string>& ov
 int from_training_file(const std::string& tool, const std::string& file, const std::vector<std::string>& overrides,
                        const std::string& out_path, std::ostream& out, std::ostream& err) {
   const importer::TrainingTool t = tool == "axolotl" ? importer::TrainingTool::kAxolotl : importer::TrainingTool::kLlamaFactory;
-  std::error_code ec;
-  if (!fs::is_regular_file(file, ec)) throw UsageError("--from-" + tool + ": no such file: " + file);
+  if (const std::string why = paths::problem(file, paths::Want::kFile); !why.empty())
+    throw UsageError("--from-" + tool + " " + file + ": " + why + " (expected a training config YAML file)");
+  check_output_file(out_path);
   fs::path data_dir = "ciuic-data";
   if (!out_path.empty() && out_path != "-") {
     const fs::path o(out_path);
@@ -552,7 +572,9 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, const s
   if (!tokenizer.empty()) check_tokenizer_file(tokenizer);
   if (out_dir.empty()) throw UsageError("--export-hf needs an output folder: --export-hf CKPT OUT");
   std::error_code ec;
-  if (fs::exists(out_dir) && !(fs::is_directory(out_dir) && fs::is_empty(out_dir, ec)))
+  if (const std::string why = paths::folder_problem(out_dir); !why.empty())
+    throw UsageError("--export-hf OUT " + out_dir + " cannot be written: " + why);
+  if (paths::is(out_dir, paths::Want::kAny) && !(paths::is(out_dir, paths::Want::kFolder) && fs::is_empty(out_dir, ec) && !ec))
     throw UsageError("--export-hf: " + out_dir + " exists and is not an empty folder (refusing to overwrite it)");
   const std::string folder = checkpoint::resolve(checkpoint, checkpoint, "--export-hf");
   checkpoint::verify(folder, /*checksums=*/true);
@@ -565,7 +587,7 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, const s
   // The tokenizer the checkpoint keeps (written by runs with a tokenizer), unless --tokenizer
   // names another.
   const fs::path kept = fs::path(folder) / "tokenizer.json";
-  eo.extra_files = model::tokenizer_files(!tokenizer.empty() ? tokenizer : fs::exists(kept) ? kept.string() : "");
+  eo.extra_files = model::tokenizer_files(!tokenizer.empty() ? tokenizer : paths::is(kept.string(), paths::Want::kAny) ? kept.string() : "");
   // Assembled beside OUT, renamed into place when complete.
   const fs::path target = fs::absolute(out_dir).lexically_normal();
   const fs::path tmp = target.parent_path() / (".tmp-" + target.filename().string());
@@ -574,9 +596,12 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, const s
     if (!adapter.is_null() && !merge)
       model::write_peft_folder(tmp.string(), adapter, checkpoint::read_master_weights(folder), eo.dtype);
     else
-      model::write_hf_folder(tmp.string(), config, merge ? merged_weights(folder, adapter) : checkpoint::read_master_weights(folder), eo);
-    if (fs::exists(target)) fs::remove(target);  // the empty folder
-    fs::rename(tmp, target);
+      model::write_hf_folder(tmp.string(), config,
+                             merge ? merged_weights(folder, adapter) : checkpoint::read_master_weights(folder), eo);
+    if (paths::is(target.string(), paths::Want::kAny) && !fs::remove(target, ec) && ec)  // the empty folder
+      throw Error("--export-hf: cannot replace the empty folder " + target.string() + ": " + ec.message());
+    fs::rename(tmp, target, ec);
+    if (ec) throw Error("--export-hf: cannot rename " + tmp.string() + " to " + target.string() + ": " + ec.message());
   } catch (...) {
     remove_tree((tmp).string(), ec);
     throw;

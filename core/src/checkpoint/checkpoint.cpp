@@ -25,6 +25,7 @@
 #include <ciuic/log.h>
 #include <ciuic/json.h>
 
+#include "base/paths.h"
 #include "checkpoint/run_dir.h"
 
 namespace fs = std::filesystem;
@@ -212,7 +213,7 @@ std::vector<fs::path> complete_checkpoints(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string n = e.path().filename().string();
-    if (e.is_directory() && std::regex_match(n, m, re) && fs::exists(e.path() / "manifest.json"))
+    if (e.is_directory(ec) && std::regex_match(n, m, re) && paths::is((e.path() / "manifest.json").string(), paths::Want::kAny))
       found.emplace_back(std::stoll(m[1].str()), e.path());
   }
   std::sort(found.begin(), found.end());
@@ -225,8 +226,10 @@ std::vector<fs::path> complete_checkpoints(const std::string& dir) {
 std::string resolve(const std::string& spec, const std::string& dir, const std::string& option) {
   std::string d = dir;
   if (spec != "latest") {
-    if (fs::exists(fs::path(spec) / "manifest.json")) return spec;
-    if (!fs::is_directory(spec)) throw UsageError(option + " " + spec + ": no such checkpoint folder");
+    if (paths::is((fs::path(spec) / "manifest.json").string(), paths::Want::kAny)) return spec;
+    if (const std::string why = paths::problem(spec, paths::Want::kFolder); !why.empty())
+      throw UsageError(option + " " + spec + ": no such checkpoint folder" +
+                       (why == "no such folder" ? std::string() : " (" + why + ")"));
     d = spec;
   }
   auto all = complete_checkpoints(d);
@@ -442,7 +445,7 @@ TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape
 
   // The precision policy's state first: the sharding rewrites the parameters from the loaded master
   // weights through the policy's rounding, for the last applied update (ciuic/sharding.h).
-  if (fs::exists(dir / "precision.safetensors")) {
+  if (paths::is((dir / "precision.safetensors").string(), paths::Want::kAny)) {
     const model::NamedTensors p = read_state_file(dir / "precision.safetensors");
     parts.precision->load_state(StateDict(p.begin(), p.end()));
   }

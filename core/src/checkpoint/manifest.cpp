@@ -11,6 +11,8 @@
 #include <ciuic/error.h>
 #include <ciuic/json.h>
 
+#include "base/paths.h"
+
 namespace fs = std::filesystem;
 
 namespace ciuic::checkpoint {
@@ -99,9 +101,10 @@ void check_manifest(const nlohmann::json& m, const fs::path& mpath) {
 
 nlohmann::json verify(const std::string& folder, bool checksums) {
   const fs::path dir(folder);
-  if (!fs::is_directory(dir)) throw Error("checkpoint " + folder + " does not exist");
+  if (const std::string why = paths::problem(folder, paths::Want::kFolder); !why.empty())
+    throw Error("checkpoint " + folder + " does not exist: " + why);
   const fs::path mpath = dir / "manifest.json";
-  if (!fs::exists(mpath))
+  if (!paths::is(mpath.string(), paths::Want::kAny))
     throw Error("checkpoint " + folder + " is incomplete: manifest.json is missing");
   nlohmann::json m = read_json(mpath);
   check_manifest(m, mpath);

@@ -84,7 +84,8 @@ void check_folder_path(const std::string& path, const std::string& what) {
       if (q == q.parent_path()) return;
       continue;
     }
-    if (st.type() == fs::file_type::none || st.type() == fs::file_type::unknown) return;  // let creation report it
+    if (st.type() == fs::file_type::none || st.type() == fs::file_type::unknown)  // a name refused, EACCES, ...
+      throw UsageError(what + " " + path + " cannot be created: " + (q == full ? "" : q.string() + ": ") + ec.message());
     if (fs::is_directory(st)) return;
     const std::string is = fs::is_regular_file(st) ? " is a file, not a folder" : " exists and is not a folder";
     if (q == full) throw UsageError(what + " " + path + is);

@@ -17,6 +17,7 @@
 #include <ciuic/error.h>
 #include <ciuic/json.h>
 
+#include "base/paths.h"
 #include "base/text.h"
 #include "import/yaml.h"
 #include "sdk/printable.h"
@@ -73,7 +74,7 @@ class DataWriter {
 
   // Converts every record of d_'s files into `out` (via a temporary file); returns the count.
   size_t write(const fs::path& out) {
-    fs::create_directories(out.parent_path());
+    paths::create_folders(out.parent_path().string(), "the converted data's folder");
     const fs::path tmp = out.string() + ".tmp-" + std::to_string(::getpid());
     {
       std::ofstream f(tmp, std::ios::binary | std::ios::trunc);

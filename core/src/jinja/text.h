@@ -17,7 +17,24 @@ std::vector<size_t> cp_starts(std::string_view s);
 size_t cp_count(std::string_view s);
 // The code point at s[i] and its length in *len (an ill-formed byte is one code point).
 uint32_t decode_at(std::string_view s, size_t i, size_t* len);
-void append_utf8(std::string& out, uint32_t cp);
+// Appends the UTF-8 bytes of `cp` (also the tokenizer's: tokenizer/utf8.h).
+inline void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | ((cp >> 18) & 0x07));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
 
 bool py_isspace(uint32_t c);  // Python's str.isspace() for one code point
 // str.strip/lstrip/rstrip: `chars` null = whitespace.

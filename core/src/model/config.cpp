@@ -13,6 +13,8 @@
 #include <ciuic/files.h>
 #include <ciuic/json.h>
 
+#include "base/paths.h"
+
 namespace ciuic::model {
 
 using nlohmann::json;
@@ -473,9 +475,8 @@ LlamaConfig LlamaConfig::from_json(const json& j, const std::string& origin) {
 }
 
 LlamaConfig LlamaConfig::from_file(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec))
-    throw Error(path + ": cannot open the model config (expected an HF config.json): no such file");
+  if (const std::string why = paths::problem(path, paths::Want::kAny); !why.empty())
+    throw Error(path + ": cannot open the model config (expected an HF config.json): " + why);
   // A regular file of at most kMaxJsonInputBytes: /dev/zero or a FIFO is refused at once.
   const std::string text = read_input(path, "model config (an HF config.json)", kMaxJsonInputBytes);
   check_json_depth(text, path);

@@ -15,6 +15,7 @@
 #include <ciuic/error.h>
 #include <ciuic/files.h>
 
+#include "base/paths.h"
 #include "model/llama.h"
 
 namespace ciuic::model {
@@ -100,7 +101,8 @@ void write_hf_folder(const std::string& folder, const LlamaConfig& config, const
   for (const auto& [name, _] : want)
     if (!seen.count(name)) throw Error(folder + ": cannot export: tensor `" + name + "` is missing");
   for (const auto& f : options.extra_files)
-    if (!fs::is_regular_file(f)) throw Error(folder + ": cannot export: extra file " + f + " does not exist");
+    if (const std::string why = paths::problem(f, paths::Want::kFile); !why.empty())
+      throw Error(folder + ": cannot export: extra file " + f + ": " + why);
 
   const fs::path target = fs::absolute(fs::path(folder)).lexically_normal();
   const fs::path parent = target.parent_path();
@@ -128,12 +130,12 @@ void write_hf_folder(const std::string& folder, const LlamaConfig& config, const
   }
 
   // Swap into place.
-  if (!fs::exists(target)) {
+  if (!paths::is(target.string(), paths::Want::kAny)) {
     if (::rename(tmp.path.c_str(), target.c_str()) != 0)
       throw Error(folder + ": cannot rename " + tmp.path.string() + " into place: " + std::strerror(errno));
     tmp.keep = true;
   } else {
-    if (!fs::is_directory(target)) throw Error(folder + ": exists and is not a folder");
+    if (!paths::is(target.string(), paths::Want::kFolder)) throw Error(folder + ": exists and is not a folder");
     if (::renameat2(AT_FDCWD, tmp.path.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
       // Filesystems without RENAME_EXCHANGE: move the old folder aside, then the new one in.
       const fs::path old = parent / ("." + target.filename().string() + ".old-" + std::to_string(::getpid()));

@@ -20,6 +20,7 @@
 
 #include <ciuic/error.h>
 
+#include "base/paths.h"
 #include "model/fused_ops.h"
 #include "model/safetensors.h"
 
@@ -79,8 +80,8 @@ LlamaModel::~LlamaModel() = default;
 std::unique_ptr<LlamaModel> LlamaModel::from_pretrained(const std::string& folder, at::ScalarType dtype,
                                                         c10::Device device) {
   const std::string config_path = (std::filesystem::path(folder) / "config.json").string();
-  if (!std::filesystem::exists(config_path))
-    throw Error(folder + ": no config.json (expected a Hugging Face model folder)");
+  if (const std::string why = paths::problem(config_path, paths::Want::kAny); !why.empty())
+    throw Error(folder + ": no config.json (expected a Hugging Face model folder): " + config_path + ": " + why);
   auto model = std::make_unique<LlamaModel>(LlamaConfig::from_file(config_path), dtype, device);
   model->load_hf(folder);
   return model;

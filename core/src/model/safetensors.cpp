@@ -25,6 +25,8 @@
 #include <ciuic/error.h>
 #include <ciuic/json.h>
 
+#include "base/paths.h"
+
 namespace ciuic::model {
 
 static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
@@ -354,13 +356,15 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
   std::string index_path, single_path;
   if (fs::is_directory(path, ec)) {
     fs::path dir(path);
-    if (fs::exists(dir / "model.safetensors.index.json")) {
+    if (paths::is((dir / "model.safetensors.index.json").string(), paths::Want::kAny)) {
       index_path = (dir / "model.safetensors.index.json").string();
-    } else if (fs::exists(dir / "model.safetensors")) {
+    } else if (paths::is((dir / "model.safetensors").string(), paths::Want::kAny)) {
       single_path = (dir / "model.safetensors").string();
     } else {
       std::vector<std::string> found, indexes;
-      for (const auto& de : fs::directory_iterator(dir)) {
+      fs::directory_iterator it(dir, ec);
+      if (ec) throw Error(path + ": cannot list the folder: " + ec.message());
+      for (const auto& de : it) {
         const std::string n = de.path().filename().string();
         if (n.ends_with(".safetensors")) found.push_back(de.path().string());
         if (n.ends_with(".safetensors.index.json")) indexes.push_back(de.path().string());
@@ -370,7 +374,8 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
       } else if (indexes.empty() && found.size() == 1) {
         single_path = found[0];
       } else if (found.empty() && indexes.empty()) {
-        bool has_bin = fs::exists(dir / "pytorch_model.bin") || fs::exists(dir / "pytorch_model.bin.index.json");
+        bool has_bin = paths::is((dir / "pytorch_model.bin").string(), paths::Want::kAny) ||
+                       paths::is((dir / "pytorch_model.bin.index.json").string(), paths::Want::kAny);
         throw Error(path + ": no *.safetensors weights in this folder" +
                     std::string(has_bin ? " (it holds pytorch_model.bin: convert it to safetensors, e.g. with "
                                           "transformers' save_pretrained(safe_serialization=True))"

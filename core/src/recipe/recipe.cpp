@@ -444,15 +444,15 @@ std::shared_ptr<Recipe::Impl> finish(std::shared_ptr<Recipe::Impl> impl, Loader&
   const auto known = recipe::core_known_sections();
   for (const auto& spec : recipe::core_schema()) {
     const toml::table* t = impl->written(spec.name);
+    recipe::SectionInput in;
+    in.section = spec.name;
+    in.written = t;
+    in.locations = &impl->locs;
+    in.origin = impl->origin;
+    in.report_missing = !loader.incomplete;
     if (spec.plugin_slot) {
       check_plugin_key(spec, t, impl->locs, impl->origin, !loader.incomplete, errors);
       if (spec.keys.size() > 1) {  // core keys besides `plugin` ([optimizer] lr, weight_decay)
-        recipe::SectionInput in;
-        in.section = spec.name;
-        in.written = t;
-        in.locations = &impl->locs;
-        in.origin = impl->origin;
-        in.report_missing = !loader.incomplete;
         in.skip = {"plugin"};
         in.others_ok = true;  // the plugin's options: validated once the plugin is known
         std::vector<KeySpec> core(spec.keys.begin() + 1, spec.keys.end());
@@ -460,12 +460,6 @@ std::shared_ptr<Recipe::Impl> finish(std::shared_ptr<Recipe::Impl> impl, Loader&
       }
       continue;
     }
-    recipe::SectionInput in;
-    in.section = spec.name;
-    in.written = t;
-    in.locations = &impl->locs;
-    in.origin = impl->origin;
-    in.report_missing = !loader.incomplete;
     for (const auto& other : recipe::core_schema()) {  // sub-sections are validated on their own
       if (other.name.rfind(spec.name + ".", 0) != 0) continue;
       const std::string sub = other.name.substr(spec.name.size() + 1);

@@ -15,6 +15,7 @@
 #include <ciuic/log.h>
 #include <ciuic/json.h>
 
+#include "base/paths.h"
 #include "tokenizer/factory.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/json_parse.h"
@@ -72,10 +73,9 @@ json parse_json(std::string_view text, const std::string& origin) {
 }
 
 std::string read_file(const std::string& path, const char* what) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec))
-    throw Error("cannot read " + std::string(what) + " '" + path + "': no such file");
-  if (std::filesystem::is_directory(path, ec))
+  const std::string why = paths::problem(path, paths::Want::kAny);
+  if (!why.empty()) throw Error("cannot read " + std::string(what) + " '" + path + "': " + why);
+  if (paths::is(path, paths::Want::kFolder))
     throw Error("cannot read " + std::string(what) + " '" + path + "': it is a directory (expected tokenizer.json)");
   // A regular file of at most kMaxJsonInputBytes: /dev/zero or a FIFO is refused at once.
   return read_input(path, what, kMaxJsonInputBytes);

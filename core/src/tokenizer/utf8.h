@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "jinja/text.h"
+
 namespace ciuic::tok::utf8 {
 
 // Length of the valid UTF-8 sequence starting at s[i] (1..4), or 0 if the bytes there are not
@@ -98,23 +100,7 @@ inline uint32_t decode(std::string_view s, size_t i, size_t* len) {
   return ((c & 0x07) << 18) | ((at(i + 1) & 0x3F) << 12) | ((at(i + 2) & 0x3F) << 6) | (at(i + 3) & 0x3F);
 }
 
-inline void append(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+inline void append(std::string& out, uint32_t cp) { jinja::append_utf8(out, cp); }
 
 // Rust's char::is_whitespace (the Unicode White_Space property), used by HF for added tokens'
 // lstrip / rstrip.

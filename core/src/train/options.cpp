@@ -6,6 +6,7 @@
 #include <ciuic/config.h>
 #include <ciuic/error.h>
 
+#include "base/paths.h"
 #include "base/text.h"
 #include "recipe/recipe.h"
 
@@ -73,7 +74,7 @@ TrainOptions TrainOptions::from(const Recipe& recipe) {
   o.model_path = resolve_input(m.get_string("path"), recipe.dir());
   o.tokenizer_path = resolve_input(m.get_string("tokenizer"), recipe.dir());
   if (o.tokenizer_path.empty() && !o.model_path.empty() &&
-      fs::exists(fs::path(o.model_path) / "tokenizer.json"))
+      paths::is((fs::path(o.model_path) / "tokenizer.json").string(), paths::Want::kAny))
     o.tokenizer_path = (fs::path(o.model_path) / "tokenizer.json").string();
   o.chat_template = m.get_string("chat_template");
   o.activation_checkpointing = m.get_bool("activation_checkpointing");
