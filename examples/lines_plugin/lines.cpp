@@ -23,10 +23,10 @@
 
 namespace {
 
-using ciuic::data::DocView;
-using ciuic::data::PackedStream;
-using ciuic::data::PackMode;
-using ciuic::data::StreamArgs;
+using ciuic::kit::DocView;
+using ciuic::kit::PackedStream;
+using ciuic::kit::PackMode;
+using ciuic::kit::StreamArgs;
 
 constexpr ciuic::Option<std::string> kPath{"path", nullptr, "text file, one document per line (relative to the recipe)"};
 constexpr ciuic::Option<std::string> kEvalPath{"eval_path", "\"\"", "held-out text file (\"\" = no eval split)"};

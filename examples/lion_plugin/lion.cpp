@@ -24,7 +24,7 @@ constexpr ciuic::Option<std::vector<double>> kBetas{
     1.0};
 const ciuic::OptionSpec kOptions[] = {kBetas};
 
-class Lion final : public ciuic::ShardOptimizer {
+class Lion final : public ciuic::kit::ShardOptimizer {
  public:
   explicit Lion(const ciuic::Config& cfg) : ShardOptimizer("optimizer lion", {"exp_avg"}) {
     const auto betas = cfg.get(kBetas);
@@ -52,7 +52,7 @@ class Lion final : public ciuic::ShardOptimizer {
 };
 
 void plan(const ciuic::Config&, ciuic::PlanContext& p) {
-  ciuic::ShardOptimizer::plan_device_state(p, /*moments=*/1, "master weights + Lion momentum");
+  ciuic::kit::ShardOptimizer::plan_device_state(p, /*moments=*/1, "master weights + Lion momentum");
 }
 
 }  // namespace

@@ -15,9 +15,9 @@
 
 namespace {
 
-// The bucket options the kit reads (ciuic::BucketSharding::OptionDecls), declared with this
+// The bucket options the kit reads (ciuic::kit::BucketSharding::OptionDecls), declared with this
 // strategy's defaults and help, and listed as its options.
-constexpr ciuic::BucketSharding::OptionDecls kBucket{
+constexpr ciuic::kit::BucketSharding::OptionDecls kBucket{
     {"reduce_bucket_size", "5e8", "elements per gradient bucket (one all-reduce and one all-gather each)", 1, NAN},
     {"overlap_comm", "true", "launch each bucket's all-reduce as soon as backward completes it"},
     {"grad_accumulation", "\"reduce_each\"",
@@ -26,7 +26,7 @@ constexpr ciuic::BucketSharding::OptionDecls kBucket{
      NAN, NAN, "reduce_each|no_sync"}};
 const ciuic::OptionSpec kOptions[] = {kBucket.reduce_bucket_size, kBucket.overlap_comm, kBucket.grad_accumulation};
 
-class Zero1 final : public ciuic::BucketSharding {
+class Zero1 final : public ciuic::kit::BucketSharding {
  public:
   Zero1(const ciuic::Config& cfg, const ciuic::RunContext& ctx) : BucketSharding(with_world(options_from(cfg, kBucket), ctx)) {}
 
@@ -57,7 +57,7 @@ class Zero1 final : public ciuic::BucketSharding {
 
 // The planner's answer: the kit's accounting, with reductions in place (no chunk buffers).
 void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
-  ciuic::BucketSharding::plan_buckets(cfg, kBucket, p, /*shards=*/p.world_size, /*chunk_buffers=*/false);
+  ciuic::kit::BucketSharding::plan_buckets(cfg, kBucket, p, /*shards=*/p.world_size, /*chunk_buffers=*/false);
 }
 
 }  // namespace

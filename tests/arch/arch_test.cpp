@@ -4,6 +4,8 @@
 //     (kMayNamePlugins says why for each);
 //   * plugins and the out-of-tree examples include only the SDK (<ciuic/...>, the kits) and
 //     their own files: no engine header, no other plugin's files;
+//   * the kits' headers declare only in ciuic::kit (the conformance kit's in ciuic::conformance),
+//     never in the SDK's `ciuic`, and no SDK header opens their namespace or includes them;
 //   * recipe/ does not include registry/ (the registry depends on the recipe, not both ways);
 //   * the Jinja engine (jinja/) is a leaf: it includes only its own headers, <ciuic/error.h> and
 //     <ciuic/export.h>, the standard library and nlohmann/json; no LibTorch, no other engine folder;
@@ -18,8 +20,10 @@
 //   * the training loop fits on a screen;
 //   * the umbrella header ciuic/ciuic.h includes every SDK header.
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <string>
@@ -136,6 +140,127 @@ TEST(Architecture, PluginsIncludeOnlyTheSdkAndTheirOwnFiles) {
   std::string all;
   for (const auto& b : bad) all += b + "\n";
   EXPECT_TRUE(bad.empty()) << all;
+}
+
+// What a header declares outside the namespace `ns` (e.g. "ciuic::kit"): every construct at file
+// scope — outside every namespace block — other than `namespace ns {` or `namespace ns::inner {`,
+// as "line N: text". Comments, string and character literals and preprocessor lines do not
+// count; a forward declaration of an SDK type (`namespace ciuic { class Config; }`) does (include
+// the SDK header instead), and so does the pre-C++17 spelling `namespace ciuic { namespace kit {`.
+std::vector<std::string> declared_outside(std::string s, const std::string& ns) {
+  // Blank comments, literals and directives, keeping the line breaks.
+  const auto blank = [&](size_t from, size_t to) {
+    for (size_t k = from; k < std::min(to, s.size()); ++k)
+      if (s[k] != '\n') s[k] = ' ';
+  };
+  bool line_start = true;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    size_t end = i;
+    if (s.compare(i, 2, "//") == 0) {
+      end = s.find('\n', i);
+    } else if (s.compare(i, 2, "/*") == 0) {
+      end = s.find("*/", i + 2);
+      end = end == std::string::npos ? s.size() : end + 2;
+    } else if (c == '#' && line_start) {
+      for (end = i; end < s.size() && !(s[end] == '\n' && s[end - 1] != '\\');) ++end;
+    } else if (c == '"' ||
+               (c == '\'' && (i == 0 || !(std::isalnum(static_cast<unsigned char>(s[i - 1])) ||
+                                          s[i - 1] == '_')))) {  // not 1'000
+      for (end = i + 1; end < s.size() && s[end] != c; ++end)
+        if (s[end] == '\\') ++end;
+      ++end;
+    }
+    if (end != i) {
+      blank(i, end);
+      i = std::min(end, s.size()) - 1;
+      continue;
+    }
+    if (c == '\n')
+      line_start = true;
+    else if (!std::isspace(static_cast<unsigned char>(c)))
+      line_start = false;
+  }
+  const std::regex opens_ns("namespace " + ns + "(::\\w+)*");
+  std::vector<std::string> out;
+  int depth = 0;
+  size_t line = 1, start = std::string::npos, start_line = 0;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (c == '\n') ++line;
+    if (depth > 0) {
+      depth += c == '{' ? 1 : c == '}' ? -1 : 0;
+      continue;
+    }
+    if (start == std::string::npos && !std::isspace(static_cast<unsigned char>(c)))
+      start = i, start_line = line;
+    if (start == std::string::npos || (c != '{' && c != ';' && c != '}')) continue;
+    std::string text = std::regex_replace(s.substr(start, i - start), std::regex("\\s+"), " ");
+    if (!text.empty() && text.back() == ' ') text.pop_back();
+    start = std::string::npos;
+    if (c == '{') depth = 1;  // a kit namespace, or a block outside it (reported once, skipped)
+    if (c == '{' && std::regex_match(text, opens_ns)) continue;
+    if (!text.empty() || c != ';')
+      out.push_back("line " + std::to_string(start_line) + ": " + text +
+                    (c == '{' ? " {" : std::string(1, c)));
+  }
+  return out;
+}
+
+// The kits (static libraries plugins link; headers <ciuic/kit/...>) are one namespace, ciuic::kit,
+// and the conformance kit (<ciuic/testing/...>, linked by test programs) is ciuic::conformance;
+// neither is the SDK's `ciuic`, whose headers are the versioned ABI (docs/plugins.md, "ABI"). A
+// kit header declares nothing outside ciuic::kit — no forward declaration of an SDK type, no
+// helper in `ciuic` —, and no SDK header opens a kit's namespace or includes a kit header.
+TEST(Architecture, TheKitsAreOneNamespaceApartFromTheAbi) {
+  // The scanner itself, on what it must refuse and accept.
+  EXPECT_EQ(declared_outside(
+                "namespace ciuic {\nclass Config;\n}\nnamespace ciuic::kit {\nclass A {};\n}\n",
+                "ciuic::kit"),
+            std::vector<std::string>{"line 1: namespace ciuic {"});
+  EXPECT_EQ(
+      declared_outside("// namespace ciuic {\n#include <x> // {\nnamespace ciuic::kit::cuda {\n"
+                       "const char* s = \"}\"; int n = 1'000; char c = '}';\n}  // namespace\n",
+                       "ciuic::kit"),
+      std::vector<std::string>{});
+  EXPECT_EQ(
+      declared_outside("namespace ciuic::kit {}\nusing ciuic::kit::A;\nnamespace { int x; }\n",
+                       "ciuic::kit"),
+      (std::vector<std::string>{"line 2: using ciuic::kit::A;", "line 3: namespace {"}));
+  EXPECT_EQ(declared_outside("namespace ciuic::kitchen {}\n", "ciuic::kit"),
+            std::vector<std::string>{"line 1: namespace ciuic::kitchen {"});
+
+  const auto read = [](const fs::path& p) {
+    std::ifstream in(p);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::string all;
+  size_t kit_headers = 0;
+  for (const fs::path& p : sources(kRoot / "plugins")) {
+    const std::string rel = fs::relative(p, kRoot).string();
+    if (rel.find("/include/ciuic/kit/") == std::string::npos) continue;
+    ++kit_headers;
+    for (const auto& d : declared_outside(read(p), "ciuic::kit")) all += rel + ": " + d + "\n";
+  }
+  for (const fs::path& p : sources(kRoot / "core/conformance/include"))
+    for (const auto& d : declared_outside(read(p), "ciuic::conformance"))
+      all += fs::relative(p, kRoot).string() + ": " + d + "\n";
+  EXPECT_TRUE(all.empty())
+      << "declared outside the kit's namespace (ciuic::kit; the conformance kit's: "
+         "ciuic::conformance):\n"
+      << all;
+  EXPECT_GE(kit_headers, 10u)
+      << "the kits' headers (plugins/*/kit/include/ciuic/kit/) were not found";
+
+  const std::regex kit_in_sdk(
+      "^\\s*(namespace\\s+(ciuic::)?(kit|conformance)\\b|#\\s*include\\s*<ciuic/(kit|testing)/)");
+  for (const fs::path& p : sources(kRoot / "core/include/ciuic")) {
+    const auto lines = lines_of(p);
+    for (size_t i = 0; i < lines.size(); ++i)
+      EXPECT_FALSE(std::regex_search(lines[i], kit_in_sdk))
+          << fs::relative(p, kRoot).string() << ":" << i + 1 << ": " << lines[i]
+          << " (the SDK is the ABI; the kits sit outside it)";
+  }
 }
 
 TEST(Architecture, RecipeDoesNotIncludeRegistry) {

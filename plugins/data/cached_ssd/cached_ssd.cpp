@@ -27,6 +27,12 @@
 namespace ciuic::data {
 namespace {
 
+using kit::DocView;
+using kit::mix64;
+using kit::PackedStream;
+using kit::PackMode;
+using kit::StreamArgs;
+
 constexpr Option<std::vector<std::string>> kSources{"sources", nullptr,
      "JSONL files or globs (relative to the recipe's folder), in order"};
 constexpr Option<std::string> kFormat{"format", "\"text\"", "\"text\": {text_field: str}; \"chat\": {messages: [{role, content}]}",

@@ -27,10 +27,10 @@
 namespace {
 
 using namespace ciuic;
-using data::eval_batches_per_rank;
-using data::fill_padding_row;
-using data::mix64;
-using data::RowCursor;
+using kit::eval_batches_per_rank;
+using kit::fill_padding_row;
+using kit::mix64;
+using kit::RowCursor;
 
 constexpr Option<int64_t> kVocabSize{"vocab_size", nullptr, "ids are drawn from [0, vocab_size)", 2, NAN};
 constexpr Option<std::string> kPattern{"pattern", "\"random\"", "random | repeat (a motif repeated) | increment (s, s+1, ...)",

@@ -42,7 +42,7 @@ constexpr ciuic::Option<std::string> kKernel{
     NAN, NAN, "auto|aten"};
 const ciuic::OptionSpec kOptions[] = {ciuic::kit::kAdamBetas, ciuic::kit::kAdamEps, kKernel};
 
-class AdamW final : public ciuic::ShardOptimizer {
+class AdamW final : public ciuic::kit::ShardOptimizer {
  public:
   explicit AdamW(const ciuic::Config& cfg)
       : ShardOptimizer("optimizer adamw", {"exp_avg", "exp_avg_sq"}) {
@@ -55,7 +55,7 @@ class AdamW final : public ciuic::ShardOptimizer {
 
  protected:
   void update(Group& g, double lr, double weight_decay, int64_t t) override {
-    ciuic::fused_adamw(g, lr, beta1_, beta2_, eps_, weight_decay, t);
+    ciuic::kit::fused_adamw(g, lr, beta1_, beta2_, eps_, weight_decay, t);
   }
 
   bool takes_narrow_grads(at::ScalarType, const c10::Device& device) const override { return use_shard_kernel(device); }
@@ -64,12 +64,12 @@ class AdamW final : public ciuic::ShardOptimizer {
                     at::Tensor* params_out, const ciuic::OptimizerStep& args) override {
     if (!use_shard_kernel(shard().device)) return false;
     if (!kernel_) {
-      kernel_ = std::make_unique<ciuic::FusedAdamWShard>(shard().segments, shard().numel, shard().device);
+      kernel_ = std::make_unique<ciuic::kit::FusedAdamWShard>(shard().segments, shard().numel, shard().device);
       ciuic::log_info("optimizer adamw: one fused launch over the shard (" + std::to_string(kernel_->tiles()) +
                       " tiles), gradient kept in " + c10::toString(grad.scalar_type()) +
                       (params_out ? ", parameters rounded in the same pass" : ""));
     }
-    ciuic::FusedAdamWShard::Hyper h;
+    ciuic::kit::FusedAdamWShard::Hyper h;
     h.lr = args.lr;
     h.beta1 = beta1_;
     h.beta2 = beta2_;
@@ -83,15 +83,15 @@ class AdamW final : public ciuic::ShardOptimizer {
 
  private:
   bool use_shard_kernel(const c10::Device& device) const {
-    return fused_ && ciuic::FusedAdamWShard::available(device);
+    return fused_ && ciuic::kit::FusedAdamWShard::available(device);
   }
   double beta1_ = 0.9, beta2_ = 0.999, eps_ = 1e-8;
   bool fused_ = true;
-  std::unique_ptr<ciuic::FusedAdamWShard> kernel_;
+  std::unique_ptr<ciuic::kit::FusedAdamWShard> kernel_;
 };
 
 void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
-  ciuic::ShardOptimizer::plan_device_state(p, 2, "master weights + AdamW moments",
+  ciuic::kit::ShardOptimizer::plan_device_state(p, 2, "master weights + AdamW moments",
                                            /*narrow_grads_on_cuda=*/cfg.get(kKernel) == "auto");
 }
 

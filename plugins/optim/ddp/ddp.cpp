@@ -8,14 +8,14 @@
 
 namespace {
 
-constexpr ciuic::BucketSharding::OptionDecls kBucket{
+constexpr ciuic::kit::BucketSharding::OptionDecls kBucket{
     {"reduce_bucket_size", "2.5e7", "elements per gradient bucket (one all-reduce each)", 1, NAN},
     {"overlap_comm", "true", "launch each bucket's all-reduce as soon as backward completes it"},
-    ciuic::BucketSharding::accumulation_option("\"no_sync\"")};
+    ciuic::kit::BucketSharding::accumulation_option("\"no_sync\"")};
 const ciuic::OptionSpec kOptions[] = {kBucket.reduce_bucket_size, kBucket.overlap_comm, kBucket.grad_accumulation,
-                                      ciuic::BucketSharding::kLocalAccumulationOption};
+                                      ciuic::kit::BucketSharding::kLocalAccumulationOption};
 
-class Ddp final : public ciuic::BucketSharding {
+class Ddp final : public ciuic::kit::BucketSharding {
  public:
   explicit Ddp(const ciuic::Config& cfg) : BucketSharding(options_from(cfg, kBucket)) {}
 
@@ -28,7 +28,7 @@ class Ddp final : public ciuic::BucketSharding {
 };
 
 void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
-  ciuic::BucketSharding::plan_buckets(cfg, kBucket, p, /*shards=*/1, /*chunk_buffers=*/false);
+  ciuic::kit::BucketSharding::plan_buckets(cfg, kBucket, p, /*shards=*/1, /*chunk_buffers=*/false);
 }
 
 }  // namespace

@@ -12,14 +12,14 @@
 
 namespace {
 
-constexpr ciuic::BucketSharding::OptionDecls kBucket{
+constexpr ciuic::kit::BucketSharding::OptionDecls kBucket{
     {"reduce_bucket_size", "5e8", "elements per gradient bucket (one reduce-scatter and one all-gather each)", 1, NAN},
     {"overlap_comm", "true", "launch each bucket's reduce-scatter as soon as backward completes it"},
-    ciuic::BucketSharding::accumulation_option("\"reduce_each\"")};
+    ciuic::kit::BucketSharding::accumulation_option("\"reduce_each\"")};
 const ciuic::OptionSpec kOptions[] = {kBucket.reduce_bucket_size, kBucket.overlap_comm, kBucket.grad_accumulation,
-                                      ciuic::BucketSharding::kLocalAccumulationOption};
+                                      ciuic::kit::BucketSharding::kLocalAccumulationOption};
 
-class Zero2 final : public ciuic::BucketSharding {
+class Zero2 final : public ciuic::kit::BucketSharding {
  public:
   Zero2(const ciuic::Config& cfg, const ciuic::RunContext& ctx)
       : BucketSharding(with_world(options_from(cfg, kBucket), ctx)) {}
@@ -56,7 +56,7 @@ class Zero2 final : public ciuic::BucketSharding {
 };
 
 void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
-  ciuic::BucketSharding::plan_buckets(cfg, kBucket, p, /*shards=*/p.world_size, /*chunk_buffers=*/true);
+  ciuic::kit::BucketSharding::plan_buckets(cfg, kBucket, p, /*shards=*/p.world_size, /*chunk_buffers=*/true);
 }
 
 }  // namespace

@@ -22,11 +22,11 @@
 namespace ciuic::testdata {
 namespace {
 
-using data::DocView;
-using data::PackedStream;
-using data::StreamArgs;
-using data::PackMode;
-using data::RowPlan;
+using kit::DocView;
+using kit::PackedStream;
+using kit::StreamArgs;
+using kit::PackMode;
+using kit::RowPlan;
 using Json = nlohmann::json;
 
 PackMode mode_of(const std::string& m) {
@@ -43,7 +43,7 @@ struct Docs {
       mask.push_back(d["mask"].get<std::vector<uint8_t>>());
     }
   }
-  data::DocLookup lookup() const {
+  kit::DocLookup lookup() const {
     return [this](uint32_t d) { return DocView{ids[d].data(), mask[d].data(), static_cast<uint32_t>(ids[d].size())}; };
   }
   std::vector<uint32_t> numbers(size_t n) const {
@@ -55,10 +55,10 @@ struct Docs {
 
 TEST(DataKit, Mix64AndPermutationMatchTheModel) {
   for (const Json& c : kit_reference()["mix64"])
-    EXPECT_EQ(data::mix64(std::stoull(c["x"].get<std::string>())), std::stoull(c["mix"].get<std::string>()));
+    EXPECT_EQ(kit::mix64(std::stoull(c["x"].get<std::string>())), std::stoull(c["mix"].get<std::string>()));
   ASSERT_GE(kit_reference()["permutation"].size(), 5u);
   for (const Json& c : kit_reference()["permutation"]) {
-    const auto p = data::permutation(c["n"].get<uint32_t>(), std::stoull(c["seed"].get<std::string>()),
+    const auto p = kit::permutation(c["n"].get<uint32_t>(), std::stoull(c["seed"].get<std::string>()),
                                      std::stoull(c["stream"].get<std::string>()));
     EXPECT_EQ(Json(p), c["perm"]) << c["n"] << " " << c["seed"] << " " << c["stream"];
   }
@@ -78,7 +78,7 @@ TEST(DataKit, EveryRowOfEveryPackingModeMatchesTheModel) {
     std::vector<RowPlan::Segment> scratch;
     for (int64_t r = 0; r < plan.num_rows(); ++r) {
       std::vector<int64_t> ids(T), labels(T), pos(T);
-      const data::RowCounts n = data::fill_row(plan, r, lookup, T, c["pad_id"].get<int64_t>(), ids.data(),
+      const kit::RowCounts n = kit::fill_row(plan, r, lookup, T, c["pad_id"].get<int64_t>(), ids.data(),
                                                labels.data(), pos.data(), scratch);
       const Json& want = c["rows"][r];
       const std::string w = where + " row " + std::to_string(r);
@@ -227,8 +227,8 @@ TEST(DataKit, ErrorsNameThePlugin) {
   PackedStream p(a, s, docs.numbers(3), {}, docs.lookup());
   p.seek("{\"epoch\":4,\"row\":100000}");
   EXPECT_EQ(p.cursor(), "{\"epoch\":5,\"row\":0}");
-  EXPECT_EQ(data::eval_batches_per_rank(7, 3, 2), 2);
-  EXPECT_EQ(data::eval_batches_per_rank(0, 3, 2), 0);
+  EXPECT_EQ(kit::eval_batches_per_rank(7, 3, 2), 2);
+  EXPECT_EQ(kit::eval_batches_per_rank(0, 3, 2), 0);
 }
 
 }  // namespace

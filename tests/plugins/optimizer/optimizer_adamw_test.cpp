@@ -401,9 +401,9 @@ TEST(OptimizerAdamwCuda, KernelMatchesAtenFusedAdamWOnManyTiles) {
       const at::Tensor g = (at::randn({n}, gen) * 0.02).to(kCuda).to(gd);
       at::Tensor master2 = master.clone(), m2 = m.clone(), v2 = v.clone();
       at::Tensor params = at::empty({n}, at::TensorOptions().dtype(pd).device(kCuda));
-      ciuic::FusedAdamWShard k(segs, n, kCuda);
+      ciuic::kit::FusedAdamWShard k(segs, n, kCuda);
       EXPECT_EQ(k.tiles(), 2 + 1 + 2 + 1);  // segments of 70001, 2, 129999 and 8951 elements
-      ciuic::FusedAdamWShard::Hyper h;
+      ciuic::kit::FusedAdamWShard::Hyper h;
       h.lr = 3e-4;
       h.weight_decay = 0.1;
       h.grad_scale = 0.7;
@@ -411,7 +411,7 @@ TEST(OptimizerAdamwCuda, KernelMatchesAtenFusedAdamWOnManyTiles) {
       k.step(master, g, m, v, &params, h);
       // ATen: fp32 gradient times grad_scale, one call per weight-decay group.
       const at::Tensor g32 = g.to(at::kFloat) * h.grad_scale;
-      ciuic::ShardOptimizer::Group decay, plain;
+      ciuic::kit::ShardOptimizer::Group decay, plain;
       for (auto* grp : {&decay, &plain}) grp->moments.resize(2);
       for (const ShardSegment& sg : segs) {
         auto& grp = sg.weight_decay ? decay : plain;
@@ -421,19 +421,19 @@ TEST(OptimizerAdamwCuda, KernelMatchesAtenFusedAdamWOnManyTiles) {
         grp.moments[0].push_back(m2.narrow(0, sg.begin, len));
         grp.moments[1].push_back(v2.narrow(0, sg.begin, len));
       }
-      ciuic::fused_adamw(decay, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.t);
-      ciuic::fused_adamw(plain, h.lr, h.beta1, h.beta2, h.eps, 0.0, h.t);
+      ciuic::kit::fused_adamw(decay, h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.t);
+      ciuic::kit::fused_adamw(plain, h.lr, h.beta1, h.beta2, h.eps, 0.0, h.t);
       EXPECT_LT(max_rel(master.cpu(), master2.cpu()), 1e-6);
       EXPECT_LT(max_rel(m.cpu(), m2.cpu()), 1e-6);
       EXPECT_LT(max_rel(v.cpu(), v2.cpu()), 2e-5);  // ATen's 1 - beta2 in fp32 (above)
       EXPECT_TRUE(at::equal(params.cpu(), master.cpu().to(pd)));
     }
   // Bad input names what is wrong.
-  ciuic::FusedAdamWShard k(segs, n, kCuda);
+  ciuic::kit::FusedAdamWShard k(segs, n, kCuda);
   at::Tensor a = at::zeros({n}, at::TensorOptions().device(kCuda)), b = a.clone(), c = a.clone();
   const at::Tensor short_grad = at::zeros({n - 1}, at::TensorOptions().device(kCuda));
   try {
-    k.step(a, short_grad, b, c, nullptr, ciuic::FusedAdamWShard::Hyper{});
+    k.step(a, short_grad, b, c, nullptr, ciuic::kit::FusedAdamWShard::Hyper{});
     ADD_FAILURE() << "a short gradient was accepted";
   } catch (const ciuic::Error& e) {
     EXPECT_TRUE(contains(e.what(), "fused AdamW: the gradient must be a contiguous, 16-byte aligned fp32, bf16 or "
@@ -443,10 +443,10 @@ TEST(OptimizerAdamwCuda, KernelMatchesAtenFusedAdamWOnManyTiles) {
 
 // Without CUDA the kernel says so, and `kernel` takes only its two values.
 TEST(OptimizerAdamw, KernelOptionAndAvailability) {
-  EXPECT_FALSE(ciuic::FusedAdamWShard::available(c10::Device(c10::kCPU)));
+  EXPECT_FALSE(ciuic::kit::FusedAdamWShard::available(c10::Device(c10::kCPU)));
   if (!have_cuda()) {
     try {
-      ciuic::FusedAdamWShard k({{0, 10, true}}, 10, c10::Device(c10::kCPU));
+      ciuic::kit::FusedAdamWShard k({{0, 10, true}}, 10, c10::Device(c10::kCPU));
       ADD_FAILURE() << "constructed without CUDA";
     } catch (const ciuic::Error& e) {
       EXPECT_TRUE(contains(e.what(), "fused AdamW: needs a CUDA device and a CUDA build of ciuic")) << e.what();

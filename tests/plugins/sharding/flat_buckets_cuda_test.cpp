@@ -22,7 +22,7 @@ std::vector<ciuic::ShardingParam> make_params(int64_t scale) {
   return ps;
 }
 
-void expect_views_with_values(ciuic::FlatBuckets& fb, const std::vector<ciuic::ShardingParam>& params,
+void expect_views_with_values(ciuic::kit::FlatBuckets& fb, const std::vector<ciuic::ShardingParam>& params,
                               const std::vector<at::Tensor>& want) {
   const at::Tensor& flat = fb.flat();
   ASSERT_TRUE(flat.is_cuda());
@@ -47,7 +47,7 @@ void expect_views_with_values(ciuic::FlatBuckets& fb, const std::vector<ciuic::S
 
 TEST(FlatBucketsCuda, ParksInHostMemoryOnlyWhenTheDeviceHasNoRoomForTwoCopies) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
-  ciuic::FlatBuckets::Options o;
+  ciuic::kit::FlatBuckets::Options o;
   o.pad_multiple = 3;
   // First, before the caching allocator holds anything (the cap bounds what it reserves, not what
   // it hands out from its cache): a cap of 1.5 models, so the flat buffer cannot join the model.
@@ -62,7 +62,7 @@ TEST(FlatBucketsCuda, ParksInHostMemoryOnlyWhenTheDeviceHasNoRoomForTwoCopies) {
       bytes += p.tensor.nbytes();
     }
     ciuic::launch::apply_memory_cap(0, 1.5 * static_cast<double>(bytes) / (1 << 30));
-    ciuic::FlatBuckets fb(params, o);
+    ciuic::kit::FlatBuckets fb(params, o);
     EXPECT_TRUE(fb.parked());
     expect_views_with_values(fb, params, want);
   }
@@ -72,7 +72,7 @@ TEST(FlatBucketsCuda, ParksInHostMemoryOnlyWhenTheDeviceHasNoRoomForTwoCopies) {
   auto params = make_params(scale);
   std::vector<at::Tensor> want;
   for (const auto& p : params) want.push_back(p.tensor.detach().cpu());
-  ciuic::FlatBuckets fb(params, o);
+  ciuic::kit::FlatBuckets fb(params, o);
   EXPECT_FALSE(fb.parked());
   expect_views_with_values(fb, params, want);
 }

@@ -10,7 +10,7 @@
 #include <ciuic/log.h>
 #include <ciuic/metrics.h>
 
-namespace ciuic::data {
+namespace ciuic::kit {
 
 PackedStream::PackedStream(const StreamArgs& args, Settings settings, std::vector<uint32_t> train,
                            std::vector<uint32_t> eval, DocLookup lookup)
@@ -144,4 +144,4 @@ void PackedStream::seek_to(RowCursor c) {
   producer_->start();
 }
 
-}  // namespace ciuic::data
+}  // namespace ciuic::kit

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-namespace ciuic::data {
+namespace ciuic::kit {
 
 RowPlan::RowPlan(std::vector<uint32_t> order, const std::function<uint32_t(uint32_t)>& length,
                  int64_t seq_len, PackMode mode)
@@ -115,4 +115,4 @@ RowCounts fill_row(const RowPlan& plan, int64_t row, const DocLookup& docs, int6
   return c;
 }
 
-}  // namespace ciuic::data
+}  // namespace ciuic::kit

@@ -8,7 +8,7 @@
 #include <ciuic/error.h>
 #include <ciuic/json.h>
 
-namespace ciuic::data {
+namespace ciuic::kit {
 
 uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ULL;
@@ -64,4 +64,4 @@ int64_t eval_batches_per_rank(int64_t rows, int64_t world_size, int64_t micro_ba
   return (per_rank + micro_batch_size - 1) / micro_batch_size;
 }
 
-}  // namespace ciuic::data
+}  // namespace ciuic::kit

@@ -17,7 +17,7 @@
 #include <ciuic/grad_norm.h>
 #include <ciuic/log.h>
 
-namespace ciuic {
+namespace ciuic::kit {
 
 BucketSharding::BucketSharding(const Options& options) : options_(options) {}
 BucketSharding::~BucketSharding() = default;
@@ -354,4 +354,4 @@ void BucketSharding::append_metrics(Metrics& out) const {
   out.set("step_publish_s", phase_.publish_s);
 }
 
-}  // namespace ciuic
+}  // namespace ciuic::kit

@@ -20,7 +20,7 @@
 #include <ciuic/kit/host_buffer.h>
 #include <ciuic/thread_pool.h>
 
-namespace ciuic {
+namespace ciuic::kit {
 
 
 
@@ -316,4 +316,4 @@ std::vector<ShardSlice> FlatBuckets::shard_slices(int64_t chunk_index) const {
   return out;
 }
 
-}  // namespace ciuic
+}  // namespace ciuic::kit

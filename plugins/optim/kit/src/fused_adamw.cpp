@@ -19,7 +19,7 @@
 static_assert(sizeof(ciuic::kit::cuda::Tile) == 2 * sizeof(int64_t), "a tile is two int64 of the table");
 #endif
 
-namespace ciuic {
+namespace ciuic::kit {
 
 namespace {
 constexpr int64_t kTile = int64_t{1} << 16;  // elements per tile (the kernel's block)
@@ -114,4 +114,4 @@ void FusedAdamWShard::step(at::Tensor& master, const at::Tensor& grad, at::Tenso
 #endif
 }
 
-}  // namespace ciuic
+}  // namespace ciuic::kit

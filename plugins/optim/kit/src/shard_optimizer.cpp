@@ -15,7 +15,7 @@
 #include <ciuic/metrics.h>
 #include <ciuic/precision.h>
 
-namespace ciuic {
+namespace ciuic::kit {
 
 ShardOptimizer::ShardOptimizer(std::string who, std::vector<std::string> moment_names)
     : who_(std::move(who)), moment_names_(std::move(moment_names)) {}
@@ -178,4 +178,4 @@ void fused_adamw(ShardOptimizer::Group& g, double lr, double beta1, double beta2
                     /*grad_scale=*/std::nullopt, /*found_inf=*/std::nullopt);
 }
 
-}  // namespace ciuic
+}  // namespace ciuic::kit

@@ -34,12 +34,9 @@
 #include <ciuic/kit/packing.h>
 #include <ciuic/kit/prefetch.h>
 #include <ciuic/kit/sampler.h>
+#include <ciuic/metrics.h>
 
-namespace ciuic {
-class Metrics;
-}
-
-namespace ciuic::data {
+namespace ciuic::kit {
 
 // DataSource::open's arguments with the rank, world size and seed of the RunContext: what a
 // stream needs to deal global rows.
@@ -121,4 +118,4 @@ class PackedStream {
   std::atomic<uint64_t> truncated_tokens_{0};
 };
 
-}  // namespace ciuic::data
+}  // namespace ciuic::kit

@@ -24,7 +24,7 @@
 #include <functional>
 #include <vector>
 
-namespace ciuic::data {
+namespace ciuic::kit {
 
 enum class PackMode { kPad, kPackWhole, kPackSplit };
 
@@ -80,4 +80,4 @@ RowCounts fill_row(const RowPlan& plan, int64_t row, const DocLookup& docs, int6
 // Fills an all-padding row (labels -100): eval batches past the end of the split.
 void fill_padding_row(int64_t seq_len, int64_t pad_id, int64_t* ids, int64_t* labels, int64_t* pos);
 
-}  // namespace ciuic::data
+}  // namespace ciuic::kit

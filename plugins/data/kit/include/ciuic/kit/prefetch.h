@@ -19,7 +19,7 @@
 #include <thread>
 #include <utility>
 
-namespace ciuic::data {
+namespace ciuic::kit {
 
 template <class Item>
 class Producer {
@@ -96,4 +96,4 @@ class Producer {
   bool stopping_ = false, failed_ = false;
 };
 
-}  // namespace ciuic::data
+}  // namespace ciuic::kit

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-namespace ciuic::data {
+namespace ciuic::kit {
 
 // SplitMix64's finaliser of x (a good 64-bit mix).
 uint64_t mix64(uint64_t x);
@@ -46,4 +46,4 @@ struct RowCursor {
 // Eval batches per rank for an eval split of `rows` global rows (the same on every rank).
 int64_t eval_batches_per_rank(int64_t rows, int64_t world_size, int64_t micro_batch_size);
 
-}  // namespace ciuic::data
+}  // namespace ciuic::kit

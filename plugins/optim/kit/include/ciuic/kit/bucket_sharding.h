@@ -45,6 +45,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <ciuic/comm.h>
+#include <ciuic/config.h>
 #include <ciuic/kit/flat_buckets.h>
 #include <ciuic/plugin.h>
 #include <ciuic/optimizer.h>
@@ -52,9 +53,7 @@
 #include <ciuic/precision.h>
 #include <ciuic/sharding.h>
 
-namespace ciuic {
-
-class Config;
+namespace ciuic::kit {
 
 class BucketSharding : public Sharding {
  public:
@@ -188,4 +187,4 @@ class BucketSharding : public Sharding {
   } phase_;
 };
 
-}  // namespace ciuic
+}  // namespace ciuic::kit

@@ -35,7 +35,7 @@
 #include <ciuic/optimizer.h>
 #include <ciuic/sharding.h>
 
-namespace ciuic {
+namespace ciuic::kit {
 
 class FlatBuckets {
  public:
@@ -113,4 +113,4 @@ class FlatBuckets {
   std::shared_ptr<HookState> hooks_;
 };
 
-}  // namespace ciuic
+}  // namespace ciuic::kit

@@ -25,7 +25,7 @@
 
 #include <ciuic/optimizer.h>
 
-namespace ciuic {
+namespace ciuic::kit {
 
 class FusedAdamWShard {
  public:
@@ -53,4 +53,4 @@ class FusedAdamWShard {
   c10::Device device_;
 };
 
-}  // namespace ciuic
+}  // namespace ciuic::kit

@@ -34,12 +34,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <ciuic/config.h>
 #include <ciuic/optimizer.h>
 #include <ciuic/plan.h>
 
-namespace ciuic {
-
-class Config;
+namespace ciuic::kit {
 
 class ShardOptimizer : public Optimizer {
  public:
@@ -109,4 +108,4 @@ class ShardOptimizer : public Optimizer {
 void fused_adamw(ShardOptimizer::Group& group, double lr, double beta1, double beta2, double eps,
                  double weight_decay, int64_t t);
 
-}  // namespace ciuic
+}  // namespace ciuic::kit
