@@ -193,6 +193,27 @@ TEST(Generate, TopKOneAndSeededSamplingAreReproducible) {
   EXPECT_NE(generate(*model, prompts_of("qwen2"), s).tokens, a.tokens);
 }
 
+TEST(Generate, SeededSamplingDrawsAsTorchDoes) {
+  // transformers' do_sample run after torch.manual_seed(seed): the same warpers and
+  // torch.multinomial on the same CPU generator state draw the same tokens (ciuic links the
+  // LibTorch of the venv's torch; another build of torch may draw otherwise).
+  for (const char* c : testing::kFamilyCases) {
+    SCOPED_TRACE(c);
+    auto model = load(c);
+    const json& m = meta()["cases"][c];
+    GenerateOptions o;
+    o.max_new_tokens = meta()["max_new_tokens"].get<int64_t>();
+    o.pad_id = m["pad_id"].get<int32_t>();
+    o.sampling.do_sample = true;
+    o.sampling.seed = m["sample"]["seed"].get<uint64_t>();
+    o.sampling.temperature = m["sample"]["temperature"].get<double>();
+    o.sampling.top_k = m["sample"]["top_k"].get<int64_t>();
+    o.sampling.top_p = m["sample"]["top_p"].get<double>();
+    const auto r = generate(*model, {prompts_of(c)[0]}, o);
+    EXPECT_EQ(r.tokens[0], ids_of(want().tensor(std::string(c) + ".sample.new")));
+  }
+}
+
 TEST(Generate, BadInputIsAClearError) {
   auto model = load("llama_pad");
   GenerateOptions o;
