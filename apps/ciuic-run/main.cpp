@@ -171,7 +171,8 @@ int main(int argc, char** argv) {
       ("repetition-penalty", po::value<double>(&repetition_penalty)->value_name("R"),
        "divide (or multiply, when negative) the scores of seen tokens by R, > 0 (1: off)")
       ("seed", po::value<uint64_t>(&g.seed)->value_name("S"), "sampling seed (default 0)")
-      ("dtype", po::value<std::string>(&g.dtype)->value_name("fp32|bf16"), "weights' dtype for generation (default fp32)");
+      ("dtype", po::value<std::string>(&g.dtype)->value_name("fp32|bf16"), "weights' dtype for generation (default fp32)")
+      ("device", po::value<std::string>(&g.device)->value_name("cpu|cuda[:N]"), "where --generate/--chat run (default cpu)");
   po::options_description info_opts("Information", 100, 50);
   info_opts.add_options()
       ("list-plugins", po::bool_switch(&list), "list the plugins found: <slot> <name> <version> <path>")
@@ -257,7 +258,7 @@ int main(int argc, char** argv) {
       return ciuic::app::generate_cli(g, std::cout, std::cerr);
     }
     for (const char* k : {"prompt", "prompts", "out", "batch", "system", "max-new-tokens", "temperature", "top-k",
-                          "top-p", "min-p", "repetition-penalty", "seed", "dtype"})
+                          "top-p", "min-p", "repetition-penalty", "seed", "dtype", "device"})
       if (vm.count(k)) return fail(std::string("--") + k + " goes with --generate or --chat", 2);
     if (vm.count("interval")) return fail("--interval goes with --watch", 2);
     if (o.recipe.empty()) {

@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--vocab", type=int, default=32000)
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (transformers then uses its static cache)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     dtype = torch.float32 if a.dtype == "fp32" else torch.bfloat16
@@ -47,17 +48,18 @@ def main() -> None:
     try:
         cfg = LlamaConfig(vocab_size=a.vocab, hidden_size=a.hidden, intermediate_size=a.hidden * 8 // 3 // 64 * 64,
                           num_hidden_layers=a.layers, num_attention_heads=a.hidden // 64,
-                          num_key_value_heads=max(1, a.hidden // 64 // 3), max_position_embeddings=2048,
+                          num_key_value_heads=max(1, a.hidden // 64 // (3 if a.hidden < 4096 else 4)),
+                          max_position_embeddings=2048,
                           tie_word_embeddings=True, bos_token_id=None, eos_token_id=None)
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(cfg).eval()
+        model = AutoModelForCausalLM.from_config(cfg).eval().to(dtype)
         model.save_pretrained(tmp, safe_serialization=True)
         with open(os.path.join(tmp, "generation_config.json"), "w") as f:
             json.dump({"do_sample": False}, f)
         for name in ("tokenizer.json", "tokenizer_config.json"):
             shutil.copy(os.path.join(TOK, name), os.path.join(tmp, name))
         tok = AutoTokenizer.from_pretrained(tmp)
-        model = model.to(dtype)
+        model = model.to(a.device)
         params = sum(p.numel() for p in model.parameters())
         print(f"model: llama {params / 1e6:.0f}M parameters, {a.dtype}, {a.threads} threads, {a.new} new tokens/row")
         env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
@@ -69,17 +71,21 @@ def main() -> None:
                     f.write(json.dumps({"prompt": p}) + "\n")
             out = os.path.join(tmp, f"out{b}.jsonl")
             subprocess.run([a.ciuic_run, "--generate", tmp, "--prompts", pf, "--out", out, "--batch", str(b),
-                            "--max-new-tokens", str(a.new), "--dtype", a.dtype], check=True, env=env,
+                            "--max-new-tokens", str(a.new), "--dtype", a.dtype, "--device", a.device], check=True, env=env,
                            stderr=subprocess.DEVNULL)
             rows = [json.loads(l) for l in open(out)]
             c_tokens = sum(r["new_tokens"] for r in rows)
             c_s = rows[0]["seconds"]
-            enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left")
+            enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left").to(a.device)
             kw = dict(max_new_tokens=a.new, min_new_tokens=a.new, do_sample=False, pad_token_id=tok.pad_token_id)
+            if a.device != "cpu":
+                kw["cache_implementation"] = "static"
             with torch.no_grad():
                 model.generate(**enc, **kw)  # warm-up
                 t0 = time.perf_counter()
                 hf = model.generate(**enc, **kw)
+                if a.device != "cpu":
+                    torch.cuda.synchronize()
                 h_s = time.perf_counter() - t0
             h_tokens = (hf.shape[1] - enc.input_ids.shape[1]) * b
             c_tps, h_tps = c_tokens / c_s, h_tokens / h_s

@@ -68,9 +68,11 @@ Loaded load(const GenerateCliOptions& o, const char* flag) {
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
+  if (o.device != "cpu" && o.device.rfind("cuda", 0) != 0)
+    throw UsageError("--device must be cpu or cuda[:N], got " + o.device);
   l.tok = load_tokenizer(tok_path);
   l.model = model::LlamaModel::from_pretrained(l.folder, o.dtype == "bf16" ? at::kBFloat16 : at::kFloat,
-                                               c10::Device(c10::kCPU));
+                                               c10::Device(o.device));
   l.gen.max_new_tokens = o.max_new_tokens;
   l.gen.sampling = s;
   l.gen.eos_ids = model::eos_ids_of_folder(l.folder);
