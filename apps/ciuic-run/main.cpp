@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
       ("repetition-penalty", po::value<double>(&repetition_penalty)->value_name("R"),
        "divide (or multiply, when negative) the scores of seen tokens by R, > 0 (1: off)")
       ("seed", po::value<uint64_t>(&g.seed)->value_name("S"), "sampling seed (default 0)")
-      ("dtype", po::value<std::string>(&g.dtype)->value_name("fp32|bf16"), "weights' dtype for generation (default fp32)")
+      ("dtype", po::value<std::string>(&g.dtype)->value_name("float32|bfloat16"), "weights' dtype for generation (default float32)")
       ("device", po::value<std::string>(&g.device)->value_name("cpu|cuda[:N]"), "where --generate/--chat run (default cpu)");
   po::options_description info_opts("Information", 100, 50);
   info_opts.add_options()

@@ -71,7 +71,7 @@ def main() -> None:
                     f.write(json.dumps({"prompt": p}) + "\n")
             out = os.path.join(tmp, f"out{b}.jsonl")
             subprocess.run([a.ciuic_run, "--generate", tmp, "--prompts", pf, "--out", out, "--batch", str(b),
-                            "--max-new-tokens", str(a.new), "--dtype", a.dtype, "--device", a.device], check=True, env=env,
+                            "--max-new-tokens", str(a.new), "--dtype", {"fp32": "float32", "bf16": "bfloat16"}[a.dtype], "--device", a.device], check=True, env=env,
                            stderr=subprocess.DEVNULL)
             rows = [json.loads(l) for l in open(out)]
             c_tokens = sum(r["new_tokens"] for r in rows)

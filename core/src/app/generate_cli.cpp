@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include <ciuic/error.h>
+#include <ciuic/json.h>
 #include <ciuic/tokenizer.h>
 
 #include "model/generate.h"
@@ -52,7 +53,8 @@ Loaded load(const GenerateCliOptions& o, const char* flag) {
   const std::string tok_path = (fs::path(l.folder) / "tokenizer.json").string();
   std::error_code ec;
   if (!fs::exists(tok_path, ec)) throw UsageError(tok_path + ": no tokenizer.json in the model folder");
-  if (o.dtype != "fp32" && o.dtype != "bf16") throw UsageError("--dtype must be fp32 or bf16, got " + o.dtype);
+  if (o.dtype != "float32" && o.dtype != "bfloat16")
+    throw UsageError("--dtype must be float32 or bfloat16, got " + o.dtype);
   if (o.max_new_tokens < 1) throw UsageError("--max-new-tokens must be >= 1, got " + std::to_string(o.max_new_tokens));
   if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
   model::SamplingParams s = model::sampling_of_folder(l.folder);
@@ -71,7 +73,7 @@ Loaded load(const GenerateCliOptions& o, const char* flag) {
   if (o.device != "cpu" && o.device.rfind("cuda", 0) != 0)
     throw UsageError("--device must be cpu or cuda[:N], got " + o.device);
   l.tok = load_tokenizer(tok_path);
-  l.model = model::LlamaModel::from_pretrained(l.folder, o.dtype == "bf16" ? at::kBFloat16 : at::kFloat,
+  l.model = model::LlamaModel::from_pretrained(l.folder, o.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat,
                                                c10::Device(o.device));
   l.gen.max_new_tokens = o.max_new_tokens;
   l.gen.sampling = s;
@@ -105,6 +107,7 @@ std::vector<Prompt> read_prompts(const GenerateCliOptions& o, const Loaded& l) {
   for (int n = 1; std::getline(in, line); ++n) {
     const std::string where = o.prompts_file + ":" + std::to_string(n);
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    check_json_depth(line, where, kExitUsage);
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object())
       throw UsageError(where + ": not a JSON object (expected {\"prompt\": ...} or {\"messages\": [...]})");

@@ -34,7 +34,7 @@ struct GenerateCliOptions {
   std::string out;                   // --out (empty: stdout)
   int64_t max_new_tokens = 256;
   int64_t batch = 8;
-  std::string dtype = "fp32";        // fp32 | bf16
+  std::string dtype = "float32";     // float32 | bfloat16
   std::string device = "cpu";        // cpu | cuda[:N]
   // Flags given on the command line (unset: generation_config.json's value, else transformers').
   std::optional<bool> do_sample;
