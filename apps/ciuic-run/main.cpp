@@ -13,6 +13,7 @@
 #include <ciuic/error.h>
 
 #include "app/cli.h"
+#include "app/generate_cli.h"
 #include "registry/registry.h"
 #include "sdk/printable.h"
 
@@ -30,6 +31,8 @@ constexpr const char* kUsage =
     "       ciuic-run --from-llamafactory TRAIN.yaml | --from-axolotl CONFIG.yml [--set ...]... [-o RECIPE.toml]\n"
     "       ciuic-run --plot RUN_DIR\n"
     "       ciuic-run --watch RUN_DIR [--interval S]\n"
+    "       ciuic-run --generate DIR (--prompt TEXT... | --prompts FILE.jsonl) [--out OUT.jsonl] [sampling]\n"
+    "       ciuic-run --chat DIR [--system TEXT] [sampling]\n"
     "       ciuic-run --list-plugins [--verbose] [--plugin-path DIR]...\n"
     "       ciuic-run --help | --help-recipe | --version\n";
 
@@ -142,6 +145,38 @@ int main(int argc, char** argv) {
        "data wait) under the step, loss and ETA, refreshed until the run ends (exit 0; 1 when it stopped "
        "without its end record)")
       ("interval", po::value<double>(&watch_interval)->value_name("S"), "with --watch: seconds between refreshes (default 2)");
+  ciuic::app::GenerateCliOptions g;
+  std::string generate_dir, chat_dir;
+  double temperature = 1, top_p = 1, min_p = 0, repetition_penalty = 1;
+  int64_t top_k = 50;
+  bool sample = false, greedy = false;
+  po::options_description gen_opts("Generating with a model (no recipe needed)", 100, 50);
+  gen_opts.add_options()
+      ("generate", po::value<std::string>(&generate_dir)->value_name("DIR"),
+       "generate for each prompt with the Hugging Face folder DIR (or a run's output folder: its hf/ export); "
+       "one JSON line per prompt: text, ids, new_tokens, stopped (eos|length), first_token_s, seconds")
+      ("prompt", po::value<std::vector<std::string>>(&g.prompts)->composing()->value_name("TEXT"),
+       "with --generate: a raw prompt, encoded with the tokenizer's special tokens (repeatable)")
+      ("prompts", po::value<std::string>(&g.prompts_file)->value_name("FILE.jsonl"),
+       "with --generate: one {\"prompt\": TEXT} or {\"messages\": [{role, content}...]} (chat template) per line")
+      ("out", po::value<std::string>(&g.out)->value_name("OUT.jsonl"), "with --generate: write the results to OUT (default stdout)")
+      ("batch", po::value<int64_t>(&g.batch)->value_name("N"), "with --generate: prompts per batch (default 8)")
+      ("chat", po::value<std::string>(&chat_dir)->value_name("DIR"),
+       "talk to the model in DIR in the terminal with its chat template, replies streamed; /reset, "
+       "/system TEXT, /exit; Ctrl-C stops a reply")
+      ("system", po::value<std::string>(&g.system)->value_name("TEXT"), "with --chat: the system message")
+      ("max-new-tokens", po::value<int64_t>(&g.max_new_tokens)->value_name("N"), "new tokens at most per reply (default 256)")
+      ("do-sample", po::bool_switch(&sample), "sample (default: generation_config.json's do_sample, else greedy)")
+      ("greedy", po::bool_switch(&greedy), "greedy decoding even where generation_config.json samples")
+      ("temperature", po::value<double>(&temperature)->value_name("T"), "sampling temperature, > 0")
+      ("top-k", po::value<int64_t>(&top_k)->value_name("K"), "keep the K most likely tokens, >= 0 (0: off; default 50)")
+      ("top-p", po::value<double>(&top_p)->value_name("P"), "nucleus sampling, in (0, 1] (1: off)")
+      ("min-p", po::value<double>(&min_p)->value_name("P"), "drop tokens below P times the top one's probability, in [0, 1]")
+      ("repetition-penalty", po::value<double>(&repetition_penalty)->value_name("R"),
+       "divide (or multiply, when negative) the scores of seen tokens by R, > 0 (1: off)")
+      ("seed", po::value<uint64_t>(&g.seed)->value_name("S"), "sampling seed (default 0)")
+      ("dtype", po::value<std::string>(&g.dtype)->value_name("float32|bfloat16"), "weights' dtype for generation (default float32)")
+      ("device", po::value<std::string>(&g.device)->value_name("cpu|cuda[:N]"), "where --generate/--chat run (default cpu)");
   po::options_description info_opts("Information", 100, 50);
   info_opts.add_options()
       ("list-plugins", po::bool_switch(&list), "list the plugins found: <slot> <name> <version> <path>")
@@ -152,9 +187,9 @@ int main(int argc, char** argv) {
   po::options_description hidden;
   hidden.add_options()("recipe", po::value<std::string>(&o.recipe));
   po::options_description all;
-  all.add(run_opts).add(export_opts).add(tool_opts).add(info_opts).add(hidden);
+  all.add(run_opts).add(export_opts).add(tool_opts).add(gen_opts).add(info_opts).add(hidden);
   po::options_description visible(100, 50);
-  visible.add(run_opts).add(export_opts).add(tool_opts).add(info_opts);
+  visible.add(run_opts).add(export_opts).add(tool_opts).add(gen_opts).add(info_opts);
   po::positional_options_description pos;
   pos.add("recipe", 1);
 
@@ -209,6 +244,26 @@ int main(int argc, char** argv) {
       if (!o.recipe.empty()) return fail("--watch takes a run folder, not a recipe: --watch RUN_DIR", 2);
       return ciuic::app::watch(watch_dir, watch_interval, isatty(STDOUT_FILENO) != 0, std::cout);
     }
+    if (vm.count("generate") || vm.count("chat")) {
+      if (!o.recipe.empty()) return fail("--generate/--chat take a model folder, not a recipe", 2);
+      if (vm.count("generate") && vm.count("chat")) return fail("give --generate or --chat, not both", 2);
+      if (sample && greedy) return fail("give --do-sample or --greedy, not both", 2);
+      if (sample || greedy) g.do_sample = sample;
+      if (vm.count("temperature")) g.temperature = temperature;
+      if (vm.count("top-k")) g.top_k = top_k;
+      if (vm.count("top-p")) g.top_p = top_p;
+      if (vm.count("min-p")) g.min_p = min_p;
+      if (vm.count("repetition-penalty")) g.repetition_penalty = repetition_penalty;
+      if (vm.count("chat")) {
+        g.folder = chat_dir;
+        return ciuic::app::chat_cli(g, std::cin, std::cout, std::cerr);
+      }
+      g.folder = generate_dir;
+      return ciuic::app::generate_cli(g, std::cout, std::cerr);
+    }
+    for (const char* k : {"prompt", "prompts", "out", "batch", "system", "max-new-tokens", "temperature", "top-k",
+                          "top-p", "min-p", "repetition-penalty", "seed", "dtype", "device"})
+      if (vm.count(k)) return fail(std::string("--") + k + " goes with --generate or --chat", 2);
     if (vm.count("interval")) return fail("--interval goes with --watch", 2);
     if (o.recipe.empty()) {
       std::cerr << kUsage;

@@ -25,8 +25,6 @@ using nlohmann::json;
 using testing::expect_error;
 using testing::max_rel_diff;
 
-const char* const kCases[] = {"mistral", "qwen2", "qwen3", "gemma3", "llama_pad"};
-
 std::string family_dir(const std::string& c) { return testing::fixture("families/" + c); }
 
 const SafetensorsReader& want() {
@@ -52,7 +50,7 @@ TEST(Families, ConfigsNamesAndCountsMatchTransformers) {
                                                    {"qwen3", ModelFamily::kQwen3},
                                                    {"gemma3", ModelFamily::kGemma3Text},
                                                    {"llama_pad", ModelFamily::kLlama}};
-  for (const char* c : kCases) {
+  for (const char* c : testing::kFamilyCases) {
     SCOPED_TRACE(c);
     const LlamaConfig cfg = LlamaConfig::from_file(family_dir(c) + "/config.json");
     EXPECT_EQ(cfg.family, family.at(c));
@@ -108,7 +106,7 @@ TEST(Families, PublishedConfigsCountLikeTransformers) {
 }
 
 TEST(Families, LogitsLossAndGradientsMatchTransformers) {
-  for (const char* c : kCases) {
+  for (const char* c : testing::kFamilyCases) {
     SCOPED_TRACE(c);
     const std::string k = c;
     auto m = load(c);
@@ -175,7 +173,7 @@ TEST(Families, PackedRowsWithAWindowEqualDocumentsRunSeparately) {
 }
 
 TEST(Families, GreedyGenerationPastTheWindowMatchesFullForwards) {
-  for (const char* c : kCases) {
+  for (const char* c : testing::kFamilyCases) {
     SCOPED_TRACE(c);
     const std::string k = c;
     auto m = load(c);
@@ -193,7 +191,7 @@ TEST(Families, GreedyGenerationPastTheWindowMatchesFullForwards) {
 // them in transformers and compares weights and logits. Our own reload is identical too.
 TEST(Families, ExportReloadsIdentically) {
   const std::string root = std::string(CIUIC_TEST_TMP) + "/model/families-export";
-  for (const char* c : kCases) {
+  for (const char* c : testing::kFamilyCases) {
     SCOPED_TRACE(c);
     auto m = load(c);
     const std::string out = root + "/" + c;

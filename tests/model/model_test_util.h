@@ -14,6 +14,9 @@
 
 namespace ciuic::model::testing {
 
+// The tiny random models of tests/fixtures/model/families/ (gen_model_families.py).
+inline constexpr const char* kFamilyCases[] = {"mistral", "qwen2", "qwen3", "gemma3", "llama_pad"};
+
 inline std::string fixture(const std::string& rel) { return std::string(CIUIC_FIXTURES_DIR) + "/model/" + rel; }
 
 // A fresh, empty folder under the build tree's test-tmp for this test.

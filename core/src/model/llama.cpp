@@ -17,6 +17,7 @@
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/tensor.h>
+#include <ATen/ops/zeros.h>
 
 #include <ciuic/error.h>
 
@@ -320,7 +321,8 @@ void LlamaModel::check_tokens(const at::Tensor& t, const char* what, c10::IntArr
 }
 
 at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
-                                   const PackedDocs* docs, std::vector<KVCacheLayer>* cache) const {
+                                   const PackedDocs* docs, std::vector<KVCacheLayer>* cache,
+                                   const CacheMasks* cache_masks) const {
   check_tokens(input_ids, "input_ids", {});
   const int64_t b = input_ids.size(0), t = input_ids.size(1);
   at::Tensor pos = position_ids;
@@ -358,9 +360,14 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
   }
   std::optional<at::Tensor> mask, window_mask;
   if (packed && !docs) mask = packed_causal_mask(pos);
-  if (windowed && !docs) {
+  if (windowed && !docs && !cache_masks) {
     window_mask = sliding_causal_mask(t, cfg_.sliding_window, device_);
     if (mask) window_mask = mask->logical_and(*window_mask);
+  }
+  if (cache_masks) {
+    mask = cache_masks->full;
+    window_mask.reset();
+    if (cache_masks->window.defined()) window_mask = cache_masks->window;
   }
   // Group g = 0 (embedding), 1 + i (layer i), head_group(); a boundary between each (group_boundary).
   announce_before(0);
@@ -468,6 +475,50 @@ std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& pro
     pos = at::full({1, 1}, next_pos++, long_opts);
   }
   return out;
+}
+
+LlamaModel::DecodeCache LlamaModel::new_decode_cache(int64_t batch, int64_t capacity) const {
+  if (batch <= 0 || capacity <= 0)
+    throw Error("LlamaModel::new_decode_cache: batch and capacity must be positive, got " + std::to_string(batch) +
+                " and " + std::to_string(capacity));
+  DecodeCache c;
+  const auto opts = at::TensorOptions().dtype(dtype_).device(device_);
+  c.layers.resize(layers_.size());
+  for (auto& l : c.layers) {
+    l.k = at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, opts);
+    l.v = at::zeros({batch, cfg_.num_key_value_heads, capacity, cfg_.head_dim}, opts);
+    l.len = 0;
+  }
+  c.valid = at::zeros({batch, capacity}, at::TensorOptions().dtype(at::kBool).device(device_));
+  return c;
+}
+
+at::Tensor LlamaModel::decode(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& valid,
+                              DecodeCache& c, bool last_only) const {
+  check_tokens(input_ids, "input_ids", {});
+  check_tokens(position_ids, "position_ids", input_ids.sizes());
+  const int64_t b = input_ids.size(0), t = input_ids.size(1), total = c.len + t;
+  if (!c.valid.defined() || c.valid.size(0) != b || c.layers.size() != layers_.size())
+    throw Error("LlamaModel::decode: the cache was made for another batch or model (new_decode_cache)");
+  if (!valid.defined() || valid.sizes() != input_ids.sizes() || valid.scalar_type() != at::kBool)
+    throw Error("LlamaModel::decode: valid must be a bool tensor shaped like input_ids, got " + describe(valid));
+  if (total > c.capacity())
+    throw Error("LlamaModel::decode: the cache holds " + std::to_string(c.capacity()) + " positions, " +
+                std::to_string(total) + " asked");
+  at::NoGradGuard no_grad;
+  c.valid.narrow(1, c.len, t).copy_(valid);
+  const auto long_opts = at::TensorOptions().dtype(at::kLong).device(device_);
+  const at::Tensor q = at::arange(c.len, total, long_opts).unsqueeze(1);  // [T, 1] query slots
+  const at::Tensor j = at::arange(total, long_opts).unsqueeze(0);         // [1, total] key slots
+  const at::Tensor keys = c.valid.narrow(1, 0, total).unsqueeze(1);       // [B, 1, total]
+  // Padding attends to itself only (a row with no key would give NaN that spreads through v).
+  CacheMasks m;
+  m.full = j.le(q).unsqueeze(0).logical_and(keys).logical_or(j.eq(q).unsqueeze(0)).unsqueeze(1);  // [B, 1, T, total]
+  if (cfg_.sliding_window > 0) m.window = m.full.logical_and((q - j).lt(cfg_.sliding_window).view({1, 1, t, total}));
+  at::Tensor h = head_begin(hidden_impl(input_ids, position_ids, false, nullptr, &c.layers, &m));
+  c.len = total;
+  if (last_only) h = h.select(1, t - 1);
+  return head_end(at::linear(h, lm_head_weight())).to(at::kFloat);
 }
 
 }  // namespace ciuic::model

@@ -177,6 +177,22 @@ class CIUIC_API LlamaModel {
   std::vector<int32_t> generate_greedy(const std::vector<int32_t>& prompt, int64_t max_new_tokens,
                                        std::optional<int32_t> stop_id) const;
 
+  // Generation with a preallocated KV cache (model/generate.h drives it; tests call it directly).
+  struct DecodeCache {
+    std::vector<KVCacheLayer> layers;  // per layer [B, n_kv_heads, capacity, head_dim]
+    at::Tensor valid;                  // bool [B, capacity]: a real token (false: left padding)
+    int64_t len = 0;                   // positions filled
+    int64_t capacity() const { return valid.defined() ? valid.size(1) : 0; }
+  };
+  DecodeCache new_decode_cache(int64_t batch, int64_t capacity) const;
+  // Runs input_ids [B, T] at position_ids [B, T] (integer, the model's device) after the cached
+  // positions; valid [B, T] bool marks real tokens (padding is never attended to, except by
+  // itself). Every layer attends to the cached and new positions causally, within its window
+  // counted in cache positions (as transformers' masks count them). Returns fp32 logits [B, V] of
+  // the last position (last_only) or [B, T, V] of all. Runs without autograd.
+  at::Tensor decode(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& valid,
+                    DecodeCache& cache, bool last_only = true) const;
+
   const LlamaConfig& config() const { return cfg_; }
   at::ScalarType dtype() const { return dtype_; }
   c10::Device device() const { return device_; }
@@ -188,8 +204,14 @@ class CIUIC_API LlamaModel {
   // The embedding and the decoder layers: the last layer's output, the head group begun (its
   // before_group announced); head_begin() normalises it, head_end() ends the head group on the
   // head's result.
+  // cache_masks (with cache): the attention masks of every layer and of the sliding ones
+  // (undefined: the same), instead of the ones built here.
+  struct CacheMasks {
+    at::Tensor full, window;
+  };
   at::Tensor hidden_impl(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
-                         const PackedDocs* docs, std::vector<KVCacheLayer>* cache) const;
+                         const PackedDocs* docs, std::vector<KVCacheLayer>* cache,
+                         const CacheMasks* cache_masks = nullptr) const;
   at::Tensor head_begin(const at::Tensor& h) const;
   at::Tensor head_end(const at::Tensor& out) const;
   int head_group() const { return static_cast<int>(layers_.size()) + 1; }

@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 #include <numbers>
+#include <string>
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/arange.h>
@@ -220,7 +221,18 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
   k = k.transpose(1, 2);
   v = v.transpose(1, 2);
   bool causal = !mask.has_value();
-  if (cache) {
+  if (cache && cache->len >= 0) {
+    if (!mask) throw Error("decoder_layer: a preallocated KV cache needs the caller's attention mask");
+    if (cache->len + t > cache->k.size(2))
+      throw Error("decoder_layer: the KV cache holds " + std::to_string(cache->k.size(2)) + " positions, " +
+                  std::to_string(cache->len + t) + " asked");
+    cache->k.narrow(2, cache->len, t).copy_(k);
+    cache->v.narrow(2, cache->len, t).copy_(v);
+    cache->len += t;
+    k = cache->k.narrow(2, 0, cache->len);
+    v = cache->v.narrow(2, 0, cache->len);
+    causal = false;
+  } else if (cache) {
     if (cache->k.defined()) {
       if (t != 1) throw Error("decoder_layer: a KV cache takes one new token per step once filled");
       k = at::cat({cache->k, k}, 2);

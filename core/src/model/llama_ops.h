@@ -152,9 +152,14 @@ struct CIUIC_API PackedDocs {
 CIUIC_API bool varlen_attention_supported(at::ScalarType dtype, c10::Device device, int64_t head_dim);
 
 // Keys and values of earlier positions, [B, n_kv_heads, T_past, head_dim] (generation only).
+// len < 0: the tensors grow by concatenation (one sequence, causal, no mask). len >= 0: k and v
+// are preallocated [B, n_kv_heads, capacity, head_dim] with the first `len` positions filled;
+// each call writes its keys/values at [len, len + T) and attends over [0, len + T) under the
+// caller's mask (which carries padding, causality and the window).
 struct KVCacheLayer {
   at::Tensor k;
   at::Tensor v;
+  int64_t len = -1;
 };
 
 // x [B, T, hidden] -> [B, T, hidden]. Attention is causal; with `mask` (from

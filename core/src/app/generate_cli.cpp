@@ -1,0 +1,269 @@
+// --generate and --chat: an HF folder, its tokenizer and chat template, model/generate.h.
+#include "app/generate_cli.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include <ciuic/error.h>
+#include <ciuic/json.h>
+#include <ciuic/tokenizer.h>
+
+#include "model/generate.h"
+#include "model/llama.h"
+#include "tokenizer/factory.h"
+
+namespace ciuic::app {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct Loaded {
+  std::string folder;
+  std::unique_ptr<model::LlamaModel> model;
+  std::shared_ptr<const Tokenizer> tok;
+  model::GenerateOptions gen;
+};
+
+// DIR itself when it holds config.json, else a run output's hf/ export.
+std::string model_folder(const std::string& dir, const char* flag) {
+  std::error_code ec;
+  if (dir.empty()) throw UsageError(std::string(flag) + " needs a model folder");
+  if (!fs::is_directory(dir, ec)) throw UsageError(std::string(flag) + " " + dir + ": no such folder");
+  if (fs::exists(fs::path(dir) / "config.json", ec)) return dir;
+  if (fs::exists(fs::path(dir) / "hf" / "config.json", ec)) return (fs::path(dir) / "hf").string();
+  throw UsageError(std::string(flag) + " " + dir +
+                   ": no config.json here or in hf/ (give a Hugging Face model folder, or a run's output "
+                   "folder after its export; a checkpoint is exported with --export-hf CKPT OUT)");
+}
+
+Loaded load(const GenerateCliOptions& o, const char* flag) {
+  Loaded l;
+  l.folder = model_folder(o.folder, flag);
+  const std::string tok_path = (fs::path(l.folder) / "tokenizer.json").string();
+  std::error_code ec;
+  if (!fs::exists(tok_path, ec)) throw UsageError(tok_path + ": no tokenizer.json in the model folder");
+  if (o.dtype != "float32" && o.dtype != "bfloat16")
+    throw UsageError("--dtype must be float32 or bfloat16, got " + o.dtype);
+  if (o.max_new_tokens < 1) throw UsageError("--max-new-tokens must be >= 1, got " + std::to_string(o.max_new_tokens));
+  if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
+  model::SamplingParams s = model::sampling_of_folder(l.folder);
+  if (o.do_sample) s.do_sample = *o.do_sample;
+  if (o.temperature) s.temperature = *o.temperature;
+  if (o.top_k) s.top_k = *o.top_k;
+  if (o.top_p) s.top_p = *o.top_p;
+  if (o.min_p) s.min_p = *o.min_p;
+  if (o.repetition_penalty) s.repetition_penalty = *o.repetition_penalty;
+  s.seed = o.seed;
+  try {
+    s.validate("sampling flags");
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  if (o.device != "cpu" && o.device.rfind("cuda", 0) != 0)
+    throw UsageError("--device must be cpu or cuda[:N], got " + o.device);
+  l.tok = load_tokenizer(tok_path);
+  l.model = model::LlamaModel::from_pretrained(l.folder, o.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat,
+                                               c10::Device(o.device));
+  l.gen.max_new_tokens = o.max_new_tokens;
+  l.gen.sampling = s;
+  l.gen.eos_ids = model::eos_ids_of_folder(l.folder);
+  if (l.gen.eos_ids.empty() && l.tok->eos_id()) l.gen.eos_ids.push_back(*l.tok->eos_id());
+  return l;
+}
+
+std::unique_ptr<ChatTemplate> chat_template_of(const Loaded& l) {
+  std::unique_ptr<ChatTemplate> t = make_chat_template("auto", *l.tok);
+  if (!t || t->name().rfind("hf:", 0) != 0)
+    throw UsageError(l.folder +
+                     ": the tokenizer has no chat template (tokenizer_config.json has no chat_template and there "
+                     "is no chat_template.jinja); add one of them to the folder, or use --generate with raw prompts");
+  return t;
+}
+
+// One prompt of a prompts file: raw text, or messages for the chat template.
+struct Prompt {
+  std::vector<int32_t> ids;
+};
+
+std::vector<Prompt> read_prompts(const GenerateCliOptions& o, const Loaded& l) {
+  std::vector<Prompt> out;
+  for (const auto& p : o.prompts) out.push_back({l.tok->encode(p, true)});
+  if (o.prompts_file.empty()) return out;
+  std::ifstream in(o.prompts_file);
+  if (!in) throw UsageError(o.prompts_file + ": cannot open the prompts file");
+  std::unique_ptr<ChatTemplate> tmpl;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const std::string where = o.prompts_file + ":" + std::to_string(n);
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    check_json_depth(line, where, kExitUsage);
+    json j = json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+      throw UsageError(where + ": not a JSON object (expected {\"prompt\": ...} or {\"messages\": [...]})");
+    if (j.contains("prompt") && j["prompt"].is_string()) {
+      out.push_back({l.tok->encode(j["prompt"].get<std::string>(), true)});
+    } else if (j.contains("messages") && j["messages"].is_array()) {
+      std::vector<ChatMessage> msgs;
+      for (const auto& m : j["messages"]) {
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+            !m["content"].is_string())
+          throw UsageError(where + ": each message needs string \"role\" and \"content\"");
+        msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+      }
+      if (!tmpl) tmpl = chat_template_of(l);
+      out.push_back({tmpl->encode_prompt(msgs)});
+    } else {
+      throw UsageError(where + ": expected a string \"prompt\" or a \"messages\" list");
+    }
+  }
+  if (out.empty()) throw UsageError(o.prompts_file + ": the prompts file has no prompts");
+  return out;
+}
+
+// Text decoded so far, printed as it grows: a token that ends inside a UTF-8 character waits.
+class Streamer {
+ public:
+  Streamer(const Tokenizer& tok, std::ostream& out) : tok_(tok), out_(out) {}
+  void add(int32_t id) {
+    ids_.push_back(id);
+    const std::string text = tok_.decode(ids_, true);
+    if (text.size() >= 3 && text.compare(text.size() - 3, 3, "\xEF\xBF\xBD") == 0) return;
+    if (text.compare(0, printed_.size(), printed_) == 0) out_ << text.substr(printed_.size());
+    out_.flush();
+    printed_ = text;
+  }
+  const std::string& text() const { return printed_; }
+
+ private:
+  const Tokenizer& tok_;
+  std::ostream& out_;
+  std::vector<int32_t> ids_;
+  std::string printed_;
+};
+
+std::atomic<bool> g_interrupted{false};
+extern "C" void on_sigint(int) { g_interrupted.store(true); }
+
+}  // namespace
+
+int generate_cli(const GenerateCliOptions& o, std::ostream& out, std::ostream& err) {
+  if (o.prompts.empty() && o.prompts_file.empty())
+    throw UsageError("--generate needs --prompt TEXT or --prompts FILE.jsonl");
+  Loaded l = load(o, "--generate");
+  const std::vector<Prompt> prompts = read_prompts(o, l);
+  const int64_t context = l.model->config().max_position_embeddings;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (static_cast<int64_t>(prompts[i].ids.size()) >= context)
+      throw UsageError("prompt " + std::to_string(i) + " has " + std::to_string(prompts[i].ids.size()) +
+                       " tokens: no room left in the model's context of " + std::to_string(context) +
+                       " (max_position_embeddings)");
+  std::ofstream file;
+  std::ostream* sink = &out;
+  if (!o.out.empty()) {
+    file.open(o.out);
+    if (!file) throw UsageError(o.out + ": cannot write the output file");
+    sink = &file;
+  }
+  int64_t done = 0, tokens = 0;
+  double seconds = 0;
+  for (size_t start = 0; start < prompts.size(); start += static_cast<size_t>(o.batch)) {
+    const size_t end = std::min(prompts.size(), start + static_cast<size_t>(o.batch));
+    std::vector<std::vector<int32_t>> batch;
+    for (size_t i = start; i < end; ++i) batch.push_back(prompts[i].ids);
+    const model::GenerateResult r = model::generate(*l.model, batch, l.gen);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const auto& ids = r.tokens[i];
+      const double per = ids.empty() ? 0 : static_cast<double>(ids.size()) / r.total_s;
+      *sink << json{{"index", start + i},
+                    {"text", l.tok->decode(ids, true)},
+                    {"ids", ids},
+                    {"prompt_tokens", batch[i].size()},
+                    {"new_tokens", ids.size()},
+                    {"stopped", r.hit_eos[i] ? "eos" : "length"},
+                    {"first_token_s", r.first_token_s},
+                    {"seconds", r.total_s},
+                    {"tokens_per_s", per}}
+                   .dump()
+            << "\n";
+      tokens += static_cast<int64_t>(ids.size());
+    }
+    sink->flush();
+    done += static_cast<int64_t>(batch.size());
+    seconds += r.total_s;
+    char line[160];
+    std::snprintf(line, sizeof line, "generate: %lld/%zu prompts, %lld tokens, %.1f tokens/s\n",
+                  static_cast<long long>(done), prompts.size(), static_cast<long long>(tokens),
+                  seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0);
+    err << line << std::flush;
+  }
+  return 0;
+}
+
+int chat_cli(const GenerateCliOptions& o, std::istream& in, std::ostream& out, std::ostream& err) {
+  Loaded l = load(o, "--chat");
+  const std::unique_ptr<ChatTemplate> tmpl = chat_template_of(l);
+  std::vector<ChatMessage> msgs;
+  std::string system = o.system;
+  auto reset = [&] {
+    msgs.clear();
+    if (!system.empty()) msgs.push_back({"system", system});
+  };
+  reset();
+  err << "ciuic chat: " << l.folder << " (/reset, /system TEXT, /exit; Ctrl-C stops a reply)\n" << std::flush;
+  std::string line;
+  while (true) {
+    out << "\nuser> " << std::flush;
+    if (!std::getline(in, line)) break;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      reset();
+      out << "(conversation reset)\n";
+      continue;
+    }
+    if (line.rfind("/system", 0) == 0) {
+      system = line.size() > 8 ? line.substr(8) : "";
+      reset();
+      out << "(system message set; conversation reset)\n";
+      continue;
+    }
+    if (line.empty()) continue;
+    msgs.push_back({"user", line});
+    out << "assistant> " << std::flush;
+    Streamer stream(*l.tok, out);
+    model::GenerateOptions g = l.gen;
+    g.on_token = [&](size_t, int32_t id) {
+      if (std::find(g.eos_ids.begin(), g.eos_ids.end(), id) == g.eos_ids.end()) stream.add(id);
+    };
+    g_interrupted.store(false);
+    g.cancelled = [] { return g_interrupted.load(); };
+    struct sigaction sa{}, old{};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old);
+    try {
+      (void)model::generate(*l.model, {tmpl->encode_prompt(msgs)}, g);
+    } catch (...) {
+      sigaction(SIGINT, &old, nullptr);
+      throw;
+    }
+    sigaction(SIGINT, &old, nullptr);
+    if (g_interrupted.load()) out << " [stopped]";
+    out << "\n" << std::flush;
+    msgs.push_back({"assistant", stream.text()});
+  }
+  out << "\n";
+  return 0;
+}
+
+}  // namespace ciuic::app

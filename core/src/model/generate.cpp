@@ -1,0 +1,274 @@
+// Generation: transformers' logits processors and the prefill + decode loop over a KV cache.
+#include "model/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/argmax.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/constant_pad_nd.h>
+#include <ATen/ops/cumsum.h>
+#include <ATen/ops/gather.h>
+#include <ATen/ops/multinomial.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/softmax.h>
+#include <ATen/ops/sort.h>
+#include <ATen/ops/tensor.h>
+#include <ATen/ops/topk.h>
+#include <ATen/ops/where.h>
+
+#include <ciuic/error.h>
+#include <ciuic/files.h>
+#include <ciuic/json.h>
+
+#include "model/llama.h"
+
+namespace ciuic::model {
+
+namespace {
+
+using json = nlohmann::json;
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+json read_json_file(const std::string& path, const char* what) {
+  const std::string text = read_input(path, what, kMaxJsonInputBytes);
+  check_json_depth(text, path);
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(path + ": malformed JSON: " + e.what());
+  }
+}
+
+}  // namespace
+
+void SamplingParams::validate(const std::string& where) const {
+  if (!(temperature > 0) || !std::isfinite(temperature))
+    throw Error(where + ": temperature must be a positive number, got " + num(temperature));
+  if (top_k < 0) throw Error(where + ": top_k must be >= 0 (0: off), got " + std::to_string(top_k));
+  if (!(top_p > 0 && top_p <= 1)) throw Error(where + ": top_p must be in (0, 1], got " + num(top_p));
+  if (!(min_p >= 0 && min_p <= 1)) throw Error(where + ": min_p must be in [0, 1], got " + num(min_p));
+  if (!(repetition_penalty > 0) || !std::isfinite(repetition_penalty))
+    throw Error(where + ": repetition_penalty must be a positive number, got " + num(repetition_penalty));
+}
+
+at::Tensor process_logits(const at::Tensor& scores_in, const at::Tensor& seen, const SamplingParams& p,
+                          std::vector<std::pair<std::string, at::Tensor>>* steps) {
+  at::Tensor scores = scores_in;
+  auto record = [&](const char* name) {
+    if (steps) steps->emplace_back(name, scores);
+  };
+  const int64_t vocab = scores.size(-1);
+  if (p.repetition_penalty != 1.0) {
+    // RepetitionPenaltyLogitsProcessor: ids >= vocab (none here) would be clamped to a pad column.
+    const at::Tensor ids = seen.to(at::kLong).clamp_max(vocab);
+    const at::Tensor padded = at::constant_pad_nd(scores, {0, 1}, 0);
+    at::Tensor s = at::gather(padded, 1, ids);
+    s = at::where(s < 0, s * p.repetition_penalty, s / p.repetition_penalty);
+    scores = padded.scatter(1, ids, s).narrow(1, 0, vocab);
+    record("repetition_penalty");
+  }
+  if (!p.do_sample) return scores;
+  if (p.temperature != 1.0) {
+    scores = scores / p.temperature;
+    record("temperature");
+  }
+  if (p.top_k != 0) {
+    const int64_t k = std::min<int64_t>(std::max<int64_t>(p.top_k, 1), vocab);
+    const at::Tensor kth = std::get<0>(at::topk(scores, k)).narrow(-1, k - 1, 1);
+    scores = scores.masked_fill(scores < kth, kNegInf);
+    record("top_k");
+  }
+  if (p.top_p != 1.0) {
+    auto [sorted, idx] = at::sort(scores, /*dim=*/-1, /*descending=*/false);
+    at::Tensor cum = sorted.softmax(-1).cumsum(-1);
+    at::Tensor remove = cum <= (1 - p.top_p);
+    remove.narrow(-1, vocab - 1, 1).fill_(false);  // min_tokens_to_keep = 1
+    remove = remove.scatter(1, idx, remove);
+    scores = scores.masked_fill(remove, kNegInf);
+    record("top_p");
+  }
+  if (p.min_p > 0) {
+    const at::Tensor probs = scores.softmax(-1);
+    const at::Tensor top = std::get<0>(probs.max(-1, /*keepdim=*/true));
+    at::Tensor remove = probs < top * p.min_p;
+    remove.scatter_(-1, std::get<1>(at::topk(probs, 1, -1)), false);
+    scores = scores.masked_fill(remove, kNegInf);
+    record("min_p");
+  }
+  return scores;
+}
+
+std::vector<int32_t> eos_ids_of_folder(const std::string& folder) {
+  auto ids_of = [](const json& v, const std::string& path) {
+    std::vector<int32_t> out;
+    auto one = [&](const json& e) {
+      if (!e.is_number_integer()) throw Error(path + ": eos_token_id must be an integer or a list of integers");
+      out.push_back(e.get<int32_t>());
+    };
+    if (v.is_array())
+      for (const auto& e : v) one(e);
+    else if (!v.is_null())
+      one(v);
+    return out;
+  };
+  for (const char* name : {"generation_config.json", "config.json"}) {
+    const std::string path = (std::filesystem::path(folder) / name).string();
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) continue;
+    const json j = read_json_file(path, name);
+    if (j.is_object() && j.contains("eos_token_id")) return ids_of(j["eos_token_id"], path);
+  }
+  return {};
+}
+
+SamplingParams sampling_of_folder(const std::string& folder, SamplingParams base) {
+  const std::string path = (std::filesystem::path(folder) / "generation_config.json").string();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return base;
+  const json j = read_json_file(path, "generation_config.json");
+  if (!j.is_object()) throw Error(path + ": expected a JSON object");
+  auto number = [&](const char* key, double& out) {
+    if (!j.contains(key) || j[key].is_null()) return;
+    if (!j[key].is_number()) throw Error(path + ": " + key + " must be a number");
+    out = j[key].get<double>();
+  };
+  if (j.contains("do_sample") && j["do_sample"].is_boolean()) base.do_sample = j["do_sample"].get<bool>();
+  number("temperature", base.temperature);
+  number("top_p", base.top_p);
+  number("min_p", base.min_p);
+  number("repetition_penalty", base.repetition_penalty);
+  if (j.contains("top_k") && !j["top_k"].is_null()) {
+    if (!j["top_k"].is_number_integer()) throw Error(path + ": top_k must be an integer");
+    base.top_k = j["top_k"].get<int64_t>();
+  }
+  base.validate(path);
+  return base;
+}
+
+GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                        const GenerateOptions& o) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const LlamaConfig& cfg = model.config();
+  o.sampling.validate("generate");
+  if (o.max_new_tokens < 0)
+    throw Error("generate: max_new_tokens must be >= 0, got " + std::to_string(o.max_new_tokens));
+  if (prompts.empty()) throw Error("generate: no prompts");
+  const int64_t b = static_cast<int64_t>(prompts.size());
+  int64_t longest = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) throw Error("generate: prompt " + std::to_string(i) + " is empty (need at least one token)");
+    for (int32_t id : prompts[i])
+      if (id < 0 || id >= cfg.vocab_size)
+        throw Error("generate: prompt " + std::to_string(i) + " has token " + std::to_string(id) +
+                    " outside the vocabulary [0, " + std::to_string(cfg.vocab_size) + ")");
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[i].size()));
+  }
+  const int64_t context = cfg.max_position_embeddings;
+  if (longest > context)
+    throw Error("generate: a prompt of " + std::to_string(longest) + " tokens is longer than the model's context (" +
+                std::to_string(context) + ", max_position_embeddings)");
+  int32_t pad = 0;
+  if (o.pad_id)
+    pad = *o.pad_id;
+  else if (cfg.padding_idx() >= 0)
+    pad = static_cast<int32_t>(cfg.padding_idx());
+  else if (!o.eos_ids.empty())
+    pad = o.eos_ids[0];
+  // Left padding, the mask and transformers' position ids (cumsum(mask) - 1, 1 on padding).
+  std::vector<int64_t> ids(static_cast<size_t>(b * longest), pad);
+  std::vector<uint8_t> valid(static_cast<size_t>(b * longest), 0);
+  std::vector<int64_t> pos(static_cast<size_t>(b * longest), 1);
+  std::vector<int64_t> next_pos(static_cast<size_t>(b));
+  for (int64_t r = 0; r < b; ++r) {
+    const auto& p = prompts[static_cast<size_t>(r)];
+    const int64_t off = longest - static_cast<int64_t>(p.size());
+    for (size_t k = 0; k < p.size(); ++k) {
+      const size_t at = static_cast<size_t>(r * longest + off) + k;
+      ids[at] = p[k];
+      valid[at] = 1;
+      pos[at] = static_cast<int64_t>(k);
+    }
+    next_pos[static_cast<size_t>(r)] = static_cast<int64_t>(p.size());
+  }
+  at::NoGradGuard no_grad;
+  const c10::Device dev = model.device();
+  const auto cpu_long = at::TensorOptions().dtype(at::kLong);
+  at::Tensor in_ids = at::tensor(ids, cpu_long).view({b, longest});
+  at::Tensor in_pos = at::tensor(pos, cpu_long).view({b, longest});
+  at::Tensor in_valid = at::tensor(std::vector<int64_t>(valid.begin(), valid.end()), cpu_long).view({b, longest}).ne(0);
+  const int64_t max_new = std::min(o.max_new_tokens, context - longest);
+  GenerateResult res;
+  res.tokens.resize(static_cast<size_t>(b));
+  res.hit_eos.assign(static_cast<size_t>(b), false);
+  if (max_new <= 0) {
+    res.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    return res;
+  }
+  LlamaModel::DecodeCache cache = model.new_decode_cache(b, longest + max_new);
+  // Every id seen so far, for the repetition penalty (transformers' input_ids, padding included).
+  const bool penalty = o.sampling.repetition_penalty != 1.0;
+  at::Tensor seen = penalty ? in_ids.to(dev) : at::Tensor();
+  std::optional<at::Generator> gen;
+  if (o.sampling.do_sample) gen = at::make_generator<at::CPUGeneratorImpl>(o.sampling.seed);
+  std::vector<bool> done(static_cast<size_t>(b), false);
+  at::Tensor step_ids = in_ids.to(dev), step_pos = in_pos.to(dev), step_valid = in_valid.to(dev);
+  for (int64_t step = 0; step < max_new; ++step) {
+    if (o.cancelled && o.cancelled()) break;
+    const at::Tensor logits = model.decode(step_ids, step_pos, step_valid, cache);  // [B, V] fp32
+    if (o.on_logits) o.on_logits(logits);
+    const at::Tensor scores = process_logits(logits, seen, o.sampling);
+    at::Tensor next;
+    if (o.sampling.do_sample)
+      next = at::multinomial(scores.softmax(-1).to(at::kCPU), 1, false, *gen).squeeze(1);
+    else
+      next = scores.argmax(-1).to(at::kCPU);
+    next = next.to(at::kLong).contiguous();
+    int64_t* nx = next.data_ptr<int64_t>();
+    bool all_done = true;
+    for (int64_t r = 0; r < b; ++r) {
+      const size_t ri = static_cast<size_t>(r);
+      if (done[ri]) {
+        nx[r] = pad;
+        continue;
+      }
+      const auto tok = static_cast<int32_t>(nx[r]);
+      res.tokens[ri].push_back(tok);
+      if (o.on_token) o.on_token(ri, tok);
+      if (std::find(o.eos_ids.begin(), o.eos_ids.end(), tok) != o.eos_ids.end()) {
+        done[ri] = true;
+        res.hit_eos[ri] = true;
+      }
+      all_done = all_done && done[ri];
+    }
+    ++res.steps;
+    if (step == 0) res.first_token_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (all_done || step + 1 == max_new) break;
+    std::vector<int64_t> p(static_cast<size_t>(b));
+    for (size_t r = 0; r < p.size(); ++r) p[r] = next_pos[r]++;
+    step_ids = next.view({b, 1}).to(dev);
+    step_pos = at::tensor(p, cpu_long).view({b, 1}).to(dev);
+    step_valid = at::ones({b, 1}, at::TensorOptions().dtype(at::kBool).device(dev));
+    if (penalty) seen = at::cat({seen, step_ids}, 1);
+  }
+  res.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return res;
+}
+
+}  // namespace ciuic::model

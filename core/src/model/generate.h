@@ -1,0 +1,91 @@
+// model/generate.h — text generation with a KV cache: batched prompts (left padding with an
+// attention mask), greedy or sampled, stopping at EOS ids and max_new_tokens, as transformers'
+// GenerationMixin.generate() does for a decoder-only model.
+//
+// The flow of generate(): the prompts are left-padded to the longest (pad id), position ids are
+// cumsum(mask) - 1 (1 on padding), one prefill runs all prompt tokens through the model into a
+// preallocated cache (LlamaModel::DecodeCache), then one token per step. Each step takes the
+// last position's fp32 logits, runs them through process_logits (transformers' processor order),
+// and picks argmax (greedy) or draws from softmax (sampling; a CPU generator seeded with `seed`,
+// torch.multinomial's draw). A finished row (it produced an EOS id) keeps receiving the pad id,
+// as in transformers, and stops counting; generation ends when every row is finished or has
+// max_new_tokens new tokens, or the context (max_position_embeddings) is full.
+//
+// Departures from transformers (docs/generate.md): no beam search, no stop strings, no
+// min_length/no_repeat_ngram/bad_words; top_k defaults to 50 and applies only when sampling, as
+// transformers' GenerationConfig; a prompt longer than the context is an error, not a warning.
+//
+// Failure: ciuic::Error naming the setting (out-of-range sampling values, empty prompt, token
+// outside the vocabulary, prompt longer than the context).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include <ciuic/export.h>
+
+namespace ciuic::model {
+
+class LlamaModel;
+
+// transformers' GenerationConfig sampling fields, same meanings and defaults.
+struct SamplingParams {
+  bool do_sample = false;
+  double temperature = 1.0;        // > 0; 1: off
+  int64_t top_k = 50;              // >= 0; 0: off
+  double top_p = 1.0;              // (0, 1]; 1: off
+  double min_p = 0.0;              // [0, 1]; 0: off
+  double repetition_penalty = 1.0;  // > 0; 1: off
+  uint64_t seed = 0;
+  // Throws Error "<where>: <key> must be ..., got ..." for a value out of range.
+  void validate(const std::string& where) const;
+};
+
+// transformers' logits processors in _get_logits_processor's order on scores [B, V] fp32:
+// RepetitionPenaltyLogitsProcessor (repetition_penalty != 1, over `seen` [B, T] int64: prompt
+// with its padding, then the generated tokens), and when do_sample the warpers
+// TemperatureLogitsWarper (temperature != 1), TopKLogitsWarper (top_k != 0), TopPLogitsWarper
+// (top_p < 1), MinPLogitsWarper (min_p > 0), each keeping at least one token; removed tokens get
+// -inf. `steps` (optional) receives ("repetition_penalty" | "temperature" | "top_k" | "top_p" |
+// "min_p", scores after it) for every processor that ran.
+CIUIC_API at::Tensor process_logits(const at::Tensor& scores, const at::Tensor& seen, const SamplingParams& p,
+                                    std::vector<std::pair<std::string, at::Tensor>>* steps = nullptr);
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 128;
+  std::vector<int32_t> eos_ids;   // a row stops after producing any of them
+  std::optional<int32_t> pad_id;  // left padding / finished rows; default: config's pad, else eos_ids[0], else 0
+  SamplingParams sampling;
+  // Called once per new token of an unfinished row, as soon as it is chosen (streaming).
+  std::function<void(size_t row, int32_t token)> on_token;
+  // The raw fp32 logits [B, V] of each step, before processing (tests).
+  std::function<void(const at::Tensor& logits)> on_logits;
+  // Checked before each step; true ends generation early (Ctrl-C in --chat).
+  std::function<bool()> cancelled;
+};
+
+struct GenerateResult {
+  std::vector<std::vector<int32_t>> tokens;  // per prompt: the new tokens, ending with the EOS id when produced
+  std::vector<bool> hit_eos;
+  double first_token_s = 0;  // prefill and the first token of every row
+  double total_s = 0;
+  int64_t steps = 0;  // decoding steps run (the first token included)
+};
+
+// The eos ids to stop at for an HF folder: generation_config.json's eos_token_id (an id or a
+// list) when the file has one, else config.json's. Errors name the file.
+CIUIC_API std::vector<int32_t> eos_ids_of_folder(const std::string& folder);
+// generation_config.json's sampling fields (do_sample, temperature, top_k, top_p, min_p,
+// repetition_penalty) over `base`; absent file or keys keep base's. Errors name the file and key.
+CIUIC_API SamplingParams sampling_of_folder(const std::string& folder, SamplingParams base = {});
+
+CIUIC_API GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                                  const GenerateOptions& options);
+
+}  // namespace ciuic::model

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Generation on one GPU (issue 33 item 4), in one device call: build (CUDA, the runner and the
+# generation tests), generate_test on the host (the CPU parity suite, built with CUDA), then decode
+# tokens/s of a random 7B Llama shape (hidden 4096, 32 layers, 32 heads / 8 KV heads, vocab 32000,
+# bf16) through ciuic-run --generate --device cuda beside transformers' generate() with its static
+# cache, same prompts, batch 1 and 8, same call (bench/generate/generate_speed.py).
+#   scripts/gpu/generate.sh [build] [test] [bench]
+# NEW (new tokens per row, default 128) and BATCHES (default 1,8) apply to both sides.
+# Logs go to $OUT, packed into $RESULT/generate.tgz. Not yet run on a GPU.
+set -u
+source "$(dirname "$0")/lib.sh"  # gpu_env NAME; run NAME TIMEOUT CMD...
+gpu_env generate
+RUN_TAIL=25
+NEW=${NEW:-128}
+BATCHES=${BATCHES:-1,8}
+for stage in ${*:-build test bench}; do
+  case "$stage" in
+  build)
+    CIUIC_HOST_TESTS=ON CIUIC_HOST_TARGETS="runtime generate_test" \
+      run build 480 bash scripts/gpu/build-on-host.sh . build-gpu ||
+      { tar czf "$RESULT/generate.tgz" -C "$OUT" .; echo "build failed: nothing else runs"; exit 1; }
+    tail -3 "$OUT/build.log" ;;
+  test)
+    run generate_test 240 build-gpu/bin/generate_test
+    grep -E -A4 "Failure|^\[  (PASSED|FAILED) " "$OUT/generate_test.log" | head -40 ;;
+  bench)
+    run generate-7b 580 python bench/generate/generate_speed.py build-gpu/bin/ciuic-run --device cuda --dtype bf16 \
+      --hidden 4096 --layers 32 --vocab 32000 --new "$NEW" --batches "$BATCHES"
+    grep -E "^(model|batch)" "$OUT/generate-7b.log" ;;
+  *) echo "unknown stage $stage" ;;
+  esac
+done
+tar czf "$RESULT/generate.tgz" -C "$OUT" .
