@@ -82,9 +82,15 @@ TEST(Zero3E2E, StartsFromAModelFolderAsOneProcessDoes) {
   for (int world : {2, 3}) {
     const Result r = run("z3-folder-w" + std::to_string(world),
                          Shape{.world = world, .micro = 12 / world, .sharding = "zero3", .model = folder});
+    const Result z2 = run("z3-folder-z2w" + std::to_string(world),
+                          Shape{.world = world, .micro = 12 / world, .sharding = "zero2", .model = folder});
     EXPECT_RUN_OK(r);
+    EXPECT_RUN_OK(z2);
     EXPECT_ZERO3(r);
-    EXPECT_LT(max_rel(exported(r), exported(ref)), 1e-6) << "world " << world;
+    // zero2 loads the whole model (load_hf): the same sums at the same world size. Against one
+    // process the sums' order differs; from trained weights that lands near 3e-6 (a wrong slice: 1e-2).
+    EXPECT_LT(max_rel(exported(r), exported(z2)), 1e-6) << "world " << world;
+    EXPECT_LT(max_rel(exported(r), exported(ref)), 1e-5) << "world " << world;
   }
 }
 

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -562,6 +563,7 @@ TEST(Zero3Start, EachRankBuildsOnlyItsShardFromRandomInitialisation) {
 TEST(Zero3Start, EachRankReadsOnlyItsShardOfASafetensorsFile) {
   ciuic::model::LlamaModel ref(small(false), at::kFloat, at::kCPU);
   ref.init_random(5, 0.05);
+  std::filesystem::create_directories(CIUIC_TEST_TMP);
   const std::string path = std::string(CIUIC_TEST_TMP) + "/zero3-start.safetensors";
   ciuic::model::write_safetensors(path, ref.named_parameters());
   const auto reader = ciuic::model::SafetensorsReader::open(path);
