@@ -132,6 +132,7 @@ bool Precision::rounds_to_nearest() const { return true; }
 void Sharding::before_group(int, GroupPass) {}
 void Sharding::after_group(int, GroupPass) {}
 ShardingMemory Sharding::memory() const { return {}; }
+bool Sharding::builds_parameters() const { return false; }
 bool Optimizer::offer_early_update(const OptimizerStep&) { return false; }
 OptimizerMemory Optimizer::memory() const { return {}; }
 CommCounters Comm::counters() const { return {}; }

@@ -99,9 +99,11 @@ int64_t step_label_tokens(int step, int64_t vocab, uint64_t seed) {
   return n;
 }
 
-std::unique_ptr<model::LlamaModel> make_model(const Variant& v, uint64_t seed) {
-  auto m = std::make_unique<model::LlamaModel>(tiny_config(v.tied), at::kFloat, c10::Device(c10::kCPU));
-  m->init_random(seed, 0.2);
+// allocate = false: the parameters without memory, as the core builds them for a sharding that
+// builds_parameters() (their values then come from ShardingSetup::values).
+std::unique_ptr<model::LlamaModel> make_model(const Variant& v, uint64_t seed, bool allocate = true) {
+  auto m = std::make_unique<model::LlamaModel>(tiny_config(v.tied), at::kFloat, c10::Device(c10::kCPU), allocate);
+  if (allocate) m->init_random(seed, 0.2);
   m->set_fused_kernels(false);
   if (v.checkpointing) m->set_activation_checkpointing(true, 2);
   return m;
@@ -169,8 +171,9 @@ Slots make_slots(const PluginUnderTest& plugin, const Config& cfg, const RunCont
   return s;
 }
 
-void setup(Slots& s, model::LlamaModel& model) {
+void setup(Slots& s, model::LlamaModel& model, const ParamValues& values = {}) {
   ShardingSetup ss;
+  ss.values = values;
   for (auto& [name, t] : model.named_parameters()) ss.params.push_back(ShardingParam{name, t, t.dim() >= 2});
   ss.groups = model.param_groups();
   ss.comm = s.comm;
@@ -300,10 +303,18 @@ void check_sharding(const PluginUnderTest& plugin, const CheckOptions& o) {
         ctx.master_port = port;
         {  // Uninterrupted, saving after step kSaveAfter.
           Slots s = make_slots(plugin, cfg, ctx);
-          auto model = make_model(v, o.seed);
+          auto made = make_model(v, o.seed);
           Params initial;  // read before setup(): a parameter-sharding plugin frees them outside boundaries
-          for (const auto& [name, t] : model->named_parameters()) initial[name] = t.detach().to(at::kDouble).clone();
-          setup(s, *model);
+          for (const auto& [name, t] : made->named_parameters()) initial[name] = t.detach().to(at::kDouble).clone();
+          // A plugin that builds its parameters gets them without memory and their values, as from
+          // the core (train/run.cpp): it must read them through `values` only.
+          const bool builds = s.sharding->builds_parameters();
+          auto model = builds ? make_model(v, o.seed, /*allocate=*/false) : std::move(made);
+          setup(s, *model, builds ? ParamValues([&made](int i, int64_t offset, const at::Tensor& out) {
+                  out.copy_(made->named_parameters().at(static_cast<size_t>(i)).second.detach().reshape({-1}).narrow(
+                      0, offset, out.numel()));
+                }) : ParamValues());
+          made.reset();
           compare(read_params(s, *model), initial, who + ", after setup()", lines);
           for (int step = 1; step <= kSteps; ++step) {
             train_step(s, *model, step, rank, W, o.seed);

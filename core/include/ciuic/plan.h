@@ -57,6 +57,11 @@ struct PlanContext {
   int64_t grad_chunk_elements = 0;  // sharding: largest chunk handed to Optimizer::accumulate_grad
   int grad_bytes = 4;               // sharding: bytes per element of those chunks (OptimizerSetup::grad_dtype)
   bool one_chunk_per_step = false;  // sharding: OptimizerSetup::one_chunk_per_step
+  // sharding (API 8): device bytes this rank holds at most while the model is built and set up,
+  // before the first step (a strategy that builds parameters itself: its shard plus the transient
+  // whole parameter); 0: the planner's default, the whole model in the parameter dtype (built on
+  // each rank before setup). Shown by --plan as "start"; not part of the step's peak.
+  double start_bytes = 0;
 
   // ---- what everyone adds ---------------------------------------------------------------------------
   std::vector<PlanItem> items;

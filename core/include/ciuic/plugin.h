@@ -50,8 +50,8 @@
 // an error naming what changed since (below); source that says nothing gets a warning at its
 // CIUIC_DEFINE_PLUGIN, since it predates the declaration (API 6 and older).
 #if defined(CIUIC_PLUGIN_API)
-#if CIUIC_PLUGIN_API > 7
-#error "this plugin is written for a newer plugin API than this SDK's (7): build it against a newer ciuic SDK"
+#if CIUIC_PLUGIN_API > 8
+#error "this plugin is written for a newer plugin API than this SDK's (8): build it against a newer ciuic SDK"
 #elif CIUIC_PLUGIN_API < 7
 #error "this plugin is written for plugin API < 7; API 7 changed (ciuic/plugin.h, version log): the core owns the step - Sharding::step(StepInput) is now finish_grads() + update(OptimizerStep), begin_step and StepInput/StepResult are gone (the core offers Optimizer::offer_early_update); Sharding::before_group/after_group; Sharding::load_state(fetch, t) and Optimizer::write_params(out, t); Precision::round_to_param(master, out, t, positions) with global positions; Precision::skipped_steps removed, Precision has fp32 defaults; DataOpenArgs lost seed/rank/world_size (use the RunContext). Port it, then define CIUIC_PLUGIN_API 7"
 #endif
@@ -106,7 +106,13 @@ using PluginPlanFn = void(const Config& options, PlanContext& plan);
 //      1, no check, never skip) and lost skipped_steps(); Sharding::memory, Optimizer::memory,
 //      Comm::counters and DataSource::epoch have defaults and are used by the core;
 //      DataOpenArgs lost seed, rank and world_size (the RunContext has them); Option<T>.
-inline constexpr uint32_t kPluginApiVersion = 7;
+//   8: Sharding::builds_parameters() (appended after memory(); default false) with
+//      ShardingSetup::values: a parameter-sharding strategy gets the
+//      model's parameters without memory and materialises only its shard from the values the core
+//      hands it (13B on a 24 GiB card); PlanContext::start_bytes (the sharding's peak while the
+//      model is built, shown by --plan). Additions with defaults only: source written for API 7
+//      compiles unchanged (CIUIC_PLUGIN_API 7 is accepted), compiled API-7 plugins are refused.
+inline constexpr uint32_t kPluginApiVersion = 8;
 
 // The five slots a recipe fills. The numeric values are part of the ABI.
 enum class Slot : uint32_t {

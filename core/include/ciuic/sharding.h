@@ -53,8 +53,24 @@ struct ParamGroup {
   std::vector<int> params;  // indices into ShardingSetup::params, in forward order
 };
 
+// The initial value of a parameter the Sharding builds itself (Sharding::builds_parameters()):
+// writes elements [offset, offset + out.numel()) of parameter `param`'s flattened initial value
+// (`param` indexes ShardingSetup::params) into `out`, a 1-D contiguous tensor of the parameter's
+// dtype on any device (the shard's: the run's device, or host memory with a host shard). Every
+// rank gets the same values for the same range (random initialisation from the run's seed, or the
+// model folder's safetensors, of which only the bytes of the range are read). Transient memory:
+// at most one whole parameter (random initialisation draws the parameter whole, in fp32, so that
+// its values are the unsharded run's) — never the model. Main thread, inside setup() only (the
+// function and what it captures are the core's and end with setup()). Failure: ciuic::Error
+// naming the file and tensor at fault (a shape or dtype the model does not take is refused
+// before setup(), so a failure here is I/O).
+using ParamValues = std::function<void(int param, int64_t offset, const at::Tensor& out)>;
+
 struct ShardingSetup {
-  std::vector<ShardingParam> params;  // in forward order (embedding first)
+  // In forward order (embedding first). With builds_parameters(): leaf tensors of the right shape,
+  // dtype and device with requires_grad whose storage has no memory (reading them throws "data is
+  // not allocated"); their values come from `values`.
+  std::vector<ShardingParam> params;
   // The model's groups in forward order, announced by before_group()/after_group() with their
   // index. Empty when the caller announces none (then no boundary is ever called).
   std::vector<ParamGroup> groups;
@@ -62,6 +78,9 @@ struct ShardingSetup {
   Precision* precision = nullptr;     // never null
   Optimizer* optimizer = nullptr;     // never null
   int64_t gradient_accumulation_steps = 1;
+  // API 8. Set only when the Sharding's builds_parameters() said true (else empty: the params
+  // hold their values, rank 0's on every rank).
+  ParamValues values;
 };
 
 // Which pass of a group a boundary belongs to.
@@ -171,6 +190,17 @@ class CIUIC_API Sharding : public PluginObject {
   // What the Sharding holds now, for the core's set-up line and the `shard_*_gib` metrics. Any
   // thread; cheap. Default: nothing counted.
   virtual ShardingMemory memory() const;
+
+  // API 8. true: this Sharding materialises only its share of the parameters, so the core must not
+  // build the model whole. The core then creates every parameter without memory (shape, dtype,
+  // device and requires_grad as usual; see ShardingSetup::params) and passes setup() the values
+  // (ShardingSetup::values); setup() must give each parameter memory that holds its value (a view
+  // of the plugin's buffers, param.set_data) or keep its storage without memory until the
+  // plugin's own boundaries fill it, and must read no value of `params` itself. Asked once, on the
+  // main thread, after the factory and before the model is built; must not depend on anything but
+  // the plugin's options. Default: false (the model is built and initialised whole on each rank
+  // before setup(), as ddp and zero2 need).
+  virtual bool builds_parameters() const;
 };
 
 }  // namespace ciuic

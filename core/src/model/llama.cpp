@@ -18,6 +18,8 @@
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
+#include <c10/core/Storage.h>
+#include <c10/util/strides.h>
 
 #include <ciuic/error.h>
 
@@ -43,9 +45,19 @@ std::string describe(const at::Tensor& t) {
   return s + "] on " + t.device().str();
 }
 
+// A tensor of `shape` whose storage has no memory (a sharding gives it memory later).
+at::Tensor without_memory(c10::IntArrayRef shape, const at::TensorOptions& opts) {
+  at::Tensor t = at::empty({0}, opts);  // resolves "cuda" to the current device; allocates nothing
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  c10::Storage storage(c10::Storage::use_byte_size_t(), n * static_cast<int64_t>(t.element_size()),
+                       at::DataPtr(nullptr, t.device()), t.storage().allocator(), /*resizable=*/false);
+  return t.set_(storage, 0, shape, c10::contiguous_strides(shape));
+}
+
 }  // namespace
 
-LlamaModel::LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device device)
+LlamaModel::LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device device, bool allocate)
     : cfg_(cfg), shape_(LayerShape::of(cfg)), dtype_(dtype), device_(device), slots_(layer_slots(cfg)) {
   cfg_.validate("LlamaModel config");
   shape_.fused = fused_kernels_supported(dtype, device);
@@ -57,7 +69,7 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device
   // Allocated in named_parameters() order, from the one list of names and shapes.
   size_t i = 0;
   for (const auto& spec : llama_parameter_specs(cfg)) {
-    at::Tensor p = at::empty(spec.shape, opts).requires_grad_(true);
+    at::Tensor p = (allocate ? at::empty(spec.shape, opts) : without_memory(spec.shape, opts)).requires_grad_(true);
     if (spec.layer >= 0)
       layers_[static_cast<size_t>(spec.layer)].t[spec.slot] = p;
     else if (i == 0)
@@ -254,30 +266,53 @@ void LlamaModel::set_fused_kernels(bool on) {
 
 void LlamaModel::init_random(uint64_t seed, double std) {
   at::NoGradGuard no_grad;
-  at::Generator base = at::globalContext().defaultGenerator(device_);
-  uint64_t index = 0;
-  for (auto& [name, t] : named_parameters()) {
-    ++index;
-    if (t.dim() == 1) {
-      // Biases 0; RMSNorm weights 1, or 0 where the norm scales by (1 + w).
-      t.fill_(name.ends_with(".bias") || cfg_.gemma_norm ? 0.0 : 1.0);
-      continue;
-    }
-    at::Generator gen = base.clone();
-    gen.set_current_seed(splitmix64(seed ^ splitmix64(index)));
-    // Drawn in fp32 whatever the parameter dtype, so that fp32, bf16 and fp16 runs of one seed
-    // start from the same weights (up to rounding).
-    if (t.scalar_type() == at::kFloat)
-      t.normal_(0.0, std, gen);
-    else
-      t.copy_(at::empty(t.sizes(), t.options().dtype(at::kFloat)).normal_(0.0, std, gen));
+  size_t index = 0;
+  for (auto& [name, t] : named_parameters()) init_parameter(index++, name, t, seed, std);
+}
+
+void LlamaModel::init_parameter(size_t index, const std::string& name, const at::Tensor& t, uint64_t seed,
+                                double std) const {
+  at::NoGradGuard no_grad;
+  if (t.dim() == 1) {
+    // Biases 0; RMSNorm weights 1, or 0 where the norm scales by (1 + w).
+    t.fill_(name.ends_with(".bias") || cfg_.gemma_norm ? 0.0 : 1.0);
+    return;
   }
-  if (cfg_.padding_idx() >= 0) embed_[cfg_.padding_idx()].zero_();
+  at::Generator gen = at::globalContext().defaultGenerator(device_).clone();
+  gen.set_current_seed(splitmix64(seed ^ splitmix64(index + 1)));
+  // Drawn in fp32 whatever the parameter dtype, so that fp32, bf16 and fp16 runs of one seed
+  // start from the same weights (up to rounding).
+  if (t.scalar_type() == at::kFloat)
+    t.normal_(0.0, std, gen);
+  else
+    t.copy_(at::empty(t.sizes(), t.options().dtype(at::kFloat)).normal_(0.0, std, gen));
+  if (index == 0 && cfg_.padding_idx() >= 0) t[cfg_.padding_idx()].zero_();  // the embedding
+}
+
+void LlamaModel::init_random_values(int param, int64_t offset, const at::Tensor& out, uint64_t seed,
+                                    double std) const {
+  const auto params = named_parameters();
+  if (param < 0 || param >= static_cast<int>(params.size()))
+    throw Error("LlamaModel::init_random_values: parameter " + std::to_string(param) + " of " +
+                std::to_string(params.size()));
+  const auto& [name, p] = params[static_cast<size_t>(param)];
+  if (offset < 0 || offset + out.numel() > p.numel())
+    throw Error("LlamaModel::init_random_values: elements [" + std::to_string(offset) + ", +" +
+                std::to_string(out.numel()) + ") of " + name + " (" + std::to_string(p.numel()) + " elements)");
+  at::NoGradGuard no_grad;
+  const at::Tensor whole = at::empty(p.sizes(), at::TensorOptions().dtype(dtype_).device(device_));
+  init_parameter(static_cast<size_t>(param), name, whole, seed, std);
+  out.copy_(whole.reshape({-1}).narrow(0, offset, out.numel()));
 }
 
 void LlamaModel::load_hf(const std::string& path) { load_hf(SafetensorsReader::open(path)); }
 
 void LlamaModel::load_hf(const SafetensorsReader& reader) {
+  check_hf(reader);
+  for (const auto& [name, t] : named_parameters()) reader.load_into(name, t);
+}
+
+void LlamaModel::check_hf(const SafetensorsReader& reader) const {
   const auto params = named_parameters();
   std::set<std::string> expected;
   std::vector<std::string> missing;
@@ -307,7 +342,6 @@ void LlamaModel::load_hf(const SafetensorsReader& reader) {
                 " layers (does config.json match the weights?)");
   }
   for (const auto& [name, t] : params) reader.check_loadable(name, t);  // all checks before any copy
-  for (const auto& [name, t] : params) reader.load_into(name, t);
 }
 
 void LlamaModel::check_tokens(const at::Tensor& t, const char* what, c10::IntArrayRef shape) const {

@@ -67,7 +67,11 @@ class CIUIC_API LlamaModel {
   static constexpr int64_t kDefaultLossChunkElements = int64_t{1} << 26;
 
   // Allocates the parameters (uninitialised). dtype: kFloat, kBFloat16 or kHalf.
-  LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device device);
+  // allocate = false: the parameters get storage without memory (right shape, dtype, device and
+  // requires_grad; reading one throws "data is not allocated") for a sharding that materialises
+  // its shard itself (Sharding::builds_parameters(); it fills them through set_data). Their values
+  // then come from init_random_values() / the reader's load_slice_into() (after check_hf()).
+  LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device device, bool allocate = true);
   ~LlamaModel();
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
@@ -81,12 +85,18 @@ class CIUIC_API LlamaModel {
   // (seed, its index), on the parameter's device: deterministic for a given seed and device type,
   // identical on every rank.
   void init_random(uint64_t seed, double std);
+  // Elements [offset, offset + out.numel()) of the flattened value init_random(seed, std) gives
+  // parameter `param` (named_parameters() order), written into `out` (1-D, contiguous, the model's
+  // dtype, any device): the same bits, drawn whole on device() in a temporary. Reads no parameter.
+  void init_random_values(int param, int64_t offset, const at::Tensor& out, uint64_t seed, double std) const;
   // Loads safetensors weights (single file or sharded; see SafetensorsReader::open for `path`),
   // converting floating dtypes. Errors name the file and tensor: missing tensor, unexpected tensor
   // (rotary inv_freq buffers and a tied model's lm_head.weight are ignored), shape or dtype
   // mismatch. Parameters keep their identity (values are copied in).
   void load_hf(const std::string& path);
   void load_hf(const SafetensorsReader& reader);
+  // load_hf's checks (missing, unexpected tensors, shapes, dtypes) without copying anything.
+  void check_hf(const SafetensorsReader& reader) const;
 
   // HF names in transformers' named_parameters() order: model.embed_tokens.weight, then per layer
   // the family's slots (layer_slots; Llama: self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj,
@@ -218,6 +228,8 @@ class CIUIC_API LlamaModel {
   void announce_before(int group) const;
   void announce_after(int group) const;
   void check_tokens(const at::Tensor& t, const char* what, c10::IntArrayRef shape) const;
+  // init_random's value of parameter `index` (named_parameters() order) `name`, written into `t`.
+  void init_parameter(size_t index, const std::string& name, const at::Tensor& t, uint64_t seed, double std) const;
 
   LlamaConfig cfg_;
   LayerShape shape_;

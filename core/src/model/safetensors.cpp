@@ -479,6 +479,20 @@ void SafetensorsReader::load_into(const std::string& name, const at::Tensor& dst
   dst.copy_(tensor(name));
 }
 
+void SafetensorsReader::load_slice_into(const std::string& name, int64_t offset, const at::Tensor& dst) const {
+  const SafetensorsEntry& e = entry(name);
+  int64_t n = 1;
+  for (int64_t d : e.shape) n *= d;
+  if (dst.dim() != 1 || offset < 0 || offset + dst.numel() > n)
+    throw Error(file_of(name) + ": tensor `" + name + "`: elements [" + std::to_string(offset) + ", +" +
+                std::to_string(dst.numel()) + ") asked of its " + std::to_string(n));
+  if (e.dtype != dst.scalar_type() && !(at::isFloatingType(e.dtype) && at::isFloatingType(dst.scalar_type())))
+    throw Error(file_of(name) + ": tensor `" + name + "`: dtype " + safetensors_dtype_code(e.dtype) + " in the file, " +
+                c10::toString(dst.scalar_type()) + " expected");
+  at::NoGradGuard no_grad;
+  dst.copy_(tensor(name).reshape({-1}).narrow(0, offset, dst.numel()));
+}
+
 // ---- writing --------------------------------------------------------------------------------
 
 void write_file_atomic(const std::string& path, std::string_view contents) {

@@ -105,6 +105,10 @@ class CIUIC_API SafetensorsReader {
   // converts to dst's floating dtype, other dtypes must match exactly. Runs without autograd, so
   // `dst` may be a leaf parameter. Errors name the file and tensor and both shapes/dtypes.
   void load_into(const std::string& name, const at::Tensor& dst) const;
+  // Elements [offset, offset + dst.numel()) of tensor `name`, flattened, into `dst` (1-D, any
+  // device, converted as load_into does): only those bytes of the mapping are read. Errors name the
+  // file and tensor (a range outside the tensor, a dtype load_into would refuse).
+  void load_slice_into(const std::string& name, int64_t offset, const at::Tensor& dst) const;
   // The checks of load_into without copying (to validate a whole model before touching it).
   void check_loadable(const std::string& name, const at::Tensor& dst) const;
 

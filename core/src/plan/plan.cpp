@@ -433,6 +433,9 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
   const PlanContext ctx = run(in, choices, &plan.unknown);
   plan.items = ctx.items;
   for (const auto& it : plan.items) (it.device ? plan.device_peak : plan.host_per_rank) += it.bytes;
+  plan.start_peak = ctx.start_bytes > 0 ? ctx.start_bytes : static_cast<double>(b.num_parameters) * ctx.param_bytes;
+  plan.start_note = ctx.start_bytes > 0 ? "[sharding " + choices[static_cast<int>(Slot::kSharding)].name + "]"
+                                        : "the whole model, built on each rank before the sharding sees it";
   plan.host_per_node = plan.host_per_rank * plan.local_world_size;
   plan.host_available = physical_memory();
   plan.node_memory = plan.host_per_node + (plan.device == "cpu" ? plan.device_peak * plan.local_world_size : 0.0);
@@ -530,6 +533,8 @@ std::string plan_text(const MemoryPlan& plan) {
   if (plan.cap > 0)
     os << " of the " << bytes_text(plan.cap) << " cap ([cluster] memory_per_device_gib): "
        << (plan.fits ? "fits" : "does NOT fit");
+  os << "\n  start: " << bytes_text(plan.start_peak) << " per " << plan.device
+     << " at most while the model is built, before the first step (" << plan.start_note << ")";
   os << "\n  total host: " << bytes_text(plan.host_per_rank) << " per rank, "
      << bytes_text(plan.host_per_node) << " per node (" << plan.local_world_size << " rank(s))";
   if (plan.node_memory > plan.host_per_node)

@@ -50,6 +50,10 @@ struct MemoryPlan {
   std::string device;               // "cuda" or "cpu"
   std::vector<PlanItem> items;      // everything alive at the peak (start of backward), per rank
   double device_peak = 0;           // sum of the device items
+  // The most a rank's device holds while the model is built, before the first step:
+  // PlanContext::start_bytes of the sharding, else the whole model in the parameter dtype.
+  double start_peak = 0;
+  std::string start_note;           // how it was counted
   double host_per_rank = 0;         // sum of the host items
   double host_per_node = 0;         // host_per_rank x ranks on a node
   double host_available = 0;        // this machine's physical memory (0: unknown)

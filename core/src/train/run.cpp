@@ -19,6 +19,8 @@
 
 #include "model/config.h"
 #include "model/fused_ops.h"
+#include "model/llama.h"
+#include "model/safetensors.h"
 #include "plan/plan.h"
 #include "recipe/recipe.h"
 #include "registry/registry.h"
@@ -305,11 +307,31 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
     log_warn("[train] seq_len = " + std::to_string(r.opt.seq_len) + " is longer than the model's max_position_embeddings = " +
              std::to_string(cfg.max_position_embeddings) + ": positions past it were never trained (rotary embeddings "
              "extrapolate)");
-  r.model = std::make_unique<model::LlamaModel>(cfg, r.precision->param_dtype(), r.ctx.device);
-  if (r.opt.model_path.empty())
+  // A sharding that builds the parameters itself (zero3) gets them without memory and their values
+  // as a function: no rank ever holds the whole model (ciuic/sharding.h, builds_parameters).
+  // With LoRA the frozen base is built whole (only the adapters reach the sharding).
+  bool deferred = false;
+  if (!r.opt.lora) as_plugin(recipe, registry, Slot::kSharding, [&] { deferred = r.sharding->builds_parameters(); });
+  r.model = std::make_unique<model::LlamaModel>(cfg, r.precision->param_dtype(), r.ctx.device, !deferred);
+  std::optional<model::SafetensorsReader> weights;
+  ParamValues values;
+  if (!r.opt.model_path.empty()) weights = model::SafetensorsReader::open(r.opt.model_path);
+  if (!deferred && !weights) {
     r.model->init_random(r.ctx.seed, r.opt.init_std);
-  else
-    r.model->load_hf(r.opt.model_path);
+  } else if (!deferred) {
+    r.model->load_hf(*weights);
+    weights.reset();
+  } else if (!weights) {
+    values = [m = r.model.get(), seed = r.ctx.seed, sd = r.opt.init_std](int i, int64_t offset,
+                                                                         const at::Tensor& out) {
+      m->init_random_values(i, offset, out, seed, sd);
+    };
+  } else {
+    r.model->check_hf(*weights);  // every refusal before setup() reads a byte
+    values = [m = r.model.get(), &w = *weights](int i, int64_t offset, const at::Tensor& out) {
+      w.load_slice_into(m->named_parameters()[static_cast<size_t>(i)].first, offset, out);
+    };
+  }
   if (r.opt.lora) {  // the base frozen; only the adapters (and modules_to_save) reach the plugins
     r.model->enable_lora(*r.opt.lora);
     r.model->init_lora(r.ctx.seed);
@@ -338,7 +360,9 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   ss.precision = r.precision.get();
   ss.optimizer = r.optimizer.get();
   ss.gradient_accumulation_steps = r.opt.accumulation;
+  ss.values = values;
   r.sharding->setup(ss);
+  weights.reset();  // the mappings of the model folder's files
   r.model->set_group_boundaries(r.sharding.get());  // the model announces its groups to the sharding
   const double sharding_s = lap();
   const ShardingMemory sharding_mem = r.sharding->memory();

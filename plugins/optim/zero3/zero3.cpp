@@ -29,9 +29,16 @@
 // A checkpointed layer's recomputation runs inside its backward, whose hold keeps the unit
 // gathered: one gather per layer for backward and recomputation together.
 //
+// Start. zero3 builds the parameters (Sharding::builds_parameters()): the core creates them
+// without memory and hands setup() their values (ShardingSetup::values); each rank writes only the
+// ranges of its chunks into its shard, a parameter at a time, and the units' full buffers get
+// storage without memory. No rank holds more than its shard plus the values function's transient
+// parameter, whatever the model size. Given materialised parameters (no values: the conformance
+// kit, tests), rank 0's are broadcast unit by unit as before.
+//
 // offload_params: the shard lives in (pinned, on CUDA) host memory; a gather uploads the unit's
 // chunk first. With cpu_adam this is DeepSpeed's offload_param + offload_optimizer.
-#define CIUIC_PLUGIN_API 7
+#define CIUIC_PLUGIN_API 8
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -131,6 +138,13 @@ void allocate_storage(const at::Tensor& t) {
   s->set_data_ptr_noswap(s->allocator()->allocate(s->nbytes()));
 }
 bool has_storage(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl()->data() != nullptr; }
+// `numel` elements of `o` in a storage without memory (allocate_storage gives it some).
+at::Tensor unallocated(int64_t numel, const at::TensorOptions& o) {
+  at::Tensor t = at::empty({0}, o);
+  c10::Storage s(c10::Storage::use_byte_size_t(), numel * static_cast<int64_t>(t.element_size()),
+                 at::DataPtr(nullptr, t.device()), t.storage().allocator(), /*resizable=*/false);
+  return t.set_(s, 0, {numel}, {1});
+}
 
 class DoneWork final : public ciuic::Work {
  public:
@@ -154,6 +168,7 @@ class Zero3 final : public ciuic::Sharding {
   }
 
   void setup(const ciuic::ShardingSetup& s) override;
+  bool builds_parameters() const override { return true; }
   void begin_micro_batch(int64_t index, bool last) override;
   void before_group(int group, GroupPass pass) override;
   void after_group(int group, GroupPass pass) override;
@@ -340,12 +355,28 @@ void Zero3::setup(const ciuic::ShardingSetup& s) {
     }
     c10::NoGradGuard ng;
     for (auto& u : units_) {
-      u.full = at::empty({u.numel}, o);
-      for (const auto& m : u.members)
-        u.full.narrow(0, m.offset, m.numel).copy_(params_[m.param].tensor.detach().reshape({-1}));
-      if (u.numel > u.used) u.full.narrow(0, u.used, u.numel - u.used).zero_();
-      if (world_ > 1) comm_->broadcast(u.full, 0)->wait();
-      shard_.narrow(0, u.shard_offset, u.chunk).copy_(u.full.narrow(0, rank_ * u.chunk, u.chunk));
+      at::Tensor mine = shard_.narrow(0, u.shard_offset, u.chunk);
+      if (s.values && !u.persistent) {  // this rank's chunk only, from the values
+        const int64_t lo = rank_ * u.chunk, hi = lo + u.chunk;
+        u.full = unallocated(u.numel, o);
+        mine.zero_();  // padding
+        for (const auto& m : u.members) {
+          const int64_t b = std::max(lo, m.offset), e = std::min(hi, m.offset + m.numel);
+          if (b < e) s.values(m.param, b - m.offset, mine.narrow(0, b - lo, e - b));
+        }
+      } else {
+        u.full = at::empty({u.numel}, o);
+        for (const auto& m : u.members) {
+          at::Tensor dst = u.full.narrow(0, m.offset, m.numel);
+          if (s.values)
+            s.values(m.param, 0, dst);
+          else
+            dst.copy_(params_[m.param].tensor.detach().reshape({-1}));
+        }
+        if (u.numel > u.used) u.full.narrow(0, u.used, u.numel - u.used).zero_();
+        if (world_ > 1 && !s.values) comm_->broadcast(u.full, 0)->wait();
+        mine.copy_(u.full.narrow(0, rank_ * u.chunk, u.chunk));
+      }
       for (const auto& m : u.members) {
         at::Tensor& p = params_[m.param].tensor;
         p.set_data(u.full.narrow(0, m.offset, m.numel).view(p.sizes()));
@@ -699,6 +730,10 @@ void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
   p.add("reductions in flight", true, reductions * p.grad_bytes * (p.world_size == 1 ? 1.0 : 1.0 + 1.0 / world),
         "up to " + std::to_string(kMaxReductionsInFlight + 1) + " groups' packed gradients and chunks");
   p.add("gradients not yet reduced", true, group * p.param_bytes, "about one group (autograd's param.grad)");
+  // At start (builds_parameters): the shard, plus one whole parameter drawn in fp32 (and rounded to
+  // the parameter dtype) by the values function; the units' full buffers have no memory yet.
+  p.start_bytes = (o.offload && p.cuda ? 0.0 : std::ceil(P / world) * p.param_bytes) +
+                  group * (4.0 + (p.param_bytes == 4 ? 0 : p.param_bytes));
 }
 
 }  // namespace

@@ -6,10 +6,16 @@
 //   * the trained weights against zero2's (zero2 is held to torch's AdamW in sharding_step_test),
 //     with and without activation checkpointing, tied and untied embeddings, prefetch on and off,
 //     reshard_after_forward on and off, persistent small parameters;
-//   * refusals (exit code 2, the key and what was expected).
+//   * refusals (exit code 2, the key and what was expected);
+//   * the start without the whole model (Zero3Start): each rank of worlds 2-4 builds only its shard
+//     from the core's values (random initialisation, safetensors), the bytes the CPU allocator hands
+//     out counted by a wrapping allocator, the shard's values against the unsharded model's.
 // Multi-rank equivalence, cpu_adam, offload and checkpoints through ciuic-run: zero3_e2e_test.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
@@ -18,6 +24,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/CPUAllocator.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <ciuic/comm.h>
@@ -29,6 +36,7 @@
 #include <ciuic/sharding.h>
 
 #include "model/llama.h"
+#include "model/safetensors.h"
 #include "plugin_env.h"
 #include "registry/registry.h"
 #include "train/step.h"
@@ -366,6 +374,215 @@ TEST(Zero3, RefusesALiveBoundSmallerThanTheLargestGroup) {
     EXPECT_EQ(e.exit_code(), ciuic::kExitUsage);
     EXPECT_NE(std::string(e.what()).find("announces no parameter groups"), std::string::npos) << e.what();
   }
+}
+
+// ---- start: no rank holds the whole model ---------------------------------------------------------
+
+// Wraps the CPU allocator and counts the bytes it has handed out and not yet taken back, with the
+// peak since reset_peak().
+class CountingAllocator final : public c10::Allocator {
+ public:
+  explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr d = inner_->allocate(n);
+    void* data = d.get();
+    const int64_t v = live += static_cast<int64_t>(n);
+    for (int64_t p = peak; v > p && !peak.compare_exchange_weak(p, v);) {
+    }
+    return {data, new Held{std::move(d), n, this}, &release, c10::Device(c10::kCPU)};
+  }
+  void copy_data(void* dst, const void* src, size_t n) const override { default_copy_data(dst, src, n); }
+  void reset_peak() { peak = live.load(); }
+  std::atomic<int64_t> live{0}, peak{0};
+
+ private:
+  struct Held {
+    c10::DataPtr inner;
+    size_t n;
+    CountingAllocator* self;
+  };
+  static void release(void* p) {
+    auto* h = static_cast<Held*>(p);
+    h->self->live -= static_cast<int64_t>(h->n);
+    delete h;
+  }
+  c10::Allocator* inner_;
+};
+
+// Installs the counting allocator for the process (tensors made with it outlive any test).
+CountingAllocator& counting_allocator() {
+  static CountingAllocator* a = [] {
+    auto* c = new CountingAllocator(c10::GetDefaultCPUAllocator());
+    c10::SetCPUAllocator(c, /*priority=*/255);
+    return c;
+  }();
+  return *a;
+}
+
+// Rank `rank` of `world` without peers: set-up must need no collective.
+class LoneRank final : public ciuic::Comm {
+ public:
+  LoneRank(int rank, int world) : rank_(rank), world_(world) {}
+  int rank() const override { return rank_; }
+  int size() const override { return world_; }
+  c10::Device device() const override { return at::kCPU; }
+  std::string backend_name() const override { return "none"; }
+  std::unique_ptr<ciuic::Work> all_reduce(at::Tensor&, ciuic::ReduceOp) override { return refuse(); }
+  std::unique_ptr<ciuic::Work> reduce_scatter(at::Tensor&, const at::Tensor&, ciuic::ReduceOp) override {
+    return refuse();
+  }
+  std::unique_ptr<ciuic::Work> all_gather(at::Tensor&, const at::Tensor&) override { return refuse(); }
+  std::unique_ptr<ciuic::Work> broadcast(at::Tensor&, int) override { return refuse(); }
+  void barrier() override { refuse(); }
+  ciuic::CommCounters counters() const override { return {}; }
+
+ private:
+  static std::unique_ptr<ciuic::Work> refuse() { throw ciuic::Error("a collective during zero3's set-up"); }
+  int rank_, world_;
+};
+
+// Keeps what the sharding hands the optimizer: the shard's initial values and their positions.
+class Recorder final : public ciuic::Optimizer {
+ public:
+  void setup(const ciuic::OptimizerSetup& s) override {
+    shard = s.initial.at(0).values;
+    positions = s.positions;
+  }
+  void accumulate_grad(int, const at::Tensor&, bool, bool) override {}
+  at::Tensor finish_grads() override { return {}; }
+  void step(const ciuic::OptimizerStep&, at::Tensor&) override {}
+  void write_params(at::Tensor&, int64_t) override {}
+  std::vector<std::string> state_names() const override { return {}; }
+  void save_state(ciuic::StateDict&) const override {}
+  void load_state(const ciuic::StateDict&) override {}
+  at::Tensor shard;
+  std::vector<ciuic::PositionSpan> positions;
+};
+
+ciuic::model::LlamaConfig small(bool tied) {
+  ciuic::model::LlamaConfig c = tiny(tied, 4);
+  c.vocab_size = 512;
+  c.hidden_size = 128;
+  c.intermediate_size = 384;
+  c.head_dim = 32;
+  return c;
+}
+
+struct Start {
+  int64_t peak = 0;         // bytes the allocator handed out at most, beyond what was held before
+  int64_t shard_bytes = 0;  // the shard the optimizer was handed
+  bool equal = false;       // the shard holds the reference's values at its positions
+};
+
+// What the core does at start for a sharding that builds parameters (train/run.cpp): the model
+// without memory, then zero3's setup() with the values; counted from before the model exists.
+Start start_rank(int rank, int world, bool tied, const ciuic::ParamValues& values_of,
+                 const at::Tensor& reference_flat, const ciuic::model::SafetensorsReader* reader) {
+  Env env;
+  LoneRank comm(rank, world);
+  auto prec = env.make<ciuic::Precision>(Slot::kPrecision, "fp32");
+  auto shard = env.make<ciuic::Sharding>(Slot::kSharding, "zero3");
+  EXPECT_TRUE(shard->builds_parameters());
+  Recorder rec;
+  CountingAllocator& a = counting_allocator();
+  a.reset_peak();
+  const int64_t before = a.live;
+  Start out;
+  {
+    ciuic::model::LlamaModel model(small(tied), at::kFloat, at::kCPU, /*allocate=*/false);
+    if (reader) model.check_hf(*reader);
+    ciuic::ShardingSetup s;
+    for (auto& [n, t] : model.named_parameters()) s.params.push_back({n, t, t.dim() >= 2});
+    s.groups = model.param_groups();
+    s.comm = &comm;
+    s.precision = prec.get();
+    s.optimizer = &rec;
+    s.values = values_of ? values_of
+                         : ciuic::ParamValues([&model](int i, int64_t offset, const at::Tensor& o) {
+                             model.init_random_values(i, offset, o, 21, 0.05);
+                           });
+    shard->setup(s);
+    out.peak = a.peak - before;
+  }
+  out.shard_bytes = static_cast<int64_t>(rec.shard.nbytes());
+  out.equal = true;
+  for (const auto& p : rec.positions)
+    if (p.global >= 0)
+      out.equal = out.equal && at::equal(rec.shard.narrow(0, p.offset, p.length),
+                                         reference_flat.narrow(0, p.global, p.length));
+  return out;
+}
+
+at::Tensor flat_values(const ciuic::model::LlamaModel& m) {
+  std::vector<at::Tensor> parts;
+  for (const auto& [n, t] : m.named_parameters()) parts.push_back(t.detach().reshape({-1}));
+  return at::cat(parts);
+}
+
+// Random initialisation: each rank of worlds 2-4 holds at most its shard plus one whole parameter
+// (the values function draws a parameter whole so that its bits are the unsharded run's), never
+// the model; the materialised model for comparison holds all of it. The shard's values are the
+// unsharded init_random's, bit for bit.
+TEST(Zero3Start, EachRankBuildsOnlyItsShardFromRandomInitialisation) {
+  for (bool tied : {false, true}) {
+    ciuic::model::LlamaModel ref(small(tied), at::kFloat, at::kCPU);
+    ref.init_random(21, 0.05);
+    const at::Tensor flat = flat_values(ref);
+    int64_t largest = 0;
+    for (const auto& [n, t] : ref.named_parameters()) largest = std::max(largest, t.numel());
+    const int64_t full = flat.numel() * 4, largest_bytes = largest * 4;
+    CountingAllocator& a = counting_allocator();
+    a.reset_peak();
+    const int64_t before = a.live;
+    {
+      ciuic::model::LlamaModel whole(small(tied), at::kFloat, at::kCPU);
+      whole.init_random(21, 0.05);
+    }
+    const int64_t whole_peak = a.peak - before;
+    EXPECT_GE(whole_peak, full) << "the counting allocator does not see the model's parameters";
+    for (int world : {2, 3, 4})
+      for (int rank = 0; rank < world; ++rank) {
+        SCOPED_TRACE("tied " + std::to_string(tied) + ", rank " + std::to_string(rank) + " of " +
+                     std::to_string(world));
+        const Start s = start_rank(rank, world, tied, {}, flat, nullptr);
+        EXPECT_TRUE(s.equal);
+        EXPECT_GE(s.peak, s.shard_bytes);
+        EXPECT_LE(s.peak, s.shard_bytes + largest_bytes + (64 << 10));
+        EXPECT_LT(s.peak, full * 3 / 4);
+        std::printf("start, random init, tied %d, world %d rank %d: peak %lld bytes = shard %lld + %lld "
+                    "(largest parameter %lld, whole model %lld; built whole: %lld)\n",
+                    tied, world, rank, static_cast<long long>(s.peak), static_cast<long long>(s.shard_bytes),
+                    static_cast<long long>(s.peak - s.shard_bytes), static_cast<long long>(largest_bytes),
+                    static_cast<long long>(full), static_cast<long long>(whole_peak));
+      }
+  }
+}
+
+// Safetensors: the rank's ranges are copied out of the mapping, nothing else is allocated; the
+// shard holds the file's values.
+TEST(Zero3Start, EachRankReadsOnlyItsShardOfASafetensorsFile) {
+  ciuic::model::LlamaModel ref(small(false), at::kFloat, at::kCPU);
+  ref.init_random(5, 0.05);
+  std::filesystem::create_directories(CIUIC_TEST_TMP);
+  const std::string path = std::string(CIUIC_TEST_TMP) + "/zero3-start.safetensors";
+  ciuic::model::write_safetensors(path, ref.named_parameters());
+  const auto reader = ciuic::model::SafetensorsReader::open(path);
+  const at::Tensor flat = flat_values(ref);
+  const auto names = ref.named_parameters();
+  const ciuic::ParamValues values = [&](int i, int64_t offset, const at::Tensor& o) {
+    reader.load_slice_into(names[static_cast<size_t>(i)].first, offset, o);
+  };
+  for (int world : {2, 4})
+    for (int rank = 0; rank < world; ++rank) {
+      SCOPED_TRACE("rank " + std::to_string(rank) + " of " + std::to_string(world));
+      const Start s = start_rank(rank, world, false, values, flat, &reader);
+      EXPECT_TRUE(s.equal);
+      EXPECT_GE(s.peak, s.shard_bytes);
+      EXPECT_LE(s.peak, s.shard_bytes + (64 << 10));
+      std::printf("start, safetensors, world %d rank %d: peak %lld bytes, shard %lld, whole model %lld\n", world,
+                  rank, static_cast<long long>(s.peak), static_cast<long long>(s.shard_bytes),
+                  static_cast<long long>(flat.numel() * 4));
+    }
 }
 
 }  // namespace
