@@ -5,7 +5,9 @@
 #include <map>
 #include <string>
 
+#include <ATen/Context.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/abs.h>
 #include <ATen/ops/allclose.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/linear.h>
@@ -183,6 +185,37 @@ TEST_F(Nf4, LinearForwardAndBackward) {
   const Nf4Tensor q = ciuic::quant::quantize_nf4(at::randn({8, 64}), 64, false);
   const at::Tensor x = at::randn({5, 64});
   EXPECT_TRUE(at::equal(ciuic::quant::nf4_linear(x, q), at::linear(x, ciuic::quant::dequantize_nf4(q, at::kFloat))));
+}
+
+// On a CUDA device (label unit; skipped without one): quantizing a CUDA tensor gives the CPU's
+// bits (the work runs on the CPU), and the CUDA dequantize kernel gives the CPU loops' values —
+// exactly where the arithmetic is one product, within one rounding of the output dtype where
+// nvcc may contract the double quantization's scale * code + offset into an FMA.
+TEST_F(Nf4, CudaDequantizeEqualsCpu) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string& c : kCases) {
+    for (bool dq : {false, true}) {
+      SCOPED_TRACE(c + (dq ? " double-quantized" : ""));
+      const at::Tensor x = T(c + ".input");
+      const Nf4Tensor qc = ciuic::quant::quantize_nf4(x, 64, dq);
+      const Nf4Tensor qg = ciuic::quant::quantize_nf4(x.to(at::kCUDA), 64, dq);
+      ASSERT_TRUE(qg.packed.is_cuda());
+      EXPECT_TRUE(at::equal(qg.packed.cpu(), qc.packed));
+      for (const auto dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+        const at::Tensor want = ciuic::quant::dequantize_nf4(qc, dt).to(at::kFloat);
+        const at::Tensor got = ciuic::quant::dequantize_nf4(qg, dt).cpu().to(at::kFloat);
+        const double rel = dt == at::kFloat ? 1e-6 : 1e-2;
+        EXPECT_TRUE(at::allclose(got, want, rel, 0.0)) << c10::toString(dt) << " max diff "
+                                                         << (got - want).abs().max().item<double>();
+        if (!dq) EXPECT_TRUE(at::equal(got, want)) << c10::toString(dt);
+      }
+    }
+  }
+  const Nf4Tensor q = ciuic::quant::quantize_nf4(T("rect_fp16.input").reshape({70, 13}).to(at::kCUDA));
+  const at::Tensor x = at::randn({2, 3, 13}).to(at::kBFloat16);
+  const at::Tensor y = ciuic::quant::nf4_linear(x.to(at::kCUDA), q).cpu().to(at::kFloat);
+  const at::Tensor yr = at::linear(x, ciuic::quant::dequantize_nf4(q, at::kBFloat16).cpu()).to(at::kFloat);
+  EXPECT_TRUE(at::allclose(y, yr, 2e-2, 2e-2));
 }
 
 TEST(Nf4Size, CountsThePlannerBytes) {
