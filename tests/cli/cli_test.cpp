@@ -578,7 +578,7 @@ void expect_refused_paths(const fs::path& dir, const std::string& bad, const std
     std::string why;
   };
   const std::vector<Case> cases = {
-      {bad, "\ncannot read recipe " + bad + ": ", 2, system_text},
+      {bad, "cannot read recipe " + bad + ": ", 2, system_text},
       {base + " --set run.output_dir=" + bad, "error: [run] output_dir " + bad + " cannot be created: ", 2, reason},
       {base + " --set checkpoint.dir=" + bad, "error: [checkpoint] dir " + bad + " cannot be created: ", 2, reason},
       {base + " --dry-run --set model.path=" + bad,

@@ -73,10 +73,10 @@ json parse_json(std::string_view text, const std::string& origin) {
 }
 
 std::string read_file(const std::string& path, const char* what) {
-  const std::string why = paths::problem(path, paths::Want::kAny);
-  if (!why.empty()) throw Error("cannot read " + std::string(what) + " '" + path + "': " + why);
   if (paths::is(path, paths::Want::kFolder))
     throw Error("cannot read " + std::string(what) + " '" + path + "': it is a directory (expected tokenizer.json)");
+  if (!paths::is(path, paths::Want::kAny))  // missing, or a path the file system refuses (the reason)
+    throw Error("cannot read " + std::string(what) + " '" + path + "': " + paths::problem(path, paths::Want::kFile));
   // A regular file of at most kMaxJsonInputBytes: /dev/zero or a FIFO is refused at once.
   return read_input(path, what, kMaxJsonInputBytes);
 }
