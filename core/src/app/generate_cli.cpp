@@ -239,18 +239,20 @@ int chat_cli(const GenerateCliOptions& o, std::istream& in, std::ostream& out, s
     }
     if (line.empty()) continue;
     msgs.push_back({"user", line});
+    // Ctrl-C stops the reply from here on: the handler is in place before "assistant> " shows (a
+    // Ctrl-C right after it would otherwise end the session).
+    g_interrupted.store(false);
+    struct sigaction sa{}, old{};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old);
     out << "assistant> " << std::flush;
     Streamer stream(*l.tok, out);
     model::GenerateOptions g = l.gen;
     g.on_token = [&](size_t, int32_t id) {
       if (std::find(g.eos_ids.begin(), g.eos_ids.end(), id) == g.eos_ids.end()) stream.add(id);
     };
-    g_interrupted.store(false);
     g.cancelled = [] { return g_interrupted.load(); };
-    struct sigaction sa{}, old{};
-    sa.sa_handler = on_sigint;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old);
     try {
       (void)model::generate(*l.model, {tmpl->encode_prompt(msgs)}, g);
     } catch (...) {
