@@ -91,12 +91,9 @@ Args parse(int argc, char** argv) {
 enum class Op { kAllReduce, kReduceScatter, kAllGather };
 const char* op_str(Op op) {
   switch (op) {
-    case Op::kAllReduce:
-      return "all_reduce";
-    case Op::kReduceScatter:
-      return "reduce_scatter";
-    case Op::kAllGather:
-      return "all_gather";
+    case Op::kAllReduce: return "all_reduce";
+    case Op::kReduceScatter: return "reduce_scatter";
+    case Op::kAllGather: return "all_gather";
   }
   return "?";
 }
@@ -136,12 +133,9 @@ class PluginRunner final : public Runner {
  private:
   std::unique_ptr<Work> issue(Op op, at::Tensor& big, at::Tensor& small) {
     switch (op) {
-      case Op::kAllReduce:
-        return comm_->all_reduce(big, ReduceOp::kSum);
-      case Op::kReduceScatter:
-        return comm_->reduce_scatter(small, big, ReduceOp::kSum);
-      case Op::kAllGather:
-        return comm_->all_gather(big, small);
+      case Op::kAllReduce: return comm_->all_reduce(big, ReduceOp::kSum);
+      case Op::kReduceScatter: return comm_->reduce_scatter(small, big, ReduceOp::kSum);
+      case Op::kAllGather: return comm_->all_gather(big, small);
     }
     return nullptr;
   }
@@ -175,12 +169,8 @@ class RawGlooRunner final : public Runner {
         w = pg_->allreduce(v);
         break;
       }
-      case Op::kReduceScatter:
-        w = pg_->_reduce_scatter_base(small, big);
-        break;
-      case Op::kAllGather:
-        w = pg_->_allgather_base(big, small);
-        break;
+      case Op::kReduceScatter: w = pg_->_reduce_scatter_base(small, big); break;
+      case Op::kAllGather: w = pg_->_allgather_base(big, small); break;
     }
     w->wait();
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -7,16 +7,16 @@
 //                           and with the demo's BPE tokenizer (ciuic's Tokenizer)
 // Counters: tokens_per_s (input_ids elements produced per second of wall time), MB_per_s.
 // Figures and the command: docs/performance/data.md.
-#include <ciuic/files.h>
 #include <benchmark/benchmark.h>
+#include <ciuic/files.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/factory.h"
 #include "data_test_support.h"
+#include "tokenizer/factory.h"
 
 namespace {
 using namespace ciuic;
@@ -50,13 +50,15 @@ struct Opened {
   ByteTokenizer tok;
   std::shared_ptr<const Tokenizer> bpe;
   std::shared_ptr<DataSource> src;
-  Opened(const std::string& plugin, const std::string& toml, int64_t T, int64_t mb, bool use_bpe = false) {
+  Opened(const std::string& plugin, const std::string& toml, int64_t T, int64_t mb,
+         bool use_bpe = false) {
     ctx.seed = 1;
     src = registry().create<DataSource>(Slot::kData, plugin, Config::from_toml("data", toml), ctx);
     DataOpenArgs a;
     a.seq_len = T;
     a.micro_batch_size = mb;
-    if (use_bpe) bpe = load_tokenizer(std::string(CIUIC_SOURCE_DIR) + "/examples/demo/tokenizer.json");
+    if (use_bpe)
+      bpe = load_tokenizer(std::string(CIUIC_SOURCE_DIR) + "/examples/demo/tokenizer.json");
     a.tokenizer = use_bpe ? bpe.get() : &tok;
     src->open(a);
   }
@@ -77,19 +79,23 @@ void BM_WidenCopy(benchmark::State& state) {
     off = (off + T * mb) % (src.size() - T * mb - 1);
     benchmark::DoNotOptimize(dst.data());
   }
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(state.iterations() * T * mb), benchmark::Counter::kIsRate);
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * T * mb), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_WidenCopy)->UseRealTime();
 
 void BM_CachedSsdNext(benchmark::State& state) {
   const std::string src = make_source(32);
   const int64_t T = 2048, mb = 8;
-  const std::string toml = "sources = [\"" + src + "\"]\ncache_dir = \"" + kDir + "/cache-next\"\n"
-                           "split_documents = true\nprefetch_batches = " + std::to_string(state.range(0)) + "\n";
+  const std::string toml = "sources = [\"" + src + "\"]\ncache_dir = \"" + kDir +
+                           "/cache-next\"\n"
+                           "split_documents = true\nprefetch_batches = " +
+                           std::to_string(state.range(0)) + "\n";
   { Opened warm("cached_ssd", toml, T, mb); }  // build once; the timed object reuses it
   Opened o("cached_ssd", toml, T, mb);
   for (auto _ : state) benchmark::DoNotOptimize(o.src->next().input_ids.data_ptr());
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(state.iterations() * T * mb), benchmark::Counter::kIsRate);
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * T * mb), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_CachedSsdNext)->ArgName("prefetch")->Arg(4)->Arg(0)->UseRealTime();
 
@@ -97,7 +103,8 @@ void BM_SyntheticNext(benchmark::State& state) {
   const int64_t T = 2048, mb = 8;
   Opened o("synthetic", "vocab_size = 32000\n", T, mb);
   for (auto _ : state) benchmark::DoNotOptimize(o.src->next().input_ids.data_ptr());
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(state.iterations() * T * mb), benchmark::Counter::kIsRate);
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * T * mb), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_SyntheticNext)->UseRealTime();
 
@@ -109,18 +116,33 @@ void BM_CacheBuild(benchmark::State& state) {
   int n = 0;
   for (auto _ : state) {
     const std::string cache = kDir + "/cache-build-" + std::to_string(n++);
-    { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(cache).string(), rm_ec); }
+    {
+      std::error_code rm_ec;
+      ciuic::remove_tree(std::filesystem::path(cache).string(), rm_ec);
+    }
     Opened o("cached_ssd",
-             "sources = [\"" + src + "\"]\ncache_dir = \"" + cache + "\"\nbuild_threads = " + std::to_string(threads) + "\nprefetch_batches = 0\n",
+             "sources = [\"" + src + "\"]\ncache_dir = \"" + cache +
+                 "\"\nbuild_threads = " + std::to_string(threads) + "\nprefetch_batches = 0\n",
              512, 1, bpe);
     state.PauseTiming();
-    { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(cache).string(), rm_ec); }
+    {
+      std::error_code rm_ec;
+      ciuic::remove_tree(std::filesystem::path(cache).string(), rm_ec);
+    }
     state.ResumeTiming();
   }
-  state.counters["MB_per_s"] = benchmark::Counter(bytes / 1e6 * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["MB_per_s"] =
+      benchmark::Counter(bytes / 1e6 * state.iterations(), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_CacheBuild)->ArgNames({"bpe", "threads"})->Args({0, 1})->Args({0, 2})->Args({1, 1})->Args({1, 2})
-    ->Iterations(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CacheBuild)
+    ->ArgNames({"bpe", "threads"})
+    ->Args({0, 1})
+    ->Args({0, 2})
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->Iterations(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -3,10 +3,10 @@
 //   build-*/bin/model_bench [--benchmark_filter=...]
 // Shape (override with env CIUIC_BENCH_{HIDDEN,LAYERS,SEQ,BATCH,VOCAB,HEAD_DIM,KV_HEADS,
 // INTERMEDIATE}): hidden 256, 4 layers, heads of 64 (hidden / 64 of them, half as many KV heads),
-// intermediate 8/3 hidden, vocab 2048, batch 2 x seq 256. CIUIC_BENCH_DEVICE=cuda and CIUIC_BENCH_DTYPE=bf16 run it on a GPU in
-// bfloat16 (bench/model/peer_hf.py reads the same variables for the PyTorch peer).
-// BM_CheckpointingRatio alternates both settings step by step and reports on/off as a ratio
-// measured side by side.
+// intermediate 8/3 hidden, vocab 2048, batch 2 x seq 256. CIUIC_BENCH_DEVICE=cuda and
+// CIUIC_BENCH_DTYPE=bf16 run it on a GPU in bfloat16 (bench/model/peer_hf.py reads the same
+// variables for the PyTorch peer). BM_CheckpointingRatio alternates both settings step by step and
+// reports on/off as a ratio measured side by side.
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -35,7 +35,8 @@ struct Setup {
   std::unique_ptr<LlamaModel> model;
   at::Tensor ids, labels, position_ids;
   ciuic::model::PackedDocs docs;
-  int packed = 0;  // 0: one document a row, 1: packed rows (dense mask), 2: packed rows + PackedDocs (varlen on CUDA)
+  int packed = 0;  // 0: one document a row, 1: packed rows (dense mask), 2: packed rows +
+                   // PackedDocs (varlen on CUDA)
   int64_t tokens = 0;
 };
 
@@ -45,7 +46,8 @@ Setup make_setup() {
   c.num_hidden_layers = env_or("CIUIC_BENCH_LAYERS", 4);
   c.head_dim = env_or("CIUIC_BENCH_HEAD_DIM", 64);
   c.num_attention_heads = c.hidden_size / c.head_dim;
-  c.num_key_value_heads = env_or("CIUIC_BENCH_KV_HEADS", std::max<int64_t>(1, c.num_attention_heads / 2));
+  c.num_key_value_heads =
+      env_or("CIUIC_BENCH_KV_HEADS", std::max<int64_t>(1, c.num_attention_heads / 2));
   c.intermediate_size = env_or("CIUIC_BENCH_INTERMEDIATE", (c.hidden_size * 8 / 3 + 15) / 16 * 16);
   c.vocab_size = env_or("CIUIC_BENCH_VOCAB", 2048);
   c.tie_word_embeddings = false;
@@ -74,8 +76,9 @@ Setup make_setup() {
 void train_step(const Setup& s) {
   for (auto& p : s.model->parameters())
     if (p.grad().defined()) p.mutable_grad().zero_();
-  s.model->loss_sum(s.ids, s.labels, s.packed ? s.position_ids : at::Tensor(), s.packed != 0,
-                    s.packed == 2 ? &s.docs : nullptr)
+  s.model
+      ->loss_sum(s.ids, s.labels, s.packed ? s.position_ids : at::Tensor(), s.packed != 0,
+                 s.packed == 2 ? &s.docs : nullptr)
       .backward();
   // Wait for the device: the embedding's gradient is the last one backward produces.
   if (!s.model->device().is_cpu()) s.model->embed_weight().grad().view(-1)[0].item<float>();
@@ -87,21 +90,30 @@ void BM_ForwardBackward(benchmark::State& state) {
   s.packed = static_cast<int>(state.range(1));
   train_step(s);  // warm-up (allocations, grads)
   for (auto _ : state) train_step(s);
-  state.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(s.tokens), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(s.tokens), benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = at::get_num_threads();
   state.SetLabel(std::string(state.range(0) ? "checkpointing on" : "checkpointing off") +
-                 (s.packed == 1 ? ", packed (4 documents a row), mask"
-                  : s.packed == 2 ? ", packed (4 documents a row), PackedDocs" : ""));
+                 (s.packed == 1   ? ", packed (4 documents a row), mask"
+                  : s.packed == 2 ? ", packed (4 documents a row), PackedDocs"
+                                  : ""));
 }
-BENCHMARK(BM_ForwardBackward)->ArgNames({"ckpt", "packed"})->Args({0, 0})->Args({1, 0})->Args({0, 1})->Args({0, 2})->Unit(benchmark::kMillisecond)->UseRealTime()->MeasureProcessCPUTime();
+BENCHMARK(BM_ForwardBackward)
+    ->ArgNames({"ckpt", "packed"})
+    ->Args({0, 0})
+    ->Args({1, 0})
+    ->Args({0, 1})
+    ->Args({0, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
 
 void BM_Forward(benchmark::State& state) {
   Setup s = make_setup();
   at::NoGradGuard no_grad;
   for (auto _ : state) s.model->loss_sum(s.ids, s.labels, {}, false).item<float>();
-  state.counters["tokens_per_s"] =
-      benchmark::Counter(static_cast<double>(s.tokens), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(s.tokens), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_Forward)->Unit(benchmark::kMillisecond)->UseRealTime();
 
@@ -115,14 +127,16 @@ void BM_CheckpointingRatio(benchmark::State& state) {
       s.model->set_activation_checkpointing(on);
       const auto t0 = std::chrono::steady_clock::now();
       train_step(s);
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double dt =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       (on ? t_on : t_off) += dt;
     }
   }
   const double n = static_cast<double>(state.iterations());
   state.counters["off_tokens_per_s"] = s.tokens * n / t_off;
   state.counters["on_tokens_per_s"] = s.tokens * n / t_on;
-  state.counters["on_over_off"] = t_off / t_on;  // throughput ratio: < 1 means checkpointing is slower
+  state.counters["on_over_off"] =
+      t_off / t_on;  // throughput ratio: < 1 means checkpointing is slower
 }
 BENCHMARK(BM_CheckpointingRatio)->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(5.0);
 

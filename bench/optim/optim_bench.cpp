@@ -1,8 +1,8 @@
 // CPU AdamW throughput, side by side in one run (docs/performance/optim.md):
 //   cpu_adam plugin (each SIMD level this CPU has, 1 and 2 threads; fp32 gradients in, bf16
 //   parameters out), torch::optim::AdamW, ATen's at::_fused_adamw_ on the CPU, and the core's
-//   adamw optimizer plugin on a CPU run — against the machine's memory bandwidth measured by the same binary
-//   (STREAM-style triad and memcpy over arrays far larger than the caches).
+//   adamw optimizer plugin on a CPU run — against the machine's memory bandwidth measured by the
+//   same binary (STREAM-style triad and memcpy over arrays far larger than the caches).
 //
 // Bytes per step and parameter, the minimum any AdamW moves: read p, g, m, v (16) + write p, m, v
 // (12) = 28, + 2 for the bf16 parameter copy where it is made. GB/s = those bytes / time; the
@@ -73,7 +73,8 @@ void BM_Triad(benchmark::State& state) {
     benchmark::DoNotOptimize(a.data());
     benchmark::ClobberMemory();
   }
-  state.counters["GB/s"] = benchmark::Counter(12.0 * n * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(12.0 * n * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
 void BM_Memcpy(benchmark::State& state) {
@@ -81,11 +82,13 @@ void BM_Memcpy(benchmark::State& state) {
   const int64_t n = numel();
   std::vector<float> a(n, 0), b(n, 1);
   for (auto _ : state) {
-    parallel(threads, n, [&](int64_t lo, int64_t hi) { std::memcpy(&a[lo], &b[lo], (hi - lo) * 4); });
+    parallel(threads, n,
+             [&](int64_t lo, int64_t hi) { std::memcpy(&a[lo], &b[lo], (hi - lo) * 4); });
     benchmark::DoNotOptimize(a.data());
     benchmark::ClobberMemory();
   }
-  state.counters["GB/s"] = benchmark::Counter(8.0 * n * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(8.0 * n * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
 
 // ---- AdamW contenders -----------------------------------------------------------------------
@@ -113,14 +116,17 @@ const ciuic::Registry& registry() {
   return r;
 }
 
-std::shared_ptr<ciuic::Optimizer> make_optimizer(const std::string& plugin, const std::string& options) {
-  const std::string text = "[train]\nmax_steps = 1\n[data]\nplugin = \"synthetic\"\n[optimizer]\n"
-                           "plugin = \"" + plugin + "\"\n" + options;
+std::shared_ptr<ciuic::Optimizer> make_optimizer(const std::string& plugin,
+                                                 const std::string& options) {
+  const std::string text =
+      "[train]\nmax_steps = 1\n[data]\nplugin = \"synthetic\"\n[optimizer]\n"
+      "plugin = \"" +
+      plugin + "\"\n" + options;
   const auto recipe = ciuic::Recipe::parse(text, "bench.toml");
   const auto& desc = registry().get(ciuic::Slot::kOptimizer, plugin);
-  return registry().create<ciuic::Optimizer>(ciuic::Slot::kOptimizer, plugin,
-                                             recipe.plugin_config(ciuic::Slot::kOptimizer, *desc.info),
-                                             context());
+  return registry().create<ciuic::Optimizer>(
+      ciuic::Slot::kOptimizer, plugin, recipe.plugin_config(ciuic::Slot::kOptimizer, *desc.info),
+      context());
 }
 
 // Rounds to nearest even (the base class's default).
@@ -164,7 +170,8 @@ void run_optimizer(benchmark::State& state, ciuic::Optimizer& o) {
 }
 
 void BM_CpuAdam(benchmark::State& state, const std::string& simd) {
-  auto o = make_optimizer("cpu_adam", "simd = \"" + simd + "\"\nthreads = " + std::to_string(state.range(0)) + "\n");
+  auto o = make_optimizer(
+      "cpu_adam", "simd = \"" + simd + "\"\nthreads = " + std::to_string(state.range(0)) + "\n");
   run_optimizer(state, *o);
 }
 
@@ -204,11 +211,16 @@ struct Result {
   double ms = 0, gbs = 0;
 };
 
-// Whether a run failed: `error_occurred` up to Google Benchmark 1.7 (Debian 12), `skipped` from 1.8.
+// Whether a run failed: `error_occurred` up to Google Benchmark 1.7 (Debian 12), `skipped`
+// from 1.8.
 template <class R>
-auto failed(const R& r, int) -> decltype(bool(r.error_occurred)) { return r.error_occurred; }
+auto failed(const R& r, int) -> decltype(bool(r.error_occurred)) {
+  return r.error_occurred;
+}
 template <class R>
-auto failed(const R& r, long) -> decltype(bool(r.skipped)) { return static_cast<int>(r.skipped) != 0; }
+auto failed(const R& r, long) -> decltype(bool(r.skipped)) {
+  return static_cast<int>(r.skipped) != 0;
+}
 
 class Collector : public benchmark::ConsoleReporter {
  public:
@@ -250,9 +262,10 @@ void print_summary(const std::vector<Result>& results) {
     if (r.name.rfind("BM_Triad", 0) == 0) triad[threads_of(r.name)] = r.gbs;
     if (r.name.rfind("BM_TorchAdamW", 0) == 0) torch_ms[threads_of(r.name)] = r.ms;
   }
-  std::printf("\nSummary: %lld parameters; bandwidth fraction = GB/s / triad GB/s (same threads); "
-              "speed-up = torch::optim::AdamW time / time (same threads)\n",
-              static_cast<long long>(numel()));
+  std::printf(
+      "\nSummary: %lld parameters; bandwidth fraction = GB/s / triad GB/s (same threads); "
+      "speed-up = torch::optim::AdamW time / time (same threads)\n",
+      static_cast<long long>(numel()));
   std::printf("%-32s %8s %10s %8s %10s %9s\n", "benchmark", "threads", "ms/step", "GB/s",
               "of triad", "speed-up");
   for (const Result& r : results) {
@@ -274,8 +287,14 @@ void print_summary(const std::vector<Result>& results) {
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   for (int th : {1, 2}) {
-    benchmark::RegisterBenchmark("BM_Triad", BM_Triad)->Arg(th)->UseRealTime()->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark("BM_Memcpy", BM_Memcpy)->Arg(th)->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("BM_Triad", BM_Triad)
+        ->Arg(th)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark("BM_Memcpy", BM_Memcpy)
+        ->Arg(th)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
   }
   for (const char* simd : {"avx512", "avx2", "scalar"}) {
     try {
@@ -284,12 +303,28 @@ int main(int argc, char** argv) {
       std::printf("cpu_adam simd = %s: not supported by this CPU, skipped\n", simd);
       continue;
     }
-    benchmark::RegisterBenchmark((std::string("BM_CpuAdam/") + simd).c_str(), BM_CpuAdam, std::string(simd))
-        ->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((std::string("BM_CpuAdam/") + simd).c_str(), BM_CpuAdam,
+                                 std::string(simd))
+        ->Arg(1)
+        ->Arg(2)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
   }
-  benchmark::RegisterBenchmark("BM_TorchAdamW", BM_TorchAdamW)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("BM_FusedAdamW", BM_FusedAdamW)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
-  benchmark::RegisterBenchmark("BM_DeviceAdamW", BM_DeviceAdamW)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_TorchAdamW", BM_TorchAdamW)
+      ->Arg(1)
+      ->Arg(2)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_FusedAdamW", BM_FusedAdamW)
+      ->Arg(1)
+      ->Arg(2)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_DeviceAdamW", BM_DeviceAdamW)
+      ->Arg(1)
+      ->Arg(2)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
   Collector collector;
   benchmark::RunSpecifiedBenchmarks(&collector);
   print_summary(collector.results);

@@ -1,8 +1,9 @@
 // Corpus BLEU (13a, zh) and ROUGE-L throughput, single thread, in segments/s.
 //
 // The corpus: the 300 hypothesis/reference pairs of tests/fixtures/score/cases.json's first
-// corpus, 30 times (" <repetition>" appended, so no line repeats) = 9,000 segments — the same one bench/score/sacrebleu_speed.py gives
-// sacrebleu and rouge-score, so the two figures compare (docs/metrics.md).
+// corpus, 30 times (" <repetition>" appended, so no line repeats) = 9,000 segments — the same one
+// bench/score/sacrebleu_speed.py gives sacrebleu and rouge-score, so the two figures compare
+// (docs/metrics.md).
 #include <benchmark/benchmark.h>
 
 #include <fstream>
@@ -47,7 +48,8 @@ const Corpus& corpus() {
 
 void bleu(benchmark::State& st, ciuic::score::BleuTokenize t) {
   const Corpus& c = corpus();
-  for (auto _ : st) benchmark::DoNotOptimize(ciuic::score::corpus_bleu(c.hyps, c.ref_lists, t).score);
+  for (auto _ : st)
+    benchmark::DoNotOptimize(ciuic::score::corpus_bleu(c.hyps, c.ref_lists, t).score);
   st.SetItemsProcessed(static_cast<int64_t>(st.iterations() * c.hyps.size()));
 }
 

@@ -2,9 +2,10 @@
 //
 // Input: $CIUIC_TOKENIZER_BENCH_DIR when set — the folder hf_tokenizers_speed.py writes, with
 // docs.jsonl (one JSON string per line: the documents) and <config>/tokenizer.json for each
-// config (deepseek_llm, llama3, qwen2, llama2_spm, mistral_spm, gemma_spm) — so that HF tokenizers and ciuic encode the very same documents
-// with the very same tokenizers. Without it, the committed test fixtures are used (small
-// vocabularies; documents made from the fixture strings): a smoke run, not a figure to quote.
+// config (deepseek_llm, llama3, qwen2, llama2_spm, mistral_spm, gemma_spm) — so that HF tokenizers
+// and ciuic encode the very same documents with the very same tokenizers. Without it, the committed
+// test fixtures are used (small vocabularies; documents made from the fixture strings): a smoke
+// run, not a figure to quote.
 #include "tokenizer/factory.h"
 #include <benchmark/benchmark.h>
 
@@ -66,9 +67,10 @@ void BM_Encode(benchmark::State& state, const char* config) {
     for (const std::string& d : in.docs) tokens += tok->encode(d, false).size();
   }
   state.SetBytesProcessed(static_cast<int64_t>(in.bytes) * state.iterations());
-  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(in.bytes) * state.iterations() / 1e6,
-                                              benchmark::Counter::kIsRate);
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
+  state.counters["MB/s"] = benchmark::Counter(
+      static_cast<double>(in.bytes) * state.iterations() / 1e6, benchmark::Counter::kIsRate);
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
   state.counters["doc_bytes"] = static_cast<double>(in.bytes);
 }
 
@@ -81,24 +83,31 @@ void BM_EncodeColdCache(benchmark::State& state, const char* config) {
     state.ResumeTiming();
     for (const std::string& d : in.docs) benchmark::DoNotOptimize(tok->encode(d, false));
   }
-  state.counters["MB/s"] = benchmark::Counter(static_cast<double>(in.bytes) * state.iterations() / 1e6,
-                                              benchmark::Counter::kIsRate);
+  state.counters["MB/s"] = benchmark::Counter(
+      static_cast<double>(in.bytes) * state.iterations() / 1e6, benchmark::Counter::kIsRate);
 }
 
 void BM_Load(benchmark::State& state, const char* config) {
   const Input& in = input();
-  for (auto _ : state) benchmark::DoNotOptimize(ciuic::load_tokenizer(in.dir + "/" + config + "/tokenizer.json"));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(ciuic::load_tokenizer(in.dir + "/" + config + "/tokenizer.json"));
 }
 
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_Encode, deepseek_llm, "deepseek_llm")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_Encode, deepseek_llm, "deepseek_llm")
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Encode, llama3, "llama3")->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Encode, qwen2, "qwen2")->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Encode, llama2_spm, "llama2_spm")->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK_CAPTURE(BM_Encode, mistral_spm, "mistral_spm")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_Encode, mistral_spm, "mistral_spm")
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Encode, gemma_spm, "gemma_spm")->Unit(benchmark::kMillisecond)->MinTime(2.0);
-BENCHMARK_CAPTURE(BM_EncodeColdCache, deepseek_llm, "deepseek_llm")->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK_CAPTURE(BM_EncodeColdCache, deepseek_llm, "deepseek_llm")
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 BENCHMARK_CAPTURE(BM_Load, deepseek_llm, "deepseek_llm")->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -90,9 +90,12 @@ std::vector<double> Config::get_float_list(std::string_view key) const {
   if (!a) bad_access(*this, key, "float list");
   std::vector<double> out;
   for (const auto& e : *a) {
-    if (auto f = e.value_exact<double>()) out.push_back(*f);
-    else if (auto i = e.value_exact<int64_t>()) out.push_back(static_cast<double>(*i));
-    else bad_access(*this, key, "float list");
+    if (auto f = e.value_exact<double>())
+      out.push_back(*f);
+    else if (auto i = e.value_exact<int64_t>())
+      out.push_back(static_cast<double>(*i));
+    else
+      bad_access(*this, key, "float list");
   }
   return out;
 }

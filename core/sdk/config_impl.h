@@ -13,11 +13,11 @@ namespace ciuic {
 
 class Config::Impl {
  public:
-  std::string section;     // e.g. "sharding", "model.config"
-  toml::table table;       // the section's values (defaults filled in when validated)
+  std::string section;  // e.g. "sharding", "model.config"
+  toml::table table;    // the section's values (defaults filled in when validated)
   // key -> "<file>:<line>:<col>", "--set", or "<default>"; keys without an entry use `origin`.
   std::map<std::string, std::string, std::less<>> locations;
-  std::string origin;      // file the section came from (for keys without a location)
+  std::string origin;  // file the section came from (for keys without a location)
 };
 
 }  // namespace ciuic

@@ -63,17 +63,20 @@ struct Fd {
 }  // namespace
 
 std::string read_input(const std::string& path, const std::string& what, uint64_t max_bytes) {
-  auto fail = [&](const std::string& reason) -> Error { return Error("cannot read " + what + " " + path + ": " + reason); };
+  auto fail = [&](const std::string& reason) -> Error {
+    return Error("cannot read " + what + " " + path + ": " + reason);
+  };
   // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below before any read.
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (f.fd < 0) throw fail(std::strerror(errno));
   struct stat st {};
   if (::fstat(f.fd, &st) != 0) throw fail(std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw fail(std::string("not a regular file (") + file_kind(st.st_mode) + ")");
+  if (!S_ISREG(st.st_mode))
+    throw fail(std::string("not a regular file (") + file_kind(st.st_mode) + ")");
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > max_bytes)
-    throw fail("it has " + std::to_string(size) + " bytes, over the limit of " + std::to_string(max_bytes) +
-               " bytes for this file");
+    throw fail("it has " + std::to_string(size) + " bytes, over the limit of " +
+               std::to_string(max_bytes) + " bytes for this file");
   std::string out(size, '\0');
   size_t got = 0;
   for (;;) {
@@ -91,7 +94,8 @@ std::string read_input(const std::string& path, const std::string& what, uint64_
     got += static_cast<size_t>(n);
   }
   if (got > max_bytes)
-    throw fail("it grew past the limit of " + std::to_string(max_bytes) + " bytes for this file while being read");
+    throw fail("it grew past the limit of " + std::to_string(max_bytes) +
+               " bytes for this file while being read");
   out.resize(got);
   return out;
 }

@@ -38,7 +38,7 @@ GradNorm global_grad_norm(const at::Tensor& local_part, Comm& comm, bool sharded
 
 GradNorm global_grad_norm_from_squares(const at::Tensor& local_sum_sq, Comm& comm, bool sharded) {
   at::Tensor buf = local_sum_sq.reshape({1}).to(comm.device(), at::kDouble, /*non_blocking=*/false,
-                                               /*copy=*/true);
+                                                /*copy=*/true);
   if (sharded && comm.size() > 1) comm.all_reduce(buf, ReduceOp::kSum)->wait();
   const double total = buf.cpu().item<double>();
   GradNorm r;

@@ -9,9 +9,12 @@ std::string json_depth_problem(std::string_view text, size_t max_depth) {
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (c == '\\') ++i;  // the escaped character (a quote or a backslash) cannot end the string
-      else if (c == '"') in_string = false;
-      else if (c == '\n') ++line, line_start = i + 1;  // invalid in JSON; counted for the position
+      if (c == '\\')
+        ++i;  // the escaped character (a quote or a backslash) cannot end the string
+      else if (c == '"')
+        in_string = false;
+      else if (c == '\n')
+        ++line, line_start = i + 1;  // invalid in JSON; counted for the position
       continue;
     }
     switch (c) {
@@ -20,8 +23,9 @@ std::string json_depth_problem(std::string_view text, size_t max_depth) {
       case '[':
       case '{':
         if (++depth > max_depth)
-          return "nested deeper than " + std::to_string(max_depth) + " levels (arrays and objects) at line " +
-                 std::to_string(line) + ", column " + std::to_string(i - line_start + 1);
+          return "nested deeper than " + std::to_string(max_depth) +
+                 " levels (arrays and objects) at line " + std::to_string(line) + ", column " +
+                 std::to_string(i - line_start + 1);
         break;
       case ']':
       case '}':
@@ -36,8 +40,9 @@ std::string json_depth_problem(std::string_view text, size_t max_depth) {
 void check_json_depth(std::string_view text, const std::string& origin, int exit_code) {
   const std::string problem = json_depth_problem(text);
   if (problem.empty()) return;
-  const std::string m = origin + ": JSON " + problem + "; ciuic reads at most " + std::to_string(kMaxJsonDepth) +
-                        " (the recursion limit of serde_json, which HF tokenizers and safetensors use)";
+  const std::string m =
+      origin + ": JSON " + problem + "; ciuic reads at most " + std::to_string(kMaxJsonDepth) +
+      " (the recursion limit of serde_json, which HF tokenizers and safetensors use)";
   if (exit_code == kExitUsage) throw UsageError(m);
   throw Error(m, exit_code);
 }

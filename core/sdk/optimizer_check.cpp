@@ -14,12 +14,15 @@ namespace {
 
 std::string str(std::string_view who) { return std::string(who); }
 
-bool supported_dtype(at::ScalarType t) { return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf; }
+bool supported_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kBFloat16 || t == at::kHalf;
+}
 
 std::string describe(const at::Tensor& t) {
   if (!t.defined()) return "an undefined tensor";
-  return std::string("a ") + c10::toString(t.scalar_type()) + " tensor of " + std::to_string(t.numel()) +
-         " elements on " + t.device().str() + (t.is_contiguous() ? "" : " (not contiguous)");
+  return std::string("a ") + c10::toString(t.scalar_type()) + " tensor of " +
+         std::to_string(t.numel()) + " elements on " + t.device().str() +
+         (t.is_contiguous() ? "" : " (not contiguous)");
 }
 
 std::string range(int64_t a, int64_t n) {
@@ -71,18 +74,20 @@ void check_optimizer_setup(const OptimizerSetup& s, std::string_view who) {
   for (size_t i = 0; i < s.positions.size(); ++i) {
     const PositionSpan& p = s.positions[i];
     if (p.offset != expect || p.length < 0 || p.global < -1)
-      throw Error(str(who) + ": setup() position span " + std::to_string(i) + " is " + range(p.offset, p.length) +
-                  " at global " + std::to_string(p.global) + "; spans must cover [0, " + std::to_string(s.numel) +
+      throw Error(str(who) + ": setup() position span " + std::to_string(i) + " is " +
+                  range(p.offset, p.length) + " at global " + std::to_string(p.global) +
+                  "; spans must cover [0, " + std::to_string(s.numel) +
                   ") in order, the next one starting at " + std::to_string(expect));
     expect = p.offset + p.length;
   }
   if (!s.positions.empty() && expect != s.numel)
-    throw Error(str(who) + ": setup() position spans end at " + std::to_string(expect) + " but the shard has " +
-                std::to_string(s.numel) + " elements");
+    throw Error(str(who) + ": setup() position spans end at " + std::to_string(expect) +
+                " but the shard has " + std::to_string(s.numel) + " elements");
   if (!s.precision) throw Error(str(who) + ": setup() without a precision policy");
 }
 
-std::vector<PositionSpan> positions_of(const OptimizerSetup& s, int64_t shard_offset, int64_t numel) {
+std::vector<PositionSpan> positions_of(const OptimizerSetup& s, int64_t shard_offset,
+                                       int64_t numel) {
   std::vector<PositionSpan> out;
   if (s.positions.empty()) {  // no layout given: the shard is the model, element for element
     out.push_back(PositionSpan{0, numel, shard_offset});
@@ -102,33 +107,37 @@ std::vector<PositionSpan> positions_of(const OptimizerSetup& s, int64_t shard_of
     const PositionSpan& p = s.positions[i];
     const int64_t a = std::max(p.offset, shard_offset), b = std::min(p.offset + p.length, end);
     if (b <= a) continue;
-    out.push_back(PositionSpan{a - shard_offset, b - a, p.global < 0 ? -1 : p.global + (a - p.offset)});
+    out.push_back(
+        PositionSpan{a - shard_offset, b - a, p.global < 0 ? -1 : p.global + (a - p.offset)});
   }
   return out;
 }
 
-void check_grad_chunk(const OptimizerSetup& s, int region, const at::Tensor& chunk, std::string_view who) {
+void check_grad_chunk(const OptimizerSetup& s, int region, const at::Tensor& chunk,
+                      std::string_view who) {
   if (region < 0 || static_cast<size_t>(region) >= s.grad_regions.size())
-    throw Error(str(who) + ": gradient chunk for region " + std::to_string(region) + ": there are " +
-                std::to_string(s.grad_regions.size()) + " regions");
+    throw Error(str(who) + ": gradient chunk for region " + std::to_string(region) +
+                ": there are " + std::to_string(s.grad_regions.size()) + " regions");
   const int64_t n = s.grad_regions[static_cast<size_t>(region)].numel;
   if (!chunk.defined() || chunk.numel() != n || chunk.scalar_type() != s.grad_dtype ||
       !chunk.is_contiguous() || (chunk.device() != s.device && !chunk.is_cpu()))
     throw Error(str(who) + ": gradient chunk for region " + std::to_string(region) +
-                " must be a contiguous " + c10::toString(s.grad_dtype) + " tensor of " + std::to_string(n) +
-                " elements on " + s.device.str() + ", got " + describe(chunk));
+                " must be a contiguous " + c10::toString(s.grad_dtype) + " tensor of " +
+                std::to_string(n) + " elements on " + s.device.str() + ", got " + describe(chunk));
 }
 
-void check_optimizer_step(const OptimizerSetup& s, const OptimizerStep& a, const at::Tensor& params_out,
-                          std::string_view who) {
+void check_optimizer_step(const OptimizerSetup& s, const OptimizerStep& a,
+                          const at::Tensor& params_out, std::string_view who) {
   if (!params_out.defined() || params_out.numel() != s.numel || params_out.device() != s.device ||
       params_out.scalar_type() != s.param_dtype || !params_out.is_contiguous())
-    throw Error(str(who) + ": step() params_out must be a contiguous " + c10::toString(s.param_dtype) +
-                " tensor of " + std::to_string(s.numel) + " elements on " + s.device.str() + ", got " +
-                describe(params_out));
+    throw Error(str(who) + ": step() params_out must be a contiguous " +
+                c10::toString(s.param_dtype) + " tensor of " + std::to_string(s.numel) +
+                " elements on " + s.device.str() + ", got " + describe(params_out));
   if (!(std::isfinite(a.grad_scale) && a.grad_scale > 0))
-    throw Error(str(who) + ": step() grad_scale must be finite and > 0, got " + std::to_string(a.grad_scale));
-  if (a.t < 1) throw Error(str(who) + ": step() step count t must be >= 1, got " + std::to_string(a.t));
+    throw Error(str(who) + ": step() grad_scale must be finite and > 0, got " +
+                std::to_string(a.grad_scale));
+  if (a.t < 1)
+    throw Error(str(who) + ": step() step count t must be >= 1, got " + std::to_string(a.t));
 }
 
 at::Tensor optimizer_state_tensor(const StateDict& state, const std::string& key, int64_t numel,

@@ -29,7 +29,9 @@ size_t utf8_sequence_length(std::string_view s, size_t i) {
 }
 
 char32_t utf8_code_point(std::string_view s, size_t i, size_t n) {
-  const auto b = [&](size_t k) { return static_cast<char32_t>(static_cast<unsigned char>(s[i + k])); };
+  const auto b = [&](size_t k) {
+    return static_cast<char32_t>(static_cast<unsigned char>(s[i + k]));
+  };
   switch (n) {
     case 1: return b(0);
     case 2: return (b(0) & 0x1F) << 6 | (b(1) & 0x3F);

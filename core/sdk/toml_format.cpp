@@ -39,11 +39,26 @@ std::string toml_quote(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const char ch = s[i];
     switch (ch) {
-      case '"': out += "\\\""; ++i; continue;
-      case '\\': out += "\\\\"; ++i; continue;
-      case '\n': out += "\\n"; ++i; continue;
-      case '\t': out += "\\t"; ++i; continue;
-      case '\r': out += "\\r"; ++i; continue;
+      case '"':
+        out += "\\\"";
+        ++i;
+        continue;
+      case '\\':
+        out += "\\\\";
+        ++i;
+        continue;
+      case '\n':
+        out += "\\n";
+        ++i;
+        continue;
+      case '\t':
+        out += "\\t";
+        ++i;
+        continue;
+      case '\r':
+        out += "\\r";
+        ++i;
+        continue;
       default: break;
     }
     const size_t n = utf8_sequence_length(s, i);
@@ -69,17 +84,22 @@ std::string toml_quote(std::string_view s) {
   return out;
 }
 
-std::string toml_comment(std::string_view s) { return "# " + printable_text(s, /*keep_lines=*/false); }
+std::string toml_comment(std::string_view s) {
+  return "# " + printable_text(s, /*keep_lines=*/false);
+}
 
 bool is_bare_key(std::string_view key) {
   if (key.empty()) return false;
   for (char c : key)
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == '-'))
       return false;
   return true;
 }
 
-std::string toml_key(std::string_view key) { return is_bare_key(key) ? std::string(key) : toml_quote(key); }
+std::string toml_key(std::string_view key) {
+  return is_bare_key(key) ? std::string(key) : toml_quote(key);
+}
 
 std::string format_value(const toml::node& node) {
   if (auto v = node.value_exact<std::string>()) return toml_quote(*v);

@@ -26,8 +26,8 @@ namespace {
 // Arguments: key, default (a TOML literal; nullptr = required), help, min, max, choices.
 constexpr ciuic::Option<std::string> kGreeting{"greeting", "\"hello\"",
                                                "printed once by rank 0 when the plugin is created"};
-constexpr ciuic::Option<double> kLossScale{"loss_scale", "1.0", "static loss scale (gradients are unscaled again)",
-                                           1e-30, 1e30};
+constexpr ciuic::Option<double> kLossScale{
+    "loss_scale", "1.0", "static loss scale (gradients are unscaled again)", 1e-30, 1e30};
 const ciuic::OptionSpec kOptions[] = {kGreeting, kLossScale};
 
 // ciuic::Precision's defaults are fp32 with a loss scale of 1 that never skips a step: a policy
@@ -42,7 +42,8 @@ class HelloPrecision final : public ciuic::Precision {
     const std::string greeting = config.get(kGreeting);
     if (greeting.empty()) config.fail(kGreeting.key(), "must not be empty");
     if (context.rank == 0)
-      ciuic::log_info("precision/hello: " + greeting + " (static loss scale " + std::to_string(loss_scale_) + ")");
+      ciuic::log_info("precision/hello: " + greeting + " (static loss scale " +
+                      std::to_string(loss_scale_) + ")");
   }
 
   // Never overflows in fp32, so no overflow check and never a skipped step (the defaults).
@@ -54,7 +55,8 @@ class HelloPrecision final : public ciuic::Precision {
 
 }  // namespace
 
-CIUIC_DEFINE_PLUGIN(ciuic::Slot::kPrecision, "hello", "1.0.0", "fp32 with a static loss scale and a greeting",
-                    kOptions, [](const ciuic::PluginArgs& args) -> ciuic::PluginObject* {
+CIUIC_DEFINE_PLUGIN(ciuic::Slot::kPrecision, "hello", "1.0.0",
+                    "fp32 with a static loss scale and a greeting", kOptions,
+                    [](const ciuic::PluginArgs& args) -> ciuic::PluginObject* {
                       return new HelloPrecision(args.config, args.context);
                     })

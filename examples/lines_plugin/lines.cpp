@@ -28,15 +28,21 @@ using ciuic::kit::PackedStream;
 using ciuic::kit::PackMode;
 using ciuic::kit::StreamArgs;
 
-constexpr ciuic::Option<std::string> kPath{"path", nullptr, "text file, one document per line (relative to the recipe)"};
-constexpr ciuic::Option<std::string> kEvalPath{"eval_path", "\"\"", "held-out text file (\"\" = no eval split)"};
-constexpr ciuic::Option<std::string> kPacking{"packing", "\"whole\"",
-     "whole: documents packed whole; split: cut at row ends and continued; pad: one per row", NAN, NAN,
-     "whole|split|pad"};
+constexpr ciuic::Option<std::string> kPath{
+    "path", nullptr, "text file, one document per line (relative to the recipe)"};
+constexpr ciuic::Option<std::string> kEvalPath{"eval_path", "\"\"",
+                                               "held-out text file (\"\" = no eval split)"};
+constexpr ciuic::Option<std::string> kPacking{
+    "packing",
+    "\"whole\"",
+    "whole: documents packed whole; split: cut at row ends and continued; pad: one per row",
+    NAN,
+    NAN,
+    "whole|split|pad"};
 constexpr ciuic::Option<bool> kShuffle{"shuffle", "true", "reshuffle the documents every epoch"};
-constexpr ciuic::Option<int64_t> kPrefetchBatches{"prefetch_batches", "4", "batches prepared ahead on a background thread", 0, 1024};
+constexpr ciuic::Option<int64_t> kPrefetchBatches{
+    "prefetch_batches", "4", "batches prepared ahead on a background thread", 0, 1024};
 const ciuic::OptionSpec kOptions[] = {kPath, kEvalPath, kPacking, kShuffle, kPrefetchBatches};
-
 
 // One split's documents: token ids and a loss mask (all ones) per line.
 struct Documents {
@@ -53,14 +59,17 @@ class Lines final : public ciuic::DataSource {
         eval_path_(config.get(kEvalPath).empty() ? "" : resolve(ctx, config.get(kEvalPath))) {
     const std::string p = config.get(kPacking);
     settings_.who = "data plugin lines";
-    settings_.mode = p == "split" ? PackMode::kPackSplit : p == "pad" ? PackMode::kPad : PackMode::kPackWhole;
+    settings_.mode = p == "split" ? PackMode::kPackSplit
+                     : p == "pad" ? PackMode::kPad
+                                  : PackMode::kPackWhole;
     settings_.shuffle = config.get(kShuffle);
     settings_.prefetch_batches = static_cast<size_t>(config.get(kPrefetchBatches));
   }
 
   void open(const ciuic::DataOpenArgs& a) override {
     if (!a.tokenizer)
-      throw ciuic::UsageError("data plugin lines needs the model's tokenizer: set [model] tokenizer or [model] path");
+      throw ciuic::UsageError(
+          "data plugin lines needs the model's tokenizer: set [model] tokenizer or [model] path");
     read(path_, *a.tokenizer, 0);
     if (!eval_path_.empty()) read(eval_path_, *a.tokenizer, 1);
     if (docs_[0].ids.empty()) config_.fail(kPath.key(), path_ + " has no non-empty line");
@@ -68,13 +77,15 @@ class Lines final : public ciuic::DataSource {
     std::vector<uint32_t> train, eval;
     for (uint32_t i = 0; i < docs_[0].ids.size(); ++i) train.push_back(i);
     // Eval documents are numbered after the training ones: one lookup serves both splits.
-    for (uint32_t i = 0; i < docs_[1].ids.size(); ++i) eval.push_back(static_cast<uint32_t>(docs_[0].ids.size()) + i);
-    stream_ = std::make_unique<PackedStream>(StreamArgs(a, ctx_), settings_, std::move(train), std::move(eval), [this](uint32_t d) {
-      const size_t n = docs_[0].ids.size();
-      const Documents& s = docs_[d < n ? 0 : 1];
-      const size_t k = d < n ? d : d - n;
-      return DocView{s.ids[k].data(), s.mask[k].data(), static_cast<uint32_t>(s.ids[k].size())};
-    });
+    for (uint32_t i = 0; i < docs_[1].ids.size(); ++i)
+      eval.push_back(static_cast<uint32_t>(docs_[0].ids.size()) + i);
+    stream_ = std::make_unique<PackedStream>(
+        StreamArgs(a, ctx_), settings_, std::move(train), std::move(eval), [this](uint32_t d) {
+          const size_t n = docs_[0].ids.size();
+          const Documents& s = docs_[d < n ? 0 : 1];
+          const size_t k = d < n ? d : d - n;
+          return DocView{s.ids[k].data(), s.mask[k].data(), static_cast<uint32_t>(s.ids[k].size())};
+        });
   }
 
   ciuic::Batch next() override { return stream().next(); }
@@ -126,7 +137,8 @@ class Lines final : public ciuic::DataSource {
 
 }  // namespace
 
-CIUIC_DEFINE_PLUGIN(ciuic::Slot::kData, "lines", "1.0.0", "plain text, one document per line (an SDK example)",
-                    kOptions, [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
+CIUIC_DEFINE_PLUGIN(ciuic::Slot::kData, "lines", "1.0.0",
+                    "plain text, one document per line (an SDK example)", kOptions,
+                    [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
                       return new Lines(a.config, a.context);
                     })

@@ -20,8 +20,8 @@
 namespace {
 
 constexpr ciuic::Option<std::vector<double>> kBetas{
-    "betas", "[0.9, 0.99]", "Lion beta1 (interpolation for the update), beta2 (momentum decay); each in [0, 1)", 0.0,
-    1.0};
+    "betas", "[0.9, 0.99]",
+    "Lion beta1 (interpolation for the update), beta2 (momentum decay); each in [0, 1)", 0.0, 1.0};
 const ciuic::OptionSpec kOptions[] = {kBetas};
 
 class Lion final : public ciuic::kit::ShardOptimizer {
@@ -57,11 +57,9 @@ void plan(const ciuic::Config&, ciuic::PlanContext& p) {
 
 }  // namespace
 
-CIUIC_DEFINE_PLUGIN_PLANNED(ciuic::Slot::kOptimizer, "lion", "1.0.0",
-                            "Lion (sign of interpolated momentum; one moment per element): an "
-                            "out-of-tree example on the optim kit",
-                            kOptions,
-                            [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
-                              return new Lion(a.config);
-                            },
-                            plan)
+CIUIC_DEFINE_PLUGIN_PLANNED(
+    ciuic::Slot::kOptimizer, "lion", "1.0.0",
+    "Lion (sign of interpolated momentum; one moment per element): an "
+    "out-of-tree example on the optim kit",
+    kOptions, [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* { return new Lion(a.config); },
+    plan)

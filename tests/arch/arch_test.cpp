@@ -8,7 +8,8 @@
 //     never in the SDK's `ciuic`, and no SDK header opens their namespace or includes them;
 //   * recipe/ does not include registry/ (the registry depends on the recipe, not both ways);
 //   * the Jinja engine (jinja/) is a leaf: it includes only its own headers, <ciuic/error.h> and
-//     <ciuic/export.h>, the standard library and nlohmann/json; no LibTorch, no other engine folder;
+//     <ciuic/export.h>, the standard library and nlohmann/json; no LibTorch, no other engine
+//     folder;
 //   * the text metrics (score/) are a leaf: only their own headers, <ciuic/export.h> and the
 //     standard library; no LibTorch, no other engine folder, no JSON;
 //   * plan/ does not include train/ (the trainer calls the planner, not both ways);
@@ -48,7 +49,8 @@ std::vector<fs::path> sources(const fs::path& dir) {
   std::vector<fs::path> out;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     const auto ext = e.path().extension();
-    if (e.is_regular_file() && (ext == ".cpp" || ext == ".h" || ext == ".in")) out.push_back(e.path());
+    if (e.is_regular_file() && (ext == ".cpp" || ext == ".h" || ext == ".in"))
+      out.push_back(e.path());
   }
   return out;
 }
@@ -74,17 +76,22 @@ struct MayNamePlugins {
 };
 const MayNamePlugins kMayNamePlugins[] = {
     {"core/src/recipe/recipe.cpp", "kDefaultPlugins[] = {", "the one table of default plugins"},
-    {"core/src/model/hf_export.cpp", "kExportDtypes[] =", "\"bf16\"/\"fp32\" there are dtype names, not the precision plugins"},
+    {"core/src/model/hf_export.cpp",
+     "kExportDtypes[] =", "\"bf16\"/\"fp32\" there are dtype names, not the precision plugins"},
     {"core/src/import/", "",
-     "importers translate another tool's vocabulary (DeepSpeed's fp16/bf16 sections, ZeRO stages, offload) into "
+     "importers translate another tool's vocabulary (DeepSpeed's fp16/bf16 sections, ZeRO stages, "
+     "offload) into "
      "the recipe text of the plugins that implement it"},
     {"core/conformance/", "",
-     "the conformance kit is no part of the engine: it drives a plugin under test with an installed helper plugin "
+     "the conformance kit is no part of the engine: it drives a plugin under test with an "
+     "installed helper plugin "
      "(the optimizer check's fp32 precision)"},
 };
 
 TEST(Architecture, TheEngineNamesNoPluginOutsideTheDefaultsTable) {
-  const std::regex name("\"(zero1|zero2|zero3|ddp|cpu_adam|adamw|lion|bf16|fp16|fp32|nccl|gloo|synthetic|cached_ssd)\"");
+  const std::regex name(
+      "\"(zero1|zero2|zero3|ddp|cpu_adam|adamw|lion|bf16|fp16|fp32|nccl|gloo|synthetic|cached_ssd)"
+      "\"");
   std::vector<std::string> found;
   for (const fs::path& p : sources(kRoot / "core")) {
     const auto lines = lines_of(p);
@@ -102,9 +109,11 @@ TEST(Architecture, TheEngineNamesNoPluginOutsideTheDefaultsTable) {
   }
   std::string all;
   for (const auto& f : found) all += f + "\n";
-  EXPECT_TRUE(found.empty()) << "the engine names plugins outside the places of kMayNamePlugins:\n" << all;
+  EXPECT_TRUE(found.empty()) << "the engine names plugins outside the places of kMayNamePlugins:\n"
+                             << all;
   // Each place still exists (a moved file must take its rule along, not leave it behind).
-  for (const MayNamePlugins& m : kMayNamePlugins) EXPECT_TRUE(fs::exists(kRoot / m.path)) << m.path << ": " << m.why;
+  for (const MayNamePlugins& m : kMayNamePlugins)
+    EXPECT_TRUE(fs::exists(kRoot / m.path)) << m.path << ": " << m.why;
 }
 
 TEST(Architecture, PluginsIncludeOnlyTheSdkAndTheirOwnFiles) {
@@ -123,16 +132,19 @@ TEST(Architecture, PluginsIncludeOnlyTheSdkAndTheirOwnFiles) {
           const std::string inc = m[1];
           if (inc.find("..") != std::string::npos && inc.rfind("../common/", 0) != 0)
             bad.push_back(where + ": " + inc + " leaves the plugin's folder");
-          for (const char* engine : {"recipe/", "registry/", "train/", "model/", "launch/", "tokenizer/", "jinja/",
-                                     "checkpoint/", "plan/", "app/", "base/", "sdk/", "schedule/", "score/"})
-            if (inc.rfind(engine, 0) == 0) bad.push_back(where + ": " + inc + " is an engine header");
+          for (const char* engine :
+               {"recipe/", "registry/", "train/", "model/", "launch/", "tokenizer/", "jinja/",
+                "checkpoint/", "plan/", "app/", "base/", "sdk/", "schedule/", "score/"})
+            if (inc.rfind(engine, 0) == 0)
+              bad.push_back(where + ": " + inc + " is an engine header");
         }
         if (std::regex_search(lines[i], m, angled)) {
           const fs::path h = std::string(m[1]);
           const bool sdk = fs::exists(kRoot / "core/include/ciuic" / h) ||
                            (h.filename() == "version.h" && h.parent_path().empty());
           const bool kit = h.parent_path() == "kit";
-          if (!sdk && !kit) bad.push_back(where + ": <ciuic/" + h.string() + "> is not an SDK header");
+          if (!sdk && !kit)
+            bad.push_back(where + ": <ciuic/" + h.string() + "> is not an SDK header");
         }
       }
     }
@@ -266,12 +278,13 @@ TEST(Architecture, TheKitsAreOneNamespaceApartFromTheAbi) {
 TEST(Architecture, RecipeDoesNotIncludeRegistry) {
   const std::regex include_registry("^\\s*#\\s*include\\s*[\"<][^\">]*registry/");
   for (const fs::path& p : sources(kRoot / "core/src/recipe"))
-    for (const auto& l : lines_of(p)) EXPECT_FALSE(std::regex_search(l, include_registry)) << p << ": " << l;
+    for (const auto& l : lines_of(p))
+      EXPECT_FALSE(std::regex_search(l, include_registry)) << p << ": " << l;
 }
 
-// Checks that every file of the engine folder `folder` includes only its own headers ("<folder>/..."),
-// the standard library (names without '/' or '.') and the angled headers in `allowed`; returns
-// how many files it read.
+// Checks that every file of the engine folder `folder` includes only its own headers
+// ("<folder>/..."), the standard library (names without '/' or '.') and the angled headers in
+// `allowed`; returns how many files it read.
 size_t expect_leaf(const std::string& folder, const std::vector<std::string>& allowed) {
   const std::regex include("^\\s*#\\s*include\\s*([\"<])([^\">]+)[\">]");
   size_t files = 0;
@@ -282,9 +295,11 @@ size_t expect_leaf(const std::string& folder, const std::vector<std::string>& al
       std::smatch m;
       if (!std::regex_search(lines[i], m, include)) continue;
       const std::string inc = m[2];
-      const bool ok = m[1] == "\"" ? inc.rfind(folder + "/", 0) == 0
-                                   : (std::find(allowed.begin(), allowed.end(), inc) != allowed.end() ||
-                                      (inc.find('/') == std::string::npos && inc.find('.') == std::string::npos));
+      const bool ok =
+          m[1] == "\""
+              ? inc.rfind(folder + "/", 0) == 0
+              : (std::find(allowed.begin(), allowed.end(), inc) != allowed.end() ||
+                 (inc.find('/') == std::string::npos && inc.find('.') == std::string::npos));
       EXPECT_TRUE(ok) << fs::relative(p, kRoot).string() << ":" << i + 1 << ": " << lines[i];
     }
   }
@@ -292,18 +307,21 @@ size_t expect_leaf(const std::string& folder, const std::vector<std::string>& al
 }
 
 TEST(Architecture, TheJinjaEngineIsALeafWithoutLibTorch) {
-  EXPECT_GE(expect_leaf("jinja", {"ciuic/error.h", "ciuic/export.h", "nlohmann/json.hpp", "string.h"}), 10u);
+  EXPECT_GE(
+      expect_leaf("jinja", {"ciuic/error.h", "ciuic/export.h", "nlohmann/json.hpp", "string.h"}),
+      10u);
 }
 
 // The report formats are written by the trainer and read by tools (--plot, --watch); they know
 // records and files, not the loop, the devices or the plugins.
 TEST(Architecture, TheReportFormatsAreALeafBelowTheTrainer) {
-  EXPECT_GE(expect_leaf("report", {"ciuic/error.h", "ciuic/export.h", "ciuic/json.h", "ciuic/log.h", "ciuic/checksum.h",
-                                   "nlohmann/json.hpp", "unistd.h"}),
+  EXPECT_GE(expect_leaf("report", {"ciuic/error.h", "ciuic/export.h", "ciuic/json.h", "ciuic/log.h",
+                                   "ciuic/checksum.h", "nlohmann/json.hpp", "unistd.h"}),
             10u);
   // And the loop's folder keeps no report format of its own.
   for (const char* moved : {"metrics.h", "tensorboard.h", "html_report.h"})
-    EXPECT_FALSE(fs::exists(kRoot / "core/src/train" / moved)) << "core/src/train/" << moved << " belongs in core/src/report";
+    EXPECT_FALSE(fs::exists(kRoot / "core/src/train" / moved))
+        << "core/src/train/" << moved << " belongs in core/src/report";
 }
 
 // BLEU, ROUGE-L and percentiles (core/src/score/) are plain C++: the standard library and their own
@@ -318,7 +336,8 @@ TEST(Architecture, TheTextMetricsAreALeafWithoutLibTorch) {
 TEST(Architecture, PlanDoesNotIncludeTrain) {
   const std::regex include_train("^\\s*#\\s*include\\s*[\"<][^\">]*train/");
   for (const fs::path& p : sources(kRoot / "core/src/plan"))
-    for (const auto& l : lines_of(p)) EXPECT_FALSE(std::regex_search(l, include_train)) << p << ": " << l;
+    for (const auto& l : lines_of(p))
+      EXPECT_FALSE(std::regex_search(l, include_train)) << p << ": " << l;
 }
 
 // Issue 27: every JSON text is checked against ciuic/json.h's depth bound before nlohmann builds a
@@ -347,7 +366,9 @@ TEST(Architecture, EveryJsonParseChecksTheDepthFirst) {
     }
   std::string all;
   for (const auto& b : bad) all += b + "\n";
-  EXPECT_TRUE(bad.empty()) << "these files parse JSON without ciuic::check_json_depth (ciuic/json.h):\n" << all;
+  EXPECT_TRUE(bad.empty())
+      << "these files parse JSON without ciuic::check_json_depth (ciuic/json.h):\n"
+      << all;
 }
 
 TEST(Architecture, TheTrainingLoopFitsOnAScreen) {
@@ -389,9 +410,12 @@ TEST(Architecture, PluginsReadTheirOptionsTyped) {
       if (left) continue;
       const auto lines = lines_of(p);
       for (size_t i = 0; i < lines.size(); ++i)
-        if (std::regex_search(lines[i], keyed)) all += rel + ":" + std::to_string(i + 1) + ": " + lines[i] + "\n";
+        if (std::regex_search(lines[i], keyed))
+          all += rel + ":" + std::to_string(i + 1) + ": " + lines[i] + "\n";
     }
-  EXPECT_TRUE(all.empty()) << "string-keyed option reads (declare a ciuic::Option<T> and read cfg.get(option)):\n" << all;
+  EXPECT_TRUE(all.empty())
+      << "string-keyed option reads (declare a ciuic::Option<T> and read cfg.get(option)):\n"
+      << all;
   for (const KeyedReadsLeft& k : kKeyedReadsLeft)
     if (*k.path) EXPECT_TRUE(fs::exists(kRoot / k.path)) << k.path << ": " << k.why;
 }
@@ -407,8 +431,10 @@ TEST(Architecture, TheUmbrellaHeaderIncludesTheWholeSdk) {
     if (std::regex_search(l, m, angled)) included.push_back(m[1]);
   }
   for (const auto& h : included)
-    EXPECT_TRUE(fs::exists(dir / h) || h == "version.h") << "ciuic.h includes <ciuic/" << h << ">, which is no SDK header";
-  EXPECT_NE(std::find(included.begin(), included.end(), "version.h"), included.end()) << "ciuic.h lacks <ciuic/version.h>";
+    EXPECT_TRUE(fs::exists(dir / h) || h == "version.h")
+        << "ciuic.h includes <ciuic/" << h << ">, which is no SDK header";
+  EXPECT_NE(std::find(included.begin(), included.end(), "version.h"), included.end())
+      << "ciuic.h lacks <ciuic/version.h>";
   for (const auto& e : fs::directory_iterator(dir)) {
     const std::string name = e.path().filename().string();
     if (e.path().extension() != ".h" || name == "ciuic.h") continue;

@@ -11,9 +11,9 @@
 #include <ciuic/plugin.h>
 #include <ciuic/version.h>
 
+#include "../support/deep_json.h"
 #include "recipe/recipe.h"
 #include "support.h"
-#include "../support/deep_json.h"
 
 namespace fs = std::filesystem;
 
@@ -48,9 +48,28 @@ const std::string kAllTest =
 TEST(Cli, HelpExplainsOptionsExitCodesAndDocs) {
   Result r = run("--help");
   EXPECT_EQ(r.code, 0) << r.err;
-  for (const char* s : {"--set", "--plugin-path", "--nproc", "--nnodes", "--node-rank", "--master-addr", "--master-port",
-                        "--output-all-ranks", "--resume", "--overwrite", "replaced-<date-time>", "--dry-run", "--print-recipe", "--list-plugins", "--verbose",
-                        "--version", "[train]", "[model.config]", "Exit codes", "130", "docs/recipe.md", "docs/plugins.md"})
+  for (const char* s : {"--set",
+                        "--plugin-path",
+                        "--nproc",
+                        "--nnodes",
+                        "--node-rank",
+                        "--master-addr",
+                        "--master-port",
+                        "--output-all-ranks",
+                        "--resume",
+                        "--overwrite",
+                        "replaced-<date-time>",
+                        "--dry-run",
+                        "--print-recipe",
+                        "--list-plugins",
+                        "--verbose",
+                        "--version",
+                        "[train]",
+                        "[model.config]",
+                        "Exit codes",
+                        "130",
+                        "docs/recipe.md",
+                        "docs/plugins.md"})
     EXPECT_TRUE(has(r.out, s)) << s << "\n" << r.out;
   r = run("--help-recipe");
   EXPECT_EQ(r.code, 0);
@@ -62,17 +81,19 @@ TEST(Cli, Version) {
   EXPECT_EQ(r.code, 0);
   EXPECT_TRUE(has(r.out, "ciuic-run (ciuic) " CIUIC_VERSION "\n")) << r.out;
   EXPECT_TRUE(has(r.out, "LibTorch " TORCH_VERSION "\n")) << r.out;
-  EXPECT_TRUE(has(r.out, std::string("build fingerprint: ") + ciuic::core_build_fingerprint())) << r.out;
+  EXPECT_TRUE(has(r.out, std::string("build fingerprint: ") + ciuic::core_build_fingerprint()))
+      << r.out;
 }
 
 TEST(Cli, MisspelledKeyExitsTwoWithLocationAndSuggestion) {
-  const std::string recipe = write_recipe(test_dir(), "[train]\nmax_steps = 2\nseqlen = 64\n[data]\nplugin = \"test\"\n");
+  const std::string recipe =
+      write_recipe(test_dir(), "[train]\nmax_steps = 2\nseqlen = 64\n[data]\nplugin = \"test\"\n");
   Result r = run(recipe);
   EXPECT_EQ(r.code, 2);
   // The plugin choice that cannot be resolved (no test plugins on the path) is in the same report.
   EXPECT_TRUE(has(r.err, "ciuic-run: error: recipe " + recipe + " has 2 errors:\n" + recipe +
-                             ":3:1: unknown key 'seqlen' in [train]; did you mean 'seq_len'?\n" + recipe +
-                             ":5:10: unknown data plugin 'test'"))
+                             ":3:1: unknown key 'seqlen' in [train]; did you mean 'seq_len'?\n" +
+                             recipe + ":5:10: unknown data plugin 'test'"))
       << r.err;
   EXPECT_EQ(r.out, "");
 }
@@ -86,7 +107,9 @@ TEST(Cli, UsageErrorsExitTwo) {
   EXPECT_TRUE(has(r.err, "no recipe given")) << r.err;
   r = run("/nonexistent/recipe.toml");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "ciuic-run: error: cannot read recipe /nonexistent/recipe.toml: No such file or directory\n");
+  EXPECT_EQ(
+      r.err,
+      "ciuic-run: error: cannot read recipe /nonexistent/recipe.toml: No such file or directory\n");
   r = run("x.toml --nproc 0");
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "--nproc must be >= 1")) << r.err;
@@ -100,7 +123,8 @@ TEST(Cli, ListPluginsListsEveryPluginOfTheBuild) {
   if (fs::exists(CIUIC_PLUGIN_DIR)) {
     for (const auto& e : fs::directory_iterator(CIUIC_PLUGIN_DIR)) {
       std::string f = e.path().filename().string();
-      if (f.rfind("libciuic_", 0) != 0 || f.size() < 12 || f.substr(f.size() - 3) != ".so") continue;
+      if (f.rfind("libciuic_", 0) != 0 || f.size() < 12 || f.substr(f.size() - 3) != ".so")
+        continue;
       std::string rest = f.substr(9, f.size() - 12);
       size_t us = rest.find('_');
       std::string slot = rest.substr(0, us), name = rest.substr(us + 1);
@@ -127,7 +151,8 @@ TEST(Cli, ListPluginsListsEveryPluginOfTheBuild) {
 }
 
 TEST(Cli, ListPluginsVerboseIsTheOptionsReference) {
-  Result r = run("--list-plugins --verbose --plugin-path " + kGood + " --plugin-path " + CIUIC_TEST_PLUGINS + "/bad");
+  Result r = run("--list-plugins --verbose --plugin-path " + kGood + " --plugin-path " +
+                 CIUIC_TEST_PLUGINS + "/bad");
   EXPECT_EQ(r.code, 0);
   EXPECT_TRUE(has(r.out, "    data source for tests\n")) << r.out;
   EXPECT_TRUE(has(r.out, "buffer = 4")) << r.out;
@@ -137,20 +162,23 @@ TEST(Cli, ListPluginsVerboseIsTheOptionsReference) {
   EXPECT_TRUE(has(r.out, "one of \"fast\", \"slow\"")) << r.out;
   EXPECT_TRUE(has(r.out, "search path")) << r.out;
   // Refusals are warnings on stderr, not failures.
-  EXPECT_TRUE(has(r.err, "ciuic-run: warning: refused " + CIUIC_TEST_PLUGINS + "/bad/libciuic_data_oldapi.so: plugin API "
-                         "version mismatch"))
+  EXPECT_TRUE(has(r.err, "ciuic-run: warning: refused " + CIUIC_TEST_PLUGINS +
+                             "/bad/libciuic_data_oldapi.so: plugin API "
+                             "version mismatch"))
       << r.err;
   // A library exporting plain functions as entry points is refused, not called through (it used
   // to crash every command with SIGSEGV).
-  EXPECT_TRUE(has(r.err, "ciuic-run: warning: refused " + CIUIC_TEST_PLUGINS + "/bad/libciuic_data_plainfn.so: not a "
-                         "ciuic plugin: entry symbol 'ciuic_plugin_info' is a function of "))
+  EXPECT_TRUE(has(r.err, "ciuic-run: warning: refused " + CIUIC_TEST_PLUGINS +
+                             "/bad/libciuic_data_plainfn.so: not a "
+                             "ciuic plugin: entry symbol 'ciuic_plugin_info' is a function of "))
       << r.err;
 }
 
 TEST(Cli, PrintRecipeShowsTheResolvedRecipe) {
   const fs::path d = test_dir();
   const std::string recipe = write_recipe(d, kAllTest);
-  Result r = run(recipe + " --plugin-path " + kGood + " --print-recipe --set train.seq_len=64 --nproc 1");
+  Result r =
+      run(recipe + " --plugin-path " + kGood + " --print-recipe --set train.seq_len=64 --nproc 1");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "seq_len = 64")) << r.out;
   EXPECT_TRUE(has(r.out, "nproc_per_node = 1")) << r.out;
@@ -174,12 +202,14 @@ TEST(Cli, DryRunCreatesEveryPlugin) {
   // [run] plugin_paths, relative to the recipe's folder, instead of --plugin-path.
   const fs::path dir = fs::path(recipe).parent_path();
   const std::string rel = fs::relative(kGood, dir).string();
-  ciuic_test::write_file(dir / "paths.toml", "include = [\"recipe.toml\"]\n[run]\nplugin_paths = [\"" + rel + "\"]\n");
+  ciuic_test::write_file(dir / "paths.toml",
+                         "include = [\"recipe.toml\"]\n[run]\nplugin_paths = [\"" + rel + "\"]\n");
   r = run((dir / "paths.toml").string() + " --dry-run");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, kGood + "/libciuic_data_test.so")) << r.out;
   // The deprecated [offload] section still chooses the optimizer, with a warning.
-  r = run(recipe + " --plugin-path " + kGood + " --dry-run --set 'offload.plugin=\"test\"' --set 'optimizer.plugin=\"test\"'");
+  r = run(recipe + " --plugin-path " + kGood +
+          " --dry-run --set 'offload.plugin=\"test\"' --set 'optimizer.plugin=\"test\"'");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "[offload] and [optimizer] both choose a plugin")) << r.err;
 }
@@ -192,24 +222,34 @@ TEST(Cli, DryRunReadsEveryModelFamily) {
   const std::string recipe = write_recipe(dir, kAllTest);
   const std::string base = recipe + " --plugin-path " + kGood + " --dry-run --set model.path=";
   const std::string fam = CIUIC_SOURCE_DIR + "/tests/fixtures/model/families/";
-  for (const auto& [name, count] : std::vector<std::pair<std::string, std::string>>{
-           {"mistral", "23712"}, {"qwen2", "19744"}, {"qwen3", "26832"}, {"gemma3", "27600"}, {"llama_pad", "23712"}}) {
+  for (const auto& [name, count] :
+       std::vector<std::pair<std::string, std::string>>{{"mistral", "23712"},
+                                                        {"qwen2", "19744"},
+                                                        {"qwen3", "26832"},
+                                                        {"gemma3", "27600"},
+                                                        {"llama_pad", "23712"}}) {
     Result r = run(base + fam + name);
     EXPECT_EQ(r.code, 0) << name << ": " << r.err;
     EXPECT_TRUE(has(r.out, ", " + count + " parameters\n")) << name << ": " << r.out;
   }
   const fs::path bad = dir / "gemma-softcap";
   fs::create_directories(bad);
-  std::ofstream(bad / "config.json") << R"({"model_type": "gemma3_text", "final_logit_softcapping": 30.0})";
+  std::ofstream(bad / "config.json")
+      << R"({"model_type": "gemma3_text", "final_logit_softcapping": 30.0})";
   Result r = run(base + bad.string());
   EXPECT_EQ(r.code, 1) << r.err;
-  EXPECT_TRUE(has(r.err, (bad / "config.json").string() + ": key `final_logit_softcapping`: logit soft-capping is "
-                                                             "not supported (expected null, found 30.0)")) << r.err;
+  EXPECT_TRUE(has(r.err, (bad / "config.json").string() +
+                             ": key `final_logit_softcapping`: logit soft-capping is "
+                             "not supported (expected null, found 30.0)"))
+      << r.err;
   std::ofstream(bad / "config.json") << R"({"model_type": "falcon"})";
   r = run(base + bad.string());
   EXPECT_EQ(r.code, 1) << r.err;
-  EXPECT_TRUE(has(r.err, "model type \"falcon\" is not supported (supported: \"llama\", \"mistral\", \"qwen2\", "
-                         "\"qwen3\", \"gemma3_text\")")) << r.err;
+  EXPECT_TRUE(
+      has(r.err,
+          "model type \"falcon\" is not supported (supported: \"llama\", \"mistral\", \"qwen2\", "
+          "\"qwen3\", \"gemma3_text\")"))
+      << r.err;
 }
 
 // --dry-run is a preflight (issue 16 item 7): besides creating every plugin it reads the model's
@@ -221,7 +261,8 @@ TEST(Cli, DryRunOpensEveryInput) {
   const std::string base = recipe + " --plugin-path " + kGood + " --dry-run";
   Result r = run(base + " --set data.path=open-boom");
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "plugin data/test (" + kGood + "/libciuic_data_test.so): open-boom: cannot read this input"))
+  EXPECT_TRUE(has(r.err, "plugin data/test (" + kGood +
+                             "/libciuic_data_test.so): open-boom: cannot read this input"))
       << r.err;
   r = run(base + " --set model.path=/nonexistent/model");
   EXPECT_NE(r.code, 0);
@@ -255,11 +296,13 @@ TEST(Cli, MissingInputShowsTheRecipesSetup) {
   Result r = run(tiny + " --dry-run --set 'data.sources=[\"/nonexistent/train.jsonl\"]'");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "no such file: /nonexistent/train.jsonl\n")) << r.err;
-  EXPECT_TRUE(has(r.err, "hint: this recipe's inputs are made by: python3 examples/demo/gen_demo_data.py "
-                         "runs/demo-data (make demo runs it first) ([run] setup)\n"))
+  EXPECT_TRUE(has(r.err,
+                  "hint: this recipe's inputs are made by: python3 examples/demo/gen_demo_data.py "
+                  "runs/demo-data (make demo runs it first) ([run] setup)\n"))
       << r.err;
   // Other errors of the data plugin do not get it; nor does a recipe without [run] setup.
-  r = run(tiny + " --dry-run --set 'data.sources=[\"/nonexistent/train.jsonl\"]' --set 'run.setup=\"\"'");
+  r = run(tiny +
+          " --dry-run --set 'data.sources=[\"/nonexistent/train.jsonl\"]' --set 'run.setup=\"\"'");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_FALSE(has(r.err, "hint:")) << r.err;
   r = run(tiny + " --dry-run --set 'data.sources=[\"/tmp\"]'");
@@ -301,8 +344,9 @@ TEST(Cli, PluginErrorsExitTwo) {
   // The factory refuses its options.
   Result r = run(recipe + " --plugin-path " + kGood + " --dry-run --set comm.fail_on_create=true");
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "ciuic-run: error: plugin comm/test (" + kGood +
-                       "/libciuic_comm_test.so): --set: [comm] fail_on_create = true: asked to fail\n");
+  EXPECT_EQ(r.err,
+            "ciuic-run: error: plugin comm/test (" + kGood +
+                "/libciuic_comm_test.so): --set: [comm] fail_on_create = true: asked to fail\n");
   // Options checked against the plugin's schema, all slots at once.
   r = run(recipe + " --plugin-path " + kGood + " --set data.buffer=0 --set precision.plugin=fp99");
   EXPECT_EQ(r.code, 2);
@@ -312,8 +356,10 @@ TEST(Cli, PluginErrorsExitTwo) {
   const size_t list = r.err.find("available precision plugins: ");
   EXPECT_NE(list, std::string::npos) << r.err;
   EXPECT_NE(r.err.find("test (searched: ", list), std::string::npos) << r.err;
-  EXPECT_TRUE(has(r.err, "--set data.buffer=0: [data] (plugin test) buffer: 0 is out of range: expected an integer in "
-                         "[1, 64]"))
+  EXPECT_TRUE(has(
+      r.err,
+      "--set data.buffer=0: [data] (plugin test) buffer: 0 is out of range: expected an integer in "
+      "[1, 64]"))
       << r.err;
   // Without --plugin-path the test plugins are not found.
   r = run(recipe + " --dry-run");
@@ -326,30 +372,37 @@ TEST(Cli, PluginErrorsExitTwo) {
 TEST(Cli, DataPluginOpenErrorsNameThePlugin) {
   const fs::path dir = test_dir();
   const std::string recipe = write_recipe(
-      dir, "[run]\nname = \"cli-open\"\noutput_dir = \"" + (dir / "out").string() + "\"\n"
-           "[model.config]\nhidden_size = 32\nintermediate_size = 64\nnum_hidden_layers = 1\n"
-           "num_attention_heads = 4\nnum_key_value_heads = 2\nvocab_size = 64\n"
-           "max_position_embeddings = 64\n"
-           "[train]\nmicro_batch_size = 1\nseq_len = 16\nmax_steps = 1\n"
-           "[data]\nplugin = \"test\"\npath = \"open-boom\"\n");
+      dir, "[run]\nname = \"cli-open\"\noutput_dir = \"" + (dir / "out").string() +
+               "\"\n"
+               "[model.config]\nhidden_size = 32\nintermediate_size = 64\nnum_hidden_layers = 1\n"
+               "num_attention_heads = 4\nnum_key_value_heads = 2\nvocab_size = 64\n"
+               "max_position_embeddings = 64\n"
+               "[train]\nmicro_batch_size = 1\nseq_len = 16\nmax_steps = 1\n"
+               "[data]\nplugin = \"test\"\npath = \"open-boom\"\n");
   const Result r = run(recipe + " --plugin-path " + kGood + " --nproc 1");
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "plugin data/test (" + kGood + "/libciuic_data_test.so): open-boom: cannot read this input"))
+  EXPECT_TRUE(has(r.err, "plugin data/test (" + kGood +
+                             "/libciuic_data_test.so): open-boom: cannot read this input"))
       << r.err;
 }
 
 TEST(Cli, FromDeepSpeedWritesAnEquivalentRecipe) {
-  const std::string seed = CIUIC_SOURCE_DIR + "/tests/fixtures/deepspeed/ds_config_4xa100_seed.json";
+  const std::string seed =
+      CIUIC_SOURCE_DIR + "/tests/fixtures/deepspeed/ds_config_4xa100_seed.json";
   const fs::path out = test_dir() / "from_ds.toml";
   fs::remove(out);
-  Result r = run("--from-deepspeed " + seed + " --nproc 4 --set train.micro_batch_size=2 -o " + out.string());
+  Result r = run("--from-deepspeed " + seed + " --nproc 4 --set train.micro_batch_size=2 -o " +
+                 out.string());
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_TRUE(has(r.err, "ciuic-run: ignored: zero_optimization.allgather_bucket_size: ciuic all-gathers")) << r.err;
+  EXPECT_TRUE(
+      has(r.err, "ciuic-run: ignored: zero_optimization.allgather_bucket_size: ciuic all-gathers"))
+      << r.err;
   EXPECT_TRUE(has(r.err, "placeholders to edit (or give with --set): ")) << r.err;
   EXPECT_TRUE(has(r.err, "ciuic-run: wrote " + out.string())) << r.err;
   const std::string text = ciuic_test::slurp(out.string());
-  for (const char* s : {"[sharding]\nplugin = \"zero2\"", "warmup_max_lr = 3e-5", "nproc_per_node = 4", "micro_batch_size = 2",
-                        "#   zero_optimization.reduce_scatter: "})
+  for (const char* s :
+       {"[sharding]\nplugin = \"zero2\"", "warmup_max_lr = 3e-5", "nproc_per_node = 4",
+        "micro_batch_size = 2", "#   zero_optimization.reduce_scatter: "})
     EXPECT_TRUE(has(text, s)) << s << "\n" << text;
   // Without -o the recipe goes to stdout.
   r = run("--from-deepspeed " + seed);
@@ -357,21 +410,28 @@ TEST(Cli, FromDeepSpeedWritesAnEquivalentRecipe) {
   EXPECT_TRUE(has(r.out, "# Imported from " + seed)) << r.out;
   // Refusals, "auto" and a missing file exit 2.
   const fs::path z3 = test_dir() / "z3.json";
-  std::ofstream(z3) << R"({"zero_optimization": {"stage": 3}, "fp16": {"enabled": true, "loss_scale": "auto"}})";
+  std::ofstream(z3)
+      << R"({"zero_optimization": {"stage": 3}, "fp16": {"enabled": true, "loss_scale": "auto"}})";
   r = run("--from-deepspeed " + z3.string());
   EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(has(r.err, "fp16.loss_scale = \"auto\": give it with --set precision.loss_scale=<value>")) << r.err;
+  EXPECT_TRUE(
+      has(r.err, "fp16.loss_scale = \"auto\": give it with --set precision.loss_scale=<value>"))
+      << r.err;
   r = run("--from-deepspeed " + z3.string() + " --set precision.loss_scale=0");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "[sharding]\nplugin = \"zero3\"")) << r.out;
   const fs::path nvme = test_dir() / "z3-nvme.json";
-  std::ofstream(nvme) << R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})";
+  std::ofstream(nvme)
+      << R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})";
   r = run("--from-deepspeed " + nvme.string());
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "offload_param.device = \"nvme\"")) << r.err;
   r = run("--from-deepspeed /nonexistent/ds.json");
   EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(has(r.err, "--from-deepspeed /nonexistent/ds.json: no such file (expected a DeepSpeed config JSON file)")) << r.err;
+  EXPECT_TRUE(has(r.err,
+                  "--from-deepspeed /nonexistent/ds.json: no such file (expected a DeepSpeed "
+                  "config JSON file)"))
+      << r.err;
   r = run("recipe.toml -o x.toml");
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "-o/--output goes with --from-deepspeed")) << r.err;
@@ -385,19 +445,24 @@ TEST(Cli, FromLlamaFactoryWritesARecipeAndItsData) {
   fs::create_directories(d / "data");
   std::ofstream(d / "data/dataset_info.json") << R"({"demo": {"file_name": "demo.json"}})";
   std::ofstream(d / "data/demo.json") << R"([{"instruction": "2+2?", "input": "", "output": "4"}])";
-  std::ofstream(d / "train.yaml") << "model_name_or_path: " << (d / "data").string() << "\nstage: sft\nfinetuning_type: full\n"
-                                  << "dataset: demo\ndataset_dir: " << (d / "data").string() << "\ntemplate: deepseek\n"
-                                  << "per_device_train_batch_size: 1\nnum_train_epochs: 2\nbf16: true\n";
-  Result r = run("--from-llamafactory " + (d / "train.yaml").string() + " -o " + (d / "recipe.toml").string());
+  std::ofstream(d / "train.yaml")
+      << "model_name_or_path: " << (d / "data").string() << "\nstage: sft\nfinetuning_type: full\n"
+      << "dataset: demo\ndataset_dir: " << (d / "data").string() << "\ntemplate: deepseek\n"
+      << "per_device_train_batch_size: 1\nnum_train_epochs: 2\nbf16: true\n";
+  Result r = run("--from-llamafactory " + (d / "train.yaml").string() + " -o " +
+                 (d / "recipe.toml").string());
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_TRUE(has(r.err, "ciuic-run: note: dataset demo: 1 records -> " + (d / "recipe-data/01-demo.jsonl").string())) << r.err;
+  EXPECT_TRUE(has(r.err, "ciuic-run: note: dataset demo: 1 records -> " +
+                             (d / "recipe-data/01-demo.jsonl").string()))
+      << r.err;
   const std::string text = ciuic_test::slurp((d / "recipe.toml").string());
   for (const char* s : {"chat_template = \"deepseek\"", "max_steps = 2 ", "plugin = \"bf16\""})
     EXPECT_TRUE(has(text, s)) << s << "\n" << text;
   EXPECT_TRUE(fs::exists(d / "recipe-data/01-demo.jsonl"));
   std::ofstream(d / "lora.yaml") << "model_name_or_path: x\ndataset: demo\ndataset_dir: "
                                  << (d / "data").string() << "\n";
-  r = run("--from-llamafactory " + (d / "lora.yaml").string() + " -o " + (d / "lora.toml").string());
+  r = run("--from-llamafactory " + (d / "lora.yaml").string() + " -o " +
+          (d / "lora.toml").string());
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "finetuning_type: lora (LLaMA-Factory's default): LoRA")) << r.err;
   EXPECT_FALSE(fs::exists(d / "lora.toml"));
@@ -421,7 +486,9 @@ TEST(Cli, HostileTextIsShownNotSent) {
   Result r = run("--from-deepspeed " + ds.string() + " -o " + out.string());
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(raw_control(r.err)) << r.err;
-  EXPECT_TRUE(has(r.err, "ciuic-run: ignored: comms_logger\\x0a[run]\\x0aplugin_paths = [\"evilplugins\"] #: ")) << r.err;
+  EXPECT_TRUE(has(
+      r.err, "ciuic-run: ignored: comms_logger\\x0a[run]\\x0aplugin_paths = [\"evilplugins\"] #: "))
+      << r.err;
   EXPECT_TRUE(has(r.err, "ciuic-run: ignored: \\x1b]0;owned\\x07\\x1b[2J: ")) << r.err;
   EXPECT_TRUE(has(r.err, "ciuic-run: ignored: nul\\x00after: ")) << r.err;
   const std::string text = ciuic_test::slurp(out.string());
@@ -432,8 +499,9 @@ TEST(Cli, HostileTextIsShownNotSent) {
   EXPECT_FALSE(has(r.out, "evilplugins")) << r.out;
   EXPECT_TRUE(has(r.out, "plugin_paths = []")) << r.out << r.err;
   // A recipe error quoting a key with ESC and NUL shows them; the rest of the message follows.
-  const std::string recipe =
-      write_recipe(dir, "[train]\nmax_steps = 2\n\"a\\u001b[2Jb\\u0000c\" = 1\n[data]\nplugin = \"synthetic\"\n");
+  const std::string recipe = write_recipe(
+      dir,
+      "[train]\nmax_steps = 2\n\"a\\u001b[2Jb\\u0000c\" = 1\n[data]\nplugin = \"synthetic\"\n");
   r = run(recipe);
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_FALSE(raw_control(r.err)) << r.err;
@@ -447,16 +515,22 @@ TEST(Cli, DeepCheckpointJsonIsRefused) {
   const fs::path ckpt = dir / "deep_ckpt" / "step_00000001";
   fs::create_directories(ckpt);
   const fs::path out = dir / "deep_ckpt_hf";
-  std::ofstream(ckpt / "manifest.json") << "{\"format\": \"ciuic-checkpoint\", \"version\": 1, \"x\": "
-                                        << ciuic_test::nested_arrays(ciuic_test::kDeep) << "}";
+  std::ofstream(ckpt / "manifest.json")
+      << "{\"format\": \"ciuic-checkpoint\", \"version\": 1, \"x\": "
+      << ciuic_test::nested_arrays(ciuic_test::kDeep) << "}";
   Result r = run("--export-hf " + ckpt.string() + " " + out.string());
   EXPECT_EQ(r.code, 1) << r.err;
-  EXPECT_TRUE(has(r.err, (ckpt / "manifest.json").string() + ": JSON nested deeper than 128 levels")) << r.err;
-  std::ofstream(ckpt / "manifest.json") << "{\"format\": \"ciuic-checkpoint\", \"version\": 1, \"files\": {}}";
-  std::ofstream(ckpt / "trainer.json") << "{\"step\": 1, \"x\": " << ciuic_test::nested_objects(ciuic_test::kDeep) << "}";
+  EXPECT_TRUE(
+      has(r.err, (ckpt / "manifest.json").string() + ": JSON nested deeper than 128 levels"))
+      << r.err;
+  std::ofstream(ckpt / "manifest.json")
+      << "{\"format\": \"ciuic-checkpoint\", \"version\": 1, \"files\": {}}";
+  std::ofstream(ckpt / "trainer.json")
+      << "{\"step\": 1, \"x\": " << ciuic_test::nested_objects(ciuic_test::kDeep) << "}";
   r = run("--export-hf " + ckpt.string() + " " + out.string());
   EXPECT_EQ(r.code, 1) << r.err;
-  EXPECT_TRUE(has(r.err, (ckpt / "trainer.json").string() + ": JSON nested deeper than 128 levels")) << r.err;
+  EXPECT_TRUE(has(r.err, (ckpt / "trainer.json").string() + ": JSON nested deeper than 128 levels"))
+      << r.err;
 }
 
 // The small hostile inputs of issue 27 (finding 7): each gets a message saying what it is and the
@@ -464,24 +538,34 @@ TEST(Cli, DeepCheckpointJsonIsRefused) {
 TEST(Cli, PlotOnAMistypedRecordNamesFileAndLine) {
   const fs::path dir = test_dir() / "plot_mistyped";
   fs::create_directories(dir);
-  std::ofstream(dir / "metrics.jsonl") << "{\"step\": 1, \"loss\": 3.0}\n{\"step\": 2, \"event\": 7}\n";
+  std::ofstream(dir / "metrics.jsonl")
+      << "{\"step\": 1, \"loss\": 3.0}\n{\"step\": 2, \"event\": 7}\n";
   Result r = run("--plot " + dir.string());
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_TRUE(has(r.err, (dir / "metrics.jsonl").string() + ":2: \"event\" is a number, expected a string")) << r.err;
+  EXPECT_TRUE(
+      has(r.err, (dir / "metrics.jsonl").string() + ":2: \"event\" is a number, expected a string"))
+      << r.err;
   EXPECT_FALSE(has(r.err, "json.exception")) << r.err;
 }
 
 TEST(Cli, ExportHfTokenizerThatIsNotAFileSaysWhatItIs) {
   const fs::path dir = test_dir();
-  Result r = run("--export-hf /nonexistent/ckpt " + (dir / "hf_out").string() + " --tokenizer /dev/zero");
+  Result r =
+      run("--export-hf /nonexistent/ckpt " + (dir / "hf_out").string() + " --tokenizer /dev/zero");
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "--tokenizer /dev/zero: not a regular file (a device): expected a tokenizer.json file")) << r.err;
-  r = run("--export-hf /nonexistent/ckpt " + (dir / "hf_out").string() + " --tokenizer " + dir.string());
-  EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "--tokenizer " + dir.string() + ": a folder, not a tokenizer.json file (and not a "
-                         "tokenizer folder: it holds no tokenizer.json)"))
+  EXPECT_TRUE(
+      has(r.err,
+          "--tokenizer /dev/zero: not a regular file (a device): expected a tokenizer.json file"))
       << r.err;
-  r = run("--export-hf /nonexistent/ckpt " + (dir / "hf_out").string() + " --tokenizer /nonexistent/t.json");
+  r = run("--export-hf /nonexistent/ckpt " + (dir / "hf_out").string() + " --tokenizer " +
+          dir.string());
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "--tokenizer " + dir.string() +
+                             ": a folder, not a tokenizer.json file (and not a "
+                             "tokenizer folder: it holds no tokenizer.json)"))
+      << r.err;
+  r = run("--export-hf /nonexistent/ckpt " + (dir / "hf_out").string() +
+          " --tokenizer /nonexistent/t.json");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "--tokenizer /nonexistent/t.json: no such file")) << r.err;
 }
@@ -492,14 +576,18 @@ TEST(Cli, DryRunChecksTheExactMatchFile) {
   const std::string tok = CIUIC_SOURCE_DIR + "/examples/demo/tokenizer.json";
   const fs::path dir = test_dir();
   const std::string recipe = write_recipe(dir, kAllTest);
-  const std::string base = recipe + " --plugin-path " + kGood + " --dry-run --set model.tokenizer=" + tok;
+  const std::string base =
+      recipe + " --plugin-path " + kGood + " --dry-run --set model.tokenizer=" + tok;
   Result r = run(base + " --set train.exact_match_file=/dev/zero");
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "[train] exact_match_file: cannot read held-out questions ([train] exact_match_file) "
-                         "/dev/zero: not a regular file"))
+  EXPECT_TRUE(
+      has(r.err,
+          "[train] exact_match_file: cannot read held-out questions ([train] exact_match_file) "
+          "/dev/zero: not a regular file"))
       << r.err;
   const fs::path q = dir / "questions.jsonl";
-  std::ofstream(q) << "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}], \"answer\": \"4\"}\n";
+  std::ofstream(q)
+      << "{\"messages\": [{\"role\": \"user\", \"content\": \"2+2?\"}], \"answer\": \"4\"}\n";
   r = run(base + " --set train.exact_match_file=" + q.string());
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "  exact match " + q.string() + ", 1 question(s)\n")) << r.out;
@@ -511,8 +599,10 @@ TEST(Cli, DryRunChecksTheEvalMetrics) {
   const std::string base = write_recipe(dir, kAllTest) + " --plugin-path " + kGood + " --dry-run";
   Result r = run(base + " --set 'train.eval_metrics=[\"bleu\", \"blue\"]'");
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "[train] eval_metrics: \"blue\" is not a metric: expected exact_match, bleu, rouge_l or "
-                         "response_time; did you mean \"bleu\"?"))
+  EXPECT_TRUE(
+      has(r.err,
+          "[train] eval_metrics: \"blue\" is not a metric: expected exact_match, bleu, rouge_l or "
+          "response_time; did you mean \"bleu\"?"))
       << r.err;
   r = run(base + " --set train.bleu_tokenize=intl");
   EXPECT_EQ(r.code, 2) << r.err;
@@ -520,7 +610,9 @@ TEST(Cli, DryRunChecksTheEvalMetrics) {
   r = run(base + " --set train.rouge_use_stemmer=yes");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_TRUE(has(r.err, "rouge_use_stemmer")) << r.err;
-  r = run(base + " --set 'train.eval_metrics=[\"rouge_l\"]' --set train.bleu_tokenize=zh --set train.rouge_use_stemmer=true");
+  r = run(base +
+          " --set 'train.eval_metrics=[\"rouge_l\"]' --set train.bleu_tokenize=zh --set "
+          "train.rouge_use_stemmer=true");
   EXPECT_EQ(r.code, 0) << r.err;
 }
 
@@ -532,12 +624,15 @@ TEST(Cli, PrintRecipeLoadsOnlyThePluginsItNames) {
   const std::string recipe = write_recipe(dir, kAllTest);
   const fs::path marker = dir / "marker.txt";
   const fs::path io = fs::path(CIUIC_TEST_TMP) / "cli" / "io";
-  const std::string cmd = "env CIUIC_TEST_MARKER=" + marker.string() + " " + kExe + " " + recipe + " --plugin-path " +
-                          kGood + " --plugin-path " + CIUIC_TEST_PLUGINS + "/marker --print-recipe";
+  const std::string cmd = "env CIUIC_TEST_MARKER=" + marker.string() + " " + kExe + " " + recipe +
+                          " --plugin-path " + kGood + " --plugin-path " + CIUIC_TEST_PLUGINS +
+                          "/marker --print-recipe";
   Result r = ciuic_test::run_command(cmd, io);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(fs::exists(marker)) << ciuic_test::slurp(marker.string());
-  EXPECT_TRUE(has(r.err, CIUIC_TEST_PLUGINS + "/marker/libciuic_data_notaplugin.so is not loaded: not a ciuic plugin"))
+  EXPECT_TRUE(has(
+      r.err,
+      CIUIC_TEST_PLUGINS + "/marker/libciuic_data_notaplugin.so is not loaded: not a ciuic plugin"))
       << r.err;
   r = ciuic_test::run_command(cmd + " --set 'precision.plugin=\"marker\"'", io);
   EXPECT_EQ(r.code, 0) << r.err;
@@ -547,7 +642,8 @@ TEST(Cli, PrintRecipeLoadsOnlyThePluginsItNames) {
 TEST(Cli, PlotWritesTheRunReport) {
   const fs::path dir = test_dir() / "plot_run";
   fs::create_directories(dir);
-  std::ofstream(dir / "metrics.jsonl") << "{\"step\": 1, \"loss\": 3.0, \"lr\": 1e-4}\n{\"step\": 2, \"loss\": 2.5, \"lr\": 1e-4}\n";
+  std::ofstream(dir / "metrics.jsonl")
+      << "{\"step\": 1, \"loss\": 3.0, \"lr\": 1e-4}\n{\"step\": 2, \"loss\": 2.5, \"lr\": 1e-4}\n";
   Result r = run("--plot " + dir.string());
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, (dir / "report.html").string() + "\n");
@@ -556,7 +652,6 @@ TEST(Cli, PlotWritesTheRunReport) {
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(has(r.err, "no metrics file at")) << r.err;
 }
-
 
 // Paths the file system refuses (uncaught std::filesystem_error from fs::exists and co. before):
 // a 300-character name (ENAMETOOLONG) and a path through a regular file (ENOTDIR), given as the
@@ -579,18 +674,26 @@ void expect_refused_paths(const fs::path& dir, const std::string& bad, const std
   };
   const std::vector<Case> cases = {
       {bad, "cannot read recipe " + bad + ": ", 2, system_text},
-      {base + " --set run.output_dir=" + bad, "error: [run] output_dir " + bad + " cannot be created: ", 2, reason},
-      {base + " --set checkpoint.dir=" + bad, "error: [checkpoint] dir " + bad + " cannot be created: ", 2, reason},
+      {base + " --set run.output_dir=" + bad,
+       "error: [run] output_dir " + bad + " cannot be created: ", 2, reason},
+      {base + " --set checkpoint.dir=" + bad,
+       "error: [checkpoint] dir " + bad + " cannot be created: ", 2, reason},
       {base + " --dry-run --set model.path=" + bad,
-       "error: " + bad + "/config.json: cannot open the model config (expected an HF config.json): ", 1, reason},
-      {base + " --dry-run --set model.tokenizer=" + bad, "error: cannot read tokenizer file '" + bad + "': ", 1, reason},
-      {base + " --dry-run --resume " + bad, "error: --resume " + bad + ": no such checkpoint folder (", 2, reason},
+       "error: " + bad +
+           "/config.json: cannot open the model config (expected an HF config.json): ",
+       1, reason},
+      {base + " --dry-run --set model.tokenizer=" + bad,
+       "error: cannot read tokenizer file '" + bad + "': ", 1, reason},
+      {base + " --dry-run --resume " + bad,
+       "error: --resume " + bad + ": no such checkpoint folder (", 2, reason},
       {"--from-deepspeed " + bad, "error: --from-deepspeed " + bad + ": ", 2, reason},
       {"--from-axolotl " + bad, "error: --from-axolotl " + bad + ": ", 2, reason},
-      {"--from-deepspeed " + ds + " -o " + bad + "/r.toml", "error: -o " + bad + "/r.toml cannot be written: ", 2, reason},
-      {"--export-hf " + bad + " " + (dir / "out").string(), "error: --export-hf " + bad + ": no such checkpoint folder (", 2,
-       reason},
-      {"--export-hf " + dir.string() + " " + bad, "error: --export-hf OUT " + bad + " cannot be written: ", 2, reason},
+      {"--from-deepspeed " + ds + " -o " + bad + "/r.toml",
+       "error: -o " + bad + "/r.toml cannot be written: ", 2, reason},
+      {"--export-hf " + bad + " " + (dir / "out").string(),
+       "error: --export-hf " + bad + ": no such checkpoint folder (", 2, reason},
+      {"--export-hf " + dir.string() + " " + bad,
+       "error: --export-hf OUT " + bad + " cannot be written: ", 2, reason},
   };
   for (const Case& c : cases) {
     Result r = run(c.args);
@@ -610,12 +713,13 @@ void expect_refused_paths(const fs::path& dir, const std::string& bad, const std
 TEST(Cli, TooLongPathNamesAreNamedWithTheReason) {
   const fs::path dir = test_dir();
   ciuic_test::write_file(dir / "file", "x\n");
-  expect_refused_paths(dir, (dir / std::string(300, 'a') / "x").string(), "File name too long", "File name too long");
+  expect_refused_paths(dir, (dir / std::string(300, 'a') / "x").string(), "File name too long",
+                       "File name too long");
 }
 
 TEST(Cli, PathsThroughAFileAreNamedWithTheReason) {
   const fs::path dir = test_dir();
   ciuic_test::write_file(dir / "file", "x\n");
-  expect_refused_paths(dir, (dir / "file" / "x").string(), (dir / "file").string() + " is a file, not a folder",
-                       "Not a directory");
+  expect_refused_paths(dir, (dir / "file" / "x").string(),
+                       (dir / "file").string() + " is a file, not a folder", "Not a directory");
 }

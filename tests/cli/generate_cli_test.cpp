@@ -14,8 +14,8 @@
 
 namespace {
 
-using nlohmann::json;
 using ciuic::testing::PtyChild;
+using nlohmann::json;
 
 const std::string kExe = std::string(CIUIC_BIN_DIR) + "/ciuic-run";
 const std::string kModel = std::string(CIUIC_FIXTURES_DIR) + "/generate/chat_model";
@@ -48,8 +48,10 @@ std::vector<json> lines_of(const std::string& path) {
 TEST(GenerateCli, RawAndChatPromptsGiveTransformersIds) {
   const json m = cli_meta();
   const std::string prompts = tmp("prompts.jsonl"), out = tmp("out.jsonl");
-  std::ofstream(prompts) << "{\"prompt\": \"Hello there\"}\n\n{\"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}\n";
-  const PtyChild c = run({"--generate", kModel, "--prompts", prompts, "--out", out, "--max-new-tokens", "8"});
+  std::ofstream(prompts) << "{\"prompt\": \"Hello there\"}\n\n{\"messages\": [{\"role\": \"user\", "
+                            "\"content\": \"Hi\"}]}\n";
+  const PtyChild c =
+      run({"--generate", kModel, "--prompts", prompts, "--out", out, "--max-new-tokens", "8"});
   ASSERT_EQ(c.code(), 0) << c.out();
   EXPECT_NE(c.out().find("generate: 2/2 prompts, 16 tokens"), std::string::npos) << c.out();
   const auto rows = lines_of(out);
@@ -59,9 +61,11 @@ TEST(GenerateCli, RawAndChatPromptsGiveTransformersIds) {
   EXPECT_EQ(rows[1]["ids"], m["chat"]["new_ids"]);
   EXPECT_EQ(rows[1]["prompt_tokens"], m["chat"]["prompt_ids"].size());
   EXPECT_EQ(rows[1]["stopped"], "length");
-  for (const char* k : {"text", "first_token_s", "seconds", "tokens_per_s"}) EXPECT_TRUE(rows[0].contains(k)) << k;
+  for (const char* k : {"text", "first_token_s", "seconds", "tokens_per_s"})
+    EXPECT_TRUE(rows[0].contains(k)) << k;
   // --prompt, the same ids, on stdout.
-  const PtyChild p = run({"--generate", kModel, "--prompt", "Hello there", "--max-new-tokens", "8"});
+  const PtyChild p =
+      run({"--generate", kModel, "--prompt", "Hello there", "--max-new-tokens", "8"});
   ASSERT_EQ(p.code(), 0) << p.out();
   const std::string s = p.out();
   const json row = json::parse(s.substr(s.find('{'), s.find('\n', s.find('{')) - s.find('{')));
@@ -73,7 +77,8 @@ TEST(GenerateCli, ChatInAPseudoTerminal) {
   ASSERT_TRUE(c.read_until("user> ", std::chrono::seconds(60))) << c.out();
   c.write("Hi\n");
   ASSERT_TRUE(c.read_until("assistant> ", std::chrono::seconds(30))) << c.out();
-  ASSERT_TRUE(c.read_until("\r\n\r\nuser> ", std::chrono::seconds(60), c.out().find("assistant> "))) << c.out();
+  ASSERT_TRUE(c.read_until("\r\n\r\nuser> ", std::chrono::seconds(60), c.out().find("assistant> ")))
+      << c.out();
   // A long reply stopped by Ctrl-C: the session goes on.
   c.write("/system \n");
   ASSERT_TRUE(c.read_until("(system message set", std::chrono::seconds(30))) << c.out();
@@ -84,7 +89,8 @@ TEST(GenerateCli, ChatInAPseudoTerminal) {
   ASSERT_TRUE(c.read_until("assistant> ", std::chrono::seconds(30), before)) << c.out();
   c.signal(SIGINT);
   ASSERT_TRUE(c.read_until("[stopped]", std::chrono::seconds(60), before)) << c.out();
-  ASSERT_TRUE(c.read_until("user> ", std::chrono::seconds(60), c.out().find("[stopped]", before))) << c.out();
+  ASSERT_TRUE(c.read_until("user> ", std::chrono::seconds(60), c.out().find("[stopped]", before)))
+      << c.out();
   c.write("/exit\n");
   ASSERT_TRUE(c.run_until_exit(std::chrono::seconds(30))) << c.out();
   EXPECT_EQ(c.code(), 0) << c.out();
@@ -92,8 +98,9 @@ TEST(GenerateCli, ChatInAPseudoTerminal) {
 
 TEST(GenerateCli, HelpDocumentsTheFlags) {
   const PtyChild c = run({"--help"});
-  for (const char* f : {"--generate DIR", "--chat DIR", "--prompts FILE.jsonl", "--temperature", "--top-k", "--top-p",
-                        "--min-p", "--repetition-penalty", "--seed", "--max-new-tokens", "--do-sample"})
+  for (const char* f :
+       {"--generate DIR", "--chat DIR", "--prompts FILE.jsonl", "--temperature", "--top-k",
+        "--top-p", "--min-p", "--repetition-penalty", "--seed", "--max-new-tokens", "--do-sample"})
     EXPECT_NE(c.out().find(f), std::string::npos) << f;
 }
 

@@ -33,10 +33,14 @@ inline size_t utf8_len(std::string_view s, size_t i) {
   if (c < 0x80) return 1;
   size_t n = 0;
   unsigned char lo = 0x80, hi = 0xBF;
-  if (c >= 0xC2 && c <= 0xDF) n = 2;
-  else if (c >= 0xE0 && c <= 0xEF) n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-  else if (c >= 0xF0 && c <= 0xF4) n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-  else return 0;
+  if (c >= 0xC2 && c <= 0xDF)
+    n = 2;
+  else if (c >= 0xE0 && c <= 0xEF)
+    n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+  else if (c >= 0xF0 && c <= 0xF4)
+    n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+  else
+    return 0;
   if (i + n > s.size() || b(1) < lo || b(1) > hi) return 0;
   for (size_t k = 2; k < n; ++k)
     if (b(k) < 0x80 || b(k) > 0xBF) return 0;
@@ -53,8 +57,8 @@ inline bool valid_utf8(std::string_view s) {
 }
 
 [[noreturn]] inline void fail(const char* what, std::string_view detail) {
-  std::fprintf(stderr, "fuzz check failed: %s: %.*s\n", what, static_cast<int>(std::min<size_t>(detail.size(), 2000)),
-               detail.data());
+  std::fprintf(stderr, "fuzz check failed: %s: %.*s\n", what,
+               static_cast<int>(std::min<size_t>(detail.size(), 2000)), detail.data());
   std::abort();
 }
 
@@ -68,7 +72,8 @@ inline void check_message(std::string_view m) {
   check(!m.empty(), "empty error message");
   check(valid_utf8(m), "error message is not valid UTF-8", m);
   for (unsigned char c : m)
-    check((c >= 0x20 && c != 0x7f) || c == '\n' || c == '\t', "error message holds a raw control byte", m);
+    check((c >= 0x20 && c != 0x7f) || c == '\n' || c == '\t',
+          "error message holds a raw control byte", m);
   size_t start = 0;
   while (start <= m.size()) {
     size_t nl = m.find('\n', start);
@@ -106,7 +111,8 @@ inline std::string fixtures_dir() {
     std::ifstream in(file);
     std::string root;
     std::getline(in, root);
-    if (root.empty()) fail("cannot read the source folder (re-run cmake on tests/fuzz/libfuzzer)", file);
+    if (root.empty())
+      fail("cannot read the source folder (re-run cmake on tests/fuzz/libfuzzer)", file);
     return root + "/tests/fixtures";
   }();
   return dir;
@@ -116,7 +122,8 @@ inline std::string fixtures_dir() {
 }
 
 // Splits `data` at the first occurrence of `sep`: (before, after); after is empty when absent.
-inline std::pair<std::string_view, std::string_view> split_once(std::string_view data, std::string_view sep) {
+inline std::pair<std::string_view, std::string_view> split_once(std::string_view data,
+                                                                std::string_view sep) {
   const size_t p = data.find(sep);
   if (p == std::string_view::npos) return {data, {}};
   return {data.substr(0, p), data.substr(p + sep.size())};

@@ -25,7 +25,8 @@ struct Setup {
 
 const Setup& setup(int i) {
   static Setup s[2] = {
-      {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/deepseek_llm/tokenizer.json"), nullptr, nullptr},
+      {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/deepseek_llm/tokenizer.json"), nullptr,
+       nullptr},
       {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/llama3/tokenizer.json"), nullptr, nullptr},
   };
   static const bool init = [] {
@@ -59,7 +60,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fuzz::expect_ok_or_error([&] {
       const size_t n = data::encode_line(line, s, ids, mask);
       fuzz::check(ids.size() == 1 + n && mask.size() == ids.size(), "ids and mask sizes");
-      for (uint32_t id : ids) fuzz::check(id < static_cast<uint32_t>(su.tok->vocab_size()), "id outside the vocabulary");
+      for (uint32_t id : ids)
+        fuzz::check(id < static_cast<uint32_t>(su.tok->vocab_size()), "id outside the vocabulary");
       for (uint8_t m : mask) fuzz::check(m <= 1, "mask value");
     });
   } catch (const data::LineError& e) {

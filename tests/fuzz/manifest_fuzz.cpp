@@ -55,22 +55,26 @@ const std::string& folder() {
 }
 
 void check_accepted(const nlohmann::json& m, const fs::path& dir) {
-  fuzz::check(m.is_object() && m.value("format", "") == checkpoint::kManifestFormat, "accepted without the format");
-  fuzz::check(m.at("version") == checkpoint::kManifestVersion, "accepted another version", m.at("version").dump());
+  fuzz::check(m.is_object() && m.value("format", "") == checkpoint::kManifestFormat,
+              "accepted without the format");
+  fuzz::check(m.at("version") == checkpoint::kManifestVersion, "accepted another version",
+              m.at("version").dump());
   for (const auto& [name, info] : m.at("files").items()) {
-    fuzz::check(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
-                    name.find('\0') == std::string::npos,
+    fuzz::check(!name.empty() && name != "." && name != ".." &&
+                    name.find('/') == std::string::npos && name.find('\0') == std::string::npos,
                 "accepted a file name that is not a plain name", name);
     std::error_code ec;
-    fuzz::check(fs::is_regular_file(dir / name, ec), "accepted a file that is not a file of the folder", name);
-    fuzz::check(info.at("bytes").get<uint64_t>() == fs::file_size(dir / name), "accepted a wrong size", name);
+    fuzz::check(fs::is_regular_file(dir / name, ec),
+                "accepted a file that is not a file of the folder", name);
+    fuzz::check(info.at("bytes").get<uint64_t>() == fs::file_size(dir / name),
+                "accepted a wrong size", name);
   }
 }
 
 void check_checksums(const nlohmann::json& m, const fs::path& dir) {
   for (const auto& [name, info] : m.at("files").items())
-    fuzz::check(info.at("crc32c").get<uint64_t>() == crc32c_file((dir / name).string()), "accepted a wrong CRC-32C",
-                name);
+    fuzz::check(info.at("crc32c").get<uint64_t>() == crc32c_file((dir / name).string()),
+                "accepted a wrong CRC-32C", name);
 }
 
 }  // namespace
@@ -85,7 +89,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fs::remove(dir / "trainer.json", ec);
   if (!trainer.empty()) write(dir / "trainer.json", trainer);
 
-  fuzz::expect_ok_or_error([&] { check_accepted(checkpoint::verify(f, /*checksums=*/false), dir); });
+  fuzz::expect_ok_or_error(
+      [&] { check_accepted(checkpoint::verify(f, /*checksums=*/false), dir); });
   fuzz::expect_ok_or_error([&] {
     const nlohmann::json m = checkpoint::verify(f, /*checksums=*/true);
     check_accepted(m, dir);
@@ -93,21 +98,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   });
   checkpoint::read_run_id(f);
   const std::pair<int64_t, int64_t> shape = checkpoint::read_batch_shape(f);
-  const int64_t rows = shape.first, world = shape.second;  // (clang 14 captures no structured bindings)
+  const int64_t rows = shape.first,
+                world = shape.second;  // (clang 14 captures no structured bindings)
   // The recipe's micro_batch_size, gradient_accumulation_steps and world size of a few resumes.
   struct Resume {
     int64_t micro, accumulation, world;
   };
   for (const Resume r : {Resume{1, 1, 2}, Resume{4, 2, 3}, Resume{3, 5, 1}}) {
     fuzz::expect_ok_or_error([&] {
-      const train::ElasticSplit e = train::elastic_split(rows, world, r.micro, r.accumulation, r.world, f);
+      const train::ElasticSplit e =
+          train::elastic_split(rows, world, r.micro, r.accumulation, r.world, f);
       if (!e.changed) return;
       fuzz::check(static_cast<__int128>(r.micro) * r.accumulation * world == rows,
                   "elastic split of a checkpoint written with other batch keys", e.message);
-      fuzz::check(e.split.micro_batch >= 1 && e.split.micro_batch <= r.micro && e.split.accumulation >= 1,
-                  "elastic split outside the recipe's bounds", e.message);
-      fuzz::check(e.split.micro_batch * e.split.accumulation * r.world == rows, "elastic split changed the global batch",
-                  e.message);
+      fuzz::check(
+          e.split.micro_batch >= 1 && e.split.micro_batch <= r.micro && e.split.accumulation >= 1,
+          "elastic split outside the recipe's bounds", e.message);
+      fuzz::check(e.split.micro_batch * e.split.accumulation * r.world == rows,
+                  "elastic split changed the global batch", e.message);
       fuzz::check_message(e.message);
     });
   }

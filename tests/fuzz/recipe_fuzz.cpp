@@ -73,8 +73,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const Slot slot = static_cast<Slot>(i);
       r.plugin_name(slot);
       r.plugin_location(slot);
-      const PluginInfo info{kPluginApiVersion, slot, "fuzz", "1", "fuzz plugin", "", kOptions,
-                            static_cast<uint32_t>(std::size(kOptions))};
+      const PluginInfo info{
+          kPluginApiVersion, slot, "fuzz",   "1",
+          "fuzz plugin",     "",   kOptions, static_cast<uint32_t>(std::size(kOptions))};
       fuzz::expect_ok_or_error([&] { read_all(r.plugin_config(slot, info), keys); });
     }
     // --print-recipe's text loads back as the same recipe.
@@ -83,7 +84,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
       again = Recipe::parse(resolved, "fuzz.toml").resolved_toml();
     } catch (const Error& e) {
-      fuzz::fail("the resolved recipe does not load back", std::string(e.what()) + "\n--- resolved:\n" + resolved);
+      fuzz::fail("the resolved recipe does not load back",
+                 std::string(e.what()) + "\n--- resolved:\n" + resolved);
     }
     // Locations differ (the reparse has no --set, and every value is written), values must not.
     auto values = [](const std::string& t) {

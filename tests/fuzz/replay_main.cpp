@@ -1,5 +1,5 @@
-// tests/fuzz/replay_main.cpp — runs a fuzz target over files instead of libFuzzer: the regression mode
-// of the main (g++) build. `fuzz_replay_<target> DIR|FILE...` feeds every file (folders: every
+// tests/fuzz/replay_main.cpp — runs a fuzz target over files instead of libFuzzer: the regression
+// mode of the main (g++) build. `fuzz_replay_<target> DIR|FILE...` feeds every file (folders: every
 // file in them, sorted) to LLVMFuzzerTestOneInput once; a failed check or an escaping exception
 // aborts (ctest reports the last file named). Exit 0 when every input passed.
 #include <algorithm>

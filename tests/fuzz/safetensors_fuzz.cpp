@@ -11,9 +11,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <vector>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "fuzz_common.h"
 #include "model/safetensors.h"
@@ -46,7 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto f = model::SafetensorsFile::open(file);
     std::vector<const model::SafetensorsEntry*> by_offset;
     for (const auto& e : f->entries()) by_offset.push_back(&e);
-    std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+    std::sort(by_offset.begin(), by_offset.end(),
+              [](auto* a, auto* b) { return a->offset < b->offset; });
     uint64_t prev_end = 8;  // the header length field
     for (const auto* e : by_offset) {
       fuzz::check(e->offset >= prev_end, "tensors overlap or lie in the header", e->name);

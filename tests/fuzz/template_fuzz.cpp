@@ -66,18 +66,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::string outcome;
       const bool ok = ciuic::fuzz::expect_ok_or_error([&] {
         const ciuic::jinja::Rendered r = t.render(vars);
-        ciuic::fuzz::check(r.text.size() <= static_cast<size_t>(lim.max_string_bytes), "text past max_string_bytes");
+        ciuic::fuzz::check(r.text.size() <= static_cast<size_t>(lim.max_string_bytes),
+                           "text past max_string_bytes");
         size_t last = 0;
         for (const auto& [b, e] : r.generation) {
-          ciuic::fuzz::check(last <= b && b < e && e <= r.text.size(), "generation range outside the text or unordered");
+          ciuic::fuzz::check(last <= b && b < e && e <= r.text.size(),
+                             "generation range outside the text or unordered");
           last = e;
         }
         outcome = "ok:" + r.text;
       });
       if (!ok) outcome = "error";
-      if (round == 0) first = outcome;
+      if (round == 0)
+        first = outcome;
       else if (source.find("strftime_now") == std::string_view::npos)  // the clock may tick between
-        ciuic::fuzz::check(first == outcome, "a second render differs from the first", outcome.substr(0, 300));
+        ciuic::fuzz::check(first == outcome, "a second render differs from the first",
+                           outcome.substr(0, 300));
     }
   });
   return 0;

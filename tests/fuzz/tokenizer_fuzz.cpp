@@ -37,8 +37,10 @@ const Fixture& fixture(int i) {
       // The fixture is cut down to ~700 tokens and lacks byte tokens (e.g. for "ø"): HF
       // `tokenizers` does not give the text back either.
       {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/deepseek_llm/tokenizer.json"), false},
-      {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/gpt2/tokenizer.json"), false},  // lstrip/rstrip tokens
-      // NFC changes text; "\u2581" decodes to a space; Lowercase and NFKC change text: no round trip.
+      {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/gpt2/tokenizer.json"),
+       false},  // lstrip/rstrip tokens
+      // NFC changes text; "\u2581" decodes to a space; Lowercase and NFKC change text: no round
+      // trip.
       {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/qwen2/tokenizer.json"), false},
       {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/llama2_spm/tokenizer.json"), false},
       {load_tokenizer(fuzz::fixtures_dir() + "/tokenizer/gemma_spm/tokenizer.json"), false},
@@ -48,7 +50,8 @@ const Fixture& fixture(int i) {
 }
 
 void check_ids(const Tokenizer& t, const std::vector<int32_t>& ids) {
-  for (int32_t id : ids) fuzz::check(id >= 0 && id < t.vocab_size(), "token id outside the vocabulary");
+  for (int32_t id : ids)
+    fuzz::check(id >= 0 && id < t.vocab_size(), "token id outside the vocabulary");
 }
 
 }  // namespace
@@ -59,8 +62,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (data[0] % 4 == 0) {
     const std::string_view json_text = fuzz::split_once(in, "\n%%\n").first;
     fuzz::expect_ok_or_error([&] {
-      const std::shared_ptr<const Tokenizer> t = tokenizer_from_json(json_text, "fuzz/tokenizer.json");
-      for (std::string_view text : {std::string_view("Hello, world! 12345 \xc3\xa9t\xc3\xa9\n\tThe end."), in}) {
+      const std::shared_ptr<const Tokenizer> t =
+          tokenizer_from_json(json_text, "fuzz/tokenizer.json");
+      for (std::string_view text :
+           {std::string_view("Hello, world! 12345 \xc3\xa9t\xc3\xa9\n\tThe end."), in}) {
         for (bool special : {false, true}) {
           const auto ids = t->encode(text, special);
           check_ids(*t, ids);
@@ -73,14 +78,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     });
     return 0;
   }
-  // Selectors 1, 2, 3, 5, 6, 7, 9, ... take the fixtures in turn (1, 2, 3 as before: old seeds keep theirs).
+  // Selectors 1, 2, 3, 5, 6, 7, 9, ... take the fixtures in turn (1, 2, 3 as before: old seeds keep
+  // theirs).
   const Fixture& f = fixture((data[0] / 4 * 3 + data[0] % 4 - 1) % kFixtures);
   fuzz::expect_ok_or_error([&] {
     const auto ids = f.tok->encode(in, /*add_special_tokens=*/false);
     check_ids(*f.tok, ids);
     const std::string back = f.tok->decode(ids, /*skip_special_tokens=*/false);
     if (f.roundtrip && fuzz::valid_utf8(in))
-      fuzz::check(back == in, "decode(encode(text)) != text", std::string(in) + "\n--- decoded:\n" + back);
+      fuzz::check(back == in, "decode(encode(text)) != text",
+                  std::string(in) + "\n--- decoded:\n" + back);
     check_ids(*f.tok, f.tok->encode(in, /*add_special_tokens=*/true));
   });
   return 0;

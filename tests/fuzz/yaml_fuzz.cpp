@@ -1,4 +1,5 @@
-// tests/fuzz/yaml_fuzz.cpp — the YAML reader of the training-file importers (core/src/import/yaml.h).
+// tests/fuzz/yaml_fuzz.cpp — the YAML reader of the training-file importers
+// (core/src/import/yaml.h).
 //
 // Input: YAML text.
 // Checks: only ciuic::Error escapes (with a short, valid UTF-8 message); an accepted tree is at
@@ -14,7 +15,8 @@ namespace {
 using ciuic::importer::YamlNode;
 
 size_t walk(const YamlNode& n, size_t depth) {
-  ciuic::fuzz::check(depth <= ciuic::importer::kMaxYamlDepth + 1, "a tree deeper than kMaxYamlDepth");
+  ciuic::fuzz::check(depth <= ciuic::importer::kMaxYamlDepth + 1,
+                     "a tree deeper than kMaxYamlDepth");
   (void)n.is_null();
   (void)n.as_bool();
   (void)n.as_number();
@@ -37,7 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   ciuic::fuzz::expect_ok_or_error([&] {
     const YamlNode root = ciuic::importer::parse_yaml(text, "fuzz.yaml");
-    ciuic::fuzz::check(walk(root, 0) <= ciuic::importer::kMaxYamlNodes, "more nodes than kMaxYamlNodes");
+    ciuic::fuzz::check(walk(root, 0) <= ciuic::importer::kMaxYamlNodes,
+                       "more nodes than kMaxYamlNodes");
   });
   return 0;
 }

@@ -1,5 +1,5 @@
-// Hostile text for the importers' tests (tests/import): the strings an attacker puts into a config's
-// keys and values, and an independent check that a text holds no byte a terminal acts on.
+// Hostile text for the importers' tests (tests/import): the strings an attacker puts into a
+// config's keys and values, and an independent check that a text holds no byte a terminal acts on.
 #pragma once
 
 #include <string>
@@ -18,7 +18,8 @@ inline std::vector<std::string> hostile_strings() {
       "'''\n[run]\n'''",
       "\x1b]0;owned\x07\x1b[2J\x1b[31mred",
       std::string("nul\0[run]\nplugin_paths = [\"nul\"]", 34),
-      "c1 \xc2\x9b" "2J and \xc2\x85 next line",
+      "c1 \xc2\x9b"
+      "2J and \xc2\x85 next line",
       "sep \xe2\x80\xa8[run]\xe2\x80\xa9 and \xe2\x80\xae override",
       "] = 1\n[[run]]\n",
       "\\\n[run]",
@@ -36,8 +37,10 @@ inline std::string unsafe_byte(const std::string& s, bool allow_newline) {
   const auto u = [&](size_t i) { return i < s.size() ? static_cast<unsigned char>(s[i]) : 0; };
   for (size_t i = 0; i < s.size(); ++i) {
     const unsigned char c = u(i);
-    if ((c < 0x20 && !(allow_newline && c == '\n')) || c == 0x7f) return "control byte at " + std::to_string(i);
-    if (c == 0xc2 && u(i + 1) >= 0x80 && u(i + 1) <= 0x9f) return "C1 control at " + std::to_string(i);
+    if ((c < 0x20 && !(allow_newline && c == '\n')) || c == 0x7f)
+      return "control byte at " + std::to_string(i);
+    if (c == 0xc2 && u(i + 1) >= 0x80 && u(i + 1) <= 0x9f)
+      return "C1 control at " + std::to_string(i);
     if (c == 0xe2 && u(i + 1) == 0x80 && u(i + 2) >= 0xa8 && u(i + 2) <= 0xae)
       return "separator or bidi control at " + std::to_string(i);
     if (c == 0xe2 && u(i + 1) == 0x81 && u(i + 2) >= 0xa6 && u(i + 2) <= 0xa9)

@@ -24,9 +24,16 @@ using ciuic::testing::last_line;
 struct Nodes {
   std::string dir, port;
   std::unique_ptr<Child> start(int node, const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv{std::string(CIUIC_BIN_DIR) + "/ciuic-run", dir + "/recipe.toml",
-                                  "--nnodes", "2", "--node-rank", std::to_string(node),
-                                  "--master-addr", "127.0.0.1", "--master-port", port};
+    std::vector<std::string> argv{std::string(CIUIC_BIN_DIR) + "/ciuic-run",
+                                  dir + "/recipe.toml",
+                                  "--nnodes",
+                                  "2",
+                                  "--node-rank",
+                                  std::to_string(node),
+                                  "--master-addr",
+                                  "127.0.0.1",
+                                  "--master-port",
+                                  port};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return std::make_unique<Child>(argv, dir + "/node" + std::to_string(node),
                                    std::vector<std::string>{"OMP_NUM_THREADS=1"});

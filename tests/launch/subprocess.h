@@ -1,12 +1,12 @@
-// Test helpers for multi-process tests (tests/launch, tests/plugins/comm): run a program with its output
-// in files, wait with a deadline, check that processes are gone, find a free port. A Child is
-// SIGKILLed and reaped when destroyed, so a failing test leaves nothing behind; the test process
+// Test helpers for multi-process tests (tests/launch, tests/plugins/comm): run a program with its
+// output in files, wait with a deadline, check that processes are gone, find a free port. A Child
+// is SIGKILLed and reaped when destroyed, so a failing test leaves nothing behind; the test process
 // becomes a child subreaper so that orphans of killed launchers are reparented to it and can be
 // reaped and checked.
 #pragma once
 
-#include <ciuic/files.h>
 #include <arpa/inet.h>
+#include <ciuic/files.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -36,7 +36,10 @@ inline std::string read_file(const std::string& path) { return ciuic_test::slurp
 inline std::string fresh_dir(const std::string& name) {
   namespace fs = std::filesystem;
   fs::path p = fs::path(CIUIC_TEST_TMP) / (name + "-" + std::to_string(getpid()));
-  { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(p).string(), rm_ec); }
+  {
+    std::error_code rm_ec;
+    ciuic::remove_tree(std::filesystem::path(p).string(), rm_ec);
+  }
   fs::create_directories(p);
   return p.string();
 }

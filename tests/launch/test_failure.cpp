@@ -21,12 +21,16 @@ TEST(ErrorLines, CiuicErrorsAndTerminateMessagesAreErrorLines) {
 TEST(ErrorLines, ConsequencesOfAnotherFailureAreSecondary) {
   EXPECT_TRUE(is_secondary_error(
       "ciuic-run: error: comm gloo: reduce_scatter(sum) of 788992 bytes on rank 0 (timeout 600 s) "
-      "failed: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:547] Connection closed by peer "
+      "failed: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:547] Connection closed by "
+      "peer "
       "[127.0.0.1]:14250"));
-  EXPECT_TRUE(is_secondary_error("ciuic[1] error: ... Read error [10.0.0.2]:3321: Connection reset by peer"));
+  EXPECT_TRUE(is_secondary_error(
+      "ciuic[1] error: ... Read error [10.0.0.2]:3321: Connection reset by peer"));
   EXPECT_TRUE(is_secondary_error("ciuic[1] error: ... Write error: Broken pipe"));
-  EXPECT_TRUE(is_secondary_error("ciuic[2] error: NCCL error: remote process exited or there was a network error"));
-  EXPECT_TRUE(is_secondary_error("ciuic[0] error: rendezvous at 10.0.0.1:29500 timed out after 600 s"));
+  EXPECT_TRUE(is_secondary_error(
+      "ciuic[2] error: NCCL error: remote process exited or there was a network error"));
+  EXPECT_TRUE(
+      is_secondary_error("ciuic[0] error: rendezvous at 10.0.0.1:29500 timed out after 600 s"));
   EXPECT_FALSE(is_secondary_error("ciuic[1] error: rank 1 ran out of memory on cuda:1"));
   EXPECT_FALSE(is_secondary_error("ciuic[1] error: step 7: the loss is NaN"));
 }
@@ -104,7 +108,9 @@ TEST(FailureNotes, FirstErrorAcrossRanksByArrival) {
 // throws closes its connections while unwinding and prints its error only afterwards.
 TEST(FailureNotes, ConsequencesArePassedOverForTheCause) {
   FailureNotes n;
-  n.line(0, "ciuic-run: error: comm gloo: all_gather failed: Connection closed by peer [127.0.0.1]:1", true);
+  n.line(0,
+         "ciuic-run: error: comm gloo: all_gather failed: Connection closed by peer [127.0.0.1]:1",
+         true);
   n.failed(0);
   EXPECT_EQ(n.pick()->rank, 0);
   EXPECT_TRUE(n.pick()->secondary);

@@ -110,7 +110,9 @@ TEST_F(LaunchTest, ProgressRedrawsOfRankZeroPassThrough) {
   EXPECT_EQ(c.exit_code(), 0) << c.err();
   const std::string err = c.err();
   for (int i = 1; i <= 3; ++i)
-    EXPECT_NE(err.find("\r\033[2K[rank 0] step " + std::to_string(i) + "/3 of rank 0"), std::string::npos) << err;
+    EXPECT_NE(err.find("\r\033[2K[rank 0] step " + std::to_string(i) + "/3 of rank 0"),
+              std::string::npos)
+        << err;
   EXPECT_EQ(err.find("of rank 1"), std::string::npos) << err;
   EXPECT_NE(err.find("/3 of rank 0\r\033[2K[rank 0] finished rank 0\n"), std::string::npos) << err;
   EXPECT_EQ(err.find("[rank 0] \033"), std::string::npos) << err;  // escape codes never prefixed
@@ -286,8 +288,7 @@ TEST_F(LaunchTest, FailureOnOneNodeStopsTheOther) {
   EXPECT_EQ(c1->exit_code(), 4) << c1->err();
   EXPECT_NE(c1->err().find("rank 3 (pid"), std::string::npos) << c1->err();
   EXPECT_EQ(c0->exit_code(), 1) << c0->err();
-  EXPECT_NE(c0->err().find("stopped because node 1 failed: rank 3 (pid"),
-            std::string::npos)
+  EXPECT_NE(c0->err().find("stopped because node 1 failed: rank 3 (pid"), std::string::npos)
       << c0->err();
   expect_all_gone(4);
 }
@@ -336,8 +337,12 @@ TEST_F(LaunchTest, InfoLinesAreNeverQuotedAsTheError) {
 // ---- several nodes: a lost node, a node that never joins -------------------------------------
 
 std::vector<std::string> node_args(int node, const std::string& port, int nproc = 2) {
-  return {"--nproc", std::to_string(nproc), "--nnodes", "2", "--node-rank", std::to_string(node),
-          "--master-addr", "127.0.0.1", "--master-port", port, "--grace", "5"};
+  return {"--nproc",       std::to_string(nproc),
+          "--nnodes",      "2",
+          "--node-rank",   std::to_string(node),
+          "--master-addr", "127.0.0.1",
+          "--master-port", port,
+          "--grace",       "5"};
 }
 
 // kill -9 of one node's launcher (its workers die with it; the other node's workers fail with
@@ -410,7 +415,8 @@ TEST_F(LaunchTest, NodeThatNeverJoinsIsNamedAfterTheTimeout) {
   EXPECT_EQ(c0->exit_code(), 1) << c0->err();
   EXPECT_NE(last_line(c0->err()).find(
                 "launcher: stopped because node 1 never joined: no launcher of node 1 connected "
-                "to the run's store at 127.0.0.1:" + port + " within 5.0 s"),
+                "to the run's store at 127.0.0.1:" +
+                port + " within 5.0 s"),
             std::string::npos)
       << c0->err();
   expect_all_gone(2);
@@ -428,7 +434,8 @@ TEST_F(LaunchTest, Node0ThatNeverComesIsNamedAfterTheTimeout) {
   EXPECT_LT(c1->seconds(), 3.0 + 2.9) << c1->err();
   EXPECT_EQ(c1->exit_code(), 1) << c1->err();
   EXPECT_NE(c1->err().find("the launcher of node 1 could not reach node 0: nothing accepted a "
-                           "connection at 127.0.0.1:" + port),
+                           "connection at 127.0.0.1:" +
+                           port),
             std::string::npos)
       << c1->err();
 }

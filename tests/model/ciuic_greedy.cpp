@@ -49,11 +49,13 @@ int main(int argc, char** argv) {
     out["texts"] = json::array();
     for (const auto& t : req.value("texts", json::array())) {
       const auto ids = tok->encode(t.get<std::string>(), false);
-      out["texts"].push_back(
-          {{"ids", ids}, {"ids_special", tok->encode(t.get<std::string>(), true)}, {"decoded", tok->decode(ids)}});
+      out["texts"].push_back({{"ids", ids},
+                              {"ids_special", tok->encode(t.get<std::string>(), true)},
+                              {"decoded", tok->decode(ids)}});
     }
     auto generate = [&](const std::vector<int32_t>& prompt) {
-      return json{{"prompt", prompt}, {"generated", model->generate_greedy(prompt, max_new, tok->eos_id())}};
+      return json{{"prompt", prompt},
+                  {"generated", model->generate_greedy(prompt, max_new, tok->eos_id())}};
     };
     out["text_prompts"] = json::array();
     for (const auto& t : req.value("text_prompts", json::array()))
@@ -63,7 +65,8 @@ int main(int argc, char** argv) {
       auto tmpl = ciuic::make_chat_template("hf", *tok);
       for (const auto& conv : req["chat_prompts"]) {
         std::vector<ciuic::ChatMessage> msgs;
-        for (const auto& m : conv) msgs.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+        for (const auto& m : conv)
+          msgs.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
         out["chat_prompts"].push_back(generate(tmpl->encode_prompt(msgs)));
       }
     }

@@ -23,7 +23,8 @@ using testing::expected;
 using testing::fixture;
 
 // A copy of the tiny fixture's weights with `edit` applied, written to a fresh folder.
-std::string edited_weights(const std::string& name, const std::function<void(NamedTensors&)>& edit) {
+std::string edited_weights(const std::string& name,
+                           const std::function<void(NamedTensors&)>& edit) {
   const std::string dir = testing::temp_dir(name);
   auto r = SafetensorsReader::open(fixture("tiny"));
   NamedTensors t;
@@ -40,16 +41,19 @@ TEST(LoadHf, ErrorsNameFileAndTensor) {
   const std::string missing = edited_weights("missing", [](NamedTensors& t) {
     std::erase_if(t, [](auto& p) { return p.first == "model.layers.1.mlp.up_proj.weight"; });
   });
-  expect_error([&] { m.load_hf(missing); }, {missing, "missing tensor `model.layers.1.mlp.up_proj.weight`"});
+  expect_error([&] { m.load_hf(missing); },
+               {missing, "missing tensor `model.layers.1.mlp.up_proj.weight`"});
   const std::string extra = edited_weights("extra", [](NamedTensors& t) {
     t.emplace_back("model.layers.2.mlp.up_proj.weight", at::randn({4}));
   });
-  expect_error([&] { m.load_hf(extra); }, {"model.safetensors", "unexpected tensor `model.layers.2.mlp.up_proj.weight`"});
+  expect_error([&] { m.load_hf(extra); },
+               {"model.safetensors", "unexpected tensor `model.layers.2.mlp.up_proj.weight`"});
   const std::string shape = edited_weights("shape", [](NamedTensors& t) {
     for (auto& [n, v] : t)
       if (n == "model.norm.weight") v = at::randn({32});
   });
-  expect_error([&] { m.load_hf(shape); }, {"model.safetensors", "tensor `model.norm.weight`", "shape [32] in the file, [64] expected"});
+  expect_error([&] { m.load_hf(shape); }, {"model.safetensors", "tensor `model.norm.weight`",
+                                           "shape [32] in the file, [64] expected"});
   const std::string dtype = edited_weights("dtype", [](NamedTensors& t) {
     for (auto& [n, v] : t)
       if (n == "model.norm.weight") v = at::zeros({64}, at::kInt);
@@ -95,8 +99,13 @@ TEST(ExportHf, RoundTripAndAtomicReplace) {
   EXPECT_TRUE(fs::exists(out + "/tokenizer.json"));
   EXPECT_TRUE(fs::exists(out + "/generation_config.json"));
   auto back = LlamaModel::from_pretrained(out, at::kFloat, at::kCPU);
-  EXPECT_EQ(back->config(), [&] { auto c = m->config(); c.torch_dtype = "float32"; return c; }());
-  const at::Tensor ids = expected().tensor("linear.input_ids"), pos = expected().tensor("linear.position_ids");
+  EXPECT_EQ(back->config(), [&] {
+    auto c = m->config();
+    c.torch_dtype = "float32";
+    return c;
+  }());
+  const at::Tensor ids = expected().tensor("linear.input_ids"),
+                   pos = expected().tensor("linear.position_ids");
   EXPECT_TRUE(at::equal(back->forward(ids, pos, false), m->forward(ids, pos, false)));
 
   // Replacing an existing folder: bf16, one shard; the old files are gone, no temporaries remain.
@@ -131,13 +140,16 @@ TEST(ExportHf, ErrorsLeaveTheTargetUntouched) {
   expect_error([&] { write_hf_folder(out, m->config(), params); }, {out, "lm_head.weight", "tied"});
   params.pop_back();
   params.pop_back();  // model.norm.weight
-  expect_error([&] { write_hf_folder(out, m->config(), params); }, {out, "`model.norm.weight` is missing"});
+  expect_error([&] { write_hf_folder(out, m->config(), params); },
+               {out, "`model.norm.weight` is missing"});
   params = m->named_parameters();
   params[1].second = at::randn({3, 3});
-  expect_error([&] { write_hf_folder(out, m->config(), params); }, {out, "model.layers.0.self_attn.q_proj.weight", "shape [3, 3]"});
+  expect_error([&] { write_hf_folder(out, m->config(), params); },
+               {out, "model.layers.0.self_attn.q_proj.weight", "shape [3, 3]"});
   HfExportOptions o;
   o.extra_files = {parent + "/no_tokenizer.json"};
-  expect_error([&] { write_hf_folder(out, m->config(), m->named_parameters(), o); }, {"no_tokenizer.json", "no such file"});
+  expect_error([&] { write_hf_folder(out, m->config(), m->named_parameters(), o); },
+               {"no_tokenizer.json", "no such file"});
   EXPECT_EQ(fs::last_write_time(out + "/model.safetensors"), before);
   int entries = 0;
   for (const auto& e : fs::directory_iterator(parent)) {

@@ -28,7 +28,8 @@ using testing::max_rel_diff;
 std::string family_dir(const std::string& c) { return testing::fixture("families/" + c); }
 
 const SafetensorsReader& want() {
-  static const SafetensorsReader r = SafetensorsReader::open(testing::fixture("families/expected.safetensors"));
+  static const SafetensorsReader r =
+      SafetensorsReader::open(testing::fixture("families/expected.safetensors"));
   return r;
 }
 
@@ -46,10 +47,10 @@ std::unique_ptr<LlamaModel> load(const std::string& c) {
 
 TEST(Families, ConfigsNamesAndCountsMatchTransformers) {
   const std::map<std::string, ModelFamily> family{{"mistral", ModelFamily::kMistral},
-                                                   {"qwen2", ModelFamily::kQwen2},
-                                                   {"qwen3", ModelFamily::kQwen3},
-                                                   {"gemma3", ModelFamily::kGemma3Text},
-                                                   {"llama_pad", ModelFamily::kLlama}};
+                                                  {"qwen2", ModelFamily::kQwen2},
+                                                  {"qwen3", ModelFamily::kQwen3},
+                                                  {"gemma3", ModelFamily::kGemma3Text},
+                                                  {"llama_pad", ModelFamily::kLlama}};
   for (const char* c : testing::kFamilyCases) {
     SCOPED_TRACE(c);
     const LlamaConfig cfg = LlamaConfig::from_file(family_dir(c) + "/config.json");
@@ -59,7 +60,8 @@ TEST(Families, ConfigsNamesAndCountsMatchTransformers) {
     std::vector<std::string> names;
     for (const auto& s : llama_parameter_specs(cfg)) names.push_back(s.name);
     EXPECT_EQ(names, meta()[c]["parameters"].get<std::vector<std::string>>());
-    EXPECT_EQ(LlamaConfig::from_json(cfg.to_json(), "to_json"), cfg);  // the export's config reads back
+    EXPECT_EQ(LlamaConfig::from_json(cfg.to_json(), "to_json"),
+              cfg);  // the export's config reads back
   }
   // The switches as read.
   const LlamaConfig mistral = LlamaConfig::from_file(family_dir("mistral") + "/config.json");
@@ -72,7 +74,8 @@ TEST(Families, ConfigsNamesAndCountsMatchTransformers) {
   EXPECT_TRUE(qwen3.qk_norm && !qwen3.qkv_bias);
   EXPECT_EQ(qwen3.head_dim, 12);
   const LlamaConfig gemma = LlamaConfig::from_file(family_dir("gemma3") + "/config.json");
-  EXPECT_TRUE(gemma.gemma_norm && gemma.sandwich_norms && gemma.scale_embeddings && gemma.qk_norm && gemma.local_rope);
+  EXPECT_TRUE(gemma.gemma_norm && gemma.sandwich_norms && gemma.scale_embeddings && gemma.qk_norm &&
+              gemma.local_rope);
   EXPECT_EQ(gemma.hidden_act, Activation::kGeluTanh);
   EXPECT_EQ(gemma.sliding_layers, (std::vector<uint8_t>{1, 0, 1}));
   EXPECT_EQ(gemma.sliding_window_pattern, 2);
@@ -91,12 +94,14 @@ TEST(Families, PublishedConfigsCountLikeTransformers) {
   for (const auto& [name, p] : meta()["published"].items()) {
     SCOPED_TRACE(name);
     const LlamaConfig c = LlamaConfig::from_json(json::parse(p["config"].get<std::string>()), name);
-    EXPECT_EQ(c.num_parameters(), p["num_parameters"].get<int64_t>());  // specs vs count: config_test
+    EXPECT_EQ(c.num_parameters(),
+              p["num_parameters"].get<int64_t>());  // specs vs count: config_test
     const bool any_window = !p["sliding_window"].is_null() && p["sliding_layers"].is_array();
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      const bool slides = p["sliding_layers"].is_array() ? p["sliding_layers"][static_cast<size_t>(l)].get<bool>() &&
-                                                               any_window
-                                                         : !p["sliding_window"].is_null();
+      const bool slides =
+          p["sliding_layers"].is_array()
+              ? p["sliding_layers"][static_cast<size_t>(l)].get<bool>() && any_window
+              : !p["sliding_window"].is_null();
       EXPECT_EQ(c.layer_slides(l), slides) << "layer " << l;
     }
     if (c.sliding_window > 0) {
@@ -113,7 +118,8 @@ TEST(Families, LogitsLossAndGradientsMatchTransformers) {
     const at::Tensor ids = want().tensor(k + ".input_ids");
     const at::Tensor labels = want().tensor(k + ".labels");
     const double dl = max_rel_diff(m->forward(ids, {}, false), want().tensor(k + ".logits"));
-    const double dloss = max_rel_diff(m->loss_sum(ids, labels, {}, false), want().tensor(k + ".loss_sum"));
+    const double dloss =
+        max_rel_diff(m->loss_sum(ids, labels, {}, false), want().tensor(k + ".loss_sum"));
     std::printf("    %-10s logits %.2e  loss %.2e\n", c, dl, dloss);
     EXPECT_LE(dl, 1e-5);
     EXPECT_LE(dloss, 1e-5);
@@ -128,7 +134,8 @@ TEST(Families, LogitsLossAndGradientsMatchTransformers) {
         worst = std::max(worst, d);
         EXPECT_LE(d, 1e-4) << name << (ckpt ? " (checkpointed)" : "");
       }
-      std::printf("    %-10s gradients, worst parameter %.2e%s\n", c, worst, ckpt ? " (checkpointed)" : "");
+      std::printf("    %-10s gradients, worst parameter %.2e%s\n", c, worst,
+                  ckpt ? " (checkpointed)" : "");
     }
   }
 }
@@ -142,13 +149,16 @@ TEST(Families, PaddingRowGetsNoGradientFromTheLookup) {
   ASSERT_GT(ids.eq(last).sum().item<int64_t>(), 0);
   m->loss_sum(ids, want().tensor("llama_pad.labels"), {}, false).backward();
   EXPECT_EQ(at::count_nonzero(m->embed_weight().grad()[last]).item<int64_t>(), 0);
-  EXPECT_GT(at::count_nonzero(m->embed_weight().grad()[ids[0][0].item<int64_t>()]).item<int64_t>(), 0);
+  EXPECT_GT(at::count_nonzero(m->embed_weight().grad()[ids[0][0].item<int64_t>()]).item<int64_t>(),
+            0);
   LlamaModel fresh(m->config(), at::kFloat, at::kCPU);
   fresh.init_random(1, 0.02);
-  EXPECT_EQ(at::count_nonzero(fresh.embed_weight()[last]).item<int64_t>(), 0);  // zeroed like transformers
+  EXPECT_EQ(at::count_nonzero(fresh.embed_weight()[last]).item<int64_t>(),
+            0);  // zeroed like transformers
   // Gemma (pad 0, tied): the row gets lm_head's gradient only, as in transformers (compared above).
   auto g = load("gemma3");
-  g->loss_sum(want().tensor("gemma3.input_ids"), want().tensor("gemma3.labels"), {}, false).backward();
+  g->loss_sum(want().tensor("gemma3.input_ids"), want().tensor("gemma3.labels"), {}, false)
+      .backward();
   EXPECT_GT(at::count_nonzero(g->embed_weight().grad()[0]).item<int64_t>(), 0);
   LlamaModel gf(g->config(), at::kFloat, at::kCPU);
   gf.init_random(1, 0.02);
@@ -167,7 +177,8 @@ TEST(Families, PackedRowsWithAWindowEqualDocumentsRunSeparately) {
     const at::Tensor pos = want().tensor(k + ".packed.position_ids");
     for (bool ckpt : {false, true}) {
       m->set_activation_checkpointing(ckpt);
-      EXPECT_LE(max_rel_diff(m->forward(ids, pos, true), want().tensor(k + ".packed.logits")), 1e-5);
+      EXPECT_LE(max_rel_diff(m->forward(ids, pos, true), want().tensor(k + ".packed.logits")),
+                1e-5);
     }
   }
 }
@@ -180,10 +191,12 @@ TEST(Families, GreedyGenerationPastTheWindowMatchesFullForwards) {
     const at::Tensor prompt = want().tensor(k + ".generate.prompt");
     const at::Tensor expect = want().tensor(k + ".generate.new_tokens");
     std::vector<int32_t> p;
-    for (int64_t i = 0; i < prompt.size(1); ++i) p.push_back(static_cast<int32_t>(prompt[0][i].item<int64_t>()));
+    for (int64_t i = 0; i < prompt.size(1); ++i)
+      p.push_back(static_cast<int32_t>(prompt[0][i].item<int64_t>()));
     const auto got = m->generate_greedy(p, expect.size(1), std::nullopt);
     ASSERT_EQ(static_cast<int64_t>(got.size()), expect.size(1));
-    for (int64_t i = 0; i < expect.size(1); ++i) EXPECT_EQ(got[i], expect[0][i].item<int64_t>()) << "token " << i;
+    for (int64_t i = 0; i < expect.size(1); ++i)
+      EXPECT_EQ(got[i], expect[0][i].item<int64_t>()) << "token " << i;
   }
 }
 

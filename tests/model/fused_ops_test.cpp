@@ -25,8 +25,9 @@ namespace {
 
 using testing::max_rel_diff;
 
-#define SKIP_WITHOUT_KERNELS()                                                                  \
-  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: the fused kernels' tests need one (label gpu)"; \
+#define SKIP_WITHOUT_KERNELS()                                                       \
+  if (!at::hasCUDA())                                                                \
+    GTEST_SKIP() << "no CUDA device: the fused kernels' tests need one (label gpu)"; \
   if (!fused_kernels_built()) GTEST_SKIP() << "built without CUDA kernels"
 
 c10::Device cuda() { return c10::Device(c10::kCUDA, 0); }
@@ -43,7 +44,8 @@ TEST(FusedOps, RopeMatchesComposition) {
   SKIP_WITHOUT_KERNELS();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
     for (Case c : {Case{2, 33, 4, 64}, Case{1, 17, 3, 96}, Case{3, 8, 2, 30}, Case{1, 5, 1, 2}}) {
-      SCOPED_TRACE(std::string(c10::toString(dt)) + " d=" + std::to_string(c.d) + " heads=" + std::to_string(c.heads));
+      SCOPED_TRACE(std::string(c10::toString(dt)) + " d=" + std::to_string(c.d) +
+                   " heads=" + std::to_string(c.heads));
       at::manual_seed(11);
       LlamaConfig cfg;
       cfg.hidden_size = c.heads * c.d;
@@ -52,8 +54,10 @@ TEST(FusedOps, RopeMatchesComposition) {
       cfg.head_dim = c.d;
       const at::Tensor pos = at::randint(0, 4096, {c.b, c.t}, at::kLong).to(cuda());
       const RopeTables r = rope_tables(rope_inv_freq(cfg), pos, dt);
-      const at::Tensor x = at::randn({c.b, c.t, c.heads, c.d}, at::TensorOptions().device(cuda())).to(dt);
-      const at::Tensor g = at::randn({c.b, c.t, c.heads, c.d}, at::TensorOptions().device(cuda())).to(dt);
+      const at::Tensor x =
+          at::randn({c.b, c.t, c.heads, c.d}, at::TensorOptions().device(cuda())).to(dt);
+      const at::Tensor g =
+          at::randn({c.b, c.t, c.heads, c.d}, at::TensorOptions().device(cuda())).to(dt);
       // fp32 reference from the rounded inputs and tables.
       at::Tensor xr = x.to(at::kFloat).detach().clone().requires_grad_(true);
       const RopeTables rr{r.cos.to(at::kFloat), r.sin_signed.to(at::kFloat)};
@@ -85,58 +89,62 @@ const char* act_name(Activation act) { return act == Activation::kGeluTanh ? "Ge
 TEST(FusedOps, GatedActivationMatchesComposition) {
   SKIP_WITHOUT_KERNELS();
   for (Activation act : {Activation::kSilu, Activation::kGeluTanh})
-  for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
-    for (int64_t n : {int64_t{4096} * 8, int64_t{1001}, int64_t{7}}) {
-      for (bool unaligned : {false, true}) {
-        SCOPED_TRACE(std::string(act_name(act)) + " " + c10::toString(dt) + " n=" + std::to_string(n) +
-                     (unaligned ? " unaligned" : ""));
-        at::manual_seed(5);
-        const auto opts = at::TensorOptions().device(cuda());
-        // Unaligned: views starting one element into their storage (no 16-byte loads).
-        auto make = [&](double scale) { return (at::randn({n + 1}, opts) * scale).to(dt); };
-        const at::Tensor gate_base = make(3.0), up_base = make(1.0), dy_base = make(1.0);
-        auto view = [&](const at::Tensor& t) { return t.narrow(0, unaligned ? 1 : 0, n); };
-        at::Tensor gr = view(gate_base).to(at::kFloat).clone().requires_grad_(true);
-        at::Tensor ur = view(up_base).to(at::kFloat).clone().requires_grad_(true);
-        const at::Tensor ref = act_ref(gr, act) * ur;
-        ref.backward(view(dy_base).to(at::kFloat));
-        at::Tensor gb = gate_base.clone().requires_grad_(true), ub = up_base.clone().requires_grad_(true);
-        const at::Tensor y = fused_glu(view(gb), view(ub), act);
-        EXPECT_LE(max_rel_diff(y, ref), tol(dt));
-        y.backward(view(dy_base));
-        EXPECT_LE(max_rel_diff(view(gb.grad()), gr.grad()), tol(dt));
-        EXPECT_LE(max_rel_diff(view(ub.grad()), ur.grad()), tol(dt));
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      for (int64_t n : {int64_t{4096} * 8, int64_t{1001}, int64_t{7}}) {
+        for (bool unaligned : {false, true}) {
+          SCOPED_TRACE(std::string(act_name(act)) + " " + c10::toString(dt) +
+                       " n=" + std::to_string(n) + (unaligned ? " unaligned" : ""));
+          at::manual_seed(5);
+          const auto opts = at::TensorOptions().device(cuda());
+          // Unaligned: views starting one element into their storage (no 16-byte loads).
+          auto make = [&](double scale) { return (at::randn({n + 1}, opts) * scale).to(dt); };
+          const at::Tensor gate_base = make(3.0), up_base = make(1.0), dy_base = make(1.0);
+          auto view = [&](const at::Tensor& t) { return t.narrow(0, unaligned ? 1 : 0, n); };
+          at::Tensor gr = view(gate_base).to(at::kFloat).clone().requires_grad_(true);
+          at::Tensor ur = view(up_base).to(at::kFloat).clone().requires_grad_(true);
+          const at::Tensor ref = act_ref(gr, act) * ur;
+          ref.backward(view(dy_base).to(at::kFloat));
+          at::Tensor gb = gate_base.clone().requires_grad_(true),
+                     ub = up_base.clone().requires_grad_(true);
+          const at::Tensor y = fused_glu(view(gb), view(ub), act);
+          EXPECT_LE(max_rel_diff(y, ref), tol(dt));
+          y.backward(view(dy_base));
+          EXPECT_LE(max_rel_diff(view(gb.grad()), gr.grad()), tol(dt));
+          EXPECT_LE(max_rel_diff(view(ub.grad()), ur.grad()), tol(dt));
+        }
       }
     }
-  }
 }
 
 TEST(FusedOps, GatedDownMatchesComposition) {
   SKIP_WITHOUT_KERNELS();
   for (Activation act : {Activation::kSilu, Activation::kGeluTanh})
-  for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
-    SCOPED_TRACE(std::string(act_name(act)) + " " + c10::toString(dt));
-    at::manual_seed(8);
-    const auto opts = at::TensorOptions().device(cuda());
-    const int64_t b = 3, t = 7, inter = 333, hidden = 52;  // nothing a multiple of the vector width
-    const at::Tensor gate = (at::randn({b, t, inter}, opts) * 2).to(dt), up = at::randn({b, t, inter}, opts).to(dt);
-    const at::Tensor w = (at::randn({hidden, inter}, opts) * 0.05).to(dt);
-    const at::Tensor dy = at::randn({b, t, hidden}, opts).to(dt);
-    at::Tensor gr = gate.to(at::kFloat).clone().requires_grad_(true), ur = up.to(at::kFloat).clone().requires_grad_(true),
-               wr = w.to(at::kFloat).clone().requires_grad_(true);
-    const at::Tensor ref = at::linear(act_ref(gr, act) * ur, wr);
-    ref.backward(dy.to(at::kFloat));
-    at::Tensor gf = gate.clone().requires_grad_(true), uf = up.clone().requires_grad_(true),
-               wf = w.clone().requires_grad_(true);
-    const at::Tensor y = fused_glu_down(gf, uf, wf, act);
-    y.backward(dy);
-    // A matmul over `inter` terms in the dtype: a looser bound than one rounding.
-    const double t_mm = dt == at::kFloat ? 1e-5 : 2e-2;
-    EXPECT_LE(max_rel_diff(y, ref), t_mm);
-    EXPECT_LE(max_rel_diff(gf.grad(), gr.grad()), t_mm);
-    EXPECT_LE(max_rel_diff(uf.grad(), ur.grad()), t_mm);
-    EXPECT_LE(max_rel_diff(wf.grad(), wr.grad()), t_mm);
-  }
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      SCOPED_TRACE(std::string(act_name(act)) + " " + c10::toString(dt));
+      at::manual_seed(8);
+      const auto opts = at::TensorOptions().device(cuda());
+      const int64_t b = 3, t = 7, inter = 333,
+                    hidden = 52;  // nothing a multiple of the vector width
+      const at::Tensor gate = (at::randn({b, t, inter}, opts) * 2).to(dt),
+                       up = at::randn({b, t, inter}, opts).to(dt);
+      const at::Tensor w = (at::randn({hidden, inter}, opts) * 0.05).to(dt);
+      const at::Tensor dy = at::randn({b, t, hidden}, opts).to(dt);
+      at::Tensor gr = gate.to(at::kFloat).clone().requires_grad_(true),
+                 ur = up.to(at::kFloat).clone().requires_grad_(true),
+                 wr = w.to(at::kFloat).clone().requires_grad_(true);
+      const at::Tensor ref = at::linear(act_ref(gr, act) * ur, wr);
+      ref.backward(dy.to(at::kFloat));
+      at::Tensor gf = gate.clone().requires_grad_(true), uf = up.clone().requires_grad_(true),
+                 wf = w.clone().requires_grad_(true);
+      const at::Tensor y = fused_glu_down(gf, uf, wf, act);
+      y.backward(dy);
+      // A matmul over `inter` terms in the dtype: a looser bound than one rounding.
+      const double t_mm = dt == at::kFloat ? 1e-5 : 2e-2;
+      EXPECT_LE(max_rel_diff(y, ref), t_mm);
+      EXPECT_LE(max_rel_diff(gf.grad(), gr.grad()), t_mm);
+      EXPECT_LE(max_rel_diff(uf.grad(), ur.grad()), t_mm);
+      EXPECT_LE(max_rel_diff(wf.grad(), wr.grad()), t_mm);
+    }
 }
 
 TEST(FusedOps, ModelWithKernelsMatchesModelWithout) {
@@ -172,7 +180,8 @@ TEST(FusedOps, ModelWithKernelsMatchesModelWithout) {
     }
     const double t = dt == at::kFloat ? 1e-5 : 3e-2;
     EXPECT_LE(max_rel_diff(losses[0], losses[1]), dt == at::kFloat ? 1e-6 : 1e-2);
-    for (size_t i = 0; i < grads[0].size(); ++i) EXPECT_LE(max_rel_diff(grads[0][i], grads[1][i]), t) << "parameter " << i;
+    for (size_t i = 0; i < grads[0].size(); ++i)
+      EXPECT_LE(max_rel_diff(grads[0][i], grads[1][i]), t) << "parameter " << i;
   }
 }
 

@@ -23,11 +23,13 @@
 namespace ciuic::model {
 namespace {
 
+using nlohmann::json;
 using testing::expect_error;
 using testing::max_rel_diff;
-using nlohmann::json;
 
-std::string gen_fixture(const std::string& rel) { return std::string(CIUIC_FIXTURES_DIR) + "/generate/" + rel; }
+std::string gen_fixture(const std::string& rel) {
+  return std::string(CIUIC_FIXTURES_DIR) + "/generate/" + rel;
+}
 
 const SafetensorsReader& want() {
   static const SafetensorsReader r = SafetensorsReader::open(gen_fixture("expected.safetensors"));
@@ -48,12 +50,14 @@ std::vector<int32_t> ids_of(const at::Tensor& t) {
 }
 
 std::unique_ptr<LlamaModel> load(const std::string& c) {
-  return LlamaModel::from_pretrained(testing::fixture("families/" + c), at::kFloat, c10::Device(c10::kCPU));
+  return LlamaModel::from_pretrained(testing::fixture("families/" + c), at::kFloat,
+                                     c10::Device(c10::kCPU));
 }
 
 std::vector<std::vector<int32_t>> prompts_of(const std::string& c) {
   std::vector<std::vector<int32_t>> p;
-  for (int i = 0; i < 3; ++i) p.push_back(ids_of(want().tensor(c + ".greedy.prompt." + std::to_string(i))));
+  for (int i = 0; i < 3; ++i)
+    p.push_back(ids_of(want().tensor(c + ".greedy.prompt." + std::to_string(i))));
   return p;
 }
 
@@ -91,7 +95,8 @@ TEST(Generate, OnePromptAloneGivesTheSameTokensAsInTheBatch) {
   for (int i = 0; i < 3; ++i) {
     GenerateOptions o = greedy_options("gemma3");
     const auto r = generate(*model, {prompts_of("gemma3")[static_cast<size_t>(i)]}, o);
-    EXPECT_EQ(r.tokens[0], ids_of(want().tensor("gemma3.greedy.new." + std::to_string(i)))) << "row " << i;
+    EXPECT_EQ(r.tokens[0], ids_of(want().tensor("gemma3.greedy.new." + std::to_string(i))))
+        << "row " << i;
   }
 }
 
@@ -108,16 +113,19 @@ TEST(Generate, KvCacheLogitsEqualFullRecompute) {
     for (int i = 0; i < 3; ++i) {
       const at::Tensor hf = want().tensor(std::string(c) + ".greedy.logits." + std::to_string(i));
       for (int64_t s = 0; s < hf.size(0); ++s)
-        EXPECT_LT(max_rel_diff(steps[static_cast<size_t>(s)][i], hf[s]), 1e-5) << "row " << i << " step " << s;
+        EXPECT_LT(max_rel_diff(steps[static_cast<size_t>(s)][i], hf[s]), 1e-5)
+            << "row " << i << " step " << s;
     }
     // And against ciuic's own full forward of the whole padded-free row (no cache).
     const auto prompts = prompts_of(c);
     std::vector<int64_t> row(prompts[0].begin(), prompts[0].end());
     row.insert(row.end(), r.tokens[0].begin(), r.tokens[0].end());
-    const at::Tensor full = model->forward(at::tensor(row, at::kLong).unsqueeze(0), {}, false).to(at::kFloat)[0];
+    const at::Tensor full =
+        model->forward(at::tensor(row, at::kLong).unsqueeze(0), {}, false).to(at::kFloat)[0];
     const int64_t l = static_cast<int64_t>(prompts[0].size());
     for (size_t s = 0; s < r.tokens[0].size(); ++s)
-      EXPECT_LT(max_rel_diff(steps[s][0], full[l - 1 + static_cast<int64_t>(s)]), 1e-5) << "step " << s;
+      EXPECT_LT(max_rel_diff(steps[s][0], full[l - 1 + static_cast<int64_t>(s)]), 1e-5)
+          << "step " << s;
   }
 }
 
@@ -126,7 +134,8 @@ TEST(Generate, DecodeInChunksEqualsOnePrefill) {
   auto model = load("mistral");
   const auto p = prompts_of("mistral")[1];
   const int64_t n = static_cast<int64_t>(p.size());
-  const at::Tensor ids = at::tensor(std::vector<int64_t>(p.begin(), p.end()), at::kLong).unsqueeze(0);
+  const at::Tensor ids =
+      at::tensor(std::vector<int64_t>(p.begin(), p.end()), at::kLong).unsqueeze(0);
   const at::Tensor pos = at::arange(n, at::kLong).unsqueeze(0);
   const at::Tensor valid = at::ones({1, n}, at::kBool);
   auto a = model->new_decode_cache(1, n);
@@ -135,11 +144,13 @@ TEST(Generate, DecodeInChunksEqualsOnePrefill) {
   std::vector<at::Tensor> parts;
   for (int64_t s = 0; s < n; s += (s < 2 ? 1 : n)) {
     const int64_t len = s < 2 ? 1 : n - s;
-    parts.push_back(model->decode(ids.narrow(1, s, len), pos.narrow(1, s, len), valid.narrow(1, s, len), b, false)[0]);
+    parts.push_back(model->decode(ids.narrow(1, s, len), pos.narrow(1, s, len),
+                                  valid.narrow(1, s, len), b, false)[0]);
   }
   EXPECT_LT(max_rel_diff(at::cat(parts, 0), one), 1e-5);
-  expect_error([&] { model->decode(ids.narrow(1, 0, 1), pos.narrow(1, 0, 1), valid.narrow(1, 0, 1), b); },
-               {"cache holds", std::to_string(n) + " positions"});
+  expect_error(
+      [&] { model->decode(ids.narrow(1, 0, 1), pos.narrow(1, 0, 1), valid.narrow(1, 0, 1), b); },
+      {"cache holds", std::to_string(n) + " positions"});
 }
 
 TEST(Generate, ProcessorsEqualTransformersAfterEachStep) {
@@ -161,11 +172,13 @@ TEST(Generate, ProcessorsEqualTransformersAfterEachStep) {
     ASSERT_EQ(steps.size(), order.size());
     for (size_t j = 0; j < order.size(); ++j) {
       EXPECT_EQ(steps[j].first, order[j]);
-      const at::Tensor hf = want().tensor("proc." + std::to_string(k) + ".after." + std::to_string(j));
+      const at::Tensor hf =
+          want().tensor("proc." + std::to_string(k) + ".after." + std::to_string(j));
       // -inf where transformers removed a token, the same value to 1e-6 elsewhere.
       EXPECT_TRUE(at::isinf(steps[j].second).equal(at::isinf(hf))) << order[j];
       const at::Tensor zero = at::zeros_like(hf);
-      const at::Tensor a = at::where(at::isinf(hf), zero, steps[j].second), b = at::where(at::isinf(hf), zero, hf);
+      const at::Tensor a = at::where(at::isinf(hf), zero, steps[j].second),
+                       b = at::where(at::isinf(hf), zero, hf);
       EXPECT_LT(a.sub(b).abs().max().item<double>(), 1e-6) << order[j];
     }
     ++k;
@@ -180,14 +193,16 @@ TEST(Generate, TopKOneAndSeededSamplingAreReproducible) {
   o.sampling.seed = 123;
   const auto r = generate(*model, prompts_of("qwen2"), o);
   for (int i = 0; i < 3; ++i)
-    EXPECT_EQ(r.tokens[static_cast<size_t>(i)], ids_of(want().tensor("qwen2.greedy.new." + std::to_string(i))));
+    EXPECT_EQ(r.tokens[static_cast<size_t>(i)],
+              ids_of(want().tensor("qwen2.greedy.new." + std::to_string(i))));
   GenerateOptions s;
   s.max_new_tokens = 12;
   s.sampling.do_sample = true;
   s.sampling.temperature = 1.5;
   s.sampling.top_k = 0;
   s.sampling.seed = 5;
-  const auto a = generate(*model, prompts_of("qwen2"), s), b = generate(*model, prompts_of("qwen2"), s);
+  const auto a = generate(*model, prompts_of("qwen2"), s),
+             b = generate(*model, prompts_of("qwen2"), s);
   EXPECT_EQ(a.tokens, b.tokens);
   s.sampling.seed = 6;
   EXPECT_NE(generate(*model, prompts_of("qwen2"), s).tokens, a.tokens);
@@ -229,7 +244,8 @@ TEST(Generate, BadInputIsAClearError) {
   bad([](SamplingParams& s) { s.repetition_penalty = 0; }, {"repetition_penalty"});
   expect_error([&] { generate(*model, {{1, 2}, {}}, o); }, {"prompt 1", "empty"});
   expect_error([&] { generate(*model, {{1, 500}}, o); }, {"token 500", "vocabulary"});
-  expect_error([&] { generate(*model, {std::vector<int32_t>(129, 3)}, o); }, {"129 tokens", "context (128"});
+  expect_error([&] { generate(*model, {std::vector<int32_t>(129, 3)}, o); },
+               {"129 tokens", "context (128"});
   // At the context's end generation stops (no error): 120 + 12 > 128.
   o.max_new_tokens = 12;
   EXPECT_EQ(generate(*model, {std::vector<int32_t>(120, 3)}, o).tokens[0].size(), 8u);

@@ -8,17 +8,17 @@
 #include <sstream>
 
 #include <ATen/Context.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/full_like.h>
-#include <ATen/ops/ones_like.h>
-#include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/linear.h>
+#include <ATen/ops/ones_like.h>
 #include <ATen/ops/randint.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/tensor.h>
@@ -60,7 +60,8 @@ std::unique_ptr<LlamaModel> tiny(at::ScalarType dtype = at::kFloat) {
 
 std::map<std::string, at::Tensor> grads_of(const LlamaModel& m) {
   std::map<std::string, at::Tensor> g;
-  for (auto& [name, p] : m.named_parameters()) g[name] = p.grad().defined() ? p.grad().clone() : at::Tensor();
+  for (auto& [name, p] : m.named_parameters())
+    g[name] = p.grad().defined() ? p.grad().clone() : at::Tensor();
   return g;
 }
 
@@ -68,8 +69,9 @@ void zero_grads(const LlamaModel& m) {
   for (auto& p : m.parameters()) p.mutable_grad() = at::Tensor();
 }
 
-std::map<std::string, at::Tensor> loss_grads(const LlamaModel& m, const at::Tensor& ids, const at::Tensor& labels,
-                                             const at::Tensor& pos = {}, bool packed = false) {
+std::map<std::string, at::Tensor> loss_grads(const LlamaModel& m, const at::Tensor& ids,
+                                             const at::Tensor& labels, const at::Tensor& pos = {},
+                                             bool packed = false) {
   zero_grads(m);
   m.loss_sum(ids, labels, pos, packed).backward();
   return grads_of(m);
@@ -79,15 +81,17 @@ TEST(Llama, LogitsMatchTransformers) {
   auto m = tiny();
   const at::Tensor logits = m->forward(expected().tensor("tiny.input_ids"), {}, false);
   EXPECT_EQ(logits.scalar_type(), at::kFloat);
-  EXPECT_LE(diff("logits vs transformers (fp32)", logits, expected().tensor("tiny.logits")), kLogitTol);
+  EXPECT_LE(diff("logits vs transformers (fp32)", logits, expected().tensor("tiny.logits")),
+            kLogitTol);
 }
 
 TEST(Llama, LogitsMatchTransformersLinearRopeUntiedHeadDim) {
   auto m = LlamaModel::from_pretrained(fixture("tiny_linear"), at::kFloat, at::kCPU);
   EXPECT_EQ(m->named_parameters().back().first, "lm_head.weight");
-  const at::Tensor logits =
-      m->forward(expected().tensor("linear.input_ids"), expected().tensor("linear.position_ids"), false);
-  EXPECT_LE(diff("logits vs transformers (linear rope, head_dim 24)", logits, expected().tensor("linear.logits")),
+  const at::Tensor logits = m->forward(expected().tensor("linear.input_ids"),
+                                       expected().tensor("linear.position_ids"), false);
+  EXPECT_LE(diff("logits vs transformers (linear rope, head_dim 24)", logits,
+                 expected().tensor("linear.logits")),
             kLogitTol);
 }
 
@@ -95,8 +99,10 @@ TEST(Llama, PackedRowEqualsDocumentsRunSeparately) {
   auto m = tiny();
   const at::Tensor ids = expected().tensor("packed.input_ids");
   const at::Tensor pos = expected().tensor("packed.position_ids");
-  const at::Tensor want = expected().tensor("packed.logits");  // transformers, one document at a time
-  EXPECT_LE(diff("packed logits vs transformers per document", m->forward(ids, pos, true), want), kLogitTol);
+  const at::Tensor want =
+      expected().tensor("packed.logits");  // transformers, one document at a time
+  EXPECT_LE(diff("packed logits vs transformers per document", m->forward(ids, pos, true), want),
+            kLogitTol);
   // Without `packed` the second document would see the first: the reference must then differ.
   EXPECT_GT(max_rel_diff(m->forward(ids, pos, false), want), 1e-2);
   // A batch mixing a packed row and a single-document row.
@@ -144,7 +150,8 @@ TEST(Llama, GradientsMatchTransformers) {
       }
       std::printf("    %-48s max relative difference %.2e (%s, chunk %lld)\n",
                   "gradients vs transformers (worst parameter)", worst,
-                  mode == LossBackward::kInForward ? "in_forward" : "recompute", static_cast<long long>(chunk));
+                  mode == LossBackward::kInForward ? "in_forward" : "recompute",
+                  static_cast<long long>(chunk));
     }
   }
 }
@@ -161,11 +168,13 @@ TEST(Llama, LinearCrossEntropyModesMatchAten) {
   const at::Tensor g_out = at::full({}, 0.37f);
   // Reference: autograd through ATen's composition.
   at::Tensor rh = hidden.clone().requires_grad_(true), rw = weight.clone().requires_grad_(true);
-  const at::Tensor ref = at::cross_entropy_loss(at::linear(rh, rw), labels, {}, at::Reduction::Sum, -100);
+  const at::Tensor ref =
+      at::cross_entropy_loss(at::linear(rh, rw), labels, {}, at::Reduction::Sum, -100);
   ref.backward(g_out);
   for (LossBackward mode : {LossBackward::kInForward, LossBackward::kRecompute}) {
     for (int64_t chunk : {int64_t{1}, int64_t{5} * v, int64_t{1} << 26}) {
-      SCOPED_TRACE("mode " + std::to_string(static_cast<int>(mode)) + " chunk " + std::to_string(chunk));
+      SCOPED_TRACE("mode " + std::to_string(static_cast<int>(mode)) + " chunk " +
+                   std::to_string(chunk));
       at::Tensor xh = hidden.clone().requires_grad_(true), xw = weight.clone().requires_grad_(true);
       const at::Tensor loss = linear_cross_entropy_sum(xh, xw, labels, chunk, mode);
       EXPECT_LE(max_rel_diff(loss, ref), 1e-6);
@@ -184,7 +193,8 @@ TEST(Llama, LinearCrossEntropyModesMatchAten) {
   }
   // The in-forward gradients are scaled in place: a second backward is refused, not wrong.
   at::Tensor zh = hidden.clone().requires_grad_(true);
-  const at::Tensor twice = linear_cross_entropy_sum(zh, weight, labels, 1 << 20, LossBackward::kInForward);
+  const at::Tensor twice =
+      linear_cross_entropy_sum(zh, weight, labels, 1 << 20, LossBackward::kInForward);
   twice.backward(g_out, /*retain_graph=*/true);
   expect_error([&] { twice.backward(g_out); }, {"second backward", "recompute"});
 }
@@ -218,7 +228,8 @@ TEST(Llama, ActivationCheckpointingKeepsGradientsAndHooks) {
   for (size_t i = 0; i < params.size(); ++i) {
     int* counter = &pre[i];
     params[i].second.register_hook([counter](const at::Tensor&) { ++*counter; });
-    torch::autograd::impl::set_post_acc_grad_hooks(params[i].second, std::make_unique<CountingPostHook>(&post[i]));
+    torch::autograd::impl::set_post_acc_grad_hooks(params[i].second,
+                                                   std::make_unique<CountingPostHook>(&post[i]));
   }
   const auto off = loss_grads(*m, ids, labels);
   const std::vector<int> pre_off = pre, post_off = post;
@@ -233,13 +244,15 @@ TEST(Llama, ActivationCheckpointingKeepsGradientsAndHooks) {
     EXPECT_EQ(pre[i] - pre_off[i], pre_off[i]) << params[i].first;
   }
   for (const auto& [name, g] : off) {
-    EXPECT_TRUE(at::equal(g, on.at(name))) << name << " differs by " << max_rel_diff(on.at(name), g);
+    EXPECT_TRUE(at::equal(g, on.at(name)))
+        << name << " differs by " << max_rel_diff(on.at(name), g);
     EXPECT_LE(max_rel_diff(on.at(name), expected().tensor("tiny.grad." + name)), 1e-4) << name;
   }
   // Packed rows under checkpointing match too.
   const at::Tensor pids = expected().tensor("packed.input_ids");
   const at::Tensor ppos = expected().tensor("packed.position_ids");
-  EXPECT_LE(max_rel_diff(m->forward(pids, ppos, true), expected().tensor("packed.logits")), kLogitTol);
+  EXPECT_LE(max_rel_diff(m->forward(pids, ppos, true), expected().tensor("packed.logits")),
+            kLogitTol);
   at::Tensor plabels = pids.roll({-1}, {1}).clone();
   plabels[0][19] = -100;
   const auto p_on = loss_grads(*m, pids, plabels, ppos, true);
@@ -251,15 +264,18 @@ TEST(Llama, ActivationCheckpointingKeepsGradientsAndHooks) {
 TEST(Llama, PackedDocsFromPositionIds) {
   // Row 0: documents of 3 and 2 tokens; row 1 continues a document (a row start always starts
   // one), then a document of 3.
-  const at::Tensor pos = at::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 3, 4, 0, 1, 2}, at::kLong).view({2, 5});
+  const at::Tensor pos =
+      at::tensor(std::vector<int64_t>{0, 1, 2, 0, 1, 3, 4, 0, 1, 2}, at::kLong).view({2, 5});
   const PackedDocs d = PackedDocs::from_position_ids(pos, at::kCPU);
   EXPECT_EQ(d.cu_seqlens.scalar_type(), at::kInt);
-  const std::vector<int32_t> cu(d.cu_seqlens.data_ptr<int32_t>(), d.cu_seqlens.data_ptr<int32_t>() + d.cu_seqlens.numel());
+  const std::vector<int32_t> cu(d.cu_seqlens.data_ptr<int32_t>(),
+                                d.cu_seqlens.data_ptr<int32_t>() + d.cu_seqlens.numel());
   EXPECT_EQ(cu, (std::vector<int32_t>{0, 3, 5, 7, 10}));
   EXPECT_EQ(d.max_len, 3);
   EXPECT_EQ(d.rows, 2);
   EXPECT_EQ(d.row_len, 5);
-  expect_error([&] { PackedDocs::from_position_ids(pos.to(at::kFloat), at::kCPU); }, {"[B, T] integer tensor on the CPU"});
+  expect_error([&] { PackedDocs::from_position_ids(pos.to(at::kFloat), at::kCPU); },
+               {"[B, T] integer tensor on the CPU"});
   // On the CPU (and in fp32) the model falls back to the mask: same logits as without docs.
   auto m = tiny();
   const at::Tensor ids = expected().tensor("packed.input_ids");
@@ -268,7 +284,8 @@ TEST(Llama, PackedDocsFromPositionIds) {
   EXPECT_TRUE(at::equal(m->forward(ids, ppos, true, &docs), m->forward(ids, ppos, true)));
   expect_error([&] { m->forward(ids, ppos, false, &docs); }, {"not marked packed"});
   const PackedDocs other = PackedDocs::from_position_ids(pos, at::kCPU);
-  expect_error([&] { m->forward(ids, ppos, true, &other); }, {"built for [2, 5]", "the batch is [1, 20]"});
+  expect_error([&] { m->forward(ids, ppos, true, &other); },
+               {"built for [2, 5]", "the batch is [1, 20]"});
 }
 
 TEST(Llama, PackedGradientsEqualPerDocumentGradients) {
@@ -282,7 +299,8 @@ TEST(Llama, PackedGradientsEqualPerDocumentGradients) {
   const at::Tensor a = ids.narrow(1, 0, 9), b = ids.narrow(1, 9, 11);
   const auto ga = loss_grads(*m, a, labels.narrow(1, 0, 9));
   const auto gb = loss_grads(*m, b, labels.narrow(1, 9, 11));
-  for (const auto& [name, g] : packed) EXPECT_LE(max_rel_diff(g, ga.at(name) + gb.at(name)), 1e-5) << name;
+  for (const auto& [name, g] : packed)
+    EXPECT_LE(max_rel_diff(g, ga.at(name) + gb.at(name)), 1e-5) << name;
 }
 
 TEST(Llama, StorageSwapKeepsParameterIdentityAndResults) {
@@ -305,7 +323,8 @@ TEST(Llama, StorageSwapKeepsParameterIdentityAndResults) {
     impls.push_back(p.unsafeGetTensorImpl());
   }
   auto again = m->named_parameters();
-  for (size_t i = 0; i < again.size(); ++i) EXPECT_EQ(again[i].second.unsafeGetTensorImpl(), impls[i]);
+  for (size_t i = 0; i < again.size(); ++i)
+    EXPECT_EQ(again[i].second.unsafeGetTensorImpl(), impls[i]);
   EXPECT_LE(max_rel_diff(m->forward(ids, {}, false), expected().tensor("tiny.logits")), kLogitTol);
   const auto g = loss_grads(*m, ids, labels);
   for (const auto& [name, grad] : g)
@@ -322,11 +341,13 @@ TEST(Llama, Bfloat16LogitsCloseToTransformersBfloat16) {
   auto m = tiny(at::kBFloat16);
   const at::Tensor logits = m->forward(expected().tensor("tiny.input_ids"), {}, false);
   EXPECT_EQ(logits.scalar_type(), at::kBFloat16);
-  // bf16 has 8 bits of mantissa: transformers' own bf16 logits differ from its fp32 ones by 1.95e-2; it also
-  // rounds RMSNorm before the weight multiply, at::rms_norm after.
-  EXPECT_LE(diff("bf16 logits vs transformers bf16", logits, expected().tensor("tiny.logits_bf16")), 3e-2);
+  // bf16 has 8 bits of mantissa: transformers' own bf16 logits differ from its fp32 ones
+  // by 1.95e-2; it also rounds RMSNorm before the weight multiply, at::rms_norm after.
+  EXPECT_LE(diff("bf16 logits vs transformers bf16", logits, expected().tensor("tiny.logits_bf16")),
+            3e-2);
   EXPECT_LE(max_rel_diff(logits, expected().tensor("tiny.logits")), 3e-2);
-  at::Tensor loss = m->loss_sum(expected().tensor("tiny.input_ids"), expected().tensor("tiny.labels"), {}, false);
+  at::Tensor loss =
+      m->loss_sum(expected().tensor("tiny.input_ids"), expected().tensor("tiny.labels"), {}, false);
   EXPECT_EQ(loss.scalar_type(), at::kFloat);
   EXPECT_LE(max_rel_diff(loss, expected().tensor("tiny.loss_sum")), 2e-2);
   loss.backward();
@@ -338,20 +359,27 @@ TEST(Llama, GreedyGenerationMatchesTransformers) {
   const at::Tensor prompt = expected().tensor("generate.prompt");
   const at::Tensor want = expected().tensor("generate.new_tokens");
   std::vector<int32_t> p;
-  for (int64_t i = 0; i < prompt.size(1); ++i) p.push_back(static_cast<int32_t>(prompt[0][i].item<int64_t>()));
+  for (int64_t i = 0; i < prompt.size(1); ++i)
+    p.push_back(static_cast<int32_t>(prompt[0][i].item<int64_t>()));
   const auto got = m->generate_greedy(p, want.size(1), std::nullopt);
   ASSERT_EQ(static_cast<int64_t>(got.size()), want.size(1));
-  for (int64_t i = 0; i < want.size(1); ++i) EXPECT_EQ(got[i], want[0][i].item<int64_t>()) << "token " << i;
+  for (int64_t i = 0; i < want.size(1); ++i)
+    EXPECT_EQ(got[i], want[0][i].item<int64_t>()) << "token " << i;
   // Stops at (and includes) the stop token.
   const auto stopped = m->generate_greedy(p, 8, got[2]);
   EXPECT_EQ(stopped, std::vector<int32_t>(got.begin(), got.begin() + 3));
   expect_error([&] { m->generate_greedy({}, 3, std::nullopt); }, {"prompt is empty"});
-  expect_error([&] { m->generate_greedy({5, 300}, 3, std::nullopt); }, {"300", "outside the vocabulary"});
+  expect_error(
+      [&] {
+        m->generate_greedy({5, 300}, 3, std::nullopt);
+      },
+      {"300", "outside the vocabulary"});
 }
 
 TEST(Llama, InitRandomIsDeterministicPerSeed) {
   const LlamaConfig cfg = LlamaConfig::from_file(fixture("tiny/config.json"));
-  LlamaModel a(cfg, at::kFloat, at::kCPU), b(cfg, at::kFloat, at::kCPU), c(cfg, at::kFloat, at::kCPU);
+  LlamaModel a(cfg, at::kFloat, at::kCPU), b(cfg, at::kFloat, at::kCPU),
+      c(cfg, at::kFloat, at::kCPU);
   a.init_random(5, 0.02);
   b.init_random(5, 0.02);
   c.init_random(6, 0.02);
@@ -373,28 +401,40 @@ TEST(Llama, InitRandomIsDeterministicPerSeed) {
 TEST(Llama, InputErrors) {
   auto m = tiny();
   const at::Tensor ids = expected().tensor("tiny.input_ids");
-  expect_error([&] { m->forward(ids[0], {}, false); }, {"input_ids must be a [B, T]", "got Long [12]"});
-  expect_error([&] { m->forward(ids.to(at::kFloat), {}, false); }, {"input_ids", "got Float [2, 12]"});
-  expect_error([&] { m->forward(ids, at::zeros({2, 11}, at::kLong), false); }, {"position_ids", "shaped like input_ids"});
-  expect_error([&] { m->loss_sum(ids, ids.narrow(1, 0, 5), {}, false); }, {"labels", "got Long [2, 5]"});
+  expect_error([&] { m->forward(ids[0], {}, false); },
+               {"input_ids must be a [B, T]", "got Long [12]"});
+  expect_error([&] { m->forward(ids.to(at::kFloat), {}, false); },
+               {"input_ids", "got Float [2, 12]"});
+  expect_error(
+      [&] {
+        m->forward(ids, at::zeros({2, 11}, at::kLong), false);
+      },
+      {"position_ids", "shaped like input_ids"});
+  expect_error([&] { m->loss_sum(ids, ids.narrow(1, 0, 5), {}, false); },
+               {"labels", "got Long [2, 5]"});
   expect_error([&] { LlamaModel::from_pretrained(fixture("nonexistent"), at::kFloat, at::kCPU); },
                {"nonexistent", "no config.json"});
-  expect_error([&] { LlamaModel(m->config(), at::kLong, at::kCPU); }, {"float32, bfloat16 or float16"});
+  expect_error([&] { LlamaModel(m->config(), at::kLong, at::kCPU); },
+               {"float32, bfloat16 or float16"});
 }
 
-
-// ---- layer boundaries (ciuic/sharding.h, Sharding::before_group/after_group) ----------------------
+// ---- layer boundaries (ciuic/sharding.h, Sharding::before_group/after_group)
+// ----------------------
 
 // The boundaries a model of `layers` decoder layers must announce for one training micro-batch,
 // written out from the contract: forward g = 0 .. G-1, then backward G-1 .. 0, with a recompute
 // pair inside the backward of each checkpointed layer (the first `checkpointed`).
 std::vector<std::string> expected_boundaries(int layers, int checkpointed) {
   const int head = layers + 1;
-  auto name = [&](int g) { return g == 0 ? std::string("embed") : g == head ? std::string("head")
-                                                                              : "layers." + std::to_string(g - 1); };
+  auto name = [&](int g) {
+    return g == 0      ? std::string("embed")
+           : g == head ? std::string("head")
+                       : "layers." + std::to_string(g - 1);
+  };
   std::vector<std::string> out{"micro_batch 0"};
   for (int g = 0; g <= head; ++g)
-    for (const char* edge : {"before", "after"}) out.push_back(std::string("forward ") + edge + " " + std::to_string(g) + " " + name(g));
+    for (const char* edge : {"before", "after"})
+      out.push_back(std::string("forward ") + edge + " " + std::to_string(g) + " " + name(g));
   for (int g = head; g >= 0; --g) {
     out.push_back("backward before " + std::to_string(g) + " " + name(g));
     if (g >= 1 && g <= checkpointed) {
@@ -422,79 +462,87 @@ TEST(LlamaGroups, BoundariesReachTheShardingInForwardBackwardAndRecompute) {
   // qwen2's biases, gemma3_text's q/k norms and sandwich norms (three layers, windowed).
   std::vector<LlamaConfig> configs{tiny()->config()};
   for (const char* f : {"qwen2", "gemma3"})
-    configs.push_back(LlamaConfig::from_file(fixture(std::string("families/") + f + "/config.json")));
+    configs.push_back(
+        LlamaConfig::from_file(fixture(std::string("families/") + f + "/config.json")));
   for (const LlamaConfig& base : configs)
-  for (bool tied : {true, false})
-    for (int checkpointed : {0, 1, 2}) {
-      // The families once each (their own tying; none or one checkpointed layer): time.
-      if (base.family != ModelFamily::kLlama && (tied != base.tie_word_embeddings || checkpointed == 2)) continue;
-      SCOPED_TRACE(std::string(model_type_name(base.family)) + ", " + (tied ? "tied" : "untied") +
-                   ", checkpointed layers " + std::to_string(checkpointed));
-      LlamaConfig cfg = base;
-      cfg.tie_word_embeddings = tied;
-      LlamaModel m(cfg, at::kFloat, at::kCPU);
-      m.init_random(3, 0.02);
-      if (checkpointed > 0) m.set_activation_checkpointing(true, checkpointed);
-      const int layers = static_cast<int>(cfg.num_hidden_layers);
-      ASSERT_GE(layers, 2);
+    for (bool tied : {true, false})
+      for (int checkpointed : {0, 1, 2}) {
+        // The families once each (their own tying; none or one checkpointed layer): time.
+        if (base.family != ModelFamily::kLlama &&
+            (tied != base.tie_word_embeddings || checkpointed == 2))
+          continue;
+        SCOPED_TRACE(std::string(model_type_name(base.family)) + ", " + (tied ? "tied" : "untied") +
+                     ", checkpointed layers " + std::to_string(checkpointed));
+        LlamaConfig cfg = base;
+        cfg.tie_word_embeddings = tied;
+        LlamaModel m(cfg, at::kFloat, at::kCPU);
+        m.init_random(3, 0.02);
+        if (checkpointed > 0) m.set_activation_checkpointing(true, checkpointed);
+        const int layers = static_cast<int>(cfg.num_hidden_layers);
+        ASSERT_GE(layers, 2);
 
-      // The groups: every parameter in its layer's group, the tied embedding in the head's too.
-      const auto named = m.named_parameters();
-      const auto groups = m.param_groups();
-      ASSERT_EQ(groups.size(), static_cast<size_t>(layers + 2));
-      auto names_of = [&](const ciuic::ParamGroup& g) {
-        std::vector<std::string> n;
-        for (int i : g.params) n.push_back(named.at(static_cast<size_t>(i)).first);
-        return n;
-      };
-      EXPECT_EQ(groups[0].name, "embed");
-      EXPECT_EQ(names_of(groups[0]), std::vector<std::string>{"model.embed_tokens.weight"});
-      for (int l = 0; l < layers; ++l) {
-        const auto& g = groups[static_cast<size_t>(l + 1)];
-        EXPECT_EQ(g.name, "layers." + std::to_string(l));
-        const auto n = names_of(g);
-        ASSERT_EQ(n.size(), layer_slots(cfg).size());
-        for (const auto& p : n) EXPECT_EQ(p.rfind("model.layers." + std::to_string(l) + ".", 0), 0u) << p;
-      }
-      EXPECT_EQ(groups.back().name, "head");
-      EXPECT_EQ(names_of(groups.back()),
-                (std::vector<std::string>{"model.norm.weight", tied ? "model.embed_tokens.weight" : "lm_head.weight"}));
-      size_t listed = 0;
-      for (const auto& g : groups) listed += g.params.size();
-      EXPECT_EQ(listed, named.size() + (tied ? 1 : 0));
+        // The groups: every parameter in its layer's group, the tied embedding in the head's too.
+        const auto named = m.named_parameters();
+        const auto groups = m.param_groups();
+        ASSERT_EQ(groups.size(), static_cast<size_t>(layers + 2));
+        auto names_of = [&](const ciuic::ParamGroup& g) {
+          std::vector<std::string> n;
+          for (int i : g.params) n.push_back(named.at(static_cast<size_t>(i)).first);
+          return n;
+        };
+        EXPECT_EQ(groups[0].name, "embed");
+        EXPECT_EQ(names_of(groups[0]), std::vector<std::string>{"model.embed_tokens.weight"});
+        for (int l = 0; l < layers; ++l) {
+          const auto& g = groups[static_cast<size_t>(l + 1)];
+          EXPECT_EQ(g.name, "layers." + std::to_string(l));
+          const auto n = names_of(g);
+          ASSERT_EQ(n.size(), layer_slots(cfg).size());
+          for (const auto& p : n)
+            EXPECT_EQ(p.rfind("model.layers." + std::to_string(l) + ".", 0), 0u) << p;
+        }
+        EXPECT_EQ(groups.back().name, "head");
+        EXPECT_EQ(names_of(groups.back()),
+                  (std::vector<std::string>{
+                      "model.norm.weight", tied ? "model.embed_tokens.weight" : "lm_head.weight"}));
+        size_t listed = 0;
+        for (const auto& g : groups) listed += g.params.size();
+        EXPECT_EQ(listed, named.size() + (tied ? 1 : 0));
 
-      const std::string dir = testing::temp_dir("groups");
-      ciuic::RunContext ctx;
-      ctx.output_dir = dir;
-      ctx.store = ciuic::make_local_store(std::chrono::seconds(10));
-      auto shard = reg.create<ciuic::Sharding>(ciuic::Slot::kSharding, "test", ciuic::Config::from_toml("sharding", ""), ctx);
-      ciuic::ShardingSetup s;
-      for (auto& [n, t] : named) s.params.push_back({n, t, t.dim() >= 2});
-      s.groups = groups;
-      shard->setup(s);
-      m.set_group_boundaries(shard.get());
+        const std::string dir = testing::temp_dir("groups");
+        ciuic::RunContext ctx;
+        ctx.output_dir = dir;
+        ctx.store = ciuic::make_local_store(std::chrono::seconds(10));
+        auto shard = reg.create<ciuic::Sharding>(ciuic::Slot::kSharding, "test",
+                                                 ciuic::Config::from_toml("sharding", ""), ctx);
+        ciuic::ShardingSetup s;
+        for (auto& [n, t] : named) s.params.push_back({n, t, t.dim() >= 2});
+        s.groups = groups;
+        shard->setup(s);
+        m.set_group_boundaries(shard.get());
 
-      // Training: one micro-batch, forward and backward.
-      const at::Tensor ids = expected().tensor("tiny.input_ids").remainder(cfg.vocab_size);
-      const at::Tensor labels = at::where(expected().tensor("tiny.labels").ge(0),
-                                          expected().tensor("tiny.labels").remainder(cfg.vocab_size), -100);
-      shard->begin_micro_batch(0, true);
-      m.loss_sum(ids, labels, {}, false).backward();
-      const std::string events = dir + "/sharding-test-events.txt";
-      EXPECT_EQ(lines_of(events), expected_boundaries(layers, checkpointed));
-      // Without autograd (evaluation): forward boundaries only.
-      {
-        at::NoGradGuard ng;
+        // Training: one micro-batch, forward and backward.
+        const at::Tensor ids = expected().tensor("tiny.input_ids").remainder(cfg.vocab_size);
+        const at::Tensor labels =
+            at::where(expected().tensor("tiny.labels").ge(0),
+                      expected().tensor("tiny.labels").remainder(cfg.vocab_size), -100);
         shard->begin_micro_batch(0, true);
-        m.loss_sum(ids, labels, {}, false);
+        m.loss_sum(ids, labels, {}, false).backward();
+        const std::string events = dir + "/sharding-test-events.txt";
+        EXPECT_EQ(lines_of(events), expected_boundaries(layers, checkpointed));
+        // Without autograd (evaluation): forward boundaries only.
+        {
+          at::NoGradGuard ng;
+          shard->begin_micro_batch(0, true);
+          m.loss_sum(ids, labels, {}, false);
+        }
+        std::vector<std::string> eval = expected_boundaries(layers, 0);
+        eval.resize(1 + 2 * (layers + 2));
+        const auto all = lines_of(events);
+        ASSERT_GE(all.size(), eval.size());
+        EXPECT_EQ(std::vector<std::string>(all.end() - static_cast<long>(eval.size()), all.end()),
+                  eval);
+        m.set_group_boundaries(nullptr);
       }
-      std::vector<std::string> eval = expected_boundaries(layers, 0);
-      eval.resize(1 + 2 * (layers + 2));
-      const auto all = lines_of(events);
-      ASSERT_GE(all.size(), eval.size());
-      EXPECT_EQ(std::vector<std::string>(all.end() - static_cast<long>(eval.size()), all.end()), eval);
-      m.set_group_boundaries(nullptr);
-    }
 }
 
 }  // namespace

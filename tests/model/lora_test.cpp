@@ -23,7 +23,8 @@ using testing::expect_error;
 using testing::max_rel_diff;
 
 const SafetensorsReader& want() {
-  static const SafetensorsReader r = SafetensorsReader::open(testing::fixture("lora/expected.safetensors"));
+  static const SafetensorsReader r =
+      SafetensorsReader::open(testing::fixture("lora/expected.safetensors"));
   return r;
 }
 
@@ -47,7 +48,8 @@ std::unique_ptr<LlamaModel> load(const std::string& c) {
   const std::string base = nlohmann::json::parse(in)[c]["base"].get<std::string>();
   auto m = LlamaModel::from_pretrained(testing::fixture("families/" + base), at::kFloat, at::kCPU);
   m->enable_lora(spec_of(c));
-  m->load_lora(SafetensorsReader::open(testing::fixture("lora/" + c + "/adapter_model.safetensors")));
+  m->load_lora(
+      SafetensorsReader::open(testing::fixture("lora/" + c + "/adapter_model.safetensors")));
   return m;
 }
 
@@ -62,7 +64,8 @@ TEST_P(LoraVsPeft, LogitsLossAndAdapterGradients) {
     const at::Tensor ids = want().tensor(c + ".input_ids"), labels = want().tensor(c + ".labels");
     {
       at::NoGradGuard ng;
-      EXPECT_LT(max_rel_diff(m->forward(ids, at::Tensor(), false), want().tensor(c + ".logits")), 1e-5);
+      EXPECT_LT(max_rel_diff(m->forward(ids, at::Tensor(), false), want().tensor(c + ".logits")),
+                1e-5);
     }
     at::Tensor loss = m->loss_sum(ids, labels, at::Tensor(), false);
     EXPECT_LT(max_rel_diff(loss, want().tensor(c + ".loss_sum")), 1e-5);
@@ -90,7 +93,8 @@ TEST(Lora, MergeEqualsPeftMergeAndUnload) {
     auto m = load(c);
     {
       at::NoGradGuard ng;
-      for (const auto& [name, t] : m->lora_parameters()) t.copy_(want().tensor(c + ".adamw3.base_model.model." + name));
+      for (const auto& [name, t] : m->lora_parameters())
+        t.copy_(want().tensor(c + ".adamw3.base_model.model." + name));
     }
     m->merge_lora();
     for (auto& w : m->lora_parameters()) {
@@ -99,7 +103,8 @@ TEST(Lora, MergeEqualsPeftMergeAndUnload) {
     }
     at::NoGradGuard ng;
     EXPECT_LT(max_rel_diff(m->forward(want().tensor(c + ".input_ids"), at::Tensor(), false),
-                           want().tensor(c + ".adamw3.merged.logits")), 1e-5);
+                           want().tensor(c + ".adamw3.merged.logits")),
+              1e-5);
   }
 }
 
@@ -115,24 +120,29 @@ TEST(Lora, ExportedPeftFolder) {
     const std::string dir = testing::temp_dir(c);
     std::ifstream in(testing::fixture("lora/cases.json"));
     const std::string base = nlohmann::json::parse(in)[c]["base"].get<std::string>();
-    write_peft_folder(dir + "/adapter", peft_adapter_config(*m->lora(), testing::fixture("families/" + base)),
+    write_peft_folder(dir + "/adapter",
+                      peft_adapter_config(*m->lora(), testing::fixture("families/" + base)),
                       m->trainable_parameters(), at::kFloat);
     at::NoGradGuard ng;
-    write_safetensors(dir + "/ciuic.safetensors",
-                      {{"input_ids", want().tensor(c + ".input_ids")},
-                       {"logits", m->forward(want().tensor(c + ".input_ids"), at::Tensor(), false)}});
+    write_safetensors(
+        dir + "/ciuic.safetensors",
+        {{"input_ids", want().tensor(c + ".input_ids")},
+         {"logits", m->forward(want().tensor(c + ".input_ids"), at::Tensor(), false)}});
     // And it reads back (continue training from a PEFT folder).
-    auto again = LlamaModel::from_pretrained(testing::fixture("families/" + base), at::kFloat, at::kCPU);
+    auto again =
+        LlamaModel::from_pretrained(testing::fixture("families/" + base), at::kFloat, at::kCPU);
     std::ifstream cfg(dir + "/adapter/adapter_config.json");
     again->enable_lora(lora_spec_from_peft(nlohmann::json::parse(cfg), "adapter_config.json"));
     again->load_lora(SafetensorsReader::open(dir + "/adapter/adapter_model.safetensors"));
     EXPECT_EQ(max_rel_diff(again->forward(want().tensor(c + ".input_ids"), at::Tensor(), false),
-                           m->forward(want().tensor(c + ".input_ids"), at::Tensor(), false)), 0.0);
+                           m->forward(want().tensor(c + ".input_ids"), at::Tensor(), false)),
+              0.0);
   }
 }
 
 TEST(Lora, PeftInitialisation) {
-  auto m = LlamaModel::from_pretrained(testing::fixture("families/llama_pad"), at::kFloat, at::kCPU);
+  auto m =
+      LlamaModel::from_pretrained(testing::fixture("families/llama_pad"), at::kFloat, at::kCPU);
   LoraSpec s;
   s.r = 4;
   s.targets = lora_target_slots({"all-linear"}, "k");
@@ -149,29 +159,47 @@ TEST(Lora, PeftInitialisation) {
     }
   }
   // The model with B = 0 computes the base model's logits.
-  auto base = LlamaModel::from_pretrained(testing::fixture("families/llama_pad"), at::kFloat, at::kCPU);
+  auto base =
+      LlamaModel::from_pretrained(testing::fixture("families/llama_pad"), at::kFloat, at::kCPU);
   const at::Tensor ids = want().tensor("llama.input_ids");
   at::NoGradGuard ng;
-  EXPECT_EQ(max_rel_diff(m->forward(ids, at::Tensor(), false), base->forward(ids, at::Tensor(), false)), 0.0);
+  EXPECT_EQ(
+      max_rel_diff(m->forward(ids, at::Tensor(), false), base->forward(ids, at::Tensor(), false)),
+      0.0);
 }
 
 TEST(Lora, TargetsThatMatchNothingListTheLinearModules) {
-  expect_error([] { lora_target_slots({"q_proj", "qkv_proj"}, "[adapter] target_modules"); },
-               {"[adapter] target_modules", "qkv_proj", "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"});
-  expect_error([] { lora_target_slots({}, "[adapter] target_modules"); }, {"[adapter] target_modules", "empty"});
+  expect_error(
+      [] {
+        lora_target_slots({"q_proj", "qkv_proj"}, "[adapter] target_modules");
+      },
+      {"[adapter] target_modules", "qkv_proj",
+       "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"});
+  expect_error([] { lora_target_slots({}, "[adapter] target_modules"); },
+               {"[adapter] target_modules", "empty"});
 }
 
 TEST(Lora, AnAdapterForAnotherRankOrBaseIsRefusedNamingTheTensor) {
-  auto m = LlamaModel::from_pretrained(testing::fixture("families/llama_pad"), at::kFloat, at::kCPU);
+  auto m =
+      LlamaModel::from_pretrained(testing::fixture("families/llama_pad"), at::kFloat, at::kCPU);
   LoraSpec s = spec_of("llama");
   s.r = 8;
   m->enable_lora(s);
-  expect_error([&] { m->load_lora(SafetensorsReader::open(testing::fixture("lora/llama/adapter_model.safetensors"))); },
-               {"adapter_model.safetensors", "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"});
+  expect_error(
+      [&] {
+        m->load_lora(
+            SafetensorsReader::open(testing::fixture("lora/llama/adapter_model.safetensors")));
+      },
+      {"adapter_model.safetensors",
+       "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"});
   auto q = LlamaModel::from_pretrained(testing::fixture("families/qwen2"), at::kFloat, at::kCPU);
   q->enable_lora(spec_of("qwen2"));
-  expect_error([&] { q->load_lora(SafetensorsReader::open(testing::fixture("lora/llama/adapter_model.safetensors"))); },
-               {"adapter_model.safetensors", "base_model.model.model.layers.0"});
+  expect_error(
+      [&] {
+        q->load_lora(
+            SafetensorsReader::open(testing::fixture("lora/llama/adapter_model.safetensors")));
+      },
+      {"adapter_model.safetensors", "base_model.model.model.layers.0"});
 }
 
 }  // namespace

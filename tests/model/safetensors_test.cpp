@@ -15,9 +15,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "../support/deep_json.h"
 #include "model/safetensors.h"
 #include "model_test_util.h"
-#include "../support/deep_json.h"
 
 namespace ciuic::model {
 namespace {
@@ -30,12 +30,13 @@ bool same_bytes(const at::Tensor& a, const at::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
   at::Tensor x = a.contiguous(), y = b.contiguous();
   // memcmp's pointers must not be null even for 0 bytes (UBSan): an empty tensor has none.
-  return x.nbytes() == y.nbytes() && (x.nbytes() == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0);
+  return x.nbytes() == y.nbytes() &&
+         (x.nbytes() == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0);
 }
 
 // A file with the given header JSON text and `data_bytes` bytes of payload.
-std::string craft(const std::string& dir, const std::string& name, const std::string& header, size_t data_bytes,
-                  std::optional<uint64_t> header_len = std::nullopt) {
+std::string craft(const std::string& dir, const std::string& name, const std::string& header,
+                  size_t data_bytes, std::optional<uint64_t> header_len = std::nullopt) {
   const std::string path = dir + "/" + name;
   std::ofstream out(path, std::ios::binary);
   const uint64_t n = header_len.value_or(header.size());
@@ -58,7 +59,8 @@ NamedTensors every_dtype() {
   t.emplace_back("i32", at::randint(-100000, 100000, {9}, at::kInt));
   t.emplace_back("i16", at::randint(-30000, 30000, {3}, at::kShort));
   t.emplace_back("i8", at::randint(-128, 127, {3}, at::kChar));
-  t.emplace_back("u8", at::randint(0, 255, {11}, at::kByte));  // odd size: later tensors are misaligned
+  t.emplace_back("u8",
+                 at::randint(0, 255, {11}, at::kByte));  // odd size: later tensors are misaligned
   t.emplace_back("bool", at::randint(0, 2, {2, 3}, at::kLong).to(at::kBool));
   t.emplace_back("u16", at::randint(0, 60000, {3}, at::kInt).to(at::kUInt16));
   t.emplace_back("u32", at::randint(0, 1 << 30, {3}, at::kLong).to(at::kUInt32));
@@ -142,7 +144,8 @@ TEST(Safetensors, ReadsFilesWrittenByPythonSafetensors) {
 TEST(Safetensors, ShardedWriteAndRead) {
   const std::string dir = testing::temp_dir("sharded");
   NamedTensors tensors;
-  for (int i = 0; i < 5; ++i) tensors.emplace_back("layer." + std::to_string(i), at::randn({10, 10}));  // 400 B
+  for (int i = 0; i < 5; ++i)
+    tensors.emplace_back("layer." + std::to_string(i), at::randn({10, 10}));  // 400 B
   const auto files = write_safetensors_sharded(dir, tensors, 900);  // two tensors per shard
   ASSERT_EQ(files.size(), 4u);
   EXPECT_EQ(files[0], "model-00001-of-00003.safetensors");
@@ -160,7 +163,8 @@ TEST(Safetensors, ShardedWriteAndRead) {
   }
   // One shard: a plain model.safetensors without index.
   const std::string dir1 = testing::temp_dir("single");
-  EXPECT_EQ(write_safetensors_sharded(dir1, tensors, 1 << 20), (std::vector<std::string>{"model.safetensors"}));
+  EXPECT_EQ(write_safetensors_sharded(dir1, tensors, 1 << 20),
+            (std::vector<std::string>{"model.safetensors"}));
   EXPECT_EQ(SafetensorsReader::open(dir1).names().size(), 5u);
   // A tensor larger than the limit gets a shard of its own.
   const std::string dir2 = testing::temp_dir("big");
@@ -188,31 +192,42 @@ TEST(Safetensors, FileErrorsNameFileAndTensor) {
     expect_error([&] { SafetensorsFile::open(p); }, {p, "malformed safetensors header JSON"});
   }
   {
-    const std::string p = craft(dir, "dtype.safetensors", R"({"w": {"dtype": "F7", "shape": [2], "data_offsets": [0, 8]}})", 8);
+    const std::string p =
+        craft(dir, "dtype.safetensors",
+              R"({"w": {"dtype": "F7", "shape": [2], "data_offsets": [0, 8]}})", 8);
     expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `w`", "unsupported dtype \"F7\""});
   }
   {
-    const std::string p = craft(dir, "size.safetensors", R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8);
+    const std::string p =
+        craft(dir, "size.safetensors",
+              R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}})", 8);
     expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `w`", "span 8 bytes", "need 12"});
   }
   {
-    const std::string p = craft(dir, "inv.safetensors", R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", 8);
+    const std::string p =
+        craft(dir, "inv.safetensors",
+              R"({"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}})", 8);
     expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `w`", "inverted"});
   }
   {
-    const std::string p = craft(dir, "shape.safetensors", R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4);
+    const std::string p =
+        craft(dir, "shape.safetensors",
+              R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4);
     expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `w`", "malformed shape"});
   }
   {
-    const std::string p = craft(dir, "entry.safetensors", R"({"w": {"dtype": "F32", "shape": [1]}})", 4);
+    const std::string p =
+        craft(dir, "entry.safetensors", R"({"w": {"dtype": "F32", "shape": [1]}})", 4);
     expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `w`", "data_offsets"});
   }
   {
     // Nested 100,000 deep: refused before a value is built (issue 27; ciuic/json.h). The depth
     // of the 129th open bracket: `{"w": ` then 128 of `[`.
-    const std::string p = craft(dir, "deep.safetensors", "{\"w\": " + ciuic_test::nested_arrays(ciuic_test::kDeep) + "}", 0);
+    const std::string p = craft(dir, "deep.safetensors",
+                                "{\"w\": " + ciuic_test::nested_arrays(ciuic_test::kDeep) + "}", 0);
     expect_error([&] { SafetensorsFile::open(p); },
-                 {p + ": safetensors header: JSON nested deeper than 128 levels (arrays and objects) at line 1, column 134"});
+                 {p + ": safetensors header: JSON nested deeper than 128 levels (arrays and "
+                      "objects) at line 1, column 134"});
   }
   {
     const std::string p = craft(dir, "meta.safetensors", R"({"__metadata__": {"a": 1}})", 0);
@@ -225,16 +240,19 @@ TEST(Safetensors, FileErrorsNameFileAndTensor) {
     fs::resize_file(p, fs::file_size(p) - 10);
     expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `b`", "truncated file"});
   }
-  expect_error([&] { SafetensorsFile::open(dir + "/none.safetensors"); }, {dir + "/none.safetensors", "cannot open"});
+  expect_error([&] { SafetensorsFile::open(dir + "/none.safetensors"); },
+               {dir + "/none.safetensors", "cannot open"});
   {
     const std::string p = dir + "/ok.safetensors";
     write_safetensors(p, {{"w", at::randn({2, 3})}, {"ids", at::arange(3, at::kLong)}});
     auto r = SafetensorsReader::open(p);
     expect_error([&] { r.tensor("nope"); }, {p, "missing tensor `nope`"});
     at::Tensor wrong_shape = at::empty({3, 2});
-    expect_error([&] { r.load_into("w", wrong_shape); }, {p, "tensor `w`", "shape [2, 3] in the file, [3, 2] expected"});
+    expect_error([&] { r.load_into("w", wrong_shape); },
+                 {p, "tensor `w`", "shape [2, 3] in the file, [3, 2] expected"});
     at::Tensor wrong_dtype = at::empty({3});
-    expect_error([&] { r.load_into("ids", wrong_dtype); }, {p, "tensor `ids`", "dtype I64 in the file"});
+    expect_error([&] { r.load_into("ids", wrong_dtype); },
+                 {p, "tensor `ids`", "dtype I64 in the file"});
     expect_error([&] { SafetensorsFile::open(p)->entry("zz"); }, {p, "tensor `zz` not found"});
   }
 }
@@ -253,24 +271,30 @@ TEST(Safetensors, LayoutMustCoverDataExactly) {
   {
     const std::string p = craft(dir, "overlap.safetensors",
                                 R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
-                                R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})", 12);
-    expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `b`", "[4, 12]", "overlap", "tensor `a`"});
+                                R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
+                                12);
+    expect_error([&] { SafetensorsFile::open(p); },
+                 {p, "tensor `b`", "[4, 12]", "overlap", "tensor `a`"});
   }
   {
     // Both names on the same bytes.
     const std::string p = craft(dir, "same.safetensors",
                                 R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
-                                R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 8);
+                                R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})",
+                                8);
     expect_error([&] { SafetensorsFile::open(p); }, {p, "overlap"});
   }
   {
     const std::string p = craft(dir, "hole.safetensors",
                                 R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
-                                R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [12, 20]}})", 20);
+                                R"("b": {"dtype": "F32", "shape": [2], "data_offsets": [12, 20]}})",
+                                20);
     expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `b`", "hole", "[8, 12)"});
   }
   {
-    const std::string p = craft(dir, "first.safetensors", R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8);
+    const std::string p =
+        craft(dir, "first.safetensors",
+              R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8);
     expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `a`", "hole", "start at 0"});
   }
   {
@@ -284,13 +308,16 @@ TEST(Safetensors, LayoutMustCoverDataExactly) {
   {
     // Header length one short: the closing brace is read as data (a trailing byte, and malformed
     // JSON); one long: the first data byte is read as header (malformed JSON or shifted data).
-    const std::string h = two + " ";  // a trailing space, as writers pad, keeps the JSON valid at len-1
+    const std::string h =
+        two + " ";  // a trailing space, as writers pad, keeps the JSON valid at len-1
     const std::string p = craft(dir, "short_len.safetensors", h, 16, h.size() - 1);
-    expect_error([&] { SafetensorsFile::open(p); }, {p, "1 byte(s) after the end", "header length"});
+    expect_error([&] { SafetensorsFile::open(p); },
+                 {p, "1 byte(s) after the end", "header length"});
     const std::string q = dir + "/long_len.safetensors";
     {
       std::ofstream out(q, std::ios::binary);
-      const uint64_t n = two.size() + 1;  // swallows the first data byte (a space, so the JSON parses)
+      const uint64_t n =
+          two.size() + 1;  // swallows the first data byte (a space, so the JSON parses)
       out.write(reinterpret_cast<const char*>(&n), 8);
       out << two << ' ' << std::string(15, '\0');
     }
@@ -299,24 +326,29 @@ TEST(Safetensors, LayoutMustCoverDataExactly) {
   {
     const std::string p = craft(dir, "dup_tensor.safetensors",
                                 R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, )"
-                                R"("a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})", 16);
+                                R"("a": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+                                16);
     expect_error([&] { SafetensorsFile::open(p); }, {p, "key \"a\" appears twice"});
   }
   {
-    const std::string p = craft(dir, "dup_field.safetensors",
-                                R"({"a": {"dtype": "F32", "dtype": "F16", "shape": [2], "data_offsets": [0, 8]}})", 8);
+    const std::string p = craft(
+        dir, "dup_field.safetensors",
+        R"({"a": {"dtype": "F32", "dtype": "F16", "shape": [2], "data_offsets": [0, 8]}})", 8);
     expect_error([&] { SafetensorsFile::open(p); }, {p, "key \"dtype\" appears twice"});
   }
   {
     // __metadata__ may repeat its keys (the last wins), as in the reference loader.
     const std::string p = craft(dir, "dup_meta.safetensors",
                                 R"({"__metadata__": {"f": "1", "f": "2"}, )"
-                                R"("a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 8);
+                                R"("a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})",
+                                8);
     EXPECT_EQ(SafetensorsFile::open(p)->metadata().at("f"), "2");
   }
   {
     // dtype x shape must match the byte span (F16 of 3 elements is 6 bytes, not 8).
-    const std::string p = craft(dir, "span.safetensors", R"({"a": {"dtype": "F16", "shape": [3], "data_offsets": [0, 8]}})", 8);
+    const std::string p =
+        craft(dir, "span.safetensors",
+              R"({"a": {"dtype": "F16", "shape": [3], "data_offsets": [0, 8]}})", 8);
     expect_error([&] { SafetensorsFile::open(p); }, {p, "tensor `a`", "span 8 bytes", "need 6"});
   }
 }
@@ -327,7 +359,8 @@ TEST(Safetensors, RefusesNonRegularFiles) {
   const std::string fifo = dir + "/fifo.safetensors";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   expect_error([&] { SafetensorsFile::open(fifo); }, {fifo, "not a regular file"});
-  expect_error([&] { SafetensorsFile::open("/dev/zero"); }, {"/dev/zero", "not a regular file (a device)"});
+  expect_error([&] { SafetensorsFile::open("/dev/zero"); },
+               {"/dev/zero", "not a regular file (a device)"});
   expect_error([&] { SafetensorsFile::open(fifo); }, {"not a regular file (a FIFO (named pipe))"});
   // A folder named model.safetensors is a directory (it was called "a device, pipe or socket").
   const std::string folder = dir + "/model.safetensors";
@@ -338,12 +371,21 @@ TEST(Safetensors, RefusesNonRegularFiles) {
 
 TEST(Safetensors, WriteErrors) {
   const std::string dir = testing::temp_dir("werr");
-  expect_error([&] { write_safetensors(dir + "/d.safetensors", {{"a", at::randn({1})}, {"a", at::randn({1})}}); },
-               {"d.safetensors", "tensor `a` given twice"});
-  expect_error([&] { write_safetensors(dir + "/c.safetensors", {{"z", at::randn({2}).to(at::kComplexFloat)}}); },
-               {"cannot store", "ComplexFloat"});
-  expect_error([&] { write_safetensors(dir + "/missing/x.safetensors", {{"a", at::randn({1})}}); },
-               {dir + "/missing/x.safetensors", "cannot create"});
+  expect_error(
+      [&] {
+        write_safetensors(dir + "/d.safetensors", {{"a", at::randn({1})}, {"a", at::randn({1})}});
+      },
+      {"d.safetensors", "tensor `a` given twice"});
+  expect_error(
+      [&] {
+        write_safetensors(dir + "/c.safetensors", {{"z", at::randn({2}).to(at::kComplexFloat)}});
+      },
+      {"cannot store", "ComplexFloat"});
+  expect_error(
+      [&] {
+        write_safetensors(dir + "/missing/x.safetensors", {{"a", at::randn({1})}});
+      },
+      {dir + "/missing/x.safetensors", "cannot create"});
   // Nothing half-written was left in place.
   EXPECT_FALSE(fs::exists(dir + "/d.safetensors"));
   EXPECT_FALSE(fs::exists(dir + "/c.safetensors"));
@@ -353,34 +395,45 @@ TEST(Safetensors, IndexAndFolderErrors) {
   const std::string dir = testing::temp_dir("idx");
   write_safetensors(dir + "/a.safetensors", {{"x", at::randn({2})}});
   {
-    std::ofstream(dir + "/model.safetensors.index.json") << R"({"weight_map": {"x": "a.safetensors", "y": "b.safetensors"}})";
-    expect_error([&] { SafetensorsReader::open(dir); }, {"model.safetensors.index.json", "tensor `y`", "b.safetensors", "does not exist"});
+    std::ofstream(dir + "/model.safetensors.index.json")
+        << R"({"weight_map": {"x": "a.safetensors", "y": "b.safetensors"}})";
+    expect_error([&] { SafetensorsReader::open(dir); },
+                 {"model.safetensors.index.json", "tensor `y`", "b.safetensors", "does not exist"});
   }
   {
-    std::ofstream(dir + "/model.safetensors.index.json") << R"({"weight_map": {"x": "a.safetensors", "z": "a.safetensors"}})";
-    expect_error([&] { SafetensorsReader::open(dir); }, {"tensor `z`", "a.safetensors", "does not contain it"});
+    std::ofstream(dir + "/model.safetensors.index.json")
+        << R"({"weight_map": {"x": "a.safetensors", "z": "a.safetensors"}})";
+    expect_error([&] { SafetensorsReader::open(dir); },
+                 {"tensor `z`", "a.safetensors", "does not contain it"});
   }
   {
-    std::ofstream(dir + "/model.safetensors.index.json") << R"({"weight_map": {"x": "../a.safetensors"}})";
+    std::ofstream(dir + "/model.safetensors.index.json")
+        << R"({"weight_map": {"x": "../a.safetensors"}})";
     expect_error([&] { SafetensorsReader::open(dir); }, {"tensor `x`", "not a plain file name"});
   }
   {
     std::ofstream(dir + "/model.safetensors.index.json") << R"({"weight_map": )";
-    expect_error([&] { SafetensorsReader::open(dir); }, {"model.safetensors.index.json", "malformed safetensors index JSON"});
+    expect_error([&] { SafetensorsReader::open(dir); },
+                 {"model.safetensors.index.json", "malformed safetensors index JSON"});
   }
   {
     std::ofstream(dir + "/model.safetensors.index.json")
-        << R"({"weight_map": {"x": "a.safetensors"}, "metadata": )" << ciuic_test::nested_arrays(ciuic_test::kDeep) << "}";
-    expect_error([&] { SafetensorsReader::open(dir); }, {"model.safetensors.index.json: JSON nested deeper than 128 levels"});
+        << R"({"weight_map": {"x": "a.safetensors"}, "metadata": )"
+        << ciuic_test::nested_arrays(ciuic_test::kDeep) << "}";
+    expect_error([&] { SafetensorsReader::open(dir); },
+                 {"model.safetensors.index.json: JSON nested deeper than 128 levels"});
   }
   {
     std::ofstream(dir + "/model.safetensors.index.json") << R"({"weights": {}})";
-    expect_error([&] { SafetensorsReader::open(dir); }, {"model.safetensors.index.json", "weight_map"});
+    expect_error([&] { SafetensorsReader::open(dir); },
+                 {"model.safetensors.index.json", "weight_map"});
   }
   const std::string empty = testing::temp_dir("empty");
   std::ofstream(empty + "/pytorch_model.bin") << "x";
-  expect_error([&] { SafetensorsReader::open(empty); }, {empty, "no *.safetensors", "pytorch_model.bin"});
-  expect_error([&] { SafetensorsReader::open(empty + "/nothing"); }, {empty + "/nothing", "no such file"});
+  expect_error([&] { SafetensorsReader::open(empty); },
+               {empty, "no *.safetensors", "pytorch_model.bin"});
+  expect_error([&] { SafetensorsReader::open(empty + "/nothing"); },
+               {empty + "/nothing", "no such file"});
   const std::string two = testing::temp_dir("two");
   write_safetensors(two + "/a.safetensors", {{"x", at::randn({2})}});
   write_safetensors(two + "/b.safetensors", {{"y", at::randn({2})}});

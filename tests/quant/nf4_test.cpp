@@ -6,6 +6,7 @@
 #include <string>
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/abs.h>
 #include <ATen/ops/allclose.h>
@@ -14,7 +15,6 @@
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/randn.h>
 #include <ATen/ops/zeros.h>
-#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -27,11 +27,13 @@ namespace {
 
 using ciuic::quant::Nf4Tensor;
 
-const std::string kCases[] = {"block", "odd", "rect", "cube", "big_fp32", "big_bf16", "big_fp16",
-                              "zeros", "outliers", "outliers_bf16", "rect_fp16"};
+const std::string kCases[] = {"block",    "odd",           "rect",     "cube",
+                              "big_fp32", "big_bf16",      "big_fp16", "zeros",
+                              "outliers", "outliers_bf16", "rect_fp16"};
 
 std::shared_ptr<const ciuic::model::SafetensorsFile> fixture() {
-  static const auto f = ciuic::model::SafetensorsFile::open(CIUIC_FIXTURES_DIR + "/quant/nf4.safetensors");
+  static const auto f =
+      ciuic::model::SafetensorsFile::open(CIUIC_FIXTURES_DIR + "/quant/nf4.safetensors");
   return f;
 }
 at::Tensor T(const std::string& name) { return fixture()->tensor(name).clone(); }
@@ -100,7 +102,8 @@ TEST_F(Nf4, DequantizesBitsandbytesStateExactly) {
     q.code2 = T(c + ".code2");
     q.absmax2 = T(c + ".absmax2");
     q.offset = T(c + ".offset").item<float>();
-    EXPECT_TRUE(at::equal(ciuic::quant::dequantize_nf4(q, x.scalar_type()), T(c + ".dequant_dq").reshape(x.sizes())));
+    EXPECT_TRUE(at::equal(ciuic::quant::dequantize_nf4(q, x.scalar_type()),
+                          T(c + ".dequant_dq").reshape(x.sizes())));
   }
 }
 
@@ -116,7 +119,8 @@ TEST_F(Nf4, StateDictInTransformersLayout) {
     const at::Tensor x = T(c + ".input");
     EXPECT_EQ(loaded.shape, x.sizes().vec());
     EXPECT_EQ(loaded.dtype, x.scalar_type());
-    EXPECT_TRUE(at::equal(ciuic::quant::dequantize_nf4(loaded, x.scalar_type()), T(c + ".dequant_dq")));
+    EXPECT_TRUE(
+        at::equal(ciuic::quant::dequantize_nf4(loaded, x.scalar_type()), T(c + ".dequant_dq")));
     // Ours writes the same names, shapes and dtypes, and reads back to itself.
     const Nf4Tensor q = ciuic::quant::quantize_nf4(x);
     const auto sd = ciuic::quant::nf4_state_dict(name, q);
@@ -129,7 +133,8 @@ TEST_F(Nf4, StateDictInTransformersLayout) {
       }
     }
     const Nf4Tensor back = ciuic::quant::nf4_from_state_dict(name, sd);
-    EXPECT_TRUE(at::equal(ciuic::quant::dequantize_nf4(back, at::kFloat), ciuic::quant::dequantize_nf4(q, at::kFloat)));
+    EXPECT_TRUE(at::equal(ciuic::quant::dequantize_nf4(back, at::kFloat),
+                          ciuic::quant::dequantize_nf4(q, at::kFloat)));
     EXPECT_EQ(back.offset, q.offset);
   }
 }
@@ -169,7 +174,8 @@ TEST_F(Nf4, LinearForwardAndBackward) {
     SCOPED_TRACE(c10::toString(dt));
     const Nf4Tensor q = ciuic::quant::quantize_nf4(T("rect_fp16.input").reshape({70, 13}));
     const at::Tensor W = ciuic::quant::dequantize_nf4(q, dt);
-    const at::Tensor x0 = at::randn({2, 3, 13}).to(dt), b0 = at::randn({70}).to(dt), g = at::randn({2, 3, 70}).to(dt);
+    const at::Tensor x0 = at::randn({2, 3, 13}).to(dt), b0 = at::randn({70}).to(dt),
+                     g = at::randn({2, 3, 70}).to(dt);
     const at::Tensor x = x0.clone().requires_grad_(true), b = b0.clone().requires_grad_(true);
     const at::Tensor y = ciuic::quant::nf4_linear(x, q, b);
     const at::Tensor xr = x0.clone().requires_grad_(true), br = b0.clone().requires_grad_(true);
@@ -184,7 +190,8 @@ TEST_F(Nf4, LinearForwardAndBackward) {
   // Without a bias, and an input that needs no gradient: a plain product.
   const Nf4Tensor q = ciuic::quant::quantize_nf4(at::randn({8, 64}), 64, false);
   const at::Tensor x = at::randn({5, 64});
-  EXPECT_TRUE(at::equal(ciuic::quant::nf4_linear(x, q), at::linear(x, ciuic::quant::dequantize_nf4(q, at::kFloat))));
+  EXPECT_TRUE(at::equal(ciuic::quant::nf4_linear(x, q),
+                        at::linear(x, ciuic::quant::dequantize_nf4(q, at::kFloat))));
 }
 
 // On a CUDA device (label unit; skipped without one): quantizing a CUDA tensor gives the CPU's
@@ -205,16 +212,18 @@ TEST_F(Nf4, CudaDequantizeEqualsCpu) {
         const at::Tensor want = ciuic::quant::dequantize_nf4(qc, dt).to(at::kFloat);
         const at::Tensor got = ciuic::quant::dequantize_nf4(qg, dt).cpu().to(at::kFloat);
         const double rel = dt == at::kFloat ? 1e-6 : 1e-2;
-        EXPECT_TRUE(at::allclose(got, want, rel, 0.0)) << c10::toString(dt) << " max diff "
-                                                         << (got - want).abs().max().item<double>();
+        EXPECT_TRUE(at::allclose(got, want, rel, 0.0))
+            << c10::toString(dt) << " max diff " << (got - want).abs().max().item<double>();
         if (!dq) EXPECT_TRUE(at::equal(got, want)) << c10::toString(dt);
       }
     }
   }
-  const Nf4Tensor q = ciuic::quant::quantize_nf4(T("rect_fp16.input").reshape({70, 13}).to(at::kCUDA));
+  const Nf4Tensor q =
+      ciuic::quant::quantize_nf4(T("rect_fp16.input").reshape({70, 13}).to(at::kCUDA));
   const at::Tensor x = at::randn({2, 3, 13}).to(at::kBFloat16);
   const at::Tensor y = ciuic::quant::nf4_linear(x.to(at::kCUDA), q).cpu().to(at::kFloat);
-  const at::Tensor yr = at::linear(x, ciuic::quant::dequantize_nf4(q, at::kBFloat16).cpu()).to(at::kFloat);
+  const at::Tensor yr =
+      at::linear(x, ciuic::quant::dequantize_nf4(q, at::kBFloat16).cpu()).to(at::kFloat);
   EXPECT_TRUE(at::allclose(y, yr, 2e-2, 2e-2));
 }
 

@@ -70,7 +70,8 @@ TEST(Recipe, MinimalRecipeGetsEveryDefault) {
 
 TEST(Recipe, CoreSchemaDefaultsAreValid) {
   for (const auto& s : ciuic::recipe::core_schema())
-    for (const auto& k : s.keys) EXPECT_EQ(ciuic::recipe::check_default(k), "") << s.name << "." << k.key;
+    for (const auto& k : s.keys)
+      EXPECT_EQ(ciuic::recipe::check_default(k), "") << s.name << "." << k.key;
 }
 
 TEST(Recipe, PluginNamesAndDefaults) {
@@ -82,7 +83,8 @@ TEST(Recipe, PluginNamesAndDefaults) {
   EXPECT_EQ(r.plugin_name(Slot::kData), "test");
   EXPECT_EQ(r.plugin_location(Slot::kData), "r.toml:4:10");
   EXPECT_EQ(r.plugin_location(Slot::kComm), "<default>");
-  Recipe cuda = Recipe::parse(kMinimal + "[cluster]\ndevice = \"cuda\"\n[sharding]\nplugin = \"zero2\"\n", "r.toml");
+  Recipe cuda = Recipe::parse(
+      kMinimal + "[cluster]\ndevice = \"cuda\"\n[sharding]\nplugin = \"zero2\"\n", "r.toml");
   EXPECT_EQ(cuda.plugin_name(Slot::kComm), "nccl");
   EXPECT_EQ(cuda.plugin_name(Slot::kSharding), "zero2");
 }
@@ -136,16 +138,21 @@ TEST(Recipe, IntegerKeyThatAlsoTakesAuto) {
   Recipe n = Recipe::parse(kMinimal + "[model]\ncheckpoint_layers = 12\n", "r.toml");
   EXPECT_FALSE(ciuic::is_auto(n.section("model"), "checkpoint_layers"));
   EXPECT_EQ(n.section("model").get_int("checkpoint_layers"), 12);
-  EXPECT_FALSE(ciuic::is_auto(Recipe::parse(kMinimal, "r.toml").section("model"), "checkpoint_layers"));
+  EXPECT_FALSE(
+      ciuic::is_auto(Recipe::parse(kMinimal, "r.toml").section("model"), "checkpoint_layers"));
   expect_errors({
       {kMinimal + "[model]\ncheckpoint_layers = \"Auto\"\n",
-       "r.toml:6:21: [model] checkpoint_layers: expected an integer >= 0 or \"auto\", found a string (\"Auto\")"},
+       "r.toml:6:21: [model] checkpoint_layers: expected an integer >= 0 or \"auto\", found a "
+       "string (\"Auto\")"},
       {kMinimal + "[model]\ncheckpoint_layers = -2\n",
-       "r.toml:6:21: [model] checkpoint_layers: -2 is out of range: expected an integer >= 0 or \"auto\""},
+       "r.toml:6:21: [model] checkpoint_layers: -2 is out of range: expected an integer >= 0 or "
+       "\"auto\""},
       {kMinimal + "[model]\ncheckpoint_layers = 1.5\n",
-       "r.toml:6:21: [model] checkpoint_layers: expected an integer >= 0 or \"auto\", found a float (1.5)"},
+       "r.toml:6:21: [model] checkpoint_layers: expected an integer >= 0 or \"auto\", found a "
+       "float (1.5)"},
       {"[train]\nmax_steps = 10\nglobal_batch_size = 16777217\n[data]\nplugin = \"test\"\n",
-       "r.toml:3:21: [train] global_batch_size: 16777217 is out of range: expected an integer in [0, 16777216]"},
+       "r.toml:3:21: [train] global_batch_size: 16777217 is out of range: expected an integer in "
+       "[0, 16777216]"},
       // Other integer keys do not take it.
       {"[train]\nmax_steps = 10\nseq_len = \"auto\"\n[data]\nplugin = \"test\"\n",
        "r.toml:3:11: [train] seq_len: expected an integer >= 1, found a string (\"auto\")"},
@@ -157,15 +164,19 @@ TEST(RecipeErrors, WrongTypes) {
       {"[train]\nmax_steps = 10.0\n[data]\nplugin = \"test\"\n",
        "r.toml:2:13: [train] max_steps: expected an integer >= 1, found a float (10.0)"},
       {kMinimal + "[optimizer]\nlr = \"1e-4\"\n",
-       "r.toml:6:6: [optimizer] lr: expected a number >= 0, found a string (\"1e-4\"); write the value without quotes"},
+       "r.toml:6:6: [optimizer] lr: expected a number >= 0, found a string (\"1e-4\"); write the "
+       "value without quotes"},
       {kMinimal + "[run]\nname = 5\n",
-       "r.toml:6:8: [run] name: expected a string, found an integer (5); strings are written in quotes"},
+       "r.toml:6:8: [run] name: expected a string, found an integer (5); strings are written in "
+       "quotes"},
       {kMinimal + "[model]\nactivation_checkpointing = \"yes\"\n",
-       "r.toml:6:28: [model] activation_checkpointing: expected a boolean (true or false), found a string (\"yes\")"},
+       "r.toml:6:28: [model] activation_checkpointing: expected a boolean (true or false), found a "
+       "string (\"yes\")"},
       {kMinimal + "[run]\nplugin_paths = [\"a\", 1]\n",
        "r.toml:6:16: [run] plugin_paths: expected a list of strings, found an array ([\"a\", 1])"},
       {kMinimal + "[data]\n",
-       "r.toml:5:1: malformed TOML: Error while parsing table header: cannot redefine existing table 'data'"},
+       "r.toml:5:1: malformed TOML: Error while parsing table header: cannot redefine existing "
+       "table 'data'"},
   });
 }
 
@@ -178,56 +189,65 @@ TEST(RecipeErrors, OutOfRangeAndChoices) {
       {kMinimal + "[cluster]\ntimeout_s = 1e300\n",
        "r.toml:6:13: [cluster] timeout_s: 1e300 is out of range: expected a number in (0, 604800]"},
       {kMinimal + "[cluster]\ndevice = \"cdua\"\n",
-       "r.toml:6:10: [cluster] device: \"cdua\" is not allowed: expected one of \"cpu\", \"cuda\"; did you mean \"cuda\"?"},
-      {kMinimal + "[optimizer]\nlr = nan\n", "r.toml:6:6: [optimizer] lr: nan is out of range: expected a number >= 0"},
+       "r.toml:6:10: [cluster] device: \"cdua\" is not allowed: expected one of \"cpu\", \"cuda\"; "
+       "did you mean \"cuda\"?"},
+      {kMinimal + "[optimizer]\nlr = nan\n",
+       "r.toml:6:6: [optimizer] lr: nan is out of range: expected a number >= 0"},
   });
 }
 
 TEST(RecipeErrors, MissingRequired) {
-  EXPECT_EQ(error_of("[data]\nplugin = \"test\"\n"),
-            "r.toml: [train] missing required key 'max_steps' (an integer >= 1: optimizer steps to run)");
+  EXPECT_EQ(
+      error_of("[data]\nplugin = \"test\"\n"),
+      "r.toml: [train] missing required key 'max_steps' (an integer >= 1: optimizer steps to run)");
   EXPECT_EQ(error_of("[train]\nmax_steps = 3\n[data]\npath = \"x\"\n"),
-            "r.toml:3:2: [data] missing required key 'plugin' (a string: the data source plugin, e.g. plugin "
+            "r.toml:3:2: [data] missing required key 'plugin' (a string: the data source plugin, "
+            "e.g. plugin "
             "= \"synthetic\"; see ciuic-run --list-plugins)");
 }
 
 TEST(RecipeErrors, AllErrorsAtOnce) {
   const std::string text =
-      "[train]\n"             // 1
-      "max_steps = -1\n"      // 2
-      "seqlen = 4\n"          // 3
-      "[cluster]\n"           // 4
-      "device = 1\n"          // 5
-      "[optimzer]\n"          // 6
-      "lr = 1\n";             // 7
+      "[train]\n"         // 1
+      "max_steps = -1\n"  // 2
+      "seqlen = 4\n"      // 3
+      "[cluster]\n"       // 4
+      "device = 1\n"      // 5
+      "[optimzer]\n"      // 6
+      "lr = 1\n";         // 7
   std::string e = error_of(text, {"log.every_steps=0"});
-  EXPECT_EQ(e,
-            "recipe r.toml has 6 errors:\n"
-            "r.toml:6:2: unknown section [optimzer]; did you mean [optimizer]?\n"
-            "r.toml:5:10: [cluster] device: expected one of \"cpu\", \"cuda\", found an integer (1); strings are "
-            "written in quotes\n"
-            "r.toml:3:1: unknown key 'seqlen' in [train]; did you mean 'seq_len'?\n"
-            "r.toml:2:13: [train] max_steps: -1 is out of range: expected an integer >= 1\n"
-            "r.toml: [data] missing required key 'plugin' (a string: the data source plugin, e.g. plugin = "
-            "\"synthetic\"; see ciuic-run --list-plugins)\n"
-            "--set log.every_steps=0: [log] every_steps: 0 is out of range: expected an integer >= 1");
+  EXPECT_EQ(
+      e,
+      "recipe r.toml has 6 errors:\n"
+      "r.toml:6:2: unknown section [optimzer]; did you mean [optimizer]?\n"
+      "r.toml:5:10: [cluster] device: expected one of \"cpu\", \"cuda\", found an integer (1); "
+      "strings are "
+      "written in quotes\n"
+      "r.toml:3:1: unknown key 'seqlen' in [train]; did you mean 'seq_len'?\n"
+      "r.toml:2:13: [train] max_steps: -1 is out of range: expected an integer >= 1\n"
+      "r.toml: [data] missing required key 'plugin' (a string: the data source plugin, e.g. plugin "
+      "= "
+      "\"synthetic\"; see ciuic-run --list-plugins)\n"
+      "--set log.every_steps=0: [log] every_steps: 0 is out of range: expected an integer >= 1");
 }
 
 TEST(RecipeIncludes, ComposeAndOverride) {
   fs::path d = test_dir();
   fs::create_directories(d / "base");
-  write_file(d / "base" / "common.toml",
-        "[train]\nseq_len = 128\nmax_steps = 5\n[optimizer]\nlr = 3e-4\nweight_decay = 0.25\n");
+  write_file(
+      d / "base" / "common.toml",
+      "[train]\nseq_len = 128\nmax_steps = 5\n[optimizer]\nlr = 3e-4\nweight_decay = 0.25\n");
   write_file(d / "base" / "more.toml", "[optimizer]\nlr = 1e-3\n[run]\nname = \"more\"\n");
   write_file(d / "top.toml",
-        "include = [\"base/common.toml\", \"base/more.toml\"]\n"
-        "[train]\nmax_steps = 50\n[data]\nplugin = \"test\"\n");
+             "include = [\"base/common.toml\", \"base/more.toml\"]\n"
+             "[train]\nmax_steps = 50\n[data]\nplugin = \"test\"\n");
   const std::string top = (d / "top.toml").string();
   Recipe r = Recipe::load(top);
   EXPECT_EQ(r.section("train").get_int("max_steps"), 50);  // the including file wins
   EXPECT_EQ(r.section("train").location("max_steps"), top + ":3:13");
   EXPECT_EQ(r.section("train").get_int("seq_len"), 128);  // from an include
-  EXPECT_EQ(r.section("train").location("seq_len"), (d / "base" / "common.toml").string() + ":2:11");
+  EXPECT_EQ(r.section("train").location("seq_len"),
+            (d / "base" / "common.toml").string() + ":2:11");
   EXPECT_DOUBLE_EQ(r.section("optimizer").get_float("lr"), 1e-3);  // the later include wins
   EXPECT_EQ(r.section("optimizer").location("lr"), (d / "base" / "more.toml").string() + ":2:6");
   EXPECT_DOUBLE_EQ(r.section("optimizer").get_float("weight_decay"), 0.25);
@@ -248,15 +268,18 @@ TEST(RecipeIncludes, SwitchingAPluginDropsTheIncludedPluginsOptions) {
              "[train]\nmax_steps = 5\n[optimizer]\nplugin = \"adamw\"\nlr = 3e-5\nfused = true\n"
              "[data]\nplugin = \"cached_ssd\"\nsources = [\"a.jsonl\"]\nformat = \"chat\"\n");
   write_file(d / "bench.toml",
-             "include = [\"real.toml\"]\n[optimizer]\nplugin = \"cpu_adam\"\n[data]\nplugin = \"synthetic\"\nvocab_size = 64\n");
-  write_file(d / "same.toml", "include = [\"real.toml\"]\n[data]\nplugin = \"cached_ssd\"\nformat = \"text\"\n");
+             "include = [\"real.toml\"]\n[optimizer]\nplugin = \"cpu_adam\"\n[data]\nplugin = "
+             "\"synthetic\"\nvocab_size = 64\n");
+  write_file(d / "same.toml",
+             "include = [\"real.toml\"]\n[data]\nplugin = \"cached_ssd\"\nformat = \"text\"\n");
   const Recipe bench = Recipe::load((d / "bench.toml").string());
   const std::string b = bench.resolved_toml();
   EXPECT_EQ(b.find("sources = "), std::string::npos) << b;
   EXPECT_EQ(b.find("format = "), std::string::npos) << b;
   EXPECT_EQ(b.find("fused = "), std::string::npos) << b;
   EXPECT_NE(b.find("vocab_size = 64"), std::string::npos) << b;
-  EXPECT_DOUBLE_EQ(bench.section("optimizer").get_float("lr"), 3e-5);  // a core key of the slot stays
+  EXPECT_DOUBLE_EQ(bench.section("optimizer").get_float("lr"),
+                   3e-5);  // a core key of the slot stays
   EXPECT_EQ(bench.section("train").get_int("max_steps"), 5);
   const std::string same = Recipe::load((d / "same.toml").string()).resolved_toml();
   EXPECT_NE(same.find("a.jsonl"), std::string::npos) << same;
@@ -265,17 +288,21 @@ TEST(RecipeIncludes, SwitchingAPluginDropsTheIncludedPluginsOptions) {
 
 TEST(RecipeIncludes, CycleIsAnErrorWithItsChain) {
   fs::path d = test_dir();
-  write_file(d / "a.toml", "include = [\"b.toml\"]\n[train]\nmax_steps = 1\n[data]\nplugin = \"x\"\n");
-  write_file(d / "b.toml", "[log]\nevery_steps = 2\ninclude = 3\n");  // a key 'include' inside [log]
+  write_file(d / "a.toml",
+             "include = [\"b.toml\"]\n[train]\nmax_steps = 1\n[data]\nplugin = \"x\"\n");
+  write_file(d / "b.toml",
+             "[log]\nevery_steps = 2\ninclude = 3\n");  // a key 'include' inside [log]
   write_file(d / "c.toml", "include = [\"d.toml\"]\n");
   write_file(d / "d.toml", "include = [\"c.toml\"]\n");
-  const std::string a = (d / "a.toml").string(), c = (d / "c.toml").string(), dd = (d / "d.toml").string();
+  const std::string a = (d / "a.toml").string(), c = (d / "c.toml").string(),
+                    dd = (d / "d.toml").string();
   try {
     Recipe::load(a);
     FAIL() << "no error";
   } catch (const UsageError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind((d / "b.toml").string() + ":3:1: unknown key 'include' in [log] (known keys: "
-                                          "every_steps, metrics_file, progress",
+    EXPECT_EQ(std::string(e.what()).rfind((d / "b.toml").string() +
+                                              ":3:1: unknown key 'include' in [log] (known keys: "
+                                              "every_steps, metrics_file, progress",
                                           0),
               0u)
         << e.what();
@@ -294,13 +321,16 @@ TEST(RecipeIncludes, CycleIsAnErrorWithItsChain) {
 TEST(RecipeIncludes, SpecialFilesAreRefusedWithoutBlocking) {
   ::alarm(20);
   fs::path d = test_dir();
-  write_file(d / "a.toml", "include = [\"/dev/zero\"]\n[train]\nmax_steps = 1\n[data]\nplugin = \"x\"\n");
+  write_file(d / "a.toml",
+             "include = [\"/dev/zero\"]\n[train]\nmax_steps = 1\n[data]\nplugin = \"x\"\n");
   try {
     Recipe::load((d / "a.toml").string());
     ADD_FAILURE() << "no error";
   } catch (const UsageError& e) {
-    EXPECT_EQ(std::string(e.what()), (d / "a.toml").string() +
-                                         ":1:12: cannot read included file /dev/zero: not a regular file (a character device)");
+    EXPECT_EQ(
+        std::string(e.what()),
+        (d / "a.toml").string() +
+            ":1:12: cannot read included file /dev/zero: not a regular file (a character device)");
   }
   const std::string fifo = (d / "fifo.toml").string();
   ::unlink(fifo.c_str());
@@ -309,30 +339,34 @@ TEST(RecipeIncludes, SpecialFilesAreRefusedWithoutBlocking) {
     Recipe::load(fifo);
     ADD_FAILURE() << "no error";
   } catch (const UsageError& e) {
-    EXPECT_EQ(std::string(e.what()), "cannot read recipe " + fifo + ": not a regular file (a FIFO (named pipe))");
+    EXPECT_EQ(std::string(e.what()),
+              "cannot read recipe " + fifo + ": not a regular file (a FIFO (named pipe))");
   }
   ::alarm(0);
 }
 
 TEST(RecipeIncludes, MissingIncludeAndMissingRecipe) {
   fs::path d = test_dir();
-  write_file(d / "a.toml", "include = [\"nope.toml\"]\n[train]\nmax_steps = 1\n[data]\nplugin = \"x\"\n");
+  write_file(d / "a.toml",
+             "include = [\"nope.toml\"]\n[train]\nmax_steps = 1\n[data]\nplugin = \"x\"\n");
   try {
     Recipe::load((d / "a.toml").string());
     FAIL() << "no error";
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()), (d / "a.toml").string() + ":1:12: cannot read included file " +
-                                         (d / "nope.toml").string() + ": No such file or directory");
+                                         (d / "nope.toml").string() +
+                                         ": No such file or directory");
   }
   try {
     Recipe::load((d / "missing.toml").string());
     FAIL() << "no error";
   } catch (const UsageError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "cannot read recipe " + (d / "missing.toml").string() + ": No such file or directory");
+    EXPECT_EQ(std::string(e.what()), "cannot read recipe " + (d / "missing.toml").string() +
+                                         ": No such file or directory");
   }
   EXPECT_EQ(error_of("include = 3\n" + kMinimal),
-            "r.toml:1:11: include: expected a list of recipe files (e.g. include = [\"base.toml\"]), found an "
+            "r.toml:1:11: include: expected a list of recipe files (e.g. include = "
+            "[\"base.toml\"]), found an "
             "integer (3)");
 }
 
@@ -357,25 +391,32 @@ TEST(RecipeOverrides, TomlTypedValues) {
 
 TEST(RecipeOverrides, Errors) {
   EXPECT_EQ(error_of(kMinimal, {"train.seq_len=abc"}),
-            "--set train.seq_len=abc: [train] seq_len: expected an integer >= 1, found a string (\"abc\")");
+            "--set train.seq_len=abc: [train] seq_len: expected an integer >= 1, found a string "
+            "(\"abc\")");
   EXPECT_EQ(error_of(kMinimal, {"train.seqlen=5"}),
             "--set train.seqlen=5: unknown key 'seqlen' in [train]; did you mean 'seq_len'?");
   EXPECT_EQ(error_of(kMinimal, {"trian.seq_len=5"}),
             "--set trian.seq_len=5: unknown section [trian]; did you mean [train]?");
-  EXPECT_EQ(error_of(kMinimal, {"seq_len=5"}),
-            "--set seq_len=5: expected section.key=value, found key 'seq_len' without a section; did you "
-            "mean train.seq_len?");
-  EXPECT_EQ(error_of(kMinimal, {"train.seq_len"}), "--set train.seq_len: expected section.key=value");
+  EXPECT_EQ(
+      error_of(kMinimal, {"seq_len=5"}),
+      "--set seq_len=5: expected section.key=value, found key 'seq_len' without a section; did you "
+      "mean train.seq_len?");
+  EXPECT_EQ(error_of(kMinimal, {"train.seq_len"}),
+            "--set train.seq_len: expected section.key=value");
   EXPECT_EQ(error_of(kMinimal, {"train.seq_len="}),
             "--set train.seq_len=: empty value (write '\"\"' for an empty string)");
   EXPECT_EQ(error_of(kMinimal, {"run.name=\"unterminated"}),
-            "--set run.name=\"unterminated: the value is not a TOML value (strings need quotes: '\"text\"')");
-  EXPECT_EQ(error_of(kMinimal, {"train.seq_len=1.5"}),
-            "--set train.seq_len=1.5: [train] seq_len: expected an integer >= 1, found a float (1.5)");
+            "--set run.name=\"unterminated: the value is not a TOML value (strings need quotes: "
+            "'\"text\"')");
+  EXPECT_EQ(
+      error_of(kMinimal, {"train.seq_len=1.5"}),
+      "--set train.seq_len=1.5: [train] seq_len: expected an integer >= 1, found a float (1.5)");
 }
 
 TEST(RecipePrint, ResolvedRecipeLoadsBackToTheSameValues) {
-  Recipe r = Recipe::parse(kMinimal + "[model.config]\nhidden_size = 64\nrope_theta = 1e4\n[sharding]\nplugin = \"zero2\"\nbucket = 2e8\n",
+  Recipe r = Recipe::parse(kMinimal +
+                               "[model.config]\nhidden_size = 64\nrope_theta = "
+                               "1e4\n[sharding]\nplugin = \"zero2\"\nbucket = 2e8\n",
                            "r.toml", {"optimizer.weight_decay=0.05", "run.name=\"q\""});
   const std::string text = r.resolved_toml();
   EXPECT_NE(text.find("max_steps = 10"), std::string::npos) << text;
@@ -391,7 +432,8 @@ TEST(RecipePrint, ResolvedRecipeLoadsBackToTheSameValues) {
     ciuic::Config a = r.section(spec.name), b = back.section(spec.name);
     EXPECT_EQ(a.keys(), b.keys()) << spec.name;
     for (const auto& k : a.keys())
-      EXPECT_EQ(ciuic::format_value(*a.impl().table.get(k)), ciuic::format_value(*b.impl().table.get(k)))
+      EXPECT_EQ(ciuic::format_value(*a.impl().table.get(k)),
+                ciuic::format_value(*b.impl().table.get(k)))
           << spec.name << "." << k;
   }
   for (Slot s : {Slot::kComm, Slot::kSharding, Slot::kOptimizer, Slot::kPrecision, Slot::kData})
@@ -419,18 +461,22 @@ TEST(RecipeDocs, ReferenceListsEveryCoreKey) {
     const size_t begin = doc.find("### `[" + s.name + "]`");
     ASSERT_NE(begin, std::string::npos) << "no heading for [" << s.name << "]";
     const size_t end = doc.find("\n### ", begin + 1);
-    const std::string part = doc.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    const std::string part =
+        doc.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
     for (const auto& k : s.keys)
       if (k.key != "plugin" || !s.plugin_slot)
-      EXPECT_NE(part.find("| `" + k.key + "` | " + ciuic::recipe::describe_expected(k) + " |"), std::string::npos)
-          << "docs/recipe.md lacks [" << s.name << "] " << k.key << " (" << ciuic::recipe::describe_expected(k) << ")";
+        EXPECT_NE(part.find("| `" + k.key + "` | " + ciuic::recipe::describe_expected(k) + " |"),
+                  std::string::npos)
+            << "docs/recipe.md lacks [" << s.name << "] " << k.key << " ("
+            << ciuic::recipe::describe_expected(k) << ")";
   }
 }
 
 // Every committed recipe passes the core schema (plugin options are checked by --dry-run tests).
 TEST(RecipeConfigs, CommittedRecipesLoad) {
   int n = 0;
-  for (const auto& e : fs::recursive_directory_iterator(CIUIC_SOURCE_DIR + "/configs")) {  // with configs/bench/
+  for (const auto& e :
+       fs::recursive_directory_iterator(CIUIC_SOURCE_DIR + "/configs")) {  // with configs/bench/
     if (e.path().extension() != ".toml") continue;
     try {
       Recipe::load(e.path().string());
@@ -452,7 +498,7 @@ TEST(RecipeText, EditDistanceAndClosest) {
   EXPECT_EQ(edit_distance("trian", "train"), 1u);
   EXPECT_EQ(edit_distance("", "abc"), 3u);
   EXPECT_EQ(closest("micro_batch", {"micro_batch_size", "seq_len"}), "");  // 5 edits: too far
-  EXPECT_EQ(closest("SEQ_LEN", {"seq_len", "max_steps"}), "seq_len");     // case only
+  EXPECT_EQ(closest("SEQ_LEN", {"seq_len", "max_steps"}), "seq_len");      // case only
   EXPECT_EQ(closest("lr", {"eps", "lr_min"}), "");
   EXPECT_EQ(closest("warmup_num_step", {"warmup_min_lr", "warmup_num_steps"}), "warmup_num_steps");
 }

@@ -54,7 +54,8 @@ TEST(Registry, LoadsTheTestPlugins) {
   Registry r = Registry::from_paths({kGood});
   auto list = r.list();
   ASSERT_EQ(list.size(), 5u);
-  const Slot order[] = {Slot::kComm, Slot::kSharding, Slot::kOptimizer, Slot::kPrecision, Slot::kData};
+  const Slot order[] = {Slot::kComm, Slot::kSharding, Slot::kOptimizer, Slot::kPrecision,
+                        Slot::kData};
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(list[i].slot, order[i]);
     EXPECT_EQ(list[i].name, "test");
@@ -77,32 +78,47 @@ TEST(Registry, RefusesEachDefectWithFileExpectedAndFound) {
   EXPECT_EQ(r.refusals().size(), 11u);
   const std::string api = refusal_of(r, "libciuic_data_oldapi.so");
   EXPECT_EQ(api, kBad + "/libciuic_data_oldapi.so: plugin API version mismatch: expected " +
-                     std::to_string(ciuic::kPluginApiVersion) + " (ciuic " CIUIC_VERSION "), found " +
+                     std::to_string(ciuic::kPluginApiVersion) +
+                     " (ciuic " CIUIC_VERSION "), found " +
                      std::to_string(ciuic::kPluginApiVersion + 998) +
                      "; rebuild the plugin against this ciuic SDK");
   EXPECT_EQ(refusal_of(r, "libciuic_data_otherabi.so"),
             kBad + "/libciuic_data_otherabi.so: build fingerprint mismatch: expected \"" +
                 ciuic::core_build_fingerprint() +
-                "\", found \"torch=0.0.1;cxx11abi=0;compiler=other\"; rebuild the plugin with the same LibTorch "
+                "\", found \"torch=0.0.1;cxx11abi=0;compiler=other\"; rebuild the plugin with the "
+                "same LibTorch "
                 "version, C++ ABI and compiler as ciuic");
-  EXPECT_EQ(refusal_of(r, "libciuic_data_nosym.so"),
-            kBad + "/libciuic_data_nosym.so: not a ciuic plugin: entry symbol 'ciuic_plugin_info' not found "
-                   "(expected a library defined with CIUIC_DEFINE_PLUGIN)");
-  EXPECT_TRUE(ciuic_test::has(refusal_of(r, "libciuic_data_nofactory.so"), "entry symbol 'ciuic_plugin_create' not found"));
+  EXPECT_EQ(
+      refusal_of(r, "libciuic_data_nosym.so"),
+      kBad +
+          "/libciuic_data_nosym.so: not a ciuic plugin: entry symbol 'ciuic_plugin_info' not found "
+          "(expected a library defined with CIUIC_DEFINE_PLUGIN)");
+  EXPECT_TRUE(ciuic_test::has(refusal_of(r, "libciuic_data_nofactory.so"),
+                              "entry symbol 'ciuic_plugin_create' not found"));
   EXPECT_EQ(refusal_of(r, "libciuic_data_mismatch.so"),
-            kBad + "/libciuic_data_mismatch.so: declares slot 'precision' and name 'other' but its file name says "
-                   "slot 'data' and name 'mismatch' (expected file name libciuic_precision_other.so)");
+            kBad +
+                "/libciuic_data_mismatch.so: declares slot 'precision' and name 'other' but its "
+                "file name says "
+                "slot 'data' and name 'mismatch' (expected file name libciuic_precision_other.so)");
   EXPECT_EQ(refusal_of(r, "libciuic_data_baddefault.so"),
-            kBad + "/libciuic_data_baddefault.so: bad option declaration: option 'bucket': default 2e8: expected "
-                   "an integer, found a float (2e8)");
+            kBad +
+                "/libciuic_data_baddefault.so: bad option declaration: option 'bucket': default "
+                "2e8: expected "
+                "an integer, found a float (2e8)");
   EXPECT_EQ(refusal_of(r, "libciuic_data_badplanned.so"),
-            kBad + "/libciuic_data_badplanned.so: bad option declaration: option 'mode' is kOptionPlanned but its "
-                   "choices are not \"auto|<first>|<second>|...\" (found \"auto|only\")");
+            kBad +
+                "/libciuic_data_badplanned.so: bad option declaration: option 'mode' is "
+                "kOptionPlanned but its "
+                "choices are not \"auto|<first>|<second>|...\" (found \"auto|only\")");
   EXPECT_EQ(refusal_of(r, "libciuic_data_badplannedint.so"),
-            kBad + "/libciuic_data_badplannedint.so: bad option declaration: option 'share' is a kOptionPlanned "
-                   "integer without a finite range min < max (the planner searches it)");
+            kBad +
+                "/libciuic_data_badplannedint.so: bad option declaration: option 'share' is a "
+                "kOptionPlanned "
+                "integer without a finite range min < max (the planner searches it)");
   EXPECT_EQ(refusal_of(r, "libciuic_data_notalib.so"),
-            kBad + "/libciuic_data_notalib.so: not a shared library (expected an ELF file, found other content)");
+            kBad +
+                "/libciuic_data_notalib.so: not a shared library (expected an ELF file, found "
+                "other content)");
 }
 
 // Entry points must be Boost.DLL aliases (data objects holding the address of code in the same
@@ -111,28 +127,40 @@ TEST(Registry, RefusesEachDefectWithFileExpectedAndFound) {
 TEST(Registry, EntryPointsThatAreNotAliasesOfCodeAreRefusedNotCalled) {
   Registry r = Registry::from_paths({kGood, kBad});
   const std::string plain = refusal_of(r, "libciuic_data_plainfn.so");
-  EXPECT_EQ(plain.rfind(kBad + "/libciuic_data_plainfn.so: not a ciuic plugin: entry symbol 'ciuic_plugin_info' is "
-                               "a function of ", 0), 0u)
+  EXPECT_EQ(
+      plain.rfind(
+          kBad +
+              "/libciuic_data_plainfn.so: not a ciuic plugin: entry symbol 'ciuic_plugin_info' is "
+              "a function of ",
+          0),
+      0u)
       << plain;
-  EXPECT_TRUE(ciuic_test::has(plain, " bytes, expected a Boost.DLL alias (a data object of 8 bytes holding the entry "
-                                     "point's address); define the plugin with CIUIC_DEFINE_PLUGIN instead of "
-                                     "exporting extern \"C\" functions of that name"))
+  EXPECT_TRUE(ciuic_test::has(
+      plain,
+      " bytes, expected a Boost.DLL alias (a data object of 8 bytes holding the entry "
+      "point's address); define the plugin with CIUIC_DEFINE_PLUGIN instead of "
+      "exporting extern \"C\" functions of that name"))
       << plain;
   EXPECT_EQ(refusal_of(r, "libciuic_data_dataptr.so"),
-            kBad + "/libciuic_data_dataptr.so: not a ciuic plugin: entry symbol 'ciuic_plugin_info' does not hold "
-                   "the address of code in this library (expected a Boost.DLL alias of a function, as "
-                   "CIUIC_DEFINE_PLUGIN defines)");
+            kBad +
+                "/libciuic_data_dataptr.so: not a ciuic plugin: entry symbol 'ciuic_plugin_info' "
+                "does not hold "
+                "the address of code in this library (expected a Boost.DLL alias of a function, as "
+                "CIUIC_DEFINE_PLUGIN defines)");
   // The other plugins of the path still load and work.
   EXPECT_EQ(r.list().size(), 5u);
-  auto p = r.create<ciuic::Precision>(Slot::kPrecision, "test", ciuic::Config::from_toml("precision", ""), context());
+  auto p = r.create<ciuic::Precision>(Slot::kPrecision, "test",
+                                      ciuic::Config::from_toml("precision", ""), context());
   EXPECT_EQ(p->loss_scale(), 1.0);
   // Asking for the refused plugin names the refusal.
   try {
     r.get(Slot::kData, "plainfn");
     FAIL() << "a refused plugin was found";
   } catch (const ciuic::UsageError& e) {
-    EXPECT_TRUE(ciuic_test::has(e.what(), "libciuic_data_plainfn.so was refused: not a ciuic plugin: entry symbol "
-                                          "'ciuic_plugin_info' is a function"))
+    EXPECT_TRUE(
+        ciuic_test::has(e.what(),
+                        "libciuic_data_plainfn.so was refused: not a ciuic plugin: entry symbol "
+                        "'ciuic_plugin_info' is a function"))
         << e.what();
   }
 }
@@ -149,17 +177,22 @@ TEST(Registry, RefusesUnreadableAndMisnamedFiles) {
   const std::string p = d.string() + "/";
   EXPECT_EQ(refusal_of(r, "libciuic_data_dangling.so"),
             p + "libciuic_data_dangling.so: cannot be read: No such file or directory");
-  EXPECT_EQ(refusal_of(r, "libciuic_data_folder.so"), p + "libciuic_data_folder.so: cannot be read: not a regular file");
+  EXPECT_EQ(refusal_of(r, "libciuic_data_folder.so"),
+            p + "libciuic_data_folder.so: cannot be read: not a regular file");
   EXPECT_EQ(refusal_of(r, "libciuic_bogus_x.so"),
-            p + "libciuic_bogus_x.so: file name does not follow libciuic_<slot>_<name>.so with <slot> one of comm, "
+            p + "libciuic_bogus_x.so: file name does not follow libciuic_<slot>_<name>.so with "
+                "<slot> one of comm, "
                 "sharding, optimizer, precision, data");
   EXPECT_EQ(refusal_of(r, "libciuic_data_empty.so"),
-            p + "libciuic_data_empty.so: not a shared library (expected an ELF file, found an empty file)");
+            p + "libciuic_data_empty.so: not a shared library (expected an ELF file, found an "
+                "empty file)");
   if (::geteuid() == 0) {
     // root reads files whatever their mode: the dangling link above stands for an unreadable file.
-    EXPECT_TRUE(ciuic_test::has(refusal_of(r, "libciuic_data_locked.so"), "declares slot 'data' and name 'test'"));
+    EXPECT_TRUE(ciuic_test::has(refusal_of(r, "libciuic_data_locked.so"),
+                                "declares slot 'data' and name 'test'"));
   } else {
-    EXPECT_EQ(refusal_of(r, "libciuic_data_locked.so"), p + "libciuic_data_locked.so: cannot be read: Permission denied");
+    EXPECT_EQ(refusal_of(r, "libciuic_data_locked.so"),
+              p + "libciuic_data_locked.so: cannot be read: Permission denied");
   }
   EXPECT_TRUE(r.list().empty());
 }
@@ -173,18 +206,22 @@ TEST(Registry, UnknownNameListsAvailableAndRefused) {
     // The names come from the files' names: the other files of the slot are not loaded (their code
     // does not run) for an error message, so the defective ones are named too.
     EXPECT_EQ(std::string(e.what()),
-              "unknown data plugin 'tset'; did you mean 'test'?; available data plugins: baddefault, badplanned, "
-              "badplannedint, dataptr, mismatch, oldapi, otherabi, plainfn, test (searched: " + kGood +
-                  ", " + kBad + ", /nonexistent/plugins (missing); add folders with --plugin-path, "
+              "unknown data plugin 'tset'; did you mean 'test'?; available data plugins: "
+              "baddefault, badplanned, "
+              "badplannedint, dataptr, mismatch, oldapi, otherabi, plainfn, test (searched: " +
+                  kGood + ", " + kBad +
+                  ", /nonexistent/plugins (missing); add folders with --plugin-path, "
                   "$CIUIC_PLUGIN_PATH or [run] plugin_paths)");
   }
   try {
     r.get(Slot::kData, "oldapi");
     FAIL();
   } catch (const ciuic::UsageError& e) {
-    EXPECT_TRUE(ciuic_test::has(e.what(), "unknown data plugin 'oldapi'; " + kBad +
-                                       "/libciuic_data_oldapi.so was refused: plugin API version mismatch: expected " +
-                                std::to_string(ciuic::kPluginApiVersion) + " "))
+    EXPECT_TRUE(ciuic_test::has(
+        e.what(),
+        "unknown data plugin 'oldapi'; " + kBad +
+            "/libciuic_data_oldapi.so was refused: plugin API version mismatch: expected " +
+            std::to_string(ciuic::kPluginApiVersion) + " "))
         << e.what();
   }
   try {
@@ -192,7 +229,8 @@ TEST(Registry, UnknownNameListsAvailableAndRefused) {
     FAIL();
   } catch (const ciuic::UsageError& e) {
     EXPECT_EQ(std::string(e.what()),
-              "unknown comm plugin 'gloo'; no comm plugins were found (searched: nothing; add folders with "
+              "unknown comm plugin 'gloo'; no comm plugins were found (searched: nothing; add "
+              "folders with "
               "--plugin-path, $CIUIC_PLUGIN_PATH or [run] plugin_paths)");
   }
 }
@@ -200,12 +238,14 @@ TEST(Registry, UnknownNameListsAvailableAndRefused) {
 TEST(Registry, CreatesObjectsWithValidatedConfig) {
   Registry r = Registry::from_paths({kGood});
   ciuic::Recipe recipe = ciuic::Recipe::parse(
-      "[train]\nmax_steps = 1\n[data]\nplugin = \"test\"\npath = \"x\"\nratio = 0.25\nmode = \"slow\"\n"
+      "[train]\nmax_steps = 1\n[data]\nplugin = \"test\"\npath = \"x\"\nratio = 0.25\nmode = "
+      "\"slow\"\n"
       "files = [\"a\", \"b\"]\n",
       "r.toml");
   const ciuic::RunContext ctx = context();
-  auto data = r.create<ciuic::DataSource>(Slot::kData, "test",
-                                          recipe.plugin_config(Slot::kData, *r.get(Slot::kData, "test").info), ctx);
+  auto data = r.create<ciuic::DataSource>(
+      Slot::kData, "test", recipe.plugin_config(Slot::kData, *r.get(Slot::kData, "test").info),
+      ctx);
   ciuic::Metrics m;
   data->append_metrics(m);
   auto value = [&](const std::string& k) {
@@ -221,7 +261,8 @@ TEST(Registry, CreatesObjectsWithValidatedConfig) {
   EXPECT_EQ(value("weights"), 1);
   EXPECT_EQ(value("weight0"), 1.0);
   EXPECT_EQ(data->cursor(), "{}");
-  auto comm = r.create<ciuic::Comm>(Slot::kComm, "test", ciuic::Config::from_toml("comm", "fail_on_create = false"), ctx);
+  auto comm = r.create<ciuic::Comm>(
+      Slot::kComm, "test", ciuic::Config::from_toml("comm", "fail_on_create = false"), ctx);
   EXPECT_EQ(comm->size(), 1);
   EXPECT_EQ(comm->backend_name(), "test");
 }
@@ -230,30 +271,37 @@ TEST(Registry, FactoryErrorsGetThePluginContext) {
   Registry r = Registry::from_paths({kGood});
   const ciuic::RunContext ctx = context();
   try {
-    r.create<ciuic::Comm>(Slot::kComm, "test", ciuic::Config::from_toml("comm", "fail_on_create = true", "c.toml"), ctx);
+    r.create<ciuic::Comm>(Slot::kComm, "test",
+                          ciuic::Config::from_toml("comm", "fail_on_create = true", "c.toml"), ctx);
     FAIL();
   } catch (const ciuic::Error& e) {
     EXPECT_EQ(e.exit_code(), ciuic::kExitUsage);  // the plugin's UsageError keeps its exit code
-    EXPECT_EQ(std::string(e.what()), "plugin comm/test (" + kGood +
-                                         "/libciuic_comm_test.so): c.toml:1:18: [comm] fail_on_create = true: asked to fail");
+    EXPECT_EQ(
+        std::string(e.what()),
+        "plugin comm/test (" + kGood +
+            "/libciuic_comm_test.so): c.toml:1:18: [comm] fail_on_create = true: asked to fail");
   }
   // A plain Error from a constructor: world size 2 is refused by the test comm.
   ciuic::RunContext two = context();
   two.world_size = 2;
   try {
-    r.create<ciuic::Comm>(Slot::kComm, "test", ciuic::Config::from_toml("comm", "fail_on_create = false"), two);
+    r.create<ciuic::Comm>(Slot::kComm, "test",
+                          ciuic::Config::from_toml("comm", "fail_on_create = false"), two);
     FAIL();
   } catch (const ciuic::Error& e) {
     EXPECT_EQ(e.exit_code(), ciuic::kExitRuntime);
-    EXPECT_EQ(std::string(e.what()), "plugin comm/test (" + kGood +
-                                         "/libciuic_comm_test.so): comm/test supports a world of 1 process only");
+    EXPECT_EQ(std::string(e.what()),
+              "plugin comm/test (" + kGood +
+                  "/libciuic_comm_test.so): comm/test supports a world of 1 process only");
   }
   // Asking for the wrong interface.
   try {
-    r.create<ciuic::Precision>(Slot::kComm, "test", ciuic::Config::from_toml("comm", "fail_on_create = false"), ctx);
+    r.create<ciuic::Precision>(Slot::kComm, "test",
+                               ciuic::Config::from_toml("comm", "fail_on_create = false"), ctx);
     FAIL();
   } catch (const ciuic::Error& e) {
-    EXPECT_TRUE(ciuic_test::has(e.what(), "plugin comm/test (" + kGood + "/libciuic_comm_test.so) created a "))
+    EXPECT_TRUE(ciuic_test::has(
+        e.what(), "plugin comm/test (" + kGood + "/libciuic_comm_test.so) created a "))
         << e.what();
     EXPECT_TRUE(ciuic_test::has(e.what(), "which is not a ciuic::Precision")) << e.what();
   }
@@ -290,17 +338,21 @@ TEST(Registry, LoadsOnlyThePluginsAskedFor) {
   Registry r = Registry::from_paths({kGood, kMarker});
   const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(marks(), "") << "discovery ran a plugin's code";
-  EXPECT_TRUE(ciuic_test::has(log, "plugin path: " + kMarker + "/libciuic_data_notaplugin.so is not loaded: not a "
-                                   "ciuic plugin: entry symbol 'ciuic_plugin_info' not found"))
+  EXPECT_TRUE(ciuic_test::has(log, "plugin path: " + kMarker +
+                                       "/libciuic_data_notaplugin.so is not loaded: not a "
+                                       "ciuic plugin: entry symbol 'ciuic_plugin_info' not found"))
       << log;
   EXPECT_NE(r.find(Slot::kData, "test"), nullptr);
-  r.create<ciuic::Precision>(Slot::kPrecision, "test", ciuic::Config::from_toml("precision", ""), context());
+  r.create<ciuic::Precision>(Slot::kPrecision, "test", ciuic::Config::from_toml("precision", ""),
+                             context());
   EXPECT_EQ(marks(), "") << "asking for other plugins loaded precision/marker";
   EXPECT_EQ(r.get(Slot::kPrecision, "marker").name, "marker");
   EXPECT_EQ(marks(), "marker loaded\n");
   EXPECT_EQ(refusal_of(r, "libciuic_data_notaplugin.so"),
-            kMarker + "/libciuic_data_notaplugin.so: not a ciuic plugin: entry symbol 'ciuic_plugin_info' not found "
-                      "(expected a library defined with CIUIC_DEFINE_PLUGIN)");
+            kMarker +
+                "/libciuic_data_notaplugin.so: not a ciuic plugin: entry symbol "
+                "'ciuic_plugin_info' not found "
+                "(expected a library defined with CIUIC_DEFINE_PLUGIN)");
   EXPECT_EQ(r.list().size(), 6u);
   EXPECT_EQ(marks(), "marker loaded\n") << "the library that is not a plugin was loaded";
   ::unsetenv("CIUIC_TEST_MARKER");
@@ -313,9 +365,11 @@ TEST(Registry, ShadowingIsWarnedNamingBothFiles) {
   ::testing::internal::CaptureStderr();
   Registry r = Registry::from_paths({kGood, d.string()});
   const std::string log = ::testing::internal::GetCapturedStderr();
-  EXPECT_TRUE(ciuic_test::has(log, "plugin precision/test: " + (d / "libciuic_precision_test.so").string() +
-                                       " shadows " + kGood + "/libciuic_precision_test.so (the last one found in "
-                                       "the plugin search path is used)"))
+  EXPECT_TRUE(
+      ciuic_test::has(log, "plugin precision/test: " + (d / "libciuic_precision_test.so").string() +
+                               " shadows " + kGood +
+                               "/libciuic_precision_test.so (the last one found in "
+                               "the plugin search path is used)"))
       << log;
   EXPECT_EQ(r.get(Slot::kPrecision, "test").path, (d / "libciuic_precision_test.so").string());
 }
@@ -336,7 +390,8 @@ TEST(Registry, ObjectsKeepTheirLibraryAndLibrariesStayLoaded) {
   std::shared_ptr<ciuic::Precision> p;
   {
     Registry r = Registry::from_paths({kGood});
-    p = r.create<ciuic::Precision>(Slot::kPrecision, "test", ciuic::Config::from_toml("precision", ""), context());
+    p = r.create<ciuic::Precision>(Slot::kPrecision, "test",
+                                   ciuic::Config::from_toml("precision", ""), context());
   }
   // The registry is gone; the object's code still runs.
   EXPECT_EQ(p->loss_scale(), 1.0);

@@ -1,5 +1,5 @@
-// MetricsLog (report/metrics_log.h): records are written and flushed line by line, and a record that
-// cannot be written is an error naming the file and the system's reason — never silently lost.
+// MetricsLog (report/metrics_log.h): records are written and flushed line by line, and a record
+// that cannot be written is an error naming the file and the system's reason — never silently lost.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -46,7 +46,8 @@ TEST(MetricsLog, AFullDiskIsAnErrorNamingTheFile) {
   } catch (const ciuic::Error& e) {
     EXPECT_EQ(e.exit_code(), ciuic::kExitRuntime);
     EXPECT_EQ(std::string(e.what()),
-              "cannot write metrics file /dev/full: No space left on device ([log] metrics_file; free some "
+              "cannot write metrics file /dev/full: No space left on device ([log] metrics_file; "
+              "free some "
               "space or point it to another file system)");
   }
   // A later record is not silently dropped either.
@@ -59,9 +60,10 @@ TEST(MetricsLog, AnUnopenableFileIsAnErrorWithTheReason) {
     MetricsLog log(dir + "/no/such/folder/metrics.jsonl");
     FAIL() << "opened a file in a missing folder";
   } catch (const ciuic::Error& e) {
-    EXPECT_EQ(std::string(e.what()), "cannot open metrics file " + dir +
-                                         "/no/such/folder/metrics.jsonl for writing: No such file or directory "
-                                         "([log] metrics_file)");
+    EXPECT_EQ(std::string(e.what()),
+              "cannot open metrics file " + dir +
+                  "/no/such/folder/metrics.jsonl for writing: No such file or directory "
+                  "([log] metrics_file)");
   }
 }
 

@@ -19,8 +19,8 @@
 #include <set>
 #include <thread>
 
-#include "e2e_support.h"
 #include "../support/pty_child.h"
+#include "e2e_support.h"
 #include "report/ranks.h"
 
 namespace ciuic::e2e {
@@ -41,13 +41,15 @@ std::vector<json> records(const Result& r, const std::string& event) {
 
 TEST(MonitorE2E, EveryRankWritesItsOwnFiguresAtEachLogStep) {
   const Shape s{.world = 3, .micro = 2, .steps = 6, .sharding = "zero2"};
-  const Result r = run("ranks3", s, {"--set", "log.every_steps=2", "--set", "log.tensorboard=true"});
+  const Result r =
+      run("ranks3", s, {"--set", "log.every_steps=2", "--set", "log.tensorboard=true"});
   EXPECT_RUN_OK(r);
   std::map<int64_t, json> steps;  // step -> rank 0's step record
   std::map<int64_t, std::map<int64_t, json>> ranks;
   for (const json& rec : metrics(r)) {
     if (!rec.contains("event") && rec.contains("loss")) steps[rec["step"].get<int64_t>()] = rec;
-    if (rec.value("event", "") == "rank") ranks[rec["step"].get<int64_t>()][rec["rank"].get<int64_t>()] = rec;
+    if (rec.value("event", "") == "rank")
+      ranks[rec["step"].get<int64_t>()][rec["rank"].get<int64_t>()] = rec;
   }
   ASSERT_EQ(steps.size(), 3u) << r.log();
   ASSERT_EQ(ranks.size(), 3u) << r.log();
@@ -60,39 +62,46 @@ TEST(MonitorE2E, EveryRankWritesItsOwnFiguresAtEachLogStep) {
     EXPECT_EQ(mine["max_steps"], 6);
     EXPECT_TRUE(mine.contains("monitor_s") && mine.contains("monitor_exchange_s")) << mine.dump();
     for (const auto& [rank, rec] : by_rank) {
-      for (const char* k : {"step_s", "data_wait_s", "fwd_bwd_s", "optim_s", "work_s", "link_bytes_per_s", "link_busy",
-                            "link_calls_per_s", "comm_calls", "comm_bytes", "host_rss_gib", "host_rss_peak_gib",
-                            "compute_s", "comm_wait_s", "compute_busy", "link_sent_bytes_per_s",
-                            "link_received_bytes_per_s"})
+      for (const char* k :
+           {"step_s", "data_wait_s", "fwd_bwd_s", "optim_s", "work_s", "link_bytes_per_s",
+            "link_busy", "link_calls_per_s", "comm_calls", "comm_bytes", "host_rss_gib",
+            "host_rss_peak_gib", "compute_s", "comm_wait_s", "compute_busy",
+            "link_sent_bytes_per_s", "link_received_bytes_per_s"})
         EXPECT_TRUE(rec.contains(k)) << "rank " << rank << " lacks " << k << ": " << rec.dump();
       // A CPU run has no device figures (left out, not zero).
       for (const char* k : {"mem_gib", "mem_reserved_gib", "mem_now_gib", "device_busy"})
         EXPECT_FALSE(rec.contains(k)) << rec.dump();
       EXPECT_GT(rec["link_bytes_per_s"].get<double>(), 0.0);
       EXPECT_GT(rec["host_rss_gib"].get<double>(), 0.01);
-      EXPECT_NEAR(rec["work_s"].get<double>(), rec["data_wait_s"].get<double>() + rec["fwd_bwd_s"].get<double>(), 1e-9);
+      EXPECT_NEAR(rec["work_s"].get<double>(),
+                  rec["data_wait_s"].get<double>() + rec["fwd_bwd_s"].get<double>(), 1e-9);
       // Busy without NVML: the step less data and collectives, a fraction of the step.
       const double busy = rec["compute_busy"].get<double>(), step_s = rec["step_s"].get<double>();
       EXPECT_GT(busy, 0.0) << rec.dump();
       EXPECT_LE(busy, 1.0) << rec.dump();
       EXPECT_NEAR(busy, rec["compute_s"].get<double>() / step_s, 1e-9) << rec.dump();
-      EXPECT_LE(rec["compute_s"].get<double>() + rec["comm_wait_s"].get<double>(), step_s + 1e-9) << rec.dump();
+      EXPECT_LE(rec["compute_s"].get<double>() + rec["comm_wait_s"].get<double>(), step_s + 1e-9)
+          << rec.dump();
       // ZeRO-2 issues symmetric collectives only (reduce-scatter, all-gather, all-reduce): as much
       // sent as received, between (W-1)/W = 2/3 and W-1 = 2 times the input handed over.
-      const double sent = rec["link_sent_bytes_per_s"].get<double>(), in = rec["link_bytes_per_s"].get<double>();
+      const double sent = rec["link_sent_bytes_per_s"].get<double>(),
+                   in = rec["link_bytes_per_s"].get<double>();
       EXPECT_NEAR(sent, rec["link_received_bytes_per_s"].get<double>(), 1e-6 * sent) << rec.dump();
       EXPECT_GE(sent, 2.0 / 3.0 * in * (1 - 1e-9)) << rec.dump();
       EXPECT_LE(sent, 2.0 * in * (1 + 1e-9)) << rec.dump();
       // zero2 issues the same collectives of the same sizes on every rank: each rank's own
       // counters agree with rank 0's.
-      EXPECT_EQ(rec["comm_calls"], by_rank.at(0)["comm_calls"]) << "rank " << rank << " step " << step;
-      EXPECT_EQ(rec["comm_bytes"], by_rank.at(0)["comm_bytes"]) << "rank " << rank << " step " << step;
+      EXPECT_EQ(rec["comm_calls"], by_rank.at(0)["comm_calls"])
+          << "rank " << rank << " step " << step;
+      EXPECT_EQ(rec["comm_bytes"], by_rank.at(0)["comm_bytes"])
+          << "rank " << rank << " step " << step;
       EXPECT_GT(rec["comm_calls"].get<int64_t>(), prev_calls[rank]);
       prev_calls[rank] = rec["comm_calls"].get<int64_t>();
     }
     // Rank 0's figures were sampled just before the log step's exchange; its step record's
     // counters just after: one all-reduce of 3 rows of fp64 between them.
-    EXPECT_EQ(mine["comm_calls"].get<int64_t>() - by_rank.at(0)["comm_calls"].get<int64_t>(), 1) << step;
+    EXPECT_EQ(mine["comm_calls"].get<int64_t>() - by_rank.at(0)["comm_calls"].get<int64_t>(), 1)
+        << step;
     EXPECT_EQ(mine["comm_bytes"].get<int64_t>() - by_rank.at(0)["comm_bytes"].get<int64_t>(),
               static_cast<int64_t>(3 * row * sizeof(double)))
         << step;
@@ -117,8 +126,8 @@ TEST(MonitorE2E, ARankSlowedByItsDataIsNamedAsTheStraggler) {
   s.data = "plugin = \"slow\"\nvocab_size = 64\nsleep_rank = 2\nsleep_s = 0.3\n";
   s.plugin_paths = {kSlowPlugins};
   const Result r = run("straggler", s,
-                       {"--set", "log.straggler_margin=0.5", "--set", "log.straggler_log_steps=3", "--set",
-                        "log.progress=\"on\""});
+                       {"--set", "log.straggler_margin=0.5", "--set", "log.straggler_log_steps=3",
+                        "--set", "log.progress=\"on\""});
   EXPECT_RUN_OK(r);
   const auto named = records(r, "straggler");
   ASSERT_EQ(named.size(), 1u) << r.log();
@@ -126,24 +135,32 @@ TEST(MonitorE2E, ARankSlowedByItsDataIsNamedAsTheStraggler) {
   EXPECT_GE(named[0]["step"].get<int64_t>(), 3);  // at the earliest the third log step in a row
   EXPECT_GT(named[0]["data_wait_s"].get<double>(), 0.25);
   // Named in the log, as the rule words it, and on the progress line.
-  EXPECT_TRUE(std::regex_search(r.err, std::regex("rank 2: [0-9]+% slower than the median for [0-9]+ steps; waiting on "
-                                                  "data 0\\.[0-9]+ s/step")))
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("rank 2: [0-9]+% slower than the median for [0-9]+ steps; waiting on "
+                        "data 0\\.[0-9]+ s/step")))
       << r.log();
   EXPECT_TRUE(std::regex_search(r.err, std::regex("\\| slow: rank 2 \\+[0-9]+%"))) << r.log();
   // Its own records say why: the data wait is rank 2's alone.
   for (const json& rec : records(r, "rank")) {
     const double wait = rec["data_wait_s"].get<double>();
-    if (rec["rank"] == 2) EXPECT_GT(wait, 0.25) << rec.dump();
-    else EXPECT_LT(wait, 0.25) << rec.dump();
+    if (rec["rank"] == 2)
+      EXPECT_GT(wait, 0.25) << rec.dump();
+    else
+      EXPECT_LT(wait, 0.25) << rec.dump();
     // The busy fraction without NVML: no rank computes for most of a step that sleeps 0.3 s. The
-    // ranks that wait for rank 2 wait in the label-count agreement (a collective), rank 2 in its data.
+    // ranks that wait for rank 2 wait in the label-count agreement (a collective), rank 2 in its
+    // data.
     EXPECT_LT(rec["compute_busy"].get<double>(), 0.6) << rec.dump();
-    if (rec["rank"] == 2) EXPECT_LT(rec["comm_wait_s"].get<double>(), 0.2) << rec.dump();
-    else EXPECT_GT(rec["comm_wait_s"].get<double>(), 0.2) << rec.dump();
+    if (rec["rank"] == 2)
+      EXPECT_LT(rec["comm_wait_s"].get<double>(), 0.2) << rec.dump();
+    else
+      EXPECT_GT(rec["comm_wait_s"].get<double>(), 0.2) << rec.dump();
     // DDP moves its gradients by ring all-reduce only: 2(W-1)/W = 4/3 of the input each way.
     const double in = rec["link_bytes_per_s"].get<double>();
-    EXPECT_NEAR(rec["link_sent_bytes_per_s"].get<double>(), 4.0 / 3.0 * in, 1e-6 * in) << rec.dump();
-    EXPECT_NEAR(rec["link_received_bytes_per_s"].get<double>(), 4.0 / 3.0 * in, 1e-6 * in) << rec.dump();
+    EXPECT_NEAR(rec["link_sent_bytes_per_s"].get<double>(), 4.0 / 3.0 * in, 1e-6 * in)
+        << rec.dump();
+    EXPECT_NEAR(rec["link_received_bytes_per_s"].get<double>(), 4.0 / 3.0 * in, 1e-6 * in)
+        << rec.dump();
   }
 }
 
@@ -170,7 +187,8 @@ TEST(MonitorE2E, RankRecordsFalseLeavesThemOutOfTheExchangeAndEveryOutput) {
     const Result r = run(c.name, s, args);
     EXPECT_RUN_OK(r);
     for (const json& rec : metrics(r))
-      if (!rec.contains("event") && rec.contains("loss")) steps[c.name][rec["step"].get<int64_t>()] = rec;
+      if (!rec.contains("event") && rec.contains("loss"))
+        steps[c.name][rec["step"].get<int64_t>()] = rec;
     ASSERT_EQ(steps[c.name].size(), 2u) << c.name << "\n" << r.log();
     const bool on = c.set.empty();
     EXPECT_EQ(records(r, "rank").size(), on ? 3u * 2u : 0u) << c.name;
@@ -185,12 +203,15 @@ TEST(MonitorE2E, RankRecordsFalseLeavesThemOutOfTheExchangeAndEveryOutput) {
     const std::string report((std::istreambuf_iterator<char>(html)), {});
     EXPECT_EQ(report.find("<h2>Ranks</h2>") != std::string::npos, on) << c.name;
   }
-  // Step 2's record counts one exchange, step 4's two: 3 ranks x the doubles left out x 8 bytes each.
+  // Step 2's record counts one exchange, step 4's two: 3 ranks x the doubles left out x 8 bytes
+  // each.
   for (const int64_t step : {2, 4}) {
     const int64_t exchanges = step / 2;
     for (const Case& c : cases) {
-      EXPECT_EQ(steps[c.name][step]["comm_calls"], steps["rr-on"][step]["comm_calls"]) << c.name << " step " << step;
-      const int64_t less = steps["rr-on"][step]["comm_bytes"].get<int64_t>() - steps[c.name][step]["comm_bytes"].get<int64_t>();
+      EXPECT_EQ(steps[c.name][step]["comm_calls"], steps["rr-on"][step]["comm_calls"])
+          << c.name << " step " << step;
+      const int64_t less = steps["rr-on"][step]["comm_bytes"].get<int64_t>() -
+                           steps[c.name][step]["comm_bytes"].get<int64_t>();
       EXPECT_EQ(less, exchanges * 3 * (25 - c.doubles_per_rank) * 8) << c.name << " step " << step;
     }
   }
@@ -202,7 +223,8 @@ TEST(MonitorE2E, BadStragglerKeysAreUsageErrorsNamingTheKey) {
            {"log.straggler_margin=\"big\"", "straggler_margin"},
            {"log.straggler_log_steps=0", "straggler_log_steps"},
            {"log.rank_records=1", "rank_records"}}) {
-    const Result r = run("badkey", Shape{.world = 1, .steps = 1}, {"--set", set, "--print-recipe"}, 60);
+    const Result r =
+        run("badkey", Shape{.world = 1, .steps = 1}, {"--set", set, "--print-recipe"}, 60);
     EXPECT_EQ(r.code, 2) << set << "\n" << r.log();
     EXPECT_NE(r.err.find(key), std::string::npos) << set << "\n" << r.log();
   }
@@ -213,13 +235,15 @@ TEST(MonitorE2E, BadStragglerKeysAreUsageErrorsNamingTheKey) {
 TEST(MonitorE2E, WatchShowsEveryRankOfALiveRunAndExitsWhenItEnds) {
   const std::string dir = ciuic::testing::fresh_dir("e2e-watch");
   Shape s{.world = 3, .micro = 2, .steps = 30, .sharding = "zero2"};
-  s.data = "plugin = \"slow\"\nvocab_size = 64\nsleep_rank = -1\nsleep_s = 0.15\n";  // >= 4.5 s of steps
+  s.data =
+      "plugin = \"slow\"\nvocab_size = 64\nsleep_rank = -1\nsleep_s = 0.15\n";  // >= 4.5 s of steps
   std::ofstream(dir + "/recipe.toml") << recipe_text(s, dir + "/out");
-  Child train({std::string(CIUIC_BIN_DIR) + "/ciuic-run", dir + "/recipe.toml", "--plugin-path", kSlowPlugins, "--set",
-               "log.every_steps=2"},
+  Child train({std::string(CIUIC_BIN_DIR) + "/ciuic-run", dir + "/recipe.toml", "--plugin-path",
+               kSlowPlugins, "--set", "log.every_steps=2"},
               dir + "/train", {"OMP_NUM_THREADS=1"});
   // Started with the run: it waits for the run to appear in the folder.
-  PtyChild watch({std::string(CIUIC_BIN_DIR) + "/ciuic-run", "--watch", dir + "/out", "--interval", "0.3"});
+  PtyChild watch(
+      {std::string(CIUIC_BIN_DIR) + "/ciuic-run", "--watch", dir + "/out", "--interval", "0.3"});
   // --plot while the run goes: the report is written from the records so far.
   bool plotted = false;
   std::string plot_err;
@@ -227,8 +251,10 @@ TEST(MonitorE2E, WatchShowsEveryRankOfALiveRunAndExitsWhenItEnds) {
     std::error_code ec;
     std::ifstream m(dir + "/out/metrics.jsonl");
     const std::string text((std::istreambuf_iterator<char>(m)), {});
-    if (text.find("\"event\":\"rank\"") != std::string::npos && text.find("\"event\":\"end\"") == std::string::npos) {
-      Child plot({std::string(CIUIC_BIN_DIR) + "/ciuic-run", "--plot", dir + "/out"}, dir + "/plot");
+    if (text.find("\"event\":\"rank\"") != std::string::npos &&
+        text.find("\"event\":\"end\"") == std::string::npos) {
+      Child plot({std::string(CIUIC_BIN_DIR) + "/ciuic-run", "--plot", dir + "/out"},
+                 dir + "/plot");
       ASSERT_TRUE(plot.wait(std::chrono::seconds(60)));
       plot_err = plot.err();
       ASSERT_EQ(plot.exit_code(), 0) << plot.err();
@@ -240,18 +266,23 @@ TEST(MonitorE2E, WatchShowsEveryRankOfALiveRunAndExitsWhenItEnds) {
     }
     if (!plotted) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  EXPECT_TRUE(plotted) << "no rank record before the run ended (too fast to plot during it?)\n" << plot_err;
+  EXPECT_TRUE(plotted) << "no rank record before the run ended (too fast to plot during it?)\n"
+                       << plot_err;
   ASSERT_TRUE(train.wait(std::chrono::seconds(300))) << train.err();
   EXPECT_EQ(train.exit_code(), 0) << train.err();
   ASSERT_TRUE(watch.run_until_exit(std::chrono::seconds(60))) << watch.out();
   EXPECT_EQ(watch.code(), 0) << watch.out();
   const std::string& out = watch.out();
   EXPECT_NE(out.find("ciuic-run --watch " + dir + "/out"), std::string::npos) << out;
-  EXPECT_NE(out.find("rank  mem GiB  resv GiB  busy  comp  link GB/s  sent GB/s  recv GB/s"), std::string::npos) << out;
+  EXPECT_NE(out.find("rank  mem GiB  resv GiB  busy  comp  link GB/s  sent GB/s  recv GB/s"),
+            std::string::npos)
+      << out;
   for (const char* rank : {"\n   0 ", "\n   1 ", "\n   2 "})
     EXPECT_NE(out.find(rank), std::string::npos) << "no row for rank" << rank << "\n" << out;
-  EXPECT_TRUE(std::regex_search(out, std::regex("step [0-9]+/30 \\([0-9]+%\\) \\| loss [0-9.]+ \\| [0-9.k]+ tok/s \\| ETA ")))
-      << "no table of a running step\n" << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("step [0-9]+/30 \\([0-9]+%\\) \\| loss [0-9.]+ \\| [0-9.k]+ tok/s \\| ETA ")))
+      << "no table of a running step\n"
+      << out;
   EXPECT_NE(out.find("step 30/30 (100%)"), std::string::npos) << out;
   EXPECT_NE(out.find("ended after"), std::string::npos) << out;
   // Redrawn in place on the terminal, more than once.
@@ -262,7 +293,8 @@ TEST(MonitorE2E, WatchShowsEveryRankOfALiveRunAndExitsWhenItEnds) {
 
 TEST(MonitorE2E, WatchRefusesABadInterval) {
   const std::string dir = ciuic::testing::fresh_dir("e2e-watch-none");
-  Child w({std::string(CIUIC_BIN_DIR) + "/ciuic-run", "--watch", dir, "--interval", "0"}, dir + "/w");
+  Child w({std::string(CIUIC_BIN_DIR) + "/ciuic-run", "--watch", dir, "--interval", "0"},
+          dir + "/w");
   ASSERT_TRUE(w.wait(std::chrono::seconds(60)));
   EXPECT_EQ(w.exit_code(), 2);
   EXPECT_NE(w.err().find("--interval"), std::string::npos) << w.err();

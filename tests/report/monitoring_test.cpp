@@ -35,7 +35,10 @@ std::string read(const fs::path& p) {
 
 fs::path fresh_dir(const std::string& name) {
   const fs::path d = fs::path(CIUIC_TEST_TMP) / "report" / name;
-  { std::error_code rm_ec; ciuic::remove_tree(d.string(), rm_ec); }
+  {
+    std::error_code rm_ec;
+    ciuic::remove_tree(d.string(), rm_ec);
+  }
   fs::create_directories(d);
   return d;
 }
@@ -56,10 +59,11 @@ TEST(TensorBoard, BytesEqualTheTensorboardPackagesWriter) {
   json ref = json::parse(read(fx / "reference.json"));
   std::string got;
   for (const json& e : ref["events"]) {
-    if (e.contains("file_version")) got += TensorBoardWriter::frame(TensorBoardWriter::file_version_event(e["wall_time"]));
+    if (e.contains("file_version"))
+      got += TensorBoardWriter::frame(TensorBoardWriter::file_version_event(e["wall_time"]));
     else
-      got += TensorBoardWriter::frame(TensorBoardWriter::scalar_event(e["wall_time"], e["step"], e["tag"],
-                                                                      static_cast<float>(value_of(e["value"]))));
+      got += TensorBoardWriter::frame(TensorBoardWriter::scalar_event(
+          e["wall_time"], e["step"], e["tag"], static_cast<float>(value_of(e["value"]))));
   }
   ASSERT_EQ(got.size(), want.size());
   EXPECT_TRUE(got == want) << "the encodings differ from tensorboard's";
@@ -72,7 +76,9 @@ TEST(TensorBoard, BytesEqualTheTensorboardPackagesWriter) {
       const json& e = ref["events"][i];
       w.add_scalar(e["tag"], e["step"], value_of(e["value"]), e["wall_time"]);
     }
-    EXPECT_NE(fs::path(w.path()).filename().string().find("events.out.tfevents.1700000000."), std::string::npos) << w.path();
+    EXPECT_NE(fs::path(w.path()).filename().string().find("events.out.tfevents.1700000000."),
+              std::string::npos)
+        << w.path();
   }
   std::vector<fs::path> files;
   for (const auto& f : fs::directory_iterator(dir)) files.push_back(f.path());
@@ -82,21 +88,29 @@ TEST(TensorBoard, BytesEqualTheTensorboardPackagesWriter) {
 
 TEST(TensorBoard, MetricsRecordsBecomeScalarsAndReadBack) {
   int64_t step = -1;
-  auto s = tensorboard_scalars(json{{"step", 5}, {"loss", 2.5}, {"lr", 1e-4}, {"skipped", false}, {"note", "x"}}, &step);
+  auto s = tensorboard_scalars(
+      json{{"step", 5}, {"loss", 2.5}, {"lr", 1e-4}, {"skipped", false}, {"note", "x"}}, &step);
   EXPECT_EQ(step, 5);
   ASSERT_EQ(s.size(), 3u);
   EXPECT_EQ(s[0].first, "train/loss");
   EXPECT_EQ(s[2].first, "train/skipped");
-  s = tensorboard_scalars(json{{"event", "eval"}, {"step", 10}, {"eval_loss", 1.5}, {"eval_ppl", 4.48}}, &step);
+  s = tensorboard_scalars(
+      json{{"event", "eval"}, {"step", 10}, {"eval_loss", 1.5}, {"eval_ppl", 4.48}}, &step);
   ASSERT_EQ(s.size(), 2u);
   EXPECT_EQ(s[0].first, "eval/loss");
   EXPECT_EQ(s[1].first, "eval/ppl");
-  s = tensorboard_scalars(json{{"event", "exact_match"}, {"when", "after"}, {"step", 20}, {"accuracy", 0.4}}, &step);
+  s = tensorboard_scalars(
+      json{{"event", "exact_match"}, {"when", "after"}, {"step", 20}, {"accuracy", 0.4}}, &step);
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].first, "exact_match/accuracy_after");
   // Issue 33: the held-out evaluation's other figures get the same suffix; "questions" none.
-  s = tensorboard_scalars(json{{"event", "exact_match"}, {"when", "before"}, {"step", 0}, {"bleu", 18.5},
-                               {"bleu_tokenize", "13a"}, {"questions", 200}, {"ttft_median_s", 1.2}},
+  s = tensorboard_scalars(json{{"event", "exact_match"},
+                               {"when", "before"},
+                               {"step", 0},
+                               {"bleu", 18.5},
+                               {"bleu_tokenize", "13a"},
+                               {"questions", 200},
+                               {"ttft_median_s", 1.2}},
                           &step);
   ASSERT_EQ(s.size(), 3u);
   EXPECT_EQ(s[0].first, "exact_match/bleu_before");
@@ -134,18 +148,29 @@ TEST(TensorBoard, MetricsRecordsBecomeScalarsAndReadBack) {
 std::string metrics_text(bool gpu) {
   std::string t;
   for (int i = 1; i <= 50; ++i) {
-    json r = {{"step", i}, {"loss", 4.0 * std::exp(-i / 20.0) + 1}, {"lr", 3e-5 * std::min(1.0, i / 10.0)},
-              {"grad_norm", i == 7 ? 5000.0 : 1.0 + 1.0 / i}, {"tokens_per_s", 20000.0 + 10 * i}, {"loss_scale", 65536.0}};
+    json r = {{"step", i},
+              {"loss", 4.0 * std::exp(-i / 20.0) + 1},
+              {"lr", 3e-5 * std::min(1.0, i / 10.0)},
+              {"grad_norm", i == 7 ? 5000.0 : 1.0 + 1.0 / i},
+              {"tokens_per_s", 20000.0 + 10 * i},
+              {"loss_scale", 65536.0}};
     if (gpu) {
       r["mfu"] = 0.41;
       r["mem_gib"] = 30.5;
       r["mem_reserved_gib"] = 33.0;
     }
     t += r.dump() + "\n";
-    if (i % 25 == 0) t += json{{"event", "eval"}, {"step", i}, {"eval_loss", 2.0 - i / 100.0}}.dump() + "\n";
+    if (i % 25 == 0)
+      t += json{{"event", "eval"}, {"step", i}, {"eval_loss", 2.0 - i / 100.0}}.dump() + "\n";
   }
   t += "not json\n";
-  t += json{{"event", "end"}, {"steps", 50}, {"tokens_per_s", 21000.5}, {"elapsed_s", 12.5}, {"world_size", 2}}.dump() + "\n";
+  t += json{{"event", "end"},
+            {"steps", 50},
+            {"tokens_per_s", 21000.5},
+            {"elapsed_s", 12.5},
+            {"world_size", 2}}
+           .dump() +
+       "\n";
   return t;
 }
 
@@ -170,25 +195,32 @@ TEST(RunReport, SelfContainedHtmlWithOneChartPerMetric) {
   std::smatch m;
   const std::regex train_line("data-label=\"train\" points=\"([^\"]*)\"");
   ASSERT_TRUE(std::regex_search(html, m, train_line));
-  EXPECT_EQ(count(m[1].str(), ",") , 50u);
+  EXPECT_EQ(count(m[1].str(), ","), 50u);
   EXPECT_EQ(count(html, "<circle"), 2u);
-  EXPECT_NE(html.find("Gradient norm (before clipping) — log scale"), std::string::npos);  // the 5000 spike
+  EXPECT_NE(html.find("Gradient norm (before clipping) — log scale"),
+            std::string::npos);  // the 5000 spike
   EXPECT_NE(html.find("1 unreadable lines skipped"), std::string::npos);
-  EXPECT_NE(html.find("4.805 → 1.328"), std::string::npos) << "loss summary";  // 4e^-0.05+1 -> 4e^-2.5+1
+  EXPECT_NE(html.find("4.805 → 1.328"), std::string::npos)
+      << "loss summary";  // 4e^-0.05+1 -> 4e^-2.5+1
 
   // Issue 33: the held-out evaluation's BLEU, ROUGE-L and response time, before -> after.
   const std::string em = render_html_report(
-      "{\"event\":\"exact_match\",\"when\":\"before\",\"step\":0,\"accuracy\":0.1,\"bleu\":18.5,\"rouge_l\":0.25}\n"
-      "{\"event\":\"exact_match\",\"when\":\"after\",\"step\":9,\"accuracy\":0.5,\"bleu\":23.2,\"rouge_l\":0.5,"
+      "{\"event\":\"exact_match\",\"when\":\"before\",\"step\":0,\"accuracy\":0.1,\"bleu\":18.5,"
+      "\"rouge_l\":0.25}\n"
+      "{\"event\":\"exact_match\",\"when\":\"after\",\"step\":9,\"accuracy\":0.5,\"bleu\":23.2,"
+      "\"rouge_l\":0.5,"
       "\"ttft_median_s\":0.8}\n");
   EXPECT_NE(em.find("<tr><th>BLEU</th><td>18.5 → 23.2</td></tr>"), std::string::npos) << em;
   EXPECT_NE(em.find("<tr><th>ROUGE-L F</th><td>0.25 → 0.5</td></tr>"), std::string::npos) << em;
-  EXPECT_NE(em.find("<tr><th>time to first token, median (s)</th><td>- → 0.8</td></tr>"), std::string::npos) << em;
+  EXPECT_NE(em.find("<tr><th>time to first token, median (s)</th><td>- → 0.8</td></tr>"),
+            std::string::npos)
+      << em;
   EXPECT_EQ(em.find("answer tokens/s"), std::string::npos) << em;  // in neither record
   // A "during" record (exact_match_every_steps) is no "after": a run stopped before its end.
   const std::string during = render_html_report(
       "{\"event\":\"exact_match\",\"when\":\"before\",\"step\":0,\"accuracy\":0.1,\"bleu\":18.5}\n"
-      "{\"event\":\"exact_match\",\"when\":\"during\",\"step\":5,\"accuracy\":0.3,\"bleu\":20.0}\n");
+      "{\"event\":\"exact_match\",\"when\":\"during\",\"step\":5,\"accuracy\":0.3,\"bleu\":20.0}"
+      "\n");
   EXPECT_NE(during.find("<tr><th>BLEU</th><td>18.5 → -</td></tr>"), std::string::npos) << during;
 
   const std::string cpu = render_html_report(metrics_text(false));
@@ -218,7 +250,8 @@ TEST(RunReport, ManyRecordsAreDrawnFromABoundedNumberOfPoints) {
   std::string text;
   const int n = 200000;
   for (int s = 1; s <= n; ++s)
-    text += "{\"step\": " + std::to_string(s) + ", \"loss\": " + (s == 123457 ? "50.0" : std::to_string(2.0 + (s % 7) * 0.01)) +
+    text += "{\"step\": " + std::to_string(s) +
+            ", \"loss\": " + (s == 123457 ? "50.0" : std::to_string(2.0 + (s % 7) * 0.01)) +
             ", \"lr\": 0.0001}\n";
   const std::string html = render_html_report(text);
   std::smatch m;
@@ -226,8 +259,10 @@ TEST(RunReport, ManyRecordsAreDrawnFromABoundedNumberOfPoints) {
   const size_t points = count(m[1].str(), ",");
   EXPECT_LE(points, 2000u);
   EXPECT_GE(points, 1000u);
-  EXPECT_NE(html.find(std::to_string(points) + " of 200000 points drawn: the lowest and highest of each of 1000 step ranges"),
-            std::string::npos);
+  EXPECT_NE(
+      html.find(std::to_string(points) +
+                " of 200000 points drawn: the lowest and highest of each of 1000 step ranges"),
+      std::string::npos);
   EXPECT_NE(html.find("<th>records</th><td>200000</td>"), std::string::npos);
   // The spike (50 among values of 2.00-2.06) is kept: it is drawn near the top of the plot area
   // (y from 28 to 220), the other points near its bottom.
@@ -246,10 +281,12 @@ TEST(RunReport, MistypedRecordIsNamedByFileAndLine) {
     render_html_report(text, HtmlReportOptions{"run", "runs/x/metrics.jsonl"});
     FAIL() << "a mistyped record was accepted";
   } catch (const UsageError& e) {
-    EXPECT_EQ(std::string(e.what()), "runs/x/metrics.jsonl:2: \"event\" is a number, expected a string");
+    EXPECT_EQ(std::string(e.what()),
+              "runs/x/metrics.jsonl:2: \"event\" is a number, expected a string");
   }
   try {
-    render_html_report("{\"event\": \"end\", \"tokens_per_s\": \"fast\"}\n", HtmlReportOptions{"run", "m.jsonl"});
+    render_html_report("{\"event\": \"end\", \"tokens_per_s\": \"fast\"}\n",
+                       HtmlReportOptions{"run", "m.jsonl"});
     FAIL() << "a mistyped record was accepted";
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()), "m.jsonl:1: \"tokens_per_s\" is a string, expected a number");

@@ -3,11 +3,11 @@
 // by hand from the rule in docs/metrics.md, not from the code.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <atomic>
-#include <chrono>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -71,9 +71,10 @@ TEST(Stragglers, ASlowRankIsNamedAfterKLogStepsInARow) {
   const Straggler& g = u.now[0];
   EXPECT_EQ(g.rank, 2);
   EXPECT_NEAR(g.slower, 0.31, 1e-12);
-  EXPECT_EQ(g.steps, 30);  // slow since the interval after step 0
+  EXPECT_EQ(g.steps, 30);       // slow since the interval after step 0
   EXPECT_TRUE(g.data_bound());  // 0.4 of its 0.31 extra seconds are data wait
-  EXPECT_EQ(g.describe(), "rank 2: 31% slower than the median for 30 steps; waiting on data 0.4 s/step");
+  EXPECT_EQ(g.describe(),
+            "rank 2: 31% slower than the median for 30 steps; waiting on data 0.4 s/step");
   // Still slow: still listed, not named again.
   const auto u4 = d.update(40, slow);
   EXPECT_EQ(u4.now.size(), 1u);
@@ -89,8 +90,10 @@ TEST(Stragglers, ASlowRankIsNamedAfterKLogStepsInARow) {
 
 TEST(Stragglers, AnInterruptedStreakStartsAgainAndTheMarginIsStrict) {
   StragglerDetector d({.margin = 0.5, .log_steps = 2, .min_excess_s = 0.0}, 1);
-  const std::vector<RankFigures> slow = {figures(0, 2.0), figures(1, 1.0), figures(2, 1.0), figures(3, 1.0)};
-  const std::vector<RankFigures> edge = {figures(0, 1.5), figures(1, 1.0), figures(2, 1.0), figures(3, 1.0)};
+  const std::vector<RankFigures> slow = {figures(0, 2.0), figures(1, 1.0), figures(2, 1.0),
+                                         figures(3, 1.0)};
+  const std::vector<RankFigures> edge = {figures(0, 1.5), figures(1, 1.0), figures(2, 1.0),
+                                         figures(3, 1.0)};
   EXPECT_TRUE(d.update(1, slow).now.empty());
   EXPECT_TRUE(d.update(2, edge).now.empty());  // exactly +50 %: not above the margin
   EXPECT_TRUE(d.update(3, slow).now.empty());  // the streak began again
@@ -113,7 +116,8 @@ TEST(Stragglers, TheMedianIsOfTheOtherRanks) {
   StragglerDetector off({.margin = 0.0, .log_steps = 1}, 1);
   EXPECT_TRUE(off.update(1, {figures(0, 1.0), figures(1, 9.0)}).now.empty());
   StragglerDetector tiny({.margin = 0.2, .log_steps = 1, .min_excess_s = 0.002}, 1);
-  EXPECT_TRUE(tiny.update(1, {figures(0, 0.0001), figures(1, 0.0001), figures(2, 0.0009)}).now.empty());
+  EXPECT_TRUE(
+      tiny.update(1, {figures(0, 0.0001), figures(1, 0.0001), figures(2, 0.0009)}).now.empty());
   // A rank without figures is not slow, and does not count for the others.
   RankFigures none;
   none.rank = 2;
@@ -125,7 +129,8 @@ TEST(Stragglers, TheMedianIsOfTheOtherRanks) {
 
 TEST(RankRecords, TensorBoardScalarsAreNamedByRank) {
   int64_t step = 0;
-  const auto s = tensorboard_scalars(json{{"event", "rank"}, {"step", 7}, {"rank", 3}, {"step_s", 0.25}}, &step);
+  const auto s = tensorboard_scalars(
+      json{{"event", "rank"}, {"step", 7}, {"rank", 3}, {"step_s", 0.25}}, &step);
   EXPECT_EQ(step, 7);
   ASSERT_EQ(s.size(), 1u);
   EXPECT_EQ(s[0].first, "rank3/step_s");
@@ -135,11 +140,16 @@ TEST(RankRecords, TensorBoardScalarsAreNamedByRank) {
 std::string run_with_ranks(int world, int log_steps, bool with_straggler) {
   std::ostringstream o;
   for (int step = 1; step <= log_steps; ++step) {
-    o << json{{"step", step}, {"max_steps", 100}, {"loss", 3.0 - 0.1 * step}, {"tokens", 1000.0 * step},
-              {"tokens_per_s", 500.0}}.dump()
+    o << json{{"step", step},
+              {"max_steps", 100},
+              {"loss", 3.0 - 0.1 * step},
+              {"tokens", 1000.0 * step},
+              {"tokens_per_s", 500.0}}
+             .dump()
       << "\n";
     for (int r = 0; r < world; ++r) {
-      RankFigures f = figures(r, r == 2 && with_straggler ? 0.9 : 0.3, r == 2 && with_straggler ? 0.6 : 0.0);
+      RankFigures f =
+          figures(r, r == 2 && with_straggler ? 0.9 : 0.3, r == 2 && with_straggler ? 0.6 : 0.0);
       f.step_s = 1.0;
       f.mem_gib = 1.0 + r;
       f.link_bytes_per_s = 2.5e9;
@@ -151,7 +161,9 @@ std::string run_with_ranks(int world, int log_steps, bool with_straggler) {
     }
   }
   if (with_straggler)
-    o << json{{"event", "straggler"}, {"step", log_steps}, {"rank", 2}, {"slower", 2.0}, {"steps", 3}, {"data_wait_s", 0.6}}.dump()
+    o << json{{"event", "straggler"}, {"step", log_steps}, {"rank", 2},
+              {"slower", 2.0},        {"steps", 3},        {"data_wait_s", 0.6}}
+             .dump()
       << "\n";
   return o.str();
 }
@@ -191,7 +203,8 @@ TEST(LinkTraffic, RingBytesSentAndReceivedPerCollective) {
   EXPECT_DOUBLE_EQ(b.received, 200);
   // The ZeRO-2 step at 4 ranks on a 4000-byte gradient: reduce-scatter 4000 in, all-gather 1000
   // in: 3000 + 3000 = what one all-reduce of 4000 moves (2 x 3/4 x 4000).
-  EXPECT_DOUBLE_EQ(ring_link_bytes(C::kReduceScatter, 4000, 4, 3).sent + ring_link_bytes(C::kAllGather, 1000, 4, 3).sent,
+  EXPECT_DOUBLE_EQ(ring_link_bytes(C::kReduceScatter, 4000, 4, 3).sent +
+                       ring_link_bytes(C::kAllGather, 1000, 4, 3).sent,
                    ring_link_bytes(C::kAllReduce, 4000, 4, 3).sent);
   // Broadcast of 64 bytes from rank 1 of 3: chain 1 -> 2 -> 0.
   EXPECT_DOUBLE_EQ(ring_link_bytes(C::kBroadcast, 64, 3, 1, 1).sent, 64);
@@ -210,25 +223,30 @@ TEST(LinkTraffic, RingBytesSentAndReceivedPerCollective) {
 TEST(RankRecords, TheHtmlReportDrawsOneLinePerRankOrTheirSpread) {
   const std::string html = render_html_report(run_with_ranks(3, 4, true));
   EXPECT_NE(html.find("<h2>Ranks</h2>"), std::string::npos);
-  for (const char* title : {"Data wait + forward/backward per rank", "Device memory per rank", "Link traffic per rank",
-                            "Device busy per rank"})
+  for (const char* title : {"Data wait + forward/backward per rank", "Device memory per rank",
+                            "Link traffic per rank", "Device busy per rank"})
     EXPECT_NE(html.find(title), std::string::npos) << title;
   std::smatch m;
   std::string rest = html;
   size_t rank_lines = 0;
-  for (const std::regex line("data-label=\"rank [0-9]+\""); std::regex_search(rest, m, line); rest = m.suffix()) ++rank_lines;
+  for (const std::regex line("data-label=\"rank [0-9]+\""); std::regex_search(rest, m, line);
+       rest = m.suffix())
+    ++rank_lines;
   // Charts with data: work, step time, data wait, device busy, compute busy, memory, link traffic,
   // link sent, link received — 3 ranks each.
   EXPECT_EQ(rank_lines, 9u * 3u);
-  for (const char* title : {"Compute busy per rank (loop timers)", "Link sent per rank", "Link received per rank"})
+  for (const char* title :
+       {"Compute busy per rank (loop timers)", "Link sent per rank", "Link received per rank"})
     EXPECT_NE(html.find(title), std::string::npos) << title;
-  EXPECT_NE(html.find("rank 2 200% slower than the median for 3 steps; data wait 0.6 s/step"), std::string::npos);
+  EXPECT_NE(html.find("rank 2 200% slower than the median for 3 steps; data wait 0.6 s/step"),
+            std::string::npos);
   // 12 ranks: the lowest, median and highest rank instead of 12 lines.
   const std::string wide = render_html_report(run_with_ranks(12, 3, false));
   EXPECT_EQ(wide.find("data-label=\"rank 0\""), std::string::npos);
   EXPECT_NE(wide.find("data-label=\"highest rank\""), std::string::npos);
   // No rank records (an older run): no section.
-  EXPECT_EQ(render_html_report("{\"step\": 1, \"loss\": 2.0}\n").find("<h2>Ranks</h2>"), std::string::npos);
+  EXPECT_EQ(render_html_report("{\"step\": 1, \"loss\": 2.0}\n").find("<h2>Ranks</h2>"),
+            std::string::npos);
 }
 
 TEST(RankRecords, AHalfWrittenLastLineIsNotCountedAsBad) {
@@ -252,12 +270,13 @@ TEST(Watch, TheFollowerTakesCompleteLinesAsTheyArrive) {
   EXPECT_TRUE(s.ended.empty());
   const std::string table = watch_table(s, "ciuic-run --watch runs/x");
   // ETA: 98 steps x (2000 tokens / 2 steps) / 500 tokens/s = 196 s.
-  EXPECT_NE(table.find("step 2/100 (2%) | loss 2.8000 | 500 tok/s | ETA 3m16s"), std::string::npos) << table;
+  EXPECT_NE(table.find("step 2/100 (2%) | loss 2.8000 | 500 tok/s | ETA 3m16s"), std::string::npos)
+      << table;
   EXPECT_NE(table.find("rank  mem GiB"), std::string::npos) << table;
   // Rank 2: 3.00 GiB, 50 % device busy, 25 % compute busy, 2.500 GB/s (1.500 sent, 1.250
   // received), work 0.900 s, data 0.600 s, named slow (+200 %).
-  EXPECT_TRUE(std::regex_search(
-      table, std::regex("\n   2 +3\\.00 .* 50% +25% +2\\.500 +1\\.500 +1\\.250 .* 0\\.900 +0\\.600 .*slow \\+200%\n")))
+  EXPECT_TRUE(std::regex_search(table, std::regex("\n   2 +3\\.00 .* 50% +25% +2\\.500 +1\\.500 "
+                                                  "+1\\.250 .* 0\\.900 +0\\.600 .*slow \\+200%\n")))
       << table;
   f.feed("{\"event\": \"straggler_recovered\", \"step\": 3, \"rank\": 2}\n");
   f.feed("{\"event\": \"end\", \"steps\": 3, \"elapsed_s\": 75.0}\n");
@@ -284,7 +303,8 @@ TEST(Watch, FollowsAFileUntilItsRunEnds) {
   std::atomic<int> alive{1};
   std::thread writer([&] {  // the "run": the rest of its records, then the end, then it exits
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    std::ofstream(dir / "metrics.jsonl", std::ios::app) << text.substr(text.size() / 2) << "{\"event\": \"end\"}\n";
+    std::ofstream(dir / "metrics.jsonl", std::ios::app)
+        << text.substr(text.size() / 2) << "{\"event\": \"end\"}\n";
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     alive = 0;
   });
@@ -301,7 +321,8 @@ TEST(Watch, FollowsAFileUntilItsRunEnds) {
   std::ostringstream crashed;
   o.run_alive = [] { return 0; };
   EXPECT_EQ(watch(dir.string(), crashed, o), 1);
-  EXPECT_NE(crashed.str().find("the run stopped without an end record"), std::string::npos) << crashed.str();
+  EXPECT_NE(crashed.str().find("the run stopped without an end record"), std::string::npos)
+      << crashed.str();
   // No run at all: a usage error naming the folder, after start_wait_s.
   o.start_wait_s = 0.1;
   try {
@@ -309,7 +330,9 @@ TEST(Watch, FollowsAFileUntilItsRunEnds) {
     watch((dir / "nothing").string(), none, o);
     ADD_FAILURE() << "no error";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("--watch " + (dir / "nothing").string() + ": no run there"), std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("--watch " + (dir / "nothing").string() + ": no run there"),
+        std::string::npos)
         << e.what();
   }
 }

@@ -1,6 +1,7 @@
-// LR schedules against DeepSpeed's formulas (deepspeed/runtime/lr_schedules.py: WarmupLR._get_gamma,
-// WarmupDecayLR._get_gamma, WarmupCosineLR.get_lr_ratio), re-derived here independently of
-// schedule/schedule.cpp, plus hand-computed anchor values and every configuration error.
+// LR schedules against DeepSpeed's formulas (deepspeed/runtime/lr_schedules.py:
+// WarmupLR._get_gamma, WarmupDecayLR._get_gamma, WarmupCosineLR.get_lr_ratio), re-derived here
+// independently of schedule/schedule.cpp, plus hand-computed anchor values and every configuration
+// error.
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -17,7 +18,8 @@ using ciuic::schedule::LrSchedule;
 
 namespace {
 
-std::unique_ptr<LrSchedule> make(const std::string& toml, double lr = 3e-4, int64_t max_steps = 100) {
+std::unique_ptr<LrSchedule> make(const std::string& toml, double lr = 3e-4,
+                                 int64_t max_steps = 100) {
   return LrSchedule::create(Config::from_toml("scheduler", toml, "sched.toml"), lr, max_steps);
 }
 
@@ -34,7 +36,8 @@ bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
-// ---- DeepSpeed's schedules, step = last_batch_iteration ------------------------------------------
+// ---- DeepSpeed's schedules, step = last_batch_iteration
+// ------------------------------------------
 
 // WarmupLR / WarmupDecayLR: warmup_num_steps is clamped to at least 2; gamma during warmup is
 // log(step + 1) / log(N) ("log") or step / N ("linear").
@@ -93,9 +96,12 @@ TEST(LrSchedule, Constant) {
 TEST(LrSchedule, WarmupLogAndLinear) {
   for (bool log_type : {true, false}) {
     const std::string type = log_type ? "log" : "linear";
-    auto s = make("type = \"warmup\"\nwarmup_min_lr = 1e-5\nwarmup_max_lr = 2e-4\n"
-                  "warmup_num_steps = 30\nwarmup_type = \"" + type + "\"");
-    for (int64_t t = 0; t < 80; ++t) expect_close(s->lr(t), ds_warmup_lr(t, 1e-5, 2e-4, 30, log_type), t);
+    auto s = make(
+        "type = \"warmup\"\nwarmup_min_lr = 1e-5\nwarmup_max_lr = 2e-4\n"
+        "warmup_num_steps = 30\nwarmup_type = \"" +
+        type + "\"");
+    for (int64_t t = 0; t < 80; ++t)
+      expect_close(s->lr(t), ds_warmup_lr(t, 1e-5, 2e-4, 30, log_type), t);
   }
   // Anchors: linear at half way; log starts at the minimum; warmup_max_lr defaults to the
   // optimizer's lr; the default warmup_type is log.
@@ -125,25 +131,32 @@ TEST(LrSchedule, WarmupStepsBelowTwoAndZero) {
 TEST(LrSchedule, WarmupDecay) {
   for (bool log_type : {true, false}) {
     const std::string type = log_type ? "log" : "linear";
-    auto s = make("type = \"warmup_decay\"\nwarmup_min_lr = 1e-6\nwarmup_num_steps = 20\n"
-                  "total_num_steps = 120\nwarmup_type = \"" + type + "\"", 6e-4);
+    auto s = make(
+        "type = \"warmup_decay\"\nwarmup_min_lr = 1e-6\nwarmup_num_steps = 20\n"
+        "total_num_steps = 120\nwarmup_type = \"" +
+            type + "\"",
+        6e-4);
     for (int64_t t = 0; t < 150; ++t)
       expect_close(s->lr(t), ds_warmup_decay_lr(t, 1e-6, 6e-4, 20, log_type, 120), t);
     EXPECT_DOUBLE_EQ(s->lr(120), 1e-6);  // gamma 0: back at warmup_min_lr
     EXPECT_DOUBLE_EQ(s->lr(140), 1e-6);
   }
   // total_num_steps = 0: train.max_steps.
-  auto s = make("type = \"warmup_decay\"\nwarmup_num_steps = 10\nwarmup_type = \"linear\"", 1e-3, 50);
-  for (int64_t t = 0; t < 60; ++t) expect_close(s->lr(t), ds_warmup_decay_lr(t, 0, 1e-3, 10, false, 50), t);
+  auto s =
+      make("type = \"warmup_decay\"\nwarmup_num_steps = 10\nwarmup_type = \"linear\"", 1e-3, 50);
+  for (int64_t t = 0; t < 60; ++t)
+    expect_close(s->lr(t), ds_warmup_decay_lr(t, 0, 1e-3, 10, false, 50), t);
   EXPECT_DOUBLE_EQ(s->lr(30), 1e-3 * 20.0 / 40.0);
 }
 
 TEST(LrSchedule, WarmupCosine) {
   for (bool log_type : {true, false}) {
     const std::string type = log_type ? "log" : "linear";
-    auto s = make("type = \"warmup_cosine\"\nwarmup_min_ratio = 0.1\nwarmup_num_steps = 15\n"
-                  "total_num_steps = 200\ncos_min_ratio = 0.05\nwarmup_type = \"" + type + "\"",
-                  2e-4);
+    auto s = make(
+        "type = \"warmup_cosine\"\nwarmup_min_ratio = 0.1\nwarmup_num_steps = 15\n"
+        "total_num_steps = 200\ncos_min_ratio = 0.05\nwarmup_type = \"" +
+            type + "\"",
+        2e-4);
     for (int64_t t = 0; t < 260; ++t)
       expect_close(s->lr(t), ds_warmup_cosine_lr(t, 2e-4, 200, 0.1, 15, 0.05, log_type), t);
     // After the end the ratio stays at cos_min_ratio.
@@ -151,24 +164,36 @@ TEST(LrSchedule, WarmupCosine) {
     EXPECT_NEAR(s->lr(250), 2e-4 * 0.05, 1e-18);
   }
   // Defaults: warmup_min_ratio 0, cos_min_ratio 1e-4, total = max_steps; the cosine midpoint.
-  auto s = make("type = \"warmup_cosine\"\nwarmup_num_steps = 10\nwarmup_type = \"linear\"", 1e-3, 110);
+  auto s =
+      make("type = \"warmup_cosine\"\nwarmup_num_steps = 10\nwarmup_type = \"linear\"", 1e-3, 110);
   EXPECT_DOUBLE_EQ(s->lr(0), 0.0);
   const double mid = 1e-4 + (1 - 1e-4) * 0.5;  // progress 1/2 at step 10 + 50 - 1
   EXPECT_NEAR(s->lr(59), 1e-3 * mid, 1e-15);
-  for (int64_t t = 0; t < 120; ++t) expect_close(s->lr(t), ds_warmup_cosine_lr(t, 1e-3, 110, 0, 10, 1e-4, false), t);
+  for (int64_t t = 0; t < 120; ++t)
+    expect_close(s->lr(t), ds_warmup_cosine_lr(t, 1e-3, 110, 0, 10, 1e-4, false), t);
 }
 
 TEST(LrSchedule, ConfigErrors) {
   std::string e = error_of("type = \"warmup_decay\"\nwarmup_num_steps = 50\ntotal_num_steps = 20");
-  EXPECT_TRUE(contains(e, "sched.toml:3:19: [scheduler] total_num_steps = 20: is less than warmup_num_steps = 50")) << e;
+  EXPECT_TRUE(contains(
+      e, "sched.toml:3:19: [scheduler] total_num_steps = 20: is less than warmup_num_steps = 50"))
+      << e;
   e = error_of("type = \"warmup_cosine\"\nwarmup_num_steps = 50", 40);
-  EXPECT_TRUE(contains(e, "total_num_steps: is 0, so train.max_steps = 40 is used, which is less than warmup_num_steps = 50")) << e;
+  EXPECT_TRUE(contains(e,
+                       "total_num_steps: is 0, so train.max_steps = 40 is used, which is less than "
+                       "warmup_num_steps = 50"))
+      << e;
   e = error_of("type = \"cosine\"");
-  EXPECT_TRUE(contains(e, "sched.toml:1:8: [scheduler] type = \"cosine\": expected one of \"constant\", \"warmup\"")) << e;
+  EXPECT_TRUE(contains(
+      e, "sched.toml:1:8: [scheduler] type = \"cosine\": expected one of \"constant\", \"warmup\""))
+      << e;
   e = error_of("type = \"warmup\"\nwarmup_type = \"exp\"");
-  EXPECT_TRUE(contains(e, "[scheduler] warmup_type = \"exp\": expected \"log\" or \"linear\"")) << e;
+  EXPECT_TRUE(contains(e, "[scheduler] warmup_type = \"exp\": expected \"log\" or \"linear\""))
+      << e;
   e = error_of("type = \"warmup\"\nwarmup_max_lr = -0.5");
-  EXPECT_TRUE(contains(e, "warmup_max_lr = -0.5: expected a learning rate >= 0, or -1 for the optimizer's lr")) << e;
+  EXPECT_TRUE(contains(
+      e, "warmup_max_lr = -0.5: expected a learning rate >= 0, or -1 for the optimizer's lr"))
+      << e;
   e = error_of("type = \"warmup\"\nwarmup_min_lr = -1e-5");
   EXPECT_TRUE(contains(e, "warmup_min_lr = -1e-5: expected a learning rate >= 0")) << e;
   e = error_of("type = \"warmup\"\nwarmup_num_steps = -3");

@@ -28,7 +28,8 @@ const json& cases() {
   static const json j = [] {
     const std::string path = CIUIC_SOURCE_DIR + "/tests/fixtures/score/cases.json";
     std::ifstream in(path);
-    if (!in) throw std::runtime_error("cannot read " + path + " (python3 tests/fixtures/gen_score.py)");
+    if (!in)
+      throw std::runtime_error("cannot read " + path + " (python3 tests/fixtures/gen_score.py)");
     std::stringstream ss;
     ss << in.rdbuf();
     return json::parse(ss.str());
@@ -53,7 +54,8 @@ TEST(Bleu, TokenizersEqualSacrebleus) {
     for (const char* name : {"13a", "zh", "none"}) {
       const auto t = bleu_tokenize_from_name(name);
       ASSERT_TRUE(t);
-      EXPECT_EQ(bleu_tokenize(text, *t), c[name].get<std::string>()) << name << " of " << show(text);
+      EXPECT_EQ(bleu_tokenize(text, *t), c[name].get<std::string>())
+          << name << " of " << show(text);
       ++n;
     }
   }
@@ -65,8 +67,10 @@ TEST(Bleu, TokenizersEqualSacrebleus) {
 // edges, in and out (checked above). Two of its quirks, spelled out:
 TEST(Bleu, ZhRangesAreSacrebleusAsItsCodeHasThem) {
   EXPECT_GE(cases()["zh_ranges"].size(), 10u);
-  EXPECT_EQ(bleu_tokenize("a\u2014b", BleuTokenize::kZh), "a \u2014 b");  // U+2014: inside U+2001..U+2A6D
-  EXPECT_EQ(bleu_tokenize("a\U00020000b", BleuTokenize::kZh), "a\U00020000b");  // Ext. B is not in it
+  EXPECT_EQ(bleu_tokenize("a\u2014b", BleuTokenize::kZh),
+            "a \u2014 b");  // U+2014: inside U+2001..U+2A6D
+  EXPECT_EQ(bleu_tokenize("a\U00020000b", BleuTokenize::kZh),
+            "a\U00020000b");  // Ext. B is not in it
   EXPECT_EQ(bleu_tokenize("a\u4e2db", BleuTokenize::kZh), "a \u4e2d b");
 }
 
@@ -77,8 +81,8 @@ TEST(Bleu, CorpusScoresEqualSacrebleus) {
     const auto hyps = c["hyps"].get<std::vector<std::string>>();
     const auto refs = c["refs"].get<std::vector<std::vector<std::string>>>();
     const BleuScore s = corpus_bleu(hyps, refs, *t);
-    const std::string what = std::string(bleu_tokenize_name(*t)) + ", " + std::to_string(hyps.size()) +
-                             " segments, first " + show(hyps[0]);
+    const std::string what = std::string(bleu_tokenize_name(*t)) + ", " +
+                             std::to_string(hyps.size()) + " segments, first " + show(hyps[0]);
     EXPECT_EQ(s.stats.sys_len, c["sys_len"].get<int64_t>()) << what;
     EXPECT_EQ(s.stats.ref_len, c["ref_len"].get<int64_t>()) << what;
     for (int n = 0; n < kBleuMaxOrder; ++n) {
@@ -97,7 +101,8 @@ TEST(Bleu, SummedStatisticsGiveTheCorpusScore) {
   const auto hyps = c["hyps"].get<std::vector<std::string>>();
   const auto refs = c["refs"].get<std::vector<std::vector<std::string>>>();
   BleuStats a, b;
-  for (size_t i = 0; i < hyps.size(); ++i) (i % 2 ? a : b).add(bleu_segment(hyps[i], refs[i], BleuTokenize::k13a));
+  for (size_t i = 0; i < hyps.size(); ++i)
+    (i % 2 ? a : b).add(bleu_segment(hyps[i], refs[i], BleuTokenize::k13a));
   a.add(b);
   EXPECT_EQ(bleu_from_stats(a).score, c["score"].get<double>());
 }
@@ -136,7 +141,8 @@ TEST(Porter, StemsAsNltk) {
 TEST(Rouge, WithTheStemmerEqualsRougeScores) {
   for (const auto& c : cases()["rouge_stem"]) {
     const std::string t = c["target"], p = c["prediction"];
-    EXPECT_EQ(rouge_tokenize(t, true), c["tokens_target"].get<std::vector<std::string>>()) << show(t);
+    EXPECT_EQ(rouge_tokenize(t, true), c["tokens_target"].get<std::vector<std::string>>())
+        << show(t);
     const RougeScore s = rouge_l(t, p, true);
     EXPECT_EQ(s.precision, c["precision"].get<double>()) << show(t) << " vs " << show(p);
     EXPECT_EQ(s.recall, c["recall"].get<double>()) << show(t) << " vs " << show(p);
@@ -156,15 +162,19 @@ TEST(Rouge, MeanOfPairs) {
 
 TEST(Percentile, EqualsNumpys) {
   for (const auto& c : cases()["percentiles"])
-    EXPECT_EQ(percentile(c["values"].get<std::vector<double>>(), c["q"].get<double>()), c["result"].get<double>())
+    EXPECT_EQ(percentile(c["values"].get<std::vector<double>>(), c["q"].get<double>()),
+              c["result"].get<double>())
         << c["values"].size() << " values, q " << c["q"];
   EXPECT_TRUE(std::isnan(percentile({}, 50)));
 }
 
 TEST(Unicode, InvalidUtf8ReadsAsReplacementCharacters) {
-  EXPECT_EQ(decode_utf8("a\xff" "b"), U"a\uFFFDb");
-  EXPECT_EQ(decode_utf8("\xe4\xb8"), U"\uFFFD");          // a truncated sequence: one U+FFFD
-  EXPECT_EQ(decode_utf8("\xc0\xaf"), U"\uFFFD\uFFFD");    // overlong: each byte
+  EXPECT_EQ(decode_utf8("a\xff"
+                        "b"),
+            U"a\uFFFDb");
+  EXPECT_EQ(decode_utf8("\xe4\xb8"), U"\uFFFD");        // a truncated sequence: one U+FFFD
+  EXPECT_EQ(decode_utf8("\xc0\xaf"), U"\uFFFD\uFFFD");  // overlong: each byte
   EXPECT_EQ(decode_utf8("\xed\xa0\x80"), U"\uFFFD\uFFFD\uFFFD");  // a surrogate
-  EXPECT_EQ(encode_utf8(decode_utf8("h\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80")), "h\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80");
+  EXPECT_EQ(encode_utf8(decode_utf8("h\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80")),
+            "h\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80");
 }

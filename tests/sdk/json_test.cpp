@@ -44,7 +44,8 @@ TEST(JsonDepth, AgreesWithTheParsedValue) {
     }
     if (kind == 1) {
       nlohmann::json o = nlohmann::json::object();
-      for (int i = 0, n = static_cast<int>(rng() % 3); i < n; ++i) o["k[{\"\\" + std::to_string(i)] = gen(budget - 1);
+      for (int i = 0, n = static_cast<int>(rng() % 3); i < n; ++i)
+        o["k[{\"\\" + std::to_string(i)] = gen(budget - 1);
       return o;
     }
     if (kind == 2) return std::string("]]}}\\\"[[{ \"") + std::to_string(rng() % 100);
@@ -65,15 +66,18 @@ TEST(JsonDepth, TheLimitAndThePosition) {
             "nested deeper than 128 levels (arrays and objects) at line 1, column 129");
   EXPECT_EQ(json_depth_problem("{\n  \"a\": [\n    [[1]]]}", 2),
             "nested deeper than 2 levels (arrays and objects) at line 3, column 5");
-  EXPECT_EQ(json_depth_problem("[\"[[[\\\"[[[\", 1]", 1), "");  // brackets and an escaped quote in a string
-  EXPECT_EQ(json_depth_problem("{} {} [] [[]]", 2), "");         // siblings do not add up
+  EXPECT_EQ(json_depth_problem("[\"[[[\\\"[[[\", 1]", 1),
+            "");  // brackets and an escaped quote in a string
+  EXPECT_EQ(json_depth_problem("{} {} [] [[]]", 2), "");  // siblings do not add up
   try {
-    ciuic::check_json_depth(ciuic_test::nested_objects(ciuic_test::kDeep), "t.json", ciuic::kExitUsage);
+    ciuic::check_json_depth(ciuic_test::nested_objects(ciuic_test::kDeep), "t.json",
+                            ciuic::kExitUsage);
     ADD_FAILURE() << "accepted";
   } catch (const ciuic::UsageError& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("t.json: JSON nested deeper than 128 levels (arrays and objects) at line 1, "
-                                          "column 769; ciuic reads at most 128",
-                                          0),
+    EXPECT_EQ(std::string(e.what()).rfind(
+                  "t.json: JSON nested deeper than 128 levels (arrays and objects) at line 1, "
+                  "column 769; ciuic reads at most 128",
+                  0),
               0u)
         << e.what();
   }

@@ -76,7 +76,8 @@ TEST(SdkExamples, LionMatchesThePublishedUpdate) {
   ctx.store = ciuic::make_local_store(std::chrono::seconds(1));
   auto lion = reg.create<ciuic::Optimizer>(
       ciuic::Slot::kOptimizer, "lion",
-      recipe.plugin_config(ciuic::Slot::kOptimizer, *reg.get(ciuic::Slot::kOptimizer, "lion").info), ctx);
+      recipe.plugin_config(ciuic::Slot::kOptimizer, *reg.get(ciuic::Slot::kOptimizer, "lion").info),
+      ctx);
   EXPECT_EQ(lion->state_names(), (std::vector<std::string>{"master", "exp_avg"}));
 
   const Fp32 fp32{};
@@ -104,9 +105,13 @@ TEST(SdkExamples, LionMatchesThePublishedUpdate) {
   ciuic::StateDict sd;
   lion->save_state(sd);
   const at::Tensor want_p = tensor(fx["master"]), want_m = tensor(fx["exp_avg"]);
-  EXPECT_LT(((ciuic::state_get(sd, "master") - want_p).abs() / want_p.abs().clamp_min(1e-3)).max().item<double>(), 1e-6);
+  EXPECT_LT(((ciuic::state_get(sd, "master") - want_p).abs() / want_p.abs().clamp_min(1e-3))
+                .max()
+                .item<double>(),
+            1e-6);
   // The momentum is a running mix that cancels: element-wise relative error is meaningless near
-  // zero (ATen's lerp and the fixture's two products round differently), so compare against its scale.
+  // zero (ATen's lerp and the fixture's two products round differently), so compare against its
+  // scale.
   EXPECT_LT((ciuic::state_get(sd, "exp_avg") - want_m).abs().max().item<double>(),
             1e-6 * want_m.abs().max().item<double>());
   EXPECT_TRUE(at::equal(params, ciuic::state_get(sd, "master")));
@@ -120,9 +125,9 @@ TEST(SdkExamples, LionTrainsAndIsPlannedFromItsOwnAnswer) {
   // Lion moves every weight by lr per step: 3e-4 here (measured: the loss goes 4.17 -> 3.55 in
   // 40 steps, 1e-4 -> 3.94; AdamW at 1e-3 -> 2.75). A wrong sign or a lost update would not learn.
   const Result r = run("lion-train", s,
-                       {"--set", "optimizer.plugin=lion", "--set", "optimizer.lr=3e-4",
-                        "--set", "data.pattern=increment", "--set", "data.documents_per_row=1",
-                        "--set", "log.every_steps=1"});
+                       {"--set", "optimizer.plugin=lion", "--set", "optimizer.lr=3e-4", "--set",
+                        "data.pattern=increment", "--set", "data.documents_per_row=1", "--set",
+                        "log.every_steps=1"});
   EXPECT_RUN_OK(r);
   std::vector<double> losses;
   for (const auto& rec : metrics(r))
@@ -136,7 +141,8 @@ TEST(SdkExamples, LionTrainsAndIsPlannedFromItsOwnAnswer) {
              r.dir + "/plan");
   ASSERT_TRUE(plan.wait(std::chrono::seconds(60)));
   EXPECT_EQ(plan.exit_code(), 0) << plan.err();
-  EXPECT_TRUE(std::regex_search(plan.out(), std::regex("master weights \\+ Lion momentum .*\\[optimizer lion\\]")))
+  EXPECT_TRUE(std::regex_search(
+      plan.out(), std::regex("master weights \\+ Lion momentum .*\\[optimizer lion\\]")))
       << plan.out();
   EXPECT_EQ(plan.out().find("not counted: optimizer"), std::string::npos) << plan.out();
 }
@@ -151,7 +157,8 @@ TEST(SdkExamples, LinesOnTheDataKitTrainsExactlyLikeCachedSsd) {
   std::string txt, jsonl, eval_txt, eval_jsonl;
   for (int i = 0; i < 60; ++i) {
     const std::string line = "what is " + std::to_string(i) + " + " + std::to_string(i % 7) + "? " +
-                             std::to_string(i + i % 7) + (i % 4 == 0 ? " (a longer line, to be packed with others)" : "");
+                             std::to_string(i + i % 7) +
+                             (i % 4 == 0 ? " (a longer line, to be packed with others)" : "");
     (i % 10 == 9 ? eval_txt : txt) += line + "\n\n";  // blank lines are no documents
     (i % 10 == 9 ? eval_jsonl : jsonl) += nlohmann::json{{"text", line}}.dump() + "\n";
   }
@@ -162,12 +169,13 @@ TEST(SdkExamples, LinesOnTheDataKitTrainsExactlyLikeCachedSsd) {
   Shape s{.world = 2, .micro = 3, .steps = 8, .plugin_paths = {kLines}};
   s.model = "tokenizer = \"" + CIUIC_SOURCE_DIR + "/examples/demo/tokenizer.json\"\n";
   s.vocab = 384;
-  s.data = "plugin = \"lines\"\npath = \"" + dir + "/train.txt\"\neval_path = \"" + dir + "/eval.txt\"\n";
+  s.data = "plugin = \"lines\"\npath = \"" + dir + "/train.txt\"\neval_path = \"" + dir +
+           "/eval.txt\"\n";
   const std::vector<std::string> eval = {"--set", "train.eval_every_steps=4"};
   const Result lines = run("sdk-lines", s, eval);
   EXPECT_RUN_OK(lines);
-  s.data = "plugin = \"cached_ssd\"\nsources = [\"" + dir + "/train.jsonl\"]\neval_sources = [\"" + dir +
-           "/eval.jsonl\"]\n";
+  s.data = "plugin = \"cached_ssd\"\nsources = [\"" + dir + "/train.jsonl\"]\neval_sources = [\"" +
+           dir + "/eval.jsonl\"]\n";
   const Result cached = run("sdk-lines-cached", s, eval);
   EXPECT_RUN_OK(cached);
   EXPECT_TRUE(identical(exported(lines), exported(cached)));

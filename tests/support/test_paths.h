@@ -21,17 +21,21 @@
 #include <string>
 
 #if !defined(CIUIC_TEST_BIN_SUBDIR) || !defined(CIUIC_TEST_PLUGIN_SUBDIR)
-#error "tests/support/test_paths.h needs CIUIC_TEST_BIN_SUBDIR and CIUIC_TEST_PLUGIN_SUBDIR (set by tests/CMakeLists.txt)"
+#error \
+    "tests/support/test_paths.h needs CIUIC_TEST_BIN_SUBDIR and CIUIC_TEST_PLUGIN_SUBDIR (set by tests/CMakeLists.txt)"
 #endif
 
 namespace ciuic_test_paths {
 
 inline const std::string& build_dir() {
   static const std::string dir = [] {
-    if (const char* e = std::getenv("CIUIC_TEST_BUILD_DIR"); e != nullptr && *e != '\0') return std::string(e);
+    if (const char* e = std::getenv("CIUIC_TEST_BUILD_DIR"); e != nullptr && *e != '\0')
+      return std::string(e);
     char buf[PATH_MAX];
     const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) throw std::runtime_error("test_paths.h: cannot read /proc/self/exe; set CIUIC_TEST_BUILD_DIR");
+    if (n <= 0)
+      throw std::runtime_error(
+          "test_paths.h: cannot read /proc/self/exe; set CIUIC_TEST_BUILD_DIR");
     std::string d(buf, static_cast<size_t>(n));
     // Up from the program file: one level for the file, one per component of the bin folder.
     const std::string sub = CIUIC_TEST_BIN_SUBDIR;
@@ -49,7 +53,9 @@ inline const std::string& source_dir() {
     std::ifstream in(file);
     std::string s;
     std::getline(in, s);
-    if (s.empty()) throw std::runtime_error("test_paths.h: cannot read the source folder from " + file + " (re-run cmake)");
+    if (s.empty())
+      throw std::runtime_error("test_paths.h: cannot read the source folder from " + file +
+                               " (re-run cmake)");
     return s;
   }();
   return dir;

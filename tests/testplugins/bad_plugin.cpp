@@ -18,8 +18,8 @@ const ciuic::OptionSpec kOptions[] = {
 #elif defined(CIUIC_TEST_DEFECT_badplanned)
 // The planner picks the first fitting choice after "auto": one choice leaves nothing to choose.
 const ciuic::OptionSpec kOptions[] = {
-    {"mode", ciuic::OptionType::kString, "\"auto\"", "a planned option with one choice", NAN, NAN, "auto|only",
-     ciuic::kOptionPlanned},
+    {"mode", ciuic::OptionType::kString, "\"auto\"", "a planned option with one choice", NAN, NAN,
+     "auto|only", ciuic::kOptionPlanned},
 };
 #elif defined(CIUIC_TEST_DEFECT_badplannedint)
 // A planned integer is searched between min and max: without a maximum there is no range.
@@ -56,8 +56,8 @@ constexpr const char* kName = CIUIC_TEST_DEFECT_NAME;
 #endif
 
 [[maybe_unused]] const ciuic::PluginInfo* info() {
-  static const ciuic::PluginInfo kInfo{kApi, kSlot, kName, "0.0.1", "a defective test plugin",
-                                       kFingerprint, kOptions, 1, nullptr};
+  static const ciuic::PluginInfo kInfo{
+      kApi, kSlot, kName, "0.0.1", "a defective test plugin", kFingerprint, kOptions, 1, nullptr};
   return &kInfo;
 }
 
@@ -66,8 +66,11 @@ constexpr const char* kName = CIUIC_TEST_DEFECT_NAME;
 #if defined(CIUIC_TEST_DEFECT_plainfn)
 // The entry points as plain extern "C" functions, not Boost.DLL aliases: a loader that read them
 // as aliases would take their first machine-code bytes for an address and jump there (SIGSEGV).
-extern "C" __attribute__((visibility("default"))) const ciuic::PluginInfo* ciuic_plugin_info() { return info(); }
-extern "C" __attribute__((visibility("default"))) ciuic::PluginObject* ciuic_plugin_create(const ciuic::PluginArgs& a) {
+extern "C" __attribute__((visibility("default"))) const ciuic::PluginInfo* ciuic_plugin_info() {
+  return info();
+}
+extern "C" __attribute__((visibility("default"))) ciuic::PluginObject* ciuic_plugin_create(
+    const ciuic::PluginArgs& a) {
   return abort_factory(a);
 }
 #elif defined(CIUIC_TEST_DEFECT_dataptr)

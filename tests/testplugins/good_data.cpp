@@ -16,9 +16,11 @@ constexpr ciuic::Option<std::string> kPath{"path", nullptr, "input file (require
 constexpr ciuic::Option<bool> kShuffle{"shuffle", "true", "shuffle the samples"};
 constexpr ciuic::Option<int64_t> kBuffer{"buffer", "4", "prefetch depth", 1, 64};
 constexpr ciuic::Option<double> kRatio{"ratio", "0.5", "held-out fraction", 0.0, 1.0};
-constexpr ciuic::Option<std::string> kMode{"mode", "\"fast\"", "reading mode", NAN, NAN, "fast|slow"};
+constexpr ciuic::Option<std::string> kMode{"mode", "\"fast\"", "reading mode",
+                                           NAN,    NAN,        "fast|slow"};
 constexpr ciuic::Option<std::vector<std::string>> kFiles{"files", "[]", "extra files"};
-constexpr ciuic::Option<std::vector<double>> kWeights{"weights", "[1.0]", "mixing weights", 0.0, NAN};
+constexpr ciuic::Option<std::vector<double>> kWeights{"weights", "[1.0]", "mixing weights", 0.0,
+                                                      NAN};
 const ciuic::OptionSpec kOptions[] = {kPath, kShuffle, kBuffer, kRatio, kMode, kFiles, kWeights};
 
 class TestData final : public ciuic::DataSource {
@@ -60,7 +62,6 @@ class TestData final : public ciuic::DataSource {
   std::vector<double> weights_;
   bool open_boom_ = false;
 };
-
 
 }  // namespace
 

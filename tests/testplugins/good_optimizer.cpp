@@ -29,9 +29,6 @@ void plan(const ciuic::Config&, ciuic::PlanContext& p) {
 
 }  // namespace
 
-CIUIC_DEFINE_PLUGIN_NO_OPTIONS_PLANNED(ciuic::Slot::kOptimizer, "test", "0.1.0",
-                                       "optimizer for tests",
-                                       [](const ciuic::PluginArgs&) -> ciuic::PluginObject* {
-                                         return new TestOptimizer();
-                                       },
-                                       plan)
+CIUIC_DEFINE_PLUGIN_NO_OPTIONS_PLANNED(
+    ciuic::Slot::kOptimizer, "test", "0.1.0", "optimizer for tests",
+    [](const ciuic::PluginArgs&) -> ciuic::PluginObject* { return new TestOptimizer(); }, plan)

@@ -6,10 +6,10 @@
 // autograd had not accumulated since the group's before_group(kBackward) — what a
 // parameter-sharding strategy relies on to reduce-scatter a group's gradients there. A parameter
 // in several groups (a tied embedding: embed and head) is checked at the last of them in backward
-// order, the lowest index: autograd accumulates a leaf's gradient once, after all its uses. It checks the
-// groups at setup() (each a valid, non-empty index list) and throws on a boundary of an unknown
-// group. finish_grads() returns the squares of the gradients autograd left in param.grad; it does
-// not update (update() throws).
+// order, the lowest index: autograd accumulates a leaf's gradient once, after all its uses. It
+// checks the groups at setup() (each a valid, non-empty index list) and throws on a boundary of an
+// unknown group. finish_grads() returns the squares of the gradients autograd left in param.grad;
+// it does not update (update() throws).
 #define CIUIC_PLUGIN_API 7
 #include <fstream>
 #include <memory>
@@ -64,10 +64,12 @@ class TestSharding final : public ciuic::Sharding {
   void setup(const ciuic::ShardingSetup& s) override {
     setup_ = s;
     for (size_t g = 0; g < s.groups.size(); ++g) {
-      if (s.groups[g].params.empty()) throw ciuic::Error("sharding/test: group " + s.groups[g].name + " is empty");
+      if (s.groups[g].params.empty())
+        throw ciuic::Error("sharding/test: group " + s.groups[g].name + " is empty");
       for (int p : s.groups[g].params)
         if (p < 0 || static_cast<size_t>(p) >= s.params.size())
-          throw ciuic::Error("sharding/test: group " + s.groups[g].name + " lists parameter " + std::to_string(p));
+          throw ciuic::Error("sharding/test: group " + s.groups[g].name + " lists parameter " +
+                             std::to_string(p));
     }
     clock_ = std::make_shared<Clock>();
     clock_->accumulated.assign(s.params.size(), -1);
@@ -76,8 +78,8 @@ class TestSharding final : public ciuic::Sharding {
     for (size_t g = s.groups.size(); g-- > 0;)
       for (int p : s.groups[g].params) last_group_[static_cast<size_t>(p)] = static_cast<int>(g);
     for (size_t i = 0; i < s.params.size(); ++i)
-      torch::autograd::impl::set_post_acc_grad_hooks(s.params[i].tensor,
-                                                     std::make_unique<Accumulated>(clock_, static_cast<int>(i)));
+      torch::autograd::impl::set_post_acc_grad_hooks(
+          s.params[i].tensor, std::make_unique<Accumulated>(clock_, static_cast<int>(i)));
     log_.open(ctx_.output_dir + "/sharding-test-events.txt", std::ios::trunc);
   }
   void begin_micro_batch(int64_t index, bool) override { log_ << "micro_batch " << index << "\n"; }
@@ -85,7 +87,8 @@ class TestSharding final : public ciuic::Sharding {
   void before_group(int group, ciuic::GroupPass pass) override {
     const auto& g = checked(group);
     ++clock_->events;
-    if (pass == ciuic::GroupPass::kBackward) before_backward_[static_cast<size_t>(group)] = clock_->events;
+    if (pass == ciuic::GroupPass::kBackward)
+      before_backward_[static_cast<size_t>(group)] = clock_->events;
     log_ << pass_name(pass) << " before " << group << " " << g.name << "\n";
   }
   void after_group(int group, ciuic::GroupPass pass) override {
@@ -96,7 +99,8 @@ class TestSharding final : public ciuic::Sharding {
       std::string missing;
       for (int p : g.params)
         if (last_group_[static_cast<size_t>(p)] == group &&
-            clock_->accumulated[static_cast<size_t>(p)] < before_backward_[static_cast<size_t>(group)])
+            clock_->accumulated[static_cast<size_t>(p)] <
+                before_backward_[static_cast<size_t>(group)])
           missing += (missing.empty() ? "" : ",") + setup_.params[static_cast<size_t>(p)].name;
       if (!missing.empty()) log_ << " missing=" << missing;
     }
@@ -108,10 +112,13 @@ class TestSharding final : public ciuic::Sharding {
     ciuic::GradSquares sq;
     sq.local_sum_sq = at::zeros({1}, at::kDouble);
     for (auto& p : setup_.params)
-      if (p.tensor.grad().defined()) sq.local_sum_sq.add_(ciuic::sum_of_squares(p.tensor.grad()).cpu());
+      if (p.tensor.grad().defined())
+        sq.local_sum_sq.add_(ciuic::sum_of_squares(p.tensor.grad()).cpu());
     return sq;
   }
-  void update(const ciuic::OptimizerStep&) override { throw ciuic::Error("sharding/test does not update"); }
+  void update(const ciuic::OptimizerStep&) override {
+    throw ciuic::Error("sharding/test does not update");
+  }
   std::vector<ciuic::ShardSlice> layout() const override { return {}; }
   void save_state(ciuic::StateDict&) const override {}
   void load_state(const ciuic::SliceFetcher&, int64_t) override {}
@@ -119,8 +126,8 @@ class TestSharding final : public ciuic::Sharding {
  private:
   const ciuic::ParamGroup& checked(int group) const {
     if (group < 0 || static_cast<size_t>(group) >= setup_.groups.size())
-      throw ciuic::Error("sharding/test: boundary of group " + std::to_string(group) + "; setup() had " +
-                         std::to_string(setup_.groups.size()) + " groups");
+      throw ciuic::Error("sharding/test: boundary of group " + std::to_string(group) +
+                         "; setup() had " + std::to_string(setup_.groups.size()) + " groups");
     return setup_.groups[static_cast<size_t>(group)];
   }
 

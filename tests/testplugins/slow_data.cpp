@@ -18,9 +18,12 @@
 
 namespace {
 
-constexpr ciuic::Option<int64_t> kVocab{"vocab_size", "64", "ids are drawn from [0, vocab_size)", 2, NAN};
-constexpr ciuic::Option<int64_t> kSleepRank{"sleep_rank", "-1", "the rank that sleeps; -1 = every rank", -1, NAN};
-constexpr ciuic::Option<double> kSleep{"sleep_s", "0.0", "seconds next() sleeps on sleep_rank", 0.0, 60.0};
+constexpr ciuic::Option<int64_t> kVocab{"vocab_size", "64", "ids are drawn from [0, vocab_size)", 2,
+                                        NAN};
+constexpr ciuic::Option<int64_t> kSleepRank{"sleep_rank", "-1",
+                                            "the rank that sleeps; -1 = every rank", -1, NAN};
+constexpr ciuic::Option<double> kSleep{"sleep_s", "0.0", "seconds next() sleeps on sleep_rank", 0.0,
+                                       60.0};
 const ciuic::OptionSpec kOptions[] = {kVocab, kSleepRank, kSleep};
 
 class SlowData final : public ciuic::DataSource {
@@ -70,7 +73,8 @@ class SlowData final : public ciuic::DataSource {
 
 }  // namespace
 
-CIUIC_DEFINE_PLUGIN(ciuic::Slot::kData, "slow", "0.1.0", "data source that sleeps on one rank (tests)", kOptions,
+CIUIC_DEFINE_PLUGIN(ciuic::Slot::kData, "slow", "0.1.0",
+                    "data source that sleeps on one rank (tests)", kOptions,
                     [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
                       return new SlowData(a.config, a.context);
                     })

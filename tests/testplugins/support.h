@@ -23,14 +23,21 @@ inline std::filesystem::path test_dir(const std::string& area) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::filesystem::path d = std::filesystem::path(CIUIC_TEST_TMP) / area /
                             (std::string(info->test_suite_name()) + "." + info->name());
-  { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(d).string(), rm_ec); }
+  {
+    std::error_code rm_ec;
+    ciuic::remove_tree(std::filesystem::path(d).string(), rm_ec);
+  }
   std::filesystem::create_directories(d);
   return d;
 }
 
-inline void write_file(const std::filesystem::path& p, const std::string& text) { std::ofstream(p) << text; }
+inline void write_file(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream(p) << text;
+}
 
-inline bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+inline bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 struct Result {
   int code = -1;
@@ -44,7 +51,8 @@ inline Result run_command(const std::string& command, const std::filesystem::pat
   std::filesystem::create_directories(io);
   const auto out = io / ("out" + std::to_string(n)), err = io / ("err" + std::to_string(n));
   ++n;
-  const std::string cmd = "env -u CIUIC_PLUGIN_PATH " + command + " >" + out.string() + " 2>" + err.string();
+  const std::string cmd =
+      "env -u CIUIC_PLUGIN_PATH " + command + " >" + out.string() + " 2>" + err.string();
   const int status = std::system(cmd.c_str());
   Result r;
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);

@@ -8,8 +8,8 @@
 #include <ciuic/error.h>
 #include <ciuic/tokenizer.h>
 
-#include "tokenizer/factory.h"
 #include "test_util.h"
+#include "tokenizer/factory.h"
 
 namespace ciuic {
 namespace {
@@ -19,7 +19,8 @@ using test::ids_to_string;
 
 std::vector<ChatMessage> messages_of(const json& j) {
   std::vector<ChatMessage> out;
-  for (const json& m : j) out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  for (const json& m : j)
+    out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
   return out;
 }
 
@@ -41,7 +42,8 @@ TEST_P(ChatFixtureTest, MatchesTransformersApplyChatTemplate) {
     std::vector<int32_t> want = c["ids"].get<std::vector<int32_t>>();
     std::vector<uint8_t> want_mask = c["assistant_mask"].get<std::vector<uint8_t>>();
     EncodedChat all = tmpl->encode(msgs, false);
-    EXPECT_EQ(all.ids, want) << where << "\n ours: " << ids_to_string(all.ids) << "\n HF:   " << ids_to_string(want);
+    EXPECT_EQ(all.ids, want) << where << "\n ours: " << ids_to_string(all.ids)
+                             << "\n HF:   " << ids_to_string(want);
     EXPECT_EQ(all.loss_mask, std::vector<uint8_t>(want.size(), 1)) << where;
 
     EncodedChat asst = tmpl->encode(msgs, true);
@@ -54,13 +56,15 @@ TEST_P(ChatFixtureTest, MatchesTransformersApplyChatTemplate) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Hf, ChatFixtureTest,
-                         ::testing::Values("deepseek_llm", "llama3", "llama2_spm", "mistral_spm", "gemma_spm", "qwen2"),
+                         ::testing::Values("deepseek_llm", "llama3", "llama2_spm", "mistral_spm",
+                                           "gemma_spm", "qwen2"),
                          [](const auto& info) { return info.param; });
 
 TEST(ChatTemplate, MaskCoversRepliesAndTheirEos) {
   auto tok = load_tokenizer(test::tokenizer_fixture_dir("deepseek_llm") + "/tokenizer.json");
   auto tmpl = make_chat_template("deepseek", *tok);
-  EncodedChat e = tmpl->encode({{"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}, {"assistant", "Ciao"}}, true);
+  EncodedChat e = tmpl->encode(
+      {{"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}, {"assistant", "Ciao"}}, true);
   ASSERT_EQ(e.ids.size(), e.loss_mask.size());
   EXPECT_EQ(e.ids.front(), *tok->bos_id());
   EXPECT_EQ(e.loss_mask.front(), 0);
@@ -84,7 +88,8 @@ TEST(ChatTemplate, MaskCoversRepliesAndTheirEos) {
 TEST(ChatTemplate, ConcurrentEncode) {
   auto tok = load_tokenizer(test::tokenizer_fixture_dir("deepseek_llm") + "/tokenizer.json");
   auto tmpl = make_chat_template("deepseek", *tok);
-  std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "数 12345?"}, {"assistant", "  ok 😀\n"}};
+  std::vector<ChatMessage> msgs = {
+      {"system", "Be brief."}, {"user", "数 12345?"}, {"assistant", "  ok 😀\n"}};
   EncodedChat ref = tmpl->encode(msgs, true);
   std::vector<std::thread> threads;
   std::vector<int> bad(4, 0);
@@ -118,7 +123,9 @@ TEST(ChatTemplate, UnknownRoleIsAnError) {
     tmpl->encode({{"user", "x"}, {"tool", "y"}}, true);
     FAIL() << "expected Error";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(), "chat template 'deepseek': message 1 has role 'tool' (expected system, user or assistant)");
+    EXPECT_STREQ(
+        e.what(),
+        "chat template 'deepseek': message 1 has role 'tool' (expected system, user or assistant)");
   }
 }
 
@@ -133,7 +140,9 @@ TEST(ChatTemplate, DeepseekNeedsBosAndEos) {
     make_chat_template("deepseek", *tok);
     FAIL() << "expected UsageError";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("chat template 'deepseek' needs a BOS token"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("chat template 'deepseek' needs a BOS token"),
+              std::string::npos)
+        << e.what();
   }
   // "plain" works without them: no BOS, replies end with "\n\n".
   auto plain = make_chat_template("plain", *tok);

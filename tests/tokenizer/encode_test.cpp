@@ -1,4 +1,5 @@
-// Encoding / decoding vs HF `tokenizers` on the committed fixtures (tests/fixtures/gen_tokenizer.py).
+// Encoding / decoding vs HF `tokenizers` on the committed fixtures
+// (tests/fixtures/gen_tokenizer.py).
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
@@ -9,9 +10,9 @@
 #include <ciuic/error.h>
 #include <ciuic/tokenizer.h>
 
-#include "tokenizer/factory.h"
 #include "test_util.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/factory.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -25,7 +26,9 @@ using test::tokenizer_fixture_dir;
 
 std::vector<int32_t> ids_of(const json& j) { return j.get<std::vector<int32_t>>(); }
 // ids with add_special_tokens (gen_tokenizer_spm.py leaves it out when equal to "ids").
-std::vector<int32_t> ids_special_of(const json& c) { return ids_of(c.contains("ids_special") ? c["ids_special"] : c["ids"]); }
+std::vector<int32_t> ids_special_of(const json& c) {
+  return ids_of(c.contains("ids_special") ? c["ids_special"] : c["ids"]);
+}
 
 // Printable form of a test string for failure messages.
 std::string show(const std::string& s) { return json(s).dump(); }
@@ -40,7 +43,8 @@ class FixtureTest : public ::testing::TestWithParam<std::string> {
     // The family layouts of gen_tokenizer_spm.py carry >= 2,000 random strings besides the ~290
     // hand-written ones (the variant fixtures 800).
     if (expected_.value("generator", std::string()) == "tests/fixtures/gen_tokenizer_spm.py")
-      ASSERT_GT(expected_["cases"].size(), GetParam().rfind("spm_variants", 0) == 0 ? 1000u : 2200u);
+      ASSERT_GT(expected_["cases"].size(),
+                GetParam().rfind("spm_variants", 0) == 0 ? 1000u : 2200u);
   }
   std::string dir_;
   std::shared_ptr<const Tokenizer> tok_;
@@ -56,13 +60,14 @@ TEST_P(FixtureTest, EncodeMatchesHfTokenizers) {
       std::vector<int32_t> got = tok_->encode(text, false);
       std::vector<int32_t> want = ids_of(c["ids"]);
       if (got != want && ++failures <= 10) {
-        ADD_FAILURE() << GetParam() << " pass " << pass << ": " << show(text) << "\n  ours: " << ids_to_string(got)
-                      << "\n  HF:   " << ids_to_string(want);
+        ADD_FAILURE() << GetParam() << " pass " << pass << ": " << show(text)
+                      << "\n  ours: " << ids_to_string(got) << "\n  HF:   " << ids_to_string(want);
       }
       std::vector<int32_t> got_sp = tok_->encode(text, true);
       std::vector<int32_t> want_sp = ids_special_of(c);
       if (got_sp != want_sp && ++failures <= 10) {
-        ADD_FAILURE() << GetParam() << " add_special_tokens: " << show(text) << "\n  ours: " << ids_to_string(got_sp)
+        ADD_FAILURE() << GetParam() << " add_special_tokens: " << show(text)
+                      << "\n  ours: " << ids_to_string(got_sp)
                       << "\n  HF:   " << ids_to_string(want_sp);
       }
     }
@@ -80,10 +85,11 @@ TEST_P(FixtureTest, DecodeMatchesHfTokenizers) {
     std::string got = tok_->decode(ids_of(c["ids"]), false);
     std::string got_skip = tok_->decode(ids_special_of(c), true);
     if (got != want && ++failures <= 10)
-      ADD_FAILURE() << GetParam() << " decode: " << show(text) << "\n  ours: " << show(got) << "\n  HF:   " << show(want);
+      ADD_FAILURE() << GetParam() << " decode: " << show(text) << "\n  ours: " << show(got)
+                    << "\n  HF:   " << show(want);
     if (got_skip != want_skip && ++failures <= 10)
-      ADD_FAILURE() << GetParam() << " decode(skip_special_tokens): " << show(text) << "\n  ours: " << show(got_skip)
-                    << "\n  HF:   " << show(want_skip);
+      ADD_FAILURE() << GetParam() << " decode(skip_special_tokens): " << show(text)
+                    << "\n  ours: " << show(got_skip) << "\n  HF:   " << show(want_skip);
   }
   EXPECT_EQ(failures, 0);
 }
@@ -108,7 +114,8 @@ TEST_P(FixtureTest, OffsetsMatchHfTokenizers) {
       continue;
     }
     ++checked;
-    // Byte offset -> index of the character it falls in (end: of the character holding end - 1, plus one).
+    // Byte offset -> index of the character it falls in (end: of the character holding end - 1,
+    // plus one).
     std::vector<size_t> char_of(text.size() + 1, 0);
     size_t n = 0;
     for (size_t i = 0; i < text.size(); ++i) {
@@ -116,7 +123,9 @@ TEST_P(FixtureTest, OffsetsMatchHfTokenizers) {
       char_of[i] = n;
     }
     std::vector<std::pair<size_t, size_t>> got;
-    for (const auto& [b, e] : offsets) got.emplace_back(b < text.size() ? char_of[b] : n + 1, e > b ? char_of[e - 1] + 1 : char_of[b]);
+    for (const auto& [b, e] : offsets)
+      got.emplace_back(b < text.size() ? char_of[b] : n + 1,
+                       e > b ? char_of[e - 1] + 1 : char_of[b]);
     const auto want = c["offsets"].get<std::vector<std::pair<size_t, size_t>>>();
     if (got != want && ++failures <= 10) {
       std::string g, w;
@@ -127,7 +136,8 @@ TEST_P(FixtureTest, OffsetsMatchHfTokenizers) {
     }
   }
   EXPECT_EQ(failures, 0);
-  if (expected_.value("generator", std::string()) == "tests/fixtures/gen_tokenizer_spm.py") EXPECT_GT(checked, 250);
+  if (expected_.value("generator", std::string()) == "tests/fixtures/gen_tokenizer_spm.py")
+    EXPECT_GT(checked, 250);
 }
 
 TEST_P(FixtureTest, RoundTripOfRandomText) {
@@ -139,8 +149,9 @@ TEST_P(FixtureTest, RoundTripOfRandomText) {
   if (!test::tokenizer_fixture_is_lossless(GetParam())) GTEST_SKIP() << "not lossless in HF either";
   std::mt19937 rng(42);
   const std::vector<std::pair<uint32_t, uint32_t>> ranges = {
-      {0x20, 0x7E}, {0x09, 0x0D}, {0xA0, 0xF7}, {0x300, 0x36F}, {0x400, 0x4FF}, {0x4E00, 0x4FFF},
-      {0x3040, 0x30FF}, {0xAC00, 0xAC80}, {0x1F300, 0x1F64F}, {0x200B, 0x200F}, {0x10000, 0x1007F}};
+      {0x20, 0x7E},       {0x09, 0x0D},     {0xA0, 0xF7},      {0x300, 0x36F},
+      {0x400, 0x4FF},     {0x4E00, 0x4FFF}, {0x3040, 0x30FF},  {0xAC00, 0xAC80},
+      {0x1F300, 0x1F64F}, {0x200B, 0x200F}, {0x10000, 0x1007F}};
   for (int i = 0; i < 300; ++i) {
     std::string s;
     int n = std::uniform_int_distribution<int>(0, 40)(rng);
@@ -211,8 +222,9 @@ TEST(Tokenizer, HugeRunsDoNotExhaustRegexResources) {
   // \s+(?!\S) must neither fail (PCRE2 JIT stack) nor lose text.
   for (const char* name : {"llama3", "deepseek_llm", "gpt2"}) {
     auto tok = load_tokenizer(test::tokenizer_fixture_dir(name) + "/tokenizer.json");
-    for (const std::string& s : {std::string(200000, ' ') + "x", std::string(100000, '\n') + " y",
-                                 std::string(100000, '7'), std::string(50000, 'a') + std::string(50000, '\t')}) {
+    for (const std::string& s :
+         {std::string(200000, ' ') + "x", std::string(100000, '\n') + " y",
+          std::string(100000, '7'), std::string(50000, 'a') + std::string(50000, '\t')}) {
       std::vector<int32_t> ids = tok->encode(s, false);
       EXPECT_EQ(tok->decode(ids, false), s) << name << " " << s.size();
     }
@@ -224,16 +236,22 @@ TEST(Tokenizer, HugeRunsDoNotExhaustRegexResources) {
 // trie node per byte (issue 16 item 10: it cost 1.7 GB of RSS).
 TEST(Tokenizer, LongAddedTokensAreMatchedLeftmostLongestInTheirOwnSize) {
   json j = read_json_file(tokenizer_fixture_dir("gpt2") + "/tokenizer.json");
-  const int32_t first = load_tokenizer(tokenizer_fixture_dir("gpt2") + "/tokenizer.json")->vocab_size();
+  const int32_t first =
+      load_tokenizer(tokenizer_fixture_dir("gpt2") + "/tokenizer.json")->vocab_size();
   const size_t depth = tok::LiteralMatcher::kTrieDepth;
   const std::vector<std::string> contents = {
-      std::string(depth - 1, 'a'), std::string(depth, 'a'), std::string(depth + 1, 'a'),
-      std::string(200, 'a'), std::string(100, 'b') + "x", std::string(100, 'b') + "xyz",
+      std::string(depth - 1, 'a'),        std::string(depth, 'a'),
+      std::string(depth + 1, 'a'),        std::string(200, 'a'),
+      std::string(100, 'b') + "x",        std::string(100, 'b') + "xyz",
       std::string(20u << 20, 'q') + "end"};
   for (size_t i = 0; i < contents.size(); ++i)
-    j["added_tokens"].push_back({{"id", first + static_cast<int32_t>(i)}, {"content", contents[i]},
-                                 {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                                 {"normalized", false}, {"special", true}});
+    j["added_tokens"].push_back({{"id", first + static_cast<int32_t>(i)},
+                                 {"content", contents[i]},
+                                 {"single_word", false},
+                                 {"lstrip", false},
+                                 {"rstrip", false},
+                                 {"normalized", false},
+                                 {"special", true}});
   struct rusage before {};
   ::getrusage(RUSAGE_SELF, &before);
   auto tok = tokenizer_from_json(j.dump(), "long-added");
@@ -241,11 +259,13 @@ TEST(Tokenizer, LongAddedTokensAreMatchedLeftmostLongestInTheirOwnSize) {
   struct rusage after {};
   ::getrusage(RUSAGE_SELF, &after);
   // The JSON text and its parse hold a few copies of the 20 MB token; a node per byte held 1.7 GB.
-  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 600L << 10) << "peak RSS grew by " << (after.ru_maxrss - before.ru_maxrss) << " KiB";
+  EXPECT_LT(after.ru_maxrss - before.ru_maxrss, 600L << 10)
+      << "peak RSS grew by " << (after.ru_maxrss - before.ru_maxrss) << " KiB";
 
   // At each start the longest pattern wins: 200 a's (not 63/64/65), 65 a's (not 63/64), the
   // b...xyz token (not b...x), then b...x where "xyz" does not follow.
-  const std::string text = "x" + contents[3] + "y" + contents[2] + "z" + contents[5] + contents[4] + "w" + contents[6] + "!";
+  const std::string text = "x" + contents[3] + "y" + contents[2] + "z" + contents[5] + contents[4] +
+                           "w" + contents[6] + "!";
   const std::vector<int32_t> ids = tok->encode(text, false);
   std::vector<int32_t> added;
   for (int32_t id : ids)

@@ -14,9 +14,9 @@
 #include <ciuic/files.h>
 #include <ciuic/tokenizer.h>
 
+#include "jinja/jinja.h"
 #include "test_util.h"
 #include "tokenizer/factory.h"
-#include "jinja/jinja.h"
 
 namespace ciuic {
 namespace {
@@ -28,12 +28,14 @@ std::string fixture_dir() { return std::string(CIUIC_FIXTURES_DIR) + "/chat_temp
 
 std::vector<ChatMessage> messages_of(const json& j) {
   std::vector<ChatMessage> out;
-  for (const json& m : j) out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+  for (const json& m : j)
+    out.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
   return out;
 }
 
 TEST(Jinja, LanguageCasesMatchTransformers) {
-  ordered_json cases = ordered_json::parse(test::read_text_file(fixture_dir() + "/jinja_cases.json"));
+  ordered_json cases =
+      ordered_json::parse(test::read_text_file(fixture_dir() + "/jinja_cases.json"));
   ASSERT_GE(cases.size(), 50u);
   for (const auto& c : cases) {
     const std::string name = c["name"].get<std::string>();
@@ -42,7 +44,8 @@ TEST(Jinja, LanguageCasesMatchTransformers) {
       jinja::Template t(c["template"].get<std::string>(), name);
       jinja::Rendered r = t.render(c["vars"]);
       if (c.contains("error")) {
-        ADD_FAILURE() << "expected the error \"" << c["error"].get<std::string>() << "\", rendered " << r.text;
+        ADD_FAILURE() << "expected the error \"" << c["error"].get<std::string>() << "\", rendered "
+                      << r.text;
         continue;
       }
       EXPECT_EQ(r.text, c["text"].get<std::string>());
@@ -62,7 +65,8 @@ TEST(Jinja, LanguageCasesMatchTransformers) {
 // model templates of gen_chat_templates.py) on a dozen conversations, against transformers'
 // apply_chat_template: the text, or the error the template (or jinja2) raised.
 TEST(Jinja, RealTemplatesMatchApplyChatTemplate) {
-  ordered_json fx = ordered_json::parse(test::read_text_file(fixture_dir() + "/real_templates.json"));
+  ordered_json fx =
+      ordered_json::parse(test::read_text_file(fixture_dir() + "/real_templates.json"));
   ASSERT_GE(fx["templates"].size(), 50u);
   size_t renders = 0, right = 0, templates_right = 0;
   for (const auto& t : fx["templates"]) {
@@ -95,31 +99,38 @@ TEST(Jinja, RealTemplatesMatchApplyChatTemplate) {
       bool ok;
       if (want.contains("error")) {
         ok = !error.empty() && error.find(want["error"].get<std::string>()) != std::string::npos;
-        EXPECT_TRUE(ok) << "HF raised: " << want["error"].get<std::string>() << "\nours: " << (error.empty() ? text : error);
+        EXPECT_TRUE(ok) << "HF raised: " << want["error"].get<std::string>()
+                        << "\nours: " << (error.empty() ? text : error);
       } else {
         ok = error.empty() && text == want["text"].get<std::string>();
-        EXPECT_TRUE(ok) << "ours: " << (error.empty() ? text : "error: " + error) << "\nHF:   " << want["text"].get<std::string>();
+        EXPECT_TRUE(ok) << "ours: " << (error.empty() ? text : "error: " + error)
+                        << "\nHF:   " << want["text"].get<std::string>();
       }
       right += ok ? 1 : 0;
       wrong += ok ? 0 : 1;
     }
     templates_right += wrong == 0 ? 1 : 0;
   }
-  std::printf("[real templates] %zu/%zu renders as transformers, %zu/%zu templates right in every case\n", right, renders,
-              templates_right, static_cast<size_t>(fx["templates"].size()));
+  std::printf(
+      "[real templates] %zu/%zu renders as transformers, %zu/%zu templates right in every case\n",
+      right, renders, templates_right, static_cast<size_t>(fx["templates"].size()));
   EXPECT_GE(renders, 500u);
 }
 
 TEST(Jinja, GenerationBlocksGiveByteRanges) {
-  jinja::Template t("{% for m in messages %}{{ m.role }}: {% if m.role == 'assistant' %}{% generation %}"
-                    "{{ m.content }}!{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}");
+  jinja::Template t(
+      "{% for m in messages %}{{ m.role }}: {% if m.role == 'assistant' %}{% generation %}"
+      "{{ m.content }}!{% endgeneration %}{% else %}{{ m.content }}{% endif %}\n{% endfor %}");
   EXPECT_TRUE(t.has_generation_blocks());
-  ordered_json v = {{"messages", {{{"role", "user"}, {"content", "hé"}}, {{"role", "assistant"}, {"content", "yo"}}}}};
+  ordered_json v = {
+      {"messages",
+       {{{"role", "user"}, {"content", "hé"}}, {{"role", "assistant"}, {"content", "yo"}}}}};
   jinja::Rendered r = t.render(v);
   // trim_blocks (as transformers sets it): the newline right after {% endif %} is dropped.
   EXPECT_EQ(r.text, "user: héassistant: yo!");
   ASSERT_EQ(r.generation.size(), 1u);
-  EXPECT_EQ(r.text.substr(r.generation[0].first, r.generation[0].second - r.generation[0].first), "yo!");
+  EXPECT_EQ(r.text.substr(r.generation[0].first, r.generation[0].second - r.generation[0].first),
+            "yo!");
 }
 
 TEST(Jinja, ParseErrorsNamePlaceAndConstruct) {
@@ -135,12 +146,14 @@ TEST(Jinja, ParseErrorsNamePlaceAndConstruct) {
   EXPECT_EQ(message("{% for x in y %}"), "tpl:1:17: missing {% endfor %}");
   EXPECT_EQ(message("a\n{{ x + }}"), "tpl:2:8: unexpected '}}' in an expression");
   EXPECT_EQ(message("{% include 'x' %}"),
-            "tpl:1:4: unsupported statement '{% include %}' (chat templates support if, for, set, macro, call, "
+            "tpl:1:4: unsupported statement '{% include %}' (chat templates support if, for, set, "
+            "macro, call, "
             "filter, break, continue, generation, raw)");
   EXPECT_EQ(message("{{ f(**d, x=1) }}"), "tpl:1:5: invalid syntax for function call expression");
   EXPECT_EQ(message("{{ f(*a, *b) }}"), "tpl:1:5: invalid syntax for function call expression");
   EXPECT_EQ(message("{% filter upper %}x"), "tpl:1:20: missing {% endfilter %}");
-  EXPECT_EQ(message("{% endif %}"), "tpl:1:4: unexpected '{% endif %}' (no open block it could close)");
+  EXPECT_EQ(message("{% endif %}"),
+            "tpl:1:4: unexpected '{% endif %}' (no open block it could close)");
   EXPECT_EQ(message("{{ 'abc }}"), "tpl:1:4: unterminated string literal");
   EXPECT_EQ(message("{% break %}"), "tpl:1:4: 'break' outside of a for loop");
   EXPECT_EQ(message("{{ x "), "tpl:1:1: unclosed tag '{{'");
@@ -186,7 +199,8 @@ TEST_P(HfTemplateTest, MatchesApplyChatTemplate) {
         tmpl->render(msgs);
         ADD_FAILURE() << "expected the template to refuse: " << c["error"].get<std::string>();
       } catch (const UsageError& e) {
-        EXPECT_NE(std::string(e.what()).find(c["error"].get<std::string>()), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find(c["error"].get<std::string>()), std::string::npos)
+            << e.what();
       }
       continue;
     }
@@ -194,18 +208,21 @@ TEST_P(HfTemplateTest, MatchesApplyChatTemplate) {
     EXPECT_EQ(tmpl->render(msgs), c["text"].get<std::string>());
     std::vector<int32_t> ids = c["ids"].get<std::vector<int32_t>>();
     EncodedChat all = tmpl->encode(msgs, false);
-    EXPECT_EQ(all.ids, ids) << "ours: " << test::ids_to_string(all.ids) << "\nHF:   " << test::ids_to_string(ids);
+    EXPECT_EQ(all.ids, ids) << "ours: " << test::ids_to_string(all.ids)
+                            << "\nHF:   " << test::ids_to_string(ids);
     EncodedChat asst = tmpl->encode(msgs, true);
     EXPECT_EQ(asst.ids, ids);
     EXPECT_EQ(asst.loss_mask, c["assistant_mask"].get<std::vector<uint8_t>>())
-        << "ours: " << test::ids_to_string(std::vector<int32_t>(asst.loss_mask.begin(), asst.loss_mask.end()));
+        << "ours: "
+        << test::ids_to_string(std::vector<int32_t>(asst.loss_mask.begin(), asst.loss_mask.end()));
     EXPECT_EQ(tmpl->encode_prompt(msgs), c["prompt_ids"].get<std::vector<int32_t>>());
   }
   EXPECT_GE(checked, 7u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, HfTemplateTest,
-                         ::testing::Values("llama3", "deepseek_llm", "qwen2", "mistral_v1", "mistral_v3"),
+                         ::testing::Values("llama3", "deepseek_llm", "qwen2", "mistral_v1",
+                                           "mistral_v3"),
                          [](const auto& info) { return info.param; });
 
 TEST(HfTemplate, DeepseekFixtureEqualsTheBuiltIn) {
@@ -213,7 +230,8 @@ TEST(HfTemplate, DeepseekFixtureEqualsTheBuiltIn) {
   // "deepseek" does, mask included, on the tokenizer fixture's chats.
   auto tok = load_tokenizer(test::tokenizer_fixture_dir("deepseek_llm") + "/tokenizer.json");
   auto hf = make_chat_template("hf", *tok);
-  json expected = test::read_json_file(test::tokenizer_fixture_dir("deepseek_llm") + "/expected.json");
+  json expected =
+      test::read_json_file(test::tokenizer_fixture_dir("deepseek_llm") + "/expected.json");
   for (const json& c : expected["chats"]) {
     if (c["template"] != "deepseek") continue;
     std::vector<ChatMessage> msgs = messages_of(c["messages"]);
@@ -224,13 +242,15 @@ TEST(HfTemplate, DeepseekFixtureEqualsTheBuiltIn) {
 }
 
 TEST(HfTemplate, AutoFallsBackToPlainAndHfNeedsATemplate) {
-  auto tok = load_tokenizer(test::tokenizer_fixture_dir("gpt2") + "/tokenizer.json");  // no template
+  auto tok =
+      load_tokenizer(test::tokenizer_fixture_dir("gpt2") + "/tokenizer.json");  // no template
   EXPECT_EQ(make_chat_template("auto", *tok)->name(), "plain");
   try {
     make_chat_template("hf", *tok);
     FAIL();
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("chat template 'hf' needs the model's template"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("chat template 'hf' needs the model's template"),
+              std::string::npos);
   }
   auto with = load_tokenizer(fixture_dir() + "/qwen2/tokenizer.json");
   EXPECT_EQ(make_chat_template("auto", *with)->name(), make_chat_template("hf", *with)->name());
@@ -239,16 +259,22 @@ TEST(HfTemplate, AutoFallsBackToPlainAndHfNeedsATemplate) {
 TEST(HfTemplate, ChatTemplateJinjaFileWinsAndListFormIsRead) {
   namespace fs = std::filesystem;
   const fs::path d = fs::path(CIUIC_TEST_TMP) / "tokenizer" / "hf_template_forms";
-  { std::error_code rm_ec; ciuic::remove_tree(d.string(), rm_ec); }
+  {
+    std::error_code rm_ec;
+    ciuic::remove_tree(d.string(), rm_ec);
+  }
   fs::create_directories(d);
   fs::copy_file(fixture_dir() + "/qwen2/tokenizer.json", d / "tokenizer.json");
   json cfg = test::read_json_file(fixture_dir() + "/qwen2/tokenizer_config.json");
-  cfg["chat_template"] = json::array({{{"name", "tool_use"}, {"template", "TOOLS"}},
-                                      {{"name", "default"}, {"template", "{% for m in messages %}[{{ m.content }}]{% endfor %}"}}});
+  cfg["chat_template"] =
+      json::array({{{"name", "tool_use"}, {"template", "TOOLS"}},
+                   {{"name", "default"},
+                    {"template", "{% for m in messages %}[{{ m.content }}]{% endfor %}"}}});
   test::write_temp_file("hf_template_forms/tokenizer_config.json", cfg.dump());
   auto tok = load_tokenizer((d / "tokenizer.json").string());
   EXPECT_EQ(make_chat_template("hf", *tok)->render({{"user", "a"}, {"assistant", "b"}}), "[a][b]");
-  test::write_temp_file("hf_template_forms/chat_template.jinja", "{% for m in messages %}<{{ m.role }}>{% endfor %}");
+  test::write_temp_file("hf_template_forms/chat_template.jinja",
+                        "{% for m in messages %}<{{ m.role }}>{% endfor %}");
   auto tok2 = load_tokenizer((d / "tokenizer.json").string());
   EXPECT_EQ(make_chat_template("hf", *tok2)->render({{"user", "a"}}), "<user>");
 }
@@ -258,13 +284,17 @@ TEST(HfTemplate, RewrittenRepliesAreAClearError) {
   // assistant's tokens cannot be known.
   namespace fs = std::filesystem;
   const fs::path d = fs::path(CIUIC_TEST_TMP) / "tokenizer" / "hf_template_rewrite";
-  { std::error_code rm_ec; ciuic::remove_tree(d.string(), rm_ec); }
+  {
+    std::error_code rm_ec;
+    ciuic::remove_tree(d.string(), rm_ec);
+  }
   fs::create_directories(d);
   fs::copy_file(fixture_dir() + "/qwen2/tokenizer.json", d / "tokenizer.json");
   json cfg = test::read_json_file(fixture_dir() + "/qwen2/tokenizer_config.json");
   // Earlier turns are re-rendered differently (count of messages in every turn), and replies are
   // upper-cased: neither prefixes nor the reply text can be found.
-  cfg["chat_template"] = "{% for m in messages %}{{ messages|length }}{{ m.content|upper }}|{% endfor %}";
+  cfg["chat_template"] =
+      "{% for m in messages %}{{ messages|length }}{{ m.content|upper }}|{% endfor %}";
   test::write_temp_file("hf_template_rewrite/tokenizer_config.json", cfg.dump());
   auto tok = load_tokenizer((d / "tokenizer.json").string());
   auto t = make_chat_template("hf", *tok);
@@ -274,14 +304,16 @@ TEST(HfTemplate, RewrittenRepliesAreAClearError) {
     t->encode({{"user", "q"}, {"assistant", "a"}}, true);
     FAIL();
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot find assistant message 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cannot find assistant message 1"), std::string::npos)
+        << e.what();
   }
 }
 
 TEST(HfTemplate, ThreadSafe) {
   auto tok = load_tokenizer(fixture_dir() + "/mistral_v3/tokenizer.json");
   auto t = make_chat_template("hf", *tok);
-  std::vector<ChatMessage> msgs{{"system", "S"}, {"user", "a"}, {"assistant", "b"}, {"user", "c"}, {"assistant", "d"}};
+  std::vector<ChatMessage> msgs{
+      {"system", "S"}, {"user", "a"}, {"assistant", "b"}, {"user", "c"}, {"assistant", "d"}};
   EncodedChat ref = t->encode(msgs, true);
   std::vector<int> bad(4, 0);
   std::vector<std::thread> th;

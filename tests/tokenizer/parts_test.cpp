@@ -5,9 +5,9 @@
 #include <ciuic/error.h>
 #include <ciuic/tokenizer.h>
 
+#include "test_util.h"
 #include "tokenizer/decoder.h"
 #include "tokenizer/factory.h"
-#include "test_util.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/normalizer.h"
 
@@ -16,7 +16,9 @@ namespace {
 
 using nlohmann::json;
 
-json parts() { return test::read_json_file(std::string(CIUIC_FIXTURES_DIR) + "/tokenizer/parts.json"); }
+json parts() {
+  return test::read_json_file(std::string(CIUIC_FIXTURES_DIR) + "/tokenizer/parts.json");
+}
 
 TEST(TokenizerParts, NormalizersMatchHf) {
   const json fx = parts();
@@ -25,7 +27,8 @@ TEST(TokenizerParts, NormalizersMatchHf) {
     tok::Normalizer norm(n["config"], "parts.json", "/normalizer");
     for (const json& c : n["cases"]) {
       const std::string text = c[0].get<std::string>();
-      EXPECT_EQ(norm.normalize(text), c[1].get<std::string>()) << n["config"].dump() << " on " << json(text).dump();
+      EXPECT_EQ(norm.normalize(text), c[1].get<std::string>())
+          << n["config"].dump() << " on " << json(text).dump();
     }
   }
 }
@@ -35,7 +38,8 @@ std::shared_ptr<const tok::HfTokenizer> with_pre_tokenizer(const json& pre) {
   json j = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}},
             {"pre_tokenizer", pre},
             {"decoder", nullptr}};
-  return std::dynamic_pointer_cast<const tok::HfTokenizer>(tokenizer_from_json(j.dump(), "parts.json"));
+  return std::dynamic_pointer_cast<const tok::HfTokenizer>(
+      tokenizer_from_json(j.dump(), "parts.json"));
 }
 
 TEST(TokenizerParts, MetaspaceMatchesHf) {
@@ -54,11 +58,18 @@ TEST(TokenizerParts, MetaspaceMatchesHf) {
 // "first" prepends only at offset 0 of the original text: not after an added token at the start,
 // nor to the stretch after one in the middle (HF: offsets_original().0 == 0).
 TEST(TokenizerParts, MetaspaceFirstOnlyAtTheStartOfTheText) {
-  json j = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"<s>", 1}}}, {"merges", json::array()}}},
-            {"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "first"}, {"split", false}}},
-            {"added_tokens", json::array({{{"id", 1}, {"content", "<s>"}, {"special", true}, {"normalized", false}}})},
-            {"decoder", nullptr}};
-  auto tok = std::dynamic_pointer_cast<const tok::HfTokenizer>(tokenizer_from_json(j.dump(), "first.json"));
+  json j = {
+      {"model", {{"type", "BPE"}, {"vocab", {{"a", 0}, {"<s>", 1}}}, {"merges", json::array()}}},
+      {"pre_tokenizer",
+       {{"type", "Metaspace"},
+        {"replacement", "_"},
+        {"prepend_scheme", "first"},
+        {"split", false}}},
+      {"added_tokens",
+       json::array({{{"id", 1}, {"content", "<s>"}, {"special", true}, {"normalized", false}}})},
+      {"decoder", nullptr}};
+  auto tok = std::dynamic_pointer_cast<const tok::HfTokenizer>(
+      tokenizer_from_json(j.dump(), "first.json"));
   EXPECT_EQ(tok->pre_tokenize("a b<s>a b"), (std::vector<std::string>{"_a_b", "<s>", "a_b"}));
   EXPECT_EQ(tok->pre_tokenize("<s>a b"), (std::vector<std::string>{"<s>", "a_b"}));
 }
@@ -71,7 +82,8 @@ TEST(TokenizerParts, DecodersMatchHf) {
     ASSERT_FALSE(d["cases"].empty()) << d["config"].dump();
     for (const json& c : d["cases"]) {
       auto tokens = c[0].get<std::vector<std::string>>();
-      EXPECT_EQ(dec.decode(tokens), c[1].get<std::string>()) << d["config"].dump() << " on " << c[0].dump();
+      EXPECT_EQ(dec.decode(tokens), c[1].get<std::string>())
+          << d["config"].dump() << " on " << c[0].dump();
     }
   }
 }

@@ -4,9 +4,9 @@
 
 #include <ciuic/tokenizer.h>
 
-#include "tokenizer/factory.h"
 #include "test_util.h"
 #include "tokenizer/bpe.h"
+#include "tokenizer/factory.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/regex.h"
 
@@ -19,13 +19,16 @@ using nlohmann::json;
 // tokens (no merges): pre_tokenize() then shows the pieces `step` made.
 std::shared_ptr<const tok::HfTokenizer> with_step(const json& step) {
   json vocab = json::object();
-  for (int b = 0; b < 256; ++b) vocab[tok::ByteAlphabet::get().to_token(std::string(1, static_cast<char>(b)))] = b;
-  json j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}},
-            {"pre_tokenizer",
-             {{"type", "Sequence"},
-              {"pretokenizers",
-               json::array({step, {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
-            {"decoder", {{"type", "ByteLevel"}}}};
+  for (int b = 0; b < 256; ++b)
+    vocab[tok::ByteAlphabet::get().to_token(std::string(1, static_cast<char>(b)))] = b;
+  json j = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         json::array(
+             {step, {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
+      {"decoder", {{"type", "ByteLevel"}}}};
   auto tok = tokenizer_from_json(j.dump(), "split-test");
   return std::dynamic_pointer_cast<const tok::HfTokenizer>(tok);
 }
@@ -57,9 +60,11 @@ TEST(SplitPreTokenizer, OnigurumaTranslation) {
   EXPECT_EQ(Regex::translate_onig(R"([^\s\p{L}\p{N}]+)"), R"([^\s\x{85}\p{L}\p{N}]+)");
   EXPECT_EQ(Regex::translate_onig(R"(\s+(?!\S))"), R"([\s\x{85}]+(?![^\s\x{85}]))");
   EXPECT_EQ(Regex::translate_onig(R"(\w\h)"), R"([\p{L}\p{M}\p{N}\p{Pc}][0-9a-fA-F])");
-  EXPECT_EQ(Regex::translate_onig(R"([]\s])"), R"([]\s\x{85}])");        // ']' first in a class is literal
+  EXPECT_EQ(Regex::translate_onig(R"([]\s])"),
+            R"([]\s\x{85}])");  // ']' first in a class is literal
   EXPECT_EQ(Regex::translate_onig(R"([[:alpha:]\s])"), R"([[:alpha:]\s\x{85}])");
-  EXPECT_EQ(Regex::translate_onig(R"(\[\s\])"), R"(\[[\s\x{85}]\])");     // escaped brackets are not a class
+  EXPECT_EQ(Regex::translate_onig(R"(\[\s\])"),
+            R"(\[[\s\x{85}]\])");  // escaped brackets are not a class
   EXPECT_EQ(Regex::escape_literal("a.b*c d"), R"(a\.b\*c\ d)");
 }
 

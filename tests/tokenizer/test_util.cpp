@@ -12,8 +12,9 @@ std::string tokenizer_fixture_dir(const std::string& name) {
 }
 
 std::vector<std::string> tokenizer_fixture_names() {
-  return {"deepseek_llm", "deepseek_coder", "llama3", "gpt2", "gpt2_prefix", "llama2_spm", "mistral_spm",
-          "gemma_spm", "qwen2", "spm_variants_a", "spm_variants_b"};
+  return {"deepseek_llm", "deepseek_coder", "llama3",        "gpt2",
+          "gpt2_prefix",  "llama2_spm",     "mistral_spm",   "gemma_spm",
+          "qwen2",        "spm_variants_a", "spm_variants_b"};
 }
 
 bool tokenizer_fixture_is_lossless(const std::string& name) {
@@ -32,7 +33,9 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
-nlohmann::json read_json_file(const std::string& path) { return nlohmann::json::parse(read_text_file(path)); }
+nlohmann::json read_json_file(const std::string& path) {
+  return nlohmann::json::parse(read_text_file(path));
+}
 
 std::string write_temp_file(const std::string& name, const std::string& text) {
   std::filesystem::path p = std::filesystem::path(CIUIC_TEST_TMP) / "tokenizer" / name;

@@ -5,8 +5,8 @@
 
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -55,7 +55,9 @@ inline std::string recipe_text(const Shape& s, const std::string& out) {
     << "[precision]\nplugin = \"" << s.precision << "\"\n"
     << "[sharding]\nplugin = \"" << s.sharding << "\"\n"
     << (s.sharding == "zero3" ? "" : "reduce_bucket_size = 3000\n")  // zero3 has no buckets
-    << "[data]\n" << (s.data.empty() ? "plugin = \"synthetic\"\nvocab_size = 64\ndocuments_per_row = 3\n" : s.data)
+    << "[data]\n"
+    << (s.data.empty() ? "plugin = \"synthetic\"\nvocab_size = 64\ndocuments_per_row = 3\n"
+                       : s.data)
     << "[checkpoint]\nexport_hf = true\nexport_dtype = \"fp32\"\n"
     << "[log]\nprogress = \"off\"\n"
     << s.extra;
@@ -69,8 +71,9 @@ struct Result {
 };
 
 // Writes the recipe into a fresh folder and runs ciuic-run on it.
-inline Result run(const std::string& name, const Shape& s, const std::vector<std::string>& args = {},
-           int timeout_s = 240, const std::vector<std::string>& env = {"OMP_NUM_THREADS=1"}) {
+inline Result run(const std::string& name, const Shape& s,
+                  const std::vector<std::string>& args = {}, int timeout_s = 240,
+                  const std::vector<std::string>& env = {"OMP_NUM_THREADS=1"}) {
   Result r;
   r.dir = ciuic::testing::fresh_dir("e2e-" + name);
   const std::string recipe = r.dir + "/recipe.toml";
@@ -124,7 +127,8 @@ inline bool identical(const Weights& a, const Weights& b) {
 }
 
 // `a` followed by `b` (command-line arguments).
-inline std::vector<std::string> with(std::vector<std::string> a, const std::vector<std::string>& b) {
+inline std::vector<std::string> with(std::vector<std::string> a,
+                                     const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
@@ -150,13 +154,15 @@ inline std::string bytes_of(const std::string& path) {
 // Edits checkpoint folder `ckpt`'s trainer.json with `edit` and records its new size and CRC-32C in
 // manifest.json, as a writer of that content would have: what a damaged or foreign checkpoint that
 // passes the checksums looks like.
-inline void rewrite_trainer_json(const std::string& ckpt, const std::function<void(nlohmann::json&)>& edit) {
+inline void rewrite_trainer_json(const std::string& ckpt,
+                                 const std::function<void(nlohmann::json&)>& edit) {
   nlohmann::json trainer = nlohmann::json::parse(std::ifstream(ckpt + "/trainer.json"));
   edit(trainer);
   const std::string text = trainer.dump(2);
   std::ofstream(ckpt + "/trainer.json", std::ios::binary | std::ios::trunc) << text;
   nlohmann::json manifest = nlohmann::json::parse(std::ifstream(ckpt + "/manifest.json"));
-  manifest["files"]["trainer.json"] = {{"bytes", text.size()}, {"crc32c", ciuic::crc32c(text.data(), text.size())}};
+  manifest["files"]["trainer.json"] = {{"bytes", text.size()},
+                                       {"crc32c", ciuic::crc32c(text.data(), text.size())}};
   std::ofstream(ckpt + "/manifest.json", std::ios::binary | std::ios::trunc) << manifest.dump(2);
 }
 
@@ -164,7 +170,8 @@ inline void rewrite_trainer_json(const std::string& ckpt, const std::function<vo
 inline std::string newest_checkpoint(const std::string& checkpoints) {
   std::string newest;
   for (const auto& e : std::filesystem::directory_iterator(checkpoints))
-    if (e.path().filename().string().rfind("step_", 0) == 0 && e.path().string() > newest) newest = e.path().string();
+    if (e.path().filename().string().rfind("step_", 0) == 0 && e.path().string() > newest)
+      newest = e.path().string();
   return newest;
 }
 

@@ -34,8 +34,8 @@ std::string last_checkpoint(const Result& r) {
   return best;
 }
 
-// Every tensor of every rank file (master, exp_avg, exp_avg_sq; not the RNG state) and trainer.json's
-// counters of two runs' final checkpoints, compared bit for bit.
+// Every tensor of every rank file (master, exp_avg, exp_avg_sq; not the RNG state) and
+// trainer.json's counters of two runs' final checkpoints, compared bit for bit.
 void expect_same_checkpoint(const Result& a, const Result& b, int world, const std::string& what) {
   const std::string ca = last_checkpoint(a), cb = last_checkpoint(b);
   ASSERT_FALSE(ca.empty()) << a.log();
@@ -97,16 +97,19 @@ TEST(EarlyUpdateE2E, BitIdenticalToTheUpdateAfterBackward) {
       SCOPED_TRACE(name);
       // bf16 (the headline set-up): fp32 master, bf16 parameters rounded by the kernel, fp32
       // reduced chunks. Small buckets: several regions per rank, updated one by one.
-      const Shape s{.world = world, .micro = 4 / world, .accum = accum, .steps = kSteps,
-                    .precision = "bf16"};
-      const Result early = run("early-" + name, s, with(kCpuAdam, {"--set", "optimizer.overlap_update=auto"}));
-      const Result late = run("late-" + name, s, with(kCpuAdam, {"--set", "optimizer.overlap_update=off"}));
+      const Shape s{
+          .world = world, .micro = 4 / world, .accum = accum, .steps = kSteps, .precision = "bf16"};
+      const Result early =
+          run("early-" + name, s, with(kCpuAdam, {"--set", "optimizer.overlap_update=auto"}));
+      const Result late =
+          run("late-" + name, s, with(kCpuAdam, {"--set", "optimizer.overlap_update=off"}));
       EXPECT_RUN_OK(early);
       EXPECT_RUN_OK(late);
       EXPECT_EQ(early_flags(early), std::vector<double>(kSteps, 1.0)) << early.log();
       EXPECT_EQ(early_flags(late), std::vector<double>(kSteps, 0.0)) << late.log();
       EXPECT_NE(early.err.find("updating each gradient region as soon as its last chunk is folded"),
-                std::string::npos) << early.log();
+                std::string::npos)
+          << early.log();
       const auto ce = curve(early), cl = curve(late);
       EXPECT_EQ(ce.size(), static_cast<size_t>(kSteps));
       EXPECT_EQ(ce, cl) << "losses or gradient norms differ";
@@ -124,18 +127,20 @@ TEST(EarlyUpdateE2E, BitIdenticalToTheUpdateAfterBackward) {
 TEST(EarlyUpdateE2E, NotTakenWhenItWouldNotBeExact) {
   const Shape s{.world = 2, .micro = 2, .accum = 2, .steps = 3, .precision = "bf16"};
   // Gradient clipping: the update needs the global norm.
-  const Result clip = run("clip", s, {"--set", "optimizer.plugin=cpu_adam", "--set",
-                                      "train.gradient_clipping=1.0"});
+  const Result clip = run(
+      "clip", s, {"--set", "optimizer.plugin=cpu_adam", "--set", "train.gradient_clipping=1.0"});
   EXPECT_RUN_OK(clip);
   EXPECT_EQ(early_flags(clip), std::vector<double>(3, 0.0)) << clip.log();
   EXPECT_NE(clip.err.find("updating after backward: the core offered no early update"),
-            std::string::npos) << clip.log();
+            std::string::npos)
+      << clip.log();
   // nonfinite = "skip": a non-finite gradient must leave the state untouched.
   const Result skip = run("skip", s, with(kCpuAdam, {"--set", "train.nonfinite=\"skip\""}));
   EXPECT_RUN_OK(skip);
   EXPECT_EQ(early_flags(skip), std::vector<double>(3, 0.0)) << skip.log();
   // fp16: the dynamic loss scale may skip the step.
-  const Result fp16 = run("fp16", Shape{.world = 1, .micro = 4, .steps = 3, .precision = "fp16"}, kCpuAdam);
+  const Result fp16 =
+      run("fp16", Shape{.world = 1, .micro = 4, .steps = 3, .precision = "fp16"}, kCpuAdam);
   EXPECT_RUN_OK(fp16);
   EXPECT_EQ(early_flags(fp16), std::vector<double>(3, 0.0)) << fp16.log();
 }
@@ -144,15 +149,17 @@ TEST(EarlyUpdateE2E, NotTakenWhenItWouldNotBeExact) {
 // checkpoint), and that checkpoint holds the state from before the bad step.
 TEST(EarlyUpdateE2E, NonFiniteGradientStopsAndKeepsTheLastGoodCheckpoint) {
   const Shape s{.world = 1, .micro = 4, .steps = 10};
-  const Result r = run("nan", s, with(kCpuAdam, {"--set", "optimizer.lr=1e30", "--set",
-                                                 "checkpoint.every_steps=1"}));
+  const Result r =
+      run("nan", s,
+          with(kCpuAdam, {"--set", "optimizer.lr=1e30", "--set", "checkpoint.every_steps=1"}));
   EXPECT_EQ(r.code, 1) << r.log();
   EXPECT_NE(r.err.find("non-finite gradient norm"), std::string::npos) << r.log();
   EXPECT_NE(r.err.find("last good checkpoint: "), std::string::npos) << r.log();
   // The same steps with the update after backward save the same last checkpoint.
-  const Result late = run("nan-late", s, with(kCpuAdam, {"--set", "optimizer.lr=1e30", "--set",
-                                                         "checkpoint.every_steps=1", "--set",
-                                                         "optimizer.overlap_update=off"}));
+  const Result late =
+      run("nan-late", s,
+          with(kCpuAdam, {"--set", "optimizer.lr=1e30", "--set", "checkpoint.every_steps=1",
+                          "--set", "optimizer.overlap_update=off"}));
   EXPECT_EQ(late.code, 1) << late.log();
   expect_same_checkpoint(r, late, 1, "last good checkpoint");
 }

@@ -40,7 +40,8 @@ TEST(Elastic, NearestWorldSizes) {
   // A prime row count from a damaged trainer.json: the search above stops after
   // kNearestWorldSearch sizes (it went on to 10^12 divisions).
   EXPECT_EQ(nearest_world_sizes(1000000000039, 2), (std::pair<int64_t, int64_t>{1, 0}));
-  EXPECT_EQ(nearest_world_sizes(2 * (kNearestWorldSearch + 3), 2), (std::pair<int64_t, int64_t>{1, 0}));
+  EXPECT_EQ(nearest_world_sizes(2 * (kNearestWorldSearch + 3), 2),
+            (std::pair<int64_t, int64_t>{1, 0}));
 }
 
 TEST(Elastic, OnlyAChangedWorldSizeIsAdapted) {
@@ -73,7 +74,8 @@ TEST(Elastic, AWorldSizeThatCannotSplitTheBatchIsRefusedNamingTheNearest) {
   } catch (const UsageError& e) {
     EXPECT_EQ(std::string(e.what()),
               "cannot resume ckpt/step_5 on 5 ranks: its global batch of 12 rows per step "
-              "(micro_batch_size 4 x gradient_accumulation_steps 1 x 3 ranks) does not split evenly over 5 "
+              "(micro_batch_size 4 x gradient_accumulation_steps 1 x 3 ranks) does not split "
+              "evenly over 5 "
               "ranks; world sizes next to 5 that keep it: 4 or 6");
   }
 }

@@ -17,18 +17,21 @@ int g_device;
 }  // namespace
 
 extern "C" {
-__attribute__((visibility("default"))) void fake_nvml_push(unsigned long long ts, unsigned int percent) {
+__attribute__((visibility("default"))) void fake_nvml_push(unsigned long long ts,
+                                                           unsigned int percent) {
   g_samples.push_back({ts, percent, 0});
 }
 __attribute__((visibility("default"))) int nvmlInit_v2() { return 0; }
 __attribute__((visibility("default"))) const char* nvmlErrorString(int) { return "fake error"; }
-__attribute__((visibility("default"))) int nvmlDeviceGetHandleByPciBusId_v2(const char* id, void** dev) {
+__attribute__((visibility("default"))) int nvmlDeviceGetHandleByPciBusId_v2(const char* id,
+                                                                            void** dev) {
   if (std::strcmp(id, "0000:01:00.0") != 0) return 6;
   *dev = &g_device;
   return 0;
 }
-__attribute__((visibility("default"))) int nvmlDeviceGetSamples(void* dev, int type, unsigned long long last, int* vtype,
-                                                                 unsigned int* count, void* out) {
+__attribute__((visibility("default"))) int nvmlDeviceGetSamples(void* dev, int type,
+                                                                unsigned long long last, int* vtype,
+                                                                unsigned int* count, void* out) {
   if (dev != &g_device || type != 1) return 2;  // NVML_ERROR_INVALID_ARGUMENT
   std::vector<Sample> newer;
   for (const Sample& s : g_samples)
@@ -44,7 +47,8 @@ __attribute__((visibility("default"))) int nvmlDeviceGetSamples(void* dev, int t
   *count = static_cast<unsigned int>(n);
   return 0;
 }
-__attribute__((visibility("default"))) int nvmlDeviceGetUtilizationRates(void*, unsigned int* rates) {
+__attribute__((visibility("default"))) int nvmlDeviceGetUtilizationRates(void*,
+                                                                         unsigned int* rates) {
   rates[0] = 42;
   rates[1] = 0;
   return 0;

@@ -18,7 +18,12 @@ const char* const kLora =
     "[adapter]\ntype = \"lora\"\nr = 4\nalpha = 8.0\ntarget_modules = [\"all-linear\"]\n";
 
 Shape lora(int world, int micro, const std::string& sharding, int accum = 1) {
-  return Shape{.world = world, .micro = micro, .accum = accum, .steps = 5, .sharding = sharding, .extra = kLora};
+  return Shape{.world = world,
+               .micro = micro,
+               .accum = accum,
+               .steps = 5,
+               .sharding = sharding,
+               .extra = kLora};
 }
 
 Weights adapter(const Result& r) {
@@ -37,7 +42,11 @@ TEST(LoraE2E, AdapterTrainedAlikeByDdpZero2Zero3AtWorldSizes1To3) {
   EXPECT_TRUE(std::filesystem::exists(ref.dir + "/out/hf/adapter_config.json"));
   EXPECT_FALSE(std::filesystem::exists(ref.dir + "/out/hf/model.safetensors"));
   // B starts at zero and moved: the adapter was trained.
-  EXPECT_GT(w_ref.at("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight").abs().max().item<double>(), 0);
+  EXPECT_GT(w_ref.at("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight")
+                .abs()
+                .max()
+                .item<double>(),
+            0);
   struct V {
     std::string name;
     Shape s;
@@ -52,7 +61,8 @@ TEST(LoraE2E, AdapterTrainedAlikeByDdpZero2Zero3AtWorldSizes1To3) {
     EXPECT_LT(max_rel(adapter(r), w_ref), 1e-6) << v.name;
   }
   // Activation checkpointing recomputes the adapted layers: same adapter.
-  const Result ck = run("lora-ckpt", lora(2, 6, "zero2"), {"--set", "model.activation_checkpointing=true"});
+  const Result ck =
+      run("lora-ckpt", lora(2, 6, "zero2"), {"--set", "model.activation_checkpointing=true"});
   EXPECT_RUN_OK(ck);
   EXPECT_LT(max_rel(adapter(ck), w_ref), 1e-6);
 }
@@ -66,7 +76,8 @@ TEST(LoraE2E, CheckpointHoldsOnlyTheAdapterAndResumesOnAnotherWorldSize) {
   EXPECT_RUN_OK(a);
   const std::string ckpt = newest_checkpoint(a.dir + "/out/checkpoints");
   auto f = ciuic::model::SafetensorsFile::open(ckpt + "/rank_00000.safetensors");
-  for (const auto& e : f->entries()) EXPECT_EQ(e.name.find("embed_tokens"), std::string::npos) << e.name;
+  for (const auto& e : f->entries())
+    EXPECT_EQ(e.name.find("embed_tokens"), std::string::npos) << e.name;
   const Result b = run("lora-resume", lora(3, 4, "zero2"), {"--resume", ckpt});
   EXPECT_RUN_OK(b);
   EXPECT_LT(max_rel(adapter(b), adapter(full)), 1e-6);
@@ -79,7 +90,8 @@ TEST(LoraE2E, BadAdapterKeysAreRefusedAtStartNamingTheKey) {
       {"adapter.type=\"dora\"", {"type", "dora"}},
       {"adapter.init=\"xavier\"", {"init", "xavier"}},
       {"adapter.target_modules=[\"qkv_proj\"]",
-       {"[adapter] target_modules", "qkv_proj", "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"}},
+       {"[adapter] target_modules", "qkv_proj",
+        "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"}},
       {"adapter.base_quantization=\"nf4\"", {"base_quantization", "nf4"}},
       {"adapter.base_quantization=\"int8\"", {"base_quantization", "int8"}},
       {"adapter.dropout=0.1", {"dropout", "activation_checkpointing"}},
@@ -87,10 +99,12 @@ TEST(LoraE2E, BadAdapterKeysAreRefusedAtStartNamingTheKey) {
   int i = 0;
   for (const auto& [set, parts] : cases) {
     std::vector<std::string> args = {"--set", set};
-    if (set.starts_with("adapter.dropout")) args = with(args, {"--set", "model.activation_checkpointing=true"});
+    if (set.starts_with("adapter.dropout"))
+      args = with(args, {"--set", "model.activation_checkpointing=true"});
     const Result r = run("lora-bad" + std::to_string(i++), lora(1, 12, "ddp"), args, 60);
     EXPECT_EQ(r.code, 2) << set << "\n" << r.log();
-    for (const auto& p : parts) EXPECT_NE(r.err.find(p), std::string::npos) << set << " missing " << p << "\n" << r.log();
+    for (const auto& p : parts)
+      EXPECT_NE(r.err.find(p), std::string::npos) << set << " missing " << p << "\n" << r.log();
   }
 }
 

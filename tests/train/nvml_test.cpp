@@ -22,19 +22,24 @@ TEST(DeviceBusyMeter, UnavailableWithoutAGpuOrALibrary) {
   EXPECT_TRUE(std::isnan(cpu.busy_since_last()));
   DeviceBusyMeter nolib("0000:01:00.0", "/nonexistent/libnvidia-ml.so.1");
   EXPECT_FALSE(nolib.available());
-  EXPECT_NE(nolib.why_unavailable().find("cannot load /nonexistent/libnvidia-ml.so.1"), std::string::npos)
+  EXPECT_NE(nolib.why_unavailable().find("cannot load /nonexistent/libnvidia-ml.so.1"),
+            std::string::npos)
       << nolib.why_unavailable();
   EXPECT_TRUE(std::isnan(nolib.busy_since_last()));
   DeviceBusyMeter other("0000:99:00.0", kFake);
   EXPECT_FALSE(other.available());
-  EXPECT_NE(other.why_unavailable().find("NVML does not see the GPU at PCI 0000:99:00.0: fake error"), std::string::npos)
+  EXPECT_NE(
+      other.why_unavailable().find("NVML does not see the GPU at PCI 0000:99:00.0: fake error"),
+      std::string::npos)
       << other.why_unavailable();
 }
 
 TEST(DeviceBusyMeter, AveragesTheSamplesOfEachInterval) {
-  void* lib = dlopen(kFake.c_str(), RTLD_NOW | RTLD_LOCAL);  // the meter's own handle: the same library
+  void* lib =
+      dlopen(kFake.c_str(), RTLD_NOW | RTLD_LOCAL);  // the meter's own handle: the same library
   ASSERT_NE(lib, nullptr) << dlerror();
-  auto push = reinterpret_cast<void (*)(unsigned long long, unsigned)>(dlsym(lib, "fake_nvml_push"));
+  auto push =
+      reinterpret_cast<void (*)(unsigned long long, unsigned)>(dlsym(lib, "fake_nvml_push"));
   ASSERT_NE(push, nullptr);
   push(100, 100);  // before the meter: not its interval
   push(200, 100);

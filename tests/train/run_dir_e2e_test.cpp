@@ -83,7 +83,8 @@ std::map<std::string, std::string> snapshot(const std::string& dir) {
 std::vector<std::string> step_folders(const std::string& ckpt_dir) {
   std::vector<std::string> out;
   for (const auto& e : fs::directory_iterator(ckpt_dir))
-    if (e.path().filename().string().rfind("step_", 0) == 0) out.push_back(e.path().filename().string());
+    if (e.path().filename().string().rfind("step_", 0) == 0)
+      out.push_back(e.path().filename().string());
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -101,7 +102,9 @@ std::vector<nlohmann::json> metrics(const std::string& file) {
   return out;
 }
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 std::string host() {
   char buf[256] = {0};
@@ -112,7 +115,8 @@ std::string host() {
 #define ASSERT_RUN_OK(r) ASSERT_EQ((r).code, 0) << (r).err
 
 // The old run of the issue: 10 steps, a checkpoint every 5, keep_last 1 -> step_00000010.
-void old_run(const std::string& dir, const std::string& out, const std::vector<std::string>& args = {}) {
+void old_run(const std::string& dir, const std::string& out,
+             const std::vector<std::string>& args = {}) {
   const Result a = run(dir, out, 10, args);
   ASSERT_RUN_OK(a);
 }
@@ -129,8 +133,10 @@ TEST(RunDirE2E, FreshRunInAUsedOutputDirIsRefusedAtStartTouchingNothing) {
   ASSERT_EQ(step_folders(d + "/out/checkpoints"), std::vector<std::string>{"step_00000010"});
   const Result r = run(d, d + "/out", 5);
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "[run] output_dir " + d + "/out already holds the files of another run: 1 checkpoint in " +
-                             d + "/out/checkpoints (step_00000010), " + d + "/out/metrics.jsonl, " + d + "/out/hf"))
+  EXPECT_TRUE(has(r.err, "[run] output_dir " + d +
+                             "/out already holds the files of another run: 1 checkpoint in " + d +
+                             "/out/checkpoints (step_00000010), " + d + "/out/metrics.jsonl, " + d +
+                             "/out/hf"))
       << r.err;
   for (const char* choice : {"--resume latest|auto", "--set run.output_dir=DIR", "--overwrite"})
     EXPECT_TRUE(has(r.err, choice)) << choice << "\n" << r.err;
@@ -147,7 +153,8 @@ TEST(RunDirE2E, ResumeAutoInTheSameOutputDirContinuesThatRun) {
   EXPECT_FALSE(id.empty());
   Result r = run(d, d + "/out", 5, {"--resume", "auto"});
   ASSERT_RUN_OK(r);
-  EXPECT_TRUE(has(r.err, "resumed from " + d + "/out/checkpoints/step_00000010 at step 10")) << r.err;
+  EXPECT_TRUE(has(r.err, "resumed from " + d + "/out/checkpoints/step_00000010 at step 10"))
+      << r.err;
   EXPECT_EQ(step_folders(d + "/out/checkpoints"), std::vector<std::string>{"step_00000010"});
   r = run(d, d + "/out", 12, {"--resume", "auto"});
   ASSERT_RUN_OK(r);
@@ -164,7 +171,8 @@ TEST(RunDirE2E, FreshRunInAUsedCheckpointDirIsRefused) {
   ASSERT_EQ(step_folders(d + "/ckpts"), std::vector<std::string>{"step_00000010"});
   const Result r = run(d, d + "/b", 5, ck);
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "[checkpoint] dir " + d + "/ckpts already holds the files of another run: 1 checkpoint"))
+  EXPECT_TRUE(has(r.err, "[checkpoint] dir " + d +
+                             "/ckpts already holds the files of another run: 1 checkpoint"))
       << r.err;
   EXPECT_TRUE(has(r.err, "--set checkpoint.dir=DIR")) << r.err;
   EXPECT_EQ(snapshot(d + "/ckpts"), before);
@@ -179,13 +187,15 @@ TEST(RunDirE2E, OverwriteMovesTheOldRunAsideAndStartsFresh) {
   const auto before = snapshot(d + "/out");
   Result r = run(d, d + "/out", 5, {"--overwrite", "--resume", "auto"});
   EXPECT_EQ(r.code, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "--overwrite starts a fresh run, --resume auto continues the run in")) << r.err;
+  EXPECT_TRUE(has(r.err, "--overwrite starts a fresh run, --resume auto continues the run in"))
+      << r.err;
   r = run(d, d + "/out", 5, {"--overwrite"});
   ASSERT_RUN_OK(r);
   EXPECT_TRUE(has(r.err, "--overwrite: moved the previous run's files")) << r.err;
   std::vector<std::string> replaced;
   for (const auto& e : fs::directory_iterator(d + "/out"))
-    if (e.path().filename().string().rfind("replaced-", 0) == 0) replaced.push_back(e.path().string());
+    if (e.path().filename().string().rfind("replaced-", 0) == 0)
+      replaced.push_back(e.path().string());
   ASSERT_EQ(replaced.size(), 1u);
   EXPECT_EQ(snapshot(replaced[0]), before);
   EXPECT_EQ(step_folders(d + "/out/checkpoints"), std::vector<std::string>{"step_00000005"});
@@ -202,7 +212,8 @@ TEST(RunDirE2E, SecondLauncherOnARunningOutputDirIsRefusedNamingPidAndHost) {
   const std::string d = ciuic::testing::fresh_dir("rundir-e2e-lock");
   const std::string recipe = d + "/long.toml";
   std::ofstream(recipe) << recipe_text(d + "/out", 100000);
-  Child first({kBin, recipe, "--set", "checkpoint.every_steps=0"}, d + "/first", {"OMP_NUM_THREADS=1"});
+  Child first({kBin, recipe, "--set", "checkpoint.every_steps=0"}, d + "/first",
+              {"OMP_NUM_THREADS=1"});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   auto training = [&] {  // a step's metrics are written
     std::error_code ec;
@@ -211,11 +222,12 @@ TEST(RunDirE2E, SecondLauncherOnARunningOutputDirIsRefusedNamingPidAndHost) {
   while (!training() && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ASSERT_TRUE(training()) << first.err();
-  for (const std::vector<std::string>& args : {std::vector<std::string>{"--resume", "auto"},
-                                               std::vector<std::string>{}}) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--resume", "auto"}, std::vector<std::string>{}}) {
     const Result r = run(d, d + "/out", 5, args, 60);
     EXPECT_EQ(r.code, 1) << r.err;
-    EXPECT_TRUE(has(r.err, "[run] output_dir " + d + "/out is in use by another run: ciuic-run pid " +
+    EXPECT_TRUE(has(r.err, "[run] output_dir " + d +
+                               "/out is in use by another run: ciuic-run pid " +
                                std::to_string(first.pid()) + " on host " + host() + ", started "))
         << r.err;
     EXPECT_FALSE(has(r.err, "started 2 worker")) << r.err;
@@ -246,9 +258,10 @@ TEST(RunDirE2E, TorchrunStyleWorkersAreRefusedByRankZero) {
     for (int rank = 0; rank < 2; ++rank)
       w.push_back(std::make_unique<Child>(
           std::vector<std::string>{kBin, recipe}, d + "/" + name + std::to_string(rank),
-          std::vector<std::string>{"OMP_NUM_THREADS=1", "RANK=" + std::to_string(rank), "WORLD_SIZE=2",
-                                   "LOCAL_RANK=" + std::to_string(rank), "LOCAL_WORLD_SIZE=2",
-                                   "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
+          std::vector<std::string>{"OMP_NUM_THREADS=1", "RANK=" + std::to_string(rank),
+                                   "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(rank),
+                                   "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                                   "MASTER_PORT=" + port},
           std::vector<std::string>{"CIUIC_LAUNCHER", "TORCHELASTIC_USE_AGENT_STORE"}));
     for (auto& c : w) EXPECT_TRUE(c->wait(std::chrono::seconds(120))) << c->err();
     return w;
@@ -256,7 +269,8 @@ TEST(RunDirE2E, TorchrunStyleWorkersAreRefusedByRankZero) {
   // A fresh folder trains; rank 0 held the lock.
   auto ok = workers(d + "/out", 10, "fresh");
   for (auto& c : ok) ASSERT_EQ(c->exit_code(), 0) << c->err();
-  EXPECT_TRUE(has(ciuic::testing::read_file(d + "/out/.ciuic-run.lock"), "pid=" + std::to_string(ok[0]->pid())));
+  EXPECT_TRUE(has(ciuic::testing::read_file(d + "/out/.ciuic-run.lock"),
+                  "pid=" + std::to_string(ok[0]->pid())));
   const auto before = snapshot(d + "/out");
   // A fresh run in it again: both ranks refuse with rank 0's message.
   auto refused = workers(d + "/out", 5, "again");
@@ -290,20 +304,28 @@ TEST(RunDirE2E, CheckpointDirThatIsAFileIsRefusedAtStart) {
 TEST(RunDirE2E, PruningKeepsOtherLineagesAndLaterCheckpointsAreSetAside) {
   const std::string d = ciuic::testing::fresh_dir("rundir-e2e-lineage");
   ASSERT_NO_FATAL_FAILURE(old_run(d, d + "/out", {"--set", "checkpoint.keep_last=2"}));
-  ASSERT_EQ(step_folders(d + "/out/checkpoints"), (std::vector<std::string>{"step_00000005", "step_00000010"}));
+  ASSERT_EQ(step_folders(d + "/out/checkpoints"),
+            (std::vector<std::string>{"step_00000005", "step_00000010"}));
   const std::string id10 = run_id(d + "/out/checkpoints/step_00000010");
   const Result other = run(d, d + "/other", 3);
   ASSERT_RUN_OK(other);
-  fs::copy(d + "/other/checkpoints/step_00000003", d + "/out/checkpoints/step_00000003", fs::copy_options::recursive);
-  const Result r = run(d, d + "/out", 8,
-                       {"--resume", d + "/out/checkpoints/step_00000005", "--set", "checkpoint.every_steps=1"});
+  fs::copy(d + "/other/checkpoints/step_00000003", d + "/out/checkpoints/step_00000003",
+           fs::copy_options::recursive);
+  const Result r =
+      run(d, d + "/out", 8,
+          {"--resume", d + "/out/checkpoints/step_00000005", "--set", "checkpoint.every_steps=1"});
   ASSERT_RUN_OK(r);
-  EXPECT_TRUE(has(r.err, "resumed from step_00000005, an earlier checkpoint than step_00000010: moved those into " +
-                             d + "/out/checkpoints/replaced-")) << r.err;
-  EXPECT_EQ(step_folders(d + "/out/checkpoints"), (std::vector<std::string>{"step_00000003", "step_00000008"}));
+  EXPECT_TRUE(has(
+      r.err,
+      "resumed from step_00000005, an earlier checkpoint than step_00000010: moved those into " +
+          d + "/out/checkpoints/replaced-"))
+      << r.err;
+  EXPECT_EQ(step_folders(d + "/out/checkpoints"),
+            (std::vector<std::string>{"step_00000003", "step_00000008"}));
   std::vector<std::string> replaced;
   for (const auto& e : fs::directory_iterator(d + "/out/checkpoints"))
-    if (e.path().filename().string().rfind("replaced-", 0) == 0) replaced.push_back(e.path().string());
+    if (e.path().filename().string().rfind("replaced-", 0) == 0)
+      replaced.push_back(e.path().string());
   ASSERT_EQ(replaced.size(), 1u);
   EXPECT_EQ(run_id(replaced[0] + "/step_00000010"), id10);
   EXPECT_EQ(run_id(d + "/out/checkpoints/step_00000008"), id10);

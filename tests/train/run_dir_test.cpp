@@ -22,10 +22,10 @@
 #include "checkpoint/run_dir.h"
 
 namespace fs = std::filesystem;
+using ciuic::checkpoint::claim_run_dir;
 using ciuic::checkpoint::ClaimOptions;
 using ciuic::checkpoint::RunDirClaim;
 using ciuic::checkpoint::RunPaths;
-using ciuic::checkpoint::claim_run_dir;
 
 namespace {
 
@@ -73,7 +73,9 @@ std::string error_of(const RunPaths& p, const ClaimOptions& o) {
   return "(no error)";
 }
 
-bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
 
 std::string host() {
   char buf[256] = {0};
@@ -92,7 +94,8 @@ TEST(RunDir, FolderThatIsAFileIsRefusedAtStartNamingIt) {
   // ... or a file is where one of its parents must go.
   e = error_of<ciuic::UsageError>(paths_in(d + "/out", d + "/blocker/ckpt"), {});
   EXPECT_TRUE(has(e, "[checkpoint] dir " + d + "/blocker/ckpt cannot be created: " + d +
-                         "/blocker is a file, not a folder")) << e;
+                         "/blocker is a file, not a folder"))
+      << e;
   // [run] output_dir is a file (then so is its default checkpoint dir's parent).
   e = error_of<ciuic::UsageError>(paths_in(d + "/blocker"), {});
   EXPECT_TRUE(has(e, "[run] output_dir " + d + "/blocker is a file, not a folder")) << e;
@@ -108,7 +111,8 @@ TEST(RunDir, FolderThatCannotBeCreatedIsARuntimeErrorNamingIt) {
     ADD_FAILURE() << "no error";
   } catch (const ciuic::Error& e) {
     EXPECT_EQ(e.exit_code(), ciuic::kExitRuntime) << e.what();
-    EXPECT_TRUE(has(e.what(), "cannot create [run] output_dir /proc/ciuic-run-dir-test/out: ")) << e.what();
+    EXPECT_TRUE(has(e.what(), "cannot create [run] output_dir /proc/ciuic-run-dir-test/out: "))
+        << e.what();
   }
 }
 
@@ -118,8 +122,10 @@ TEST(RunDir, FreshRunRefusesAnotherRunsFilesAndTouchesNothing) {
   previous_run(p);
   const auto before = snapshot(d);
   const std::string e = error_of<ciuic::UsageError>(p, {});
-  EXPECT_TRUE(has(e, "[run] output_dir " + d + "/out already holds the files of another run: 2 checkpoints in " +
-                         p.checkpoint_dir + " (step_00000005, step_00000010), " + p.metrics_file + ", " + p.hf_dir))
+  EXPECT_TRUE(has(e, "[run] output_dir " + d +
+                         "/out already holds the files of another run: 2 checkpoints in " +
+                         p.checkpoint_dir + " (step_00000005, step_00000010), " + p.metrics_file +
+                         ", " + p.hf_dir))
       << e;
   for (const char* choice : {"--resume latest|auto", "--set run.output_dir=DIR", "--overwrite",
                              d.c_str(), "/replaced-<date-time>", "nothing is deleted"})
@@ -133,7 +139,8 @@ TEST(RunDir, FreshRunRefusesAnotherRunsFilesAndTouchesNothing) {
     if (only == "ckpt") write(fs::path(q.checkpoint_dir) / "step_00000001/x", "x");
     if (only == "metrics") write(q.metrics_file, "{}\n");
     if (only == "hf") write(fs::path(q.hf_dir) / "model.safetensors", "x");
-    EXPECT_TRUE(has(error_of<ciuic::UsageError>(q, {}), "already holds the files of another run")) << only;
+    EXPECT_TRUE(has(error_of<ciuic::UsageError>(q, {}), "already holds the files of another run"))
+        << only;
   }
   // What is not another run's: empty metrics, an empty hf/, a crashed save's .tmp-*, replaced-*,
   // the lock file, other files of the user.
@@ -159,10 +166,13 @@ TEST(RunDir, ResumingInPlaceContinuesThatRunElsewhereIsAFreshStart) {
   // A checkpoint of another folder: this folder must be free of another run's files.
   write(d + "/other/checkpoints/step_00000002/manifest.json", "{}");
   EXPECT_FALSE(ciuic::checkpoint::resumes_in_place(d + "/other/checkpoints", p.checkpoint_dir));
-  EXPECT_TRUE(has(error_of<ciuic::UsageError>(p, {d + "/other/checkpoints", false}), "already holds")) << d;
+  EXPECT_TRUE(
+      has(error_of<ciuic::UsageError>(p, {d + "/other/checkpoints", false}), "already holds"))
+      << d;
   EXPECT_NO_THROW(claim_run_dir(paths_in(d + "/fresh"), {d + "/other/checkpoints", false}));
   // --overwrite and a resume in place contradict each other.
-  EXPECT_TRUE(has(error_of<ciuic::UsageError>(p, {"auto", true}), "--overwrite starts a fresh run, --resume auto"));
+  EXPECT_TRUE(has(error_of<ciuic::UsageError>(p, {"auto", true}),
+                  "--overwrite starts a fresh run, --resume auto"));
 }
 
 TEST(RunDir, OverwriteMovesTheOldRunAsideAndDeletesNothing) {
@@ -235,7 +245,8 @@ TEST(RunDir, LockRefusesASecondRunNamingPidAndHostAndDiesWithItsHolder) {
   close(ready[0]);
   const std::string e = error_of(p, {"auto", false});
   EXPECT_TRUE(has(e, "[run] output_dir " + d + "/out is in use by another run: ciuic-run pid " +
-                         std::to_string(child) + " on host " + host() + ", started ")) << e;
+                         std::to_string(child) + " on host " + host() + ", started "))
+      << e;
   EXPECT_TRUE(has(e, "lock file " + d + "/out/.ciuic-run.lock")) << e;
   // The holder crashes (SIGKILL): the kernel drops its lock; nothing stale remains.
   kill(child, SIGKILL);

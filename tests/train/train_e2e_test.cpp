@@ -33,7 +33,6 @@ namespace {
 
 using namespace ciuic::e2e;
 
-
 // ---- parity ----------------------------------------------------------------------------------
 TEST(TrainE2E, Zero2AndDdpMatchSingleProcessAtWorldSizes1To4) {
   const Result ref = run("ref", Shape{.world = 1, .micro = 12, .sharding = "ddp"});
@@ -89,7 +88,8 @@ TEST(TrainE2E, WorkersTakeTheirThreadsFromOmpNumThreads) {
   const std::regex threads("optimizer cpu_adam: [0-9]+ elements, [^\n]*, ([0-9]+) threads, ");
   std::smatch m;
   for (const char* n : {"1", "3"}) {
-    const Result r = run(std::string("omp") + n, s, args, 240, {std::string("OMP_NUM_THREADS=") + n});
+    const Result r =
+        run(std::string("omp") + n, s, args, 240, {std::string("OMP_NUM_THREADS=") + n});
     EXPECT_RUN_OK(r);
     const std::string text = r.out + r.err;
     ASSERT_TRUE(std::regex_search(text, m, threads)) << r.log();
@@ -98,8 +98,10 @@ TEST(TrainE2E, WorkersTakeTheirThreadsFromOmpNumThreads) {
   const Result bad = run("omp-bad", s, args, 240, {"OMP_NUM_THREADS=lots"});
   EXPECT_RUN_OK(bad);
   const std::string text = bad.out + bad.err;
-  EXPECT_NE(text.find("OMP_NUM_THREADS=\"lots\" is not a thread count (expected an integer >= 1, e.g. 8); using "),
-            std::string::npos) << bad.log();
+  EXPECT_NE(text.find("OMP_NUM_THREADS=\"lots\" is not a thread count (expected an integer >= 1, "
+                      "e.g. 8); using "),
+            std::string::npos)
+      << bad.log();
   ASSERT_TRUE(std::regex_search(text, m, threads)) << bad.log();
   EXPECT_GE(std::stoi(m[1].str()), 1);
 }
@@ -152,8 +154,8 @@ TEST(TrainE2E, TwoNodesOnLoopbackMatchOneNode) {
   auto node = [&](const char* rank) {
     return std::make_unique<Child>(
         std::vector<std::string>{std::string(CIUIC_BIN_DIR) + "/ciuic-run", dir + "/recipe.toml",
-                                 "--nnodes", "2", "--node-rank", rank, "--master-addr",
-                                 "127.0.0.1", "--master-port", port},
+                                 "--nnodes", "2", "--node-rank", rank, "--master-addr", "127.0.0.1",
+                                 "--master-port", port},
         dir + "/node" + rank, std::vector<std::string>{"OMP_NUM_THREADS=1"});
   };
   auto n0 = node("0");
@@ -174,7 +176,8 @@ TEST(TrainE2E, TwoNodesOnLoopbackMatchOneNode) {
 TEST(TrainE2E, Zero2OptimizerStateIsOneWorldthOfDdps) {
   auto optim_bytes = [](const Result& r) {
     for (const auto& rec : metrics(r))
-      if (rec.contains("optim_state_gib")) return rec["optim_state_gib"].get<double>() * 1073741824.0;
+      if (rec.contains("optim_state_gib"))
+        return rec["optim_state_gib"].get<double>() * 1073741824.0;
     ADD_FAILURE() << "no optim_state_gib in metrics\n" << r.log();
     return 0.0;
   };
@@ -187,8 +190,8 @@ TEST(TrainE2E, Zero2OptimizerStateIsOneWorldthOfDdps) {
     EXPECT_RUN_OK(rz);
     EXPECT_RUN_OK(rd);
     const double zb = optim_bytes(rz), db = optim_bytes(rd);
-    // 16 bytes (fp32 master, exp_avg, exp_avg_sq, gradient) per parameter element. Each bucket is padded
-    // into `world` chunks of a multiple of 64 elements (FlatBuckets), i.e. by < world * 64
+    // 16 bytes (fp32 master, exp_avg, exp_avg_sq, gradient) per parameter element. Each bucket is
+    // padded into `world` chunks of a multiple of 64 elements (FlatBuckets), i.e. by < world * 64
     // elements; buckets hold <= reduce_bucket_size (3000) elements and break only between
     // parameters, so there are fewer than 2 * elements / 3000 + 2 of them. (Unsharded state
     // would be `world` times larger: far outside the bound.)
@@ -205,29 +208,32 @@ TEST(TrainE2E, EveryPrecisionLearnsAPatternAndLogsMetrics) {
   for (const char* precision : {"fp32", "bf16", "fp16"}) {
     Shape s{.world = 1, .micro = 8, .steps = 60, .precision = precision};
     const Result r = run(std::string("learn-") + precision, s,
-                         {"--set", "data.pattern=increment", "--set", "optimizer.lr=3e-3",
-                          "--set", "data.documents_per_row=1", "--set", "log.every_steps=5",
-                          "--set", "log.tensorboard=true"});
+                         {"--set", "data.pattern=increment", "--set", "optimizer.lr=3e-3", "--set",
+                          "data.documents_per_row=1", "--set", "log.every_steps=5", "--set",
+                          "log.tensorboard=true"});
     EXPECT_RUN_OK(r);
     // Where the start-up went, once (rank 0).
-    EXPECT_TRUE(std::regex_search(r.log(), std::regex("info: set up in [0-9.]+ s: device and store [0-9.]+ s, plugins "
-                                                      "\\(comm [a-z]+\\) [0-9.]+ s, model [0-9.]+ s, sharding \\+ "
-                                                      "optimizer state [0-9.]+ s \\([0-9.]+ GiB on the device, [0-9.]+ GiB in host "
-                                                      "memory\\), data [0-9.]+ s")))
+    EXPECT_TRUE(std::regex_search(
+        r.log(),
+        std::regex("info: set up in [0-9.]+ s: device and store [0-9.]+ s, plugins "
+                   "\\(comm [a-z]+\\) [0-9.]+ s, model [0-9.]+ s, sharding \\+ "
+                   "optimizer state [0-9.]+ s \\([0-9.]+ GiB on the device, [0-9.]+ GiB in host "
+                   "memory\\), data [0-9.]+ s")))
         << r.log();
     // Every run ends with its HTML report; [log] tensorboard adds event files (docs/metrics.md).
     EXPECT_TRUE(fs::exists(r.dir + "/out/report.html")) << r.log();
     size_t event_files = 0;
     for (const auto& f : fs::directory_iterator(r.dir + "/out/tb"))
-      event_files += f.path().filename().string().rfind("events.out.tfevents.", 0) == 0 && fs::file_size(f) > 100;
+      event_files += f.path().filename().string().rfind("events.out.tfevents.", 0) == 0 &&
+                     fs::file_size(f) > 100;
     EXPECT_EQ(event_files, 1u) << r.log();
     const auto m = metrics(r);
     ASSERT_GE(m.size(), 3u) << r.log();
     const auto& first = m.front();
-    for (const char* k : {"step", "loss", "lr", "grad_norm", "loss_scale", "skipped", "tokens",
-                          "tokens_per_s", "step_s", "fwd_bwd_s", "optim_s", "step_drain_s",
-                          "step_norm_s", "step_update_s", "step_publish_s", "optim_state_gib", "comm_calls",
-                          "shard_param_gib", "data_epoch"})
+    for (const char* k :
+         {"step", "loss", "lr", "grad_norm", "loss_scale", "skipped", "tokens", "tokens_per_s",
+          "step_s", "fwd_bwd_s", "optim_s", "step_drain_s", "step_norm_s", "step_update_s",
+          "step_publish_s", "optim_state_gib", "comm_calls", "shard_param_gib", "data_epoch"})
       EXPECT_TRUE(first.contains(k)) << precision << ": metrics lack " << k << ": " << first.dump();
     EXPECT_EQ(m.back().value("event", ""), "end") << m.back().dump();
     double last = NAN;
@@ -245,7 +251,8 @@ TEST(TrainE2E, ResumeOnSameWorldSizeIsBitExact) {
   EXPECT_RUN_OK(half);
   // Same folder, longer run, --resume latest.
   const std::string recipe = half.dir + "/recipe.toml";
-  std::ofstream(recipe) << recipe_text(Shape{.world = 2, .micro = 6, .steps = 10}, half.dir + "/out");
+  std::ofstream(recipe) << recipe_text(Shape{.world = 2, .micro = 6, .steps = 10},
+                                       half.dir + "/out");
   Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", recipe, "--resume", "latest"},
           half.dir + "/resume", {"OMP_NUM_THREADS=1"});
   ASSERT_TRUE(c.wait(std::chrono::seconds(240)));
@@ -269,15 +276,21 @@ TEST(TrainE2E, ResumeOnOtherWorldSizes) {
   // Elastic (issue 17 item 6): the saved recipe itself (micro 3 x accumulation 1) on 2 ranks keeps
   // the checkpoint's 12 rows per step as micro 3 x accumulation 2 and lands where the
   // uninterrupted run does; 5 ranks cannot split 12 rows and is refused naming 4 and 6.
-  const Result two = run("resume2-elastic", Shape{.world = 2, .micro = 3, .steps = 10}, {"--resume", ckpt});
+  const Result two =
+      run("resume2-elastic", Shape{.world = 2, .micro = 3, .steps = 10}, {"--resume", ckpt});
   EXPECT_RUN_OK(two);
-  EXPECT_NE((two.out + two.err).find("now on 2: micro_batch_size 3 -> 3, gradient_accumulation_steps 1 -> 2"),
-            std::string::npos) << two.log();
+  EXPECT_NE((two.out + two.err)
+                .find("now on 2: micro_batch_size 3 -> 3, gradient_accumulation_steps 1 -> 2"),
+            std::string::npos)
+      << two.log();
   EXPECT_LT(max_rel(exported(two), exported(full)), 1e-6) << "elastic resume on 2";
-  const Result five = run("resume5-elastic", Shape{.world = 5, .micro = 3, .steps = 10}, {"--resume", ckpt});
+  const Result five =
+      run("resume5-elastic", Shape{.world = 5, .micro = 3, .steps = 10}, {"--resume", ckpt});
   EXPECT_EQ(five.code, 2) << five.log();
-  EXPECT_NE(five.err.find("does not split evenly over 5 ranks; world sizes next to 5 that keep it: 4 or 6"),
-            std::string::npos) << five.log();
+  EXPECT_NE(five.err.find(
+                "does not split evenly over 5 ranks; world sizes next to 5 that keep it: 4 or 6"),
+            std::string::npos)
+      << five.log();
 }
 
 // bf16 with stochastic rounding (ciuic/precision.h): the rounding noise is a function of (seed,
@@ -285,7 +298,9 @@ TEST(TrainE2E, ResumeOnOtherWorldSizes) {
 // goes on bit for bit. (That the rewritten bits do not depend on the shard layout — another world
 // size — is Bf16Rounding.ResumeRewritesTheSavedBitsOnAnotherShardLayout in sharding_step_test.)
 TEST(TrainE2E, StochasticRoundingResumesBitExact) {
-  auto shape = [](int steps) { return Shape{.world = 2, .micro = 6, .steps = steps, .precision = "bf16"}; };
+  auto shape = [](int steps) {
+    return Shape{.world = 2, .micro = 6, .steps = steps, .precision = "bf16"};
+  };
   const std::vector<std::string> stochastic = {"--set", "precision.rounding=\"stochastic\""};
   const Result full = run("sr-full6", shape(6), stochastic);
   EXPECT_RUN_OK(full);
@@ -312,15 +327,19 @@ TEST(TrainE2E, SeqLenBeyondMaxPositionsIsAWarning) {
   const Result r = run("seq-beyond", Shape{.world = 1, .micro = 2, .steps = 1},
                        {"--set", "model.config.max_position_embeddings=16"});
   EXPECT_RUN_OK(r);
-  EXPECT_NE((r.out + r.err).find("[train] seq_len = 32 is longer than the model's max_position_embeddings = 16"),
-            std::string::npos) << r.log();
+  EXPECT_NE(
+      (r.out + r.err)
+          .find("[train] seq_len = 32 is longer than the model's max_position_embeddings = 16"),
+      std::string::npos)
+      << r.log();
 }
 
 // [log] profile_start_step: the profiled window's trace and table are written per rank, rank 0
 // logs the table, and training is unchanged (same final loss as without profiling).
 TEST(TrainE2E, ProfileWritesTraceAndTablePerRank) {
   const Shape shape{.world = 2, .micro = 2, .steps = 4};
-  const Result p = run("profile", shape, {"--set", "log.profile_start_step=2", "--set", "log.profile_steps=2"});
+  const Result p =
+      run("profile", shape, {"--set", "log.profile_start_step=2", "--set", "log.profile_steps=2"});
   EXPECT_RUN_OK(p);
   const Result plain = run("profile-off", shape);
   EXPECT_RUN_OK(plain);
@@ -330,12 +349,15 @@ TEST(TrainE2E, ProfileWritesTraceAndTablePerRank) {
     EXPECT_GT(fs::file_size(base.string() + ".trace.json"), 1000u);
     {  // the log step's monitoring is a range of its own (docs/metrics.md, monitor_s)
       std::ifstream tr(base.string() + ".trace.json");
-      const std::string trace((std::istreambuf_iterator<char>(tr)), std::istreambuf_iterator<char>());
+      const std::string trace((std::istreambuf_iterator<char>(tr)),
+                              std::istreambuf_iterator<char>());
       EXPECT_NE(trace.find("\"ciuic::monitor\""), std::string::npos) << "rank " << rank;
     }
     std::ifstream t(base.string() + ".txt");
     const std::string table((std::istreambuf_iterator<char>(t)), std::istreambuf_iterator<char>());
-    EXPECT_NE(table.find("profile of steps 2-3 (rank " + std::to_string(rank) + ")"), std::string::npos) << table;
+    EXPECT_NE(table.find("profile of steps 2-3 (rank " + std::to_string(rank) + ")"),
+              std::string::npos)
+        << table;
   }
   EXPECT_NE((p.out + p.err).find("profile of steps 2-3 (rank 0)"), std::string::npos) << p.log();
   EXPECT_FALSE(fs::exists(fs::path(plain.dir) / "out" / "profile"));
@@ -343,7 +365,8 @@ TEST(TrainE2E, ProfileWritesTraceAndTablePerRank) {
     std::ifstream m(r.dir + "/out/metrics.jsonl");
     std::string line, last;
     while (std::getline(m, line))
-      if (line.find("\"loss\"") != std::string::npos && line.find("\"event\"") == std::string::npos) last = line;
+      if (line.find("\"loss\"") != std::string::npos && line.find("\"event\"") == std::string::npos)
+        last = line;
     return nlohmann::json::parse(last).at("loss").get<double>();
   };
   EXPECT_EQ(final_loss(p), final_loss(plain));
@@ -352,11 +375,13 @@ TEST(TrainE2E, ProfileWritesTraceAndTablePerRank) {
 // [model] fused_kernels = "on" insists on the CUDA kernels: on CPU workers that is a usage error
 // naming the key, not a silent fallback ("auto" falls back).
 TEST(TrainE2E, FusedKernelsOnWithoutCudaIsAUsageError) {
-  const Result r = run("fused-on", Shape{.world = 1, .micro = 2, .steps = 1}, {"--set", "model.fused_kernels=\"on\""});
+  const Result r = run("fused-on", Shape{.world = 1, .micro = 2, .steps = 1},
+                       {"--set", "model.fused_kernels=\"on\""});
   EXPECT_EQ(r.code, 2) << r.log();
   EXPECT_NE(r.err.find("[model] fused_kernels = \"on\""), std::string::npos) << r.log();
   EXPECT_NE(r.err.find("\"auto\""), std::string::npos) << r.log();
-  EXPECT_RUN_OK(run("fused-auto", Shape{.world = 1, .micro = 2, .steps = 1}, {"--set", "model.fused_kernels=\"auto\""}));
+  EXPECT_RUN_OK(run("fused-auto", Shape{.world = 1, .micro = 2, .steps = 1},
+                    {"--set", "model.fused_kernels=\"auto\""}));
 }
 
 // The data slot's cursor contract (ciuic/data.h, issue 19 item 3): cursors are global positions.
@@ -372,9 +397,11 @@ TEST(TrainE2E, PerRankCursorsAreRefusedOnAnotherWorldSize) {
     ASSERT_EQ(trainer["data_cursors"].size(), 2u);
     trainer["data_cursors"][1] = "{\"epoch\": 0, \"row\": 999}";
   });
-  const Result other = run("cursors1", Shape{.world = 1, .micro = 6, .steps = 4}, {"--resume", ckpt});
+  const Result other =
+      run("cursors1", Shape{.world = 1, .micro = 6, .steps = 4}, {"--resume", ckpt});
   EXPECT_EQ(other.code, 2) << other.log();
-  EXPECT_NE(other.err.find("by a data plugin whose cursors differ per rank"), std::string::npos) << other.log();
+  EXPECT_NE(other.err.find("by a data plugin whose cursors differ per rank"), std::string::npos)
+      << other.log();
   EXPECT_NE(other.err.find("row\\\": 999"), std::string::npos) << other.log();
 }
 
@@ -382,14 +409,14 @@ TEST(TrainE2E, IncompatibleCheckpointIsRefused) {
   const Result saved = run("saveA", Shape{.world = 1, .micro = 4, .steps = 2});
   EXPECT_RUN_OK(saved);
   Shape other{.world = 1, .micro = 4, .steps = 4};
-  const Result r = run("refuse", other,
-                       {"--resume", saved.dir + "/out/checkpoints", "--set",
-                        "model.config.hidden_size=48"});
+  const Result r =
+      run("refuse", other,
+          {"--resume", saved.dir + "/out/checkpoints", "--set", "model.config.hidden_size=48"});
   EXPECT_EQ(r.code, 2) << r.log();
   EXPECT_NE(r.err.find("hidden_size: 32 in the checkpoint, 48 now"), std::string::npos) << r.log();
-  const Result batch = run("refuse-batch", other,
-                           {"--resume", saved.dir + "/out/checkpoints", "--set",
-                            "train.micro_batch_size=2"});
+  const Result batch =
+      run("refuse-batch", other,
+          {"--resume", saved.dir + "/out/checkpoints", "--set", "train.micro_batch_size=2"});
   EXPECT_EQ(batch.code, 2) << batch.log();
   EXPECT_NE(batch.err.find("global_rows: 4 in the checkpoint, 2 now"), std::string::npos)
       << batch.log();
@@ -430,7 +457,8 @@ TEST(TrainE2E, SurvivesKillNineAndResumesExactly) {
     Child c(argv, dir + "/attempt" + std::to_string(attempt), {"OMP_NUM_THREADS=1"});
     // Let it start and run for a random while, then SIGKILL a worker (a child of ciuic-run).
     std::this_thread::sleep_for(std::chrono::milliseconds(1500 + rng() % 2500));
-    std::ifstream kids("/proc/" + std::to_string(c.pid()) + "/task/" + std::to_string(c.pid()) + "/children");
+    std::ifstream kids("/proc/" + std::to_string(c.pid()) + "/task/" + std::to_string(c.pid()) +
+                       "/children");
     pid_t victim = 0;
     std::vector<pid_t> pids;
     while (kids >> victim) pids.push_back(victim);
@@ -445,8 +473,8 @@ TEST(TrainE2E, SurvivesKillNineAndResumesExactly) {
         EXPECT_TRUE(fs::exists(e.path() / "manifest.json")) << e.path();
   }
   if (!finished) {
-    Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", recipe, "--resume", "auto"},
-            dir + "/final", {"OMP_NUM_THREADS=1"});
+    Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", recipe, "--resume", "auto"}, dir + "/final",
+            {"OMP_NUM_THREADS=1"});
     ASSERT_TRUE(c.wait(std::chrono::seconds(240)));
     ASSERT_EQ(c.exit_code(), 0) << c.err();
   }
@@ -472,9 +500,11 @@ TEST(TrainE2E, SpecialIdsAndTheTokenizerTravelWithTheModel) {
     const std::string vocab = "vocab_size = 64\nmax_position_embeddings = 64\n";
     const size_t at = text.find(vocab);  // the model's, in [model.config] (the demo has 379 tokens)
     EXPECT_NE(at, std::string::npos);
-    text.replace(at, vocab.size(), "vocab_size = 384\nmax_position_embeddings = 64\n" + model_config_extra);
+    text.replace(at, vocab.size(),
+                 "vocab_size = 384\nmax_position_embeddings = 64\n" + model_config_extra);
     std::ofstream(r.dir + "/recipe.toml") << text;
-    Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", r.dir + "/recipe.toml"}, r.dir + "/log", {"OMP_NUM_THREADS=1"});
+    Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", r.dir + "/recipe.toml"}, r.dir + "/log",
+            {"OMP_NUM_THREADS=1"});
     EXPECT_TRUE(c.wait(std::chrono::seconds(240)));
     r.code = c.exit_code();
     r.out = c.out();
@@ -490,7 +520,8 @@ TEST(TrainE2E, SpecialIdsAndTheTokenizerTravelWithTheModel) {
     EXPECT_EQ(j["bos_token_id"], 0) << f;
     EXPECT_EQ(j["eos_token_id"], 1) << f;
   }
-  EXPECT_NE((r.out + r.err).find("special token ids from the tokenizer"), std::string::npos) << r.log();
+  EXPECT_NE((r.out + r.err).find("special token ids from the tokenizer"), std::string::npos)
+      << r.log();
   // The checkpoint keeps the tokenizer files, listed (with checksums) in its manifest.
   std::string ckpt;
   for (const auto& e : fs::directory_iterator(r.dir + "/out/checkpoints"))
@@ -502,7 +533,8 @@ TEST(TrainE2E, SpecialIdsAndTheTokenizerTravelWithTheModel) {
     EXPECT_EQ(bytes_of(ckpt + "/" + f), bytes_of(demo + "/" + f)) << f;
   }
   // --export-hf from the checkpoint alone: the same ids and the tokenizer files.
-  Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", "--export-hf", r.dir + "/out/checkpoints", r.dir + "/hf2"},
+  Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", "--export-hf", r.dir + "/out/checkpoints",
+           r.dir + "/hf2"},
           r.dir + "/export");
   ASSERT_TRUE(c.wait(std::chrono::seconds(60)));
   ASSERT_EQ(c.exit_code(), 0) << c.out() << c.err();
@@ -515,7 +547,8 @@ TEST(TrainE2E, SpecialIdsAndTheTokenizerTravelWithTheModel) {
   EXPECT_RUN_OK(set);
   EXPECT_EQ(json_of(set.dir + "/out/hf/config.json")["eos_token_id"], 5);
   EXPECT_EQ(json_of(set.dir + "/out/hf/config.json")["bos_token_id"], 0);
-  EXPECT_NE((set.out + set.err).find("the model's eos_token_id is 5 ("), std::string::npos) << set.log();
+  EXPECT_NE((set.out + set.err).find("the model's eos_token_id is 5 ("), std::string::npos)
+      << set.log();
   EXPECT_NE((set.out + set.err).find("recipe.toml:"), std::string::npos) << set.log();
   EXPECT_NE((set.out + set.err).find(") is 1 (<|end_of_text|>)"), std::string::npos) << set.log();
 }
@@ -547,7 +580,8 @@ TEST(TrainE2E, ExportHfFromACheckpoint) {
   std::tie(code, text) = cli({"--export-hf", ckpts, r.dir + "/hf16"}, "bf16");
   ASSERT_EQ(code, 0) << text;
   auto f16 = ciuic::model::SafetensorsFile::open(r.dir + "/hf16/model.safetensors");
-  for (const auto& e : f16->entries()) EXPECT_EQ(f16->tensor(e.name).scalar_type(), at::kBFloat16) << e.name;
+  for (const auto& e : f16->entries())
+    EXPECT_EQ(f16->tensor(e.name).scalar_type(), at::kBFloat16) << e.name;
 
   // Refusals (exit 2) name what is wrong and write nothing.
   std::tie(code, text) = cli({"--export-hf", ckpts, r.dir + "/out"}, "exists");
@@ -555,8 +589,11 @@ TEST(TrainE2E, ExportHfFromACheckpoint) {
   EXPECT_NE(text.find("exists and is not an empty folder"), std::string::npos) << text;
   std::tie(code, text) = cli({"--export-hf", r.dir + "/nowhere", r.dir + "/x1"}, "missing");
   EXPECT_EQ(code, 2);
-  EXPECT_NE(text.find("--export-hf " + r.dir + "/nowhere: no such checkpoint folder"), std::string::npos) << text;
-  std::tie(code, text) = cli({"--export-hf", ckpts, r.dir + "/x2", "--export-dtype", "fp8"}, "dtype");
+  EXPECT_NE(text.find("--export-hf " + r.dir + "/nowhere: no such checkpoint folder"),
+            std::string::npos)
+      << text;
+  std::tie(code, text) =
+      cli({"--export-hf", ckpts, r.dir + "/x2", "--export-dtype", "fp8"}, "dtype");
   EXPECT_EQ(code, 2);
   EXPECT_NE(text.find("--export-dtype fp8: expected one of bf16|fp32"), std::string::npos) << text;
   std::tie(code, text) = cli({"--export-hf", ckpts}, "onearg");
@@ -634,8 +671,8 @@ TEST(TrainE2E, SigintSavesACheckpointAndExits130) {
   const int steps = trainer["step"].get<int>() + 3;
   s.steps = steps;
   std::ofstream(recipe) << recipe_text(s, dir + "/out");
-  Child resumed({std::string(CIUIC_BIN_DIR) + "/ciuic-run", recipe, "--resume", "latest"}, dir + "/log2",
-                {"OMP_NUM_THREADS=1"});
+  Child resumed({std::string(CIUIC_BIN_DIR) + "/ciuic-run", recipe, "--resume", "latest"},
+                dir + "/log2", {"OMP_NUM_THREADS=1"});
   ASSERT_TRUE(resumed.wait(std::chrono::seconds(120)));
   ASSERT_EQ(resumed.exit_code(), 0) << resumed.err();
   Result interrupted;
@@ -665,7 +702,8 @@ TEST(TrainE2E, MetricsWriteFailureIsAnError) {
   const Result r = run("devfull", Shape{.world = 2, .micro = 4, .steps = 3},
                        {"--set", "log.metrics_file=\"/dev/full\""}, 120);
   EXPECT_EQ(r.code, 1) << r.log();
-  EXPECT_NE(r.err.find("cannot write metrics file /dev/full: No space left on device"), std::string::npos)
+  EXPECT_NE(r.err.find("cannot write metrics file /dev/full: No space left on device"),
+            std::string::npos)
       << r.log();
   // The launcher names rank 0 and its error, not rank 1's lost connection to it (which may come
   // first: issue 16 item 9).
@@ -677,21 +715,26 @@ TEST(TrainE2E, MetricsWriteFailureIsAnError) {
 
 // A model that cannot be allocated: every rank names itself and what it tried; exit 1.
 TEST(TrainE2E, OutOfMemoryNamesTheRankAndTheSize) {
-  // With vm.overcommit_memory = 1 (some GPU hosts) a 256 GB allocation (the embedding) succeeds and only the first
-  // touch fails, much later: the refusal this test needs happens under the default heuristic.
+  // With vm.overcommit_memory = 1 (some GPU hosts) a 256 GB allocation (the embedding) succeeds and
+  // only the first touch fails, much later: the refusal this test needs happens under the default
+  // heuristic.
   std::ifstream oc("/proc/sys/vm/overcommit_memory");
   int mode = 0;
-  if (oc >> mode && mode == 1) GTEST_SKIP() << "vm.overcommit_memory = 1: allocations are never refused";
-  const Result r = run("oom", Shape{.world = 2, .micro = 2, .steps = 1},
-                       {"--set", "model.config.vocab_size=2000000000"}, 60);  // < 2^31: LlamaConfig's bound
+  if (oc >> mode && mode == 1)
+    GTEST_SKIP() << "vm.overcommit_memory = 1: allocations are never refused";
+  const Result r =
+      run("oom", Shape{.world = 2, .micro = 2, .steps = 1},
+          {"--set", "model.config.vocab_size=2000000000"}, 60);  // < 2^31: LlamaConfig's bound
   EXPECT_EQ(r.code, 1) << r.log();
-  EXPECT_TRUE(std::regex_search(
-      r.err, std::regex("rank [01] ran out of host memory: can't allocate memory: you tried to allocate [0-9]+ bytes")))
+  EXPECT_TRUE(
+      std::regex_search(r.err, std::regex("rank [01] ran out of host memory: can't allocate "
+                                          "memory: you tried to allocate [0-9]+ bytes")))
       << r.log();
   EXPECT_NE(r.err.find("first error: ciuic-run: error: rank "), std::string::npos) << r.log();
   // The launcher said so before starting the workers: the plan's node total (2 CPU ranks).
-  EXPECT_TRUE(std::regex_search(r.err, std::regex("ciuic warning: the memory plan needs [0-9.]+ GiB of this node's "
-                                                  "memory for 2 rank\\(s\\), more than the [0-9.]+ GiB it has")))
+  EXPECT_TRUE(std::regex_search(
+      r.err, std::regex("ciuic warning: the memory plan needs [0-9.]+ GiB of this node's "
+                        "memory for 2 rank\\(s\\), more than the [0-9.]+ GiB it has")))
       << r.log();
 }
 
@@ -713,7 +756,8 @@ PlanOut plan(const std::vector<std::string>& args) {
   r.code = c.exit_code();
   r.text = c.out() + c.err();
   std::smatch m;
-  if (std::regex_search(r.text, m, std::regex("total cuda: ([0-9.]+) GiB"))) r.device_gib = std::stod(m[1]);
+  if (std::regex_search(r.text, m, std::regex("total cuda: ([0-9.]+) GiB")))
+    r.device_gib = std::stod(m[1]);
   return r;
 }
 
@@ -731,7 +775,8 @@ TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
   };
   const std::vector<std::string> before = {"--set", "model.fused_kernels=\"off\"", "--set",
                                            "model.loss_backward=\"recompute\""};
-  // DeepSeek-LLM-7B's shape on the 1B recipe, 4 x 2048 tokens, checkpointing (scripts/gpu/dense.sh).
+  // DeepSeek-LLM-7B's shape on the 1B recipe, 4 x 2048 tokens, checkpointing
+  // (scripts/gpu/dense.sh).
   std::vector<std::string> seven = {src + "/configs/llama-1b-bench.toml", "--nproc", "1"};
   for (const char* kv : {"model.config.hidden_size=4096", "model.config.intermediate_size=11008",
                          "model.config.num_hidden_layers=30", "model.config.num_attention_heads=32",
@@ -741,14 +786,20 @@ TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
     seven = with(seven, {"--set", kv});
   const std::vector<Case> cases = {
       {with({src + "/configs/llama-1b-bench.toml", "--nproc", "2"}, before), 29.03},
-      {with({src + "/configs/llama-1b-bench.toml", "--nproc", "2", "--set", "optimizer.plugin=cpu_adam",
-             "--set", "cluster.memory_per_device_gib=24.0"}, before), 21.67},
+      {with({src + "/configs/llama-1b-bench.toml", "--nproc", "2", "--set",
+             "optimizer.plugin=cpu_adam", "--set", "cluster.memory_per_device_gib=24.0"},
+            before),
+       21.67},
       {with({src + "/configs/bench/deepseek-6.7b-4xa100.toml", "--nproc", "2"}, before), 18.90},
-      {with({src + "/configs/bench/deepseek-7b-3x4090.toml", "--nproc", "2", "--set", "precision.reduce_dtype=\"fp32\""},
+      {with({src + "/configs/bench/deepseek-7b-3x4090.toml", "--nproc", "2", "--set",
+             "precision.reduce_dtype=\"fp32\""},
             before),
        19.37},
-      {{src + "/configs/llama-1b-bench.toml", "--nproc", "1", "--set", "optimizer.kernel=\"aten\""}, 30.7},
-      {with({src + "/configs/llama-1b-bench.toml", "--nproc", "1", "--set", "optimizer.kernel=\"aten\""}, before),
+      {{src + "/configs/llama-1b-bench.toml", "--nproc", "1", "--set", "optimizer.kernel=\"aten\""},
+       30.7},
+      {with({src + "/configs/llama-1b-bench.toml", "--nproc", "1", "--set",
+             "optimizer.kernel=\"aten\""},
+            before),
        36.0},
       {{src + "/configs/llama-1b-bench.toml", "--nproc", "1"}, 28.7},
       {with(seven, {"--set", "optimizer.kernel=\"aten\""}), 121.0},
@@ -756,7 +807,8 @@ TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
       {with(seven, {"--set", "model.checkpoint_layers=16"}), 119.0},
       {with(seven, {"--set", "model.checkpoint_layers=8"}), 125.0},
       // checkpoint_layers = "auto" on the H200 (139.80 GiB): 6 of 30 chosen, 127 GiB measured.
-      {with(seven, {"--set", "model.checkpoint_layers=\"auto\"", "--set", "cluster.memory_per_device_gib=139.8"}),
+      {with(seven, {"--set", "model.checkpoint_layers=\"auto\"", "--set",
+                    "cluster.memory_per_device_gib=139.8"}),
        127.0},
   };
   for (const auto& c : cases) {
@@ -767,21 +819,31 @@ TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
 }
 
 TEST(TrainE2E, PlanSaysWhatDoesNotFitAndWhatWouldHelp) {
-  const std::string recipe = std::string(CIUIC_SOURCE_DIR) + "/configs/bench/deepseek-7b-3x4090.toml";
+  const std::string recipe =
+      std::string(CIUIC_SOURCE_DIR) + "/configs/bench/deepseek-7b-3x4090.toml";
   const PlanOut fits = plan({recipe});
   ASSERT_EQ(fits.code, 0) << fits.text;
-  EXPECT_NE(fits.text.find("of the 24.00 GiB cap ([cluster] memory_per_device_gib): fits"), std::string::npos) << fits.text;
-  EXPECT_NE(fits.text.find("host   master weights + AdamW moments"), std::string::npos) << fits.text;
-  const PlanOut big = plan({recipe, "--set", "optimizer.plugin=adamw", "--set", "model.activation_checkpointing=false"});
+  EXPECT_NE(fits.text.find("of the 24.00 GiB cap ([cluster] memory_per_device_gib): fits"),
+            std::string::npos)
+      << fits.text;
+  EXPECT_NE(fits.text.find("host   master weights + AdamW moments"), std::string::npos)
+      << fits.text;
+  const PlanOut big = plan(
+      {recipe, "--set", "optimizer.plugin=adamw", "--set", "model.activation_checkpointing=false"});
   ASSERT_EQ(big.code, 0) << big.text;
   EXPECT_GT(big.device_gib, 24.0);
   EXPECT_NE(big.text.find("does NOT fit"), std::string::npos) << big.text;
-  EXPECT_TRUE(std::regex_search(big.text, std::regex("\\[optimizer\\] plugin = \"cpu_adam\": [0-9.]+ GiB per device \\(-[0-9.]+ GiB\\)")))
+  EXPECT_TRUE(std::regex_search(
+      big.text,
+      std::regex(
+          "\\[optimizer\\] plugin = \"cpu_adam\": [0-9.]+ GiB per device \\(-[0-9.]+ GiB\\)")))
       << big.text;
-  EXPECT_NE(big.text.find("[model] activation_checkpointing = true"), std::string::npos) << big.text;
+  EXPECT_NE(big.text.find("[model] activation_checkpointing = true"), std::string::npos)
+      << big.text;
   const PlanOut bad = plan({recipe, "--set", "optimizer.plugin=nosuch"});
   EXPECT_EQ(bad.code, 2);
-  EXPECT_NE(bad.text.find("--set: unknown optimizer plugin 'nosuch'"), std::string::npos) << bad.text;
+  EXPECT_NE(bad.text.find("--set: unknown optimizer plugin 'nosuch'"), std::string::npos)
+      << bad.text;
 }
 
 // What cpu_adam holds in host memory, per node, as --plan totals it: 16 bytes a parameter (fp32
@@ -789,16 +851,20 @@ TEST(TrainE2E, PlanSaysWhatDoesNotFitAndWhatWouldHelp) {
 // (the 3x4090 recipe: 3 ranks, bf16 reduction); with one bf16 chunk a step (one rank, no
 // accumulation) 12 + 2 bytes and the tiles. A whole-shard landing zone would add 2 bytes.
 TEST(TrainE2E, PlanTotalsCpuAdamHostMemoryPerNode) {
-  const std::string recipe = std::string(CIUIC_SOURCE_DIR) + "/configs/bench/deepseek-7b-3x4090.toml";
+  const std::string recipe =
+      std::string(CIUIC_SOURCE_DIR) + "/configs/bench/deepseek-7b-3x4090.toml";
   auto host_per_node = [](const PlanOut& p) {
     std::smatch m;
-    EXPECT_TRUE(std::regex_search(p.text, m, std::regex("total host: [0-9.]+ GiB per rank, ([0-9.]+) GiB per node")))
+    EXPECT_TRUE(std::regex_search(
+        p.text, m, std::regex("total host: [0-9.]+ GiB per rank, ([0-9.]+) GiB per node")))
         << p.text;
     return m.empty() ? NAN : std::stod(m[1]) * 1073741824.0;
   };
   auto parameters = [](const PlanOut& p) {
     std::smatch m;
-    EXPECT_TRUE(std::regex_search(p.text, m, std::regex("parameters +[0-9.]+ GiB +([0-9]+) x 2 bytes"))) << p.text;
+    EXPECT_TRUE(
+        std::regex_search(p.text, m, std::regex("parameters +[0-9.]+ GiB +([0-9]+) x 2 bytes")))
+        << p.text;
     return m.empty() ? NAN : std::stod(m[1]);
   };
   const double tiles = 2.0 * 4194304 * 2;  // two bf16 tiles of tile_size elements
@@ -806,9 +872,11 @@ TEST(TrainE2E, PlanTotalsCpuAdamHostMemoryPerNode) {
   ASSERT_EQ(three.code, 0) << three.text;
   const double n = parameters(three);
   const double slot = std::ceil(2e8 / 3);  // reduce_bucket_size 2e8 over 3 ranks, bf16
-  EXPECT_NEAR(host_per_node(three), 16 * n + 3 * (4 * slot * 2 + tiles), 0.002 * 16 * n) << three.text;
+  EXPECT_NEAR(host_per_node(three), 16 * n + 3 * (4 * slot * 2 + tiles), 0.002 * 16 * n)
+      << three.text;
   EXPECT_NE(three.text.find("host   gradient landing slots"), std::string::npos) << three.text;
-  const PlanOut one = plan({recipe, "--nproc", "1", "--set", "train.gradient_accumulation_steps=1"});
+  const PlanOut one =
+      plan({recipe, "--nproc", "1", "--set", "train.gradient_accumulation_steps=1"});
   ASSERT_EQ(one.code, 0) << one.text;
   EXPECT_NEAR(host_per_node(one), 14 * n + tiles, 0.002 * 14 * n) << one.text;
   EXPECT_EQ(one.text.find("landing slots"), std::string::npos) << one.text;
@@ -816,9 +884,10 @@ TEST(TrainE2E, PlanTotalsCpuAdamHostMemoryPerNode) {
   const PlanOut cpu = plan({std::string(CIUIC_SOURCE_DIR) + "/configs/tiny-cpu.toml", "--set",
                             "model.config.vocab_size=2000000000"});
   ASSERT_EQ(cpu.code, 0) << cpu.text;
-  EXPECT_TRUE(std::regex_search(cpu.text, std::regex("total host: 0.00 GiB per rank, 0.00 GiB per node \\(3 rank\\(s\\)\\), "
-                                                     "[0-9.]+ GiB with the ranks' cpu totals; this machine has [0-9.]+ "
-                                                     "GiB: NOT enough host memory")))
+  EXPECT_TRUE(std::regex_search(
+      cpu.text, std::regex("total host: 0.00 GiB per rank, 0.00 GiB per node \\(3 rank\\(s\\)\\), "
+                           "[0-9.]+ GiB with the ranks' cpu totals; this machine has [0-9.]+ "
+                           "GiB: NOT enough host memory")))
       << cpu.text;
 }
 
@@ -854,36 +923,53 @@ TEST(TrainE2E, AutoCheckpointingFitsTheCapAndAgreesWithThePlan) {
   ASSERT_GT(none, one + 0.5);
   ASSERT_GT(one, all + 0.5);
   const double cap_gib = (one + (none - one) / 2) / 0.92 / 1024.0;
-  const std::vector<std::string> with_auto = {"--set", "model.activation_checkpointing=true", "--set",
-                                              "model.checkpoint_layers=\"auto\"", "--set",
-                                              "cluster.memory_per_device_gib=" + std::to_string(cap_gib)};
+  const std::vector<std::string> with_auto = {
+      "--set", "model.activation_checkpointing=true",
+      "--set", "model.checkpoint_layers=\"auto\"",
+      "--set", "cluster.memory_per_device_gib=" + std::to_string(cap_gib)};
   const Result r = run_wide("auto-ckpt", with_auto);
   EXPECT_RUN_OK(r);
-  EXPECT_NE((r.out + r.err).find("[model] checkpoint_layers = \"auto\": 1 of 2 layers checkpointed, the fewest whose "
-                                 "memory plan fits"), std::string::npos) << r.log();
+  EXPECT_NE(
+      (r.out + r.err)
+          .find(
+              "[model] checkpoint_layers = \"auto\": 1 of 2 layers checkpointed, the fewest whose "
+              "memory plan fits"),
+      std::string::npos)
+      << r.log();
   std::vector<std::string> plan_args = with_auto;
   plan_args.push_back("--plan");
   const Result p = run_wide("auto-ckpt-plan", plan_args);
   EXPECT_NE((p.out + p.err).find("checkpointing 1 of 2 layers"), std::string::npos) << p.log();
-  EXPECT_NE((p.out + p.err).find("checkpoint_layers = \"auto\": 1 of 2 layers, the fewest within 92% of the cap"),
-            std::string::npos) << p.log();
+  EXPECT_NE(
+      (p.out + p.err)
+          .find("checkpoint_layers = \"auto\": 1 of 2 layers, the fewest within 92% of the cap"),
+      std::string::npos)
+      << p.log();
 
-  const Result free = run_wide("auto-ckpt-nocap", {"--set", "model.activation_checkpointing=true", "--set",
-                                                   "model.checkpoint_layers=\"auto\""});
+  const Result free = run_wide("auto-ckpt-nocap", {"--set", "model.activation_checkpointing=true",
+                                                   "--set", "model.checkpoint_layers=\"auto\""});
   EXPECT_RUN_OK(free);
-  EXPECT_NE((free.out + free.err).find("\"auto\": 0 of 2 layers checkpointed"), std::string::npos) << free.log();
+  EXPECT_NE((free.out + free.err).find("\"auto\": 0 of 2 layers checkpointed"), std::string::npos)
+      << free.log();
 
   const Result off = run_wide("auto-ckpt-off", {"--set", "model.checkpoint_layers=\"auto\""});
   EXPECT_RUN_OK(off);
-  EXPECT_NE((off.out + off.err).find("checkpoint_layers = \"auto\" has no effect without activation_checkpointing = true"),
-            std::string::npos) << off.log();
+  EXPECT_NE(
+      (off.out + off.err)
+          .find(
+              "checkpoint_layers = \"auto\" has no effect without activation_checkpointing = true"),
+      std::string::npos)
+      << off.log();
 
-  const Result tight = run_wide("auto-ckpt-tight",
-                           {"--set", "model.activation_checkpointing=true", "--set", "model.checkpoint_layers=\"auto\"",
-                            "--set", "cluster.memory_per_device_gib=" + std::to_string(all / 2 / 1024.0)});
+  const Result tight = run_wide(
+      "auto-ckpt-tight",
+      {"--set", "model.activation_checkpointing=true", "--set", "model.checkpoint_layers=\"auto\"",
+       "--set", "cluster.memory_per_device_gib=" + std::to_string(all / 2 / 1024.0)});
   EXPECT_RUN_OK(tight);
-  EXPECT_NE((tight.out + tight.err).find("\"auto\": every layer checkpointed; even so the memory plan does not fit"),
-            std::string::npos) << tight.log();
+  EXPECT_NE((tight.out + tight.err)
+                .find("\"auto\": every layer checkpointed; even so the memory plan does not fit"),
+            std::string::npos)
+      << tight.log();
 }
 
 // [train] micro_batch_size = "auto" with global_batch_size: each worker takes the largest
@@ -908,54 +994,80 @@ TEST(TrainE2E, AutoMicroBatchKeepsTheGlobalBatchAndFitsTheCap) {
   const double eight = total_mib(8, 1), four = total_mib(4, 2);
   ASSERT_GT(eight, four + 0.5);
   const double cap_gib = (four + (eight - four) / 2) / 0.92 / 1024.0;
-  const std::vector<std::string> auto_mb = with(wide, {"--set", "train.micro_batch_size=\"auto\"", "--set",
-                                                       "train.global_batch_size=16"});
-  const Result a = run("auto-mb", shape, with(auto_mb, {"--set", "cluster.memory_per_device_gib=" + std::to_string(cap_gib)}));
+  const std::vector<std::string> auto_mb = with(
+      wide, {"--set", "train.micro_batch_size=\"auto\"", "--set", "train.global_batch_size=16"});
+  const Result a =
+      run("auto-mb", shape,
+          with(auto_mb, {"--set", "cluster.memory_per_device_gib=" + std::to_string(cap_gib)}));
   EXPECT_RUN_OK(a);
-  EXPECT_NE((a.out + a.err).find("[train] micro_batch_size = \"auto\": 4 x 2 accumulation (8 sequences per rank a "
-                                 "step), the largest micro-batch whose memory plan fits"),
-            std::string::npos) << a.log();
+  EXPECT_NE(
+      (a.out + a.err)
+          .find("[train] micro_batch_size = \"auto\": 4 x 2 accumulation (8 sequences per rank a "
+                "step), the largest micro-batch whose memory plan fits"),
+      std::string::npos)
+      << a.log();
   Shape explicit_shape = shape;
   explicit_shape.micro = 4;
   explicit_shape.accum = 2;
   const Result e = run("auto-mb-explicit", explicit_shape, wide);
   EXPECT_RUN_OK(e);
   EXPECT_EQ(max_rel(exported(a), exported(e)), 0.0);
-  const Result p = run("auto-mb-plan-cap", shape,
-                       with(auto_mb, {"--set", "cluster.memory_per_device_gib=" + std::to_string(cap_gib), "--plan"}));
-  EXPECT_NE((p.out + p.err).find("micro_batch_size = \"auto\": 4 x 2 accumulation, the largest within 92% of the cap"),
-            std::string::npos) << p.log();
+  const Result p =
+      run("auto-mb-plan-cap", shape,
+          with(auto_mb,
+               {"--set", "cluster.memory_per_device_gib=" + std::to_string(cap_gib), "--plan"}));
+  EXPECT_NE(
+      (p.out + p.err)
+          .find(
+              "micro_batch_size = \"auto\": 4 x 2 accumulation, the largest within 92% of the cap"),
+      std::string::npos)
+      << p.log();
   const Result free = run("auto-mb-nocap", shape, auto_mb);
   EXPECT_RUN_OK(free);
-  EXPECT_NE((free.out + free.err).find("\"auto\": 8 x 1 accumulation"), std::string::npos) << free.log();
+  EXPECT_NE((free.out + free.err).find("\"auto\": 8 x 1 accumulation"), std::string::npos)
+      << free.log();
 
-  const Result missing = run("auto-mb-missing", shape, {"--set", "train.micro_batch_size=\"auto\"", "--plan"});
+  const Result missing =
+      run("auto-mb-missing", shape, {"--set", "train.micro_batch_size=\"auto\"", "--plan"});
   EXPECT_EQ(missing.code, 2) << missing.log();
-  EXPECT_NE(missing.err.find("--set: [train] micro_batch_size = \"auto\" needs [train] global_batch_size"),
-            std::string::npos) << missing.log();
-  const Result odd = run("auto-mb-odd", shape, {"--set", "train.micro_batch_size=\"auto\"", "--set",
-                                                "train.global_batch_size=15", "--plan"});
+  EXPECT_NE(missing.err.find(
+                "--set: [train] micro_batch_size = \"auto\" needs [train] global_batch_size"),
+            std::string::npos)
+      << missing.log();
+  const Result odd = run("auto-mb-odd", shape,
+                         {"--set", "train.micro_batch_size=\"auto\"", "--set",
+                          "train.global_batch_size=15", "--plan"});
   EXPECT_EQ(odd.code, 2) << odd.log();
-  EXPECT_NE(odd.err.find("--set: [train] global_batch_size = 15 is not a multiple of the 2 ranks"), std::string::npos)
+  EXPECT_NE(odd.err.find("--set: [train] global_batch_size = 15 is not a multiple of the 2 ranks"),
+            std::string::npos)
       << odd.log();
-  const Result disagree = run("auto-mb-disagree", shape, {"--set", "train.global_batch_size=12", "--plan"});
+  const Result disagree =
+      run("auto-mb-disagree", shape, {"--set", "train.global_batch_size=12", "--plan"});
   EXPECT_EQ(disagree.code, 2) << disagree.log();
-  EXPECT_NE(disagree.err.find("[train] global_batch_size = 12 but micro_batch_size x gradient_accumulation_steps x "
-                              "ranks = 8 x 1 x 2 = 16"),
-            std::string::npos) << disagree.log();
+  EXPECT_NE(
+      disagree.err.find(
+          "[train] global_batch_size = 12 but micro_batch_size x gradient_accumulation_steps x "
+          "ranks = 8 x 1 x 2 = 16"),
+      std::string::npos)
+      << disagree.log();
 }
 
-// [sharding] grad_accumulation = "auto" (zero2 declares it kOptionPlanned, "auto|no_sync|reduce_each"):
-// each worker takes no_sync when its memory plan (the whole gradient kept on the device) fits 92%
-// of the cap, else reduce_each; says so; and trains bit for bit as the explicit choice does. --plan
-// shows the same choice, and for an explicit reduce_each that no_sync would fit too. Without a cap
-// a CPU worker fits its share of the machine's memory: no_sync.
+// [sharding] grad_accumulation = "auto" (zero2 declares it kOptionPlanned,
+// "auto|no_sync|reduce_each"): each worker takes no_sync when its memory plan (the whole gradient
+// kept on the device) fits 92% of the cap, else reduce_each; says so; and trains bit for bit as the
+// explicit choice does. --plan shows the same choice, and for an explicit reduce_each that no_sync
+// would fit too. Without a cap a CPU worker fits its share of the machine's memory: no_sync.
 TEST(TrainE2E, AutoGradAccumulationChoosesByTheMemoryPlan) {
   const Shape shape{.world = 2, .micro = 2, .accum = 3, .steps = 3, .sharding = "zero2"};
   const std::vector<std::string> wide = {"--set", "model.config.hidden_size=256", "--set",
                                          "model.config.intermediate_size=512"};
-  auto mode = [](const std::string& m) { return std::vector<std::string>{"--set", "sharding.grad_accumulation=\"" + m + "\""}; };
-  auto cap = [](double gib) { return std::vector<std::string>{"--set", "cluster.memory_per_device_gib=" + std::to_string(gib)}; };
+  auto mode = [](const std::string& m) {
+    return std::vector<std::string>{"--set", "sharding.grad_accumulation=\"" + m + "\""};
+  };
+  auto cap = [](double gib) {
+    return std::vector<std::string>{"--set",
+                                    "cluster.memory_per_device_gib=" + std::to_string(gib)};
+  };
   const double nosync = plan_total_mib("auto-acc-plan", shape, with(wide, mode("no_sync"))).first;
   const double each = plan_total_mib("auto-acc-plan", shape, with(wide, mode("reduce_each"))).first;
   ASSERT_GT(nosync, each + 0.5);  // the whole model's gradient against a bucket and a shard
@@ -966,10 +1078,14 @@ TEST(TrainE2E, AutoGradAccumulationChoosesByTheMemoryPlan) {
   // With the cap, and explicitly: the same bits.
   std::map<std::string, Weights> explicit_weights;
   for (const auto& [gib, chosen] : {std::pair{tight, "reduce_each"}, std::pair{roomy, "no_sync"}}) {
-    const Result a = run(std::string("auto-acc-") + chosen, shape, with(with(wide, mode("auto")), cap(gib)));
+    const Result a =
+        run(std::string("auto-acc-") + chosen, shape, with(with(wide, mode("auto")), cap(gib)));
     EXPECT_RUN_OK(a);
-    EXPECT_NE((a.out + a.err).find(said + "\"" + chosen + "\", the first of no_sync|reduce_each whose memory plan fits"),
-              std::string::npos) << a.log();
+    EXPECT_NE((a.out + a.err)
+                  .find(said + "\"" + chosen +
+                        "\", the first of no_sync|reduce_each whose memory plan fits"),
+              std::string::npos)
+        << a.log();
     const Result e = run(std::string("explicit-") + chosen, shape, with(wide, mode(chosen)));
     EXPECT_RUN_OK(e);
     explicit_weights[chosen] = exported(e);
@@ -982,27 +1098,41 @@ TEST(TrainE2E, AutoGradAccumulationChoosesByTheMemoryPlan) {
   EXPECT_GT(max_rel(e_sync, e_each), 0.0);
   EXPECT_LT(max_rel(e_sync, e_each), 1e-6);
 
-  const Result p_tight = run("auto-acc-plan-tight", shape, with(with(with(wide, mode("auto")), cap(tight)), {"--plan"}));
+  const Result p_tight = run("auto-acc-plan-tight", shape,
+                             with(with(with(wide, mode("auto")), cap(tight)), {"--plan"}));
   EXPECT_EQ(p_tight.code, 0) << p_tight.log();
-  EXPECT_NE((p_tight.out + p_tight.err).find("chosen: " + said + "\"reduce_each\", the first of no_sync|reduce_each "
-                                                                 "whose memory plan fits within 92% of the cap"),
-            std::string::npos) << p_tight.log();
-  const Result p_each = run("auto-acc-plan-each", shape, with(with(with(wide, mode("reduce_each")), cap(roomy)), {"--plan"}));
-  EXPECT_NE((p_each.out + p_each.err).find("also fits:\n  - [sharding] grad_accumulation = \"no_sync\": "),
-            std::string::npos) << p_each.log();
-  const Result p_none = run("auto-acc-plan-nocap", shape, with(with(wide, mode("auto")), {"--plan"}));
-  EXPECT_NE((p_none.out + p_none.err).find("chosen: " + said + "\"reduce_each\", the last of no_sync|reduce_each "
-                                                                "(chosen at start from the device's memory)"),
-            std::string::npos) << p_none.log();
+  EXPECT_NE((p_tight.out + p_tight.err)
+                .find("chosen: " + said +
+                      "\"reduce_each\", the first of no_sync|reduce_each "
+                      "whose memory plan fits within 92% of the cap"),
+            std::string::npos)
+      << p_tight.log();
+  const Result p_each = run("auto-acc-plan-each", shape,
+                            with(with(with(wide, mode("reduce_each")), cap(roomy)), {"--plan"}));
+  EXPECT_NE((p_each.out + p_each.err)
+                .find("also fits:\n  - [sharding] grad_accumulation = \"no_sync\": "),
+            std::string::npos)
+      << p_each.log();
+  const Result p_none =
+      run("auto-acc-plan-nocap", shape, with(with(wide, mode("auto")), {"--plan"}));
+  EXPECT_NE((p_none.out + p_none.err)
+                .find("chosen: " + said +
+                      "\"reduce_each\", the last of no_sync|reduce_each "
+                      "(chosen at start from the device's memory)"),
+            std::string::npos)
+      << p_none.log();
   const Result free = run("auto-acc-nocap", shape, with(wide, mode("auto")));
   EXPECT_RUN_OK(free);
   EXPECT_NE((free.out + free.err).find(said + "\"no_sync\""), std::string::npos) << free.log();
   // --dry-run creates the plugin with the worker's choice.
-  for (const auto& [extra, chosen] : {std::pair{std::vector<std::string>{}, "no_sync"},
-                                      std::pair{cap(tight), "reduce_each"}}) {
-    const Result d = run("auto-acc-dry", shape, with(with(with(wide, mode("auto")), extra), {"--dry-run"}));
+  for (const auto& [extra, chosen] :
+       {std::pair{std::vector<std::string>{}, "no_sync"}, std::pair{cap(tight), "reduce_each"}}) {
+    const Result d =
+        run("auto-acc-dry", shape, with(with(with(wide, mode("auto")), extra), {"--dry-run"}));
     EXPECT_EQ(d.code, 0) << d.log();
-    EXPECT_NE(d.out.find("(auto: grad_accumulation = \"" + std::string(chosen) + "\")"), std::string::npos) << d.log();
+    EXPECT_NE(d.out.find("(auto: grad_accumulation = \"" + std::string(chosen) + "\")"),
+              std::string::npos)
+        << d.log();
   }
 }
 
@@ -1013,16 +1143,19 @@ TEST(TrainE2E, AutoGradAccumulationChoosesByTheMemoryPlan) {
 // cap, says so, trains bit for bit as that share written out, and --plan shows the same choice.
 TEST(TrainE2E, PartlyLocalAccumulationMatchesReduceEachAndFitsTheCap) {
   const Shape shape{.world = 2, .micro = 2, .accum = 3, .steps = 3, .sharding = "zero2"};
-  const std::vector<std::string> wide = {"--set", "model.config.hidden_size=256", "--set",
-                                         "model.config.intermediate_size=512", "--set",
-                                         "sharding.grad_accumulation=\"reduce_each\"", "--set",
-                                         "sharding.reduce_bucket_size=20000"};
-  auto local = [](const std::string& v) { return std::vector<std::string>{"--set", "sharding.local_accumulation_percent=" + v}; };
-  for (const auto& [sharding, optimizer] : {std::pair{"zero2", "adamw"}, std::pair{"zero2", "cpu_adam"},
-                                            std::pair{"ddp", "adamw"}}) {
+  const std::vector<std::string> wide = {"--set", "model.config.hidden_size=256",
+                                         "--set", "model.config.intermediate_size=512",
+                                         "--set", "sharding.grad_accumulation=\"reduce_each\"",
+                                         "--set", "sharding.reduce_bucket_size=20000"};
+  auto local = [](const std::string& v) {
+    return std::vector<std::string>{"--set", "sharding.local_accumulation_percent=" + v};
+  };
+  for (const auto& [sharding, optimizer] :
+       {std::pair{"zero2", "adamw"}, std::pair{"zero2", "cpu_adam"}, std::pair{"ddp", "adamw"}}) {
     const std::string name = std::string(sharding) + "-" + optimizer;
-    const std::vector<std::string> opt = {"--set", std::string("optimizer.plugin=\"") + optimizer + "\"", "--set",
-                                          std::string("sharding.plugin=\"") + sharding + "\""};
+    const std::vector<std::string> opt = {
+        "--set", std::string("optimizer.plugin=\"") + optimizer + "\"", "--set",
+        std::string("sharding.plugin=\"") + sharding + "\""};
     const Result each = run("local0-" + name, shape, with(with(wide, opt), local("0")));
     const Result half = run("local50-" + name, shape, with(with(wide, opt), local("50")));
     EXPECT_RUN_OK(each);
@@ -1031,25 +1164,32 @@ TEST(TrainE2E, PartlyLocalAccumulationMatchesReduceEachAndFitsTheCap) {
     EXPECT_GT(d, 0.0) << name << ": the share did not take effect";
     EXPECT_LT(d, 1e-6) << name;
   }
-  auto total_mib = [&](const std::vector<std::string>& args) { return plan_total_mib("local-plan", shape, with(wide, args)); };
+  auto total_mib = [&](const std::vector<std::string>& args) {
+    return plan_total_mib("local-plan", shape, with(wide, args));
+  };
   const double none = total_mib(local("0")).first, all = total_mib(local("100")).first;
   ASSERT_GT(all, none + 1.0);
-  const std::vector<std::string> cap = {"--set", "cluster.memory_per_device_gib=" +
-                                                     std::to_string((none + (all - none) / 2) / 0.92 / 1024.0)};
+  const std::vector<std::string> cap = {
+      "--set",
+      "cluster.memory_per_device_gib=" + std::to_string((none + (all - none) / 2) / 0.92 / 1024.0)};
   const auto [_, plan_text] = total_mib(with(local("\"auto\""), cap));
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(plan_text, m, std::regex("chosen: \\[sharding\\] local_accumulation_percent = \"auto\": "
-                                                          "([0-9]+), the largest of 0..100 whose memory plan fits within "
-                                                          "92% of the cap")))
+  ASSERT_TRUE(
+      std::regex_search(plan_text, m,
+                        std::regex("chosen: \\[sharding\\] local_accumulation_percent = \"auto\": "
+                                   "([0-9]+), the largest of 0..100 whose memory plan fits within "
+                                   "92% of the cap")))
       << plan_text;
   const int chosen = std::stoi(m[1]);
   EXPECT_GT(chosen, 10);
   EXPECT_LT(chosen, 90);
   const Result a = run("local-auto", shape, with(with(wide, local("\"auto\"")), cap));
   EXPECT_RUN_OK(a);
-  EXPECT_NE((a.out + a.err).find("[sharding] local_accumulation_percent = \"auto\": " + std::to_string(chosen) +
-                                 ", the largest of 0..100 whose memory plan fits"),
-            std::string::npos) << a.log();
+  EXPECT_NE((a.out + a.err)
+                .find("[sharding] local_accumulation_percent = \"auto\": " +
+                      std::to_string(chosen) + ", the largest of 0..100 whose memory plan fits"),
+            std::string::npos)
+      << a.log();
   const Result e = run("local-explicit", shape, with(wide, local(std::to_string(chosen))));
   EXPECT_RUN_OK(e);
   EXPECT_EQ(max_rel(exported(a), exported(e)), 0.0);
@@ -1059,7 +1199,8 @@ TEST(TrainE2E, PartlyLocalAccumulationMatchesReduceEachAndFitsTheCap) {
     EXPECT_EQ(r.code, 2) << bad << "\n" << r.log();
     EXPECT_NE(r.err.find("--set sharding.local_accumulation_percent=" + std::string(bad) +
                          ": [sharding] (plugin zero2) local_accumulation_percent: "),
-              std::string::npos) << r.log();
+              std::string::npos)
+        << r.log();
     EXPECT_NE(r.err.find("an integer in [0, 100] or \"auto\""), std::string::npos) << r.log();
   }
 }
@@ -1073,7 +1214,9 @@ TEST(TrainE2E, UnwritableCheckpointFolderIsAnError) {
   const Result r = run("ro", s, {"--set", "checkpoint.dir=\"" + dir + "/blocker/file/ckpt\""});
   EXPECT_EQ(r.code, 2) << r.log();
   EXPECT_NE(r.err.find("[checkpoint] dir " + dir + "/blocker/file/ckpt cannot be created: " + dir +
-                       "/blocker/file is a file"), std::string::npos) << r.log();
+                       "/blocker/file is a file"),
+            std::string::npos)
+      << r.log();
   EXPECT_FALSE(fs::exists(r.dir + "/out/metrics.jsonl")) << r.log();
 }
 

@@ -43,7 +43,8 @@ at::Tensor rank_input(int rank, int64_t numel, at::ScalarType dtype, bool exact,
     const at::Tensor i = at::arange(numel, at::kLong);
     t = ((i * 7 + rank * 13 + static_cast<int64_t>(seed)).remainder(17) - 8).to(at::kDouble) * 0.5;
   } else {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed * 1000003ULL + static_cast<uint64_t>(rank));
+    auto gen =
+        at::make_generator<at::CPUGeneratorImpl>(seed * 1000003ULL + static_cast<uint64_t>(rank));
     t = at::randn({numel}, gen, at::TensorOptions().dtype(at::kDouble));
   }
   return t.to(dtype);
@@ -52,7 +53,8 @@ at::Tensor rank_input(int rank, int64_t numel, at::ScalarType dtype, bool exact,
 // Every rank's input, [world, numel], in fp64.
 at::Tensor all_inputs(int world, int64_t numel, at::ScalarType dtype, bool exact, uint64_t seed) {
   std::vector<at::Tensor> v;
-  for (int r = 0; r < world; ++r) v.push_back(rank_input(r, numel, dtype, exact, seed).to(at::kDouble));
+  for (int r = 0; r < world; ++r)
+    v.push_back(rank_input(r, numel, dtype, exact, seed).to(at::kDouble));
   return at::stack(v);
 }
 
@@ -86,12 +88,14 @@ class Rank {
     expect(comm_.rank() == R_ && comm_.size() == W_,
            "rank()/size() = " + std::to_string(comm_.rank()) + "/" + std::to_string(comm_.size()) +
                ", expected the context's " + std::to_string(R_) + "/" + std::to_string(W_));
-    expect(comm_.device() == dev_, "device() = " + comm_.device().str() + ", expected " + dev_.str());
+    expect(comm_.device() == dev_,
+           "device() = " + comm_.device().str() + ", expected " + dev_.str());
     // What the core issues: sums of fp64 values (losses, token counts, the gradient norm's
     // squares), of gradient buckets in the reduce dtypes; reduce-scatter and all-gather of buckets
     // (zero2), broadcast of the flat parameters from rank 0 (the optim kit).
     for (at::ScalarType dt : {at::kDouble, at::kFloat, at::kBFloat16, at::kHalf})
-      for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{1001}, int64_t{1} << 16}) all_reduce(dt, n, ReduceOp::kSum, true);
+      for (int64_t n : {int64_t{1}, int64_t{3}, int64_t{1001}, int64_t{1} << 16})
+        all_reduce(dt, n, ReduceOp::kSum, true);
     for (at::ScalarType dt : {at::kDouble, at::kFloat}) all_reduce(dt, 4099, ReduceOp::kSum, false);
     for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
       for (int64_t chunk : {int64_t{7}, int64_t{4099}}) {
@@ -109,7 +113,8 @@ class Rank {
         all_reduce(at::kFloat, 1001, op, true);
       } catch (const Error& e) {
         expect(std::string(e.what()).find(op_name(op)) != std::string::npos,
-               std::string("all_reduce ") + op_name(op) + " threw an error that does not name the op: " + e.what());
+               std::string("all_reduce ") + op_name(op) +
+                   " threw an error that does not name the op: " + e.what());
       }
     }
     // barrier: every rank sets a key, passes the barrier, then sees every rank's key.
@@ -130,17 +135,21 @@ class Rank {
              const at::Tensor& scale = {}) {
     const at::Tensor g = got.cpu().to(at::kDouble).flatten(), w = want.to(at::kDouble).flatten();
     if (g.numel() != w.numel()) {
-      expect(false, what + ": " + std::to_string(g.numel()) + " elements, expected " + std::to_string(w.numel()));
+      expect(false, what + ": " + std::to_string(g.numel()) + " elements, expected " +
+                        std::to_string(w.numel()));
       return;
     }
     const at::Tensor err = (g - w).abs();
-    const at::Tensor bound = (w.abs() + (scale.defined() ? scale.flatten() : at::zeros_like(w))) * rtol;
+    const at::Tensor bound =
+        (w.abs() + (scale.defined() ? scale.flatten() : at::zeros_like(w))) * rtol;
     const at::Tensor bad = err.gt(bound) | g.isnan();
     if (bad.any().item<bool>()) {
       const int64_t i = bad.to(at::kInt).argmax().item<int64_t>();
-      expect(false, what + ": element " + std::to_string(i) + " is " + std::to_string(g[i].item<double>()) +
-                        ", expected " + std::to_string(w[i].item<double>()) +
-                        (rtol > 0 ? " (relative tolerance " + std::to_string(rtol) + ")" : " (exactly)"));
+      expect(false,
+             what + ": element " + std::to_string(i) + " is " +
+                 std::to_string(g[i].item<double>()) + ", expected " +
+                 std::to_string(w[i].item<double>()) +
+                 (rtol > 0 ? " (relative tolerance " + std::to_string(rtol) + ")" : " (exactly)"));
     }
   }
   std::string dtype_name(at::ScalarType dt) const { return c10::toString(dt); }
@@ -152,8 +161,8 @@ class Rank {
     const at::Tensor all = all_inputs(W_, n, dt, exact, seed);
     const bool exact_result = exact && op != ReduceOp::kAvg;
     close(t, reduce_ref(all, op), exact_result ? 0.0 : tolerance(dt),
-          std::string("all_reduce ") + op_name(op) + " " + dtype_name(dt) + " of " + std::to_string(n) +
-              (exact ? " exact" : " random") + " values",
+          std::string("all_reduce ") + op_name(op) + " " + dtype_name(dt) + " of " +
+              std::to_string(n) + (exact ? " exact" : " random") + " values",
           op == ReduceOp::kSum || op == ReduceOp::kAvg ? all.abs().sum(0) : at::Tensor());
   }
 
@@ -178,8 +187,8 @@ class Rank {
       comm_.all_gather(out, mine)->wait();
     }
     close(out, all_inputs(W_, chunk, dt, true, seed).flatten(), 0.0,
-          std::string(in_place ? "in-place " : "") + "all_gather " + dtype_name(dt) + ", chunk of " +
-              std::to_string(chunk));
+          std::string(in_place ? "in-place " : "") + "all_gather " + dtype_name(dt) +
+              ", chunk of " + std::to_string(chunk));
   }
 
   void broadcast(at::ScalarType dt, int root) {
@@ -222,15 +231,17 @@ void check_comm(const PluginUnderTest& plugin, const CheckOptions& o) {
   const std::string dir = work_dir(o, "comm");
   for (int world : o.world_sizes) {
     SCOPED_TRACE("world size " + std::to_string(world));
-    run_ranks(world, 180s, [&](int rank, int W, int port, const std::shared_ptr<Store>& store, Lines& lines) {
-      RunContext ctx = make_context(rank, W, store, o.device, dir + "/w" + std::to_string(W) + "-r" + std::to_string(rank),
-                                    o.seed);
-      ctx.master_port = port;
-      std::shared_ptr<PluginObject> obj = plugin.create(cfg, ctx);
-      auto* comm = dynamic_cast<Comm*>(obj.get());
-      if (!comm) throw Error("the plugin's factory made no ciuic::Comm");
-      Rank(*comm, lines, rank, W, o.device).run(store);
-    });
+    run_ranks(world, 180s,
+              [&](int rank, int W, int port, const std::shared_ptr<Store>& store, Lines& lines) {
+                RunContext ctx = make_context(
+                    rank, W, store, o.device,
+                    dir + "/w" + std::to_string(W) + "-r" + std::to_string(rank), o.seed);
+                ctx.master_port = port;
+                std::shared_ptr<PluginObject> obj = plugin.create(cfg, ctx);
+                auto* comm = dynamic_cast<Comm*>(obj.get());
+                if (!comm) throw Error("the plugin's factory made no ciuic::Comm");
+                Rank(*comm, lines, rank, W, o.device).run(store);
+              });
   }
 }
 

@@ -38,7 +38,10 @@ std::vector<int64_t> row_of(const at::Tensor& t, int64_t i) {
 class DataCheck {
  public:
   DataCheck(const PluginUnderTest& plugin, const CheckOptions& o)
-      : plugin_(plugin), o_(o), cfg_(plugin.config(o.options_toml)), dir_(work_dir(o, "data")),
+      : plugin_(plugin),
+        o_(o),
+        cfg_(plugin.config(o.options_toml)),
+        dir_(work_dir(o, "data")),
         store_(make_local_store(std::chrono::seconds(60))) {
     if (!o.tokenizer_json.empty()) tokenizer_ = load_tokenizer(o.tokenizer_json);
   }
@@ -70,13 +73,15 @@ class DataCheck {
     for (const auto* t : {&b.input_ids, &b.labels, &b.position_ids}) {
       if (!t->defined() || t->scalar_type() != at::kLong || !t->device().is_cpu() ||
           t->sizes() != at::IntArrayRef({micro, o_.seq_len})) {
-        ADD_FAILURE() << what << ": input_ids, labels and position_ids must be int64 CPU tensors of shape [" << micro
-                      << ", " << o_.seq_len << "]";
+        ADD_FAILURE() << what
+                      << ": input_ids, labels and position_ids must be int64 CPU tensors of shape ["
+                      << micro << ", " << o_.seq_len << "]";
         return out;
       }
     }
     const int64_t labelled = b.labels.ne(-100).sum().item<int64_t>();
-    EXPECT_EQ(b.num_label_tokens, labelled) << what << ": num_label_tokens is not the count of labels != -100";
+    EXPECT_EQ(b.num_label_tokens, labelled)
+        << what << ": num_label_tokens is not the count of labels != -100";
     const int64_t vocab = tokenizer_ ? tokenizer_->vocab_size() : INT64_MAX;
     EXPECT_TRUE((b.labels.eq(-100) | (b.labels.ge(0) & b.labels.lt(vocab))).all().item<bool>())
         << what << ": a label is neither -100 nor a token id in [0, " << vocab << ")";
@@ -110,7 +115,8 @@ class DataCheck {
     for (int W : o_.world_sizes) {
       const int64_t batches = N / (W * m);
       if (batches < 2) {
-        ADD_FAILURE() << "CheckOptions::rows = " << N << " is too few for world size " << W << " and micro-batch " << m;
+        ADD_FAILURE() << "CheckOptions::rows = " << N << " is too few for world size " << W
+                      << " and micro-batch " << m;
         continue;
       }
       std::vector<std::unique_ptr<Source>> src;
@@ -123,13 +129,15 @@ class DataCheck {
           got[k].push_back(rows(src[k]->data->next(), m, where(W, k, i)));
           for (int64_t j = 0; j < m && static_cast<int64_t>(got[k][i].size()) == m; ++j) {
             const int64_t g = i * W * m + j * W + k;
-            EXPECT_TRUE(got[k][i][j] == ref[g]) << where(W, k, i) << ", row " << j << ": not global row " << g
-                                                << " (rank k of W reads rows g + k, g + k + W, ...: ciuic/data.h)";
+            EXPECT_TRUE(got[k][i][j] == ref[g])
+                << where(W, k, i) << ", row " << j << ": not global row " << g
+                << " (rank k of W reads rows g + k, g + k + W, ...: ciuic/data.h)";
           }
         }
         for (int k = 1; k < W; ++k)
-          EXPECT_EQ(cursor[k][i], cursor[0][i]) << "world " << W << ": rank " << k << "'s cursor after " << i
-                                                << " batches differs from rank 0's";
+          EXPECT_EQ(cursor[k][i], cursor[0][i])
+              << "world " << W << ": rank " << k << "'s cursor after " << i
+              << " batches differs from rank 0's";
       }
       cursors_after_first[W] = cursor[0][1];
       // Resume each rank from its own cursor half-way.
@@ -139,7 +147,8 @@ class DataCheck {
         r->data->seek(cursor[k][half]);
         for (int64_t i = half; i < batches; ++i)
           EXPECT_TRUE(rows(r->data->next(), m, where(W, k, i) + " after seek") == got[k][i])
-              << where(W, k, i) << ": resumed from the cursor after " << half << " batches, it differs from the "
+              << where(W, k, i) << ": resumed from the cursor after " << half
+              << " batches, it differs from the "
               << "uninterrupted run";
       }
     }
@@ -156,9 +165,10 @@ class DataCheck {
             const auto rs = rows(r->data->next(), mb, where(B, k, i));
             for (int64_t j = 0; j < static_cast<int64_t>(rs.size()); ++j) {
               const int64_t g = g0 + i * B * mb + j * B + k;
-              EXPECT_TRUE(rs[j] == ref[g]) << "resumed at world " << B << " (micro-batch " << mb << ") from world "
-                                           << A << "'s cursor after one batch: rank " << k << ", batch " << i
-                                           << ", row " << j << " is not global row " << g;
+              EXPECT_TRUE(rs[j] == ref[g])
+                  << "resumed at world " << B << " (micro-batch " << mb << ") from world " << A
+                  << "'s cursor after one batch: rank " << k << ", batch " << i << ", row " << j
+                  << " is not global row " << g;
             }
           }
         }
@@ -179,24 +189,28 @@ class DataCheck {
       size_t count = 0;
       for (int k = 0; k < W; ++k) {
         auto s = open(k, W, m);
-        ASSERT_TRUE(s->data->has_eval()) << "world " << W << ", rank " << k << ": has_eval() differs from world 1";
+        ASSERT_TRUE(s->data->has_eval())
+            << "world " << W << ", rank " << k << ": has_eval() differs from world 1";
         const std::vector<Row> a = eval_rows(*s->data, m, "eval, " + where(W, k, 0));
         EXPECT_TRUE(eval_rows(*s->data, m, "eval again") == a)
             << "world " << W << ", rank " << k << ": a second begin_eval() yields other batches";
         if (k == 0) count = a.size();
-        EXPECT_EQ(a.size(), count) << "world " << W << ": rank " << k << " yields " << a.size() / m
-                                   << " eval batches, rank 0 " << count / m << " (ciuic/data.h: the same on every rank)";
+        EXPECT_EQ(a.size(), count)
+            << "world " << W << ": rank " << k << " yields " << a.size() / m
+            << " eval batches, rank 0 " << count / m << " (ciuic/data.h: the same on every rank)";
         for (size_t r = 0; r < a.size(); ++r) {
           const size_t g = r * W + k;  // row i of batch b: r = b * m + i
           if (g < ref.size()) {
             EXPECT_TRUE(a[r] == ref[g]) << "eval, world " << W << ", rank " << k << ", row " << r
                                         << ": not global eval row " << g;
           } else {
-            EXPECT_TRUE(a[r].padding()) << "eval, world " << W << ", rank " << k << ", row " << r << ": past the "
-                                        << ref.size() << " eval rows, it must be padding (labels -100)";
+            EXPECT_TRUE(a[r].padding())
+                << "eval, world " << W << ", rank " << k << ", row " << r << ": past the "
+                << ref.size() << " eval rows, it must be padding (labels -100)";
           }
         }
-        EXPECT_GE(a.size() * W, ref.size()) << "world " << W << ": rank " << k << " yields too few eval rows";
+        EXPECT_GE(a.size() * W, ref.size())
+            << "world " << W << ": rank " << k << " yields too few eval rows";
       }
     }
   }
@@ -215,7 +229,8 @@ class DataCheck {
   }
 
   static std::string where(int W, int k, int64_t i) {
-    return "world " + std::to_string(W) + ", rank " + std::to_string(k) + ", batch " + std::to_string(i);
+    return "world " + std::to_string(W) + ", rank " + std::to_string(k) + ", batch " +
+           std::to_string(i);
   }
 
  private:

@@ -20,7 +20,7 @@
 namespace ciuic::conformance {
 namespace {
 
-constexpr int64_t kNumel = 1237;   // odd: no kernel's vector width divides it
+constexpr int64_t kNumel = 1237;    // odd: no kernel's vector width divides it
 constexpr int64_t kDecayEnd = 700;  // [0, 700) weight decay, [700, numel) none
 constexpr int kSteps = 5, kResumeAfter = 3;
 
@@ -39,27 +39,34 @@ struct AdamW {
     v = v * beta2 + g * g * (1 - beta2);
     at::Tensor decay = at::ones({kNumel}, at::kDouble);
     decay.narrow(0, 0, kDecayEnd).fill_(1 - lr * wd);
-    const double bc1 = 1 - std::pow(beta1, static_cast<double>(t)), bc2 = 1 - std::pow(beta2, static_cast<double>(t));
+    const double bc1 = 1 - std::pow(beta1, static_cast<double>(t)),
+                 bc2 = 1 - std::pow(beta2, static_cast<double>(t));
     p = p * decay - (m / bc1) / ((v / bc2).sqrt() + eps) * lr;
   }
 };
 
 // |got - want| <= atol + rtol |want| everywhere.
-void expect_close(const at::Tensor& got, const at::Tensor& want, double rtol, double atol, const std::string& what) {
+void expect_close(const at::Tensor& got, const at::Tensor& want, double rtol, double atol,
+                  const std::string& what) {
   const at::Tensor g = got.to(at::kDouble).flatten(), w = want.to(at::kDouble).flatten();
   ASSERT_EQ(g.numel(), w.numel()) << what;
   const at::Tensor bad = (g - w).abs().gt(w.abs() * rtol + atol) | g.isnan();
   if (bad.any().item<bool>()) {
     const int64_t i = bad.to(at::kInt).argmax().item<int64_t>();
-    ADD_FAILURE() << what << ": element " << i << " is " << g[i].item<double>() << ", expected " << w[i].item<double>();
+    ADD_FAILURE() << what << ": element " << i << " is " << g[i].item<double>() << ", expected "
+                  << w[i].item<double>();
   }
 }
 
 class OptimizerCheck {
  public:
   OptimizerCheck(const PluginUnderTest& plugin, const CheckOptions& o)
-      : plugin_(plugin), o_(o), cfg_(plugin.config(o.options_toml)), dir_(work_dir(o, "optimizer")) {
-    ctx_ = make_context(0, 1, make_local_store(std::chrono::seconds(10)), c10::Device(c10::kCPU), dir_, o.seed);
+      : plugin_(plugin),
+        o_(o),
+        cfg_(plugin.config(o.options_toml)),
+        dir_(work_dir(o, "optimizer")) {
+    ctx_ = make_context(0, 1, make_local_store(std::chrono::seconds(10)), c10::Device(c10::kCPU),
+                        dir_, o.seed);
     precision_obj_ = plugin.create_helper(Slot::kPrecision, "fp32", "", ctx_);
     precision_ = dynamic_cast<Precision*>(precision_obj_.get());
   }
@@ -105,7 +112,8 @@ class OptimizerCheck {
       for (int i = 0; i < regions; ++i) {
         const int r = micro % 2 ? regions - 1 - i : i;
         const ShardRegion& reg = s.grad_regions[r];
-        opt.accumulate_grad(r, g.narrow(0, reg.offset, reg.numel).clone(), micro == 0, micro == A - 1);
+        opt.accumulate_grad(r, g.narrow(0, reg.offset, reg.numel).clone(), micro == 0,
+                            micro == A - 1);
       }
     }
     return sum;
@@ -123,9 +131,12 @@ class OptimizerCheck {
   void check_state(const Optimizer& opt, const StateDict& sd, const std::string& when) {
     for (const std::string& name : opt.state_names()) {
       const at::Tensor t = state_get(sd, name);
-      ASSERT_TRUE(t.defined()) << when << ": save_state() lacks '" << name << "' (a name of state_names())";
-      EXPECT_TRUE(t.dim() == 1 && t.numel() == kNumel && t.scalar_type() == at::kFloat && t.device().is_cpu())
-          << when << ": state '" << name << "' must be a 1-D fp32 CPU tensor of " << kNumel << " elements";
+      ASSERT_TRUE(t.defined()) << when << ": save_state() lacks '" << name
+                               << "' (a name of state_names())";
+      EXPECT_TRUE(t.dim() == 1 && t.numel() == kNumel && t.scalar_type() == at::kFloat &&
+                  t.device().is_cpu())
+          << when << ": state '" << name << "' must be a 1-D fp32 CPU tensor of " << kNumel
+          << " elements";
     }
   }
 
@@ -144,7 +155,8 @@ class OptimizerCheck {
       StateDict sd;
       a.opt->save_state(sd);
       check_state(*a.opt, sd, "after setup()");
-      EXPECT_TRUE(state_get(sd, "master").equal(init)) << "the master weights after setup() are not the initial values";
+      EXPECT_TRUE(state_get(sd, "master").equal(init))
+          << "the master weights after setup() are not the initial values";
     }
     AdamW ref;
     const bool adamw = o_.reference == "adamw";
@@ -168,21 +180,25 @@ class OptimizerCheck {
       const at::Tensor g = feed(*a.opt, s, t);
       const double sq = a.opt->finish_grads().item<double>();
       const double want = g.to(at::kDouble).square().sum().item<double>();
-      EXPECT_NEAR(sq, want, 1e-6 * want) << "step " << t << ": finish_grads() is not the sum of squares of the "
-                                         << "accumulated gradient";
+      EXPECT_NEAR(sq, want, 1e-6 * want)
+          << "step " << t << ": finish_grads() is not the sum of squares of the "
+          << "accumulated gradient";
       a.opt->step(args(t), params);
       params_after[t] = params.clone();
       StateDict sd;
       a.opt->save_state(sd);
       check_state(*a.opt, sd, "step " + std::to_string(t));
       EXPECT_TRUE(state_get(sd, "master").equal(params))
-          << "step " << t << ": params_out is not the master weights (fp32 parameters: rounding changes nothing)";
+          << "step " << t
+          << ": params_out is not the master weights (fp32 parameters: rounding changes nothing)";
       if (adamw) {
         const OptimizerStep x = args(t);
         ref.step(g, x.lr, x.weight_decay, x.grad_scale, t);
-        expect_close(params, ref.p, 2e-5, 1e-6, "step " + std::to_string(t) + ": parameters vs AdamW");
+        expect_close(params, ref.p, 2e-5, 1e-6,
+                     "step " + std::to_string(t) + ": parameters vs AdamW");
         if (state_get(sd, "exp_avg").defined())
-          expect_close(state_get(sd, "exp_avg"), ref.m, 1e-5, 1e-7, "step " + std::to_string(t) + ": exp_avg vs AdamW");
+          expect_close(state_get(sd, "exp_avg"), ref.m, 1e-5, 1e-7,
+                       "step " + std::to_string(t) + ": exp_avg vs AdamW");
         if (state_get(sd, "exp_avg_sq").defined())
           expect_close(state_get(sd, "exp_avg_sq"), ref.v, 1e-5, 1e-9,
                        "step " + std::to_string(t) + ": exp_avg_sq vs AdamW");
@@ -199,13 +215,15 @@ class OptimizerCheck {
     b.opt->load_state(at_resume);
     at::Tensor resumed = at::full({kNumel}, 7.0f, at::kFloat);
     b.opt->write_params(resumed, /*t=*/kResumeAfter);
-    EXPECT_TRUE(resumed.equal(params_at_resume)) << "write_params() after load_state() is not the saved parameters";
+    EXPECT_TRUE(resumed.equal(params_at_resume))
+        << "write_params() after load_state() is not the saved parameters";
     for (int64_t t = kResumeAfter + 1; t <= kSteps; ++t) {
       feed(*b.opt, s, t);
       b.opt->finish_grads();
       b.opt->step(args(t), resumed);
-      EXPECT_TRUE(resumed.equal(params_after[t])) << "resumed after step " << kResumeAfter << ": step " << t
-                                                  << "'s parameters differ from the uninterrupted run's (bit for bit)";
+      EXPECT_TRUE(resumed.equal(params_after[t]))
+          << "resumed after step " << kResumeAfter << ": step " << t
+          << "'s parameters differ from the uninterrupted run's (bit for bit)";
     }
   }
 

@@ -34,8 +34,9 @@ PluginUnderTest PluginUnderTest::load(const std::string& path) {
       return PluginUnderTest(std::make_shared<const Impl>(Impl{registry, d}));
   for (const auto& r : registry.refusals())
     if (r.rfind(path + ": ", 0) == 0) throw UsageError(r);
-  throw UsageError(path + ": not loaded as a plugin (expected a file named libciuic_<slot>_<name>.so "
-                          "defined with CIUIC_DEFINE_PLUGIN)");
+  throw UsageError(path +
+                   ": not loaded as a plugin (expected a file named libciuic_<slot>_<name>.so "
+                   "defined with CIUIC_DEFINE_PLUGIN)");
 }
 
 Slot PluginUnderTest::slot() const { return impl_->desc.slot; }
@@ -50,7 +51,8 @@ namespace {
 Config section_config(Slot slot, const std::string& name, const PluginInfo& info,
                       const std::string& options_toml) {
   const std::string s = slot_name(slot);
-  std::string text = "[" + s + "]\n" + options_toml + "\nplugin = \"" + name + "\"\n[train]\nmax_steps = 1\n";
+  std::string text =
+      "[" + s + "]\n" + options_toml + "\nplugin = \"" + name + "\"\n[train]\nmax_steps = 1\n";
   if (slot != Slot::kData) text += "[data]\nplugin = \"-\"\n";
   const Recipe recipe = Recipe::parse(text, "--options ([" + s + "] on line 1)");
   return recipe.plugin_config(slot, info);
@@ -62,7 +64,8 @@ Config PluginUnderTest::config(const std::string& options_toml) const {
   return section_config(slot(), name(), info(), options_toml);
 }
 
-std::shared_ptr<PluginObject> PluginUnderTest::create(const Config& config, const RunContext& context) const {
+std::shared_ptr<PluginObject> PluginUnderTest::create(const Config& config,
+                                                      const RunContext& context) const {
   return impl_->registry.create_object(slot(), name(), config, context);
 }
 
@@ -70,7 +73,8 @@ std::shared_ptr<PluginObject> PluginUnderTest::create_helper(Slot slot, const st
                                                              const std::string& options_toml,
                                                              const RunContext& context) const {
   const PluginDescriptor& d = impl_->registry.get(slot, name);
-  return impl_->registry.create_object(slot, name, section_config(slot, name, *d.info, options_toml), context);
+  return impl_->registry.create_object(slot, name,
+                                       section_config(slot, name, *d.info, options_toml), context);
 }
 
 RunContext make_context(int rank, int world_size, std::shared_ptr<Store> store, c10::Device device,

@@ -1,5 +1,6 @@
-// check_precision (ciuic/testing/conformance.h): the loss-scale and skip rules of ciuic/precision.h,
-// observed through loss_scale() and update() alone, and a restored policy against the original.
+// check_precision (ciuic/testing/conformance.h): the loss-scale and skip rules of
+// ciuic/precision.h, observed through loss_scale() and update() alone, and a restored policy
+// against the original.
 #include <cmath>
 #include <memory>
 #include <random>
@@ -26,9 +27,11 @@ struct Policy {
   Precision* p = nullptr;
 };
 
-std::unique_ptr<Policy> make(const PluginUnderTest& plugin, const Config& cfg, const std::string& dir) {
+std::unique_ptr<Policy> make(const PluginUnderTest& plugin, const Config& cfg,
+                             const std::string& dir) {
   auto s = std::make_unique<Policy>();
-  s->ctx = make_context(0, 1, make_local_store(std::chrono::seconds(10)), c10::Device(c10::kCPU), dir, 1);
+  s->ctx = make_context(0, 1, make_local_store(std::chrono::seconds(10)), c10::Device(c10::kCPU),
+                        dir, 1);
   s->obj = plugin.create(cfg, s->ctx);
   s->p = dynamic_cast<Precision*>(s->obj.get());
   if (!s->p) throw Error("the plugin's factory made no ciuic::Precision");
@@ -42,8 +45,8 @@ bool update(Precision& p, bool found_inf, int64_t step) {
   const bool skip = p.update(found_inf, step);
   const double after = p.loss_scale();
   EXPECT_FALSE(!found_inf && skip) << "step " << step << ": a finite step was skipped";
-  EXPECT_FALSE(found_inf && after > before) << "step " << step << ": an overflow raised the scale from " << before
-                                            << " to " << after;
+  EXPECT_FALSE(found_inf && after > before)
+      << "step " << step << ": an overflow raised the scale from " << before << " to " << after;
   EXPECT_TRUE(std::isfinite(after) && after > 0) << "step " << step << ": loss_scale() = " << after;
   EXPECT_EQ(p.loss_scale(), after) << "loss_scale() changed outside update()";
   return skip;
@@ -79,20 +82,25 @@ void check_rounding(const Precision& p) {
   ASSERT_EQ(whole.scalar_type(), pd);
   // Cut into two calls, the second half first, and into spans of another layout: the same bits.
   const int64_t half = 1531;
-  const at::Tensor b = round(master.narrow(0, half, kN - half).contiguous(), 5, {{0, kN - half, kGlobal + half}});
+  const at::Tensor b =
+      round(master.narrow(0, half, kN - half).contiguous(), 5, {{0, kN - half, kGlobal + half}});
   const at::Tensor a = round(master.narrow(0, 0, half).contiguous(), 5, {{0, half, kGlobal}});
-  EXPECT_TRUE(at::cat({a, b}).equal(whole)) << "round_to_param gives other bits when the elements come in two calls "
-                                               "(the same global positions, the same t): the noise must be a function "
-                                               "of (seed, t, global position), ciuic/precision.h";
+  EXPECT_TRUE(at::cat({a, b}).equal(whole))
+      << "round_to_param gives other bits when the elements come in two calls "
+         "(the same global positions, the same t): the noise must be a function "
+         "of (seed, t, global position), ciuic/precision.h";
   const at::Tensor spans = round(master, 5, {{0, 100, kGlobal}, {100, kN - 100, kGlobal + 100}});
-  EXPECT_TRUE(spans.equal(whole)) << "round_to_param gives other bits for the same positions in two spans";
+  EXPECT_TRUE(spans.equal(whole))
+      << "round_to_param gives other bits for the same positions in two spans";
   if (pd == at::kFloat) {
-    EXPECT_TRUE(whole.equal(master)) << "param_dtype() is fp32 but round_to_param changed the values";
+    EXPECT_TRUE(whole.equal(master))
+        << "param_dtype() is fp32 but round_to_param changed the values";
     return;
   }
   if (p.rounds_to_nearest()) {
-    EXPECT_TRUE(whole.equal(master.to(pd))) << "rounds_to_nearest() is true, but round_to_param is not round to nearest "
-                                               "even (ATen's conversion)";
+    EXPECT_TRUE(whole.equal(master.to(pd)))
+        << "rounds_to_nearest() is true, but round_to_param is not round to nearest "
+           "even (ATen's conversion)";
     return;
   }
   // Noise: unbiased over t, and it depends on t.
@@ -105,10 +113,12 @@ void check_rounding(const Precision& p) {
     varies = varies || !r.equal(whole);
     sum += r.to(at::kDouble);
   }
-  EXPECT_TRUE(varies) << "rounds_to_nearest() is false, yet round_to_param gives the same bits for 400 updates t";
+  EXPECT_TRUE(varies)
+      << "rounds_to_nearest() is false, yet round_to_param gives the same bits for 400 updates t";
   // Per element, a rounding between neighbours lo < x < hi has variance <= (hi - lo)^2 / 4; the
   // bound is 6 standard errors, the mean over all elements of the bias well within it.
-  const at::Tensor ulp = (master.to(pd).to(at::kDouble) - m64).abs() * 2 + m64.abs() * (pd == at::kBFloat16 ? 0x1p-7 : 0x1p-10);
+  const at::Tensor ulp = (master.to(pd).to(at::kDouble) - m64).abs() * 2 +
+                         m64.abs() * (pd == at::kBFloat16 ? 0x1p-7 : 0x1p-10);
   const at::Tensor bias = (sum / kDraws - m64).abs();
   const double worst = (bias - ulp * 6 / std::sqrt(4.0 * kDraws)).max().item<double>();
   EXPECT_LE(worst, 0.0) << "the stochastic rounding is biased: the mean of " << kDraws
@@ -138,7 +148,8 @@ void check_precision(const PluginUnderTest& plugin, const CheckOptions& o) {
       EXPECT_EQ(s0, *o.expect_scale) << "loss_scale()";
     }
     for (; step <= 2000; ++step) update(p, false, step);
-    EXPECT_EQ(p.loss_scale(), s0) << "the scale of a policy without an overflow check changed in 2000 finite steps";
+    EXPECT_EQ(p.loss_scale(), s0)
+        << "the scale of a policy without an overflow check changed in 2000 finite steps";
     EXPECT_FALSE(o.expect_backoff || o.expect_growth || o.expect_window)
         << "backoff/growth/window expected, but the policy needs no overflow check (a fixed scale)";
     return;
@@ -156,7 +167,8 @@ void check_precision(const PluginUnderTest& plugin, const CheckOptions& o) {
   s = p.loss_scale();
   if (s == s0) {
     // A static scale that skips overflowed steps: the scale stays put.
-    EXPECT_EQ(steps_to_growth(p, step), 0) << "a policy whose overflows do not lower the scale raised it";
+    EXPECT_EQ(steps_to_growth(p, step), 0)
+        << "a policy whose overflows do not lower the scale raised it";
     if (o.expect_scale) {
       EXPECT_EQ(s0, *o.expect_scale) << "loss_scale()";
     }
@@ -164,19 +176,21 @@ void check_precision(const PluginUnderTest& plugin, const CheckOptions& o) {
         << "backoff/growth/window expected, but 64 overflows in a row left the scale at " << s0;
   } else {
     if (o.expect_backoff) {
-      EXPECT_DOUBLE_EQ(s / s0, *o.expect_backoff)
-          << "the scale went from " << s0 << " to " << s << " after " << overflows << " overflow(s)";
+      EXPECT_DOUBLE_EQ(s / s0, *o.expect_backoff) << "the scale went from " << s0 << " to " << s
+                                                  << " after " << overflows << " overflow(s)";
     }
     // Finite steps raise it again, every `window` steps after the last overflow.
     const int64_t window = steps_to_growth(p, step);
-    ASSERT_GT(window, 0) << "the scale did not grow in " << kMaxWindow << " finite steps after an overflow";
+    ASSERT_GT(window, 0) << "the scale did not grow in " << kMaxWindow
+                         << " finite steps after an overflow";
     if (o.expect_window) {
       EXPECT_EQ(window, *o.expect_window) << "finite steps from an overflow to a growth";
     }
     if (o.expect_growth) {
       EXPECT_DOUBLE_EQ(p.loss_scale() / s, *o.expect_growth) << "growth factor";
     }
-    EXPECT_EQ(steps_to_growth(p, step), window) << "the scale did not grow again after the same window";
+    EXPECT_EQ(steps_to_growth(p, step), window)
+        << "the scale did not grow again after the same window";
     // An overflow half-way restarts the window.
     for (int64_t i = 0; i < window / 2; ++i) update(p, false, step++);
     const double before = p.loss_scale();
@@ -184,8 +198,9 @@ void check_precision(const PluginUnderTest& plugin, const CheckOptions& o) {
     if (p.loss_scale() < before || window > 1) {
       // (with a hysteresis the scale may be kept; the window still restarts at the overflow)
       const int64_t again = steps_to_growth(p, step);
-      EXPECT_EQ(again, window) << "after an overflow " << window / 2 << " steps into a window, the scale grew after "
-                               << again << " finite steps, expected a whole window of " << window;
+      EXPECT_EQ(again, window) << "after an overflow " << window / 2
+                               << " steps into a window, the scale grew after " << again
+                               << " finite steps, expected a whole window of " << window;
     }
   }
 
@@ -198,7 +213,8 @@ void check_precision(const PluginUnderTest& plugin, const CheckOptions& o) {
     std::mt19937 gen(7);
     for (int i = 0; i < 3000; ++i, ++step) {
       const bool inf = gen() % 13 == 0;
-      ASSERT_EQ(b->p->loss_scale(), p.loss_scale()) << "restored policy, step " << step << ": another scale";
+      ASSERT_EQ(b->p->loss_scale(), p.loss_scale())
+          << "restored policy, step " << step << ": another scale";
       bool sa = false, sb = false;
       std::string ea, eb;
       try {
@@ -217,7 +233,8 @@ void check_precision(const PluginUnderTest& plugin, const CheckOptions& o) {
     }
   }
 
-  // Overflows without end: the scale stays positive, or update() throws ciuic::Error naming the step.
+  // Overflows without end: the scale stays positive, or update() throws ciuic::Error naming the
+  // step.
   auto c = make(plugin, cfg, dir);
   for (int64_t i = 1; i <= 5000; ++i) {
     try {

@@ -82,7 +82,8 @@ void run_ranks(int world, std::chrono::seconds limit, const RankBody& body) {
   auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
   const int port = server->getPort();
   for (int fd : port_fds) {
-    if (::write(fd, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) ADD_FAILURE() << "cannot reach a rank";
+    if (::write(fd, &port, sizeof port) != static_cast<ssize_t>(sizeof port))
+      ADD_FAILURE() << "cannot reach a rank";
     ::close(fd);
   }
   // Collect each rank's lines and exit status until `limit` for the whole world, then kill.
@@ -93,7 +94,8 @@ void run_ranks(int world, std::chrono::seconds limit, const RankBody& body) {
     std::vector<pollfd> pfd;
     for (int r = 0; r < world; ++r)
       if (open[r]) pfd.push_back({fds[r], POLLIN, 0});
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (ms.count() <= 0 || ::poll(pfd.data(), pfd.size(), static_cast<int>(ms.count())) <= 0) break;
     for (const auto& p : pfd) {
       if (!(p.revents & (POLLIN | POLLHUP))) continue;

@@ -13,10 +13,11 @@
 
 namespace ciuic::conformance {
 
-// The body of one rank: rank `rank` of `world`, connected to the world's store (at 127.0.0.1:`port`,
-// for RunContext::master_port); adds its failures
-// to `lines` (or throws: the exception's text becomes a line). Runs in a forked child.
-using RankBody = std::function<void(int rank, int world, int port, const std::shared_ptr<Store>& store, Lines& lines)>;
+// The body of one rank: rank `rank` of `world`, connected to the world's store (at
+// 127.0.0.1:`port`, for RunContext::master_port); adds its failures to `lines` (or throws: the
+// exception's text becomes a line). Runs in a forked child.
+using RankBody = std::function<void(int rank, int world, int port,
+                                    const std::shared_ptr<Store>& store, Lines& lines)>;
 
 // Forks `world` ranks first, while this process runs no thread of its own (a child of a
 // multi-threaded process may only call async-signal-safe functions; ThreadSanitizer refuses it

@@ -44,7 +44,8 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 constexpr int kSteps = 4, kSaveAfter = 2, kAccumulation = 2;
-constexpr int64_t kGlobalRows = 12;  // rows of one micro-batch over all ranks (1, 2, 3, 4 divide it)
+constexpr int64_t kGlobalRows =
+    12;  // rows of one micro-batch over all ranks (1, 2, 3, 4 divide it)
 constexpr int64_t kSeqLen = 9;
 constexpr double kLr = 3e-2, kWeightDecay = 0.1, kClip = 0.05;  // the clip bites on every step
 // eps as large as the clipped gradients' elements: Adam is then not invariant to the gradient's
@@ -62,15 +63,16 @@ struct Variant {
   bool tied;
   bool checkpointing;
 };
-constexpr Variant kVariants[] = {{"untied", false, false}, {"tied, activation checkpointing", true, true}};
+constexpr Variant kVariants[] = {{"untied", false, false},
+                                 {"tied, activation checkpointing", true, true}};
 
 model::LlamaConfig tiny_config(bool tied) {
-  const nlohmann::json j = {{"model_type", "llama"},         {"vocab_size", 61},
-                            {"hidden_size", 16},             {"intermediate_size", 24},
-                            {"num_hidden_layers", 3},        {"num_attention_heads", 4},
-                            {"num_key_value_heads", 2},      {"max_position_embeddings", 64},
-                            {"rms_norm_eps", 1e-6},          {"tie_word_embeddings", tied},
-                            {"bos_token_id", 1},             {"eos_token_id", 2}};
+  const nlohmann::json j = {{"model_type", "llama"},    {"vocab_size", 61},
+                            {"hidden_size", 16},        {"intermediate_size", 24},
+                            {"num_hidden_layers", 3},   {"num_attention_heads", 4},
+                            {"num_key_value_heads", 2}, {"max_position_embeddings", 64},
+                            {"rms_norm_eps", 1e-6},     {"tie_word_embeddings", tied},
+                            {"bos_token_id", 1},        {"eos_token_id", 2}};
   return model::LlamaConfig::from_json(j, "conformance model");
 }
 
@@ -80,7 +82,8 @@ struct Batch {
   at::Tensor ids, labels;
 };
 Batch global_batch(int step, int m, int64_t vocab, uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed * 7919 + static_cast<uint64_t>(step * 31 + m));
+  auto gen =
+      at::make_generator<at::CPUGeneratorImpl>(seed * 7919 + static_cast<uint64_t>(step * 31 + m));
   Batch b;
   b.ids = at::randint(vocab, {kGlobalRows, kSeqLen}, gen, at::TensorOptions().dtype(at::kLong));
   b.labels = at::randint(vocab, {kGlobalRows, kSeqLen}, gen, at::TensorOptions().dtype(at::kLong));
@@ -95,14 +98,17 @@ Batch rank_rows(const Batch& b, int rank, int world) {
 }
 int64_t step_label_tokens(int step, int64_t vocab, uint64_t seed) {
   int64_t n = 0;
-  for (int m = 0; m < kAccumulation; ++m) n += global_batch(step, m, vocab, seed).labels.ne(-100).sum().item<int64_t>();
+  for (int m = 0; m < kAccumulation; ++m)
+    n += global_batch(step, m, vocab, seed).labels.ne(-100).sum().item<int64_t>();
   return n;
 }
 
 // allocate = false: the parameters without memory, as the core builds them for a sharding that
 // builds_parameters() (their values then come from ShardingSetup::values).
-std::unique_ptr<model::LlamaModel> make_model(const Variant& v, uint64_t seed, bool allocate = true) {
-  auto m = std::make_unique<model::LlamaModel>(tiny_config(v.tied), at::kFloat, c10::Device(c10::kCPU), allocate);
+std::unique_ptr<model::LlamaModel> make_model(const Variant& v, uint64_t seed,
+                                              bool allocate = true) {
+  auto m = std::make_unique<model::LlamaModel>(tiny_config(v.tied), at::kFloat,
+                                               c10::Device(c10::kCPU), allocate);
   if (allocate) m->init_random(seed, 0.2);
   m->set_fused_kernels(false);
   if (v.checkpointing) m->set_activation_checkpointing(true, 2);
@@ -122,7 +128,8 @@ std::vector<Params> reference(const Variant& v, uint64_t seed) {
   }
   std::vector<Params> out;
   for (int step = 1; step <= kSteps; ++step) {
-    const double tokens = static_cast<double>(step_label_tokens(step, model->config().vocab_size, seed));
+    const double tokens =
+        static_cast<double>(step_label_tokens(step, model->config().vocab_size, seed));
     for (const auto& [name, t] : named) t.mutable_grad() = at::Tensor();
     for (int mb = 0; mb < kAccumulation; ++mb) {
       const Batch b = global_batch(step, mb, model->config().vocab_size, seed);
@@ -139,7 +146,8 @@ std::vector<Params> reference(const Variant& v, uint64_t seed) {
       m[i] = m[i] * kBeta1 + g * (1 - kBeta1);
       s[i] = s[i] * kBeta2 + g * g * (1 - kBeta2);
       const bool decay = named[i].second.dim() >= 2;
-      p[i] = p[i] * (decay ? 1 - kLr * kWeightDecay : 1.0) - (m[i] / bc1) / ((s[i] / bc2).sqrt() + kEps) * kLr;
+      p[i] = p[i] * (decay ? 1 - kLr * kWeightDecay : 1.0) -
+             (m[i] / bc1) / ((s[i] / bc2).sqrt() + kEps) * kLr;
       named[i].second.copy_(p[i]);  // the model computes the next step with the updated values
       now[named[i].first] = p[i].clone();
     }
@@ -160,21 +168,24 @@ Slots make_slots(const PluginUnderTest& plugin, const Config& cfg, const RunCont
   Slots s;
   s.comm_obj = plugin.create_helper(Slot::kComm, "gloo", "threads = 1\n", ctx);
   s.precision_obj = plugin.create_helper(Slot::kPrecision, "fp32", "", ctx);
-  s.optimizer_obj = plugin.create_helper(Slot::kOptimizer, "adamw", "kernel = \"aten\"\neps = 1e-3\n", ctx);
+  s.optimizer_obj =
+      plugin.create_helper(Slot::kOptimizer, "adamw", "kernel = \"aten\"\neps = 1e-3\n", ctx);
   s.sharding_obj = plugin.create(cfg, ctx);
   s.comm = dynamic_cast<Comm*>(s.comm_obj.get());
   s.precision = dynamic_cast<Precision*>(s.precision_obj.get());
   s.optimizer = dynamic_cast<Optimizer*>(s.optimizer_obj.get());
   s.sharding = dynamic_cast<Sharding*>(s.sharding_obj.get());
   if (!s.sharding) throw Error("the plugin's factory made no ciuic::Sharding");
-  if (!s.comm || !s.precision || !s.optimizer) throw Error("a helper plugin (gloo, fp32, adamw) is not what its slot needs");
+  if (!s.comm || !s.precision || !s.optimizer)
+    throw Error("a helper plugin (gloo, fp32, adamw) is not what its slot needs");
   return s;
 }
 
 void setup(Slots& s, model::LlamaModel& model, const ParamValues& values = {}) {
   ShardingSetup ss;
   ss.values = values;
-  for (auto& [name, t] : model.named_parameters()) ss.params.push_back(ShardingParam{name, t, t.dim() >= 2});
+  for (auto& [name, t] : model.named_parameters())
+    ss.params.push_back(ShardingParam{name, t, t.dim() >= 2});
   ss.groups = model.param_groups();
   ss.comm = s.comm;
   ss.precision = s.precision;
@@ -186,7 +197,8 @@ void setup(Slots& s, model::LlamaModel& model, const ParamValues& values = {}) {
 
 // One optimizer step as the trainer takes it (fp32: loss scale 1, no skip).
 void train_step(Slots& s, model::LlamaModel& model, int step, int rank, int world, uint64_t seed) {
-  const double tokens = static_cast<double>(step_label_tokens(step, model.config().vocab_size, seed));
+  const double tokens =
+      static_cast<double>(step_label_tokens(step, model.config().vocab_size, seed));
   for (int mb = 0; mb < kAccumulation; ++mb) {
     s.sharding->begin_micro_batch(mb, mb == kAccumulation - 1);
     const Batch b = rank_rows(global_batch(step, mb, model.config().vocab_size, seed), rank, world);
@@ -210,7 +222,8 @@ Params read_params(Slots& s, model::LlamaModel& model) {
   Params out;
   for (size_t g = 0; g < groups.size(); ++g) {
     s.sharding->before_group(static_cast<int>(g), GroupPass::kForward);
-    for (int i : groups[g].params) out[named[i].first] = named[i].second.detach().to(at::kDouble).clone();
+    for (int i : groups[g].params)
+      out[named[i].first] = named[i].second.detach().to(at::kDouble).clone();
     s.sharding->after_group(static_cast<int>(g), GroupPass::kForward);
   }
   return out;
@@ -228,8 +241,10 @@ void compare(const Params& got, const Params& want, const std::string& what, Lin
     if (worst > 0) {
       const int64_t at_ = err.reshape({-1}).argmax().item<int64_t>();
       std::ostringstream m;
-      m << what << ": " << name << " element " << at_ << " is " << it->second.reshape({-1})[at_].item<double>()
-        << ", the reference (one process, whole batch, AdamW in fp64) " << w.reshape({-1})[at_].item<double>();
+      m << what << ": " << name << " element " << at_ << " is "
+        << it->second.reshape({-1})[at_].item<double>()
+        << ", the reference (one process, whole batch, AdamW in fp64) "
+        << w.reshape({-1})[at_].item<double>();
       lines.add(m.str());
     }
   }
@@ -253,7 +268,8 @@ void save(const Slots& s, const std::string& dir, int rank) {
 
 // Slices of the state a world of `world` ranks saved in `dir`.
 SliceFetcher fetcher(const std::string& dir, int world) {
-  return [dir, world](const std::string& state, const std::string& param, int64_t offset, int64_t length) {
+  return [dir, world](const std::string& state, const std::string& param, int64_t offset,
+                      int64_t length) {
     at::Tensor out = at::full({length}, NAN, at::kFloat);
     at::Tensor have = at::zeros({length}, at::kBool);  // replicated state (ddp) is read once
     for (int r = 0; r < world; ++r) {
@@ -276,8 +292,9 @@ SliceFetcher fetcher(const std::string& dir, int world) {
     }
     const int64_t covered = have.sum().item<int64_t>();
     if (covered != length)
-      throw Error("the saved layouts cover " + std::to_string(covered) + " of " + std::to_string(length) +
-                  " elements of " + param + " [" + std::to_string(offset) + ", +" + std::to_string(length) + ")");
+      throw Error("the saved layouts cover " + std::to_string(covered) + " of " +
+                  std::to_string(length) + " elements of " + param + " [" + std::to_string(offset) +
+                  ", +" + std::to_string(length) + ")");
     return out;
   };
 }
@@ -294,48 +311,66 @@ void check_sharding(const PluginUnderTest& plugin, const CheckOptions& o) {
     for (int world : o.world_sizes) {
       SCOPED_TRACE(std::string(v.name) + ", world size " + std::to_string(world));
       const std::string save_dir = dir + "/v" + std::to_string(vi) + "-w" + std::to_string(world);
-      const std::string load_dir = dir + "/v" + std::to_string(vi) + "-w" + std::to_string(saved_world);
+      const std::string load_dir =
+          dir + "/v" + std::to_string(vi) + "-w" + std::to_string(saved_world);
       const int load_world = saved_world;
-      run_ranks(world, 300s, [&](int rank, int W, int port, const std::shared_ptr<Store>& store, Lines& lines) {
-        const std::string who = "rank " + std::to_string(rank) + " of " + std::to_string(W) + " (" + v.name + ")";
-        const std::vector<Params> want = reference(v, o.seed);
-        RunContext ctx = make_context(rank, W, store, o.device, dir + "/ctx-r" + std::to_string(rank), o.seed);
-        ctx.master_port = port;
-        {  // Uninterrupted, saving after step kSaveAfter.
-          Slots s = make_slots(plugin, cfg, ctx);
-          auto made = make_model(v, o.seed);
-          Params initial;  // read before setup(): a parameter-sharding plugin frees them outside boundaries
-          for (const auto& [name, t] : made->named_parameters()) initial[name] = t.detach().to(at::kDouble).clone();
-          // A plugin that builds its parameters gets them without memory and their values, as from
-          // the core (train/run.cpp): it must read them through `values` only.
-          const bool builds = s.sharding->builds_parameters();
-          auto model = builds ? make_model(v, o.seed, /*allocate=*/false) : std::move(made);
-          setup(s, *model, builds ? ParamValues([&made](int i, int64_t offset, const at::Tensor& out) {
-                  out.copy_(made->named_parameters().at(static_cast<size_t>(i)).second.detach().reshape({-1}).narrow(
-                      0, offset, out.numel()));
-                }) : ParamValues());
-          made.reset();
-          compare(read_params(s, *model), initial, who + ", after setup()", lines);
-          for (int step = 1; step <= kSteps; ++step) {
-            train_step(s, *model, step, rank, W, o.seed);
-            compare(read_params(s, *model), want[step - 1], who + ", step " + std::to_string(step), lines);
-            if (step == kSaveAfter) save(s, save_dir, rank);
-          }
-        }
-        if (load_world > 0) {  // Resumed from the previous world size's state of step kSaveAfter.
-          const std::string from = who + ", resumed from world size " + std::to_string(load_world) + " after step " +
-                                   std::to_string(kSaveAfter);
-          Slots s = make_slots(plugin, cfg, ctx);
-          auto model = make_model(v, o.seed + 17);  // other values: load_state must replace them
-          setup(s, *model);
-          s.sharding->load_state(fetcher(load_dir, load_world), kSaveAfter);
-          compare(read_params(s, *model), want[kSaveAfter - 1], from + ", after load_state()", lines);
-          for (int step = kSaveAfter + 1; step <= kSteps; ++step) {
-            train_step(s, *model, step, rank, W, o.seed);
-            compare(read_params(s, *model), want[step - 1], from + ", step " + std::to_string(step), lines);
-          }
-        }
-      });
+      run_ranks(
+          world, 300s,
+          [&](int rank, int W, int port, const std::shared_ptr<Store>& store, Lines& lines) {
+            const std::string who =
+                "rank " + std::to_string(rank) + " of " + std::to_string(W) + " (" + v.name + ")";
+            const std::vector<Params> want = reference(v, o.seed);
+            RunContext ctx = make_context(rank, W, store, o.device,
+                                          dir + "/ctx-r" + std::to_string(rank), o.seed);
+            ctx.master_port = port;
+            {  // Uninterrupted, saving after step kSaveAfter.
+              Slots s = make_slots(plugin, cfg, ctx);
+              auto made = make_model(v, o.seed);
+              Params initial;  // read before setup(): a parameter-sharding plugin frees them
+                               // outside boundaries
+              for (const auto& [name, t] : made->named_parameters())
+                initial[name] = t.detach().to(at::kDouble).clone();
+              // A plugin that builds its parameters gets them without memory and their values, as
+              // from the core (train/run.cpp): it must read them through `values` only.
+              const bool builds = s.sharding->builds_parameters();
+              auto model = builds ? make_model(v, o.seed, /*allocate=*/false) : std::move(made);
+              setup(s, *model,
+                    builds ? ParamValues([&made](int i, int64_t offset, const at::Tensor& out) {
+                      out.copy_(made->named_parameters()
+                                    .at(static_cast<size_t>(i))
+                                    .second.detach()
+                                    .reshape({-1})
+                                    .narrow(0, offset, out.numel()));
+                    })
+                           : ParamValues());
+              made.reset();
+              compare(read_params(s, *model), initial, who + ", after setup()", lines);
+              for (int step = 1; step <= kSteps; ++step) {
+                train_step(s, *model, step, rank, W, o.seed);
+                compare(read_params(s, *model), want[step - 1],
+                        who + ", step " + std::to_string(step), lines);
+                if (step == kSaveAfter) save(s, save_dir, rank);
+              }
+            }
+            if (load_world >
+                0) {  // Resumed from the previous world size's state of step kSaveAfter.
+              const std::string from = who + ", resumed from world size " +
+                                       std::to_string(load_world) + " after step " +
+                                       std::to_string(kSaveAfter);
+              Slots s = make_slots(plugin, cfg, ctx);
+              auto model =
+                  make_model(v, o.seed + 17);  // other values: load_state must replace them
+              setup(s, *model);
+              s.sharding->load_state(fetcher(load_dir, load_world), kSaveAfter);
+              compare(read_params(s, *model), want[kSaveAfter - 1], from + ", after load_state()",
+                      lines);
+              for (int step = kSaveAfter + 1; step <= kSteps; ++step) {
+                train_step(s, *model, step, rank, W, o.seed);
+                compare(read_params(s, *model), want[step - 1],
+                        from + ", step " + std::to_string(step), lines);
+              }
+            }
+          });
       saved_world = world;
     }
   }

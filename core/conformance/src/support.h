@@ -27,7 +27,8 @@ class Lines {
   std::string text() const {
     std::string s;
     for (const auto& l : lines_) s += l + "\n";
-    if (count_ > lines_.size()) s += "... and " + std::to_string(count_ - lines_.size()) + " more\n";
+    if (count_ > lines_.size())
+      s += "... and " + std::to_string(count_ - lines_.size()) + " more\n";
     return s;
   }
 
@@ -39,8 +40,10 @@ class Lines {
 // <options.work_dir or $TMPDIR/ciuic-plugin-check-<pid>>/<what>, created empty.
 inline std::string work_dir(const CheckOptions& o, const std::string& what) {
   namespace fs = std::filesystem;
-  const fs::path base = !o.work_dir.empty() ? fs::path(o.work_dir)
-                                            : fs::temp_directory_path() / ("ciuic-plugin-check-" + std::to_string(::getpid()));
+  const fs::path base =
+      !o.work_dir.empty()
+          ? fs::path(o.work_dir)
+          : fs::temp_directory_path() / ("ciuic-plugin-check-" + std::to_string(::getpid()));
   const fs::path d = base / what;
   std::error_code ec;
   ciuic::remove_tree(d.string(), ec);  // not fs::remove_all(d, ec): see ciuic/files.h

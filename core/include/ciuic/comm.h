@@ -15,12 +15,12 @@
 // autograd hook on it). rank()/size()/device()/counters() are safe from any thread.
 //
 // Tensors: contiguous, on device(); dtypes fp32, bf16 and fp16 for every collective, fp64 for
-// all_reduce too (the core's losses, label-token counts and gradient norms travel as fp64). Reduce ops: SUM
-// is what the core and the kits use (gradients are pre-divided, never averaged); AVG, MAX and MIN
-// must be right or throw. What the core and the in-tree kits issue, and what the conformance kit
-// checks (ciuic/testing/conformance.h, "comm"): all_reduce SUM in fp64/fp32/bf16/fp16,
-// reduce_scatter SUM and all_gather (in place too) in fp32/bf16/fp16, broadcast from any root,
-// barrier.
+// all_reduce too (the core's losses, label-token counts and gradient norms travel as fp64). Reduce
+// ops: SUM is what the core and the kits use (gradients are pre-divided, never averaged); AVG, MAX
+// and MIN must be right or throw. What the core and the in-tree kits issue, and what the
+// conformance kit checks (ciuic/testing/conformance.h, "comm"): all_reduce SUM in
+// fp64/fp32/bf16/fp16, reduce_scatter SUM and all_gather (in place too) in fp32/bf16/fp16,
+// broadcast from any root, barrier.
 //
 // Failure: a peer that does not join a collective within the run's timeout makes wait() throw
 // ciuic::Error naming the collective and the timeout; the backend aborts its communicator so the
@@ -57,8 +57,8 @@ class CIUIC_API Work {
 // Cumulative counters since creation.
 struct CommCounters {
   uint64_t calls = 0;
-  uint64_t bytes = 0;          // payload bytes handed to collectives (input size)
-  double busy_seconds = 0.0;   // time collectives were running (measured on the comm stream/thread)
+  uint64_t bytes = 0;         // payload bytes handed to collectives (input size)
+  double busy_seconds = 0.0;  // time collectives were running (measured on the comm stream/thread)
 };
 
 class CIUIC_API Comm : public PluginObject {

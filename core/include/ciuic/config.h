@@ -71,14 +71,17 @@ template <class T>
 T Config::get(const Option<T>& option) const {
   if (!has(option.key())) {
     if (!option.spec.default_value) fail(option.key(), "this option is required");
-    return from_toml(section(), std::string(option.key()) + " = " + option.spec.default_value, "<default>")
+    return from_toml(section(), std::string(option.key()) + " = " + option.spec.default_value,
+                     "<default>")
         .get(option);
   }
-  if constexpr (std::is_same_v<T, bool>) return get_bool(option.key());
+  if constexpr (std::is_same_v<T, bool>)
+    return get_bool(option.key());
   else if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
     const T v = std::is_same_v<T, int64_t> ? get_int(option.key()) : get_float(option.key());
     const double lo = option.spec.min, hi = option.spec.max;
-    if ((!std::isnan(lo) && static_cast<double>(v) < lo) || (!std::isnan(hi) && static_cast<double>(v) > hi))
+    if ((!std::isnan(lo) && static_cast<double>(v) < lo) ||
+        (!std::isnan(hi) && static_cast<double>(v) > hi))
       fail(option.key(), "out of range: expected a value" +
                              (std::isnan(lo) ? "" : " >= " + std::to_string(lo)) +
                              (std::isnan(lo) || std::isnan(hi) ? "" : " and") +
@@ -90,15 +93,18 @@ T Config::get(const Option<T>& option) const {
       const std::string_view choices = option.spec.choices;
       for (size_t b = 0;;) {
         const size_t e = choices.find('|', b);
-        if (choices.substr(b, e == std::string_view::npos ? std::string_view::npos : e - b) == v) return v;
+        if (choices.substr(b, e == std::string_view::npos ? std::string_view::npos : e - b) == v)
+          return v;
         if (e == std::string_view::npos) break;
         b = e + 1;
       }
       fail(option.key(), "expected one of " + std::string(choices));
     }
     return v;
-  } else if constexpr (std::is_same_v<T, std::vector<std::string>>) return get_string_list(option.key());
-  else return get_float_list(option.key());
+  } else if constexpr (std::is_same_v<T, std::vector<std::string>>)
+    return get_string_list(option.key());
+  else
+    return get_float_list(option.key());
 }
 
 }  // namespace ciuic

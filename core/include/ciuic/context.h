@@ -35,10 +35,10 @@ struct RunContext {
   std::shared_ptr<Store> store;
 
   std::string run_name;
-  std::string output_dir;   // [run] output_dir, created; plugins may write below it
-  std::string recipe_dir;   // folder of the top-level recipe: base for relative paths
-  uint64_t seed = 0;        // [run] seed
-  int cpu_threads = 1;      // CPU cores this rank may use (host cores / local ranks)
+  std::string output_dir;  // [run] output_dir, created; plugins may write below it
+  std::string recipe_dir;  // folder of the top-level recipe: base for relative paths
+  uint64_t seed = 0;       // [run] seed
+  int cpu_threads = 1;     // CPU cores this rank may use (host cores / local ranks)
 };
 
 }  // namespace ciuic

@@ -30,7 +30,8 @@ enum ExitCode : int {
 // A failure the user must see. Thread-safe to construct and copy; what() is the full message, safe
 // to print: bytes that are not well-formed UTF-8 and control bytes but \n, \t are written \xNN (a
 // NUL does not cut it, a quoted config sends no ESC), C1/bidi controls \uXXXX (sdk/printable.h); a
-// line longer than 1000 bytes keeps its first 700 and last 200 bytes around " ... (N bytes cut) ... ".
+// line longer than 1000 bytes keeps its first 700 and last 200 bytes around " ... (N bytes cut) ...
+// ".
 class CIUIC_API Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message, int exit_code = kExitRuntime);

@@ -30,11 +30,13 @@ namespace ciuic {
 CIUIC_API bool remove_tree(const std::string& path, std::error_code& ec);
 
 // Size bounds for text inputs (documented in docs/reliability.md).
-inline constexpr uint64_t kMaxRecipeBytes = 16ull << 20;      // a recipe or an included file
-inline constexpr uint64_t kMaxJsonInputBytes = 256ull << 20;  // tokenizer.json, config.json, manifests
+inline constexpr uint64_t kMaxRecipeBytes = 16ull << 20;  // a recipe or an included file
+inline constexpr uint64_t kMaxJsonInputBytes = 256ull
+                                               << 20;  // tokenizer.json, config.json, manifests
 
 // The whole content of the regular file `path` (see the file comment); `what` names its role in
 // messages ("recipe", "tokenizer file").
-CIUIC_API std::string read_input(const std::string& path, const std::string& what, uint64_t max_bytes);
+CIUIC_API std::string read_input(const std::string& path, const std::string& what,
+                                 uint64_t max_bytes);
 
 }  // namespace ciuic

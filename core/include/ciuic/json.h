@@ -34,6 +34,7 @@ CIUIC_API std::string json_depth_problem(std::string_view text, size_t max_depth
 // Throws Error(`origin` + ": JSON " + json_depth_problem(...) + "; ciuic reads at most 128 ...",
 // exit_code) — a UsageError when exit_code is kExitUsage — when the text nests too deep; returns
 // otherwise. `origin` names the input in the message (a path, "path:line" for a JSONL line).
-CIUIC_API void check_json_depth(std::string_view text, const std::string& origin, int exit_code = kExitRuntime);
+CIUIC_API void check_json_depth(std::string_view text, const std::string& origin,
+                                int exit_code = kExitRuntime);
 
 }  // namespace ciuic

@@ -51,14 +51,23 @@
 // CIUIC_DEFINE_PLUGIN, since it predates the declaration (API 6 and older).
 #if defined(CIUIC_PLUGIN_API)
 #if CIUIC_PLUGIN_API > 8
-#error "this plugin is written for a newer plugin API than this SDK's (8): build it against a newer ciuic SDK"
+#error \
+    "this plugin is written for a newer plugin API than this SDK's (8): build it against a newer ciuic SDK"
 #elif CIUIC_PLUGIN_API < 7
-#error "this plugin is written for plugin API < 7; API 7 changed (ciuic/plugin.h, version log): the core owns the step - Sharding::step(StepInput) is now finish_grads() + update(OptimizerStep), begin_step and StepInput/StepResult are gone (the core offers Optimizer::offer_early_update); Sharding::before_group/after_group; Sharding::load_state(fetch, t) and Optimizer::write_params(out, t); Precision::round_to_param(master, out, t, positions) with global positions; Precision::skipped_steps removed, Precision has fp32 defaults; DataOpenArgs lost seed/rank/world_size (use the RunContext). Port it, then define CIUIC_PLUGIN_API 7"
+#error \
+    "this plugin is written for plugin API < 7; API 7 changed (ciuic/plugin.h, version log): the core owns the step - Sharding::step(StepInput) is now finish_grads() + update(OptimizerStep), begin_step and StepInput/StepResult are gone (the core offers Optimizer::offer_early_update); Sharding::before_group/after_group; Sharding::load_state(fetch, t) and Optimizer::write_params(out, t); Precision::round_to_param(master, out, t, positions) with global positions; Precision::skipped_steps removed, Precision has fp32 defaults; DataOpenArgs lost seed/rank/world_size (use the RunContext). Port it, then define CIUIC_PLUGIN_API 7"
 #endif
 #define CIUIC_PLUGIN_API_NOTE_
 #else
-#define CIUIC_PLUGIN_API_NOTE_                                                                        \
-  _Pragma("GCC warning \"this plugin source does not say which plugin API it was written for (#define CIUIC_PLUGIN_API 7 before its includes): it predates API 7, which changed Sharding::step into finish_grads() + update(), removed Sharding::begin_step, StepInput/StepResult and Precision::skipped_steps, gave round_to_param(master, out, t, positions) global positions, added t to Sharding::load_state and Optimizer::write_params, and moved seed/rank/world_size from DataOpenArgs to the RunContext (ciuic/plugin.h, version log)\"")
+#define CIUIC_PLUGIN_API_NOTE_                                                                     \
+  _Pragma(                                                                                         \
+      "GCC warning \"this plugin source does not say which plugin API it was written for "         \
+      "(#define CIUIC_PLUGIN_API 7 before its includes): it predates API 7, which changed "        \
+      "Sharding::step into finish_grads() + update(), removed Sharding::begin_step, "              \
+      "StepInput/StepResult and Precision::skipped_steps, gave round_to_param(master, out, t, "    \
+      "positions) global positions, added t to Sharding::load_state and Optimizer::write_params, " \
+      "and moved seed/rank/world_size from DataOpenArgs to the RunContext (ciuic/plugin.h, "       \
+      "version log)\"")
 #endif
 
 namespace ciuic {
@@ -130,8 +139,8 @@ CIUIC_API const char* slot_name(Slot slot);
 
 enum class OptionType : uint32_t {
   kBool = 0,
-  kInt = 1,         // TOML integer; a float value is an error (never silently truncated)
-  kFloat = 2,       // TOML float or integer
+  kInt = 1,    // TOML integer; a float value is an error (never silently truncated)
+  kFloat = 2,  // TOML float or integer
   kString = 3,
   kStringList = 4,  // TOML array of strings
   kFloatList = 5,   // TOML array of numbers, e.g. betas = [0.9, 0.999]
@@ -158,19 +167,33 @@ struct OptionSpec {
 // A typed option: declared once, listed in the plugin's OptionSpec array (it converts to its
 // OptionSpec) and read with Config::get(option) (ciuic/config.h) — the key is written once, so a
 // misspelt key cannot be read, and the type read is the type declared. E.g.
-//   constexpr ciuic::Option<int64_t> kThreads{"threads", "0", "worker threads (0: all cores)", 0, 1024};
-//   const ciuic::OptionSpec kOptions[] = {kThreads, ...};   ...   cfg.get(kThreads)
+//   constexpr ciuic::Option<int64_t> kThreads{"threads", "0", "worker threads (0: all cores)", 0,
+//   1024}; const ciuic::OptionSpec kOptions[] = {kThreads, ...};   ...   cfg.get(kThreads)
 // T: bool, int64_t, double, std::string, std::vector<std::string> or std::vector<double>.
 template <class T>
 struct OptionTypeOf;
-template <> struct OptionTypeOf<bool> { static constexpr OptionType value = OptionType::kBool; };
-template <> struct OptionTypeOf<int64_t> { static constexpr OptionType value = OptionType::kInt; };
-template <> struct OptionTypeOf<double> { static constexpr OptionType value = OptionType::kFloat; };
-template <> struct OptionTypeOf<std::string> { static constexpr OptionType value = OptionType::kString; };
-template <> struct OptionTypeOf<std::vector<std::string>> {
+template <>
+struct OptionTypeOf<bool> {
+  static constexpr OptionType value = OptionType::kBool;
+};
+template <>
+struct OptionTypeOf<int64_t> {
+  static constexpr OptionType value = OptionType::kInt;
+};
+template <>
+struct OptionTypeOf<double> {
+  static constexpr OptionType value = OptionType::kFloat;
+};
+template <>
+struct OptionTypeOf<std::string> {
+  static constexpr OptionType value = OptionType::kString;
+};
+template <>
+struct OptionTypeOf<std::vector<std::string>> {
   static constexpr OptionType value = OptionType::kStringList;
 };
-template <> struct OptionTypeOf<std::vector<double>> {
+template <>
+struct OptionTypeOf<std::vector<double>> {
   static constexpr OptionType value = OptionType::kFloatList;
 };
 
@@ -186,9 +209,9 @@ struct Option {
 };
 
 // OptionSpec::flags: the option is chosen by the core's memory planner. Only for a kString option
-// whose choices are "auto|<first>|<second>|..." (at least two after "auto"; the registry refuses the
-// plugin otherwise). When the recipe says "auto" (or leaves the option at an "auto" default), the
-// core replaces it before the plugin sees its Config (factory and plan function alike) with the
+// whose choices are "auto|<first>|<second>|..." (at least two after "auto"; the registry refuses
+// the plugin otherwise). When the recipe says "auto" (or leaves the option at an "auto" default),
+// the core replaces it before the plugin sees its Config (factory and plan function alike) with the
 // first of the later choices whose memory plan (the plugin's own plan function, ciuic/plan.h, with
 // the model's leanest "auto" settings) fits plan::kAutoMemoryFraction of [cluster]
 // memory_per_device_gib, else of the device's memory; the last choice when none fits, and in
@@ -203,7 +226,7 @@ inline constexpr uint32_t kOptionPlanned = 1u << 0;
 
 // The record returned by the info entry point. Plain data with static storage duration.
 struct PluginInfo {
-  uint32_t api_version;           // must equal the core's kPluginApiVersion
+  uint32_t api_version;  // must equal the core's kPluginApiVersion
   Slot slot;
   const char* name;               // e.g. zero2; unique within its slot
   const char* version;            // the plugin's own version, e.g. "1.0.0"
@@ -211,7 +234,7 @@ struct PluginInfo {
   const char* build_fingerprint;  // CIUIC_BUILD_FINGERPRINT as seen when the plugin was compiled
   const OptionSpec* options;
   uint32_t num_options;
-  PluginPlanFn* plan;             // may be null: the planner then says it cannot count this plugin
+  PluginPlanFn* plan;  // may be null: the planner then says it cannot count this plugin
 };
 
 // Base of every object a plugin creates. Non-copyable; destroyed by the core.
@@ -258,34 +281,29 @@ CIUIC_API const char* core_build_fingerprint();
 #endif
 // What must agree between the core and a plugin for C++ objects (at::Tensor, std::string, ...) to
 // cross the boundary: the LibTorch version, the libstdc++ dual-ABI flag and the compiler family.
-#define CIUIC_BUILD_FINGERPRINT                                            \
-  "torch=" TORCH_VERSION ";cxx11abi=" CIUIC_STR_(_GLIBCXX_USE_CXX11_ABI) \
-  ";compiler=" CIUIC_COMPILER_FAMILY_
+#define CIUIC_BUILD_FINGERPRINT \
+  "torch=" TORCH_VERSION        \
+  ";cxx11abi=" CIUIC_STR_(_GLIBCXX_USE_CXX11_ABI) ";compiler=" CIUIC_COMPILER_FAMILY_
 
 // Defines and exports the two entry points. Use once per plugin library, at namespace scope.
 // OPTIONS is an array of ciuic::OptionSpec (or use CIUIC_DEFINE_PLUGIN_NO_OPTIONS); PLAN a
 // ciuic::PluginPlanFn (CIUIC_DEFINE_PLUGIN_PLANNED) or none.
-#define CIUIC_DEFINE_PLUGIN_IMPL_(SLOT, NAME, VERSION, SUMMARY, OPTS, NOPTS, FACTORY, PLAN)       \
-  CIUIC_PLUGIN_API_NOTE_                                                                      \
-  namespace ciuic_plugin_entry_ {                                                             \
-  const ::ciuic::PluginInfo* info() {                                                         \
-    static const ::ciuic::PluginInfo kInfo{::ciuic::kPluginApiVersion,                        \
-                                           SLOT,                                              \
-                                           NAME,                                              \
-                                           VERSION,                                           \
-                                           SUMMARY,                                           \
-                                           CIUIC_BUILD_FINGERPRINT,                           \
-                                           OPTS,                                              \
-                                           NOPTS,                                             \
-                                           PLAN};                                             \
-    return &kInfo;                                                                            \
-  }                                                                                           \
-  ::ciuic::PluginObject* create(const ::ciuic::PluginArgs& args) { return (FACTORY)(args); }  \
-  }                                                                                           \
-  BOOST_DLL_ALIAS(ciuic_plugin_entry_::info, ciuic_plugin_info)                               \
+#define CIUIC_DEFINE_PLUGIN_IMPL_(SLOT, NAME, VERSION, SUMMARY, OPTS, NOPTS, FACTORY, PLAN)  \
+  CIUIC_PLUGIN_API_NOTE_                                                                     \
+  namespace ciuic_plugin_entry_ {                                                            \
+  const ::ciuic::PluginInfo* info() {                                                        \
+    static const ::ciuic::PluginInfo kInfo{                                                  \
+        ::ciuic::kPluginApiVersion, SLOT, NAME,  VERSION, SUMMARY,                           \
+        CIUIC_BUILD_FINGERPRINT,    OPTS, NOPTS, PLAN};                                      \
+    return &kInfo;                                                                           \
+  }                                                                                          \
+  ::ciuic::PluginObject* create(const ::ciuic::PluginArgs& args) { return (FACTORY)(args); } \
+  }                                                                                          \
+  BOOST_DLL_ALIAS(ciuic_plugin_entry_::info, ciuic_plugin_info)                              \
   BOOST_DLL_ALIAS(ciuic_plugin_entry_::create, ciuic_plugin_create)
 
-#define CIUIC_OPTION_COUNT_(OPTIONS) static_cast<uint32_t>(sizeof(OPTIONS) / sizeof(::ciuic::OptionSpec))
+#define CIUIC_OPTION_COUNT_(OPTIONS) \
+  static_cast<uint32_t>(sizeof(OPTIONS) / sizeof(::ciuic::OptionSpec))
 
 #define CIUIC_DEFINE_PLUGIN(SLOT, NAME, VERSION, SUMMARY, OPTIONS, FACTORY)                      \
   CIUIC_DEFINE_PLUGIN_IMPL_(SLOT, NAME, VERSION, SUMMARY, OPTIONS, CIUIC_OPTION_COUNT_(OPTIONS), \
@@ -295,8 +313,8 @@ CIUIC_API const char* core_build_fingerprint();
   CIUIC_DEFINE_PLUGIN_IMPL_(SLOT, NAME, VERSION, SUMMARY, OPTIONS, CIUIC_OPTION_COUNT_(OPTIONS), \
                             FACTORY, PLAN)
 
-#define CIUIC_DEFINE_PLUGIN_NO_OPTIONS(SLOT, NAME, VERSION, SUMMARY, FACTORY)                    \
+#define CIUIC_DEFINE_PLUGIN_NO_OPTIONS(SLOT, NAME, VERSION, SUMMARY, FACTORY) \
   CIUIC_DEFINE_PLUGIN_IMPL_(SLOT, NAME, VERSION, SUMMARY, nullptr, 0, FACTORY, nullptr)
 
-#define CIUIC_DEFINE_PLUGIN_NO_OPTIONS_PLANNED(SLOT, NAME, VERSION, SUMMARY, FACTORY, PLAN)      \
+#define CIUIC_DEFINE_PLUGIN_NO_OPTIONS_PLANNED(SLOT, NAME, VERSION, SUMMARY, FACTORY, PLAN) \
   CIUIC_DEFINE_PLUGIN_IMPL_(SLOT, NAME, VERSION, SUMMARY, nullptr, 0, FACTORY, PLAN)

@@ -7,8 +7,8 @@
 //
 //   for i in 0..A-1:
 //     begin_micro_batch(i, /*last=*/i == A-1)
-//     forward                       before_group(g, kForward) / after_group(g, kForward), g = 0, 1, ..
-//     (loss * loss_scale).backward()  before_group(g, kBackward) .. after_group(g, kBackward),
+//     forward                       before_group(g, kForward) / after_group(g, kForward), g = 0, 1,
+//     .. (loss * loss_scale).backward()  before_group(g, kBackward) .. after_group(g, kBackward),
 //                                   g = .., 1, 0; inside a checkpointed layer's backward
 //                                   before_group(g, kRecompute) / after_group(g, kRecompute);
 //                                   the Sharding's autograd hooks see gradients as they come
@@ -74,9 +74,9 @@ struct ShardingSetup {
   // The model's groups in forward order, announced by before_group()/after_group() with their
   // index. Empty when the caller announces none (then no boundary is ever called).
   std::vector<ParamGroup> groups;
-  Comm* comm = nullptr;               // never null (a world of 1 still has a Comm)
-  Precision* precision = nullptr;     // never null
-  Optimizer* optimizer = nullptr;     // never null
+  Comm* comm = nullptr;            // never null (a world of 1 still has a Comm)
+  Precision* precision = nullptr;  // never null
+  Optimizer* optimizer = nullptr;  // never null
   int64_t gradient_accumulation_steps = 1;
   // API 8. Set only when the Sharding's builds_parameters() said true (else empty: the params
   // hold their values, rank 0's on every rank).

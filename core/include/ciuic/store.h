@@ -1,9 +1,9 @@
 // ciuic/store.h — the run's key-value store, shared by all ranks.
 //
-// Backed by the run's TCP store (the launcher of node 0 or rank 0 hosts it, bound to loopback on one
-// node, requiring the run's token on several: docs/launch.md; torchrun's agent TCPStore under
-// torchrun; single-process runs get an in-memory store). Plugins use it to exchange small blobs at set-up (an NCCL unique id, a cache
-// build's completion), never on the training hot path.
+// Backed by the run's TCP store (the launcher of node 0 or rank 0 hosts it, bound to loopback on
+// one node, requiring the run's token on several: docs/launch.md; torchrun's agent TCPStore under
+// torchrun; single-process runs get an in-memory store). Plugins use it to exchange small blobs at
+// set-up (an NCCL unique id, a cache build's completion), never on the training hot path.
 //
 // Thread-safe. get()/wait() block until the key exists or the run's rendezvous timeout passes,
 // then throw ciuic::Error naming the key and the timeout. set() and add() return once the store

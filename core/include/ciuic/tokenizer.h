@@ -1,4 +1,5 @@
-// ciuic/tokenizer.h — Hugging Face BPE tokenizers (byte-level and SentencePiece-style) and chat templates.
+// ciuic/tokenizer.h — Hugging Face BPE tokenizers (byte-level and SentencePiece-style) and chat
+// templates.
 //
 // Tokenizer reads an HF `tokenizer.json` with a BPE model and encodes exactly as the Python
 // `tokenizers` package does (checked token for token by tests/tokenizer against fixtures of every

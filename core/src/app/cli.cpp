@@ -34,21 +34,21 @@
 #include "base/text.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/run_dir.h"
-#include "model/hf_export.h"
-#include "model/llama.h"
-#include "model/lora.h"
 #include "import/deepspeed.h"
 #include "import/training_file.h"
 #include "launch/launch.h"
+#include "model/hf_export.h"
+#include "model/llama.h"
+#include "model/lora.h"
+#include "plan/plan.h"
 #include "recipe/recipe.h"
 #include "recipe/schema.h"
 #include "registry/registry.h"
-#include "plan/plan.h"
+#include "report/html_report.h"
+#include "report/watch.h"
 #include "sdk/printable.h"
 #include "tokenizer/factory.h"
 #include "train/evaluate.h"
-#include "report/html_report.h"
-#include "report/watch.h"
 #include "train/options.h"
 #include "train/worker.h"
 
@@ -69,7 +69,8 @@ std::vector<std::string> plugin_paths(const CliOptions& o, const Recipe* recipe)
   if (recipe) {
     for (const auto& p : recipe->section("run").get_string_list("plugin_paths")) {
       fs::path path(p);
-      out.push_back(path.is_absolute() ? p : (fs::path(recipe->dir()) / path).lexically_normal().string());
+      out.push_back(
+          path.is_absolute() ? p : (fs::path(recipe->dir()) / path).lexically_normal().string());
     }
   }
   return out;
@@ -79,10 +80,14 @@ namespace {
 
 void apply_log_level(const Recipe& recipe) {
   const std::string level = recipe.section("run").get_string("log_level");
-  if (level == "debug") set_log_level(LogLevel::kDebug);
-  else if (level == "warning") set_log_level(LogLevel::kWarn);
-  else if (level == "error") set_log_level(LogLevel::kError);
-  else set_log_level(LogLevel::kInfo);
+  if (level == "debug")
+    set_log_level(LogLevel::kDebug);
+  else if (level == "warning")
+    set_log_level(LogLevel::kWarn);
+  else if (level == "error")
+    set_log_level(LogLevel::kError);
+  else
+    set_log_level(LogLevel::kInfo);
 }
 
 std::string pad(std::string s, size_t n) {
@@ -95,7 +100,9 @@ class TempDir {
  public:
   TempDir() {
     std::string tmpl = (fs::temp_directory_path() / "ciuic-dry-run-XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw Error("cannot create a temporary folder for the dry run under " + fs::temp_directory_path().string());
+    if (!mkdtemp(tmpl.data()))
+      throw Error("cannot create a temporary folder for the dry run under " +
+                  fs::temp_directory_path().string());
     path_ = tmpl;
   }
   ~TempDir() {
@@ -113,8 +120,10 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
   const Config run = recipe.section("run");
   TempDir out_dir;
   RunContext ctx;
-  ctx.device = cluster.get_string("device") == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
-  ctx.timeout = std::chrono::milliseconds(static_cast<int64_t>(cluster.get_float("timeout_s") * 1000));
+  ctx.device =
+      cluster.get_string("device") == "cuda" ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  ctx.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(cluster.get_float("timeout_s") * 1000));
   launch::WorkerEnv env;
   env.launcher = "none";
   ctx.store = launch::connect_store(env, ctx.timeout);
@@ -123,9 +132,11 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
   ctx.recipe_dir = recipe.dir();
   ctx.seed = static_cast<uint64_t>(run.get_int("seed"));
   ctx.cpu_threads = std::max(1u, std::thread::hardware_concurrency());
-  // The data source is opened as rank 0 of the recipe's world (the other plugins see a world of one).
+  // The data source is opened as rank 0 of the recipe's world (the other plugins see a world of
+  // one).
   RunContext data_ctx = ctx;
-  data_ctx.world_size = static_cast<int>(cluster.get_int("nnodes") * cluster.get_int("nproc_per_node"));
+  data_ctx.world_size =
+      static_cast<int>(cluster.get_int("nnodes") * cluster.get_int("nproc_per_node"));
 
   std::ostringstream os;
   os << "dry run of " << (recipe.path().empty() ? "<recipe>" : recipe.path()) << ": "
@@ -142,7 +153,8 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
     if (!registry.find(slot, name) && ctx.device.is_cuda() && !at::hasCUDA()) {
       // A GPU recipe checked on a CPU-only build: its CUDA plugins were not built; the rest is
       // still checked.
-      os << pad(name, 12) << "not in this build (built without CUDA: CIUIC_WITH_CUDA=OFF); not checked\n";
+      os << pad(name, 12)
+         << "not in this build (built without CUDA: CIUIC_WITH_CUDA=OFF); not checked\n";
       objects.push_back(nullptr);
       continue;
     }
@@ -156,46 +168,59 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
       if (!planned) {
         double whole = cluster.get_float("memory_per_device_gib") * 1073741824.0;
         if (whole <= 0 && !ctx.device.is_cuda())
-          whole = plan::physical_memory() / static_cast<double>(std::max<int64_t>(1, cluster.get_int("nproc_per_node")));
+          whole = plan::physical_memory() /
+                  static_cast<double>(std::max<int64_t>(1, cluster.get_int("nproc_per_node")));
         planned = plan::planned_options(recipe, registry, plan::kAutoMemoryFraction * whole);
       }
       config = plan::with_planned(config, slot, *planned);
       for (const plan::PlannedOption& o : *planned)
         if (o.slot == slot)
-          chosen += std::string(chosen.empty() ? "" : ", ") + o.key + " = " + (o.integer ? o.value : "\"" + o.value + "\"");
+          chosen += std::string(chosen.empty() ? "" : ", ") + o.key + " = " +
+                    (o.integer ? o.value : "\"" + o.value + "\"");
     }
     switch (slot) {
       case Slot::kComm: objects.push_back(registry.create<Comm>(slot, name, config, ctx)); break;
-      case Slot::kSharding: objects.push_back(registry.create<Sharding>(slot, name, config, ctx)); break;
-      case Slot::kOptimizer: objects.push_back(registry.create<Optimizer>(slot, name, config, ctx)); break;
-      case Slot::kPrecision: objects.push_back(registry.create<Precision>(slot, name, config, ctx)); break;
-      case Slot::kData: objects.push_back(registry.create<DataSource>(slot, name, config, data_ctx)); break;
+      case Slot::kSharding:
+        objects.push_back(registry.create<Sharding>(slot, name, config, ctx));
+        break;
+      case Slot::kOptimizer:
+        objects.push_back(registry.create<Optimizer>(slot, name, config, ctx));
+        break;
+      case Slot::kPrecision:
+        objects.push_back(registry.create<Precision>(slot, name, config, ctx));
+        break;
+      case Slot::kData:
+        objects.push_back(registry.create<DataSource>(slot, name, config, data_ctx));
+        break;
     }
     os << pad(d.name, 12) << pad(d.version, 9) << "created  " << d.path
        << (chosen.empty() ? "" : " (auto: " + chosen + ")") << "\n";
   }
   // Preflight: every input the run reads, opened as the run opens it; nothing is trained.
   const train::TrainOptions opt = train::TrainOptions::from(recipe);
-  const model::LlamaConfig cfg = train::recipe_model_config(recipe);  // reads [model] path's config.json
+  const model::LlamaConfig cfg =
+      train::recipe_model_config(recipe);  // reads [model] path's config.json
   if (!opt.model_path.empty()) {
     const fs::path p(opt.model_path);
     if (!paths::is((p / "model.safetensors").string(), paths::Want::kAny) &&
         !paths::is((p / "model.safetensors.index.json").string(), paths::Want::kAny))
       throw UsageError("[model] path " + opt.model_path +
-                       ": no model.safetensors or model.safetensors.index.json (expected a Hugging Face model folder)");
+                       ": no model.safetensors or model.safetensors.index.json (expected a Hugging "
+                       "Face model folder)");
   }
-  os << "  model      " << (opt.model_path.empty() ? std::string("random init") : opt.model_path) << ", "
-     << cfg.num_parameters() << " parameters\n";
+  os << "  model      " << (opt.model_path.empty() ? std::string("random init") : opt.model_path)
+     << ", " << cfg.num_parameters() << " parameters\n";
   std::shared_ptr<const Tokenizer> tokenizer;
   std::unique_ptr<ChatTemplate> chat_template;
   if (!opt.tokenizer_path.empty()) {
     tokenizer = load_tokenizer(opt.tokenizer_path);
     chat_template = make_chat_template(opt.chat_template, *tokenizer);
     if (tokenizer->vocab_size() > cfg.vocab_size)
-      throw UsageError("tokenizer " + opt.tokenizer_path + " has " + std::to_string(tokenizer->vocab_size()) +
+      throw UsageError("tokenizer " + opt.tokenizer_path + " has " +
+                       std::to_string(tokenizer->vocab_size()) +
                        " tokens but the model's vocab_size is " + std::to_string(cfg.vocab_size));
-    os << "  tokenizer  " << opt.tokenizer_path << ", " << tokenizer->vocab_size() << " tokens, chat template "
-       << opt.chat_template << "\n";
+    os << "  tokenizer  " << opt.tokenizer_path << ", " << tokenizer->vocab_size()
+       << " tokens, chat template " << opt.chat_template << "\n";
   }
   if (auto* data = dynamic_cast<DataSource*>(objects[static_cast<size_t>(Slot::kData)].get())) {
     DataOpenArgs da;
@@ -206,8 +231,10 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
     train::open_data_plugin(recipe, registry, *data, da);
     os << "  data       opened as rank 0 of " << data_ctx.world_size << "\n";
   }
-  // As the run's Evaluator loads them after the data, as the run does (a run met a bad file only after its set-up).
-  if (const auto questions = train::load_exact_match_questions(opt, tokenizer && chat_template); !questions.empty())
+  // As the run's Evaluator loads them after the data, as the run does (a run met a bad file only
+  // after its set-up).
+  if (const auto questions = train::load_exact_match_questions(opt, tokenizer && chat_template);
+      !questions.empty())
     os << "  exact match " << opt.exact_match_file << ", " << questions.size() << " question(s)\n";
   if (!resume.empty()) {
     std::string folder;
@@ -219,19 +246,23 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
       } catch (const UsageError&) {  // --resume auto without a checkpoint: a fresh start
       }
     if (!folder.empty()) checkpoint::verify(folder, /*checksums=*/false);
-    os << "  resume     " << (folder.empty() ? "auto: no checkpoint yet, a fresh start" : folder + " (manifest and sizes checked)")
+    os << "  resume     "
+       << (folder.empty() ? "auto: no checkpoint yet, a fresh start"
+                          : folder + " (manifest and sizes checked)")
        << "\n";
   }
   while (!objects.empty()) objects.pop_back();
   os << "the recipe, its plugins and its inputs are valid; nothing was trained\n";
-  std::cout << printable_text(os.str()) << std::flush;  // paths and names from the recipe, shown safely
+  std::cout << printable_text(os.str())
+            << std::flush;  // paths and names from the recipe, shown safely
   return kExitOk;
 }
 
 }  // namespace
 
 int run_recipe(const CliOptions& o) {
-  if (o.recipe.empty()) throw UsageError("no recipe given (usage: ciuic-run RECIPE [options]; see ciuic-run --help)");
+  if (o.recipe.empty())
+    throw UsageError("no recipe given (usage: ciuic-run RECIPE [options]; see ciuic-run --help)");
   recipe::ErrorList problems;
   const Recipe recipe = Recipe::load(o.recipe, effective_overrides(o), &problems);
   if (!problems.empty()) {
@@ -249,10 +280,12 @@ int run_recipe(const CliOptions& o) {
   // Before anything touches CUDA; the workers the launcher starts inherit it.
   log_debug("CUDA allocator: " + launch::apply_allocator_defaults());
   const Registry registry = Registry::discover(plugin_paths(o, &recipe));
-  if (o.plan) {  // needs the precision, sharding and optimizer plugins (a CPU build plans GPU recipes)
+  if (o.plan) {  // needs the precision, sharding and optimizer plugins (a CPU build plans GPU
+                 // recipes)
     // An unknown plugin is a recipe error with its location, as for a run; a CUDA plugin a build
     // without CUDA lacks is not (the plan says it did not count it).
-    const bool gpu_recipe_cpu_build = recipe.section("cluster").get_string("device") == "cuda" && !at::hasCUDA();
+    const bool gpu_recipe_cpu_build =
+        recipe.section("cluster").get_string("device") == "cuda" && !at::hasCUDA();
     for (int i = 0; i < kNumSlots; ++i) {
       const Slot slot = static_cast<Slot>(i);
       const std::string name = recipe.plugin_name(slot);
@@ -281,13 +314,15 @@ int run_recipe(const CliOptions& o) {
       log_debug(std::string("no memory plan: ") + e.what());
     }
     if (mp && !mp->fits)
-      log_warn("the memory plan says this recipe does not fit [cluster] memory_per_device_gib "
-               "(see ciuic-run " + o.recipe + " --plan):\n" + plan::plan_text(*mp));
+      log_warn(
+          "the memory plan says this recipe does not fit [cluster] memory_per_device_gib "
+          "(see ciuic-run " +
+          o.recipe + " --plan):\n" + plan::plan_text(*mp));
     else if (mp && !mp->host_fits)
-      log_warn("the memory plan needs " + plan::bytes_text(mp->node_memory) + " of this node's memory for " +
-               std::to_string(mp->local_world_size) + " rank(s), more than the " +
-               plan::bytes_text(mp->host_available) + " it has: the kernel may kill the workers (see ciuic-run " +
-               o.recipe + " --plan)");
+      log_warn("the memory plan needs " + plan::bytes_text(mp->node_memory) +
+               " of this node's memory for " + std::to_string(mp->local_world_size) +
+               " rank(s), more than the " + plan::bytes_text(mp->host_available) +
+               " it has: the kernel may kill the workers (see ciuic-run " + o.recipe + " --plan)");
   }
   train::WorkerOptions wopts;
   wopts.resume = o.resume;
@@ -305,7 +340,8 @@ int run_recipe(const CliOptions& o) {
   // lock (held until this process ends) and refuses or moves another run's files.
   checkpoint::RunDirClaim claim;
   if (o.node_rank == 0)
-    claim = checkpoint::claim_run_dir(train::TrainOptions::from(recipe).run_paths(), {o.resume, o.overwrite});
+    claim = checkpoint::claim_run_dir(train::TrainOptions::from(recipe).run_paths(),
+                                      {o.resume, o.overwrite});
   if (nproc * nnodes == 1) {
     launch::WorkerEnv env;
     env.launcher = "none";
@@ -321,12 +357,15 @@ int run_recipe(const CliOptions& o) {
   lo.master_addr = o.master_addr;
   lo.master_port = o.master_port;
   lo.output_all_ranks = cluster.get_string("output") == "all";
-  lo.rendezvous_timeout = std::chrono::milliseconds(static_cast<int64_t>(cluster.get_float("timeout_s") * 1000));
-  lo.store_token_file = train::TrainOptions::from(recipe).run_paths().output_dir + "/.ciuic-store-token";
+  lo.rendezvous_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(cluster.get_float("timeout_s") * 1000));
+  lo.store_token_file =
+      train::TrainOptions::from(recipe).run_paths().output_dir + "/.ciuic-store-token";
   return launch::launch_and_supervise(lo);
 }
 
-int list_plugins(const Registry& registry, bool verbose, std::ostream& shown_out, std::ostream& shown_err) {
+int list_plugins(const Registry& registry, bool verbose, std::ostream& shown_out,
+                 std::ostream& shown_err) {
   // Plugin summaries, option help and file names come from the files found: shown safely.
   std::ostringstream out, err;
   const auto plugins = registry.list();
@@ -336,7 +375,8 @@ int list_plugins(const Registry& registry, bool verbose, std::ostream& shown_out
     wver = std::max(wver, d.version.size());
   }
   for (const auto& d : plugins) {
-    out << pad(slot_name(d.slot), 10) << pad(d.name, wname + 2) << pad(d.version, wver + 2) << d.path << "\n";
+    out << pad(slot_name(d.slot), 10) << pad(d.name, wname + 2) << pad(d.version, wver + 2)
+        << d.path << "\n";
     if (!verbose) continue;
     out << "    " << d.summary << "\n";
     if (d.info->num_options == 0) out << "    (no options)\n";
@@ -349,7 +389,8 @@ int list_plugins(const Registry& registry, bool verbose, std::ostream& shown_out
       w2 = std::max(w2, cols.back().second.size());
     }
     for (uint32_t i = 0; i < d.info->num_options; ++i)
-      out << "    " << pad(cols[i].first, w1 + 2) << pad(cols[i].second, w2 + 2) << d.info->options[i].help << "\n";
+      out << "    " << pad(cols[i].first, w1 + 2) << pad(cols[i].second, w2 + 2)
+          << d.info->options[i].help << "\n";
   }
   if (plugins.empty()) out << "(no plugins found)\n";
   if (verbose) {
@@ -374,7 +415,8 @@ std::string version_text() {
 
 std::string recipe_sections_text() {
   std::ostringstream os;
-  for (const auto& s : recipe::core_schema()) os << "  " << pad("[" + s.name + "]", 16) << s.help << "\n";
+  for (const auto& s : recipe::core_schema())
+    os << "  " << pad("[" + s.name + "]", 16) << s.help << "\n";
   return os.str();
 }
 
@@ -383,9 +425,10 @@ std::string recipe_reference_text() {
   for (const auto& s : recipe::core_schema()) {
     os << "[" << s.name << "]  " << s.help << "\n";
     for (const auto& k : s.keys)
-      os << "  " << pad(k.key + " = " + recipe::default_text(k), 40) << " " << pad(recipe::describe_expected(k), 36)
-         << " " << k.help << "\n";
-    if (s.plugin_slot) os << "  (plus the options of the chosen plugin: ciuic-run --list-plugins --verbose)\n";
+      os << "  " << pad(k.key + " = " + recipe::default_text(k), 40) << " "
+         << pad(recipe::describe_expected(k), 36) << " " << k.help << "\n";
+    if (s.plugin_slot)
+      os << "  (plus the options of the chosen plugin: ciuic-run --list-plugins --verbose)\n";
     os << "\n";
   }
   return os.str();
@@ -409,15 +452,19 @@ void check_output_file(const std::string& out_path) {
   if (!why.empty()) throw UsageError("-o " + out_path + " cannot be written: " + why);
 }
 
-int write_import(const importer::DeepSpeedImport& im, const std::string& out_path, std::ostream& out, std::ostream& err) {
+int write_import(const importer::DeepSpeedImport& im, const std::string& out_path,
+                 std::ostream& out, std::ostream& err) {
   // Notes and ignored keys quote the config's keys: one line each, control bytes shown as \xNN.
   // Written at once: std::cerr flushes every insertion (300k ignored keys were 600k writes).
-  const auto line = [](const std::string& s) { return printable_text(s, /*keep_lines=*/false) + "\n"; };
+  const auto line = [](const std::string& s) {
+    return printable_text(s, /*keep_lines=*/false) + "\n";
+  };
   std::string listed;
   for (const auto& n : im.notes) listed += "ciuic-run: note: " + line(n);
   for (const auto& i : im.ignored) listed += "ciuic-run: ignored: " + line(i);
   if (!im.placeholders.empty())
-    listed += "ciuic-run: placeholders to edit (or give with --set): " + line(text::join(im.placeholders, ", "));
+    listed += "ciuic-run: placeholders to edit (or give with --set): " +
+              line(text::join(im.placeholders, ", "));
   err << listed << std::flush;
   if (out_path.empty() || out_path == "-") {
     out << im.toml;
@@ -428,16 +475,18 @@ int write_import(const importer::DeepSpeedImport& im, const std::string& out_pat
     f << im.toml;
     if (!f) throw Error("cannot write " + out_path + ": " + std::strerror(errno));
   }
-  err << line("ciuic-run: wrote " + out_path + " (check it: ciuic-run " + out_path + " --print-recipe)");
+  err << line("ciuic-run: wrote " + out_path + " (check it: ciuic-run " + out_path +
+              " --print-recipe)");
   return kExitOk;
 }
 
 }  // namespace
 
-int from_deepspeed(const std::string& config, const std::vector<std::string>& overrides, const std::string& out_path,
-                   std::ostream& out, std::ostream& err) {
+int from_deepspeed(const std::string& config, const std::vector<std::string>& overrides,
+                   const std::string& out_path, std::ostream& out, std::ostream& err) {
   if (const std::string why = paths::problem(config, paths::Want::kFile); !why.empty())
-    throw UsageError("--from-deepspeed " + config + ": " + why + " (expected a DeepSpeed config JSON file)");
+    throw UsageError("--from-deepspeed " + config + ": " + why +
+                     " (expected a DeepSpeed config JSON file)");
   check_output_file(out_path);
   std::ifstream in(config, std::ios::binary);
   std::stringstream ss;
@@ -445,18 +494,22 @@ int from_deepspeed(const std::string& config, const std::vector<std::string>& ov
   return write_import(importer::import_deepspeed(ss.str(), config, overrides), out_path, out, err);
 }
 
-int from_training_file(const std::string& tool, const std::string& file, const std::vector<std::string>& overrides,
-                       const std::string& out_path, std::ostream& out, std::ostream& err) {
-  const importer::TrainingTool t = tool == "axolotl" ? importer::TrainingTool::kAxolotl : importer::TrainingTool::kLlamaFactory;
+int from_training_file(const std::string& tool, const std::string& file,
+                       const std::vector<std::string>& overrides, const std::string& out_path,
+                       std::ostream& out, std::ostream& err) {
+  const importer::TrainingTool t =
+      tool == "axolotl" ? importer::TrainingTool::kAxolotl : importer::TrainingTool::kLlamaFactory;
   if (const std::string why = paths::problem(file, paths::Want::kFile); !why.empty())
-    throw UsageError("--from-" + tool + " " + file + ": " + why + " (expected a training config YAML file)");
+    throw UsageError("--from-" + tool + " " + file + ": " + why +
+                     " (expected a training config YAML file)");
   check_output_file(out_path);
   fs::path data_dir = "ciuic-data";
   if (!out_path.empty() && out_path != "-") {
     const fs::path o(out_path);
     data_dir = o.parent_path() / (o.stem().string() + "-data");
   }
-  const importer::TrainingImport im = importer::import_training_file(t, file, overrides, data_dir.string());
+  const importer::TrainingImport im =
+      importer::import_training_file(t, file, overrides, data_dir.string());
   return write_import(im.recipe, out_path, out, err);
 }
 
@@ -522,7 +575,8 @@ int run_alive(const std::string& run_dir) {
 
 int watch(const std::string& run_dir, double interval_s, bool tty, std::ostream& out) {
   if (!(interval_s > 0) || interval_s > 3600)
-    throw UsageError("--interval " + std::to_string(interval_s) + ": expected seconds in (0, 3600]");
+    throw UsageError("--interval " + std::to_string(interval_s) +
+                     ": expected seconds in (0, 3600]");
   report::WatchOptions wo;
   wo.interval_s = interval_s;
   wo.tty = tty;
@@ -538,21 +592,22 @@ model::NamedTensors merged_weights(const std::string& folder, const nlohmann::js
   const model::LoraSpec spec = model::lora_spec_from_peft(adapter, where);
   const std::string base = adapter.value("base_model_name_or_path", std::string());
   if (base.empty())
-    throw UsageError("--merge: " + where + " names no base model folder (the run trained from a random init): "
+    throw UsageError("--merge: " + where +
+                     " names no base model folder (the run trained from a random init): "
                      "there are no base weights to merge into");
   auto m = model::LlamaModel::from_pretrained(base, at::kFloat, at::kCPU);
   m->enable_lora(spec);
   const model::NamedTensors saved = checkpoint::read_master_weights(folder);
   const auto params = m->trainable_parameters();
   if (saved.size() != params.size())
-    throw Error(where + ": the checkpoint holds " + std::to_string(saved.size()) + " tensors, the adapter " +
-                std::to_string(params.size()));
+    throw Error(where + ": the checkpoint holds " + std::to_string(saved.size()) +
+                " tensors, the adapter " + std::to_string(params.size()));
   {
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i) {
       if (saved[i].first != params[i].first || saved[i].second.sizes() != params[i].second.sizes())
-        throw Error(where + ": tensor `" + saved[i].first + "` does not match the base model " + base +
-                    " (expected `" + params[i].first + "`)");
+        throw Error(where + ": tensor `" + saved[i].first + "` does not match the base model " +
+                    base + " (expected `" + params[i].first + "`)");
       params[i].second.copy_(saved[i].second);
     }
   }
@@ -568,40 +623,54 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, const s
   namespace fs = std::filesystem;
   const std::optional<at::ScalarType> export_dtype = model::export_dtype_from_name(dtype);
   if (!export_dtype)
-    throw UsageError("--export-dtype " + dtype + ": expected one of " + model::export_dtype_names());
+    throw UsageError("--export-dtype " + dtype + ": expected one of " +
+                     model::export_dtype_names());
   if (!tokenizer.empty()) check_tokenizer_file(tokenizer);
   if (out_dir.empty()) throw UsageError("--export-hf needs an output folder: --export-hf CKPT OUT");
   std::error_code ec;
   if (const std::string why = paths::folder_problem(out_dir); !why.empty())
     throw UsageError("--export-hf OUT " + out_dir + " cannot be written: " + why);
-  if (paths::is(out_dir, paths::Want::kAny) && !(paths::is(out_dir, paths::Want::kFolder) && fs::is_empty(out_dir, ec) && !ec))
-    throw UsageError("--export-hf: " + out_dir + " exists and is not an empty folder (refusing to overwrite it)");
+  if (paths::is(out_dir, paths::Want::kAny) &&
+      !(paths::is(out_dir, paths::Want::kFolder) && fs::is_empty(out_dir, ec) && !ec))
+    throw UsageError("--export-hf: " + out_dir +
+                     " exists and is not an empty folder (refusing to overwrite it)");
   const std::string folder = checkpoint::resolve(checkpoint, checkpoint, "--export-hf");
   checkpoint::verify(folder, /*checksums=*/true);
   const model::LlamaConfig config = checkpoint::read_model_config(folder);
   const nlohmann::json adapter = checkpoint::read_adapter_config(folder);
   if (merge && adapter.is_null())
-    throw UsageError("--merge: " + folder + " is not a LoRA checkpoint (it holds the full model: export it without --merge)");
+    throw UsageError(
+        "--merge: " + folder +
+        " is not a LoRA checkpoint (it holds the full model: export it without --merge)");
   model::HfExportOptions eo;
   eo.dtype = *export_dtype;
   // The tokenizer the checkpoint keeps (written by runs with a tokenizer), unless --tokenizer
   // names another.
   const fs::path kept = fs::path(folder) / "tokenizer.json";
-  eo.extra_files = model::tokenizer_files(!tokenizer.empty() ? tokenizer : paths::is(kept.string(), paths::Want::kAny) ? kept.string() : "");
+  eo.extra_files =
+      model::tokenizer_files(!tokenizer.empty()                            ? tokenizer
+                             : paths::is(kept.string(), paths::Want::kAny) ? kept.string()
+                                                                           : "");
   // Assembled beside OUT, renamed into place when complete.
   const fs::path target = fs::absolute(out_dir).lexically_normal();
   const fs::path tmp = target.parent_path() / (".tmp-" + target.filename().string());
   remove_tree((tmp).string(), ec);
   try {
     if (!adapter.is_null() && !merge)
-      model::write_peft_folder(tmp.string(), adapter, checkpoint::read_master_weights(folder), eo.dtype);
+      model::write_peft_folder(tmp.string(), adapter, checkpoint::read_master_weights(folder),
+                               eo.dtype);
     else
-      model::write_hf_folder(tmp.string(), config,
-                             merge ? merged_weights(folder, adapter) : checkpoint::read_master_weights(folder), eo);
-    if (paths::is(target.string(), paths::Want::kAny) && !fs::remove(target, ec) && ec)  // the empty folder
-      throw Error("--export-hf: cannot replace the empty folder " + target.string() + ": " + ec.message());
+      model::write_hf_folder(
+          tmp.string(), config,
+          merge ? merged_weights(folder, adapter) : checkpoint::read_master_weights(folder), eo);
+    if (paths::is(target.string(), paths::Want::kAny) && !fs::remove(target, ec) &&
+        ec)  // the empty folder
+      throw Error("--export-hf: cannot replace the empty folder " + target.string() + ": " +
+                  ec.message());
     fs::rename(tmp, target, ec);
-    if (ec) throw Error("--export-hf: cannot rename " + tmp.string() + " to " + target.string() + ": " + ec.message());
+    if (ec)
+      throw Error("--export-hf: cannot rename " + tmp.string() + " to " + target.string() + ": " +
+                  ec.message());
   } catch (...) {
     remove_tree((tmp).string(), ec);
     throw;

@@ -20,21 +20,21 @@ class Recipe;
 namespace ciuic::app {
 
 struct CliOptions {
-  std::string recipe;                      // RECIPE (required for a run)
-  std::vector<std::string> overrides;      // --set section.key=value, in order
-  std::vector<std::string> plugin_paths;   // --plugin-path DIR, in order
-  std::optional<int> nproc;                // --nproc: [cluster] nproc_per_node
-  std::optional<int> nnodes;               // --nnodes: [cluster] nnodes
-  int node_rank = 0;                       // --node-rank
-  std::string master_addr = "127.0.0.1";   // --master-addr
-  int master_port = 0;                     // --master-port (0: a free port, single node)
-  bool output_all_ranks = false;           // --output-all-ranks: [cluster] output = "all"
-  std::string resume;                      // --resume PATH|latest|auto
-  bool overwrite = false;                  // --overwrite (checkpoint/run_dir.h)
-  bool dry_run = false;                    // --dry-run
-  bool print_recipe = false;               // --print-recipe
-  bool plan = false;                       // --plan
-  std::vector<std::string> argv;           // this process's command line (workers rerun it)
+  std::string recipe;                     // RECIPE (required for a run)
+  std::vector<std::string> overrides;     // --set section.key=value, in order
+  std::vector<std::string> plugin_paths;  // --plugin-path DIR, in order
+  std::optional<int> nproc;               // --nproc: [cluster] nproc_per_node
+  std::optional<int> nnodes;              // --nnodes: [cluster] nnodes
+  int node_rank = 0;                      // --node-rank
+  std::string master_addr = "127.0.0.1";  // --master-addr
+  int master_port = 0;                    // --master-port (0: a free port, single node)
+  bool output_all_ranks = false;          // --output-all-ranks: [cluster] output = "all"
+  std::string resume;                     // --resume PATH|latest|auto
+  bool overwrite = false;                 // --overwrite (checkpoint/run_dir.h)
+  bool dry_run = false;                   // --dry-run
+  bool print_recipe = false;              // --print-recipe
+  bool plan = false;                      // --plan
+  std::vector<std::string> argv;          // this process's command line (workers rerun it)
 };
 
 // The overrides a run applies: --set ones, then those implied by --nproc, --nnodes and
@@ -42,13 +42,15 @@ struct CliOptions {
 CIUIC_API std::vector<std::string> effective_overrides(const CliOptions& options);
 
 // RECIPE [...]: load, validate, then print (--print-recipe), estimate memory per rank (--plan,
-// train/plan.h; exit 0), check by instantiating every plugin once (--dry-run), or train (as a worker, single-process, or as the launcher of the workers).
+// train/plan.h; exit 0), check by instantiating every plugin once (--dry-run), or train (as a
+// worker, single-process, or as the launcher of the workers).
 CIUIC_API int run_recipe(const CliOptions& options);
 
 // --list-plugins [--verbose]: one line per plugin "<slot> <name> <version> <path>"; verbose adds
 // the summary and every option (key, default, type, help), the search path and shadowed files.
 // Refused files are listed on `err`. Returns 0.
-CIUIC_API int list_plugins(const Registry& registry, bool verbose, std::ostream& out, std::ostream& err);
+CIUIC_API int list_plugins(const Registry& registry, bool verbose, std::ostream& out,
+                           std::ostream& err);
 
 // The plugin search path for a run: --plugin-path folders, then [run] plugin_paths resolved
 // against the recipe's folder (Registry::discover adds the default folders in front).
@@ -84,8 +86,8 @@ CIUIC_API int from_deepspeed(const std::string& config, const std::vector<std::s
 // OUT's stem + "-data/" (next to OUT), or ./ciuic-data/ when the recipe goes to `out`; their files
 // are listed on `err`. `tool` is "llamafactory" or "axolotl".
 CIUIC_API int from_training_file(const std::string& tool, const std::string& file,
-                                 const std::vector<std::string>& overrides, const std::string& out_path,
-                                 std::ostream& out, std::ostream& err);
+                                 const std::vector<std::string>& overrides,
+                                 const std::string& out_path, std::ostream& out, std::ostream& err);
 
 // --plot RUN_DIR: writes RUN_DIR/report.html (report/html_report.h) from RUN_DIR/metrics.jsonl (or
 // from the metrics file given instead of a folder) and prints its path. Also during the run.

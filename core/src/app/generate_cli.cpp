@@ -39,12 +39,14 @@ struct Loaded {
 std::string model_folder(const std::string& dir, const char* flag) {
   std::error_code ec;
   if (dir.empty()) throw UsageError(std::string(flag) + " needs a model folder");
-  if (!fs::is_directory(dir, ec)) throw UsageError(std::string(flag) + " " + dir + ": no such folder");
+  if (!fs::is_directory(dir, ec))
+    throw UsageError(std::string(flag) + " " + dir + ": no such folder");
   if (fs::exists(fs::path(dir) / "config.json", ec)) return dir;
   if (fs::exists(fs::path(dir) / "hf" / "config.json", ec)) return (fs::path(dir) / "hf").string();
-  throw UsageError(std::string(flag) + " " + dir +
-                   ": no config.json here or in hf/ (give a Hugging Face model folder, or a run's output "
-                   "folder after its export; a checkpoint is exported with --export-hf CKPT OUT)");
+  throw UsageError(
+      std::string(flag) + " " + dir +
+      ": no config.json here or in hf/ (give a Hugging Face model folder, or a run's output "
+      "folder after its export; a checkpoint is exported with --export-hf CKPT OUT)");
 }
 
 Loaded load(const GenerateCliOptions& o, const char* flag) {
@@ -52,10 +54,12 @@ Loaded load(const GenerateCliOptions& o, const char* flag) {
   l.folder = model_folder(o.folder, flag);
   const std::string tok_path = (fs::path(l.folder) / "tokenizer.json").string();
   std::error_code ec;
-  if (!fs::exists(tok_path, ec)) throw UsageError(tok_path + ": no tokenizer.json in the model folder");
+  if (!fs::exists(tok_path, ec))
+    throw UsageError(tok_path + ": no tokenizer.json in the model folder");
   if (o.dtype != "float32" && o.dtype != "bfloat16")
     throw UsageError("--dtype must be float32 or bfloat16, got " + o.dtype);
-  if (o.max_new_tokens < 1) throw UsageError("--max-new-tokens must be >= 1, got " + std::to_string(o.max_new_tokens));
+  if (o.max_new_tokens < 1)
+    throw UsageError("--max-new-tokens must be >= 1, got " + std::to_string(o.max_new_tokens));
   if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
   model::SamplingParams s = model::sampling_of_folder(l.folder);
   if (o.do_sample) s.do_sample = *o.do_sample;
@@ -73,8 +77,8 @@ Loaded load(const GenerateCliOptions& o, const char* flag) {
   if (o.device != "cpu" && o.device.rfind("cuda", 0) != 0)
     throw UsageError("--device must be cpu or cuda[:N], got " + o.device);
   l.tok = load_tokenizer(tok_path);
-  l.model = model::LlamaModel::from_pretrained(l.folder, o.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat,
-                                               c10::Device(o.device));
+  l.model = model::LlamaModel::from_pretrained(
+      l.folder, o.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, c10::Device(o.device));
   l.gen.max_new_tokens = o.max_new_tokens;
   l.gen.sampling = s;
   l.gen.eos_ids = model::eos_ids_of_folder(l.folder);
@@ -86,8 +90,10 @@ std::unique_ptr<ChatTemplate> chat_template_of(const Loaded& l) {
   std::unique_ptr<ChatTemplate> t = make_chat_template("auto", *l.tok);
   if (!t || t->name().rfind("hf:", 0) != 0)
     throw UsageError(l.folder +
-                     ": the tokenizer has no chat template (tokenizer_config.json has no chat_template and there "
-                     "is no chat_template.jinja); add one of them to the folder, or use --generate with raw prompts");
+                     ": the tokenizer has no chat template (tokenizer_config.json has no "
+                     "chat_template and there "
+                     "is no chat_template.jinja); add one of them to the folder, or use --generate "
+                     "with raw prompts");
   return t;
 }
 
@@ -110,14 +116,15 @@ std::vector<Prompt> read_prompts(const GenerateCliOptions& o, const Loaded& l) {
     check_json_depth(line, where, kExitUsage);
     json j = json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.is_object())
-      throw UsageError(where + ": not a JSON object (expected {\"prompt\": ...} or {\"messages\": [...]})");
+      throw UsageError(where +
+                       ": not a JSON object (expected {\"prompt\": ...} or {\"messages\": [...]})");
     if (j.contains("prompt") && j["prompt"].is_string()) {
       out.push_back({l.tok->encode(j["prompt"].get<std::string>(), true)});
     } else if (j.contains("messages") && j["messages"].is_array()) {
       std::vector<ChatMessage> msgs;
       for (const auto& m : j["messages"]) {
-        if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
-            !m["content"].is_string())
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
+            !m.contains("content") || !m["content"].is_string())
           throw UsageError(where + ": each message needs string \"role\" and \"content\"");
         msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
       }
@@ -165,9 +172,10 @@ int generate_cli(const GenerateCliOptions& o, std::ostream& out, std::ostream& e
   const int64_t context = l.model->config().max_position_embeddings;
   for (size_t i = 0; i < prompts.size(); ++i)
     if (static_cast<int64_t>(prompts[i].ids.size()) >= context)
-      throw UsageError("prompt " + std::to_string(i) + " has " + std::to_string(prompts[i].ids.size()) +
-                       " tokens: no room left in the model's context of " + std::to_string(context) +
-                       " (max_position_embeddings)");
+      throw UsageError("prompt " + std::to_string(i) + " has " +
+                       std::to_string(prompts[i].ids.size()) +
+                       " tokens: no room left in the model's context of " +
+                       std::to_string(context) + " (max_position_embeddings)");
   std::ofstream file;
   std::ostream* sink = &out;
   if (!o.out.empty()) {
@@ -220,7 +228,8 @@ int chat_cli(const GenerateCliOptions& o, std::istream& in, std::ostream& out, s
     if (!system.empty()) msgs.push_back({"system", system});
   };
   reset();
-  err << "ciuic chat: " << l.folder << " (/reset, /system TEXT, /exit; Ctrl-C stops a reply)\n" << std::flush;
+  err << "ciuic chat: " << l.folder << " (/reset, /system TEXT, /exit; Ctrl-C stops a reply)\n"
+      << std::flush;
   std::string line;
   while (true) {
     out << "\nuser> " << std::flush;
@@ -242,7 +251,8 @@ int chat_cli(const GenerateCliOptions& o, std::istream& in, std::ostream& out, s
     // Ctrl-C stops the reply from here on: the handler is in place before "assistant> " shows (a
     // Ctrl-C right after it would otherwise end the session).
     g_interrupted.store(false);
-    struct sigaction sa{}, old{};
+    struct sigaction sa {
+    }, old{};
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old);

@@ -34,8 +34,8 @@ struct GenerateCliOptions {
   std::string out;                   // --out (empty: stdout)
   int64_t max_new_tokens = 256;
   int64_t batch = 8;
-  std::string dtype = "float32";     // float32 | bfloat16
-  std::string device = "cpu";        // cpu | cuda[:N]
+  std::string dtype = "float32";  // float32 | bfloat16
+  std::string device = "cpu";     // cpu | cuda[:N]
   // Flags given on the command line (unset: generation_config.json's value, else transformers').
   std::optional<bool> do_sample;
   std::optional<double> temperature, top_p, min_p, repetition_penalty;
@@ -45,6 +45,7 @@ struct GenerateCliOptions {
 };
 
 CIUIC_API int generate_cli(const GenerateCliOptions& o, std::ostream& out, std::ostream& err);
-CIUIC_API int chat_cli(const GenerateCliOptions& o, std::istream& in, std::ostream& out, std::ostream& err);
+CIUIC_API int chat_cli(const GenerateCliOptions& o, std::istream& in, std::ostream& out,
+                       std::ostream& err);
 
 }  // namespace ciuic::app

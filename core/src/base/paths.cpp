@@ -34,7 +34,8 @@ std::string missing_because(const fs::path& path) {
       if (q == q.parent_path()) break;
       continue;
     }
-    if (st.type() == fs::file_type::none || st.type() == fs::file_type::unknown) return ec ? ec.message() : "";
+    if (st.type() == fs::file_type::none || st.type() == fs::file_type::unknown)
+      return ec ? ec.message() : "";
     if (st.type() == fs::file_type::directory) break;
     return q.string() + " is " + kind_of(st.type()) + ", not a folder";
   }
@@ -49,20 +50,20 @@ std::string problem(const std::string& path, Want want) {
   const fs::file_status st = fs::status(path, ec);
   switch (st.type()) {
     case fs::file_type::none:
-    case fs::file_type::unknown:
-      return ec ? ec.message() : "cannot be looked at";
+    case fs::file_type::unknown: return ec ? ec.message() : "cannot be looked at";
     case fs::file_type::not_found: {
       const std::string why = missing_because(path);
       if (!why.empty()) return why;
-      return want == Want::kFile ? "no such file" : want == Want::kFolder ? "no such folder" : "no such file or folder";
+      return want == Want::kFile     ? "no such file"
+             : want == Want::kFolder ? "no such folder"
+                                     : "no such file or folder";
     }
-    case fs::file_type::regular:
-      return want == Want::kFolder ? "not a folder (a file)" : "";
-    case fs::file_type::directory:
-      return want == Want::kFile ? "a folder, not a file" : "";
+    case fs::file_type::regular: return want == Want::kFolder ? "not a folder (a file)" : "";
+    case fs::file_type::directory: return want == Want::kFile ? "a folder, not a file" : "";
     default:
-      return want == Want::kAny ? "" : want == Want::kFile ? "not a regular file (" + kind_of(st.type()) + ")"
-                                                             : "not a folder (" + kind_of(st.type()) + ")";
+      return want == Want::kAny    ? ""
+             : want == Want::kFile ? "not a regular file (" + kind_of(st.type()) + ")"
+                                   : "not a folder (" + kind_of(st.type()) + ")";
   }
 }
 
@@ -70,7 +71,7 @@ bool is(const std::string& path, Want want) { return problem(path, want).empty()
 
 std::string folder_problem(const std::string& path) {
   const std::string why = problem(path, Want::kFolder);
-  if (why == "no such folder") return "";  // every missing part can be created
+  if (why == "no such folder") return "";     // every missing part can be created
   if (why.rfind("not a folder (", 0) == 0) {  // "<path> is a file, not a folder"
     std::error_code ec;
     return path + " is " + kind_of(fs::status(path, ec).type()) + ", not a folder";

@@ -70,6 +70,4 @@ std::vector<std::string> split(std::string_view s, char sep) {
   return out;
 }
 
-
-
 }  // namespace ciuic::text

@@ -24,5 +24,4 @@ CIUIC_API std::string join(const std::vector<std::string>& items, std::string_vi
 // Splits `s` at every `sep` (empty fields are kept).
 CIUIC_API std::vector<std::string> split(std::string_view s, char sep);
 
-
 }  // namespace ciuic::text

@@ -5,11 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <functional>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -22,8 +22,8 @@
 #include <ciuic/checksum.h>
 #include <ciuic/error.h>
 #include <ciuic/files.h>
-#include <ciuic/log.h>
 #include <ciuic/json.h>
+#include <ciuic/log.h>
 
 #include "base/paths.h"
 #include "checkpoint/run_dir.h"
@@ -145,7 +145,8 @@ class ShardSet {
     at::Tensor out = at::empty({length}, at::kFloat);
     walk([&](const Piece& p, int64_t s, int64_t e) {
       at::Tensor src = files_[p.file]->tensor(state);
-      out.narrow(0, s - offset, e - s).copy_(src.narrow(0, p.shard_offset + (s - p.param_offset), e - s));
+      out.narrow(0, s - offset, e - s)
+          .copy_(src.narrow(0, p.shard_offset + (s - p.param_offset), e - s));
     });
     return out;
   }
@@ -171,13 +172,14 @@ std::vector<std::string> shape_differences(const nlohmann::json& saved, const Ru
   for (const auto& [k, v] : b.items()) {
     // Special token ids do not shape the weights: a checkpoint from before the ids were taken
     // from the tokenizer resumes (the run's ids are the ones written from then on).
-    if (k == "torch_dtype" || k == "transformers_version" || k == "bos_token_id" || k == "eos_token_id" ||
-        k == "pad_token_id")
+    if (k == "torch_dtype" || k == "transformers_version" || k == "bos_token_id" ||
+        k == "eos_token_id" || k == "pad_token_id")
       continue;
     if (!a.contains(k))
       out.push_back("model " + k + ": absent in the checkpoint, " + v.dump() + " now");
     else if (a.at(k) != v)
-      out.push_back("model " + k + ": " + a.at(k).dump() + " in the checkpoint, " + v.dump() + " now");
+      out.push_back("model " + k + ": " + a.at(k).dump() + " in the checkpoint, " + v.dump() +
+                    " now");
   }
   for (const char* k : {"global_rows", "seq_len"})
     if (saved.at(k) != cur.at(k))
@@ -201,7 +203,8 @@ model::NamedTensors read_state_file(const fs::path& p) {
 
 }  // namespace
 
-// ---- lookup ---------------------------------------------------------------------------------------
+// ---- lookup
+// ---------------------------------------------------------------------------------------
 namespace {
 // Complete checkpoint folders under `dir`, oldest first.
 std::vector<fs::path> complete_checkpoints(const std::string& dir) {
@@ -213,7 +216,8 @@ std::vector<fs::path> complete_checkpoints(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string n = e.path().filename().string();
-    if (e.is_directory(ec) && std::regex_match(n, m, re) && paths::is((e.path() / "manifest.json").string(), paths::Want::kAny))
+    if (e.is_directory(ec) && std::regex_match(n, m, re) &&
+        paths::is((e.path() / "manifest.json").string(), paths::Want::kAny))
       found.emplace_back(std::stoll(m[1].str()), e.path());
   }
   std::sort(found.begin(), found.end());
@@ -271,7 +275,8 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
       for (const auto& e : fs::directory_iterator(dir_))
         if (e.path().filename().string().rfind(".tmp-", 0) == 0) {
           std::error_code rec;
-          if (!remove_tree(e.path().string(), rec)) throw std::filesystem::filesystem_error("cannot remove", e.path(), rec);
+          if (!remove_tree(e.path().string(), rec))
+            throw std::filesystem::filesystem_error("cannot remove", e.path(), rec);
         }
       fs::create_directories(tmp);
     } catch (const std::exception& e) {
@@ -281,7 +286,8 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
     if (status != "ok") throw Error(status);
   } else {
     const std::string status = store.get(key + "tmp");
-    if (status != "ok") throw Error("checkpoint at step " + std::to_string(st.step) + ": " + status);
+    if (status != "ok")
+      throw Error("checkpoint at step " + std::to_string(st.step) + ": " + status);
   }
 
   // 2. Every rank writes and checksums its shard.
@@ -315,8 +321,8 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
     check_json_depth(done_text, "checkpoint store key " + key + "done");
     const nlohmann::json done = nlohmann::json::parse(done_text);
     if (done.contains("error"))
-      throw Error("checkpoint at step " + std::to_string(st.step) + " failed: " +
-                  done["error"].get<std::string>());
+      throw Error("checkpoint at step " + std::to_string(st.step) +
+                  " failed: " + done["error"].get<std::string>());
     last_good_ = final_dir.string();
     return last_good_;
   }
@@ -326,7 +332,8 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
     const std::string rank_text = store.get(key + "rank/" + std::to_string(r));
     check_json_depth(rank_text, "checkpoint store key " + key + "rank/" + std::to_string(r));
     ranks[r] = nlohmann::json::parse(rank_text);
-    if (ranks[r].contains("error")) errors += (errors.empty() ? "" : "; ") + ranks[r]["error"].get<std::string>();
+    if (ranks[r].contains("error"))
+      errors += (errors.empty() ? "" : "; ") + ranks[r]["error"].get<std::string>();
   }
   try {
     if (!errors.empty()) throw Error(errors);
@@ -341,7 +348,8 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
     if (!psd.empty()) {
       const fs::path p = tmp / "precision.safetensors";
       model::write_safetensors(p.string(), model::NamedTensors(psd.begin(), psd.end()));
-      files["precision.safetensors"] = {{"bytes", fs::file_size(p)}, {"crc32c", crc32c_file(p.string())}};
+      files["precision.safetensors"] = {{"bytes", fs::file_size(p)},
+                                        {"crc32c", crc32c_file(p.string())}};
     }
     for (const std::string& f : shape.tokenizer_files) {
       const std::string name = fs::path(f).filename().string();
@@ -374,14 +382,16 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
       const fs::path aside = fs::path(dir_) / replaced_name() / step_name(st.step);
       fs::create_directories(aside.parent_path());
       fs::rename(final_dir, aside);
-      log_warn("checkpoint " + final_dir.string() + " belonged to another run; moved to " + aside.string());
+      log_warn("checkpoint " + final_dir.string() + " belonged to another run; moved to " +
+               aside.string());
     }
     if (fs::exists(final_dir)) {  // re-saving the same step (e.g. a signal right after a save)
       const fs::path old = fs::path(dir_) / (".tmp-old-" + step_name(st.step));
       fs::rename(final_dir, old);
       fs::rename(tmp, final_dir);
       std::error_code rec;
-      if (!remove_tree(old.string(), rec)) throw std::filesystem::filesystem_error("cannot remove", old, rec);
+      if (!remove_tree(old.string(), rec))
+        throw std::filesystem::filesystem_error("cannot remove", old, rec);
     } else {
       fs::rename(tmp, final_dir);
     }
@@ -391,8 +401,10 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
     remove_tree((tmp).string(), ec);
     const std::string msg = e.what();
     store.set(key + "done", nlohmann::json{{"error", msg}}.dump());
-    throw Error("checkpoint at step " + std::to_string(st.step) + " failed (the previous "
-                "checkpoints are untouched): " + msg);
+    throw Error("checkpoint at step " + std::to_string(st.step) +
+                " failed (the previous "
+                "checkpoints are untouched): " +
+                msg);
   }
   store.set(key + "done", nlohmann::json{{"ok", final_dir.string()}}.dump());
   last_good_ = final_dir.string();
@@ -415,14 +427,16 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
       fs::rename(lineage[i], doomed, ec);
       if (!ec) fsync_dir(dir_);
       if (!ec) remove_tree(doomed.string(), ec);
-      if (ec) log_warn("could not remove old checkpoint " + lineage[i].string() + ": " + ec.message());
+      if (ec)
+        log_warn("could not remove old checkpoint " + lineage[i].string() + ": " + ec.message());
     }
   }
   return last_good_;
 }
 
 // ---- load ---------------------------------------------------------------------------------------
-TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape, const Parts& parts) try {
+TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape,
+                                const Parts& parts) try {
   const nlohmann::json manifest = verify(folder, /*checksums=*/false);
   const fs::path dir(folder);
   const nlohmann::json trainer = read_json(dir / "trainer.json");
@@ -437,10 +451,11 @@ TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape
 
   // Verify the checksums of the files this rank reads.
   for (const auto& [name, info] : manifest.at("files").items()) {
-    const bool needed = name == "trainer.json" || name == "precision.safetensors" ||
-                        !same_world || name == rank_file(ctx_.rank);
+    const bool needed = name == "trainer.json" || name == "precision.safetensors" || !same_world ||
+                        name == rank_file(ctx_.rank);
     if (needed && crc32c_file((dir / name).string()) != info.at("crc32c").get<uint32_t>())
-      throw Error("checkpoint " + folder + ": file " + name + " fails its CRC-32C check (corrupted)");
+      throw Error("checkpoint " + folder + ": file " + name +
+                  " fails its CRC-32C check (corrupted)");
   }
 
   // The precision policy's state first: the sharding rewrites the parameters from the loaded master
@@ -464,15 +479,15 @@ TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape
         if (other.size() > 80) other = other.substr(0, 80) + "...";
         throw UsageError("cannot resume " + folder + " on " + std::to_string(ctx_.world_size) +
                          " ranks: it was written on " + std::to_string(old_world) +
-                         " ranks by a data plugin whose cursors differ per rank (" + first + " and " + other +
-                         "), so no rank knows where the others were; resume on " + std::to_string(old_world) +
+                         " ranks by a data plugin whose cursors differ per rank (" + first +
+                         " and " + other + "), so no rank knows where the others were; resume on " +
+                         std::to_string(old_world) +
                          " ranks, or make the plugin's cursor() a global position (ciuic/data.h)");
       }
   parts.data->seek(cursors.at(same_world ? ctx_.rank : 0).get<std::string>());
   if (same_world) {
     auto f = model::SafetensorsFile::open((dir / rank_file(ctx_.rank)).string());
-    if (f->find("rng.cpu"))
-    {
+    if (f->find("rng.cpu")) {
       at::Generator gen = at::detail::getDefaultCPUGenerator();  // shares the default's state
       std::lock_guard<std::mutex> lock(gen.mutex());
       gen.set_state(f->tensor("rng.cpu").clone());
@@ -485,7 +500,8 @@ TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape
   st.skipped = trainer.at("skipped").get<int64_t>();
   st.nonfinite_skips = trainer.at("nonfinite_skips").get<int64_t>();
   st.tokens = trainer.at("tokens").get<double>();
-  if (trainer.contains("run_id") && trainer["run_id"].is_string()) run_id_ = trainer["run_id"].get<std::string>();
+  if (trainer.contains("run_id") && trainer["run_id"].is_string())
+    run_id_ = trainer["run_id"].get<std::string>();
   loaded_ = folder;
   last_good_ = folder;
   if (ctx_.rank == 0) set_aside_later(folder);
@@ -507,7 +523,8 @@ void Checkpointer::set_aside_later(const std::string& folder) {
   }
   if (later.empty()) return;
   fs::path aside = fs::path(dir_) / replaced_name();
-  for (int i = 2; fs::exists(aside); ++i) aside = fs::path(dir_) / (replaced_name() + "-" + std::to_string(i));
+  for (int i = 2; fs::exists(aside); ++i)
+    aside = fs::path(dir_) / (replaced_name() + "-" + std::to_string(i));
   std::string names;
   for (const fs::path& p : later) {
     fs::create_directories(aside, ec);
@@ -520,12 +537,15 @@ void Checkpointer::set_aside_later(const std::string& folder) {
     names += (names.empty() ? "" : ", ") + p.filename().string();
   }
   if (!names.empty())
-    log_warn("resumed from " + loaded.filename().string() + ", an earlier checkpoint than " + names +
-             ": moved those into " + aside.string() + " (nothing is deleted), so that the newest "
-             "checkpoint in " + dir_ + " is always this run's");
+    log_warn("resumed from " + loaded.filename().string() + ", an earlier checkpoint than " +
+             names + ": moved those into " + aside.string() +
+             " (nothing is deleted), so that the newest "
+             "checkpoint in " +
+             dir_ + " is always this run's");
 }
 
-// ---- offline readers ------------------------------------------------------------------------------
+// ---- offline readers
+// ------------------------------------------------------------------------------
 model::LlamaConfig read_model_config(const std::string& folder) try {
   const nlohmann::json trainer = read_json(fs::path(folder) / "trainer.json");
   return model::LlamaConfig::from_json(trainer.at("shape").at("model_config"),
@@ -553,8 +573,9 @@ model::NamedTensors read_master_weights(const std::string& folder) try {
     int64_t n = 1;
     for (int64_t d : shape)
       if (d < 0 || __builtin_mul_overflow(n, d, &n))
-        throw Error("checkpoint " + folder + ": malformed trainer.json: parameter " + name + " has shape " +
-                    p.at("shape").dump() + " (expected sizes >= 0 whose product fits 64 bits)");
+        throw Error("checkpoint " + folder + ": malformed trainer.json: parameter " + name +
+                    " has shape " + p.at("shape").dump() +
+                    " (expected sizes >= 0 whose product fits 64 bits)");
     out.emplace_back(name, shards.fetch("master", name, 0, n).view(shape));
   }
   return out;

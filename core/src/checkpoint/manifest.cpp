@@ -77,23 +77,28 @@ void check_manifest(const nlohmann::json& m, const fs::path& mpath) {
     return Error(mpath.string() + ": not a valid ciuic checkpoint manifest: " + what);
   };
   if (!m.is_object()) throw bad("expected a JSON object");
-  if (!m.contains("format") || m["format"] != kManifestFormat) throw Error(mpath.string() + ": not a ciuic checkpoint manifest");
-  if (!m.contains("version") || !m["version"].is_number_integer()) throw bad("\"version\" must be an integer");
+  if (!m.contains("format") || m["format"] != kManifestFormat)
+    throw Error(mpath.string() + ": not a ciuic checkpoint manifest");
+  if (!m.contains("version") || !m["version"].is_number_integer())
+    throw bad("\"version\" must be an integer");
   if (m["version"] != kManifestVersion)
-    throw Error(mpath.string() + ": checkpoint format version " + m["version"].dump() + ", this ciuic reads version " +
-                std::to_string(kManifestVersion));
+    throw Error(mpath.string() + ": checkpoint format version " + m["version"].dump() +
+                ", this ciuic reads version " + std::to_string(kManifestVersion));
   if (!m.contains("files") || !m["files"].is_object()) throw bad("\"files\" must be an object");
   for (const auto& [name, info] : m["files"].items()) {
     const bool control = std::any_of(name.begin(), name.end(), [](char c) {
       return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
     });
-    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos || control)
-      throw bad("file name \"" + shown(name) + "\" is not a plain name inside the checkpoint folder");
+    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+        control)
+      throw bad("file name \"" + shown(name) +
+                "\" is not a plain name inside the checkpoint folder");
     if (!info.is_object() || !info.contains("bytes") || !info["bytes"].is_number_unsigned() ||
         !info.contains("crc32c") || !info["crc32c"].is_number_unsigned())
       throw bad("file \"" + shown(name) + "\" needs unsigned integers \"bytes\" and \"crc32c\"");
     if (info["crc32c"].get<uint64_t>() > 0xFFFFFFFFu)
-      throw bad("file \"" + shown(name) + "\": \"crc32c\" " + info["crc32c"].dump() + " is not a 32-bit checksum");
+      throw bad("file \"" + shown(name) + "\": \"crc32c\" " + info["crc32c"].dump() +
+                " is not a 32-bit checksum");
   }
 }
 

@@ -43,7 +43,9 @@ std::string replaced_name() {
 
 // ---- RunDirClaim ------------------------------------------------------------------------------
 RunDirClaim::RunDirClaim(RunDirClaim&& o) noexcept
-    : fds_(std::move(o.fds_)), lock_files_(std::move(o.lock_files_)), replaced_(std::move(o.replaced_)) {
+    : fds_(std::move(o.fds_)),
+      lock_files_(std::move(o.lock_files_)),
+      replaced_(std::move(o.replaced_)) {
   o.fds_.clear();
 }
 
@@ -84,10 +86,13 @@ void check_folder_path(const std::string& path, const std::string& what) {
       if (q == q.parent_path()) return;
       continue;
     }
-    if (st.type() == fs::file_type::none || st.type() == fs::file_type::unknown)  // a name refused, EACCES, ...
-      throw UsageError(what + " " + path + " cannot be created: " + (q == full ? "" : q.string() + ": ") + ec.message());
+    if (st.type() == fs::file_type::none ||
+        st.type() == fs::file_type::unknown)  // a name refused, EACCES, ...
+      throw UsageError(what + " " + path + " cannot be created: " +
+                       (q == full ? "" : q.string() + ": ") + ec.message());
     if (fs::is_directory(st)) return;
-    const std::string is = fs::is_regular_file(st) ? " is a file, not a folder" : " exists and is not a folder";
+    const std::string is =
+        fs::is_regular_file(st) ? " is a file, not a folder" : " exists and is not a folder";
     if (q == full) throw UsageError(what + " " + path + is);
     throw UsageError(what + " " + path + " cannot be created: " + q.string() + is);
   }
@@ -150,33 +155,38 @@ void lock_folder(const fs::path& folder, const std::string& what, std::vector<in
           auto it = h.find(k);
           return it == h.end() ? std::string("?") : it->second;
         };
-        const std::string holder =
-            h.empty() ? "another process (its lock file names no holder yet)"
-                      : "ciuic-run pid " + get("pid") + " on host " + get("host") + ", started " + get("started");
-        throw Error(what + " " + folder.string() + " is in use by another run: " + holder + " (lock file " +
-                    path + "). Two runs in one folder would interleave their metrics and overwrite each "
+        const std::string holder = h.empty() ? "another process (its lock file names no holder yet)"
+                                             : "ciuic-run pid " + get("pid") + " on host " +
+                                                   get("host") + ", started " + get("started");
+        throw Error(what + " " + folder.string() + " is in use by another run: " + holder +
+                    " (lock file " + path +
+                    "). Two runs in one folder would interleave their metrics and overwrite each "
                     "other's checkpoints: wait for that run to end (or stop it), or give this run "
                     "another run.output_dir.");
       }
       ::close(fd);
       if (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS || err == EINVAL) {
-        log_warn("cannot lock " + path + " (" + std::strerror(err) + "; the filesystem does not support "
-                 "flock): a second run in " + folder.string() + " would not be detected");
+        log_warn("cannot lock " + path + " (" + std::strerror(err) +
+                 "; the filesystem does not support "
+                 "flock): a second run in " +
+                 folder.string() + " would not be detected");
         return;
       }
       throw Error("cannot lock the run lock " + path + ": " + std::strerror(err));
     }
     // The file may have been replaced between open and flock (someone removed it): lock the one
     // that is at the path now.
-    struct stat a {}, b {};
-    if (::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 && (a.st_ino != b.st_ino || a.st_dev != b.st_dev) &&
-        attempt < 3) {
+    struct stat a {
+    }, b{};
+    if (::fstat(fd, &a) == 0 && ::stat(path.c_str(), &b) == 0 &&
+        (a.st_ino != b.st_ino || a.st_dev != b.st_dev) && attempt < 3) {
       ::close(fd);
       continue;
     }
     const std::string info = "pid=" + std::to_string(::getpid()) + "\nhost=" + host_name() +
                              "\nstarted=" + utc_now() + "\n";
-    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, info.data(), info.size(), 0) != static_cast<ssize_t>(info.size()))
+    if (::ftruncate(fd, 0) != 0 ||
+        ::pwrite(fd, info.data(), info.size(), 0) != static_cast<ssize_t>(info.size()))
       log_warn("cannot write the holder into the run lock " + path + ": " + std::strerror(errno));
     fds.push_back(fd);
     files.push_back(path);
@@ -204,7 +214,8 @@ Previous find_previous(const RunPaths& p) {
   }
   if (fs::is_regular_file(p.metrics_file, ec) && fs::file_size(p.metrics_file, ec) > 0 && !ec)
     out.files.emplace_back(p.metrics_file);
-  if (fs::is_directory(p.hf_dir, ec) && !fs::is_empty(p.hf_dir, ec) && !ec) out.files.emplace_back(p.hf_dir);
+  if (fs::is_directory(p.hf_dir, ec) && !fs::is_empty(p.hf_dir, ec) && !ec)
+    out.files.emplace_back(p.hf_dir);
   // The run report next to the metrics file and the TensorBoard folder ([log] tensorboard)
   // belong to that run too: moved aside with it, never mixed with the next run's.
   const fs::path report = fs::path(p.metrics_file).parent_path() / "report.html";
@@ -215,7 +226,8 @@ Previous find_previous(const RunPaths& p) {
 }
 
 bool is_under(const fs::path& path, const fs::path& folder) {
-  const fs::path rel = absolute_path(path.string()).lexically_relative(absolute_path(folder.string()));
+  const fs::path rel =
+      absolute_path(path.string()).lexically_relative(absolute_path(folder.string()));
   return !rel.empty() && *rel.begin() != ".." && rel != ".";
 }
 
@@ -223,8 +235,8 @@ std::string describe(const Previous& prev, const RunPaths& p) {
   std::string s;
   if (!prev.checkpoints.empty()) {
     const size_t n = prev.checkpoints.size();
-    s = std::to_string(n) + (n == 1 ? " checkpoint" : " checkpoints") + " in " + p.checkpoint_dir + " (" +
-        prev.checkpoints.front().filename().string() +
+    s = std::to_string(n) + (n == 1 ? " checkpoint" : " checkpoints") + " in " + p.checkpoint_dir +
+        " (" + prev.checkpoints.front().filename().string() +
         (n > 1 ? (n > 2 ? " ... " : ", ") + prev.checkpoints.back().filename().string() : "") + ")";
   }
   for (const auto& f : prev.files) s += (s.empty() ? "" : ", ") + f.string();
@@ -251,7 +263,8 @@ std::vector<std::string> move_aside(const Previous& prev, const RunPaths& p) {
   // One name, free in every container.
   std::vector<fs::path> containers;
   for (const auto& m : moves)
-    if (std::find(containers.begin(), containers.end(), m.first) == containers.end()) containers.push_back(m.first);
+    if (std::find(containers.begin(), containers.end(), m.first) == containers.end())
+      containers.push_back(m.first);
   const std::string base = replaced_name();
   std::string name = base;
   for (int i = 2;; ++i) {
@@ -310,7 +323,8 @@ RunDirClaim claim_run_dir(const RunPaths& p, const ClaimOptions& o) {
                                               : "[run] output_dir " + p.output_dir;
       throw UsageError(
           where + " already holds the files of another run: " + describe(prev, p) +
-          ". A run that does not continue that run must not mix with them (its metrics would be appended to "
+          ". A run that does not continue that run must not mix with them (its metrics would be "
+          "appended to "
           "theirs, and pruning old checkpoints could delete its own). Choose one:\n"
           "  --resume latest|auto      continue that run from its newest checkpoint\n"
           "  --set run.output_dir=DIR  start this run in another folder" +
@@ -318,7 +332,8 @@ RunDirClaim claim_run_dir(const RunPaths& p, const ClaimOptions& o) {
                           ? " (with another [checkpoint] dir: --set checkpoint.dir=DIR)"
                           : "") +
           "\n  --overwrite               move that run's files into " +
-          (fs::path(only_ckpt_dir ? p.checkpoint_dir : p.output_dir) / (std::string(kReplacedPrefix) + "<date-time>"))
+          (fs::path(only_ckpt_dir ? p.checkpoint_dir : p.output_dir) /
+           (std::string(kReplacedPrefix) + "<date-time>"))
               .string() +
           " and start fresh (nothing is deleted)");
     }
@@ -326,7 +341,8 @@ RunDirClaim claim_run_dir(const RunPaths& p, const ClaimOptions& o) {
       claim.replaced_ = move_aside(prev, p);
       std::string where;
       for (const auto& r : claim.replaced_) where += (where.empty() ? "" : " and ") + r;
-      log_info("--overwrite: moved the previous run's files (" + describe(prev, p) + ") into " + where);
+      log_info("--overwrite: moved the previous run's files (" + describe(prev, p) + ") into " +
+               where);
     }
   }
 
@@ -337,7 +353,8 @@ RunDirClaim claim_run_dir(const RunPaths& p, const ClaimOptions& o) {
   return claim;
 }
 
-RunDirClaim claim_run_dir(const RunPaths& paths, const ClaimOptions& options, const RunContext& ctx) {
+RunDirClaim claim_run_dir(const RunPaths& paths, const ClaimOptions& options,
+                          const RunContext& ctx) {
   const std::string key = "run_dir/claim";
   Store& store = *ctx.store;
   if (ctx.rank != 0) {
@@ -363,9 +380,11 @@ RunDirClaim claim_run_dir(const RunPaths& paths, const ClaimOptions& options, co
   // On a refusal, rank 0 waits (a little) until the other ranks have read it: when rank 0 hosts
   // the store, its exit would otherwise take the verdict with it.
   auto wait_read = [&] {
-    const auto deadline = std::chrono::steady_clock::now() + std::min(ctx.timeout, std::chrono::milliseconds(10000));
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::min(ctx.timeout, std::chrono::milliseconds(10000));
     try {
-      while (store.add(key + "/read", 0) < ctx.world_size - 1 && std::chrono::steady_clock::now() < deadline)
+      while (store.add(key + "/read", 0) < ctx.world_size - 1 &&
+             std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     } catch (const std::exception&) {
     }

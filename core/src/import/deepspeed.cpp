@@ -7,9 +7,9 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -119,9 +119,9 @@ class OrderedBuilder {
 
  private:
   struct Open {
-    json* value;                                   // the array or object being filled
+    json* value;                                    // the array or object being filled
     std::unordered_map<std::string, size_t> index;  // an object's keys -> their place
-    json* slot = nullptr;                          // an object's value after key()
+    json* slot = nullptr;                           // an object's value after key()
   };
 
   // Stores `v` where the next value goes; returns where it went.
@@ -165,7 +165,8 @@ json parse_ordered(const std::string& text) {
 
 class Importer {
  public:
-  Importer(const std::string& origin, const std::vector<std::string>& overrides, const ImportOptions& options)
+  Importer(const std::string& origin, const std::vector<std::string>& overrides,
+           const ImportOptions& options)
       : origin_(shown(origin)), options_(options), args_(options.trainer) {
     for (const auto& g : options.given) sets_.push_back({g.key, g.literal, shown(g.comment)});
     for (const auto& o : overrides) parse_override(o);
@@ -180,7 +181,8 @@ class Importer {
       throw UsageError(origin_ + ": not valid JSON: " + std::string(e.what()) +
                        " (ciuic-run --from-deepspeed reads a DeepSpeed config .json)");
     }
-    if (!root.is_object()) throw UsageError(origin_ + ": expected a JSON object (a DeepSpeed config)");
+    if (!root.is_object())
+      throw UsageError(origin_ + ": expected a JSON object (a DeepSpeed config)");
     // The Trainer's own values for what the config leaves out, before --set (which wins).
     {
       std::vector<Set> conditional;
@@ -188,9 +190,11 @@ class Importer {
         bool present = false;
         for (const auto& k : c.unless) present = present || root.contains(k);
         if (!present)
-          for (const auto& g : c.values) conditional.push_back({g.key, g.literal, shown(g.comment)});
+          for (const auto& g : c.values)
+            conditional.push_back({g.key, g.literal, shown(g.comment)});
       }
-      sets_.insert(sets_.begin() + static_cast<std::ptrdiff_t>(options_.given.size()), conditional.begin(), conditional.end());
+      sets_.insert(sets_.begin() + static_cast<std::ptrdiff_t>(options_.given.size()),
+                   conditional.begin(), conditional.end());
     }
 
     batch(root);
@@ -205,14 +209,16 @@ class Importer {
 
     if (!mismatches_.empty()) {
       std::string m = origin_ + ": " + std::to_string(mismatches_.size()) +
-                      " value(s) differ from the training arguments (the HF Trainer refuses this too; write \"auto\" "
+                      " value(s) differ from the training arguments (the HF Trainer refuses this "
+                      "too; write \"auto\" "
                       "in the DeepSpeed config, or the same value):";
       for (const auto& a : mismatches_) m += "\n  " + a;
       throw UsageError(m);
     }
     if (!missing_auto_.empty()) {
-      std::string m = origin_ + ": " + std::to_string(missing_auto_.size()) +
-                      " value(s) are \"auto\" (the HF Trainer fills them in; ciuic needs them given):";
+      std::string m =
+          origin_ + ": " + std::to_string(missing_auto_.size()) +
+          " value(s) are \"auto\" (the HF Trainer fills them in; ciuic needs them given):";
       for (const auto& a : missing_auto_) m += "\n  " + a;
       throw UsageError(m);
     }
@@ -225,8 +231,9 @@ class Importer {
     }
     if (!refused_.empty()) {
       std::string m = (options_.tool.empty() ? origin_ : shown(options_.tool)) + ": " +
-                      (refused_.size() == 1 ? std::string("uses a feature ciuic does not support:")
-                                            : std::to_string(refused_.size()) + " features ciuic does not support:");
+                      (refused_.size() == 1
+                           ? std::string("uses a feature ciuic does not support:")
+                           : std::to_string(refused_.size()) + " features ciuic does not support:");
       for (const auto& r : refused_) m += "\n  " + r;
       throw UsageError(m);
     }
@@ -256,17 +263,20 @@ class Importer {
   // ---- --set ------------------------------------------------------------------------------
   void parse_override(const std::string& o) {
     const size_t eq = o.find('=');
-    if (eq == std::string::npos) throw UsageError("--set " + shown(o) + ": expected section.key=value");
+    if (eq == std::string::npos)
+      throw UsageError("--set " + shown(o) + ": expected section.key=value");
     std::string lhs = o.substr(0, eq), rhs = o.substr(eq + 1);
     while (!lhs.empty() && std::isspace(static_cast<unsigned char>(lhs.back()))) lhs.pop_back();
     while (!rhs.empty() && std::isspace(static_cast<unsigned char>(rhs.front()))) rhs.erase(0, 1);
     const size_t dot = lhs.rfind('.');
     if (dot == std::string::npos || dot == 0 || dot + 1 == lhs.size())
-      throw UsageError("--set " + shown(o) + ": expected section.key=value (recipe keys, e.g. optimizer.lr=3e-5)");
+      throw UsageError("--set " + shown(o) +
+                       ": expected section.key=value (recipe keys, e.g. optimizer.lr=3e-5)");
     // Bare keys only, as for a run's --set (every recipe key is one).
     for (const auto& part : text::split(lhs, '.'))
       if (!is_bare_key(part))
-        throw UsageError("--set " + shown(o) + ": a key has letters, digits, '_' and '-' only (section.key=value)");
+        throw UsageError("--set " + shown(o) +
+                         ": a key has letters, digits, '_' and '-' only (section.key=value)");
     const std::string sec = lhs.substr(0, dot);
     if (!find_section(sec)) {
       std::string m = "--set " + shown(o) + ": unknown recipe section [" + sec + "]";
@@ -278,10 +288,12 @@ class Importer {
     std::string lit;
     if (auto t = parse_literal(rhs)) {
       lit = format_value(*t->get("v"));
-    } else if (!rhs.empty() && rhs.find_first_of("\"'[]{}=#") == std::string::npos && shown(rhs) == rhs) {
+    } else if (!rhs.empty() && rhs.find_first_of("\"'[]{}=#") == std::string::npos &&
+               shown(rhs) == rhs) {
       lit = toml_quote(rhs);  // a bare word: printable UTF-8 text, as for a run's --set
     } else {
-      throw UsageError("--set " + shown(o) + ": the value is not a TOML value (strings need quotes: '\"text\"')");
+      throw UsageError("--set " + shown(o) +
+                       ": the value is not a TOML value (strings need quotes: '\"text\"')");
     }
     sets_.push_back({lhs, lit, "--set"});
   }
@@ -326,7 +338,8 @@ class Importer {
           done = true;
         }
       if (!done) s.entries.push_back({key, lit, comment});
-      placeholders_.erase(std::remove(placeholders_.begin(), placeholders_.end(), lhs), placeholders_.end());
+      placeholders_.erase(std::remove(placeholders_.begin(), placeholders_.end(), lhs),
+                          placeholders_.end());
     }
   }
 
@@ -338,7 +351,8 @@ class Importer {
     return sections_.back();
   }
 
-  void put(const std::string& section, const std::string& key, const std::string& value, const std::string& comment_in) {
+  void put(const std::string& section, const std::string& key, const std::string& value,
+           const std::string& comment_in) {
     const std::string comment = from(comment_in);
     Section& s = sec(section);
     for (auto& e : s.entries)
@@ -351,26 +365,38 @@ class Importer {
   }
 
   // Every list entry is made printable here, once: they quote keys and values of the config.
-  void ignore(const std::string& path, const std::string& reason) { ignored_.push_back(shown(path + ": " + reason)); }
+  void ignore(const std::string& path, const std::string& reason) {
+    ignored_.push_back(shown(path + ": " + reason));
+  }
   void note(const std::string& n) { notes_.push_back(shown(n)); }
-  void refuse(const std::string& path, const std::string& why) { refused_.push_back(shown(path + ": " + why)); }
+  void refuse(const std::string& path, const std::string& why) {
+    refused_.push_back(shown(path + ": " + why));
+  }
 
   std::string render() const {
-    static const char* kOrder[] = {"run", "cluster", "model", "model.config", "train", "optimizer", "scheduler",
-                                   "precision", "comm", "sharding", "data", "checkpoint", "log"};
+    static const char* kOrder[] = {
+        "run",       "cluster", "model",    "model.config", "train",      "optimizer", "scheduler",
+        "precision", "comm",    "sharding", "data",         "checkpoint", "log"};
     // Data, never code: every comment goes through toml_comment() (one line, whatever it quotes),
     // every key through toml_key(), every value is a literal made by toml_quote()/format_value()
     // or a number (tests: DeepSpeedImport.HostileKeysAndValuesStayData).
     std::string o;
     if (options_.tool.empty()) {
-      o = toml_comment("Imported from " + origin_ + " by ciuic-run --from-deepspeed (docs/deepspeed.md).") + "\n";
-      o += "# Each value says where it comes from: a DeepSpeed key, DeepSpeed's default, \"auto\" and the value the HF\n"
+      o = toml_comment("Imported from " + origin_ +
+                       " by ciuic-run --from-deepspeed (docs/deepspeed.md).") +
+          "\n";
+      o += "# Each value says where it comes from: a DeepSpeed key, DeepSpeed's default, \"auto\" "
+           "and the value the HF\n"
            "# Trainer (or ciuic) gives it, --set, or a placeholder.\n";
     } else {
       o = toml_comment("Imported by ciuic-run " + options_.tool +
-                       (options_.deepspeed_origin.empty() ? "" : " with the DeepSpeed config " + options_.deepspeed_origin) +
-                       " (docs/migrate.md).") + "\n";
-      o += "# Each value says where it comes from: a key of the training file or of the DeepSpeed config, a default of\n"
+                       (options_.deepspeed_origin.empty()
+                            ? ""
+                            : " with the DeepSpeed config " + options_.deepspeed_origin) +
+                       " (docs/migrate.md).") +
+          "\n";
+      o += "# Each value says where it comes from: a key of the training file or of the DeepSpeed "
+           "config, a default of\n"
            "# the HF Trainer or DeepSpeed, --set, or a placeholder.\n";
     }
     const auto list = [&](const char* title, const std::vector<std::string>& items) {
@@ -381,7 +407,8 @@ class Importer {
     list("Notes:", notes_);
     if (options_.tool.empty()) {
       list("DeepSpeed keys without a ciuic meaning (ignored):", ignored_);
-      list("Placeholders (a DeepSpeed config does not say them; edit, or give them with --set):", placeholders_);
+      list("Placeholders (a DeepSpeed config does not say them; edit, or give them with --set):",
+           placeholders_);
     } else {
       list("Keys without a ciuic meaning (ignored):", ignored_);
       list("Placeholders (edit, or give them with --set):", placeholders_);
@@ -403,7 +430,8 @@ class Importer {
       for (const auto& e : s->entries) w = std::max(w, toml_key(e.key).size() + 3 + e.value.size());
       for (const auto& e : s->entries) {
         std::string line = toml_key(e.key) + " = " + e.value;
-        if (!e.comment.empty()) line += std::string(w + 2 - line.size(), ' ') + toml_comment(e.comment);
+        if (!e.comment.empty())
+          line += std::string(w + 2 - line.size(), ' ') + toml_comment(e.comment);
         o += line + "\n";
       }
     }
@@ -414,7 +442,8 @@ class Importer {
   // Marks `key` of `obj` (at `path`) as read; returns null when absent. "auto" is what the HF
   // Trainer fills in (hf_auto), unless --set (or the training file) gives recipe_key: then null is
   // returned and that value is used. An "auto" without an HF value is recorded as missing.
-  const json* take(const json& obj, const std::string& path, const std::string& key, const std::string& recipe_key) {
+  const json* take(const json& obj, const std::string& path, const std::string& key,
+                   const std::string& recipe_key) {
     const std::string p = join(path, key);
     read_.insert(p);
     auto it = obj.find(key);
@@ -429,7 +458,8 @@ class Importer {
       if (recipe_key.empty()) {
         refuse(p, "\"auto\" has no ciuic equivalent here; write the value");
       } else {
-        missing_auto_.push_back(shown(p) + " = \"auto\": give it with --set " + recipe_key + "=<value>");
+        missing_auto_.push_back(shown(p) + " = \"auto\": give it with --set " + recipe_key +
+                                "=<value>");
       }
       return nullptr;
     }
@@ -452,62 +482,86 @@ class Importer {
     std::string text, source;
   };
   std::optional<Filled> hf_auto(const std::string& p) {
-    const auto num = [](const TrainerValue& v) { return Filled{v.value, float_lit(v.value), v.source}; };
+    const auto num = [](const TrainerValue& v) {
+      return Filled{v.value, float_lit(v.value), v.source};
+    };
     const auto whole = [](const TrainerValue& v) {
       const auto n = static_cast<int64_t>(v.value);
       return Filled{n, std::to_string(n), v.source};
     };
     if (p == "gradient_accumulation_steps") return whole(args_.gradient_accumulation_steps);
     if (p == "gradient_clipping") return num(args_.max_grad_norm);
-    if (p == "optimizer.params.lr" || p == "scheduler.params.warmup_max_lr") return num(args_.learning_rate);
+    if (p == "optimizer.params.lr" || p == "scheduler.params.warmup_max_lr")
+      return num(args_.learning_rate);
     if (p == "optimizer.params.betas")
-      return Filled{json::array({args_.adam_beta1.value, args_.adam_beta2.value}),
-                    "[" + float_lit(args_.adam_beta1.value) + ", " + float_lit(args_.adam_beta2.value) + "]",
-                    args_.adam_beta1.source + ", " + args_.adam_beta2.source};
+      return Filled{
+          json::array({args_.adam_beta1.value, args_.adam_beta2.value}),
+          "[" + float_lit(args_.adam_beta1.value) + ", " + float_lit(args_.adam_beta2.value) + "]",
+          args_.adam_beta1.source + ", " + args_.adam_beta2.source};
     if (p == "optimizer.params.eps") return num(args_.adam_epsilon);
     if (p == "optimizer.params.weight_decay") return num(args_.weight_decay);
-    if (p == "scheduler.params.warmup_min_lr") return Filled{0.0, "0.0", "the HF Trainer's fixed value (no TrainingArguments field)"};
+    if (p == "scheduler.params.warmup_min_lr")
+      return Filled{0.0, "0.0", "the HF Trainer's fixed value (no TrainingArguments field)"};
     if (p == "scheduler.params.total_num_steps") {
       if (args_.num_training_steps)
-        return Filled{*args_.num_training_steps, std::to_string(*args_.num_training_steps), args_.num_training_steps_source};
-      return Filled{0, "0", "[train] max_steps, the run's length (the HF Trainer's num_training_steps)"};
+        return Filled{*args_.num_training_steps, std::to_string(*args_.num_training_steps),
+                      args_.num_training_steps_source};
+      return Filled{0, "0",
+                    "[train] max_steps, the run's length (the HF Trainer's num_training_steps)"};
     }
     if (p == "scheduler.params.warmup_num_steps") {
       // TrainingArguments.get_warmup_steps: warmup_steps when > 0, else ceil(warmup_ratio x steps).
-      // transformers 5 reads warmup_steps < 1 as a ratio, and fills max(1, that): DeepSpeed >= 0.19.6
-      // rejects 0 (older releases made it 2, as ciuic's schedule does).
+      // transformers 5 reads warmup_steps < 1 as a ratio, and fills max(1, that): DeepSpeed >=
+      // 0.19.6 rejects 0 (older releases made it 2, as ciuic's schedule does).
       const TrainerValue &ws = args_.warmup_steps, &wr = args_.warmup_ratio;
       if (ws.value >= 1) return whole(ws);
       const double ratio = ws.value > 0 ? ws.value : wr.value;
       const std::string& rs = ws.value > 0 ? ws.source : wr.source;
-      if (ratio == 0) return Filled{1, "1", "max(1, 0): " + ws.source + " 0 (the HF Trainer's smallest warmup)"};
+      if (ratio == 0)
+        return Filled{1, "1", "max(1, 0): " + ws.source + " 0 (the HF Trainer's smallest warmup)"};
       if (!args_.num_training_steps) return std::nullopt;  // the ratio needs the run's length
-      const auto n = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(ratio * static_cast<double>(*args_.num_training_steps))));
+      const auto n = std::max<int64_t>(
+          1,
+          static_cast<int64_t>(std::ceil(ratio * static_cast<double>(*args_.num_training_steps))));
       return Filled{n, std::to_string(n),
-                    "ceil(warmup ratio " + float_lit(ratio) + " x " + std::to_string(*args_.num_training_steps) +
-                        " steps), " + rs};
+                    "ceil(warmup ratio " + float_lit(ratio) + " x " +
+                        std::to_string(*args_.num_training_steps) + " steps), " + rs};
     }
     if (p == "zero_optimization.reduce_bucket_size") {
       if (std::optional<int64_t> h = model_hidden_size()) {
         const double v = static_cast<double>(*h) * static_cast<double>(*h);
-        return Filled{v, float_lit(v), "hidden_size x hidden_size = " + std::to_string(*h) + "^2 of the model's config.json (the HF Trainer's rule)"};
+        return Filled{v, float_lit(v),
+                      "hidden_size x hidden_size = " + std::to_string(*h) +
+                          "^2 of the model's config.json (the HF Trainer's rule)"};
       }
-      return Filled{5e8, "5e8", "DeepSpeed's default; the HF Trainer takes hidden_size^2 of the model, whose config.json "
-                                "is not readable here (give --set model.path=DIR)"};
+      return Filled{
+          5e8, "5e8",
+          "DeepSpeed's default; the HF Trainer takes hidden_size^2 of the model, whose config.json "
+          "is not readable here (give --set model.path=DIR)"};
     }
     // ZeRO-3's buckets (for the stage 3 mapping): the HF Trainer's rules, with a readable model.
-    if (p == "zero_optimization.stage3_prefetch_bucket_size" || p == "zero_optimization.stage3_param_persistence_threshold") {
+    if (p == "zero_optimization.stage3_prefetch_bucket_size" ||
+        p == "zero_optimization.stage3_param_persistence_threshold") {
       const std::optional<int64_t> h = model_hidden_size();
       const bool prefetch = p == "zero_optimization.stage3_prefetch_bucket_size";
       if (!h)
-        return prefetch ? Filled{5e7, "5e7", "DeepSpeed's default; the HF Trainer takes int(0.9 x hidden_size^2) of the "
-                                             "model, whose config.json is not readable here (give --set model.path=DIR)"}
-                        : Filled{1e5, "1e5", "DeepSpeed's default; the HF Trainer takes 10 x hidden_size of the model, "
-                                             "whose config.json is not readable here (give --set model.path=DIR)"};
-      const auto v = prefetch ? static_cast<int64_t>(0.9 * static_cast<double>(*h) * static_cast<double>(*h)) : 10 * *h;
+        return prefetch
+                   ? Filled{5e7, "5e7",
+                            "DeepSpeed's default; the HF Trainer takes int(0.9 x hidden_size^2) of "
+                            "the "
+                            "model, whose config.json is not readable here (give --set "
+                            "model.path=DIR)"}
+                   : Filled{
+                         1e5, "1e5",
+                         "DeepSpeed's default; the HF Trainer takes 10 x hidden_size of the model, "
+                         "whose config.json is not readable here (give --set model.path=DIR)"};
+      const auto v =
+          prefetch ? static_cast<int64_t>(0.9 * static_cast<double>(*h) * static_cast<double>(*h))
+                   : 10 * *h;
       return Filled{v, std::to_string(v),
-                    (prefetch ? "int(0.9 x hidden_size^2)" : std::string("10 x hidden_size")) + ", hidden_size " +
-                        std::to_string(*h) + " of the model's config.json (the HF Trainer's rule)"};
+                    (prefetch ? "int(0.9 x hidden_size^2)" : std::string("10 x hidden_size")) +
+                        ", hidden_size " + std::to_string(*h) +
+                        " of the model's config.json (the HF Trainer's rule)"};
     }
     return std::nullopt;
   }
@@ -525,9 +579,11 @@ class Importer {
     if (!json_depth_problem(text).empty()) return std::nullopt;
     const nlohmann::json c = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!c.is_object()) return std::nullopt;
-    for (const nlohmann::json* node : {&c, c.contains("text_config") ? &c["text_config"] : nullptr}) {
+    for (const nlohmann::json* node :
+         {&c, c.contains("text_config") ? &c["text_config"] : nullptr}) {
       if (!node || !node->is_object()) continue;
-      if (auto it = node->find("hidden_size"); it != node->end() && it->is_number_integer() && it->get<int64_t>() > 0)
+      if (auto it = node->find("hidden_size");
+          it != node->end() && it->is_number_integer() && it->get<int64_t>() > 0)
         return it->get<int64_t>();
       if (auto it = node->find("hidden_sizes"); it != node->end() && it->is_array()) {
         int64_t best = 0;
@@ -553,8 +609,8 @@ class Importer {
   void check_match(const std::string& p, const json& v) {
     const auto differs = [&](double ds, const TrainerValue& hf, const std::string& name) {
       if (ds != hf.value)
-        mismatches_.push_back(shown(p) + " = " + short_json(v) + " but " + name + " = " + format_number(hf.value) + " (" +
-                              shown(hf.source) + ")");
+        mismatches_.push_back(shown(p) + " = " + short_json(v) + " but " + name + " = " +
+                              format_number(hf.value) + " (" + shown(hf.source) + ")");
     };
     const auto num = [&](const json& x) -> std::optional<double> {
       if (x.is_number()) return x.get<double>();
@@ -567,8 +623,10 @@ class Importer {
       return std::nullopt;
     };
     const std::map<std::string, std::pair<const TrainerValue*, const char*>> match = {
-        {"train_micro_batch_size_per_gpu", {&args_.per_device_train_batch_size, "per_device_train_batch_size"}},
-        {"gradient_accumulation_steps", {&args_.gradient_accumulation_steps, "gradient_accumulation_steps"}},
+        {"train_micro_batch_size_per_gpu",
+         {&args_.per_device_train_batch_size, "per_device_train_batch_size"}},
+        {"gradient_accumulation_steps",
+         {&args_.gradient_accumulation_steps, "gradient_accumulation_steps"}},
         {"gradient_clipping", {&args_.max_grad_norm, "max_grad_norm"}},
         {"optimizer.params.lr", {&args_.learning_rate, "learning_rate"}},
         {"optimizer.params.eps", {&args_.adam_epsilon, "adam_epsilon"}},
@@ -582,7 +640,9 @@ class Importer {
       if (auto b = num(v[1])) differs(*b, args_.adam_beta2, "adam_beta2");
     } else if (p == "scheduler.params.total_num_steps" && args_.num_training_steps) {
       if (auto d = num(v))
-        differs(*d, TrainerValue{static_cast<double>(*args_.num_training_steps), true, args_.num_training_steps_source},
+        differs(*d,
+                TrainerValue{static_cast<double>(*args_.num_training_steps), true,
+                             args_.num_training_steps_source},
                 "num_training_steps");
     } else if (p == "fp16.enabled" || p == "bf16.enabled") {
       const TrainerValue& hf = p == "fp16.enabled" ? args_.fp16 : args_.bf16;
@@ -613,10 +673,14 @@ class Importer {
     return std::nullopt;
   }
 
-  static std::string join(const std::string& path, const std::string& key) { return path.empty() ? key : path + "." + key; }
+  static std::string join(const std::string& path, const std::string& key) {
+    return path.empty() ? key : path + "." + key;
+  }
 
-  [[noreturn]] void type_error(const std::string& path, const std::string& want, const json& v) const {
-    throw UsageError(origin_ + ": " + shown(path) + ": expected " + want + ", found " + short_json(v));
+  [[noreturn]] void type_error(const std::string& path, const std::string& want,
+                               const json& v) const {
+    throw UsageError(origin_ + ": " + shown(path) + ": expected " + want + ", found " +
+                     short_json(v));
   }
 
   double number(const json& v, const std::string& path) const {
@@ -654,8 +718,10 @@ class Importer {
   // Keys of `obj` not read: ignored with a reason from `reasons` (key -> reason), else refused
   // when `unknown_refused`, else ignored as unknown.
   // `prefixed` (prefix, reason) ignores every key that starts with the prefix (ZeRO's "stage3_*").
-  void rest(const json& obj, const std::string& path, const std::map<std::string, std::string>& reasons,
-            const std::map<std::string, std::function<void(const json&, const std::string&)>>& special = {},
+  void rest(const json& obj, const std::string& path,
+            const std::map<std::string, std::string>& reasons,
+            const std::map<std::string, std::function<void(const json&, const std::string&)>>&
+                special = {},
             const std::pair<std::string, std::string>& prefixed = {}) {
     for (auto it = obj.begin(); it != obj.end(); ++it) {
       const std::string p = join(path, it.key());
@@ -680,11 +746,16 @@ class Importer {
   std::function<void(const json&, const std::string&)> refuse_if_enabled(const std::string& what) {
     return [this, what](const json& v, const std::string& p) {
       bool on = false;
-      if (v.is_boolean() || v.is_string()) on = lax_bool(v).value_or(false);
-      else if (v.is_object()) on = v.contains("enabled") && lax_bool(v["enabled"]).value_or(false);
-      else if (v.is_number()) on = v.get<double>() > 1;
-      if (on) refuse(p, what);
-      else ignore(p, "disabled");
+      if (v.is_boolean() || v.is_string())
+        on = lax_bool(v).value_or(false);
+      else if (v.is_object())
+        on = v.contains("enabled") && lax_bool(v["enabled"]).value_or(false);
+      else if (v.is_number())
+        on = v.get<double>() > 1;
+      if (on)
+        refuse(p, what);
+      else
+        ignore(p, "disabled");
     };
   }
 
@@ -692,26 +763,37 @@ class Importer {
   void batch(const json& root) {
     // "auto" micro-batch: the training file's per_device_train_batch_size, DeepSpeed's arithmetic
     // when the other two and the world size decide it, else ciuic's planner for the global batch.
-    const bool mb_auto = is_auto(root, "train_micro_batch_size_per_gpu") && !set_value("train.micro_batch_size");
+    const bool mb_auto =
+        is_auto(root, "train_micro_batch_size_per_gpu") && !set_value("train.micro_batch_size");
     if (mb_auto) read_.insert("train_micro_batch_size_per_gpu");
-    const json* mb = mb_auto ? nullptr : take(root, "", "train_micro_batch_size_per_gpu", "train.micro_batch_size");
-    const json* gas = take(root, "", "gradient_accumulation_steps", "train.gradient_accumulation_steps");
+    const json* mb =
+        mb_auto ? nullptr
+                : take(root, "", "train_micro_batch_size_per_gpu", "train.micro_batch_size");
+    const json* gas =
+        take(root, "", "gradient_accumulation_steps", "train.gradient_accumulation_steps");
     const json* tbs = nullptr;
     if (is_auto(root, "train_batch_size")) {
-      read_.insert("train_batch_size");  // the HF Trainer's product of the other two: nothing to check
+      read_.insert(
+          "train_batch_size");  // the HF Trainer's product of the other two: nothing to check
       ignore("train_batch_size", "\"auto\": micro-batch x accumulation x world size");
     } else {
       tbs = take(root, "", "train_batch_size", "");
     }
     std::optional<int64_t> m, g, t;
-    if (mb) m = integer(*mb, "train_micro_batch_size_per_gpu");
-    else if (auto v = set_number("train.micro_batch_size")) m = static_cast<int64_t>(*v);
-    if (gas) g = integer(*gas, "gradient_accumulation_steps");
-    else if (auto v = set_number("train.gradient_accumulation_steps")) g = static_cast<int64_t>(*v);
+    if (mb)
+      m = integer(*mb, "train_micro_batch_size_per_gpu");
+    else if (auto v = set_number("train.micro_batch_size"))
+      m = static_cast<int64_t>(*v);
+    if (gas)
+      g = integer(*gas, "gradient_accumulation_steps");
+    else if (auto v = set_number("train.gradient_accumulation_steps"))
+      g = static_cast<int64_t>(*v);
     if (tbs) t = integer(*tbs, "train_batch_size");
-    for (auto [v, name] : {std::pair{m, "train_micro_batch_size_per_gpu"}, std::pair{g, "gradient_accumulation_steps"},
-                           std::pair{t, "train_batch_size"}})
-      if (v && *v < 1) throw UsageError(origin_ + ": " + name + " = " + std::to_string(*v) + ": expected >= 1");
+    for (auto [v, name] :
+         {std::pair{m, "train_micro_batch_size_per_gpu"},
+          std::pair{g, "gradient_accumulation_steps"}, std::pair{t, "train_batch_size"}})
+      if (v && *v < 1)
+        throw UsageError(origin_ + ": " + name + " = " + std::to_string(*v) + ": expected >= 1");
     std::optional<int64_t> world;
     const auto nproc = set_number("cluster.nproc_per_node"), nnodes = set_number("cluster.nnodes");
     if (nproc || nnodes) world = static_cast<int64_t>(nproc.value_or(1) * nnodes.value_or(1));
@@ -722,30 +804,41 @@ class Importer {
       if (pd.given) {
         m = static_cast<int64_t>(pd.value);
         mb_filled = true;
-        auto_["train_micro_batch_size_per_gpu"] = "\"auto\" -> " + std::to_string(*m) + ": " + pd.source;
+        auto_["train_micro_batch_size_per_gpu"] =
+            "\"auto\" -> " + std::to_string(*m) + ": " + pd.source;
       } else if (t && g && world) {
         if (*t % (*g * *world) != 0)
-          throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) + " is not divisible by "
-                           "gradient_accumulation_steps x world size = " + std::to_string(*g) + " x " + world_text);
+          throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) +
+                           " is not divisible by "
+                           "gradient_accumulation_steps x world size = " +
+                           std::to_string(*g) + " x " + world_text);
         m = *t / (*g * *world);
         mb_filled = true;
         auto_["train_micro_batch_size_per_gpu"] = "\"auto\" -> " + std::to_string(*m) +
-                                                  ": train_batch_size / (accumulation x world " + world_text + ")";
+                                                  ": train_batch_size / (accumulation x world " +
+                                                  world_text + ")";
         t.reset();  // used
       } else {
         // ciuic's planner: the largest micro-batch whose memory plan fits, for this global batch.
         const int64_t w = world.value_or(1), acc = g.value_or(1);
         const int64_t global = t ? *t : static_cast<int64_t>(pd.value) * acc * w;
         put("train", "micro_batch_size", "\"auto\"",
-            "\"auto\" -> \"auto\": ciuic's planner picks the largest micro-batch that fits, for global_batch_size "
+            "\"auto\" -> \"auto\": ciuic's planner picks the largest micro-batch that fits, for "
+            "global_batch_size "
             "(the HF Trainer would take per_device_train_batch_size, default 8)");
         put("train", "global_batch_size", std::to_string(global),
             t ? std::string("train_batch_size")
-              : pd.source + " " + std::to_string(static_cast<int64_t>(pd.value)) + " x accumulation " + std::to_string(acc) + " x world size " + std::to_string(w) +
+              : pd.source + " " + std::to_string(static_cast<int64_t>(pd.value)) +
+                    " x accumulation " + std::to_string(acc) + " x world size " +
+                    std::to_string(w) +
                     (world ? "" : " (the recipe's [cluster] default: no --nproc given)"));
         if (gas || set_value("train.gradient_accumulation_steps"))
-          note("train_micro_batch_size_per_gpu = \"auto\" -> the planner: gradient_accumulation_steps = " +
-               std::to_string(acc) + " is not written, the planner derives it from global_batch_size / (micro-batch x ranks)");
+          note(
+              "train_micro_batch_size_per_gpu = \"auto\" -> the planner: "
+              "gradient_accumulation_steps = " +
+              std::to_string(acc) +
+              " is not written, the planner derives it from global_batch_size / (micro-batch x "
+              "ranks)");
         return;
       }
     }
@@ -753,21 +846,28 @@ class Importer {
     auto need_world = [&](const std::string& what) {
       world = 1;
       world_text = "1";
-      note("train_batch_size = " + std::to_string(*t) + " with world size 1, the recipe's [cluster] default (no --nproc or "
-           "--nnodes given): " + what + " is derived for one process; give --nproc N (and --nnodes N) to derive it for N");
+      note("train_batch_size = " + std::to_string(*t) +
+           " with world size 1, the recipe's [cluster] default (no --nproc or "
+           "--nnodes given): " +
+           what +
+           " is derived for one process; give --nproc N (and --nnodes N) to derive it for N");
     };
     // DeepSpeed: train_batch_size = micro x accumulation x world; any two give the third.
     if (t) {
       if (m && g) {
         if (world) {
           if (*m * *g * *world != *t)
-            throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) + " but train_micro_batch_size_per_gpu x "
-                             "gradient_accumulation_steps x world size = " + std::to_string(*m) + " x " +
-                             std::to_string(*g) + " x " + world_text + " = " + std::to_string(*m * *g * *world));
+            throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) +
+                             " but train_micro_batch_size_per_gpu x "
+                             "gradient_accumulation_steps x world size = " +
+                             std::to_string(*m) + " x " + std::to_string(*g) + " x " + world_text +
+                             " = " + std::to_string(*m * *g * *world));
         } else {
           if (*t % (*m * *g) != 0)
-            throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) + " is not a multiple of "
-                             "train_micro_batch_size_per_gpu x gradient_accumulation_steps = " + std::to_string(*m * *g));
+            throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) +
+                             " is not a multiple of "
+                             "train_micro_batch_size_per_gpu x gradient_accumulation_steps = " +
+                             std::to_string(*m * *g));
           world = *t / (*m * *g);
           put("cluster", "nproc_per_node", std::to_string(*world),
               "train_batch_size / (micro x accumulation); set nnodes if these ranks span nodes");
@@ -775,29 +875,41 @@ class Importer {
       } else if (m) {
         if (!world) need_world("gradient_accumulation_steps");
         if (*t % (*m * *world) != 0)
-          throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) + " is not divisible by "
-                           "train_micro_batch_size_per_gpu x world size = " + std::to_string(*m) + " x " + world_text);
+          throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) +
+                           " is not divisible by "
+                           "train_micro_batch_size_per_gpu x world size = " +
+                           std::to_string(*m) + " x " + world_text);
         g = *t / (*m * *world);
-        put("train", "gradient_accumulation_steps", std::to_string(*g), "train_batch_size / (micro x world " + world_text + ")");
+        put("train", "gradient_accumulation_steps", std::to_string(*g),
+            "train_batch_size / (micro x world " + world_text + ")");
       } else if (g) {
         if (!world) need_world("train_micro_batch_size_per_gpu");
         if (*t % (*g * *world) != 0)
-          throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) + " is not divisible by "
-                           "gradient_accumulation_steps x world size = " + std::to_string(*g) + " x " + world_text);
+          throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) +
+                           " is not divisible by "
+                           "gradient_accumulation_steps x world size = " +
+                           std::to_string(*g) + " x " + world_text);
         m = *t / (*g * *world);
-        put("train", "micro_batch_size", std::to_string(*m), "train_batch_size / (accumulation x world " + world_text + ")");
+        put("train", "micro_batch_size", std::to_string(*m),
+            "train_batch_size / (accumulation x world " + world_text + ")");
       } else {
         if (!world) need_world("train_micro_batch_size_per_gpu");
         if (*t % *world != 0)
-          throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) + " is not divisible by the world size " + world_text);
+          throw UsageError(origin_ + ": train_batch_size = " + std::to_string(*t) +
+                           " is not divisible by the world size " + world_text);
         m = *t / *world;
         g = 1;
-        put("train", "micro_batch_size", std::to_string(*m), "train_batch_size / world " + world_text + " (DeepSpeed)");
-        put("train", "gradient_accumulation_steps", "1", "DeepSpeed's default when only train_batch_size is given");
+        put("train", "micro_batch_size", std::to_string(*m),
+            "train_batch_size / world " + world_text + " (DeepSpeed)");
+        put("train", "gradient_accumulation_steps", "1",
+            "DeepSpeed's default when only train_batch_size is given");
       }
     }
-    if (mb || mb_filled) put("train", "micro_batch_size", std::to_string(*m), "train_micro_batch_size_per_gpu");
-    if (gas) put("train", "gradient_accumulation_steps", std::to_string(*g), "gradient_accumulation_steps");
+    if (mb || mb_filled)
+      put("train", "micro_batch_size", std::to_string(*m), "train_micro_batch_size_per_gpu");
+    if (gas)
+      put("train", "gradient_accumulation_steps", std::to_string(*g),
+          "gradient_accumulation_steps");
     if (!m && !t && !set_value("train.micro_batch_size")) {
       put("train", "micro_batch_size", "1", "placeholder: the config gives no batch size");
       placeholders_.push_back("train.micro_batch_size");
@@ -808,9 +920,11 @@ class Importer {
 
   void clipping(const json& root) {
     if (const json* v = take(root, "", "gradient_clipping", "train.gradient_clipping")) {
-      put("train", "gradient_clipping", float_lit(number(*v, "gradient_clipping")), "gradient_clipping");
+      put("train", "gradient_clipping", float_lit(number(*v, "gradient_clipping")),
+          "gradient_clipping");
     } else if (!set_value("train.gradient_clipping")) {
-      put("train", "gradient_clipping", "0.0", "DeepSpeed's default: no clipping (ciuic's own default is 1.0)");
+      put("train", "gradient_clipping", "0.0",
+          "DeepSpeed's default: no clipping (ciuic's own default is 1.0)");
     }
   }
 
@@ -824,8 +938,9 @@ class Importer {
     read_.insert("bf16");
     read_.insert("bfloat16");
     const json* fp16 = root.contains("fp16") ? &object(root["fp16"], "fp16") : nullptr;
-    const json* bf16 = root.contains("bf16") ? &object(root["bf16"], "bf16")
-                       : root.contains("bfloat16") ? &object(root["bfloat16"], "bfloat16") : nullptr;
+    const json* bf16 = root.contains("bf16")       ? &object(root["bf16"], "bf16")
+                       : root.contains("bfloat16") ? &object(root["bfloat16"], "bfloat16")
+                                                   : nullptr;
     const std::string bf_path = root.contains("bf16") ? "bf16" : "bfloat16";
     // "enabled": "auto" is the training arguments' fp16 / bf16 when a training file gives them;
     // with TrainingArguments' defaults (both False: fp32) ciuic chooses bf16.
@@ -842,17 +957,25 @@ class Importer {
         if (fp16_auto) fp16_on = args_.fp16.value != 0;
         if (bf16_auto) bf16_on = args_.bf16.value != 0;
         const TrainerValue& src = fp16_on ? args_.fp16 : args_.bf16;
-        auto_why = std::string("\"auto\" -> ") + (fp16_on ? "fp16" : bf16_on ? "bf16" : "fp32") + ": " + src.source;
+        auto_why = std::string("\"auto\" -> ") +
+                   (fp16_on   ? "fp16"
+                    : bf16_on ? "bf16"
+                              : "fp32") +
+                   ": " + src.source;
       } else if (!fp16_on && !bf16_on) {
         bf16_on = true;
-        auto_why = "\"auto\" -> bf16: ciuic's choice (the HF TrainingArguments defaults fp16 = bf16 = False would train in "
-                   "fp32); on a GPU without bf16 (V100, T4) --set precision.plugin=fp16";
+        auto_why =
+            "\"auto\" -> bf16: ciuic's choice (the HF TrainingArguments defaults fp16 = bf16 = "
+            "False would train in "
+            "fp32); on a GPU without bf16 (V100, T4) --set precision.plugin=fp16";
       } else {
-        auto_why = std::string("\"auto\" -> ") + (fp16_on ? "bf16 off: fp16.enabled" : "fp16 off: " + bf_path + ".enabled") +
+        auto_why = std::string("\"auto\" -> ") +
+                   (fp16_on ? "bf16 off: fp16.enabled" : "fp16 off: " + bf_path + ".enabled") +
                    " is true (HF TrainingArguments defaults fp16 = bf16 = False)";
       }
     }
-    if (fp16_on && bf16_on) throw UsageError(origin_ + ": fp16 and bf16 are both enabled (DeepSpeed refuses this too)");
+    if (fp16_on && bf16_on)
+      throw UsageError(origin_ + ": fp16 and bf16 are both enabled (DeepSpeed refuses this too)");
     std::string plugin = fp16_on ? "fp16" : bf16_on ? "bf16" : "fp32";
     if (auto s = set_string("precision.plugin")) plugin = *s;
     put("precision", "plugin", toml_quote(plugin),
@@ -872,14 +995,18 @@ class Importer {
           bool is_int;
           const char* dflt;
         };
-        for (const K& k : {K{"loss_scale", "loss_scale", false, "0.0"}, K{"initial_scale_power", "initial_scale_power", true, "16"},
-                           K{"loss_scale_window", "loss_scale_window", true, "1000"}, K{"hysteresis", "hysteresis", true, "2"},
+        for (const K& k : {K{"loss_scale", "loss_scale", false, "0.0"},
+                           K{"initial_scale_power", "initial_scale_power", true, "16"},
+                           K{"loss_scale_window", "loss_scale_window", true, "1000"},
+                           K{"hysteresis", "hysteresis", true, "2"},
                            K{"consecutive_hysteresis", "consecutive_hysteresis", false, "false"},
                            K{"min_loss_scale", "min_loss_scale", false, "1.0"}}) {
           const std::string p = std::string("fp16.") + k.ds;
           if (const json* v = take(*fp16, "fp16", k.ds, std::string("precision.") + k.key)) {
-            std::string lit = std::string(k.key) == "consecutive_hysteresis" ? (boolean(*v, p) ? "true" : "false")
-                              : k.is_int ? std::to_string(integer(*v, p)) : float_lit(number(*v, p));
+            std::string lit = std::string(k.key) == "consecutive_hysteresis"
+                                  ? (boolean(*v, p) ? "true" : "false")
+                              : k.is_int ? std::to_string(integer(*v, p))
+                                         : float_lit(number(*v, p));
             put("precision", k.key, lit, p);
           } else if (!set_value(std::string("precision.") + k.key)) {
             put("precision", k.key, k.dflt, "DeepSpeed's default");
@@ -887,7 +1014,8 @@ class Importer {
         }
         if (const json* v = take(*fp16, "fp16", "fp16_master_weights_and_grads", "");
             v && boolean(*v, "fp16.fp16_master_weights_and_grads"))
-          refuse("fp16.fp16_master_weights_and_grads", "ciuic keeps fp32 master weights and gradients");
+          refuse("fp16.fp16_master_weights_and_grads",
+                 "ciuic keeps fp32 master weights and gradients");
         rest(*fp16, "fp16", ignored_fp16);
       } else {
         for (auto it = fp16->begin(); it != fp16->end(); ++it)
@@ -896,24 +1024,34 @@ class Importer {
     }
     if (bf16 && !bf16_on) {
       for (auto it = bf16->begin(); it != bf16->end(); ++it)
-        if (!read_.count(bf_path + "." + it.key())) ignore(bf_path + "." + it.key(), "bf16 is not enabled");
+        if (!read_.count(bf_path + "." + it.key()))
+          ignore(bf_path + "." + it.key(), "bf16 is not enabled");
     } else if (bf16) {
-      rest(*bf16, bf_path, {{"immediate_grad_update", "ciuic applies gradients at the step"},
-                            {"check_grad_overflow", "bf16 needs no overflow check"},
-                            {"bf16_master_weights_and_grads", "ciuic keeps fp32 master weights"},
-                            {"bf16_optimizer_states", "ciuic keeps fp32 optimizer state"}});
+      rest(*bf16, bf_path,
+           {{"immediate_grad_update", "ciuic applies gradients at the step"},
+            {"check_grad_overflow", "bf16 needs no overflow check"},
+            {"bf16_master_weights_and_grads", "ciuic keeps fp32 master weights"},
+            {"bf16_optimizer_states", "ciuic keeps fp32 optimizer state"}});
     }
     // Gradient reduction dtype.
     if (const json* v = take(root, "", "communication_data_type", "precision.reduce_dtype")) {
       std::string d = string(*v, "communication_data_type");
-      if (d == "fp32" || d == "float32" || d == "float") d = "fp32";
-      else if (d == "fp16" || d == "float16" || d == "half") d = "fp16";
-      else if (d == "bf16" || d == "bfloat16") d = "bf16";
-      else throw UsageError(origin_ + ": communication_data_type = " + short_json(*v) + ": expected fp32, fp16 or bf16");
+      if (d == "fp32" || d == "float32" || d == "float")
+        d = "fp32";
+      else if (d == "fp16" || d == "float16" || d == "half")
+        d = "fp16";
+      else if (d == "bf16" || d == "bfloat16")
+        d = "bf16";
+      else
+        throw UsageError(origin_ + ": communication_data_type = " + short_json(*v) +
+                         ": expected fp32, fp16 or bf16");
       if (plugin == "fp32") {
-        if (d != "fp32") ignore("communication_data_type", "with fp32 training ciuic reduces gradients in fp32");
+        if (d != "fp32")
+          ignore("communication_data_type", "with fp32 training ciuic reduces gradients in fp32");
       } else if (d != "fp32" && d != plugin) {
-        refuse("communication_data_type", "\"" + d + "\" with " + plugin + " training (ciuic reduces in fp32 or the training dtype)");
+        refuse("communication_data_type",
+               "\"" + d + "\" with " + plugin +
+                   " training (ciuic reduces in fp32 or the training dtype)");
       } else {
         put("precision", "reduce_dtype", toml_quote(d), "communication_data_type");
       }
@@ -933,7 +1071,8 @@ class Importer {
         stage = root["zero_optimization"].get<bool>() ? 1 : 0;
       } else {
         z = &object(root["zero_optimization"], "zero_optimization");
-        if (const json* s = take(*z, "zero_optimization", "stage", "sharding.plugin")) stage = integer(*s, "zero_optimization.stage");
+        if (const json* s = take(*z, "zero_optimization", "stage", "sharding.plugin"))
+          stage = integer(*s, "zero_optimization.stage");
       }
     }
     const std::string P = "zero_optimization";
@@ -943,32 +1082,41 @@ class Importer {
     } else if (stage == 1 || stage == 2) {
       plugin = "zero2";
       if (stage == 1)
-        note("zero_optimization.stage = 1 -> sharding \"zero2\": ciuic shards gradients as well as optimizer state "
-             "(ZeRO-2); the updates are the same, memory is lower, reductions are reduce-scatters");
+        note(
+            "zero_optimization.stage = 1 -> sharding \"zero2\": ciuic shards gradients as well as "
+            "optimizer state "
+            "(ZeRO-2); the updates are the same, memory is lower, reductions are reduce-scatters");
     } else if (stage == 3) {
       plugin = "zero3";
     } else {
-      throw UsageError(origin_ + ": zero_optimization.stage = " + std::to_string(stage) + ": expected 0, 1, 2 or 3");
+      throw UsageError(origin_ + ": zero_optimization.stage = " + std::to_string(stage) +
+                       ": expected 0, 1, 2 or 3");
     }
-    put("sharding", "plugin", toml_quote(plugin), z ? "zero_optimization.stage = " + std::to_string(stage) : "no zero_optimization: plain data parallelism");
+    put("sharding", "plugin", toml_quote(plugin),
+        z ? "zero_optimization.stage = " + std::to_string(stage)
+          : "no zero_optimization: plain data parallelism");
     std::optional<double> reduce_bucket;
     if (stage == 3) {
       stage3(z);
     } else if (z) {
       if (const json* v = take(*z, P, "reduce_bucket_size", "sharding.reduce_bucket_size")) {
         reduce_bucket = number(*v, P + ".reduce_bucket_size");
-        put("sharding", "reduce_bucket_size", float_lit(*reduce_bucket), "zero_optimization.reduce_bucket_size (elements)");
+        put("sharding", "reduce_bucket_size", float_lit(*reduce_bucket),
+            "zero_optimization.reduce_bucket_size (elements)");
       }
       if (const json* v = take(*z, P, "overlap_comm", "sharding.overlap_comm"))
-        put("sharding", "overlap_comm", boolean(*v, P + ".overlap_comm") ? "true" : "false", "zero_optimization.overlap_comm");
+        put("sharding", "overlap_comm", boolean(*v, P + ".overlap_comm") ? "true" : "false",
+            "zero_optimization.overlap_comm");
     }
     if (stage != 3 && !reduce_bucket && !set_value("sharding.reduce_bucket_size"))
       put("sharding", "reduce_bucket_size", "5e8", "DeepSpeed's default (elements)");
     bool have_overlap = false;
-    for (const auto& e : sec("sharding").entries) have_overlap = have_overlap || e.key == "overlap_comm";
+    for (const auto& e : sec("sharding").entries)
+      have_overlap = have_overlap || e.key == "overlap_comm";
     if (stage != 3 && !have_overlap && !set_value("sharding.overlap_comm"))
       put("sharding", "overlap_comm", "true",
-          "ciuic overlaps by default (DeepSpeed's default is false below stage 3; the results are the same)");
+          "ciuic overlaps by default (DeepSpeed's default is false below stage 3; the results are "
+          "the same)");
     // Optimizer offload.
     offload_ = "none";
     if (z) {
@@ -976,22 +1124,36 @@ class Importer {
         read_.insert(P + ".offload_optimizer");
         const json& o = object((*z)["offload_optimizer"], P + ".offload_optimizer");
         const std::string OP = P + ".offload_optimizer";
-        if (const json* d = take(o, OP, "device", "optimizer.plugin")) offload_ = string(*d, OP + ".device");
-        if (offload_ == "nvme") refuse(OP + ".device = \"nvme\"", "NVMe offload is not implemented (use \"cpu\": optimizer state in host memory)");
-        else if (offload_ != "cpu" && offload_ != "none") throw UsageError(origin_ + ": " + OP + ".device = " + short_json(o["device"]) + ": expected \"cpu\", \"nvme\" or \"none\"");
+        if (const json* d = take(o, OP, "device", "optimizer.plugin"))
+          offload_ = string(*d, OP + ".device");
+        if (offload_ == "nvme")
+          refuse(OP + ".device = \"nvme\"",
+                 "NVMe offload is not implemented (use \"cpu\": optimizer state in host memory)");
+        else if (offload_ != "cpu" && offload_ != "none")
+          throw UsageError(origin_ + ": " + OP + ".device = " + short_json(o["device"]) +
+                           ": expected \"cpu\", \"nvme\" or \"none\"");
         if (offload_ == "cpu") {
           if (const json* v = take(o, OP, "pin_memory", "optimizer.pin_memory"))
             pin_memory_ = boolean(*v, OP + ".pin_memory");
           if (const json* v = take(o, OP, "ratio", "")) {
             const double r = number(*v, OP + ".ratio");
-            if (r < 1) refuse(OP + ".ratio", "partial offload (ratio " + float_lit(r) + ") is not implemented; ciuic offloads all optimizer state");
+            if (r < 1)
+              refuse(OP + ".ratio", "partial offload (ratio " + float_lit(r) +
+                                        ") is not implemented; ciuic offloads all optimizer state");
           }
         }
-        rest(o, OP, {{"nvme_path", "NVMe only"}, {"buffer_count", "NVMe only"}, {"fast_init", "NVMe only"},
-                     {"pipeline", "NVMe only"}, {"pipeline_read", "NVMe only"}, {"pipeline_write", "NVMe only"},
-                     {"pin_memory", "no offload"}, {"ratio", "no offload"}});
+        rest(o, OP,
+             {{"nvme_path", "NVMe only"},
+              {"buffer_count", "NVMe only"},
+              {"fast_init", "NVMe only"},
+              {"pipeline", "NVMe only"},
+              {"pipeline_read", "NVMe only"},
+              {"pipeline_write", "NVMe only"},
+              {"pin_memory", "no offload"},
+              {"ratio", "no offload"}});
       }
-      if (const json* v = take(*z, P, "cpu_offload", "optimizer.plugin"); v && boolean(*v, P + ".cpu_offload")) {
+      if (const json* v = take(*z, P, "cpu_offload", "optimizer.plugin");
+          v && boolean(*v, P + ".cpu_offload")) {
         offload_ = "cpu";
         note("zero_optimization.cpu_offload (legacy) = true -> [optimizer] plugin = \"cpu_adam\"");
       }
@@ -999,16 +1161,21 @@ class Importer {
         read_.insert(P + ".offload_param");
         const json& o = (*z)["offload_param"];
         if (o.is_object() && o.value("device", "none") != "none")
-          refuse(P + ".offload_param", "parameter offload is a ZeRO-3 feature: set stage 3 (ciuic's zero3) to use it");
-        else ignore(P + ".offload_param", "device none");
+          refuse(P + ".offload_param",
+                 "parameter offload is a ZeRO-3 feature: set stage 3 (ciuic's zero3) to use it");
+        else
+          ignore(P + ".offload_param", "device none");
       }
       const std::string allgather_reason =
           "ciuic all-gathers each reduce bucket in one call: its size is reduce_bucket_size" +
           (reduce_bucket ? std::string(" (") + float_lit(*reduce_bucket) + ")" : std::string());
       std::map<std::string, std::string> reasons = {
           {"allgather_bucket_size", allgather_reason},
-          {"allgather_partitions", "ciuic always all-gathers the updated shards (no broadcast variant)"},
-          {"reduce_scatter", "ciuic's zero2 always reduce-scatters into the shard owners (same result as all-reduce)"},
+          {"allgather_partitions",
+           "ciuic always all-gathers the updated shards (no broadcast variant)"},
+          {"reduce_scatter",
+           "ciuic's zero2 always reduce-scatters into the shard owners (same result as "
+           "all-reduce)"},
           {"contiguous_gradients", "ciuic always packs gradients into contiguous flat buckets"},
           {"round_robin_gradients", "ciuic's shards own a chunk of every bucket, already balanced"},
           {"elastic_checkpoint", "ciuic checkpoints load at any world size"},
@@ -1018,21 +1185,29 @@ class Importer {
           {"sub_group_size", "ZeRO-3 only"},
           {"use_multi_rank_bucket_allreduce", "no such option: one collective per bucket"},
           {"memory_efficient_linear", "ZeRO-3 only"},
-          {"gather_16bit_weights_on_model_save", "ciuic exports from fp32 master weights (--export-hf)"},
+          {"gather_16bit_weights_on_model_save",
+           "ciuic exports from fp32 master weights (--export-hf)"},
           {"log_trace_cache_warnings", "ZeRO-3 only"},
       };
       std::map<std::string, std::function<void(const json&, const std::string&)>> special;
-      special["zero_quantized_weights"] = refuse_if_enabled("ZeRO++ quantized weights are not implemented");
-      special["zero_quantized_gradients"] = refuse_if_enabled("ZeRO++ quantized gradients are not implemented");
-      special["zero_quantized_nontrainable_weights"] = refuse_if_enabled("ZeRO++ quantized weights are not implemented");
-      special["zero_hpz_partition_size"] = refuse_if_enabled("ZeRO++ hierarchical partitioning is not implemented");
+      special["zero_quantized_weights"] =
+          refuse_if_enabled("ZeRO++ quantized weights are not implemented");
+      special["zero_quantized_gradients"] =
+          refuse_if_enabled("ZeRO++ quantized gradients are not implemented");
+      special["zero_quantized_nontrainable_weights"] =
+          refuse_if_enabled("ZeRO++ quantized weights are not implemented");
+      special["zero_hpz_partition_size"] =
+          refuse_if_enabled("ZeRO++ hierarchical partitioning is not implemented");
       special["mics_shard_size"] = [this](const json& v, const std::string& p) {
-        if (v.is_number() && v.get<double>() > 0) refuse(p, "MiCS is not implemented");
-        else ignore(p, "disabled");
+        if (v.is_number() && v.get<double>() > 0)
+          refuse(p, "MiCS is not implemented");
+        else
+          ignore(p, "disabled");
       };
       special["mics_hierarchical_params_gather"] = refuse_if_enabled("MiCS is not implemented");
       rest(*z, P, reasons, special,
-           {"stage3_", stage == 3 ? "a DeepSpeed ZeRO-3 tuning knob zero3 has no counterpart for" : "ZeRO-3 only"});
+           {"stage3_", stage == 3 ? "a DeepSpeed ZeRO-3 tuning knob zero3 has no counterpart for"
+                                  : "ZeRO-3 only"});
     }
   }
 
@@ -1045,11 +1220,13 @@ class Importer {
     auto elements = [&](const char* key, const char* option, const std::string& what) {
       if (const json* v = take(*z, P, key, std::string("sharding.") + option)) {
         const double n = number(*v, P + "." + key);
-        if (n < 0 || n != std::floor(n)) type_error(P + "." + key, "a whole number of elements >= 0", *v);
+        if (n < 0 || n != std::floor(n))
+          type_error(P + "." + key, "a whole number of elements >= 0", *v);
         put("sharding", option, float_lit(n), P + "." + key + " (" + what + ")");
       }
     };
-    elements("stage3_max_live_parameters", "max_live_parameters", "gathered elements a prefetch may reach");
+    elements("stage3_max_live_parameters", "max_live_parameters",
+             "gathered elements a prefetch may reach");
     elements("stage3_prefetch_bucket_size", "prefetch_bucket_size", "elements gathered ahead");
     elements("stage3_param_persistence_threshold", "param_persistence_threshold",
              "smaller parameters stay gathered");
@@ -1058,28 +1235,42 @@ class Importer {
       const json& o = object((*z)["offload_param"], P + ".offload_param");
       const std::string OP = P + ".offload_param";
       std::string device = "none";
-      if (const json* d = take(o, OP, "device", "sharding.offload_params")) device = string(*d, OP + ".device");
+      if (const json* d = take(o, OP, "device", "sharding.offload_params"))
+        device = string(*d, OP + ".device");
       if (device == "nvme")
-        refuse(OP + ".device = \"nvme\"", "NVMe parameter offload is not implemented (use \"cpu\": the parameter "
-                                          "shard in host memory)");
+        refuse(OP + ".device = \"nvme\"",
+               "NVMe parameter offload is not implemented (use \"cpu\": the parameter "
+               "shard in host memory)");
       else if (device != "cpu" && device != "none")
-        throw UsageError(origin_ + ": " + OP + ".device = " + short_json(o["device"]) + ": expected \"cpu\", \"nvme\" or \"none\"");
+        throw UsageError(origin_ + ": " + OP + ".device = " + short_json(o["device"]) +
+                         ": expected \"cpu\", \"nvme\" or \"none\"");
       put("sharding", "offload_params", device == "cpu" ? "true" : "false",
-          OP + ".device = \"" + device + "\"" + (device == "cpu" ? ": the parameter shard in host memory" : ""));
-      rest(o, OP, {{"pin_memory", "zero3 pins its host shard on GPUs"}, {"nvme_path", "NVMe only"},
-                   {"buffer_count", "NVMe only"}, {"buffer_size", "NVMe only"}, {"max_in_cpu", "NVMe only"}});
+          OP + ".device = \"" + device + "\"" +
+              (device == "cpu" ? ": the parameter shard in host memory" : ""));
+      rest(o, OP,
+           {{"pin_memory", "zero3 pins its host shard on GPUs"},
+            {"nvme_path", "NVMe only"},
+            {"buffer_count", "NVMe only"},
+            {"buffer_size", "NVMe only"},
+            {"max_in_cpu", "NVMe only"}});
     }
     const std::map<std::string, std::string> stage3_reasons = {
-        {"reduce_bucket_size", "zero3 reduce-scatters each layer's gradient in one call as its backward ends"},
-        {"overlap_comm", "zero3 always overlaps: reductions and prefetched gathers run beside the compute"},
+        {"reduce_bucket_size",
+         "zero3 reduce-scatters each layer's gradient in one call as its backward ends"},
+        {"overlap_comm",
+         "zero3 always overlaps: reductions and prefetched gathers run beside the compute"},
         {"allgather_bucket_size", "zero3 all-gathers each layer group in one call"},
-        {"sub_group_size", "the optimizer updates the whole shard in one pass (cpu_adam's threads split it); no "
-                           "sub-groups"},
+        {"sub_group_size",
+         "the optimizer updates the whole shard in one pass (cpu_adam's threads split it); no "
+         "sub-groups"},
         {"stage3_gather_16bit_weights_on_model_save",
-         "ciuic exports from the fp32 master weights (--export-hf, [checkpoint] export_hf), one slice at a time"},
+         "ciuic exports from the fp32 master weights (--export-hf, [checkpoint] export_hf), one "
+         "slice at a time"},
         {"gather_16bit_weights_on_model_save",
-         "ciuic exports from the fp32 master weights (--export-hf, [checkpoint] export_hf), one slice at a time"},
-        {"stage3_max_reuse_distance", "zero3 frees a layer after each pass unless the next group computes with it"},
+         "ciuic exports from the fp32 master weights (--export-hf, [checkpoint] export_hf), one "
+         "slice at a time"},
+        {"stage3_max_reuse_distance",
+         "zero3 frees a layer after each pass unless the next group computes with it"},
         {"memory_efficient_linear", "ciuic's linear layers keep no extra copy of the weight"},
     };
     for (const auto& [key, reason] : stage3_reasons)
@@ -1091,11 +1282,16 @@ class Importer {
     std::string plugin = offload_ == "cpu" ? "cpu_adam" : "adamw";
     if (auto s = set_string("optimizer.plugin")) plugin = *s;
     put("optimizer", "plugin", toml_quote(plugin),
-        offload_ == "cpu" ? "zero_optimization.offload_optimizer.device = \"cpu\": AdamW in host memory"
-                          : "AdamW on the device (no optimizer offload)");
-    if (plugin == "cpu_adam" && pin_memory_) put("optimizer", "pin_memory", *pin_memory_ ? "true" : "false", "offload_optimizer.pin_memory");
+        offload_ == "cpu"
+            ? "zero_optimization.offload_optimizer.device = \"cpu\": AdamW in host memory"
+            : "AdamW on the device (no optimizer offload)");
+    if (plugin == "cpu_adam" && pin_memory_)
+      put("optimizer", "pin_memory", *pin_memory_ ? "true" : "false",
+          "offload_optimizer.pin_memory");
     if (!root.contains("optimizer")) {
-      note("no optimizer section: DeepSpeed then uses the client's optimizer; ciuic uses AdamW with the values below");
+      note(
+          "no optimizer section: DeepSpeed then uses the client's optimizer; ciuic uses AdamW with "
+          "the values below");
       if (!set_value("optimizer.lr")) {
         put("optimizer", "lr", "1e-4", "placeholder: the config gives no learning rate");
         placeholders_.push_back("optimizer.lr");
@@ -1116,18 +1312,23 @@ class Importer {
     const std::string PP = "optimizer.params";
     bool adam_w_mode = true;
     if (params)
-      if (const json* v = take(*params, PP, "adam_w_mode", "")) adam_w_mode = boolean(*v, PP + ".adam_w_mode");
+      if (const json* v = take(*params, PP, "adam_w_mode", ""))
+        adam_w_mode = boolean(*v, PP + ".adam_w_mode");
     if (lower != "adam" && lower != "adamw") {
-      refuse("optimizer.type = \"" + type + "\"", "ciuic implements AdamW (types Adam and AdamW); "
+      refuse("optimizer.type = \"" + type + "\"",
+             "ciuic implements AdamW (types Adam and AdamW); "
              "1-bit Adam/LAMB, LAMB, Lion, SGD, Adagrad and others are not available");
     }
     if (params) {
       if (const json* v = take(*params, PP, "lr", "optimizer.lr"))
         put("optimizer", "lr", float_lit(number(*v, PP + ".lr")), "optimizer.params.lr");
       if (const json* v = take(*params, PP, "betas", "optimizer.betas")) {
-        if (!v->is_array() || v->size() != 2) type_error(PP + ".betas", "a list of two numbers", *v);
-        put("optimizer", "betas", "[" + float_lit(number((*v)[0], PP + ".betas[0]")) + ", " +
-                                      float_lit(number((*v)[1], PP + ".betas[1]")) + "]", "optimizer.params.betas");
+        if (!v->is_array() || v->size() != 2)
+          type_error(PP + ".betas", "a list of two numbers", *v);
+        put("optimizer", "betas",
+            "[" + float_lit(number((*v)[0], PP + ".betas[0]")) + ", " +
+                float_lit(number((*v)[1], PP + ".betas[1]")) + "]",
+            "optimizer.params.betas");
       } else if (!set_value("optimizer.betas")) {
         put("optimizer", "betas", "[0.9, 0.999]", "DeepSpeed's default");
       }
@@ -1138,25 +1339,36 @@ class Importer {
       double wd = 0;
       if (const json* v = take(*params, PP, "weight_decay", "optimizer.weight_decay")) {
         wd = number(*v, PP + ".weight_decay");
-        put("optimizer", "weight_decay", float_lit(wd), "optimizer.params.weight_decay; ciuic decays matrices only, as the HF Trainer's groups do");
+        put("optimizer", "weight_decay", float_lit(wd),
+            "optimizer.params.weight_decay; ciuic decays matrices only, as the HF Trainer's groups "
+            "do");
       } else if (!set_value("optimizer.weight_decay")) {
         put("optimizer", "weight_decay", "0.0", "DeepSpeed's default");
       }
       if (lower == "adam" && !adam_w_mode && wd != 0)
-        refuse("optimizer.params.adam_w_mode = false", "Adam with L2 weight decay is not implemented (ciuic's decay is decoupled, AdamW)");
+        refuse("optimizer.params.adam_w_mode = false",
+               "Adam with L2 weight decay is not implemented (ciuic's decay is decoupled, AdamW)");
       if (const json* v = take(*params, PP, "amsgrad", ""); v && boolean(*v, PP + ".amsgrad"))
         refuse("optimizer.params.amsgrad", "AMSGrad is not implemented");
-      if (const json* v = take(*params, PP, "bias_correction", ""); v && !boolean(*v, PP + ".bias_correction"))
-        refuse("optimizer.params.bias_correction = false", "ciuic's AdamW always corrects the moments' bias");
-      rest(*params, PP, {{"torch_adam", "an implementation choice; ciuic has its own kernels"},
-                         {"fused", "an implementation choice"}, {"foreach", "an implementation choice"},
-                         {"capturable", "an implementation choice"}, {"set_grad_none", "no meaning"},
-                         {"adam_w_mode", "AdamW either way"}, {"amsgrad", "off"}, {"bias_correction", "on, as ciuic"}});
+      if (const json* v = take(*params, PP, "bias_correction", "");
+          v && !boolean(*v, PP + ".bias_correction"))
+        refuse("optimizer.params.bias_correction = false",
+               "ciuic's AdamW always corrects the moments' bias");
+      rest(*params, PP,
+           {{"torch_adam", "an implementation choice; ciuic has its own kernels"},
+            {"fused", "an implementation choice"},
+            {"foreach", "an implementation choice"},
+            {"capturable", "an implementation choice"},
+            {"set_grad_none", "no meaning"},
+            {"adam_w_mode", "AdamW either way"},
+            {"amsgrad", "off"},
+            {"bias_correction", "on, as ciuic"}});
     } else if (!set_value("optimizer.lr")) {
       put("optimizer", "lr", "1e-3", "DeepSpeed's Adam default");
     }
     rest(o, P, {});
-    if (lower == "adam") note("optimizer.type = \"Adam\" with adam_w_mode (DeepSpeed's default) is AdamW");
+    if (lower == "adam")
+      note("optimizer.type = \"Adam\" with adam_w_mode (DeepSpeed's default) is AdamW");
   }
 
   void scheduler(const json& root) {
@@ -1179,16 +1391,20 @@ class Importer {
     auto num_key = [&](const char* ds, const char* key, const char* dflt, bool is_int) {
       if (const json* v = take(*params, PP, ds, std::string("scheduler.") + key)) {
         const std::string p = PP + "." + ds;
-        put("scheduler", key, is_int ? std::to_string(integer(*v, p)) : float_lit(number(*v, p)), p);
+        put("scheduler", key, is_int ? std::to_string(integer(*v, p)) : float_lit(number(*v, p)),
+            p);
         return true;
       }
-      if (!set_value(std::string("scheduler.") + key) && dflt) put("scheduler", key, dflt, "DeepSpeed's default");
+      if (!set_value(std::string("scheduler.") + key) && dflt)
+        put("scheduler", key, dflt, "DeepSpeed's default");
       return false;
     };
     auto warmup_type = [&] {
       if (const json* v = take(*params, PP, "warmup_type", "scheduler.warmup_type")) {
         const std::string w = string(*v, PP + ".warmup_type");
-        if (w != "log" && w != "linear") throw UsageError(origin_ + ": " + PP + ".warmup_type = " + short_json(*v) + ": expected \"log\" or \"linear\"");
+        if (w != "log" && w != "linear")
+          throw UsageError(origin_ + ": " + PP + ".warmup_type = " + short_json(*v) +
+                           ": expected \"log\" or \"linear\"");
         put("scheduler", "warmup_type", toml_quote(w), PP + ".warmup_type");
       } else if (!set_value("scheduler.warmup_type")) {
         put("scheduler", "warmup_type", "\"log\"", "DeepSpeed's default");
@@ -1200,22 +1416,26 @@ class Importer {
         put("scheduler", "total_num_steps", std::to_string(n), PP + ".total_num_steps");
         if (n > 0) total_steps_ = n;  // 0: "auto" without a known length, = [train] max_steps
       } else if (set_value("scheduler.total_num_steps")) {
-        if (auto n = set_number("scheduler.total_num_steps")) total_steps_ = static_cast<int64_t>(*n);
-      } else if (!missing_auto_.empty() && missing_auto_.back().rfind(PP + ".total_num_steps", 0) == 0) {
+        if (auto n = set_number("scheduler.total_num_steps"))
+          total_steps_ = static_cast<int64_t>(*n);
+      } else if (!missing_auto_.empty() &&
+                 missing_auto_.back().rfind(PP + ".total_num_steps", 0) == 0) {
         // reported as "auto"
       } else {
         throw UsageError(origin_ + ": " + type + " needs scheduler.params.total_num_steps");
       }
     };
     if (type == "WarmupLR" || type == "WarmupDecayLR") {
-      put("scheduler", "type", type == "WarmupLR" ? "\"warmup\"" : "\"warmup_decay\"", "scheduler.type = \"" + type + "\"");
+      put("scheduler", "type", type == "WarmupLR" ? "\"warmup\"" : "\"warmup_decay\"",
+          "scheduler.type = \"" + type + "\"");
       num_key("warmup_min_lr", "warmup_min_lr", "0.0", false);
       num_key("warmup_max_lr", "warmup_max_lr", "0.001", false);
       num_key("warmup_num_steps", "warmup_num_steps", "1000", true);
       warmup_type();
       if (type == "WarmupDecayLR") total_steps();
     } else if (type == "WarmupCosineLR") {
-      put("scheduler", "type", "\"warmup_cosine\"", "scheduler.type = \"WarmupCosineLR\" (ratios of [optimizer] lr)");
+      put("scheduler", "type", "\"warmup_cosine\"",
+          "scheduler.type = \"WarmupCosineLR\" (ratios of [optimizer] lr)");
       num_key("warmup_min_ratio", "warmup_min_ratio", "0.0", false);
       num_key("warmup_num_steps", "warmup_num_steps", "1000", true);
       num_key("cos_min_ratio", "cos_min_ratio", "1e-4", false);
@@ -1223,11 +1443,13 @@ class Importer {
       total_steps();
     } else if (type == "OneCycle" || type == "LRRangeTest") {
       refuse("scheduler.type = \"" + type + "\"",
-             "not implemented; ciuic has WarmupLR, WarmupDecayLR and WarmupCosineLR (or no scheduler)");
+             "not implemented; ciuic has WarmupLR, WarmupDecayLR and WarmupCosineLR (or no "
+             "scheduler)");
       return;
     } else if (t) {
       throw UsageError(origin_ + ": scheduler.type = " + short_json(*t) +
-                       ": expected WarmupLR, WarmupDecayLR, WarmupCosineLR (OneCycle and LRRangeTest are not supported)");
+                       ": expected WarmupLR, WarmupDecayLR, WarmupCosineLR (OneCycle and "
+                       "LRRangeTest are not supported)");
     } else {
       return;  // "auto" type, reported
     }
@@ -1236,10 +1458,13 @@ class Importer {
       for (const auto& e : sec("optimizer").entries)
         for (const auto& f : sec("scheduler").entries)
           if (e.key == "lr" && f.key == "warmup_max_lr" && e.value != f.value)
-            note("DeepSpeed's " + type + " sets the learning rate itself: warmup_max_lr (" + f.value +
-                 ") is the peak, not optimizer.params.lr (" + e.value + "); ciuic does the same");
+            note("DeepSpeed's " + type + " sets the learning rate itself: warmup_max_lr (" +
+                 f.value + ") is the peak, not optimizer.params.lr (" + e.value +
+                 "); ciuic does the same");
     }
-    rest(*params, PP, {{"last_batch_iteration", "ciuic's schedule is a function of the step counter (resume restores it)"}});
+    rest(*params, PP,
+         {{"last_batch_iteration",
+           "ciuic's schedule is a function of the step counter (resume restores it)"}});
     rest(s, P, {});
   }
 
@@ -1250,7 +1475,8 @@ class Importer {
       if (t.is_object() && t.contains("enabled") && lax_bool(t["enabled"]).value_or(false)) {
         put("log", "tensorboard", "true", "tensorboard.enabled (event files in <output_dir>/tb)");
         for (auto it = t.begin(); it != t.end(); ++it)
-          if (it.key() != "enabled") ignore("tensorboard." + it.key(), "ciuic writes <run.output_dir>/tb");
+          if (it.key() != "enabled")
+            ignore("tensorboard." + it.key(), "ciuic writes <run.output_dir>/tb");
         read_.insert("tensorboard.enabled");
       } else {
         ignore("tensorboard", "disabled");
@@ -1263,21 +1489,25 @@ class Importer {
   void top_level_rest(const json& root) {
     std::map<std::string, std::string> reasons = {
         {"wall_clock_breakdown", "ciuic always times the phases of a step (metrics.jsonl)"},
-        {"memory_breakdown", "ciuic logs peak memory in metrics.jsonl; `ciuic-run --plan` predicts it"},
+        {"memory_breakdown",
+         "ciuic logs peak memory in metrics.jsonl; `ciuic-run --plan` predicts it"},
         {"dump_state", "no meaning"},
         {"prescale_gradients", "ciuic normalises the loss exactly by the global token count"},
-        {"gradient_predivide_factor", "ciuic normalises the loss exactly by the global token count"},
+        {"gradient_predivide_factor",
+         "ciuic normalises the loss exactly by the global token count"},
         {"sparse_gradients", "ciuic's embeddings have dense gradients"},
         {"zero_allow_untested_optimizer", "ciuic's optimizers are its own"},
         {"zero_force_ds_cpu_optimizer", "ciuic's optimizers are its own"},
         {"flops_profiler", "ciuic logs MFU in metrics.jsonl"},
         {"wandb", "not supported: use [log] tensorboard or metrics.jsonl"},
         {"csv_monitor", "metrics.jsonl holds every metric"},
-        {"comms_logger", "the comm plugin reports comm_calls/comm_bytes/comm_busy_s in metrics.jsonl"},
+        {"comms_logger",
+         "the comm plugin reports comm_calls/comm_bytes/comm_busy_s in metrics.jsonl"},
         {"checkpoint", "ciuic's checkpoints are always universal; see [checkpoint]"},
         {"aio", "NVMe only"},
-        {"activation_checkpointing", "configures DeepSpeed's checkpointing API that model code calls; set [model] "
-                                     "activation_checkpointing = true to recompute layer activations"},
+        {"activation_checkpointing",
+         "configures DeepSpeed's checkpointing API that model code calls; set [model] "
+         "activation_checkpointing = true to recompute layer activations"},
         {"gradient_accumulation_dtype", "ciuic accumulates gradients in fp32"},
         {"data_types", "ciuic accumulates gradients in fp32"},
         {"seq_parallel_communication_data_type", "no sequence parallelism"},
@@ -1293,27 +1523,38 @@ class Importer {
     };
     std::map<std::string, std::function<void(const json&, const std::string&)>> special = {
         {"amp", refuse_if_enabled("Apex AMP is not supported (use fp16 or bf16)")},
-        {"elasticity", refuse_if_enabled("DeepSpeed elasticity is not supported (ciuic resumes at any world size)")},
-        {"pipeline", [this](const json& v, const std::string& p) {
+        {"elasticity",
+         refuse_if_enabled(
+             "DeepSpeed elasticity is not supported (ciuic resumes at any world size)")},
+        {"pipeline",
+         [this](const json& v, const std::string& p) {
            if (v.is_object() && v.contains("stages") && number(v["stages"], p + ".stages") > 1)
              refuse(p, "pipeline parallelism is not implemented");
-           else ignore(p, "no pipeline stages");
+           else
+             ignore(p, "no pipeline stages");
          }},
-        {"tensor_parallel", [this](const json& v, const std::string& p) {
+        {"tensor_parallel",
+         [this](const json& v, const std::string& p) {
            double n = 1;
            if (v.is_object())
              for (const char* k : {"tp_size", "autotp_size"})
                if (v.contains(k) && !v[k].is_null()) n = number(v[k], p + "." + k);
-           if (n > 1) refuse(p, "tensor parallelism is not implemented");
-           else ignore(p, "no tensor parallelism");
+           if (n > 1)
+             refuse(p, "tensor parallelism is not implemented");
+           else
+             ignore(p, "no tensor parallelism");
          }},
-        {"sequence_parallel_size", [this](const json& v, const std::string& p) {
-           if ((v.is_number() || v.is_string()) && number(v, p) > 1) refuse(p, "sequence parallelism is not implemented");
-           else ignore(p, "1");
+        {"sequence_parallel_size",
+         [this](const json& v, const std::string& p) {
+           if ((v.is_number() || v.is_string()) && number(v, p) > 1)
+             refuse(p, "sequence parallelism is not implemented");
+           else
+             ignore(p, "1");
          }},
         {"hybrid_engine", refuse_if_enabled("the hybrid (RLHF) engine is not supported")},
         {"compression_training", refuse_if_enabled("compression training is not supported")},
-        {"data_efficiency", refuse_if_enabled("data efficiency (curriculum, random-LTD) is not supported")},
+        {"data_efficiency",
+         refuse_if_enabled("data efficiency (curriculum, random-LTD) is not supported")},
         {"curriculum_learning", refuse_if_enabled("curriculum learning is not supported")},
         {"progressive_layer_drop", refuse_if_enabled("progressive layer drop is not supported")},
         {"eigenvalue", refuse_if_enabled("eigenvalue computation is not supported")},
@@ -1327,9 +1568,11 @@ class Importer {
   void finish_placeholders() {
     if (!set_value("train.max_steps")) {
       if (total_steps_) {
-        put("train", "max_steps", std::to_string(*total_steps_), "scheduler.params.total_num_steps");
+        put("train", "max_steps", std::to_string(*total_steps_),
+            "scheduler.params.total_num_steps");
       } else {
-        put("train", "max_steps", "1000", "placeholder: a DeepSpeed config does not say how long to train");
+        put("train", "max_steps", "1000",
+            "placeholder: a DeepSpeed config does not say how long to train");
         placeholders_.push_back("train.max_steps");
       }
     }
@@ -1337,11 +1580,15 @@ class Importer {
       put("model", "path", "\"model\"", "placeholder: the Hugging Face model folder");
       placeholders_.push_back("model.path");
     }
-    if (!set_value("model.chat_template")) put("model", "chat_template", "\"auto\"", "the model's own template (tokenizer_config.json)");
+    if (!set_value("model.chat_template"))
+      put("model", "chat_template", "\"auto\"", "the model's own template (tokenizer_config.json)");
     if (!set_value("data.plugin")) {
-      put("data", "plugin", "\"cached_ssd\"", "placeholder: a DeepSpeed config names no data (docs/data.md)");
-      if (!set_value("data.sources")) put("data", "sources", "[\"train.jsonl\"]", "placeholder: JSONL files or globs");
-      if (!set_value("data.format")) put("data", "format", "\"chat\"", "placeholder: {messages: [{role, content}]}");
+      put("data", "plugin", "\"cached_ssd\"",
+          "placeholder: a DeepSpeed config names no data (docs/data.md)");
+      if (!set_value("data.sources"))
+        put("data", "sources", "[\"train.jsonl\"]", "placeholder: JSONL files or globs");
+      if (!set_value("data.format"))
+        put("data", "format", "\"chat\"", "placeholder: {messages: [{role, content}]}");
       placeholders_.push_back("data.plugin");
     }
   }
@@ -1397,7 +1644,8 @@ DeepSpeedImport import_deepspeed(const std::string& json_text, const std::string
 }
 
 DeepSpeedImport import_deepspeed(const std::string& json_text, const std::string& origin,
-                                 const std::vector<std::string>& overrides, const ImportOptions& options) {
+                                 const std::vector<std::string>& overrides,
+                                 const ImportOptions& options) {
   Importer im(origin, overrides, options);
   return im.run(json_text);
 }

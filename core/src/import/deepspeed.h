@@ -62,7 +62,7 @@ struct DeepSpeedImport {
 // inconsistent batch sizes.
 // Thread-safe (no shared state).
 CIUIC_API DeepSpeedImport import_deepspeed(const std::string& json_text, const std::string& origin,
-                                 const std::vector<std::string>& overrides);
+                                           const std::vector<std::string>& overrides);
 
 // One TrainingArguments value, and where it came from: `source` is shown in the recipe's comment
 // ("HF TrainingArguments max_grad_norm default", or "train.yaml: max_grad_norm").
@@ -76,8 +76,9 @@ struct TrainerValue {
 // TrainingArguments() as transformers defines it; a training-file importer (import/training_file.h)
 // sets the values the file gives, with their sources.
 struct CIUIC_API TrainerArgs {
-  TrainerValue per_device_train_batch_size, gradient_accumulation_steps, max_grad_norm, learning_rate,
-      adam_beta1, adam_beta2, adam_epsilon, weight_decay, warmup_steps, warmup_ratio, fp16, bf16;
+  TrainerValue per_device_train_batch_size, gradient_accumulation_steps, max_grad_norm,
+      learning_rate, adam_beta1, adam_beta2, adam_epsilon, weight_decay, warmup_steps, warmup_ratio,
+      fp16, bf16;
   // The optimizer steps of the whole run (the Trainer's num_training_steps), when known.
   std::optional<int64_t> num_training_steps;
   std::string num_training_steps_source;
@@ -119,6 +120,7 @@ struct ImportOptions {
 // caller gives values. Same failures, plus the mismatches of options.trainer.from_file and the
 // caller's refusals (all listed in one UsageError).
 CIUIC_API DeepSpeedImport import_deepspeed(const std::string& json_text, const std::string& origin,
-                                           const std::vector<std::string>& overrides, const ImportOptions& options);
+                                           const std::vector<std::string>& overrides,
+                                           const ImportOptions& options);
 
 }  // namespace ciuic::importer

@@ -49,8 +49,8 @@ std::string lower(std::string s) {
 // ---- datasets ----------------------------------------------------------------------------------
 // One dataset as the tools describe it, and how its records become ciuic's JSONL.
 struct Dataset {
-  std::string name;    // for messages and the written file's name
-  std::string origin;  // "train.yaml: dataset[0]" / "dataset_info.json: alpaca_en_demo"
+  std::string name;             // for messages and the written file's name
+  std::string origin;           // "train.yaml: dataset[0]" / "dataset_info.json: alpaca_en_demo"
   std::vector<fs::path> files;  // local JSON / JSONL files; empty: not local
   std::string remote;           // a hub name, when not local
   enum class Form { kAlpaca, kShareGpt, kText } form = Form::kAlpaca;
@@ -58,7 +58,8 @@ struct Dataset {
   std::string prompt = "instruction", query = "input", response = "output", history, system;
   // sharegpt / messages
   std::string messages = "conversations", role_tag = "from", content_tag = "value";
-  std::vector<std::string> user_tags = {"human"}, assistant_tags = {"gpt"}, system_tags = {"system"};
+  std::vector<std::string> user_tags = {"human"}, assistant_tags = {"gpt"},
+                           system_tags = {"system"};
   std::string text = "text";  // text form
   std::optional<size_t> max_samples;
 };
@@ -89,7 +90,9 @@ class DataWriter {
     }
     std::error_code ec;
     fs::rename(tmp, out, ec);
-    if (ec) throw Error("cannot rename " + shown(tmp.string()) + " to " + shown(out.string()) + ": " + ec.message());
+    if (ec)
+      throw Error("cannot rename " + shown(tmp.string()) + " to " + shown(out.string()) + ": " +
+                  ec.message());
     return count_;
   }
 
@@ -108,7 +111,8 @@ class DataWriter {
       } catch (const json::exception& e) {
         throw UsageError(shown(p.string()) + ": not valid JSON: " + e.what());
       }
-      for (size_t r = 0; r < all.size() && !full(); ++r) record(all[r], shown(p.string()) + ": record " + std::to_string(r));
+      for (size_t r = 0; r < all.size() && !full(); ++r)
+        record(all[r], shown(p.string()) + ": record " + std::to_string(r));
       return;
     }
     size_t line_no = 0, start = 0;  // JSON lines
@@ -136,10 +140,12 @@ class DataWriter {
   }
 
   [[noreturn]] void bad(const std::string& where, const std::string& what) const {
-    throw UsageError(where + ": " + what + " (dataset " + shown(d_.name) + ", " + shown(d_.origin) + ")");
+    throw UsageError(where + ": " + what + " (dataset " + shown(d_.name) + ", " + shown(d_.origin) +
+                     ")");
   }
 
-  std::string str(const json& r, const std::string& col, const std::string& where, bool required) const {
+  std::string str(const json& r, const std::string& col, const std::string& where,
+                  bool required) const {
     auto it = r.find(col);
     if (it == r.end() || it->is_null()) {
       if (required) bad(where, "no \"" + shown(col) + "\" field");
@@ -166,9 +172,11 @@ class DataWriter {
         }
         if (!d_.history.empty() && r.contains(d_.history) && !r[d_.history].is_null()) {
           const json& h = r[d_.history];
-          if (!h.is_array()) bad(where, "\"" + shown(d_.history) + "\" is not a list of [prompt, response] pairs");
+          if (!h.is_array())
+            bad(where, "\"" + shown(d_.history) + "\" is not a list of [prompt, response] pairs");
           for (const json& turn : h) {
-            if (!turn.is_array() || turn.size() != 2 || !turn[0].is_string() || !turn[1].is_string())
+            if (!turn.is_array() || turn.size() != 2 || !turn[0].is_string() ||
+                !turn[1].is_string())
               bad(where, "\"" + shown(d_.history) + "\" is not a list of [prompt, response] pairs");
             add("user", turn[0].get<std::string>());
             add("assistant", turn[1].get<std::string>());
@@ -176,11 +184,13 @@ class DataWriter {
         }
         std::string user = str(r, d_.prompt, where, true);
         const std::string q = d_.query.empty() ? "" : str(r, d_.query, where, false);
-        if (!q.empty()) user += (user.empty() ? "" : "\n") + q;  // LLaMA-Factory's and axolotl's join
+        if (!q.empty())
+          user += (user.empty() ? "" : "\n") + q;  // LLaMA-Factory's and axolotl's join
         add("user", user);
         const json* resp = r.contains(d_.response) ? &r[d_.response] : nullptr;
         if (!resp || !resp->is_string())
-          bad(where, "\"" + shown(d_.response) + "\" is not a string (ranking / preference data is not supported)");
+          bad(where, "\"" + shown(d_.response) +
+                         "\" is not a string (ranking / preference data is not supported)");
         add("assistant", resp->get<std::string>());
       } else {
         if (!d_.system.empty()) {
@@ -188,7 +198,8 @@ class DataWriter {
           if (!s.empty()) add("system", s);
         }
         auto it = r.find(d_.messages);
-        if (it == r.end() || !it->is_array()) bad(where, "no \"" + shown(d_.messages) + "\" list of messages");
+        if (it == r.end() || !it->is_array())
+          bad(where, "no \"" + shown(d_.messages) + "\" list of messages");
         const auto in = [](const std::vector<std::string>& v, const std::string& s) {
           return std::find(v.begin(), v.end(), s) != v.end();
         };
@@ -198,12 +209,17 @@ class DataWriter {
           if (!msg.is_object()) bad(w, "not an object");
           const std::string role = str(msg, d_.role_tag, w, true);
           const std::string content = str(msg, d_.content_tag, w, true);
-          if (in(d_.user_tags, role)) add("user", content);
-          else if (in(d_.assistant_tags, role)) add("assistant", content);
-          else if (in(d_.system_tags, role)) add("system", content);
+          if (in(d_.user_tags, role))
+            add("user", content);
+          else if (in(d_.assistant_tags, role))
+            add("assistant", content);
+          else if (in(d_.system_tags, role))
+            add("system", content);
           else
-            bad(w, "role \"" + shown(role) + "\" is not a user, assistant or system role (tool calls and observations are "
-                   "not supported)");
+            bad(w,
+                "role \"" + shown(role) +
+                    "\" is not a user, assistant or system role (tool calls and observations are "
+                    "not supported)");
         }
       }
       out["messages"] = std::move(msgs);
@@ -229,10 +245,14 @@ const std::vector<TemplateFamily>& families() {
   static const std::vector<TemplateFamily> f = {
       {{"llama3", "llama3_2_vision", "llama3.1", "llama3.2"}, "<|start_header_id|>", "Llama 3"},
       {{"llama4"}, "<|header_start|>", "Llama 4"},
-      {{"llama2", "mistral", "mistral_v1", "mistral_v2v3", "mistral_v3_tekken", "ministral", "mistral_small"}, "[INST]",
+      {{"llama2", "mistral", "mistral_v1", "mistral_v2v3", "mistral_v3_tekken", "ministral",
+        "mistral_small"},
+       "[INST]",
        "Llama 2 / Mistral"},
-      {{"qwen", "qwen2", "qwen2_vl", "qwen_25", "qwen2_5", "qwen3", "chatml", "yi", "phi4", "openchat3.6", "chatml_de"},
-       "<|im_start|>", "ChatML (Qwen, Yi, Phi-4)"},
+      {{"qwen", "qwen2", "qwen2_vl", "qwen_25", "qwen2_5", "qwen3", "chatml", "yi", "phi4",
+        "openchat3.6", "chatml_de"},
+       "<|im_start|>",
+       "ChatML (Qwen, Yi, Phi-4)"},
       {{"gemma", "gemma2", "gemma3"}, "<start_of_turn>", "Gemma"},
       {{"phi", "phi_3", "phi_35", "zephyr"}, "<|user|>", "Phi-3 / Zephyr"},
       {{"deepseek3", "deepseek_v3", "deepseekr1"}, "<｜User｜>", "DeepSeek-V3"},
@@ -246,8 +266,12 @@ const std::vector<TemplateFamily>& families() {
 // ---- the reader of one training file -----------------------------------------------------------
 class Reader {
  public:
-  Reader(TrainingTool tool, const std::string& path, const std::vector<std::string>& overrides, const std::string& data_dir)
-      : tool_(tool), path_(path), origin_(shown(fs::path(path).filename().string())), overrides_(overrides),
+  Reader(TrainingTool tool, const std::string& path, const std::vector<std::string>& overrides,
+         const std::string& data_dir)
+      : tool_(tool),
+        path_(path),
+        origin_(shown(fs::path(path).filename().string())),
+        overrides_(overrides),
         data_dir_(data_dir) {
     tool_name_ = tool == TrainingTool::kLlamaFactory ? "LLaMA-Factory" : "axolotl";
     flag_ = tool == TrainingTool::kLlamaFactory ? "--from-llamafactory" : "--from-axolotl";
@@ -269,11 +293,14 @@ class Reader {
     const std::string text = read_file(path_, flag_);
     root_ = parse_yaml(text, shown(path_.string()));
     if (root_.kind != YamlNode::Kind::kMap)
-      throw UsageError(shown(path_.string()) + ": expected a mapping of " + tool_name_ + " training keys");
+      throw UsageError(shown(path_.string()) + ": expected a mapping of " + tool_name_ +
+                       " training keys");
     args_ = TrainerArgs::defaults();
     args_.from_file = true;
-    if (tool_ == TrainingTool::kLlamaFactory) llamafactory();
-    else axolotl();
+    if (tool_ == TrainingTool::kLlamaFactory)
+      llamafactory();
+    else
+      axolotl();
     rest();
     return finish();
   }
@@ -286,9 +313,11 @@ class Reader {
     return n && !n->is_null() ? n : nullptr;
   }
   std::string src(const std::string& key) const { return origin_ + ": " + key; }
-  [[noreturn]] void type_error(const std::string& key, const YamlNode& n, const std::string& want) const {
-    throw UsageError(shown(path_.string()) + ": " + shown(key) + " (" + n.where() + "): expected " + want +
-                     (n.kind == YamlNode::Kind::kScalar ? ", found " + shown(n.text) : std::string()));
+  [[noreturn]] void type_error(const std::string& key, const YamlNode& n,
+                               const std::string& want) const {
+    throw UsageError(
+        shown(path_.string()) + ": " + shown(key) + " (" + n.where() + "): expected " + want +
+        (n.kind == YamlNode::Kind::kScalar ? ", found " + shown(n.text) : std::string()));
   }
   std::optional<double> num(const std::string& key) {
     const YamlNode* n = get(key);
@@ -327,12 +356,16 @@ class Reader {
     if (!n) return out;
     if (n->kind == YamlNode::Kind::kSeq) {
       for (const auto& i : n->items)
-        if (auto s = i.as_string()) out.push_back(*s);
-        else type_error(key, i, "a name");
+        if (auto s = i.as_string())
+          out.push_back(*s);
+        else
+          type_error(key, i, "a name");
     } else if (auto s = n->as_string()) {
       for (auto part : text::split(*s, ',')) {
-        while (!part.empty() && std::isspace(static_cast<unsigned char>(part.front()))) part.erase(0, 1);
-        while (!part.empty() && std::isspace(static_cast<unsigned char>(part.back()))) part.pop_back();
+        while (!part.empty() && std::isspace(static_cast<unsigned char>(part.front())))
+          part.erase(0, 1);
+        while (!part.empty() && std::isspace(static_cast<unsigned char>(part.back())))
+          part.pop_back();
         if (!part.empty()) out.push_back(part);
       }
     } else {
@@ -341,8 +374,12 @@ class Reader {
     return out;
   }
 
-  void ignore(const std::string& key, const std::string& reason) { ignored_.push_back(key + ": " + reason); }
-  void refuse(const std::string& key, const std::string& why) { refused_.push_back(origin_ + ": " + key + ": " + why); }
+  void ignore(const std::string& key, const std::string& reason) {
+    ignored_.push_back(key + ": " + reason);
+  }
+  void refuse(const std::string& key, const std::string& why) {
+    refused_.push_back(origin_ + ": " + key + ": " + why);
+  }
   void note(const std::string& n) { notes_.push_back(n); }
   void give(const std::string& key, const std::string& literal, const std::string& comment) {
     given_.push_back({key, literal, comment});
@@ -363,7 +400,8 @@ class Reader {
     std::error_code ec;
     for (const fs::path& base : {fs::current_path(ec), path_.parent_path()}) {
       const fs::path c = fs::path(p).is_absolute() ? fs::path(p) : base / p;
-      if (directory ? fs::is_directory(c, ec) : fs::exists(c, ec)) return fs::absolute(c, ec).lexically_normal();
+      if (directory ? fs::is_directory(c, ec) : fs::exists(c, ec))
+        return fs::absolute(c, ec).lexically_normal();
     }
     return std::nullopt;
   }
@@ -381,23 +419,29 @@ class Reader {
     } else {
       give("model.path", toml_quote(*m), src(key) + " (placeholder: not a local folder)");
       placeholders_.push_back("model.path");
-      note(key + " = " + *m + " is not a local folder (a Hugging Face hub name?): ciuic reads a local model folder; "
-           "download it (huggingface-cli download " + *m + " --local-dir DIR) and give --set model.path=DIR");
+      note(key + " = " + *m +
+           " is not a local folder (a Hugging Face hub name?): ciuic reads a local model folder; "
+           "download it (huggingface-cli download " +
+           *m + " --local-dir DIR) and give --set model.path=DIR");
     }
   }
 
   // `name` (a tool's template name, from `key`) -> [model] chat_template.
   void chat_template(const std::optional<std::string>& name, const std::string& key) {
     if (set_by_user("model.chat_template")) return;
-    if (!name || *name == "tokenizer_default" || name->rfind("tokenizer_default_fallback_", 0) == 0) {
+    if (!name || *name == "tokenizer_default" ||
+        name->rfind("tokenizer_default_fallback_", 0) == 0) {
       give("model.chat_template", "\"auto\"",
-           name ? src(key) + ": the model's own template (tokenizer_config.json), else ciuic's plain one"
-                : std::string("no template named: the model's own (tokenizer_config.json), else ciuic's plain one"));
+           name ? src(key) +
+                      ": the model's own template (tokenizer_config.json), else ciuic's plain one"
+                : std::string("no template named: the model's own (tokenizer_config.json), else "
+                              "ciuic's plain one"));
       return;
     }
     const std::string n = lower(*name);
     if (n == "deepseek") {
-      give("model.chat_template", "\"deepseek\"", src(key) + " = deepseek: ciuic's built-in DeepSeek-LLM chat template");
+      give("model.chat_template", "\"deepseek\"",
+           src(key) + " = deepseek: ciuic's built-in DeepSeek-LLM chat template");
       return;
     }
     for (const TemplateFamily& f : families()) {
@@ -412,44 +456,77 @@ class Reader {
           }
         }
         if (own.find(f.signature) == std::string::npos) {
-          refuse(key, *name + " is the " + f.family + " chat format, and the model's own template (" +
-                          (own.empty() ? std::string("none: no chat_template.jinja or tokenizer_config.json") : "in its folder") +
-                          ") is not; ciuic renders the model's own template or a built-in one (deepseek, plain): give "
-                          "--set model.chat_template=hf|deepseek|plain to import anyway");
+          refuse(key,
+                 *name + " is the " + f.family + " chat format, and the model's own template (" +
+                     (own.empty()
+                          ? std::string("none: no chat_template.jinja or tokenizer_config.json")
+                          : "in its folder") +
+                     ") is not; ciuic renders the model's own template or a built-in one "
+                     "(deepseek, plain): give "
+                     "--set model.chat_template=hf|deepseek|plain to import anyway");
           return;
         }
       }
       give("model.chat_template", "\"hf\"",
-           src(key) + " = " + *name + ": the " + f.family + " format, the model's own template (tokenizer_config.json)" +
+           src(key) + " = " + *name + ": the " + f.family +
+               " format, the model's own template (tokenizer_config.json)" +
                (model_dir_.empty() ? " (not checked: the model is not a local folder)" : ""));
       return;
     }
-    refuse(key, *name + ": ciuic has no such template; it renders the model's own template (hf) or a built-in one "
-                "(deepseek, plain): give --set model.chat_template=hf|deepseek|plain to import anyway");
+    refuse(
+        key,
+        *name +
+            ": ciuic has no such template; it renders the model's own template (hf) or a built-in "
+            "one "
+            "(deepseek, plain): give --set model.chat_template=hf|deepseek|plain to import anyway");
   }
 
-  // ---- LLaMA-Factory ------------------------------------------------------------------------------
+  // ---- LLaMA-Factory
+  // ------------------------------------------------------------------------------
   void llamafactory() {
     model("model_name_or_path");
     const std::string stage = str("stage").value_or("sft");
     if (stage != "sft" && stage != "pt")
-      refuse("stage", stage + ": ciuic fine-tunes with next-token loss (stage sft, or pt for plain text); "
-                      "rm, ppo, dpo and kto are not supported");
+      refuse("stage",
+             stage +
+                 ": ciuic fine-tunes with next-token loss (stage sft, or pt for plain text); "
+                 "rm, ppo, dpo and kto are not supported");
     pretraining_ = stage == "pt";
     const std::string ft = str("finetuning_type").value_or("lora");
     if (ft != "full")
-      refuse("finetuning_type", ft + (root_.find("finetuning_type") ? "" : " (LLaMA-Factory's default)") +
-                                    ": LoRA, freeze and OFT are not built in ciuic yet (it trains every parameter); "
-                                    "write finetuning_type: full to import this as a full fine-tune");
-    lora_keys({"lora_rank", "lora_alpha", "lora_dropout", "lora_target", "additional_target", "loraplus_lr_ratio",
-               "loraplus_lr_embedding", "use_rslora", "use_dora", "pissa_init", "pissa_iter", "pissa_convert",
-               "create_new_adapter", "adapter_name_or_path", "freeze_trainable_layers", "freeze_trainable_modules",
-               "freeze_extra_modules", "oft_rank", "oft_block_size", "oft_target"}, ft);
+      refuse("finetuning_type",
+             ft + (root_.find("finetuning_type") ? "" : " (LLaMA-Factory's default)") +
+                 ": LoRA, freeze and OFT are not built in ciuic yet (it trains every parameter); "
+                 "write finetuning_type: full to import this as a full fine-tune");
+    lora_keys({"lora_rank",
+               "lora_alpha",
+               "lora_dropout",
+               "lora_target",
+               "additional_target",
+               "loraplus_lr_ratio",
+               "loraplus_lr_embedding",
+               "use_rslora",
+               "use_dora",
+               "pissa_init",
+               "pissa_iter",
+               "pissa_convert",
+               "create_new_adapter",
+               "adapter_name_or_path",
+               "freeze_trainable_layers",
+               "freeze_trainable_modules",
+               "freeze_extra_modules",
+               "oft_rank",
+               "oft_block_size",
+               "oft_target"},
+              ft);
     for (const char* k : {"quantization_bit", "quantization_method"})
       if (get(k)) refuse(k, "quantized models (QLoRA) are not supported");
-    if (get("rope_scaling")) refuse("rope_scaling", "set the model's rope scaling in [model.config] instead");
-    if (get("default_system")) refuse("default_system", "a default system prompt is not supported (write it in the data)");
-    if (flag("mask_history").value_or(false)) refuse("mask_history", "training on the last turn only is not supported");
+    if (get("rope_scaling"))
+      refuse("rope_scaling", "set the model's rope scaling in [model.config] instead");
+    if (get("default_system"))
+      refuse("default_system", "a default system prompt is not supported (write it in the data)");
+    if (flag("mask_history").value_or(false))
+      refuse("mask_history", "training on the last turn only is not supported");
     chat_template(str("template"), "template");
     // Data.
     const std::string ddir = str("dataset_dir").value_or("data");
@@ -462,70 +539,98 @@ class Reader {
     if (auto p = flag("packing")) packing_ = {*p, src("packing")};
     if (auto p = flag("neat_packing"); p && *p) packing_ = {true, src("neat_packing")};
     if (!packing_ && pretraining_) packing_ = {true, "LLaMA-Factory packs stage pt"};
-    seq_len_ = {whole("cutoff_len").value_or(2048), root_.find("cutoff_len") ? src("cutoff_len") : "LLaMA-Factory's default cutoff_len"};
+    seq_len_ = {whole("cutoff_len").value_or(2048), root_.find("cutoff_len")
+                                                        ? src("cutoff_len")
+                                                        : "LLaMA-Factory's default cutoff_len"};
     // The Trainer's arguments.
     arg(args_.per_device_train_batch_size, "per_device_train_batch_size");
     common_trainer_args();
-    epochs_ = {num("num_train_epochs").value_or(3.0), root_.find("num_train_epochs") ? src("num_train_epochs")
-                                                                                     : "HF TrainingArguments num_train_epochs default"};
+    epochs_ = {num("num_train_epochs").value_or(3.0),
+               root_.find("num_train_epochs") ? src("num_train_epochs")
+                                              : "HF TrainingArguments num_train_epochs default"};
     if (auto s = whole("max_steps"); s && *s > 0) max_steps_ = {*s, src("max_steps")};
-    schedule(str("lr_scheduler_type").value_or("linear"), root_.find("lr_scheduler_type") ? "lr_scheduler_type" : "");
+    schedule(str("lr_scheduler_type").value_or("linear"),
+             root_.find("lr_scheduler_type") ? "lr_scheduler_type" : "");
     optimizer(str("optim").value_or("adamw_torch"), "optim");
     const bool pure = flag("pure_bf16").value_or(false);
     arg_flag(args_.bf16, "bf16");
     arg_flag(args_.fp16, "fp16");
     if (pure) {
       args_.bf16 = TrainerValue{1, true, src("pure_bf16")};
-      note("pure_bf16 -> bf16: ciuic keeps fp32 master weights and optimizer state (LLaMA-Factory's pure_bf16 does not)");
+      note(
+          "pure_bf16 -> bf16: ciuic keeps fp32 master weights and optimizer state (LLaMA-Factory's "
+          "pure_bf16 does not)");
     }
     const bool no_gc = flag("disable_gradient_checkpointing").value_or(false);
     give("model.activation_checkpointing", no_gc ? "false" : "true",
-         no_gc ? src("disable_gradient_checkpointing") : "LLaMA-Factory checkpoints activations unless disable_gradient_checkpointing");
+         no_gc ? src("disable_gradient_checkpointing")
+               : "LLaMA-Factory checkpoints activations unless disable_gradient_checkpointing");
     output_and_logging();
     if (auto s = str("eval_strategy"); s && *s == "steps")
-      if (auto e = whole("eval_steps")) give("train.eval_every_steps", std::to_string(*e), src("eval_steps"));
+      if (auto e = whole("eval_steps"))
+        give("train.eval_every_steps", std::to_string(*e), src("eval_steps"));
     const std::string save = str("save_strategy").value_or("steps");
     if (save == "no") {
       give("checkpoint.every_steps", "0", src("save_strategy") + " = no: at the end only");
     } else if (save == "steps") {
       const auto e = whole("save_steps");
-      give("checkpoint.every_steps", std::to_string(e.value_or(500)), e ? src("save_steps") : "HF TrainingArguments save_steps default");
+      give("checkpoint.every_steps", std::to_string(e.value_or(500)),
+           e ? src("save_steps") : "HF TrainingArguments save_steps default");
     } else {
-      note("save_strategy = " + save + ": ciuic saves every checkpoint.every_steps (here at the end only)");
+      note("save_strategy = " + save +
+           ": ciuic saves every checkpoint.every_steps (here at the end only)");
     }
     if (!root_.find("save_total_limit") || root_.find("save_total_limit")->is_null())
-      give("checkpoint.keep_last", "0", "HF TrainingArguments save_total_limit default (None): keep every checkpoint");
-    if (flag("disable_shuffling").value_or(false)) give("data.shuffle", "false", src("disable_shuffling"));
+      give("checkpoint.keep_last", "0",
+           "HF TrainingArguments save_total_limit default (None): keep every checkpoint");
+    if (flag("disable_shuffling").value_or(false))
+      give("data.shuffle", "false", src("disable_shuffling"));
     deepspeed("deepspeed");
     reasons_ = {
-        {"do_train", "ciuic-run trains"}, {"do_eval", "[train] eval_every_steps evaluates"},
-        {"do_predict", "no prediction run"}, {"predict_with_generate", "no prediction run"},
+        {"do_train", "ciuic-run trains"},
+        {"do_eval", "[train] eval_every_steps evaluates"},
+        {"do_predict", "no prediction run"},
+        {"predict_with_generate", "no prediction run"},
         {"trust_remote_code", "ciuic runs its own model code"},
         {"overwrite_cache", "ciuic tokenizes once into its own cache (docs/data.md)"},
         {"preprocessing_num_workers", "ciuic tokenizes with every core ([data] build_threads)"},
         {"preprocessing_batch_size", "ciuic tokenizes once into its own cache"},
         {"dataloader_num_workers", "ciuic's data plugin prefetches on its own thread"},
-        {"tokenized_path", "ciuic tokenizes once into its own cache"}, {"streaming", "ciuic reads the converted files"},
+        {"tokenized_path", "ciuic tokenizes once into its own cache"},
+        {"streaming", "ciuic reads the converted files"},
         {"overwrite_output_dir", "ciuic refuses another run's folder unless ciuic-run --overwrite"},
         {"plot_loss", "ciuic-run --plot RUN_DIR draws the loss"},
         {"save_only_model", "ciuic's checkpoints keep the optimizer state (resume needs it)"},
         {"ddp_timeout", "[cluster] timeout_s bounds rendezvous and collectives"},
         {"resume_from_checkpoint", "use ciuic-run --resume"},
-        {"flash_attn", "ciuic's attention kernels are its own"}, {"enable_liger_kernel", "ciuic's kernels are its own"},
-        {"use_unsloth", "ciuic's kernels are its own"}, {"upcast_layernorm", "ciuic computes norms in fp32"},
-        {"use_reentrant_gc", "ciuic's checkpointing is its own"}, {"tf32", "a kernel setting"},
-        {"torch_compile", "ciuic's model is native C++"}, {"ddp_find_unused_parameters", "every parameter gets a gradient"},
+        {"flash_attn", "ciuic's attention kernels are its own"},
+        {"enable_liger_kernel", "ciuic's kernels are its own"},
+        {"use_unsloth", "ciuic's kernels are its own"},
+        {"upcast_layernorm", "ciuic computes norms in fp32"},
+        {"use_reentrant_gc", "ciuic's checkpointing is its own"},
+        {"tf32", "a kernel setting"},
+        {"torch_compile", "ciuic's model is native C++"},
+        {"ddp_find_unused_parameters", "every parameter gets a gradient"},
         {"per_device_eval_batch_size", "ciuic evaluates with the training micro-batch"},
-        {"include_num_input_tokens_seen", "metrics.jsonl logs data_tokens"}, {"logging_dir", "ciuic logs in run.output_dir"},
-        {"run_name", "ciuic's [run] name is separate"}, {"eval_steps", "eval_strategy is not steps: no evaluation"},
+        {"include_num_input_tokens_seen", "metrics.jsonl logs data_tokens"},
+        {"logging_dir", "ciuic logs in run.output_dir"},
+        {"run_name", "ciuic's [run] name is separate"},
+        {"eval_steps", "eval_strategy is not steps: no evaluation"},
         {"save_steps", "save_strategy is no"},
-        {"bf16_full_eval", "ciuic evaluates in the training precision"}, {"fp16_full_eval", "ciuic evaluates in the training precision"},
-        {"push_to_hub", "no hub upload"}, {"hub_model_id", "no hub upload"}, {"cache_dir", "ciuic reads a local folder"},
-        {"model_revision", "ciuic reads a local folder"}, {"hf_hub_token", "ciuic reads a local folder"},
-        {"tool_format", "tool calls are not supported"}, {"mix_strategy", "datasets are concatenated and shuffled"},
+        {"bf16_full_eval", "ciuic evaluates in the training precision"},
+        {"fp16_full_eval", "ciuic evaluates in the training precision"},
+        {"push_to_hub", "no hub upload"},
+        {"hub_model_id", "no hub upload"},
+        {"cache_dir", "ciuic reads a local folder"},
+        {"model_revision", "ciuic reads a local folder"},
+        {"hf_hub_token", "ciuic reads a local folder"},
+        {"tool_format", "tool calls are not supported"},
+        {"mix_strategy", "datasets are concatenated and shuffled"},
         {"eval_on_start", "ciuic evaluates every eval_every_steps"},
-        {"lr_scheduler_kwargs", "only min_lr_rate / min_lr of a cosine schedule have a ciuic meaning"},
-        {"logging_strategy", "steps"}, {"save_safetensors", "ciuic --export-hf writes safetensors"},
+        {"lr_scheduler_kwargs",
+         "only min_lr_rate / min_lr of a cosine schedule have a ciuic meaning"},
+        {"logging_strategy", "steps"},
+        {"save_safetensors", "ciuic --export-hf writes safetensors"},
     };
     // lr_scheduler_kwargs is read by schedule().
   }
@@ -534,21 +639,25 @@ class Reader {
     for (const auto& k : keys)
       if (root_.find(k)) {
         read_.insert(k);
-        ignore(k, ft == "full" ? "a LoRA/freeze key: LoRA is not built in ciuic yet, and finetuning_type is full"
-                               : "a LoRA/freeze key: LoRA is not built in ciuic yet (finetuning_type is refused)");
+        ignore(
+            k,
+            ft == "full"
+                ? "a LoRA/freeze key: LoRA is not built in ciuic yet, and finetuning_type is full"
+                : "a LoRA/freeze key: LoRA is not built in ciuic yet (finetuning_type is refused)");
       }
   }
 
   // One LLaMA-Factory dataset name, through <dataset_dir>/dataset_info.json.
-  void lf_dataset(const std::string& name, const std::string& ddir, std::optional<int64_t> max_samples,
-                  std::vector<Dataset>& out) {
+  void lf_dataset(const std::string& name, const std::string& ddir,
+                  std::optional<int64_t> max_samples, std::vector<Dataset>& out) {
     Dataset d;
     d.name = name;
     d.origin = "dataset_info.json: " + name;
     if (max_samples && *max_samples > 0) d.max_samples = static_cast<size_t>(*max_samples);
     const std::optional<fs::path> dir = local(ddir, true);
     if (!dir) {
-      refuse("dataset_dir", ddir + ": no such folder (it holds dataset_info.json and the data files)");
+      refuse("dataset_dir",
+             ddir + ": no such folder (it holds dataset_info.json and the data files)");
       return;
     }
     if (!info_loaded_) {
@@ -561,7 +670,8 @@ class Reader {
       } catch (const json::exception& e) {
         throw UsageError(shown(ip.string()) + ": not valid JSON: " + e.what());
       }
-      if (!info_.is_object()) throw UsageError(shown(ip.string()) + ": expected an object of datasets");
+      if (!info_.is_object())
+        throw UsageError(shown(ip.string()) + ": expected an object of datasets");
     }
     auto it = info_.find(name);
     if (it == info_.end() || !it->is_object()) {
@@ -573,13 +683,17 @@ class Reader {
       auto f = o.find(k);
       return f != o.end() && f->is_string() ? f->get<std::string>() : dflt;
     };
-    if (e.value("ranking", false)) refuse("dataset", name + ": ranking (preference) data is for rm/dpo stages, not supported");
+    if (e.value("ranking", false))
+      refuse("dataset", name + ": ranking (preference) data is for rm/dpo stages, not supported");
     const std::string formatting = s(e, "formatting", "alpaca");
-    const json cols = e.contains("columns") && e["columns"].is_object() ? e["columns"] : json::object();
+    const json cols =
+        e.contains("columns") && e["columns"].is_object() ? e["columns"] : json::object();
     const json tags = e.contains("tags") && e["tags"].is_object() ? e["tags"] : json::object();
     for (const char* media : {"images", "videos", "audios"})
-      if (cols.contains(media)) refuse("dataset", name + ": multimodal data (" + media + ") is not supported");
-    if (cols.contains("tools")) note("dataset " + name + ": its tools column is left out (tool calls are not supported)");
+      if (cols.contains(media))
+        refuse("dataset", name + ": multimodal data (" + media + ") is not supported");
+    if (cols.contains("tools"))
+      note("dataset " + name + ": its tools column is left out (tool calls are not supported)");
     if (pretraining_) {
       d.form = Dataset::Form::kText;
       d.text = s(cols, "prompt", "text");
@@ -609,7 +723,8 @@ class Reader {
       d.files = data_files(p, "dataset " + name);
       if (d.files.empty()) return;
     } else {
-      for (const char* k : {"hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name"})
+      for (const char* k :
+           {"hf_hub_url", "ms_hub_url", "om_hub_url", "script_url", "cloud_file_name"})
         if (e.contains(k) && e[k].is_string()) d.remote = e[k].get<std::string>();
       if (d.remote.empty()) d.remote = name;
     }
@@ -633,7 +748,8 @@ class Reader {
     for (const auto& f : files) {
       const std::string ext = lower(f.extension().string());
       if (ext != ".json" && ext != ".jsonl") {
-        refuse("dataset", what + ": " + f.string() + ": ciuic converts JSON and JSON lines files (not " + ext + ")");
+        refuse("dataset", what + ": " + f.string() +
+                              ": ciuic converts JSON and JSON lines files (not " + ext + ")");
         return {};
       }
     }
@@ -644,24 +760,37 @@ class Reader {
   void axolotl() {
     model("base_model");
     if (auto a = str("adapter"))
-      refuse("adapter", *a + ": LoRA and QLoRA adapters are not built in ciuic yet (it trains every parameter); "
-                        "remove adapter to import this as a full fine-tune");
-    lora_keys({"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_linear", "lora_fan_in_fan_out",
-               "lora_modules_to_save", "lora_model_dir", "peft_use_dora", "peft_use_rslora", "peft_layers_to_transform",
-               "relora_steps", "relora_warmup_steps"}, root_.find("adapter") && !root_.find("adapter")->is_null() ? "lora" : "full");
+      refuse(
+          "adapter",
+          *a + ": LoRA and QLoRA adapters are not built in ciuic yet (it trains every parameter); "
+               "remove adapter to import this as a full fine-tune");
+    lora_keys(
+        {"lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_target_linear",
+         "lora_fan_in_fan_out", "lora_modules_to_save", "lora_model_dir", "peft_use_dora",
+         "peft_use_rslora", "peft_layers_to_transform", "relora_steps", "relora_warmup_steps"},
+        root_.find("adapter") && !root_.find("adapter")->is_null() ? "lora" : "full");
     for (const char* k : {"load_in_8bit", "load_in_4bit", "gptq"})
       if (flag(k).value_or(false)) refuse(k, "quantized models are not supported");
-    if (const YamlNode* f = get("fsdp"); f && !(f->kind == YamlNode::Kind::kSeq && f->items.empty()))
-      refuse("fsdp", "FSDP is not supported: give a DeepSpeed config (deepspeed:) or set [sharding] in the recipe");
+    if (const YamlNode* f = get("fsdp");
+        f && !(f->kind == YamlNode::Kind::kSeq && f->items.empty()))
+      refuse("fsdp",
+             "FSDP is not supported: give a DeepSpeed config (deepspeed:) or set [sharding] in the "
+             "recipe");
     if (get("fsdp_config")) ignore("fsdp_config", "no FSDP");
     if (get("tokens")) refuse("tokens", "adding tokens to the vocabulary is not supported");
     if (const YamlNode* st = get("special_tokens"); st && st->kind == YamlNode::Kind::kMap) {
-      ignore("special_tokens", "ciuic uses the tokenizer's own special tokens (tokenizer.json, tokenizer_config.json)");
+      ignore(
+          "special_tokens",
+          "ciuic uses the tokenizer's own special tokens (tokenizer.json, tokenizer_config.json)");
     }
-    if (get("default_system_message")) refuse("default_system_message", "a default system prompt is not supported");
+    if (get("default_system_message"))
+      refuse("default_system_message", "a default system prompt is not supported");
     if (auto ct = str("chat_template"); ct && *ct == "jinja")
-      refuse("chat_template", "jinja (chat_template_jinja): ciuic renders the model's own template or a built-in one");
-    else chat_template(ct, "chat_template");
+      refuse(
+          "chat_template",
+          "jinja (chat_template_jinja): ciuic renders the model's own template or a built-in one");
+    else
+      chat_template(ct, "chat_template");
     read_.insert("chat_template_jinja");
     // Data.
     ax_datasets("datasets", datasets_);
@@ -670,19 +799,24 @@ class Reader {
     if (auto v = num("val_set_size"); v && *v > 0) val_size_ = {*v, src("val_set_size")};
     if (auto t = flag("train_on_inputs")) train_on_prompt_ = {*t, src("train_on_inputs")};
     if (auto p = flag("sample_packing")) packing_ = {*p, src("sample_packing")};
-    seq_len_ = {whole("sequence_len").value_or(2048), root_.find("sequence_len") ? src("sequence_len") : "axolotl's default sequence_len"};
+    seq_len_ = {whole("sequence_len").value_or(2048), root_.find("sequence_len")
+                                                          ? src("sequence_len")
+                                                          : "axolotl's default sequence_len"};
     // The Trainer's arguments (axolotl's names and defaults).
     args_.per_device_train_batch_size = TrainerValue{1, true, "axolotl's default micro_batch_size"};
     arg(args_.per_device_train_batch_size, "micro_batch_size");
     if (auto b = whole("batch_size"); b && !root_.find("gradient_accumulation_steps")) {
       const auto m = static_cast<int64_t>(args_.per_device_train_batch_size.value);
-      args_.gradient_accumulation_steps = TrainerValue{static_cast<double>(std::max<int64_t>(1, *b / m)), true,
-                                                       src("batch_size") + " / micro_batch_size"};
+      args_.gradient_accumulation_steps =
+          TrainerValue{static_cast<double>(std::max<int64_t>(1, *b / m)), true,
+                       src("batch_size") + " / micro_batch_size"};
     }
     common_trainer_args();
-    epochs_ = {num("num_epochs").value_or(1.0), root_.find("num_epochs") ? src("num_epochs") : "axolotl's default num_epochs"};
+    epochs_ = {num("num_epochs").value_or(1.0),
+               root_.find("num_epochs") ? src("num_epochs") : "axolotl's default num_epochs"};
     if (auto s = whole("max_steps"); s && *s > 0) max_steps_ = {*s, src("max_steps")};
-    schedule(str("lr_scheduler").value_or("cosine"), root_.find("lr_scheduler") ? "lr_scheduler" : "");
+    schedule(str("lr_scheduler").value_or("cosine"),
+             root_.find("lr_scheduler") ? "lr_scheduler" : "");
     optimizer(str("optimizer").value_or("adamw_torch_fused"), "optimizer");
     for (const char* k : {"bf16", "fp16"}) {
       const YamlNode* n = get(k);
@@ -690,7 +824,10 @@ class Reader {
       TrainerValue& v = std::string(k) == "bf16" ? args_.bf16 : args_.fp16;
       if (n->kind == YamlNode::Kind::kScalar && n->text == "auto") {
         if (std::string(k) == "bf16") {
-          v = TrainerValue{1, true, src("bf16") + " = auto: bf16 (axolotl's choice where the device has it; ciuic's too)"};
+          v = TrainerValue{
+              1, true,
+              src("bf16") +
+                  " = auto: bf16 (axolotl's choice where the device has it; ciuic's too)"};
         }
         continue;
       }
@@ -699,47 +836,77 @@ class Reader {
     for (const char* k : {"bfloat16", "float16"})
       if (flag(k).value_or(false)) {
         (std::string(k) == "bfloat16" ? args_.bf16 : args_.fp16) = TrainerValue{1, true, src(k)};
-        note(std::string(k) + " (weights in half precision) -> the " + (std::string(k) == "bfloat16" ? "bf16" : "fp16") +
+        note(std::string(k) + " (weights in half precision) -> the " +
+             (std::string(k) == "bfloat16" ? "bf16" : "fp16") +
              " plugin: ciuic keeps fp32 master weights and optimizer state");
       }
     if (auto g = flag("gradient_checkpointing"))
       give("model.activation_checkpointing", *g ? "true" : "false", src("gradient_checkpointing"));
     output_and_logging();
-    if (flag("use_tensorboard").value_or(false)) give("log.tensorboard", "true", src("use_tensorboard"));
-    if (auto e = whole("eval_steps")) give("train.eval_every_steps", std::to_string(*e), src("eval_steps"));
-    if (auto e = whole("save_steps")) give("checkpoint.every_steps", std::to_string(*e), src("save_steps"));
+    if (flag("use_tensorboard").value_or(false))
+      give("log.tensorboard", "true", src("use_tensorboard"));
+    if (auto e = whole("eval_steps"))
+      give("train.eval_every_steps", std::to_string(*e), src("eval_steps"));
+    if (auto e = whole("save_steps"))
+      give("checkpoint.every_steps", std::to_string(*e), src("save_steps"));
     per_epoch_ = {whole("evals_per_epoch"), whole("saves_per_epoch")};
     deepspeed("deepspeed");
     reasons_ = {
-        {"strict", "ciuic reads the whole file"}, {"dataset_prepared_path", "ciuic tokenizes once into its own cache"},
-        {"push_dataset_to_hub", "no hub upload"}, {"hub_model_id", "no hub upload"}, {"hub_strategy", "no hub upload"},
-        {"dataset_processes", "ciuic tokenizes with every core"}, {"shuffle_merged_datasets", "ciuic shuffles every epoch"},
-        {"pad_to_sequence_len", "ciuic's rows are always seq_len long"}, {"group_by_length", "ciuic packs or pads rows"},
-        {"tf32", "a kernel setting"}, {"xformers_attention", "ciuic's attention kernels are its own"},
-        {"flash_attention", "ciuic's attention kernels are its own"}, {"sdp_attention", "ciuic's attention kernels are its own"},
-        {"flash_attn_cross_entropy", "ciuic's loss is its own"}, {"flash_attn_rms_norm", "ciuic's norms are its own"},
-        {"flash_attn_fuse_qkv", "ciuic's kernels are its own"}, {"flash_attn_fuse_mlp", "ciuic's kernels are its own"},
-        {"s2_attention", "ciuic's attention kernels are its own"}, {"liger_rope", "ciuic's kernels are its own"},
-        {"liger_rms_norm", "ciuic's kernels are its own"}, {"liger_glu_activation", "ciuic's kernels are its own"},
-        {"liger_fused_linear_cross_entropy", "ciuic's loss is chunked on its own"}, {"plugins", "ciuic's kernels are its own"},
-        {"early_stopping_patience", "no early stopping"}, {"resume_from_checkpoint", "use ciuic-run --resume"},
-        {"auto_resume_from_checkpoints", "use ciuic-run --resume auto"}, {"local_rank", "set by the launcher"},
-        {"debug", "no debug mode"}, {"gradient_checkpointing_kwargs", "ciuic's checkpointing is its own"},
-        {"eval_table_size", "no sample table"}, {"eval_max_new_tokens", "[train] exact_match_max_new_tokens"},
-        {"eval_sample_packing", "ciuic evaluates as it trains"}, {"model_type", "ciuic reads config.json"},
-        {"tokenizer_type", "ciuic reads tokenizer.json"}, {"base_model_config", "ciuic reads the model folder's config.json"},
-        {"trust_remote_code", "ciuic runs its own model code"}, {"torch_compile", "ciuic's model is native C++"},
-        {"wandb_project", "use [log] tensorboard or metrics.jsonl"}, {"wandb_entity", "use [log] tensorboard or metrics.jsonl"},
-        {"wandb_watch", "use [log] tensorboard or metrics.jsonl"}, {"wandb_name", "use [log] tensorboard or metrics.jsonl"},
-        {"wandb_log_model", "use [log] tensorboard or metrics.jsonl"}, {"wandb_run_id", "use [log] tensorboard or metrics.jsonl"},
-        {"mlflow_tracking_uri", "use [log] tensorboard or metrics.jsonl"}, {"mlflow_experiment_name", "use [log] tensorboard"},
+        {"strict", "ciuic reads the whole file"},
+        {"dataset_prepared_path", "ciuic tokenizes once into its own cache"},
+        {"push_dataset_to_hub", "no hub upload"},
+        {"hub_model_id", "no hub upload"},
+        {"hub_strategy", "no hub upload"},
+        {"dataset_processes", "ciuic tokenizes with every core"},
+        {"shuffle_merged_datasets", "ciuic shuffles every epoch"},
+        {"pad_to_sequence_len", "ciuic's rows are always seq_len long"},
+        {"group_by_length", "ciuic packs or pads rows"},
+        {"tf32", "a kernel setting"},
+        {"xformers_attention", "ciuic's attention kernels are its own"},
+        {"flash_attention", "ciuic's attention kernels are its own"},
+        {"sdp_attention", "ciuic's attention kernels are its own"},
+        {"flash_attn_cross_entropy", "ciuic's loss is its own"},
+        {"flash_attn_rms_norm", "ciuic's norms are its own"},
+        {"flash_attn_fuse_qkv", "ciuic's kernels are its own"},
+        {"flash_attn_fuse_mlp", "ciuic's kernels are its own"},
+        {"s2_attention", "ciuic's attention kernels are its own"},
+        {"liger_rope", "ciuic's kernels are its own"},
+        {"liger_rms_norm", "ciuic's kernels are its own"},
+        {"liger_glu_activation", "ciuic's kernels are its own"},
+        {"liger_fused_linear_cross_entropy", "ciuic's loss is chunked on its own"},
+        {"plugins", "ciuic's kernels are its own"},
+        {"early_stopping_patience", "no early stopping"},
+        {"resume_from_checkpoint", "use ciuic-run --resume"},
+        {"auto_resume_from_checkpoints", "use ciuic-run --resume auto"},
+        {"local_rank", "set by the launcher"},
+        {"debug", "no debug mode"},
+        {"gradient_checkpointing_kwargs", "ciuic's checkpointing is its own"},
+        {"eval_table_size", "no sample table"},
+        {"eval_max_new_tokens", "[train] exact_match_max_new_tokens"},
+        {"eval_sample_packing", "ciuic evaluates as it trains"},
+        {"model_type", "ciuic reads config.json"},
+        {"tokenizer_type", "ciuic reads tokenizer.json"},
+        {"base_model_config", "ciuic reads the model folder's config.json"},
+        {"trust_remote_code", "ciuic runs its own model code"},
+        {"torch_compile", "ciuic's model is native C++"},
+        {"wandb_project", "use [log] tensorboard or metrics.jsonl"},
+        {"wandb_entity", "use [log] tensorboard or metrics.jsonl"},
+        {"wandb_watch", "use [log] tensorboard or metrics.jsonl"},
+        {"wandb_name", "use [log] tensorboard or metrics.jsonl"},
+        {"wandb_log_model", "use [log] tensorboard or metrics.jsonl"},
+        {"wandb_run_id", "use [log] tensorboard or metrics.jsonl"},
+        {"mlflow_tracking_uri", "use [log] tensorboard or metrics.jsonl"},
+        {"mlflow_experiment_name", "use [log] tensorboard"},
         {"cosine_min_lr_ratio", "only a cosine schedule has a minimum"},
         {"save_safetensors", "ciuic --export-hf writes safetensors"},
         {"train_on_eos", "ciuic trains on each reply's end-of-turn token"},
-        {"is_llama_derived_model", "ciuic reads config.json"}, {"is_mistral_derived_model", "ciuic reads config.json"},
-        {"is_qwen_derived_model", "ciuic reads config.json"}, {"ddp_timeout", "[cluster] timeout_s bounds collectives"},
+        {"is_llama_derived_model", "ciuic reads config.json"},
+        {"is_mistral_derived_model", "ciuic reads config.json"},
+        {"is_qwen_derived_model", "ciuic reads config.json"},
+        {"ddp_timeout", "[cluster] timeout_s bounds collectives"},
         {"unfrozen_parameters", "ciuic trains every parameter"},
-        {"save_strategy", "ciuic saves every checkpoint.every_steps"}, {"eval_strategy", "ciuic evaluates every eval_every_steps"},
+        {"save_strategy", "ciuic saves every checkpoint.every_steps"},
+        {"eval_strategy", "ciuic evaluates every eval_every_steps"},
     };
   }
 
@@ -766,23 +933,31 @@ class Reader {
       }
       const YamlNode* type_node = e.find("type");
       if (type_node && type_node->kind == YamlNode::Kind::kMap) {
-        refuse(at + ".type", "a custom prompt format is not supported (alpaca, chat_template, sharegpt, completion are)");
+        refuse(at + ".type",
+               "a custom prompt format is not supported (alpaca, chat_template, sharegpt, "
+               "completion are)");
         continue;
       }
       const std::string type = s("type", "");
       if (type == "alpaca" || type == "alpaca_chat" || type == "alpaca:chat") {
         d.form = Dataset::Form::kAlpaca;
         if (type == "alpaca")
-          note(at + " type alpaca: axolotl writes these rows in its Alpaca prompt (### Instruction / ### Response); "
-               "ciuic converts them to conversations and renders them with the recipe's chat template");
+          note(at +
+               " type alpaca: axolotl writes these rows in its Alpaca prompt (### Instruction / "
+               "### Response); "
+               "ciuic converts them to conversations and renders them with the recipe's chat "
+               "template");
       } else if (type == "chat_template") {
         d.form = Dataset::Form::kShareGpt;
         d.messages = s("field_messages", "messages");
         d.role_tag = "role";
         d.content_tag = "content";
-        if (const YamlNode* mp = e.find("message_property_mappings"); mp && mp->kind == YamlNode::Kind::kMap) {
-          if (const YamlNode* r = mp->find("role"); r && r->as_string()) d.role_tag = *r->as_string();
-          if (const YamlNode* c = mp->find("content"); c && c->as_string()) d.content_tag = *c->as_string();
+        if (const YamlNode* mp = e.find("message_property_mappings");
+            mp && mp->kind == YamlNode::Kind::kMap) {
+          if (const YamlNode* r = mp->find("role"); r && r->as_string())
+            d.role_tag = *r->as_string();
+          if (const YamlNode* c = mp->find("content"); c && c->as_string())
+            d.content_tag = *c->as_string();
         }
         d.role_tag = s("message_field_role", d.role_tag);
         d.content_tag = s("message_field_content", d.content_tag);
@@ -791,8 +966,10 @@ class Reader {
         d.system_tags = {"system"};
         if (const YamlNode* roles = e.find("roles"); roles && roles->kind == YamlNode::Kind::kMap) {
           for (const auto& [role, names] : roles->map) {
-            std::vector<std::string>* dst = role == "user" ? &d.user_tags : role == "assistant" ? &d.assistant_tags
-                                            : role == "system" ? &d.system_tags : nullptr;
+            std::vector<std::string>* dst = role == "user"        ? &d.user_tags
+                                            : role == "assistant" ? &d.assistant_tags
+                                            : role == "system"    ? &d.system_tags
+                                                                  : nullptr;
             if (!dst) {
               refuse(at + ".roles." + role, "only user, assistant and system roles are supported");
               continue;
@@ -814,18 +991,22 @@ class Reader {
         d.text = s("field", "text");
         text_datasets_ = true;
       } else {
-        refuse(at + ".type", (type.empty() ? std::string("missing") : type) +
-                                 ": ciuic converts the types alpaca, chat_template, sharegpt and completion");
+        refuse(at + ".type",
+               (type.empty() ? std::string("missing") : type) +
+                   ": ciuic converts the types alpaca, chat_template, sharegpt and completion");
         continue;
       }
       if (d.form != Dataset::Form::kText) chat_datasets_ = true;
       for (const auto& [k, v] : e.map)
-        if (k != "path" && k != "type" && k != "ds_type" && k != "data_files" && k != "field_messages" &&
-            k != "message_property_mappings" && k != "message_field_role" && k != "message_field_content" &&
-            k != "roles" && k != "chat_template" && k != "field" && k != "split" && k != "name" && k != "conversation")
+        if (k != "path" && k != "type" && k != "ds_type" && k != "data_files" &&
+            k != "field_messages" && k != "message_property_mappings" &&
+            k != "message_field_role" && k != "message_field_content" && k != "roles" &&
+            k != "chat_template" && k != "field" && k != "split" && k != "name" &&
+            k != "conversation")
           ignore(at + "." + k, "not a dataset key ciuic knows");
       const std::string ds_type = s("ds_type", "");
-      if (!ds_type.empty() && ds_type != "json") refuse(at + ".ds_type", ds_type + ": ciuic converts JSON and JSON lines files");
+      if (!ds_type.empty() && ds_type != "json")
+        refuse(at + ".ds_type", ds_type + ": ciuic converts JSON and JSON lines files");
       if (const YamlNode* df = e.find("data_files"); df && !df->is_null()) {
         std::vector<std::string> files;
         if (df->kind == YamlNode::Kind::kSeq) {
@@ -852,7 +1033,8 @@ class Reader {
       out.push_back(std::move(d));
     }
     if (text_datasets_ && chat_datasets_)
-      refuse(key, "mixes completion (text) and conversation datasets; a recipe trains on one format");
+      refuse(key,
+             "mixes completion (text) and conversation datasets; a recipe trains on one format");
     pretraining_ = text_datasets_ && !chat_datasets_;
   }
 
@@ -872,8 +1054,10 @@ class Reader {
   void output_and_logging() {
     if (auto o = str("output_dir")) give("run.output_dir", toml_quote(*o), src("output_dir"));
     if (auto s = whole("seed")) give("run.seed", std::to_string(*s), src("seed"));
-    if (auto l = whole("logging_steps"); l && *l >= 1) give("log.every_steps", std::to_string(*l), src("logging_steps"));
-    if (auto k = whole("save_total_limit"); k && *k >= 0) give("checkpoint.keep_last", std::to_string(*k), src("save_total_limit"));
+    if (auto l = whole("logging_steps"); l && *l >= 1)
+      give("log.every_steps", std::to_string(*l), src("logging_steps"));
+    if (auto k = whole("save_total_limit"); k && *k >= 0)
+      give("checkpoint.keep_last", std::to_string(*k), src("save_total_limit"));
     if (const YamlNode* r = get("report_to")) {
       bool tb = false;
       if (r->kind == YamlNode::Kind::kSeq) {
@@ -890,35 +1074,43 @@ class Reader {
     sched_key_ = key;
     if (type == "cosine_with_min_lr" || type == "cosine") {
       if (const YamlNode* kw = get("lr_scheduler_kwargs"); kw && kw->kind == YamlNode::Kind::kMap) {
-        if (const YamlNode* r = kw->find("min_lr_rate"); r && r->as_number()) min_ratio_ = {*r->as_number(), src("lr_scheduler_kwargs.min_lr_rate")};
+        if (const YamlNode* r = kw->find("min_lr_rate"); r && r->as_number())
+          min_ratio_ = {*r->as_number(), src("lr_scheduler_kwargs.min_lr_rate")};
         if (const YamlNode* m = kw->find("min_lr"); m && m->as_number())
           min_lr_ = {*m->as_number(), src("lr_scheduler_kwargs.min_lr")};
       }
       if (auto r = num("cosine_min_lr_ratio")) min_ratio_ = {*r, src("cosine_min_lr_ratio")};
     }
-    if (type != "linear" && type != "cosine" && type != "cosine_with_min_lr" && type != "constant" &&
-        type != "constant_with_warmup")
-      refuse(key.empty() ? "lr_scheduler" : key, type + ": ciuic's schedules are linear, cosine (also with a minimum), "
-                                                        "constant and constant_with_warmup");
+    if (type != "linear" && type != "cosine" && type != "cosine_with_min_lr" &&
+        type != "constant" && type != "constant_with_warmup")
+      refuse(key.empty() ? "lr_scheduler" : key,
+             type +
+                 ": ciuic's schedules are linear, cosine (also with a minimum), "
+                 "constant and constant_with_warmup");
   }
 
   void optimizer(const std::string& name, const std::string& key) {
     const std::string n = lower(name);
-    static const std::set<std::string> same = {"adamw_torch", "adamw_torch_fused", "adamw_hf", "adamw_apex_fused",
-                                               "adamw", "adamw_torch_xla", "adamw_torch_npu_fused"};
-    static const std::set<std::string> quantized = {"adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit",
-                                                    "adamw_torch_4bit", "adamw_torch_8bit", "paged_adamw", "adamw_anyprecision"};
+    static const std::set<std::string> same = {
+        "adamw_torch",     "adamw_torch_fused",    "adamw_hf", "adamw_apex_fused", "adamw",
+        "adamw_torch_xla", "adamw_torch_npu_fused"};
+    static const std::set<std::string> quantized = {
+        "adamw_bnb_8bit",   "adamw_8bit",       "paged_adamw_8bit", "paged_adamw_32bit",
+        "adamw_torch_4bit", "adamw_torch_8bit", "paged_adamw",      "adamw_anyprecision"};
     if (same.count(n)) {
-      optimizer_source_ = root_.find(key) ? src(key) : tool_name_ + "'s default optimizer (" + name + ")";
+      optimizer_source_ =
+          root_.find(key) ? src(key) : tool_name_ + "'s default optimizer (" + name + ")";
       return;
     }
     if (quantized.count(n)) {
       optimizer_source_ = src(key);
-      note(key + " = " + name + " -> ciuic's AdamW: the same update, with the moments kept in fp32 (8-bit and paged "
+      note(key + " = " + name +
+           " -> ciuic's AdamW: the same update, with the moments kept in fp32 (8-bit and paged "
            "states are a memory saving ciuic does not have; ciuic-run --plan shows the memory)");
       return;
     }
-    refuse(key, name + ": ciuic implements AdamW (adamw_torch and its fused, 8-bit and paged variants)");
+    refuse(key,
+           name + ": ciuic implements AdamW (adamw_torch and its fused, 8-bit and paged variants)");
   }
 
   void deepspeed(const std::string& key) {
@@ -926,7 +1118,8 @@ class Reader {
     if (!ds) return;
     const std::optional<fs::path> p = local(*ds, false);
     if (!p) {
-      refuse(key, *ds + ": no such file (looked in the working directory and next to " + origin_ + ")");
+      refuse(key,
+             *ds + ": no such file (looked in the working directory and next to " + origin_ + ")");
       return;
     }
     ds_path_ = *p;
@@ -949,7 +1142,8 @@ class Reader {
     o.trainer = args_;
     o.refused = refused_;
     const std::string ds_text = ds_path_.empty() ? "{}" : ds_text_;
-    const std::string ds_origin = ds_path_.empty() ? shown(path_.string()) : shown(ds_path_.string());
+    const std::string ds_origin =
+        ds_path_.empty() ? shown(path_.string()) : shown(ds_path_.string());
     // 1. Check the DeepSpeed config (and refuse what is refused) before writing any data.
     {
       ImportOptions check = o;
@@ -960,27 +1154,35 @@ class Reader {
     TrainingImport out;
     const int64_t world = nproc_.value_or(1) * nnodes_.value_or(1);
     if (!nproc_ && !nnodes_)
-      note("the world size is 1, the recipe's [cluster] default (no --nproc or --nnodes given): the steps per epoch "
-           "below are for one process; import again with --nproc N for N");
-    const auto write_all = [&](std::vector<Dataset>& list, const char* kind, std::vector<std::string>& files, size_t& n,
-                               bool& all_local) {
+      note(
+          "the world size is 1, the recipe's [cluster] default (no --nproc or --nnodes given): the "
+          "steps per epoch "
+          "below are for one process; import again with --nproc N for N");
+    const auto write_all = [&](std::vector<Dataset>& list, const char* kind,
+                               std::vector<std::string>& files, size_t& n, bool& all_local) {
       for (size_t i = 0; i < list.size(); ++i) {
         Dataset& d = list[i];
         if (d.files.empty()) {
           all_local = false;
           placeholders_.push_back(std::string("data.") + kind);
-          note("dataset " + d.name + " is not a local file (" + d.remote + "): download it as JSON or JSON lines, "
-               "convert it with ciuic-run " + flag_ + " again, or give --set data." + kind + "=[...] (ciuic chat JSONL)");
+          note("dataset " + d.name + " is not a local file (" + d.remote +
+               "): download it as JSON or JSON lines, "
+               "convert it with ciuic-run " +
+               flag_ + " again, or give --set data." + kind + "=[...] (ciuic chat JSONL)");
           continue;
         }
         std::string safe;
-        for (char c : d.name) safe += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ? c : '_';
+        for (char c : d.name)
+          safe += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'
+                      ? c
+                      : '_';
         if (safe.size() > 80) safe.resize(80);
         const fs::path file = fs::absolute(fs::path(data_dir_)) /
                               (std::string(kind == std::string("eval_sources") ? "eval-" : "") +
                                (i < 9 ? "0" : "") + std::to_string(i + 1) + "-" + safe + ".jsonl");
         const size_t count = DataWriter(d).write(file);
-        if (count == 0) throw UsageError(shown(d.origin) + ": dataset " + shown(d.name) + " has no records");
+        if (count == 0)
+          throw UsageError(shown(d.origin) + ": dataset " + shown(d.name) + " has no records");
         n += count;
         files.push_back(file.string());
         out.written.push_back(file.string());
@@ -999,31 +1201,40 @@ class Reader {
     };
     give("data.plugin", "\"cached_ssd\"", "ciuic's JSONL data plugin (docs/data.md)");
     give("data.format", pretraining_ ? "\"text\"" : "\"chat\"",
-         pretraining_ ? "plain text documents" : "conversations {messages: [{role, content}]}, converted");
+         pretraining_ ? "plain text documents"
+                      : "conversations {messages: [{role, content}]}, converted");
     give("data.sources", sources.empty() ? "[\"train.jsonl\"]" : list(sources),
          train_local ? "the datasets, converted" : "placeholder: a dataset is not a local file");
-    if (!eval_sources.empty()) give("data.eval_sources", list(eval_sources), "the eval datasets, converted");
+    if (!eval_sources.empty())
+      give("data.eval_sources", list(eval_sources), "the eval datasets, converted");
     double eval_fraction = 0;
     if (val_size_ && eval_sources.empty()) {
-      eval_fraction = val_size_->first < 1 ? val_size_->first : val_size_->first / std::max<double>(1, n_train);
-      if (eval_fraction > 0.5) refuse_now("val_size", "held out " + format_number(eval_fraction) + " of the data; ciuic holds out at most 0.5");
+      eval_fraction =
+          val_size_->first < 1 ? val_size_->first : val_size_->first / std::max<double>(1, n_train);
+      if (eval_fraction > 0.5)
+        refuse_now("val_size", "held out " + format_number(eval_fraction) +
+                                   " of the data; ciuic holds out at most 0.5");
       give("data.eval_fraction", float_literal(eval_fraction),
-           val_size_->second + (val_size_->first >= 1 ? " records of " + std::to_string(n_train) : std::string()) +
+           val_size_->second +
+               (val_size_->first >= 1 ? " records of " + std::to_string(n_train) : std::string()) +
                " (ciuic picks the held-out records by a hash: about this fraction)");
     }
     if (!pretraining_) {
       const bool on_prompt = train_on_prompt_ && train_on_prompt_->first;
       give("data.assistant_only_loss", on_prompt ? "false" : "true",
-           train_on_prompt_ ? train_on_prompt_->second : tool_name_ + "'s default: loss on the replies only");
+           train_on_prompt_ ? train_on_prompt_->second
+                            : tool_name_ + "'s default: loss on the replies only");
     }
     const bool packing = packing_ && packing_->first;
     give("data.packing", packing ? "true" : "false",
-         packing_ ? packing_->second + (packing ? " (ciuic's packing masks attention between documents)" : "")
+         packing_ ? packing_->second +
+                        (packing ? " (ciuic's packing masks attention between documents)" : "")
                   : tool_name_ + "'s default: one example per row");
     give("train.seq_len", std::to_string(seq_len_.first), seq_len_.second);
     // 3. The run's length: max_steps, or epochs over the data as the HF Trainer counts them.
     const auto micro = static_cast<int64_t>(args_.per_device_train_batch_size.value);
-    const auto acc = std::max<int64_t>(1, static_cast<int64_t>(args_.gradient_accumulation_steps.value));
+    const auto acc =
+        std::max<int64_t>(1, static_cast<int64_t>(args_.gradient_accumulation_steps.value));
     std::optional<int64_t> steps;
     std::string steps_source;
     if (max_steps_) {
@@ -1034,14 +1245,18 @@ class Reader {
       const auto n = static_cast<int64_t>(std::ceil(kept - 1e-9));
       const int64_t batches = (n + micro * world - 1) / (micro * world);
       const int64_t per_epoch = std::max<int64_t>(1, (batches + acc - 1) / acc);
-      steps = static_cast<int64_t>(std::ceil(epochs_.first * static_cast<double>(per_epoch) - 1e-9));
-      steps_source = "epochs " + format_number(epochs_.first) + " (" + epochs_.second + ") x " + std::to_string(per_epoch) +
-                     " steps per epoch: ceil(ceil(" + std::to_string(n) + " records / (micro-batch " + std::to_string(micro) +
-                     " x world " + std::to_string(world) + ")) / accumulation " + std::to_string(acc) + "), as the HF Trainer counts";
+      steps =
+          static_cast<int64_t>(std::ceil(epochs_.first * static_cast<double>(per_epoch) - 1e-9));
+      steps_source = "epochs " + format_number(epochs_.first) + " (" + epochs_.second + ") x " +
+                     std::to_string(per_epoch) + " steps per epoch: ceil(ceil(" +
+                     std::to_string(n) + " records / (micro-batch " + std::to_string(micro) +
+                     " x world " + std::to_string(world) + ")) / accumulation " +
+                     std::to_string(acc) + "), as the HF Trainer counts";
       steps_per_epoch_ = per_epoch;
     } else {
       placeholders_.push_back("train.max_steps");
-      note(std::string("the run's length: ") + format_number(epochs_.first) + " epochs (" + epochs_.second + ") cannot be " +
+      note(std::string("the run's length: ") + format_number(epochs_.first) + " epochs (" +
+           epochs_.second + ") cannot be " +
            (packing ? "counted before the data is packed into rows (the rows depend on the tokens)"
                     : "counted: a dataset is not a local file") +
            "; give --set train.max_steps=N");
@@ -1052,14 +1267,17 @@ class Reader {
       args_.num_training_steps_source = "[train] max_steps, " + steps_source;
       o.trainer = args_;
     } else if (!set_by_user("train.max_steps")) {
-      give("train.max_steps", "1000", "placeholder: the run's length (give --set train.max_steps=N)");
+      give("train.max_steps", "1000",
+           "placeholder: the run's length (give --set train.max_steps=N)");
     }
     if (steps_per_epoch_) {
       if (per_epoch_.first && *per_epoch_.first > 0)
-        give("train.eval_every_steps", std::to_string(std::max<int64_t>(1, *steps_per_epoch_ / *per_epoch_.first)),
+        give("train.eval_every_steps",
+             std::to_string(std::max<int64_t>(1, *steps_per_epoch_ / *per_epoch_.first)),
              src("evals_per_epoch") + ": steps per epoch / evals per epoch");
       if (per_epoch_.second && *per_epoch_.second > 0)
-        give("checkpoint.every_steps", std::to_string(std::max<int64_t>(1, *steps_per_epoch_ / *per_epoch_.second)),
+        give("checkpoint.every_steps",
+             std::to_string(std::max<int64_t>(1, *steps_per_epoch_ / *per_epoch_.second)),
              src("saves_per_epoch") + ": steps per epoch / saves per epoch");
     }
     // 4. What the Trainer builds itself when the DeepSpeed config (or its absence) leaves it out.
@@ -1080,16 +1298,20 @@ class Reader {
   void trainer_groups(ImportOptions& o, std::optional<int64_t> steps) {
     const TrainerValue& lr = args_.learning_rate;
     // The optimizer (the Trainer's AdamW) when the config has no optimizer section.
-    o.given_unless.push_back({{"optimizer"},
-                              {{"optimizer.lr", float_literal(lr.value), lr.source},
-                               {"optimizer.weight_decay", float_literal(args_.weight_decay.value), args_.weight_decay.source},
-                               {"optimizer.betas",
-                                "[" + float_literal(args_.adam_beta1.value) + ", " + float_literal(args_.adam_beta2.value) + "]",
-                                args_.adam_beta1.source + ", " + args_.adam_beta2.source},
-                               {"optimizer.eps", float_literal(args_.adam_epsilon.value), args_.adam_epsilon.source}}});
+    o.given_unless.push_back(
+        {{"optimizer"},
+         {{"optimizer.lr", float_literal(lr.value), lr.source},
+          {"optimizer.weight_decay", float_literal(args_.weight_decay.value),
+           args_.weight_decay.source},
+          {"optimizer.betas",
+           "[" + float_literal(args_.adam_beta1.value) + ", " +
+               float_literal(args_.adam_beta2.value) + "]",
+           args_.adam_beta1.source + ", " + args_.adam_beta2.source},
+          {"optimizer.eps", float_literal(args_.adam_epsilon.value), args_.adam_epsilon.source}}});
     // The schedule (the Trainer's lr_scheduler_type) when the config has no scheduler section.
     std::vector<RecipeValue> sched;
-    const std::string skey = sched_key_.empty() ? tool_name_ + "'s default schedule " + sched_type_ : src(sched_key_) + " = " + sched_type_;
+    const std::string skey = sched_key_.empty() ? tool_name_ + "'s default schedule " + sched_type_
+                                                : src(sched_key_) + " = " + sched_type_;
     int64_t warmup = 0;
     std::string wsrc;
     const TrainerValue &ws = args_.warmup_steps, &wr = args_.warmup_ratio;
@@ -1100,7 +1322,8 @@ class Reader {
       const double r = ws.value > 0 ? ws.value : wr.value;
       if (steps) {
         warmup = static_cast<int64_t>(std::ceil(r * static_cast<double>(*steps)));
-        wsrc = "ceil(" + format_number(r) + " x " + std::to_string(*steps) + " steps), " + (ws.value > 0 ? ws.source : wr.source);
+        wsrc = "ceil(" + format_number(r) + " x " + std::to_string(*steps) + " steps), " +
+               (ws.value > 0 ? ws.source : wr.source);
       } else {
         placeholders_.push_back("scheduler.warmup_num_steps");
         wsrc = "placeholder: a warmup ratio needs the run's length";
@@ -1110,12 +1333,13 @@ class Reader {
     }
     const std::string wlit = std::to_string(warmup);
     if (sched_type_ == "linear") {
-      sched = {{"scheduler.type", "\"warmup_decay\"", skey + ": linear warmup, then linear decay to 0"},
-               {"scheduler.warmup_type", "\"linear\"", "the HF Trainer's warmup is linear"},
-               {"scheduler.warmup_min_lr", "0.0", "the HF Trainer's warmup starts at 0"},
-               {"scheduler.warmup_max_lr", float_literal(lr.value), lr.source},
-               {"scheduler.warmup_num_steps", wlit, wsrc},
-               {"scheduler.total_num_steps", "0", "[train] max_steps"}};
+      sched = {
+          {"scheduler.type", "\"warmup_decay\"", skey + ": linear warmup, then linear decay to 0"},
+          {"scheduler.warmup_type", "\"linear\"", "the HF Trainer's warmup is linear"},
+          {"scheduler.warmup_min_lr", "0.0", "the HF Trainer's warmup starts at 0"},
+          {"scheduler.warmup_max_lr", float_literal(lr.value), lr.source},
+          {"scheduler.warmup_num_steps", wlit, wsrc},
+          {"scheduler.total_num_steps", "0", "[train] max_steps"}};
     } else if (sched_type_ == "cosine" || sched_type_ == "cosine_with_min_lr") {
       double ratio = 0;
       std::string rsrc = "the HF Trainer's cosine ends at 0";
@@ -1139,7 +1363,8 @@ class Reader {
                {"scheduler.warmup_max_lr", float_literal(lr.value), lr.source},
                {"scheduler.warmup_num_steps", wlit, wsrc}};
     } else {
-      sched = {{"scheduler.type", "\"constant\"", skey + " (the HF Trainer's constant has no warmup)"}};
+      sched = {
+          {"scheduler.type", "\"constant\"", skey + " (the HF Trainer's constant has no warmup)"}};
     }
     o.given_unless.push_back({{"scheduler"}, sched});
     // The batch, as the Trainer's dataloader makes it; the planner when the file leaves the
@@ -1148,29 +1373,41 @@ class Reader {
     const TrainerValue& ga = args_.gradient_accumulation_steps;
     if (pd.given) {
       o.given_unless.push_back({{"train_micro_batch_size_per_gpu", "train_batch_size"},
-                                {{"train.micro_batch_size", std::to_string(static_cast<int64_t>(pd.value)), pd.source}}});
+                                {{"train.micro_batch_size",
+                                  std::to_string(static_cast<int64_t>(pd.value)), pd.source}}});
       o.given_unless.push_back({{"gradient_accumulation_steps", "train_batch_size"},
-                                {{"train.gradient_accumulation_steps", std::to_string(static_cast<int64_t>(ga.value)), ga.source}}});
+                                {{"train.gradient_accumulation_steps",
+                                  std::to_string(static_cast<int64_t>(ga.value)), ga.source}}});
     } else {
       const int64_t world = nproc_.value_or(1) * nnodes_.value_or(1);
       o.given_unless.push_back(
           {{"train_micro_batch_size_per_gpu", "train_batch_size"},
-           {{"train.micro_batch_size", "\"auto\"", "ciuic's planner: the largest micro-batch that fits, for global_batch_size"},
+           {{"train.micro_batch_size", "\"auto\"",
+             "ciuic's planner: the largest micro-batch that fits, for global_batch_size"},
             {"train.global_batch_size",
-             std::to_string(static_cast<int64_t>(pd.value) * static_cast<int64_t>(ga.value) * world),
+             std::to_string(static_cast<int64_t>(pd.value) * static_cast<int64_t>(ga.value) *
+                            world),
              pd.source + " " + std::to_string(static_cast<int64_t>(pd.value)) + " x accumulation " +
-                 std::to_string(static_cast<int64_t>(ga.value)) + " (" + ga.source + ") x world " + std::to_string(world)}}});
+                 std::to_string(static_cast<int64_t>(ga.value)) + " (" + ga.source + ") x world " +
+                 std::to_string(world)}}});
     }
     // Mixed precision (accelerate adds the section to the config when the arguments ask for it).
     const TrainerValue &bf = args_.bf16, &fp = args_.fp16;
     if (bf.value != 0 && fp.value != 0) refuse_now("bf16", "bf16 and fp16 are both on");
-    o.given_unless.push_back({{"fp16", "bf16", "bfloat16"},
-                              {{"precision.plugin", bf.value != 0 ? "\"bf16\"" : fp.value != 0 ? "\"fp16\"" : "\"fp32\"",
-                                bf.value != 0 ? bf.source : fp.value != 0 ? fp.source : "neither bf16 nor fp16 (HF TrainingArguments default: fp32)"}}});
+    o.given_unless.push_back(
+        {{"fp16", "bf16", "bfloat16"},
+         {{"precision.plugin",
+           bf.value != 0   ? "\"bf16\""
+           : fp.value != 0 ? "\"fp16\""
+                           : "\"fp32\"",
+           bf.value != 0   ? bf.source
+           : fp.value != 0 ? fp.source
+                           : "neither bf16 nor fp16 (HF TrainingArguments default: fp32)"}}});
     // Clipping: without a DeepSpeed config the Trainer clips to max_grad_norm; with one, DeepSpeed
     // clips to its gradient_clipping (filled from max_grad_norm when "auto").
     if (ds_path_.empty())
-      given_.push_back({"train.gradient_clipping", float_literal(args_.max_grad_norm.value), args_.max_grad_norm.source});
+      given_.push_back({"train.gradient_clipping", float_literal(args_.max_grad_norm.value),
+                        args_.max_grad_norm.source});
   }
 
   TrainingTool tool_;
@@ -1204,7 +1441,8 @@ class Reader {
 
 }  // namespace
 
-TrainingImport import_training_file(TrainingTool tool, const std::string& path, const std::vector<std::string>& overrides,
+TrainingImport import_training_file(TrainingTool tool, const std::string& path,
+                                    const std::vector<std::string>& overrides,
                                     const std::string& data_dir) {
   Reader r(tool, path, overrides, data_dir);
   return r.run();

@@ -47,6 +47,7 @@ struct TrainingImport {
 // files, refused keys and bad values; nothing is written to data_dir before the training file
 // and the DeepSpeed config have been read and checked.
 CIUIC_API TrainingImport import_training_file(TrainingTool tool, const std::string& path,
-                                              const std::vector<std::string>& overrides, const std::string& data_dir);
+                                              const std::vector<std::string>& overrides,
+                                              const std::string& data_dir);
 
 }  // namespace ciuic::importer

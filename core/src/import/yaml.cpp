@@ -24,7 +24,8 @@ const YamlNode* YamlNode::find(const std::string& key) const {
 
 bool YamlNode::is_null() const {
   if (kind == Kind::kNull) return true;
-  return kind == Kind::kScalar && plain && (text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL");
+  return kind == Kind::kScalar && plain &&
+         (text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL");
 }
 
 std::optional<bool> YamlNode::as_bool() const {
@@ -50,7 +51,8 @@ std::optional<double> YamlNode::as_number() const {
     const size_t from = digits + (hex ? 2 : 1);
     long long v = 0;
     auto r = std::from_chars(s.data() + from, s.data() + s.size(), v, hex ? 16 : 8);
-    if (r.ec != std::errc() || r.ptr != s.data() + s.size() || from == s.size()) return std::nullopt;
+    if (r.ec != std::errc() || r.ptr != s.data() + s.size() || from == s.size())
+      return std::nullopt;
     return neg ? -static_cast<double>(v) : static_cast<double>(v);
   }
   double d = 0;
@@ -65,7 +67,9 @@ std::optional<std::string> YamlNode::as_string() const {
   return text;
 }
 
-std::string YamlNode::where() const { return "line " + std::to_string(line) + ", column " + std::to_string(column); }
+std::string YamlNode::where() const {
+  return "line " + std::to_string(line) + ", column " + std::to_string(column);
+}
 
 namespace {
 
@@ -105,7 +109,8 @@ class Builder {
 
   YamlNode run(const std::string& text) {
     Parser parser;
-    yaml_parser_set_input_string(&parser.p, reinterpret_cast<const unsigned char*>(text.data()), text.size());
+    yaml_parser_set_input_string(&parser.p, reinterpret_cast<const unsigned char*>(text.data()),
+                                 text.size());
     size_t documents = 0;
     for (;;) {
       Event ev;
@@ -114,10 +119,13 @@ class Builder {
         std::string what = parser.p.problem ? parser.p.problem : "malformed YAML";
         if (parser.p.error == YAML_READER_ERROR) {  // a byte offset, not a mark
           const size_t at = std::min(parser.p.problem_offset, text.size());
-          line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+          line = 1 + static_cast<size_t>(std::count(
+                         text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
           const size_t nl = text.rfind('\n', at == 0 ? 0 : at - 1);
           col = nl == std::string::npos || at == 0 ? at + 1 : at - nl;
-          what += " (YAML allows printable Unicode only; write other characters as \\u escapes in double quotes)";
+          what +=
+              " (YAML allows printable Unicode only; write other characters as \\u escapes in "
+              "double quotes)";
         }
         if (parser.p.context) what = std::string(parser.p.context) + ": " + what;
         fail(line, col, "not valid YAML: " + what);
@@ -126,10 +134,10 @@ class Builder {
       const yaml_event_t& e = ev.e;
       const size_t line = e.start_mark.line + 1, col = e.start_mark.column + 1;
       switch (e.type) {
-        case YAML_STREAM_END_EVENT:
-          return root_ ? std::move(*root_) : YamlNode{};
+        case YAML_STREAM_END_EVENT: return root_ ? std::move(*root_) : YamlNode{};
         case YAML_DOCUMENT_START_EVENT:
-          if (++documents > 1) fail(line, col, "a second YAML document (a training file is one document)");
+          if (++documents > 1)
+            fail(line, col, "a second YAML document (a training file is one document)");
           break;
         case YAML_SCALAR_EVENT: {
           YamlNode n;
@@ -142,7 +150,8 @@ class Builder {
             check_tag(t, line, col, false);
             if (std::string(t) == "tag:yaml.org,2002:str") n.plain = false;
           }
-          std::string anchor = e.data.scalar.anchor ? reinterpret_cast<const char*>(e.data.scalar.anchor) : "";
+          std::string anchor =
+              e.data.scalar.anchor ? reinterpret_cast<const char*>(e.data.scalar.anchor) : "";
           count(1, line, col);
           if (!anchor.empty()) anchors_[anchor] = std::make_shared<Anchored>(Anchored{n, 1, 0});
           add(std::move(n), 1, 0, line, col);
@@ -154,11 +163,16 @@ class Builder {
           const auto* tag = seq ? e.data.sequence_start.tag : e.data.mapping_start.tag;
           const auto* anchor = seq ? e.data.sequence_start.anchor : e.data.mapping_start.anchor;
           if (tag) check_tag(reinterpret_cast<const char*>(tag), line, col, true);
-          if (!open_.empty() && open_.back().node.kind == YamlNode::Kind::kMap && !open_.back().have_key)
-            fail(line, col, "a mapping key that is a " + std::string(seq ? "sequence" : "mapping") + " (keys are scalars)");
+          if (!open_.empty() && open_.back().node.kind == YamlNode::Kind::kMap &&
+              !open_.back().have_key)
+            fail(line, col,
+                 "a mapping key that is a " + std::string(seq ? "sequence" : "mapping") +
+                     " (keys are scalars)");
           if (open_.size() + 1 > kMaxYamlDepth)
-            fail(line, col, "YAML nested deeper than " + std::to_string(kMaxYamlDepth) +
-                                " levels (sequences and mappings); ciuic reads at most " + std::to_string(kMaxYamlDepth));
+            fail(line, col,
+                 "YAML nested deeper than " + std::to_string(kMaxYamlDepth) +
+                     " levels (sequences and mappings); ciuic reads at most " +
+                     std::to_string(kMaxYamlDepth));
           count(1, line, col);
           Frame f;
           f.node.kind = seq ? YamlNode::Kind::kSeq : YamlNode::Kind::kMap;
@@ -173,31 +187,34 @@ class Builder {
           Frame f = std::move(open_.back());
           open_.pop_back();
           if (f.node.kind == YamlNode::Kind::kMap) merge_keys(f);
-          if (!f.anchor.empty()) anchors_[f.anchor] = std::make_shared<Anchored>(Anchored{f.node, f.count, f.height});
+          if (!f.anchor.empty())
+            anchors_[f.anchor] = std::make_shared<Anchored>(Anchored{f.node, f.count, f.height});
           add(std::move(f.node), f.count, f.height, f.node.line, f.node.column);
           break;
         }
         case YAML_ALIAS_EVENT: {
           const std::string name = reinterpret_cast<const char*>(e.data.alias.anchor);
           auto it = anchors_.find(name);
-          if (it == anchors_.end()) fail(line, col, "alias *" + name + " names no anchor defined before it");
+          if (it == anchors_.end())
+            fail(line, col, "alias *" + name + " names no anchor defined before it");
           const std::shared_ptr<Anchored> a = it->second;  // kept alive if the anchor is redefined
           if (open_.size() + a->height > kMaxYamlDepth)
-            fail(line, col, "alias *" + name + " nests deeper than " + std::to_string(kMaxYamlDepth) + " levels");
+            fail(line, col,
+                 "alias *" + name + " nests deeper than " + std::to_string(kMaxYamlDepth) +
+                     " levels");
           count(a->count, line, col, "alias *" + name);
           add(YamlNode(a->node), a->count, a->height, line, col);
           break;
         }
-        default:
-          break;
+        default: break;
       }
     }
   }
 
  private:
   [[noreturn]] void fail(size_t line, size_t col, const std::string& what) const {
-    throw UsageError(origin_ + ": line " + std::to_string(line) + ", column " + std::to_string(col) + ": " +
-                     printable_text(what, false));
+    throw UsageError(origin_ + ": line " + std::to_string(line) + ", column " +
+                     std::to_string(col) + ": " + printable_text(what, false));
   }
 
   void check_tag(const std::string& tag, size_t line, size_t col, bool container) const {
@@ -208,15 +225,18 @@ class Builder {
       for (const char* ok : {"str", "int", "float", "bool", "null", "seq", "map"})
         if (t == ok) return;
     }
-    fail(line, col, std::string("the tag ") + tag + " on a " + (container ? "collection" : "scalar") +
-                        " is not one of YAML's core tags (ciuic reads plain data, as safe_load does)");
+    fail(line, col,
+         std::string("the tag ") + tag + " on a " + (container ? "collection" : "scalar") +
+             " is not one of YAML's core tags (ciuic reads plain data, as safe_load does)");
   }
 
   void count(size_t n, size_t line, size_t col, const std::string& what = "") {
     nodes_ += n;
     if (nodes_ > kMaxYamlNodes)
-      fail(line, col, (what.empty() ? std::string("the document") : what + " expands the document to") + " more than " +
-                          std::to_string(kMaxYamlNodes) + " nodes (an alias bomb?); ciuic reads at most that many");
+      fail(line, col,
+           (what.empty() ? std::string("the document") : what + " expands the document to") +
+               " more than " + std::to_string(kMaxYamlNodes) +
+               " nodes (an alias bomb?); ciuic reads at most that many");
   }
 
   void add(YamlNode&& n, size_t cnt, size_t height, size_t line, size_t col) {
@@ -239,8 +259,10 @@ class Builder {
     }
     f.have_key = false;
     auto [at, inserted] = f.index.try_emplace(f.key, f.node.map.size());
-    if (inserted) f.node.map.push_back(YamlEntry{f.key, std::move(n)});
-    else f.node.map[at->second].second = std::move(n);
+    if (inserted)
+      f.node.map.push_back(YamlEntry{f.key, std::move(n)});
+    else
+      f.node.map[at->second].second = std::move(n);
   }
 
   // `<<: {..}` or `<<: [{..}, ..]`: the keys of the merged mappings that the mapping does not write
@@ -253,11 +275,13 @@ class Builder {
     f.index.clear();
     for (size_t i = 0; i < f.node.map.size(); ++i) f.index.emplace(f.node.map[i].first, i);
     std::vector<const YamlNode*> sources;
-    if (merged.kind == YamlNode::Kind::kMap) sources.push_back(&merged);
+    if (merged.kind == YamlNode::Kind::kMap)
+      sources.push_back(&merged);
     else if (merged.kind == YamlNode::Kind::kSeq)
       for (const auto& s : merged.items) sources.push_back(&s);
     for (const YamlNode* s : sources) {
-      if (s->kind != YamlNode::Kind::kMap) fail(s->line, s->column, "a merge key (<<) takes mappings");
+      if (s->kind != YamlNode::Kind::kMap)
+        fail(s->line, s->column, "a merge key (<<) takes mappings");
       for (const auto& [k, v] : s->map)
         if (f.index.emplace(k, f.node.map.size()).second) f.node.map.push_back(YamlEntry{k, v});
     }

@@ -51,7 +51,8 @@ Value lookup(const Ctx& c, const std::string& name) {
 
 std::string undefined_msg(const Value& v) {
   if (v.b) return excerpt(v.s, 200);
-  return v.s.empty() ? std::string("value is undefined") : py_repr_str(excerpt(v.s, 80)) + " is undefined";
+  return v.s.empty() ? std::string("value is undefined")
+                     : py_repr_str(excerpt(v.s, 80)) + " is undefined";
 }
 
 Flow exec_body(const Body& body, Ctx& c) {
@@ -70,7 +71,8 @@ std::vector<Value> iterate(Ctx& c, Pos p, const Value& v) {
         const size_t from = std::min(v.list->consumed, v.list->size());
         v.list->consumed = v.list->size();
         c.budget.charge((v.list->size() - from) * sizeof(Value));
-        return std::vector<Value>(v.list->begin() + static_cast<std::ptrdiff_t>(from), v.list->end());
+        return std::vector<Value>(v.list->begin() + static_cast<std::ptrdiff_t>(from),
+                                  v.list->end());
       }
       c.budget.charge(v.list->size() * sizeof(Value));
       return *v.list;
@@ -87,7 +89,8 @@ std::vector<Value> iterate(Ctx& c, Pos p, const Value& v) {
       chars.reserve(n);
       for (size_t i = 0; i < v.s.size();) {
         size_t len = 1;
-        while (i + len < v.s.size() && (static_cast<unsigned char>(v.s[i + len]) & 0xC0) == 0x80) ++len;
+        while (i + len < v.s.size() && (static_cast<unsigned char>(v.s[i + len]) & 0xC0) == 0x80)
+          ++len;
         chars.push_back(Value::string(v.s.substr(i, len)));
         i += len;
       }
@@ -101,8 +104,10 @@ std::vector<Value> iterate(Ctx& c, Pos p, const Value& v) {
 namespace {
 
 [[noreturn]] void overflow(Ctx& c, Pos p, const std::string& what) {
-  rt_fail(c, p, "integer overflow: " + what +
-                    " is past 64 bits (ciuic's templates compute with 64-bit integers where Python's grow)");
+  rt_fail(
+      c, p,
+      "integer overflow: " + what +
+          " is past 64 bits (ciuic's templates compute with 64-bit integers where Python's grow)");
 }
 
 int64_t add(Ctx& c, Pos p, int64_t a, int64_t b, const char* op) {
@@ -114,13 +119,15 @@ int64_t add(Ctx& c, Pos p, int64_t a, int64_t b, const char* op) {
 
 int64_t mul(Ctx& c, Pos p, int64_t a, int64_t b) {
   int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) overflow(c, p, std::to_string(a) + " * " + std::to_string(b));
+  if (__builtin_mul_overflow(a, b, &r))
+    overflow(c, p, std::to_string(a) + " * " + std::to_string(b));
   return r;
 }
 
 // Python's a // b and a % b: floor division, the remainder has the divisor's sign. b != 0.
 int64_t floordiv(Ctx& c, Pos p, int64_t a, int64_t b) {
-  if (a == std::numeric_limits<int64_t>::min() && b == -1) overflow(c, p, std::to_string(a) + " // -1");
+  if (a == std::numeric_limits<int64_t>::min() && b == -1)
+    overflow(c, p, std::to_string(a) + " // -1");
   int64_t q = a / b;
   if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
   return q;
@@ -141,11 +148,13 @@ int64_t power(Ctx& c, Pos p, int64_t a, int64_t e) {
   int64_t r = 1;
   while (true) {
     if (e & 1) {
-      if (__builtin_mul_overflow(r, a, &r)) overflow(c, p, std::to_string(a0) + " ** " + std::to_string(e0));
+      if (__builtin_mul_overflow(r, a, &r))
+        overflow(c, p, std::to_string(a0) + " ** " + std::to_string(e0));
     }
     e >>= 1;
     if (e == 0) break;
-    if (__builtin_mul_overflow(a, a, &a)) overflow(c, p, std::to_string(a0) + " ** " + std::to_string(e0));
+    if (__builtin_mul_overflow(a, a, &a))
+      overflow(c, p, std::to_string(a0) + " ** " + std::to_string(e0));
   }
   return r;
 }
@@ -167,8 +176,9 @@ Value repeat(Ctx& c, Pos p, const Value& s, int64_t n) {
     return r;
   }
   if (k && s.list->size() > static_cast<uint64_t>(c.budget.limits.max_list_items) / k)
-    c.budget.fail("a list would have " + std::to_string(s.list->size()) + " x " + std::to_string(k) +
-                  " items, more than " + std::to_string(c.budget.limits.max_list_items) +
+    c.budget.fail("a list would have " + std::to_string(s.list->size()) + " x " +
+                  std::to_string(k) + " items, more than " +
+                  std::to_string(c.budget.limits.max_list_items) +
                   " (ciuic's limit for a list in a template; docs/tokenizer.md)");
   List l;
   l.reserve(s.list->size() * k);
@@ -191,7 +201,9 @@ Value binary(Ctx& c, Pos p, const std::string& op, const Value& a, const Value& 
     if (b.is_undefined()) rt_fail(c, p, undefined_msg(b));
   };
   auto unsupported = [&]() -> Value {
-    rt_fail(c, p, "unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" + type_name(b) + "'");
+    rt_fail(c, p,
+            "unsupported operand type(s) for " + op + ": '" + type_name(a) + "' and '" +
+                type_name(b) + "'");
   };
   auto concat = [&](const std::string& x, const std::string& y) {
     c.budget.at = p;
@@ -205,7 +217,8 @@ Value binary(Ctx& c, Pos p, const std::string& op, const Value& a, const Value& 
   const bool floats = nums && (a.k == Value::K::kFloat || b.k == Value::K::kFloat);
   if (op == "+" || op == "-") {
     if (nums)
-      return floats ? Value::number(op == "+" ? a.as_double() + b.as_double() : a.as_double() - b.as_double())
+      return floats ? Value::number(op == "+" ? a.as_double() + b.as_double()
+                                              : a.as_double() - b.as_double())
                     : Value::integer(add(c, p, a.as_int(), b.as_int(), op.c_str()));
     if (op == "-") return unsupported();
     if (a.is_string() && b.is_string()) {
@@ -220,8 +233,9 @@ Value binary(Ctx& c, Pos p, const std::string& op, const Value& a, const Value& 
     if (a.k == Value::K::kList && b.k == Value::K::kList) {
       if (!a.is_plain_list()) return unsupported();
       if (!b.is_plain_list() || a.tuple != b.tuple)
-        rt_fail(c, p, std::string("can only concatenate ") + type_name(a) + " (not \"" + type_name(b) + "\") to " +
-                          type_name(a));
+        rt_fail(c, p,
+                std::string("can only concatenate ") + type_name(a) + " (not \"" + type_name(b) +
+                    "\") to " + type_name(a));
       c.budget.at = p;
       c.budget.check_items(a.list->size() + b.list->size());
       List l = *a.list;
@@ -230,17 +244,22 @@ Value binary(Ctx& c, Pos p, const std::string& op, const Value& a, const Value& 
       r.tuple = a.tuple;
       return r;
     }
-    // Python: the left operand's type decides the message (str + 1, [1] + 'a'; 1 + 'a' is unsupported)
+    // Python: the left operand's type decides the message (str + 1, [1] + 'a'; 1 + 'a' is
+    // unsupported)
     if (a.is_string())
-      rt_fail(c, p, std::string("can only concatenate str (not \"") + type_name(b) +
-                        "\") to str; use ~ to join a string with another value");
+      rt_fail(c, p,
+              std::string("can only concatenate str (not \"") + type_name(b) +
+                  "\") to str; use ~ to join a string with another value");
     if (a.is_plain_list())
-      rt_fail(c, p, std::string("can only concatenate ") + type_name(a) + " (not \"" + type_name(b) + "\") to " +
-                        type_name(a));
+      rt_fail(c, p,
+              std::string("can only concatenate ") + type_name(a) + " (not \"" + type_name(b) +
+                  "\") to " + type_name(a));
     return unsupported();
   }
   if (op == "*") {
-    if (nums) return floats ? Value::number(a.as_double() * b.as_double()) : Value::integer(mul(c, p, a.as_int(), b.as_int()));
+    if (nums)
+      return floats ? Value::number(a.as_double() * b.as_double())
+                    : Value::integer(mul(c, p, a.as_int(), b.as_int()));
     if ((a.is_string() || a.is_plain_list()) && b.is_int()) return repeat(c, p, a, b.as_int());
     if ((b.is_string() || b.is_plain_list()) && a.is_int()) return repeat(c, p, b, a.as_int());
     return unsupported();
@@ -264,17 +283,22 @@ Value binary(Ctx& c, Pos p, const std::string& op, const Value& a, const Value& 
         if (div - fl > 0.5) fl += 1.0;
         return Value::number(div == 0 ? std::copysign(0.0, x / y) : fl);
       }
-      if (r != 0 && ((r < 0) != (y < 0))) r += y;
-      else if (r == 0) r = std::copysign(0.0, y);
+      if (r != 0 && ((r < 0) != (y < 0)))
+        r += y;
+      else if (r == 0)
+        r = std::copysign(0.0, y);
       return Value::number(r);
     }
-    if (b.as_int() == 0) rt_fail(c, p, fdiv ? "integer division or modulo by zero" : "integer modulo by zero");
-    return Value::integer(fdiv ? floordiv(c, p, a.as_int(), b.as_int()) : mod(a.as_int(), b.as_int()));
+    if (b.as_int() == 0)
+      rt_fail(c, p, fdiv ? "integer division or modulo by zero" : "integer modulo by zero");
+    return Value::integer(fdiv ? floordiv(c, p, a.as_int(), b.as_int())
+                               : mod(a.as_int(), b.as_int()));
   }
   if (op == "**") {
     if (!nums) return unsupported();
     if (!floats && b.as_int() >= 0) return Value::integer(power(c, p, a.as_int(), b.as_int()));
-    if (a.as_double() == 0 && b.as_double() < 0) rt_fail(c, p, "0.0 cannot be raised to a negative power");
+    if (a.as_double() == 0 && b.as_double() < 0)
+      rt_fail(c, p, "0.0 cannot be raised to a negative power");
     const double r = std::pow(a.as_double(), b.as_double());
     if (std::isinf(r) && std::isfinite(a.as_double()) && std::isfinite(b.as_double()))
       rt_fail(c, p, "(34, 'Numerical result out of range')");
@@ -300,7 +324,8 @@ int compare_at(Ctx& c, Pos p, const Value& a, const Value& b, const std::string&
   if (a.k == Value::K::kList && b.k == Value::K::kList) {
     if (depth > c.budget.limits.max_value_depth) {
       c.budget.at = p;
-      c.budget.fail("comparing values nested deeper than " + std::to_string(c.budget.limits.max_value_depth) +
+      c.budget.fail("comparing values nested deeper than " +
+                    std::to_string(c.budget.limits.max_value_depth) +
                     " levels (ciuic's limit; Python: RecursionError)");
     }
     size_t n = std::min(a.list->size(), b.list->size());
@@ -313,7 +338,9 @@ int compare_at(Ctx& c, Pos p, const Value& a, const Value& b, const std::string&
   }
   if (a.is_undefined()) rt_fail(c, p, undefined_msg(a));
   if (b.is_undefined()) rt_fail(c, p, undefined_msg(b));
-  rt_fail(c, p, "'" + op + "' not supported between instances of '" + type_name(a) + "' and '" + type_name(b) + "'");
+  rt_fail(c, p,
+          "'" + op + "' not supported between instances of '" + type_name(a) + "' and '" +
+              type_name(b) + "'");
 }
 }  // namespace
 
@@ -325,7 +352,9 @@ bool contains(Ctx& c, Pos p, const Value& container, const Value& item) {
   switch (container.k) {
     case Value::K::kString:
       if (!item.is_string())
-        rt_fail(c, p, std::string("'in <string>' requires string as left operand, not ") + type_name(item));
+        rt_fail(
+            c, p,
+            std::string("'in <string>' requires string as left operand, not ") + type_name(item));
       c.budget.charge(container.s.size());
       return find_sub(container.s, item.s) != std::string::npos;
     case Value::K::kList:
@@ -349,7 +378,8 @@ bool contains(Ctx& c, Pos p, const Value& container, const Value& item) {
       return container.dict->find(item) != nullptr;
     }
     case Value::K::kUndefined: return false;  // jinja2's Undefined iterates as empty
-    default: rt_fail(c, p, std::string("argument of type '") + type_name(container) + "' is not iterable");
+    default:
+      rt_fail(c, p, std::string("argument of type '") + type_name(container) + "' is not iterable");
   }
 }
 
@@ -368,7 +398,8 @@ Value DictExpr::evaluate(Ctx& c) const {
   for (const auto& kv : items) {
     Value k = kv.first->eval(c);
     const char* type = nullptr;
-    if (!hashable(k, &type)) rt_fail(c, kv.first->pos, std::string("unhashable type: '") + type + "'");
+    if (!hashable(k, &type))
+      rt_fail(c, kv.first->pos, std::string("unhashable type: '") + type + "'");
     v.dict->set(std::move(k), kv.second->eval(c));
   }
   return v;
@@ -377,8 +408,11 @@ Value DictExpr::evaluate(Ctx& c) const {
 Value Unary::evaluate(Ctx& c) const {
   Value v = e->eval(c);
   if (op == "not") return Value::boolean(!truthy(v));
-  if (!v.is_number()) rt_fail(c, pos, "bad operand type for unary " + op + ": '" + type_name(v) + "'");
-  if (op == "-") return v.k == Value::K::kFloat ? Value::number(-v.f) : Value::integer(checked_neg(c, pos, v.as_int()));
+  if (!v.is_number())
+    rt_fail(c, pos, "bad operand type for unary " + op + ": '" + type_name(v) + "'");
+  if (op == "-")
+    return v.k == Value::K::kFloat ? Value::number(-v.f)
+                                   : Value::integer(checked_neg(c, pos, v.as_int()));
   return v.k == Value::K::kFloat ? v : Value::integer(v.as_int());
 }
 
@@ -424,11 +458,13 @@ CallArgs Args::eval(Ctx& c) const {
   if (dstar) {
     Value d = dstar->eval(c);
     if (d.k != Value::K::kDict || d.dict->ns)
-      rt_fail(c, dstar->pos, std::string("argument after ** must be a mapping, not ") + type_name(d));
+      rt_fail(c, dstar->pos,
+              std::string("argument after ** must be a mapping, not ") + type_name(d));
     for (const auto& kv : d.dict->items) {
       if (!kv.first.is_string()) rt_fail(c, dstar->pos, "keywords must be strings");
       for (const auto& have : a.kw)
-        if (have.first == kv.first.s) rt_fail(c, dstar->pos, "got multiple values for keyword argument '" + have.first + "'");
+        if (have.first == kv.first.s)
+          rt_fail(c, dstar->pos, "got multiple values for keyword argument '" + have.first + "'");
       a.kw.emplace_back(kv.first.s, kv.second);
     }
   }
@@ -465,7 +501,8 @@ Value TestExpr::evaluate(Ctx& c) const {
   return Value::boolean(apply_test(c, pos, name, v, a) != negate);
 }
 
-std::vector<int64_t> slice_indices(Ctx& c, Pos p, int64_t n, const Value& start, const Value& stop, const Value& step) {
+std::vector<int64_t> slice_indices(Ctx& c, Pos p, int64_t n, const Value& start, const Value& stop,
+                                   const Value& step) {
   auto opt = [&](const Value& v) -> std::optional<int64_t> {
     if (v.is_undefined() || v.is_none()) return std::nullopt;
     if (!v.is_int()) rt_fail(c, p, "slice indices must be integers or None");
@@ -501,7 +538,9 @@ Value SliceExpr::evaluate(Ctx& c) const {
     auto st = cp_starts(o.s);
     auto idx = slice_indices(c, pos, static_cast<int64_t>(st.size() - 1), s0, s1, s2);
     std::string out;
-    for (int64_t i : idx) out += o.s.substr(st[static_cast<size_t>(i)], st[static_cast<size_t>(i) + 1] - st[static_cast<size_t>(i)]);
+    for (int64_t i : idx)
+      out += o.s.substr(st[static_cast<size_t>(i)],
+                        st[static_cast<size_t>(i) + 1] - st[static_cast<size_t>(i)]);
     Value r = Value::string(out);
     r.markup = o.markup;
     return r;
@@ -559,7 +598,9 @@ void assign(Ctx& c, const Target& t, const Value& v) {
   }
   std::vector<Value> items = iterate(c, t.pos, v);
   if (items.size() != t.names.size())
-    rt_fail(c, t.pos, "cannot unpack " + std::to_string(items.size()) + " values into " + std::to_string(t.names.size()));
+    rt_fail(c, t.pos,
+            "cannot unpack " + std::to_string(items.size()) + " values into " +
+                std::to_string(t.names.size()));
   for (size_t i = 0; i < items.size(); ++i) c.frames.back()[t.names[i]] = items[i];
 }
 
@@ -602,7 +643,8 @@ Flow Set::run(Ctx& c) const {
 
 Flow For::run(Ctx& c) const {
   Value seq = iter->eval(c);
-  // A list is walked in place (seq keeps it alive: lists are immutable); anything else as iterate().
+  // A list is walked in place (seq keeps it alive: lists are immutable); anything else as
+  // iterate().
   std::vector<Value> own;
   const bool in_place = seq.k == Value::K::kList && !seq.is_iterator();  // an iterator is consumed
   if (!in_place || filter) {
@@ -628,10 +670,11 @@ Flow For::run(Ctx& c) const {
   auto index = std::make_shared<int64_t>(0);
   Value loop = Value::make_dict();
   Dict& d = *loop.dict;
-  for (const char* key : {"index0", "index", "revindex0", "revindex", "first", "last", "length", "depth", "depth0",
-                          "previtem", "nextitem"})
+  for (const char* key : {"index0", "index", "revindex0", "revindex", "first", "last", "length",
+                          "depth", "depth0", "previtem", "nextitem"})
     d.items.emplace_back(Value::string(key), Value());
-  d.items.emplace_back(Value::string("cycle"), Value::function("loop.cycle", [index](CallArgs& a, Ctx& cc) -> Value {
+  d.items.emplace_back(Value::string("cycle"),
+                       Value::function("loop.cycle", [index](CallArgs& a, Ctx& cc) -> Value {
                          if (a.pos.empty()) fail_here(cc, "no items for cycling given");
                          return a.pos[static_cast<size_t>(*index) % a.pos.size()];
                        }));
@@ -641,7 +684,8 @@ Flow For::run(Ctx& c) const {
   c.frames.emplace_back();
   Flow f = Flow::kNormal;
   for (int64_t i = 0; i < n && f != Flow::kBreak; ++i) {
-    c.budget.add_steps(1);  // an iteration costs about two expressions: two steps, even with an empty body
+    c.budget.add_steps(
+        1);  // an iteration costs about two expressions: two steps, even with an empty body
     c.budget.step(pos);
     *index = i;
     d.items[0].second = Value::integer(i);
@@ -650,8 +694,10 @@ Flow For::run(Ctx& c) const {
     d.items[3].second = Value::integer(n - i);
     d.items[4].second = Value::boolean(i == 0);
     d.items[5].second = Value::boolean(i == n - 1);
-    d.items[9].second = i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined_hint("there is no previous item");
-    d.items[10].second = i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value::undefined_hint("there is no next item");
+    d.items[9].second = i > 0 ? items[static_cast<size_t>(i - 1)]
+                              : Value::undefined_hint("there is no previous item");
+    d.items[10].second = i + 1 < n ? items[static_cast<size_t>(i + 1)]
+                                   : Value::undefined_hint("there is no next item");
     // A fresh scope per iteration (as jinja2): emptied when the body set names of its own.
     auto& frame = c.frames.back();
     if (frame.size() > 1 + target.names.size()) frame.clear();
@@ -685,7 +731,8 @@ Frames closure_of(Ctx& c) {
 
 // Runs `fn` with the frames [top level, *closure, fresh frame], then restores the caller's.
 template <class Fn>
-auto in_closure(Ctx& c, const Frames& closure, std::unordered_map<std::string, Value> frame, Fn fn) {
+auto in_closure(Ctx& c, const Frames& closure, std::unordered_map<std::string, Value> frame,
+                Fn fn) {
   Frames saved;
   saved.swap(c.frames);
   struct Restore {
@@ -695,7 +742,7 @@ auto in_closure(Ctx& c, const Frames& closure, std::unordered_map<std::string, V
   } restore{c, saved};
   int64_t n = static_cast<int64_t>(saved.front().size());
   for (const auto& f : closure) n += static_cast<int64_t>(f.size());
-  c.budget.add_steps(n);  // the copies below
+  c.budget.add_steps(n);              // the copies below
   c.frames.push_back(saved.front());  // globals and top-level assignments, as they are now
   c.frames.insert(c.frames.end(), closure.begin(), closure.end());
   c.frames.push_back(std::move(frame));
@@ -704,15 +751,20 @@ auto in_closure(Ctx& c, const Frames& closure, std::unordered_map<std::string, V
 
 Value call_macro(const Macro& m, const Frames& closure, CallArgs& a, Ctx& c, Pos p) {
   if (c.macro_depth >= c.budget.limits.max_macro_depth)
-    rt_fail(c, p, "macro calls nested deeper than " + std::to_string(c.budget.limits.max_macro_depth) +
-                      " (ciuic's limit for templates; jinja2: RecursionError)");
+    rt_fail(c, p,
+            "macro calls nested deeper than " + std::to_string(c.budget.limits.max_macro_depth) +
+                " (ciuic's limit for templates; jinja2: RecursionError)");
   std::unordered_map<std::string, Value> frame;
   if (a.pos.size() > m.params.size() && !m.catch_varargs)
-    rt_fail(c, p, "macro '" + m.name + "' takes not more than " + std::to_string(m.params.size()) + " argument(s)");
+    rt_fail(c, p,
+            "macro '" + m.name + "' takes not more than " + std::to_string(m.params.size()) +
+                " argument(s)");
   List extra;
   for (size_t i = 0; i < a.pos.size(); ++i) {
-    if (i < m.params.size()) frame[m.params[i].first] = a.pos[i];
-    else extra.push_back(a.pos[i]);
+    if (i < m.params.size())
+      frame[m.params[i].first] = a.pos[i];
+    else
+      extra.push_back(a.pos[i]);
   }
   Value kwargs = Value::make_dict();
   for (auto& [k, v] : a.kw) {
@@ -723,11 +775,13 @@ Value call_macro(const Macro& m, const Frames& closure, CallArgs& a, Ctx& c, Pos
       continue;
     }
     if (!known) {
-      if (!m.catch_kwargs) rt_fail(c, p, "macro '" + m.name + "' takes no keyword argument '" + k + "'");
+      if (!m.catch_kwargs)
+        rt_fail(c, p, "macro '" + m.name + "' takes no keyword argument '" + k + "'");
       kwargs.dict->set(k, v);
       continue;
     }
-    if (frame.count(k)) rt_fail(c, p, "macro '" + m.name + "' got multiple values for argument '" + k + "'");
+    if (frame.count(k))
+      rt_fail(c, p, "macro '" + m.name + "' got multiple values for argument '" + k + "'");
     frame[k] = v;
   }
   if (m.catch_varargs) {
@@ -745,7 +799,8 @@ Value call_macro(const Macro& m, const Frames& closure, CallArgs& a, Ctx& c, Pos
     for (const auto& prm : m.params)
       if (!c.frames.back().count(prm.first))
         c.frames.back()[prm.first] =
-            prm.second ? prm.second->eval(c) : Value::undefined_hint("parameter '" + prm.first + "' was not provided");
+            prm.second ? prm.second->eval(c)
+                       : Value::undefined_hint("parameter '" + prm.first + "' was not provided");
     return capture(c, m.body);
   });
   return Value::string(std::move(out));
@@ -756,8 +811,9 @@ Flow Macro::run(Ctx& c) const {
   const Macro* self = this;
   Pos p = pos;
   auto closure = std::make_shared<const Frames>(closure_of(c));
-  c.frames.back()[name] = Value::function(
-      name, [self, p, closure](CallArgs& a, Ctx& cc) { return call_macro(*self, *closure, a, cc, p); });
+  c.frames.back()[name] = Value::function(name, [self, p, closure](CallArgs& a, Ctx& cc) {
+    return call_macro(*self, *closure, a, cc, p);
+  });
   return Flow::kNormal;
 }
 
@@ -775,7 +831,8 @@ Flow FilterBlock::run(Ctx& c) const {
 
 Flow CallBlock::run(Ctx& c) const {
   const Body* b = &body;
-  auto closure = std::make_shared<const Frames>(closure_of(c));  // the body sees the call block's scope
+  auto closure =
+      std::make_shared<const Frames>(closure_of(c));  // the body sees the call block's scope
   Value caller = Value::function("caller", [b, closure](CallArgs&, Ctx& cc) {
     return Value::string(in_closure(cc, *closure, {}, [&] { return capture(cc, *b); }));
   });

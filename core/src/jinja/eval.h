@@ -26,7 +26,9 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 [[noreturn]] void rt_fail(const Ctx& c, Pos p, const std::string& msg);
 // An error at the expression being evaluated (for built-ins called without a position).
-[[noreturn]] inline void fail_here(const Ctx& c, const std::string& msg) { rt_fail(c, c.budget.at, msg); }
+[[noreturn]] inline void fail_here(const Ctx& c, const std::string& msg) {
+  rt_fail(c, c.budget.at, msg);
+}
 
 // One evaluation step at `p` while alive: counts the step and the evaluation depth
 // (Limits::max_steps, max_eval_depth, max_bytes).
@@ -55,7 +57,8 @@ Value binary(Ctx& c, Pos p, const std::string& op, const Value& a, const Value& 
 int compare(Ctx& c, Pos p, const Value& a, const Value& b, const std::string& op);
 bool contains(Ctx& c, Pos p, const Value& container, const Value& item);
 // Python's slice of n elements: the selected indices.
-std::vector<int64_t> slice_indices(Ctx& c, Pos p, int64_t n, const Value& start, const Value& stop, const Value& step);
+std::vector<int64_t> slice_indices(Ctx& c, Pos p, int64_t n, const Value& start, const Value& stop,
+                                   const Value& step);
 // Integer arithmetic as Python's, within int64: an overflow is an error at p.
 int64_t checked_neg(Ctx& c, Pos p, int64_t a);
 

@@ -14,11 +14,10 @@ namespace {
 int64_t length_of(Ctx& c, Pos p, const Value& v) {
   switch (v.k) {
     case Value::K::kUndefined: return 0;
-    case Value::K::kString:
-      c.budget.charge(v.s.size());
-      return static_cast<int64_t>(cp_count(v.s));
+    case Value::K::kString: c.budget.charge(v.s.size()); return static_cast<int64_t>(cp_count(v.s));
     case Value::K::kList:
-      if (v.is_iterator()) rt_fail(c, p, std::string("object of type '") + type_name(v) + "' has no len()");
+      if (v.is_iterator())
+        rt_fail(c, p, std::string("object of type '") + type_name(v) + "' has no len()");
       return static_cast<int64_t>(v.list->size());
     case Value::K::kDict: return static_cast<int64_t>(v.dict->items.size());
     default: rt_fail(c, p, std::string("object of type '") + type_name(v) + "' has no len()");
@@ -34,17 +33,21 @@ Value attr_path(Ctx& c, Pos p, const Value& v, const std::string& path) {
     if (j == std::string::npos) j = path.size();
     std::string part = path.substr(i, j - i);
     if (cur.is_undefined()) return cur;
-    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)) != 0; });
+    bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char ch) {
+      return std::isdigit(static_cast<unsigned char>(ch)) != 0;
+    });
     int64_t index = 0;
     if (digits && std::from_chars(part.data(), part.data() + part.size(), index).ec != std::errc())
       rt_fail(c, p, "index out of range: " + part);
-    cur = digits ? get_item(c, p, cur, Value::integer(index)) : get_item(c, p, cur, Value::string(part));
+    cur = digits ? get_item(c, p, cur, Value::integer(index))
+                 : get_item(c, p, cur, Value::string(part));
     i = j + 1;
   }
   return cur;
 }
 
-Value sorted(Ctx& c, Pos p, std::vector<Value> items, bool reverse, bool case_sensitive, const std::string& attribute) {
+Value sorted(Ctx& c, Pos p, std::vector<Value> items, bool reverse, bool case_sensitive,
+             const std::string& attribute) {
   auto key = [&](const Value& v) {
     Value k = attribute.empty() ? v : attr_path(c, p, v, attribute);
     if (!case_sensitive && k.is_string()) k.s = ascii_case(k.s, false);
@@ -53,7 +56,8 @@ Value sorted(Ctx& c, Pos p, std::vector<Value> items, bool reverse, bool case_se
   std::vector<std::pair<Value, Value>> kv;
   for (auto& v : items) kv.emplace_back(key(v), v);
   std::stable_sort(kv.begin(), kv.end(), [&](const auto& x, const auto& y) {
-    return reverse ? compare(c, p, y.first, x.first, "<") < 0 : compare(c, p, x.first, y.first, "<") < 0;
+    return reverse ? compare(c, p, y.first, x.first, "<") < 0
+                   : compare(c, p, x.first, y.first, "<") < 0;
   });
   Value out = Value::make_list();
   for (auto& e : kv) out.list->push_back(e.second);
@@ -82,10 +86,12 @@ bool apply_test(Ctx& c, Pos p, const std::string& name, const Value& v, CallArgs
   if (name == "sequence")  // len() and [] (jinja2's test): not iterators nor dict views
     return v.is_plain_list() || (v.is_list() && v.lazy == Value::Lazy::kRange) || v.is_string() ||
            (v.k == Value::K::kDict && !v.dict->ns);
-  if (name == "iterable") return v.k == Value::K::kList || v.is_string() || (v.k == Value::K::kDict && !v.dict->ns);
+  if (name == "iterable")
+    return v.k == Value::K::kList || v.is_string() || (v.k == Value::K::kDict && !v.dict->ns);
   if (name == "callable") return v.k == Value::K::kFunc;
   if (name == "odd" || name == "even") {
-    if (v.k != Value::K::kInt && v.k != Value::K::kBool) rt_fail(c, p, "test '" + name + "' needs an integer");
+    if (v.k != Value::K::kInt && v.k != Value::K::kBool)
+      rt_fail(c, p, "test '" + name + "' needs an integer");
     return (v.as_int() % 2 != 0) == (name == "odd");
   }
   if (name == "divisibleby") {
@@ -97,7 +103,8 @@ bool apply_test(Ctx& c, Pos p, const std::string& name, const Value& v, CallArgs
   if (name == "ne" || name == "!=") return !equal(v, need());
   if (name == "lt" || name == "lessthan" || name == "<") return compare(c, p, v, need(), "<") < 0;
   if (name == "le" || name == "<=") return compare(c, p, v, need(), "<=") <= 0;
-  if (name == "gt" || name == "greaterthan" || name == ">") return compare(c, p, v, need(), ">") > 0;
+  if (name == "gt" || name == "greaterthan" || name == ">")
+    return compare(c, p, v, need(), ">") > 0;
   if (name == "ge" || name == ">=") return compare(c, p, v, need(), ">=") >= 0;
   if (name == "in") return contains(c, p, need(), v);
   if (name == "sameas") {
@@ -150,7 +157,9 @@ void json_indent(Ctx& c, Pos p, const Value* ind, JsonFormat& f) {
     f.indent = ind->s;
     return;
   }
-  if (!ind->is_int()) rt_fail(c, p, std::string("tojson: indent must be an integer or a string, not ") + type_name(*ind));
+  if (!ind->is_int())
+    rt_fail(c, p,
+            std::string("tojson: indent must be an integer or a string, not ") + type_name(*ind));
   const int64_t n = ind->as_int();
   c.budget.at = p;
   if (n > 0) c.budget.check_length(static_cast<size_t>(n), "tojson's indent");
@@ -161,8 +170,10 @@ void json_indent(Ctx& c, Pos p, const Value* ind, JsonFormat& f) {
 int64_t float_to_int(Ctx& c, Pos p, double d) {
   if (std::isinf(d)) rt_fail(c, p, "cannot convert float infinity to integer");
   if (!(d > -9.2233720368547758e18 && d < 9.2233720368547758e18))
-    rt_fail(c, p, "integer overflow: int(" + py_float(d) +
-                      ") is past 64 bits (ciuic's templates compute with 64-bit integers where Python's grow)");
+    rt_fail(c, p,
+            "integer overflow: int(" + py_float(d) +
+                ") is past 64 bits (ciuic's templates compute with 64-bit integers where Python's "
+                "grow)");
   return static_cast<int64_t>(d);
 }
 }  // namespace
@@ -179,7 +190,8 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
   };
   if (name == "trim") {
     const Value* chars = arg(a, 0, "chars");
-    return same_kind(py_strip(to_str(v), true, true, (chars && chars->is_string()) ? &chars->s : nullptr));
+    return same_kind(
+        py_strip(to_str(v), true, true, (chars && chars->is_string()) ? &chars->s : nullptr));
   }
   if (name == "upper") return same_kind(ascii_case(to_str(v), true));
   if (name == "lower") return same_kind(ascii_case(to_str(v), false));
@@ -188,7 +200,8 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
   if (name == "length" || name == "count") return Value::integer(length_of(c, p, v));
   if (name == "string") return v.is_string() ? v : Value::string(to_str(v));
   // markupsafe: safe marks the text as Markup; escape escapes what is not Markup yet; forceescape
-  // escapes always. Printing a Markup prints its text (autoescape is off); `+` escapes the other side.
+  // escapes always. Printing a Markup prints its text (autoescape is off); `+` escapes the other
+  // side.
   if (name == "safe") return (v.is_string() && v.markup) ? v : Value::markup_string(to_str(v));
   if (name == "e" || name == "escape" || name == "forceescape") {
     if (name != "forceescape" && v.is_string() && v.markup) return v;
@@ -198,7 +211,8 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
   if (name == "tojson") {
     JsonFormat f;
     json_indent(c, p, arg(a, 0, "indent"), f);
-    if (const Value* sep = kwarg(a, "separators"); sep && sep->k == Value::K::kList && sep->list->size() == 2) {
+    if (const Value* sep = kwarg(a, "separators");
+        sep && sep->k == Value::K::kList && sep->list->size() == 2) {
       f.item_sep = (*sep->list)[0].s;
       f.key_sep = (*sep->list)[1].s;
     }
@@ -229,7 +243,9 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     rt_fail(c, p, std::string("'") + type_name(v) + "' object is not reversible");
   if (name == "first" || name == "last") {
     auto items = iterate(c, p, v);
-    if (items.empty()) return Value::undefined_hint(name == "first" ? "No first item, sequence was empty." : "No last item, sequence was empty.");
+    if (items.empty())
+      return Value::undefined_hint(name == "first" ? "No first item, sequence was empty."
+                                                   : "No last item, sequence was empty.");
     return name == "first" ? items.front() : items.back();
   }
   if (name == "list") return Value::make_list(iterate(c, p, v));
@@ -262,11 +278,14 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
       auto r = std::from_chars(s.data(), s.data() + s.size(), x);
       if (r.ec == std::errc() && r.ptr == s.data() + s.size()) return Value::integer(x);
       if (r.ec == std::errc::result_out_of_range && r.ptr == s.data() + s.size())
-        rt_fail(c, p, "integer overflow: int('" + excerpt(s, 40) +
-                          "') is past 64 bits (ciuic's templates compute with 64-bit integers where Python's grow)");
+        rt_fail(c, p,
+                "integer overflow: int('" + excerpt(s, 40) +
+                    "') is past 64 bits (ciuic's templates compute with 64-bit integers where "
+                    "Python's grow)");
       char* end = nullptr;
       double d = std::strtod(s.c_str(), &end);
-      if (!s.empty() && end == s.c_str() + s.size() && !std::isnan(d)) return Value::integer(float_to_int(c, p, d));
+      if (!s.empty() && end == s.c_str() + s.size() && !std::isnan(d))
+        return Value::integer(float_to_int(c, p, d));
     }
     const Value* d = arg(a, 0, "default");
     return d ? *d : Value::integer(0);
@@ -283,7 +302,8 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     return d ? *d : Value::number(0.0);
   }
   if (name == "abs") {
-    if (!v.is_number()) rt_fail(c, p, std::string("bad operand type for abs(): '") + type_name(v) + "'");
+    if (!v.is_number())
+      rt_fail(c, p, std::string("bad operand type for abs(): '") + type_name(v) + "'");
     if (v.k == Value::K::kFloat) return Value::number(std::fabs(v.f));
     return Value::integer(v.as_int() < 0 ? checked_neg(c, p, v.as_int()) : v.as_int());
   }
@@ -292,11 +312,14 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     const Value* method = arg(a, 1, "method");
     const int64_t digits = prec ? std::clamp<int64_t>(prec->as_int(), -400, 400) : 0;
     std::string how = method ? to_str(*method) : "common";
-    if (digits > 308 || !std::isfinite(v.as_double())) return Value::number(v.as_double());  // nothing to round
+    if (digits > 308 || !std::isfinite(v.as_double()))
+      return Value::number(v.as_double());  // nothing to round
     if (digits < -308) return Value::number(std::copysign(0.0, v.as_double()));
     double m = std::pow(10.0, static_cast<double>(digits));
     double x = v.as_double() * m;
-    double r = how == "ceil" ? std::ceil(x) : how == "floor" ? std::floor(x) : std::nearbyint(x);  // Python: half to even
+    double r = how == "ceil"    ? std::ceil(x)
+               : how == "floor" ? std::floor(x)
+                                : std::nearbyint(x);  // Python: half to even
     return Value::number(r / m);
   }
   if (name == "reverse") {
@@ -313,11 +336,13 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     auto items = iterate(c, p, v);
     std::reverse(items.begin(), items.end());
     if (!reversible) return Value::make_list(std::move(items));
-    return make_lazy(std::move(items), v.tuple ? Value::Lazy::kReversed : Value::Lazy::kReverseIterator);
+    return make_lazy(std::move(items),
+                     v.tuple ? Value::Lazy::kReversed : Value::Lazy::kReverseIterator);
   }
   if (name == "items") {  // jinja2's do_items: a generator of the (key, value) pairs
     if (v.is_undefined()) return make_lazy({}, Value::Lazy::kGenerator);
-    if (v.k != Value::K::kDict || v.dict->ns) rt_fail(c, p, "Can only get item pairs from a mapping.");
+    if (v.k != Value::K::kDict || v.dict->ns)
+      rt_fail(c, p, "Can only get item pairs from a mapping.");
     CallArgs none;
     Value pairs = call_method(c, p, v, "items", none);
     pairs.lazy = Value::Lazy::kGenerator;
@@ -330,13 +355,15 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     const Value* rev = arg(a, 2, "reverse");
     CallArgs none;
     Value items = call_method(c, p, v, "items", none);
-    return sorted(c, p, *items.list, rev && truthy(*rev), cs && truthy(*cs), (by && to_str(*by) == "value") ? "1" : "0");
+    return sorted(c, p, *items.list, rev && truthy(*rev), cs && truthy(*cs),
+                  (by && to_str(*by) == "value") ? "1" : "0");
   }
   if (name == "sort") {
     const Value* rev = arg(a, 0, "reverse");
     const Value* cs = arg(a, 1, "case_sensitive");
     const Value* at = arg(a, 2, "attribute");
-    return sorted(c, p, iterate(c, p, v), rev && truthy(*rev), cs && truthy(*cs), at ? to_str(*at) : "");
+    return sorted(c, p, iterate(c, p, v), rev && truthy(*rev), cs && truthy(*cs),
+                  at ? to_str(*at) : "");
   }
   if (name == "unique") {
     Value out = make_lazy({}, Value::Lazy::kGenerator);
@@ -355,7 +382,8 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     }
     return out;
   }
-  if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") return select_like(c, p, name, v, a);
+  if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr")
+    return select_like(c, p, name, v, a);
   if (name == "map") {  // jinja2's do_map: `if value:` first, then a generator
     Value out = make_lazy({}, Value::Lazy::kGenerator);
     const Value* at = kwarg(a, "attribute");
@@ -365,7 +393,8 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
         Value x = attr_path(c, p, e, to_str(*at));
         out.list->push_back((x.is_undefined() && dflt) ? *dflt : x);
       } else {
-        if (a.pos.empty() || !a.pos[0].is_string()) rt_fail(c, p, "map needs a filter name or attribute=");
+        if (a.pos.empty() || !a.pos[0].is_string())
+          rt_fail(c, p, "map needs a filter name or attribute=");
         CallArgs fa;
         fa.pos.assign(a.pos.begin() + 1, a.pos.end());
         fa.kw = a.kw;
@@ -382,7 +411,8 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     const Value* at = arg(a, 0, "attribute");
     const Value* start = arg(a, 1, "start");
     Value total = start ? *start : Value::integer(0);
-    for (const auto& e : iterate(c, p, v)) total = binary(c, p, "+", total, at ? attr_path(c, p, e, to_str(*at)) : e);
+    for (const auto& e : iterate(c, p, v))
+      total = binary(c, p, "+", total, at ? attr_path(c, p, e, to_str(*at)) : e);
     return total;
   }
   if (name == "min" || name == "max") {
@@ -391,7 +421,8 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     const Value* at = kwarg(a, "attribute");
     Value best = items[0];
     for (const auto& e : items) {
-      Value ka = at ? attr_path(c, p, e, to_str(*at)) : e, kb = at ? attr_path(c, p, best, to_str(*at)) : best;
+      Value ka = at ? attr_path(c, p, e, to_str(*at)) : e,
+            kb = at ? attr_path(c, p, best, to_str(*at)) : best;
       int cmp = compare(c, p, ka, kb, "<");
       if (name == "min" ? cmp < 0 : cmp > 0) best = e;
     }
@@ -416,7 +447,8 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     while (i <= s.size()) {
       size_t j = s.find('\n', i);
       std::string line = s.substr(i, j == std::string::npos ? std::string::npos : j - i);
-      bool add = first_line ? (first && truthy(*first)) : (!line.empty() || (blank && truthy(*blank)));
+      bool add =
+          first_line ? (first && truthy(*first)) : (!line.empty() || (blank && truthy(*blank)));
       limit_string(out.size() + (add ? pad.size() : 0) + line.size() + 1, "indent's result");
       if (add) out += pad;
       out += line;
@@ -428,7 +460,8 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     return same_kind(std::move(out));
   }
   if (name == "format") {  // jinja2's do_format: value % (kwargs or args)
-    if (!a.pos.empty() && !a.kw.empty()) rt_fail(c, p, "can't handle positional and keyword arguments at the same time");
+    if (!a.pos.empty() && !a.kw.empty())
+      rt_fail(c, p, "can't handle positional and keyword arguments at the same time");
     Value args;
     if (!a.kw.empty()) {
       args = Value::make_dict();
@@ -440,7 +473,8 @@ Value apply_filter(Ctx& c, Pos p, const std::string& name, const Value& v, CallA
     Value fmt = v.is_string() ? v : Value::string(to_str(v));
     return percent_format(c, p, fmt, args);
   }
-  if (name == "wordcount") return Value::integer(static_cast<int64_t>(py_split(to_str(v), nullptr, -1).size()));
+  if (name == "wordcount")
+    return Value::integer(static_cast<int64_t>(py_split(to_str(v), nullptr, -1).size()));
   rt_fail(c, p, "unknown filter '" + name + "'");
 }
 

@@ -39,7 +39,8 @@ std::string with_commas(const std::string& digits) {
 }
 
 // Pads `body` (its sign/prefix `head` kept in front for '=' alignment) to spec.width.
-std::string pad(Ctx& c, const std::string& head, const std::string& body, const Spec& s, char default_align) {
+std::string pad(Ctx& c, const std::string& head, const std::string& body, const Spec& s,
+                char default_align) {
   const size_t len = cp_count(head) + cp_count(body);
   const size_t width = s.width > 0 ? static_cast<size_t>(s.width) : 0;
   if (width <= len) return head + body;
@@ -67,16 +68,22 @@ std::string format_number(Ctx& c, Pos p, const Value& v, Spec s, bool percent_st
   const char t = s.type;
   std::string head, body;
   bool negative = false;
-  if (t == 'd' || t == 'i' || t == 'u' || t == 'x' || t == 'X' || t == 'o' || t == 'b' || t == 'n') {
+  if (t == 'd' || t == 'i' || t == 'u' || t == 'x' || t == 'X' || t == 'o' || t == 'b' ||
+      t == 'n') {
     int64_t x = 0;
     if (v.k == Value::K::kFloat) {
       if (!percent_style || t == 'x' || t == 'X' || t == 'o')
-        type_error(c, p, percent_style ? std::string("%") + t + " format: an integer is required, not float"
-                                       : std::string("Unknown format code '") + t + "' for object of type 'float'");
-      if (!std::isfinite(v.f)) type_error(c, p, "cannot convert float " + py_float(v.f) + " to integer");
+        type_error(c, p,
+                   percent_style
+                       ? std::string("%") + t + " format: an integer is required, not float"
+                       : std::string("Unknown format code '") + t + "' for object of type 'float'");
+      if (!std::isfinite(v.f))
+        type_error(c, p, "cannot convert float " + py_float(v.f) + " to integer");
       if (!(std::fabs(v.f) < 9.2e18))
-        rt_fail(c, p, "integer overflow: int(" + py_float(v.f) + ") is past 64 bits (ciuic's templates compute with "
-                      "64-bit integers where Python's grow)");
+        rt_fail(c, p,
+                "integer overflow: int(" + py_float(v.f) +
+                    ") is past 64 bits (ciuic's templates compute with "
+                    "64-bit integers where Python's grow)");
       x = static_cast<int64_t>(v.f);
     } else {
       x = v.as_int();
@@ -94,7 +101,8 @@ std::string format_number(Ctx& c, Pos p, const Value& v, Spec s, bool percent_st
       body = buf;
     }
     if (s.comma && (t == 'd' || t == 'n')) body = with_commas(body);
-    if (s.alt) head = (t == 'x') ? "0x" : (t == 'X') ? "0X" : (t == 'o') ? "0o" : (t == 'b') ? "0b" : "";
+    if (s.alt)
+      head = (t == 'x') ? "0x" : (t == 'X') ? "0X" : (t == 'o') ? "0o" : (t == 'b') ? "0b" : "";
   } else {
     double x = v.as_double();
     negative = std::signbit(x) && !std::isnan(x);
@@ -131,7 +139,10 @@ std::string format_number(Ctx& c, Pos p, const Value& v, Spec s, bool percent_st
 // str(v) / repr(v), or a number, formatted as `s` says (type 0: the value's default form).
 std::string format_one(Ctx& c, Pos p, const Value& v, Spec s, bool percent_style, bool escape) {
   char t = s.type;
-  if (t == 0) t = (v.is_number() && v.k != Value::K::kBool && !percent_style) ? (v.k == Value::K::kFloat ? 'G' : 'd') : 's';
+  if (t == 0)
+    t = (v.is_number() && v.k != Value::K::kBool && !percent_style)
+            ? (v.k == Value::K::kFloat ? 'G' : 'd')
+            : 's';
   if (t == 'G' && s.type == 0) {  // format(1.5) = str(1.5); with a precision, general format
     if (s.precision < 0) {
       const bool negative = std::signbit(v.f) && !std::isnan(v.f);
@@ -147,14 +158,17 @@ std::string format_one(Ctx& c, Pos p, const Value& v, Spec s, bool percent_style
   }
   if (t == 's' || t == 'r' || t == 'a') {
     if (!percent_style && t == 's' && v.is_number() && v.k != Value::K::kBool && s.type == 's')
-      type_error(c, p, std::string("Unknown format code 's' for object of type '") + type_name(v) + "'");
+      type_error(c, p,
+                 std::string("Unknown format code 's' for object of type '") + type_name(v) + "'");
     std::string text = t == 's' ? to_str(v) : repr(v);
     if (escape && !(t == 's' && v.is_string() && v.markup)) text = html_escape(text);
     if (s.precision >= 0) {
       const auto st = cp_starts(text);
-      if (static_cast<size_t>(s.precision) < st.size() - 1) text = text.substr(0, st[static_cast<size_t>(s.precision)]);
+      if (static_cast<size_t>(s.precision) < st.size() - 1)
+        text = text.substr(0, st[static_cast<size_t>(s.precision)]);
     }
-    return pad(c, "", text, s, (percent_style || !v.is_number()) ? (percent_style ? '>' : '<') : '>');
+    return pad(c, "", text, s,
+               (percent_style || !v.is_number()) ? (percent_style ? '>' : '<') : '>');
   }
   if (t == 'c') {
     std::string ch;
@@ -163,19 +177,27 @@ std::string format_one(Ctx& c, Pos p, const Value& v, Spec s, bool percent_style
     } else if (v.is_int() && v.as_int() >= 0 && v.as_int() <= 0x10FFFF) {
       append_utf8(ch, static_cast<uint32_t>(v.as_int()));
     } else {
-      type_error(c, p, percent_style ? "%c requires an int or a unicode character, not " + std::string(type_name(v))
-                                     : "%c arg not in range(0x110000)");
+      type_error(c, p,
+                 percent_style
+                     ? "%c requires an int or a unicode character, not " + std::string(type_name(v))
+                     : "%c arg not in range(0x110000)");
     }
     return pad(c, "", ch, s, percent_style ? '>' : '<');
   }
   if (std::string_view("diuxXobneEfFgG%").find(t) == std::string_view::npos)
-    type_error(c, p, std::string("Unknown format code '") + t + "' for object of type '" + type_name(v) + "'");
+    type_error(
+        c, p,
+        std::string("Unknown format code '") + t + "' for object of type '" + type_name(v) + "'");
   if (!v.is_number()) {
     if (percent_style)
-      type_error(c, p, std::string("%") + t + " format: " +
-                           ((t == 'x' || t == 'X' || t == 'o') ? "an integer is required, not " : "a real number is required, not ") +
-                           type_name(v));
-    type_error(c, p, std::string("Unknown format code '") + t + "' for object of type '" + type_name(v) + "'");
+      type_error(c, p,
+                 std::string("%") + t + " format: " +
+                     ((t == 'x' || t == 'X' || t == 'o') ? "an integer is required, not "
+                                                         : "a real number is required, not ") +
+                     type_name(v));
+    type_error(
+        c, p,
+        std::string("Unknown format code '") + t + "' for object of type '" + type_name(v) + "'");
   }
   s.type = t;
   return format_number(c, p, v, s, percent_style);
@@ -219,7 +241,8 @@ Spec parse_spec(Ctx& c, Pos p, const std::string& f) {
   }
   if (i < f.size() && f[i] == '.') {
     ++i;
-    if (i >= f.size() || f[i] < '0' || f[i] > '9') rt_fail(c, p, "Format specifier missing precision");
+    if (i >= f.size() || f[i] < '0' || f[i] > '9')
+      rt_fail(c, p, "Format specifier missing precision");
     s.precision = digits_at(f, i);
   }
   if (i < f.size()) s.type = f[i++];
@@ -235,8 +258,10 @@ Value percent_format(Ctx& c, Pos p, const Value& fmt_value, const Value& args) {
   std::vector<Value> positional;
   const bool tuple = args.is_list() && args.tuple;
   const bool mapping = args.k == Value::K::kDict && !args.dict->ns;
-  if (tuple) positional = *args.list;
-  else positional.push_back(args);
+  if (tuple)
+    positional = *args.list;
+  else
+    positional.push_back(args);
   size_t next = 0;
   bool used_mapping = false;
   std::string out;
@@ -267,14 +292,21 @@ Value percent_format(Ctx& c, Pos p, const Value& fmt_value, const Value& args) {
     Spec s;
     for (; i < f.size(); ++i) {
       const char ch = f[i];
-      if (ch == '-') s.align = '<';
-      else if (ch == '+') s.sign = '+';
-      else if (ch == ' ') s.sign = s.sign == '+' ? '+' : ' ';
-      else if (ch == '#') s.alt = true;
-      else if (ch == '0') s.zero = true;
-      else break;
+      if (ch == '-')
+        s.align = '<';
+      else if (ch == '+')
+        s.sign = '+';
+      else if (ch == ' ')
+        s.sign = s.sign == '+' ? '+' : ' ';
+      else if (ch == '#')
+        s.alt = true;
+      else if (ch == '0')
+        s.zero = true;
+      else
+        break;
     }
-    if (i < f.size() && f[i] == '*') rt_fail(c, p, "* wants int (a width from the arguments: not supported by ciuic)");
+    if (i < f.size() && f[i] == '*')
+      rt_fail(c, p, "* wants int (a width from the arguments: not supported by ciuic)");
     if (i < f.size() && f[i] >= '0' && f[i] <= '9') s.width = digits_at(f, i);
     if (i < f.size() && f[i] == '.') {
       ++i;
@@ -286,8 +318,10 @@ Value percent_format(Ctx& c, Pos p, const Value& fmt_value, const Value& args) {
     if (std::string_view("sraciduoxXeEfFgG").find(t) == std::string_view::npos) {
       char b[16];
       std::snprintf(b, sizeof b, "0x%x", static_cast<unsigned char>(t));
-      rt_fail(c, p, std::string("unsupported format character '") + (static_cast<unsigned char>(t) < 0x80 ? std::string(1, t) : "?") +
-                        "' (" + b + ") at index " + std::to_string(i));
+      rt_fail(c, p,
+              std::string("unsupported format character '") +
+                  (static_cast<unsigned char>(t) < 0x80 ? std::string(1, t) : "?") + "' (" + b +
+                  ") at index " + std::to_string(i));
     }
     if (s.align == '<') s.zero = false;
     s.type = t == 'i' || t == 'u' ? 'd' : t;
@@ -337,7 +371,8 @@ std::string str_format(Ctx& c, Pos p, const std::string& f, CallArgs& a) {
     const size_t close = f.find('}', i);
     if (close == std::string::npos) rt_fail(c, p, "Single '{' encountered in format string");
     std::string field = f.substr(i + 1, close - i - 1);
-    if (field.find('{') != std::string::npos) rt_fail(c, p, "nested replacement fields are not supported by ciuic");
+    if (field.find('{') != std::string::npos)
+      rt_fail(c, p, "nested replacement fields are not supported by ciuic");
     i = close;
     std::string spec;
     char conv = 0;
@@ -348,27 +383,34 @@ std::string str_format(Ctx& c, Pos p, const std::string& f, CallArgs& a) {
     if (size_t bang = field.find('!'); bang != std::string::npos) {
       if (bang + 2 != field.size()) rt_fail(c, p, "expected ':' after conversion specifier");
       conv = field[bang + 1];
-      if (conv != 'r' && conv != 's' && conv != 'a') rt_fail(c, p, std::string("Unknown conversion specifier ") + conv);
+      if (conv != 'r' && conv != 's' && conv != 'a')
+        rt_fail(c, p, std::string("Unknown conversion specifier ") + conv);
       field.resize(bang);
     }
     size_t k = 0;
     while (k < field.size() && field[k] != '.' && field[k] != '[') ++k;
     const std::string name = field.substr(0, k);
     Value v;
-    if (name.empty() || std::all_of(name.begin(), name.end(), [](char d) { return d >= '0' && d <= '9'; })) {
+    if (name.empty() ||
+        std::all_of(name.begin(), name.end(), [](char d) { return d >= '0' && d <= '9'; })) {
       size_t index;
       if (name.empty()) {
-        if (manual) rt_fail(c, p, "cannot switch from manual field specification to automatic field numbering");
+        if (manual)
+          rt_fail(c, p,
+                  "cannot switch from manual field specification to automatic field numbering");
         automatic = true;
         index = auto_index++;
       } else {
-        if (automatic) rt_fail(c, p, "cannot switch from automatic field numbering to manual field specification");
+        if (automatic)
+          rt_fail(c, p,
+                  "cannot switch from automatic field numbering to manual field specification");
         manual = true;
         size_t at = 0;
         index = static_cast<size_t>(digits_at(name, at));
       }
       if (index >= a.pos.size())
-        rt_fail(c, p, "tuple index out of range");  // jinja2's SandboxedFormatter (string.Formatter)
+        rt_fail(c, p,
+                "tuple index out of range");  // jinja2's SandboxedFormatter (string.Formatter)
       v = a.pos[index];
     } else {
       const Value* kv = kwarg(a, name.c_str());
@@ -385,7 +427,9 @@ std::string str_format(Ctx& c, Pos p, const std::string& f, CallArgs& a) {
         const size_t e = field.find(']', k);
         if (e == std::string::npos) rt_fail(c, p, "Missing ']' in format string");
         const std::string key = field.substr(k + 1, e - k - 1);
-        const bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](char d) { return d >= '0' && d <= '9'; });
+        const bool digits = !key.empty() && std::all_of(key.begin(), key.end(), [](char d) {
+          return d >= '0' && d <= '9';
+        });
         size_t at = 0;
         v = get_item(c, p, v, digits ? Value::integer(digits_at(key, at)) : Value::string(key));
         k = e + 1;

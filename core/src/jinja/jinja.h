@@ -33,7 +33,8 @@
 //                dict: items keys values get copy; list: index count copy (append, update, ...
 //                are the sandbox's "unsafe" error, as ImmutableSandboxedEnvironment's)
 //
-// Anything outside the subset (include/import/extends, ...) is a parse error that names it. Templates are immutable after parsing and render() is safe from many threads.
+// Anything outside the subset (include/import/extends, ...) is a parse error that names it.
+// Templates are immutable after parsing and render() is safe from many threads.
 //
 // A sandbox: templates come from downloaded model folders and are hostile input. Parsing and
 // rendering bound nesting, work and memory (Limits; docs/tokenizer.md "Limits"); any bound hit,
@@ -78,16 +79,19 @@ class CIUIC_API TemplateError : public UsageError {
 // jinja2's equivalents); tests lower them. Every limit is checked where the work happens, before
 // memory is taken where the size is known in advance (`'a' * n`, range, indent, tojson).
 struct Limits {
-  int max_nesting = 100;       // parser: nested (), [], {}, unary operators, not, blocks
-  int max_expr_depth = 500;    // depth of an expression tree (a chain a+b+c... or x|f|g... counts each link)
+  int max_nesting = 100;  // parser: nested (), [], {}, unary operators, not, blocks
+  int max_expr_depth =
+      500;  // depth of an expression tree (a chain a+b+c... or x|f|g... counts each link)
   int max_eval_depth = 1000;   // evaluator: expressions, statements and macro calls in progress
   int max_macro_depth = 100;   // macro calls in progress
   int max_value_depth = 500;   // printing, tojson, ==, <, of nested lists/dicts
   int64_t max_range = 100000;  // items of range() (jinja2's sandbox: MAX_RANGE)
-  int64_t max_list_items = 1000000;      // items of any list (also iterating a string)
-  int64_t max_string_bytes = 32 << 20;   // any string, the rendered text included
-  int64_t max_steps = 5000000;           // evaluations per render (expressions, statements; a loop iteration counts 2)
-  int64_t max_bytes = int64_t{512} << 20;  // bytes of strings and list slots made, copied or scanned
+  int64_t max_list_items = 1000000;     // items of any list (also iterating a string)
+  int64_t max_string_bytes = 32 << 20;  // any string, the rendered text included
+  int64_t max_steps =
+      5000000;  // evaluations per render (expressions, statements; a loop iteration counts 2)
+  int64_t max_bytes = int64_t{512}
+                      << 20;  // bytes of strings and list slots made, copied or scanned
 };
 
 struct Rendered {

@@ -14,8 +14,8 @@ class Lexer {
 
   std::vector<Token> run() {
     size_t p = 0;
-    bool strip_next = false;     // the previous tag ended with '-'
-    bool line_starting = true;   // the previous token ended with a newline (or template start)
+    bool strip_next = false;    // the previous tag ended with '-'
+    bool line_starting = true;  // the previous token ended with a newline (or template start)
     while (p <= src_.size()) {
       size_t open = find_open(p);
       std::string text(src_.substr(p, open - p));
@@ -31,7 +31,8 @@ class Lexer {
           size_t lpos = l == std::string::npos ? 0 : l + 1;
           if (lpos > 0 || line_starting) {
             bool only = true;
-            for (size_t i = lpos; i < text.size(); ++i) only = only && (text[i] == ' ' || text[i] == '\t');
+            for (size_t i = lpos; i < text.size(); ++i)
+              only = only && (text[i] == ' ' || text[i] == '\t');
             if (only) text.resize(lpos);
           }
         }
@@ -43,7 +44,8 @@ class Lexer {
       line_starting = false;
       if (kind == '#') {
         size_t close = src_.find("#}", q);
-        if (close == std::string_view::npos) fail_at(origin_, pos_of(open), "unclosed comment '{#'");
+        if (close == std::string_view::npos)
+          fail_at(origin_, pos_of(open), "unclosed comment '{#'");
         bool minus = close > q && src_[close - 1] == '-';
         bool plus = close > q && src_[close - 1] == '+';
         p = close + 2;
@@ -59,8 +61,8 @@ class Lexer {
       out_.push_back(Token{block ? T::kBlockBegin : T::kVarBegin, "", pos_of(open)});
       // raw blocks: the text up to {% endraw %} is literal
       size_t after = lex_tag(open, q, block, &strip_next);
-      if (block && out_.size() >= 3 && out_[out_.size() - 2].type == T::kName && out_[out_.size() - 2].text == "raw" &&
-          out_[out_.size() - 3].type == T::kBlockBegin) {
+      if (block && out_.size() >= 3 && out_[out_.size() - 2].type == T::kName &&
+          out_[out_.size() - 2].text == "raw" && out_[out_.size() - 3].type == T::kBlockBegin) {
         out_.resize(out_.size() - 3);
         size_t s = after;
         if (!strip_next && s < src_.size() && src_[s] == '\n') ++s;
@@ -135,12 +137,14 @@ class Lexer {
     size_t p = q;
     while (true) {
       while (p < src_.size() && std::isspace(static_cast<unsigned char>(src_[p]))) ++p;
-      if (p >= src_.size()) fail_at(origin_, pos_of(open), std::string("unclosed tag '") + (block ? "{%" : "{{") + "'");
+      if (p >= src_.size())
+        fail_at(origin_, pos_of(open), std::string("unclosed tag '") + (block ? "{%" : "{{") + "'");
       // close, optionally with '-' or '+'
       if (depth == 0) {
         size_t c = p;
         char m = 0;
-        if ((src_[c] == '-' || src_[c] == '+') && c + 2 < src_.size() + 1 && src_.substr(c + 1, 2) == std::string{close0, '}'}) {
+        if ((src_[c] == '-' || src_[c] == '+') && c + 2 < src_.size() + 1 &&
+            src_.substr(c + 1, 2) == std::string{close0, '}'}) {
           m = src_[c];
           ++c;
         }
@@ -159,17 +163,24 @@ class Lexer {
       Pos at = pos_of(p);
       if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
         size_t e = p;
-        while (e < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[e])) || src_[e] == '_')) ++e;
+        while (e < src_.size() &&
+               (std::isalnum(static_cast<unsigned char>(src_[e])) || src_[e] == '_'))
+          ++e;
         out_.push_back(Token{T::kName, std::string(src_.substr(p, e - p)), at});
         p = e;
       } else if (std::isdigit(static_cast<unsigned char>(c))) {
         size_t e = p;
         bool is_float = false;
-        while (e < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[e])) || src_[e] == '_')) ++e;
-        if (e + 1 < src_.size() && src_[e] == '.' && std::isdigit(static_cast<unsigned char>(src_[e + 1]))) {
+        while (e < src_.size() &&
+               (std::isdigit(static_cast<unsigned char>(src_[e])) || src_[e] == '_'))
+          ++e;
+        if (e + 1 < src_.size() && src_[e] == '.' &&
+            std::isdigit(static_cast<unsigned char>(src_[e + 1]))) {
           is_float = true;
           ++e;
-          while (e < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[e])) || src_[e] == '_')) ++e;
+          while (e < src_.size() &&
+                 (std::isdigit(static_cast<unsigned char>(src_[e])) || src_[e] == '_'))
+            ++e;
         }
         if (e < src_.size() && (src_[e] == 'e' || src_[e] == 'E')) {
           size_t x = e + 1;
@@ -236,7 +247,9 @@ class Lexer {
         if (start + k >= src_.size() || !std::isxdigit(static_cast<unsigned char>(src_[start + k])))
           fail_at(origin_, pos_of(e), "malformed \\x/\\u escape in a string literal");
         char h = src_[start + k];
-        v = v * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (std::tolower(h) - 'a' + 10));
+        v = v * 16 + static_cast<uint32_t>(std::isdigit(static_cast<unsigned char>(h))
+                                               ? h - '0'
+                                               : (std::tolower(h) - 'a' + 10));
       }
       return v;
     };
@@ -261,7 +274,10 @@ class Lexer {
         append_utf8(val, cp);
         return e + 10;
       }
-      default: val += '\\'; val += n; return e + 2;
+      default:
+        val += '\\';
+        val += n;
+        return e + 2;
     }
   }
 

@@ -12,7 +12,19 @@
 
 namespace ciuic::jinja {
 
-enum class T : uint8_t { kText, kVarBegin, kVarEnd, kBlockBegin, kBlockEnd, kName, kString, kInt, kFloat, kOp, kEof };
+enum class T : uint8_t {
+  kText,
+  kVarBegin,
+  kVarEnd,
+  kBlockBegin,
+  kBlockEnd,
+  kName,
+  kString,
+  kInt,
+  kFloat,
+  kOp,
+  kEof
+};
 
 struct Token {
   T type;

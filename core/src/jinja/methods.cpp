@@ -11,11 +11,13 @@
 namespace ciuic::jinja {
 
 bool is_method(const Value& obj, const std::string& name) {
-  static const char* kStr[] = {"strip", "lstrip", "rstrip", "split", "rsplit", "startswith", "endswith", "upper",
-                               "lower", "title", "capitalize", "replace", "find", "rfind", "count", "join",
-                               "splitlines", "isdigit", "isalpha", "isalnum", "isspace", "isupper", "islower",
-                               "index", "format", "removeprefix", "removesuffix", "partition", "rpartition",
-                               "zfill", "ljust", "rjust", "center", "swapcase", "casefold"};
+  static const char* kStr[] = {
+      "strip",    "lstrip",       "rstrip",       "split",     "rsplit",     "startswith",
+      "endswith", "upper",        "lower",        "title",     "capitalize", "replace",
+      "find",     "rfind",        "count",        "join",      "splitlines", "isdigit",
+      "isalpha",  "isalnum",      "isspace",      "isupper",   "islower",    "index",
+      "format",   "removeprefix", "removesuffix", "partition", "rpartition", "zfill",
+      "ljust",    "rjust",        "center",       "swapcase",  "casefold"};
   static const char* kDict[] = {"items", "keys", "values", "get", "copy"};
   static const char* kList[] = {"index", "count", "copy"};
   if (obj.is_string()) {
@@ -34,7 +36,8 @@ bool is_method(const Value& obj, const std::string& name) {
 namespace {
 Value bound_method(const Value& obj, const std::string& name, Pos p) {
   Value self = obj;
-  return Value::function(name, [self, name, p](CallArgs& a, Ctx& c) { return call_method(c, p, self, name, a); });
+  return Value::function(
+      name, [self, name, p](CallArgs& a, Ctx& c) { return call_method(c, p, self, name, a); });
 }
 
 }  // namespace
@@ -43,30 +46,37 @@ namespace {
 // jinja2's object_type_repr: "None", "dict object", "str object", ... (for Undefined's messages).
 std::string object_type_repr(const Value& v) {
   if (v.is_none()) return "None";
-  if (v.k == Value::K::kDict && v.dict->ns) return "transformers.utils.chat_template_utils.TemplateNamespace object";
+  if (v.k == Value::K::kDict && v.dict->ns)
+    return "transformers.utils.chat_template_utils.TemplateNamespace object";
   if (v.is_string() && v.markup) return "markupsafe.Markup object";
   return std::string(type_name(v)) + " object";
 }
 
 // jinja2's Undefined for obj.name / obj[key] that is not there, with jinja2's message.
 Value missing(const Value& obj, const Value& key) {
-  if (key.is_string()) return Value::undefined_hint(py_repr_str(object_type_repr(obj)) + " has no attribute " + py_repr_str(excerpt(key.s, 80)));
+  if (key.is_string())
+    return Value::undefined_hint(py_repr_str(object_type_repr(obj)) + " has no attribute " +
+                                 py_repr_str(excerpt(key.s, 80)));
   return Value::undefined_hint(object_type_repr(obj) + " has no element " + excerpt(repr(key), 80));
 }
 Value missing(const Value& obj, const std::string& name) {
-  return Value::undefined_hint(py_repr_str(object_type_repr(obj)) + " has no attribute " + py_repr_str(excerpt(name, 80)));
+  return Value::undefined_hint(py_repr_str(object_type_repr(obj)) + " has no attribute " +
+                               py_repr_str(excerpt(name, 80)));
 }
 
 // ImmutableSandboxedEnvironment: the methods that would change a list or dict are unsafe (an
 // Undefined whose use raises jinja2's SecurityError message).
 std::optional<Value> unsafe_method(const Value& obj, const std::string& name) {
-  static const std::vector<std::string> kList = {"append", "extend", "insert", "pop", "remove", "clear", "sort", "reverse"};
+  static const std::vector<std::string> kList = {"append", "extend", "insert", "pop",
+                                                 "remove", "clear",  "sort",   "reverse"};
   static const std::vector<std::string> kDict = {"update", "pop", "popitem", "setdefault", "clear"};
-  const bool list = obj.is_plain_list() && !obj.tuple, dict = obj.k == Value::K::kDict && !obj.dict->ns;
+  const bool list = obj.is_plain_list() && !obj.tuple,
+             dict = obj.k == Value::K::kDict && !obj.dict->ns;
   if (!list && !dict) return std::nullopt;
   const auto& names = list ? kList : kDict;
   if (std::find(names.begin(), names.end(), name) == names.end()) return std::nullopt;
-  return Value::undefined_hint("access to attribute '" + name + "' of '" + type_name(obj) + "' object is unsafe.");
+  return Value::undefined_hint("access to attribute '" + name + "' of '" + type_name(obj) +
+                               "' object is unsafe.");
 }
 }  // namespace
 
@@ -87,7 +97,8 @@ Value get_attr(Ctx& c, Pos p, const Value& obj, const std::string& name) {
 }
 
 Value get_item(Ctx& c, Pos p, const Value& obj, const Value& key) {
-  if (obj.is_undefined()) rt_fail(c, p, undefined_msg(obj) + " (reading [" + excerpt(repr(key), 30) + "])");
+  if (obj.is_undefined())
+    rt_fail(c, p, undefined_msg(obj) + " (reading [" + excerpt(repr(key), 30) + "])");
   if (obj.k == Value::K::kDict) {
     if (key.is_string()) {
       if (const Value* v = obj.dict->find(key.s)) return *v;
@@ -168,11 +179,14 @@ namespace {
 // markupsafe's Markup methods: those that return a str return a Markup (strip, replace, upper,
 // ...; replace escapes its `new` first); split/rsplit/splitlines return Markups; join escapes the
 // items. Null when `name` is a plain str method on a Markup (find, startswith, ...).
-std::optional<Value> markup_method(Ctx& c, Pos p, const Value& obj, const std::string& name, CallArgs& a) {
-  static const char* kWrapped[] = {"capitalize", "title", "lower", "upper", "replace", "lstrip", "rstrip", "strip",
-                                   "removeprefix", "removesuffix", "zfill", "ljust", "rjust", "center", "swapcase",
-                                   "casefold"};
-  const bool wrapped = std::any_of(std::begin(kWrapped), std::end(kWrapped), [&](const char* m) { return name == m; });
+std::optional<Value> markup_method(Ctx& c, Pos p, const Value& obj, const std::string& name,
+                                   CallArgs& a) {
+  static const char* kWrapped[] = {"capitalize",   "title",        "lower",    "upper",
+                                   "replace",      "lstrip",       "rstrip",   "strip",
+                                   "removeprefix", "removesuffix", "zfill",    "ljust",
+                                   "rjust",        "center",       "swapcase", "casefold"};
+  const bool wrapped = std::any_of(std::begin(kWrapped), std::end(kWrapped),
+                                   [&](const char* m) { return name == m; });
   const bool splits = name == "split" || name == "rsplit" || name == "splitlines";
   if (!wrapped && !splits && name != "join") return std::nullopt;
   Value plain = obj;
@@ -181,7 +195,8 @@ std::optional<Value> markup_method(Ctx& c, Pos p, const Value& obj, const std::s
   auto escape = [](Value& v) {
     if (v.is_string() && !v.markup) v = Value::markup_string(html_escape(v.s));
   };
-  if (name == "replace" && args.pos.size() > 1) escape(args.pos[1]);  // markupsafe 3 escapes `new` only
+  if (name == "replace" && args.pos.size() > 1)
+    escape(args.pos[1]);  // markupsafe 3 escapes `new` only
   if (name == "join" && !args.pos.empty()) {
     List items;
     for (const auto& e : iterate(c, p, args.pos[0]))
@@ -237,7 +252,8 @@ Value call_method(Ctx& c, Pos p, const Value& obj, const std::string& name, Call
       }
       for (const auto& cand : cands) {
         if (name == "startswith" ? s.compare(0, cand.size(), cand) == 0
-                                 : (s.size() >= cand.size() && s.compare(s.size() - cand.size(), cand.size(), cand) == 0))
+                                 : (s.size() >= cand.size() &&
+                                    s.compare(s.size() - cand.size(), cand.size(), cand) == 0))
           return Value::boolean(true);
       }
       return Value::boolean(false);
@@ -247,7 +263,8 @@ Value call_method(Ctx& c, Pos p, const Value& obj, const std::string& name, Call
     if (name == "title") return Value::string(py_title(s));
     if (name == "capitalize") return Value::string(py_capitalize(s));
     if (name == "replace") {
-      std::string from = need_str(c, p, arg(a, 0, "old"), "replace"), to = need_str(c, p, arg(a, 1, "new"), "replace");
+      std::string from = need_str(c, p, arg(a, 0, "old"), "replace"),
+                  to = need_str(c, p, arg(a, 1, "new"), "replace");
       const Value* cnt = arg(a, 2, "count");
       int64_t n = cnt ? cnt->as_int() : -1;
       std::string out;
@@ -301,7 +318,9 @@ Value call_method(Ctx& c, Pos p, const Value& obj, const std::string& name, Call
       std::string out;
       bool first = true;
       for (const auto& e : iterate(c, p, *x)) {
-        if (!e.is_string()) rt_fail(c, p, std::string("sequence item: expected str instance, ") + type_name(e) + " found");
+        if (!e.is_string())
+          rt_fail(c, p,
+                  std::string("sequence item: expected str instance, ") + type_name(e) + " found");
         limit_string(out.size() + (first ? 0 : s.size()) + e.s.size(), "join's result");
         if (!first) out += s;
         out += e.s;
@@ -330,11 +349,15 @@ Value call_method(Ctx& c, Pos p, const Value& obj, const std::string& name, Call
       return Value::boolean(true);
     };
     if (name == "isdigit") return all_of([](unsigned char ch) { return std::isdigit(ch) != 0; });
-    if (name == "isalpha") return all_of([](unsigned char ch) { return std::isalpha(ch) != 0 || ch >= 0x80; });
-    if (name == "isalnum") return all_of([](unsigned char ch) { return std::isalnum(ch) != 0 || ch >= 0x80; });
+    if (name == "isalpha")
+      return all_of([](unsigned char ch) { return std::isalpha(ch) != 0 || ch >= 0x80; });
+    if (name == "isalnum")
+      return all_of([](unsigned char ch) { return std::isalnum(ch) != 0 || ch >= 0x80; });
     if (name == "isspace") return all_of([](unsigned char ch) { return std::isspace(ch) != 0; });
-    if (name == "isupper") return Value::boolean(s != ascii_case(s, false) && s == ascii_case(s, true));
-    if (name == "islower") return Value::boolean(s != ascii_case(s, true) && s == ascii_case(s, false));
+    if (name == "isupper")
+      return Value::boolean(s != ascii_case(s, false) && s == ascii_case(s, true));
+    if (name == "islower")
+      return Value::boolean(s != ascii_case(s, true) && s == ascii_case(s, false));
     if (name == "format") return Value::string(str_format(c, p, s, a));
     if (name == "casefold") return Value::string(ascii_case(s, false));
     if (name == "swapcase") {
@@ -351,7 +374,8 @@ Value call_method(Ctx& c, Pos p, const Value& obj, const std::string& name, Call
     if (name == "removeprefix" || name == "removesuffix") {
       const std::string x = need_str(c, p, arg(a, 0, nullptr), name.c_str());
       const bool prefix = name == "removeprefix";
-      if (x.size() <= s.size() && (prefix ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0))
+      if (x.size() <= s.size() && (prefix ? s.compare(0, x.size(), x) == 0
+                                          : s.compare(s.size() - x.size(), x.size(), x) == 0))
         return Value::string(prefix ? s.substr(x.size()) : s.substr(0, s.size() - x.size()));
       return Value::string(s);
     }
@@ -360,8 +384,11 @@ Value call_method(Ctx& c, Pos p, const Value& obj, const std::string& name, Call
       if (sep.empty()) rt_fail(c, p, "empty separator");
       const size_t j = name == "partition" ? find_sub(s, sep) : rfind_sub(s, sep);
       std::vector<std::string> parts;
-      if (j == std::string::npos) parts = name == "partition" ? std::vector<std::string>{s, "", ""} : std::vector<std::string>{"", "", s};
-      else parts = {s.substr(0, j), sep, s.substr(j + sep.size())};
+      if (j == std::string::npos)
+        parts = name == "partition" ? std::vector<std::string>{s, "", ""}
+                                    : std::vector<std::string>{"", "", s};
+      else
+        parts = {s.substr(0, j), sep, s.substr(j + sep.size())};
       Value t = str_list(parts);
       t.tuple = true;
       return t;
@@ -372,7 +399,8 @@ Value call_method(Ctx& c, Pos p, const Value& obj, const std::string& name, Call
       const Value* fc = arg(a, 1, nullptr);
       std::string fill = " ";
       if (fc) {
-        if (!fc->is_string() || cp_count(fc->s) != 1) rt_fail(c, p, "The fill character must be exactly one character long");
+        if (!fc->is_string() || cp_count(fc->s) != 1)
+          rt_fail(c, p, "The fill character must be exactly one character long");
         fill = fc->s;
       }
       const size_t n = cp_count(s);
@@ -388,7 +416,8 @@ Value call_method(Ctx& c, Pos p, const Value& obj, const std::string& name, Call
       };
       if (name == "zfill") {
         const bool signed_ = !s.empty() && (s[0] == '+' || s[0] == '-');
-        return Value::string(signed_ ? s.substr(0, 1) + std::string(extra, '0') + s.substr(1) : std::string(extra, '0') + s);
+        return Value::string(signed_ ? s.substr(0, 1) + std::string(extra, '0') + s.substr(1)
+                                     : std::string(extra, '0') + s);
       }
       if (name == "ljust") return Value::string(s + rep(extra));
       if (name == "rjust") return Value::string(rep(extra) + s);
@@ -464,7 +493,9 @@ void add_globals(std::unordered_map<std::string, Value>& g) {
     if (a.pos.empty() || a.pos.size() > 3)
       fail_here(c, "range expected at most 3 arguments, got " + std::to_string(a.pos.size()));
     for (const auto& v : a.pos)
-      if (!v.is_int()) fail_here(c, std::string("'") + type_name(v) + "' object cannot be interpreted as an integer");
+      if (!v.is_int())
+        fail_here(c,
+                  std::string("'") + type_name(v) + "' object cannot be interpreted as an integer");
     int64_t start = 0, stop = 0, step = 1;
     if (a.pos.size() == 1) {
       stop = a.pos[0].as_int();
@@ -475,7 +506,8 @@ void add_globals(std::unordered_map<std::string, Value>& g) {
     }
     if (step == 0) fail_here(c, "range() arg 3 must not be zero");
     // len(range(start, stop, step)), in 128 bits so that no bound overflows
-    const __int128 span = step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
+    const __int128 span =
+        step > 0 ? static_cast<__int128>(stop) - start : static_cast<__int128>(start) - stop;
     const __int128 st = step > 0 ? static_cast<__int128>(step) : -static_cast<__int128>(step);
     const __int128 n = span <= 0 ? 0 : (span - 1) / st + 1;
     if (n > c.budget.limits.max_range)
@@ -483,14 +515,16 @@ void add_globals(std::unordered_map<std::string, Value>& g) {
                        std::to_string(c.budget.limits.max_range) + ").");
     List l;
     l.reserve(static_cast<size_t>(n));
-    for (__int128 k = 0; k < n; ++k) l.push_back(Value::integer(static_cast<int64_t>(start + k * step)));
+    for (__int128 k = 0; k < n; ++k)
+      l.push_back(Value::integer(static_cast<int64_t>(start + k * step)));
     std::string r = "range(" + std::to_string(start) + ", " + std::to_string(stop) +
                     (step != 1 ? ", " + std::to_string(step) : std::string()) + ")";
     return make_lazy(std::move(l), Value::Lazy::kRange, std::move(r));
   });
   // dict(mapping or iterable of pairs, **kw), as Python's; namespace() takes the same arguments.
   auto dict_args = [](CallArgs& a, Ctx& c, Value d) -> Value {
-    if (a.pos.size() > 1) fail_here(c, "dict expected at most 1 argument, got " + std::to_string(a.pos.size()));
+    if (a.pos.size() > 1)
+      fail_here(c, "dict expected at most 1 argument, got " + std::to_string(a.pos.size()));
     if (!a.pos.empty()) {
       const Value& v = a.pos[0];
       if (v.k == Value::K::kDict) {  // its keys are distinct already: copied as they are
@@ -501,10 +535,11 @@ void add_globals(std::unordered_map<std::string, Value>& g) {
         for (size_t i = 0; i < items.size(); ++i) {
           std::vector<Value> pair = iterate(c, c.budget.at, items[i]);
           if (pair.size() != 2)
-            fail_here(c, "dictionary update sequence element #" + std::to_string(i) + " has length " +
-                             std::to_string(pair.size()) + "; 2 is required");
+            fail_here(c, "dictionary update sequence element #" + std::to_string(i) +
+                             " has length " + std::to_string(pair.size()) + "; 2 is required");
           const char* type = nullptr;
-          if (!hashable(pair[0], &type)) fail_here(c, std::string("unhashable type: '") + type + "'");
+          if (!hashable(pair[0], &type))
+            fail_here(c, std::string("unhashable type: '") + type + "'");
           d.dict->set(std::move(pair[0]), std::move(pair[1]));
         }
       }
@@ -528,6 +563,5 @@ void add_globals(std::unordered_map<std::string, Value>& g) {
     return Value::string(std::string(buf, n));
   });
 }
-
 
 }  // namespace ciuic::jinja

@@ -44,7 +44,8 @@ class Parser {
     if (e->depth > limits_.max_expr_depth)
       fail_at(origin_, e->pos,
               "expression nested deeper than " + std::to_string(limits_.max_expr_depth) +
-                  " levels (ciuic's limit: a chain of operators, filters or brackets counts each link; jinja2: "
+                  " levels (ciuic's limit: a chain of operators, filters or brackets counts each "
+                  "link; jinja2: "
                   "RecursionError)");
     return e;
   }
@@ -52,8 +53,12 @@ class Parser {
 
   const Token& peek(size_t k = 0) const { return t_[std::min(i_ + k, t_.size() - 1)]; }
   const Token& next() { return t_[std::min(i_++, t_.size() - 1)]; }
-  bool is_op(const char* op, size_t k = 0) const { return peek(k).type == T::kOp && peek(k).text == op; }
-  bool is_name(const char* n, size_t k = 0) const { return peek(k).type == T::kName && peek(k).text == n; }
+  bool is_op(const char* op, size_t k = 0) const {
+    return peek(k).type == T::kOp && peek(k).text == op;
+  }
+  bool is_name(const char* n, size_t k = 0) const {
+    return peek(k).type == T::kName && peek(k).text == n;
+  }
   [[noreturn]] void fail(const std::string& msg) const { fail_at(origin_, peek().pos, msg); }
   static std::string describe(const Token& t) {
     switch (t.type) {
@@ -87,7 +92,8 @@ class Parser {
     while (true) {
       const Token& tk = peek();
       if (tk.type == T::kEof) {
-        if (!ends.empty()) fail("missing {% " + ends.back() + " %}");  // the closing tag (not an else)
+        if (!ends.empty())
+          fail("missing {% " + ends.back() + " %}");  // the closing tag (not an else)
         return body;
       }
       if (tk.type == T::kText) {
@@ -128,12 +134,18 @@ class Parser {
     const Token kw = next();
     const std::string& k = kw.text;
     NodeP n;
-    if (k == "if") n = parse_if();
-    else if (k == "for") n = parse_for();
-    else if (k == "set") n = parse_set();
-    else if (k == "macro") n = parse_macro();
-    else if (k == "call") n = parse_call_block();
-    else if (k == "filter") n = parse_filter_block();
+    if (k == "if")
+      n = parse_if();
+    else if (k == "for")
+      n = parse_for();
+    else if (k == "set")
+      n = parse_set();
+    else if (k == "macro")
+      n = parse_macro();
+    else if (k == "call")
+      n = parse_call_block();
+    else if (k == "filter")
+      n = parse_filter_block();
     else if (k == "generation") {
       expect_block_end();
       auto g = std::make_unique<Generation>();
@@ -152,8 +164,9 @@ class Parser {
       fail_at(origin_, kw.pos, "unexpected '{% " + k + " %}' (no open block it could close)");
     } else {
       fail_at(origin_, kw.pos,
-              "unsupported statement '{% " + k + " %}' (chat templates support if, for, set, macro, call, "
-              "filter, break, continue, generation, raw)");
+              "unsupported statement '{% " + k +
+                  " %}' (chat templates support if, for, set, macro, call, "
+                  "filter, break, continue, generation, raw)");
     }
     n->pos = kw.pos;
     return n;
@@ -206,7 +219,8 @@ class Parser {
     auto n = std::make_unique<For>();
     n->target = parse_target();
     if (!n->target.attr.empty()) fail("a for loop cannot assign to an attribute");
-    if (!is_name("in")) fail("expected 'in' in the for statement, found '" + describe(peek()) + "'");
+    if (!is_name("in"))
+      fail("expected 'in' in the for statement, found '" + describe(peek()) + "'");
     ++i_;
     n->iter = parse_expr(false);
     if (is_name("if")) {
@@ -398,8 +412,9 @@ class Parser {
     while (true) {
       Pos p = peek().pos;
       std::string op;
-      if (peek().type == T::kOp && (peek().text == "==" || peek().text == "!=" || peek().text == "<" ||
-                                    peek().text == "<=" || peek().text == ">" || peek().text == ">=")) {
+      if (peek().type == T::kOp &&
+          (peek().text == "==" || peek().text == "!=" || peek().text == "<" ||
+           peek().text == "<=" || peek().text == ">" || peek().text == ">=")) {
         op = next().text;
       } else if (is_name("in")) {
         ++i_;
@@ -531,7 +546,7 @@ class Parser {
           }
           expect_op("]");
           const int h = items_depth(l->items);
-    return deep(std::move(l), h);
+          return deep(std::move(l), h);
         }
         if (t.text == "{") {
           ++i_;
@@ -622,7 +637,8 @@ class Parser {
           const Token& t = next();
           int64_t index = 0;
           auto r = std::from_chars(t.text.data(), t.text.data() + t.text.size(), index);
-          if (r.ec != std::errc()) fail_at(origin_, t.pos, "integer literal out of range: " + t.text);
+          if (r.ec != std::errc())
+            fail_at(origin_, t.pos, "integer literal out of range: " + t.text);
           l->v = Value::integer(index);
           it->key = std::move(l);
           const int d = it->obj->depth;
@@ -654,7 +670,8 @@ class Parser {
           n->start = std::move(a);
           n->stop = std::move(b);
           n->step = std::move(s);
-          const int d = std::max({n->obj->depth, depth_of(n->start), depth_of(n->stop), depth_of(n->step)});
+          const int d =
+              std::max({n->obj->depth, depth_of(n->start), depth_of(n->stop), depth_of(n->step)});
           e = deep(std::move(n), d);
         } else {
           auto n = std::make_unique<Item>();
@@ -705,10 +722,11 @@ class Parser {
         n->name = expect_name();
         if (is_op("(")) {
           n->args = parse_call_args();
-        } else if (peek().type == T::kString || peek().type == T::kInt || peek().type == T::kFloat || is_op("[") ||
-                   is_op("{") ||
-                   (peek().type == T::kName && !is_name("else") && !is_name("and") && !is_name("or") &&
-                    !is_name("if") && !is_name("is") && !is_name("in") && !is_name("not"))) {
+        } else if (peek().type == T::kString || peek().type == T::kInt ||
+                   peek().type == T::kFloat || is_op("[") || is_op("{") ||
+                   (peek().type == T::kName && !is_name("else") && !is_name("and") &&
+                    !is_name("or") && !is_name("if") && !is_name("is") && !is_name("in") &&
+                    !is_name("not"))) {
           n->args.pos.push_back(parse_postfix(parse_primary()));
         }
         const int d = std::max(n->e->depth, n->args.depth());
@@ -745,7 +763,8 @@ class Parser {
 
 }  // namespace
 
-Body parse(std::vector<Token> tokens, const std::string& origin, const Limits& limits, bool* has_generation) {
+Body parse(std::vector<Token> tokens, const std::string& origin, const Limits& limits,
+           bool* has_generation) {
   return Parser(std::move(tokens), origin, limits).parse_template(has_generation);
 }
 

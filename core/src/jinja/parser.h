@@ -13,6 +13,7 @@
 namespace ciuic::jinja {
 
 // The template's body; *has_generation: whether it has {% generation %} blocks.
-Body parse(std::vector<Token> tokens, const std::string& origin, const Limits& limits, bool* has_generation);
+Body parse(std::vector<Token> tokens, const std::string& origin, const Limits& limits,
+           bool* has_generation);
 
 }  // namespace ciuic::jinja

@@ -15,11 +15,13 @@ struct Template::Impl {
   bool has_generation = false;
 };
 
-Template::Template(std::string_view source, std::string origin, Limits limits) : impl_(std::make_unique<Impl>()) {
+Template::Template(std::string_view source, std::string origin, Limits limits)
+    : impl_(std::make_unique<Impl>()) {
   impl_->origin = std::move(origin);
   impl_->limits = limits;
   try {
-    impl_->body = parse(lex(source, impl_->origin), impl_->origin, impl_->limits, &impl_->has_generation);
+    impl_->body =
+        parse(lex(source, impl_->origin), impl_->origin, impl_->limits, &impl_->has_generation);
   } catch (const std::bad_alloc&) {
     fail_at(impl_->origin, Pos{}, "out of memory while parsing the template");
   }
@@ -51,7 +53,8 @@ Rendered Template::render(const nlohmann::ordered_json& variables) const {
     c.frames.emplace_back();
     add_globals(c.frames[0]);
     if (variables.is_object())
-      for (auto it = variables.begin(); it != variables.end(); ++it) c.frames[0][it.key()] = from_json(it.value());
+      for (auto it = variables.begin(); it != variables.end(); ++it)
+        c.frames[0][it.key()] = from_json(it.value());
     exec_body(impl_->body, c);
   } catch (const std::bad_alloc&) {
     budget.fail("out of memory while rendering the template");

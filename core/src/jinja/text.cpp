@@ -25,7 +25,6 @@ uint32_t decode_at(std::string_view s, size_t i, size_t* len) {
   return cp;
 }
 
-
 bool py_isspace(uint32_t c) {  // Python's str.isspace()
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
          c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
@@ -112,7 +111,8 @@ std::vector<std::string> py_split(const std::string& s, const std::string* sep, 
   const std::string& d = *sep;
   size_t i = 0;
   while (true) {
-    size_t j = (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) ? std::string::npos : find_sub(s, d, i);
+    size_t j = (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) ? std::string::npos
+                                                                               : find_sub(s, d, i);
     if (j == std::string::npos) {
       out.push_back(s.substr(i));
       break;
@@ -126,18 +126,24 @@ std::vector<std::string> py_split(const std::string& s, const std::string* sep, 
 // Simple case mapping: ASCII, Latin-1, Latin Extended-A, Greek and Cyrillic (Python maps all of
 // Unicode; chat templates apply upper/lower/title to role names).
 static uint32_t cp_case(uint32_t c, bool upper) {
-  if (c < 0x80) return static_cast<uint32_t>(upper ? std::toupper(static_cast<int>(c)) : std::tolower(static_cast<int>(c)));
+  if (c < 0x80)
+    return static_cast<uint32_t>(upper ? std::toupper(static_cast<int>(c))
+                                       : std::tolower(static_cast<int>(c)));
   if (upper) {
     if ((c >= 0xE0 && c <= 0xFE && c != 0xF7)) return c - 0x20;
-    if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F)
-      return ((c >= 0x139 && c <= 0x148) || c >= 0x179) ? ((c % 2 == 0) ? c - 1 : c) : (c % 2 == 1 ? c - 1 : c);
+    if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 &&
+        c != 0x17F)
+      return ((c >= 0x139 && c <= 0x148) || c >= 0x179) ? ((c % 2 == 0) ? c - 1 : c)
+                                                        : (c % 2 == 1 ? c - 1 : c);
     if (c >= 0x3B1 && c <= 0x3C9 && c != 0x3C2) return c - 0x20;
     if (c >= 0x430 && c <= 0x44F) return c - 0x20;
     if (c >= 0x450 && c <= 0x45F) return c - 0x50;
   } else {
     if ((c >= 0xC0 && c <= 0xDE && c != 0xD7)) return c + 0x20;
-    if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 && c != 0x17F)
-      return ((c >= 0x139 && c <= 0x148) || c >= 0x179) ? ((c % 2 == 1) ? c + 1 : c) : (c % 2 == 0 ? c + 1 : c);
+    if (c >= 0x100 && c <= 0x17F && c != 0x130 && c != 0x131 && c != 0x138 && c != 0x149 &&
+        c != 0x17F)
+      return ((c >= 0x139 && c <= 0x148) || c >= 0x179) ? ((c % 2 == 1) ? c + 1 : c)
+                                                        : (c % 2 == 0 ? c + 1 : c);
     if (c >= 0x391 && c <= 0x3A9) return c + 0x20;
     if (c >= 0x410 && c <= 0x42F) return c + 0x20;
     if (c >= 0x400 && c <= 0x40F) return c + 0x50;

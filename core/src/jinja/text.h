@@ -39,7 +39,8 @@ inline void append_utf8(std::string& out, uint32_t cp) {
 bool py_isspace(uint32_t c);  // Python's str.isspace() for one code point
 // str.strip/lstrip/rstrip: `chars` null = whitespace.
 std::string py_strip(std::string_view s, bool left, bool right, const std::string* chars);
-// str.split(sep, maxsplit): sep null = runs of whitespace; maxsplit < 0 = no limit. sep is not empty.
+// str.split(sep, maxsplit): sep null = runs of whitespace; maxsplit < 0 = no limit. sep is not
+// empty.
 std::vector<std::string> py_split(const std::string& s, const std::string* sep, int64_t maxsplit);
 // Simple case mapping (ASCII, Latin-1, Latin Extended-A, Greek, Cyrillic); invalid bytes kept.
 std::string ascii_case(const std::string& s, bool upper);

@@ -12,13 +12,14 @@ namespace ciuic::jinja {
 using json = nlohmann::ordered_json;
 
 void fail_at(const std::string& origin, Pos p, const std::string& msg) {
-  throw TemplateError(origin + ":" + std::to_string(p.line) + ":" + std::to_string(p.col) + ": " + msg, msg,
-                      false);
+  throw TemplateError(
+      origin + ":" + std::to_string(p.line) + ":" + std::to_string(p.col) + ": " + msg, msg, false);
 }
 
 std::string excerpt(std::string_view s, size_t max) {
   if (s.size() <= max) return std::string(s);
-  while (max > 0 && (static_cast<unsigned char>(s[max]) & 0xC0) == 0x80) --max;  // a whole code point
+  while (max > 0 && (static_cast<unsigned char>(s[max]) & 0xC0) == 0x80)
+    --max;  // a whole code point
   return std::string(s.substr(0, max)) + "...";
 }
 
@@ -27,17 +28,22 @@ namespace {
 thread_local Budget* t_budget = nullptr;
 
 std::string mib(int64_t bytes) {
-  return bytes % (1 << 20) == 0 ? std::to_string(bytes >> 20) + " MiB" : std::to_string(bytes) + " bytes";
+  return bytes % (1 << 20) == 0 ? std::to_string(bytes >> 20) + " MiB"
+                                : std::to_string(bytes) + " bytes";
 }
 
-int value_depth_limit() { return t_budget ? t_budget->limits.max_value_depth : Limits{}.max_value_depth; }
+int value_depth_limit() {
+  return t_budget ? t_budget->limits.max_value_depth : Limits{}.max_value_depth;
+}
 }  // namespace
 
 Budget* budget() { return t_budget; }
 BudgetScope::BudgetScope(Budget* b) : saved_(t_budget) { t_budget = b; }
 BudgetScope::~BudgetScope() { t_budget = saved_; }
 
-void Budget::fail(const std::string& msg) const { fail_at(origin ? *origin : std::string("<template>"), at, msg); }
+void Budget::fail(const std::string& msg) const {
+  fail_at(origin ? *origin : std::string("<template>"), at, msg);
+}
 
 void Budget::step(Pos p) {
   at = p;
@@ -54,7 +60,8 @@ void Budget::over_bytes() const {
 
 void Budget::check_length(size_t n, const char* what) const {
   if (n > static_cast<uint64_t>(limits.max_string_bytes))
-    fail(std::string(what) + " would be " + std::to_string(n) + " bytes, longer than " + mib(limits.max_string_bytes) +
+    fail(std::string(what) + " would be " + std::to_string(n) + " bytes, longer than " +
+         mib(limits.max_string_bytes) +
          " (ciuic's limit for a string in a template; docs/tokenizer.md)");
 }
 
@@ -66,7 +73,8 @@ void Budget::check_string(size_t n, const char* what) {
 void Budget::check_items(size_t n, const char* what) {
   if (n > static_cast<uint64_t>(limits.max_list_items))
     fail(std::string(what) + " would have " + std::to_string(n) + " items, more than " +
-         std::to_string(limits.max_list_items) + " (ciuic's limit for a list in a template; docs/tokenizer.md)");
+         std::to_string(limits.max_list_items) +
+         " (ciuic's limit for a list in a template; docs/tokenizer.md)");
   charge(n * sizeof(Value));
 }
 
@@ -109,9 +117,19 @@ Dict::~Dict() {
 
 // ---- Value ---------------------------------------------------------------------------------
 Value::Value(const Value& o)
-    : k(o.k), b(o.b), tuple(o.tuple), markup(o.markup), lazy(o.lazy), i(o.i), f(o.f), s(o.s), list(o.list),
-      dict(o.dict), func(o.func) {
-  if (!s.empty() && t_budget) t_budget->bytes += static_cast<int64_t>(s.size());  // checked later: no throw here
+    : k(o.k),
+      b(o.b),
+      tuple(o.tuple),
+      markup(o.markup),
+      lazy(o.lazy),
+      i(o.i),
+      f(o.f),
+      s(o.s),
+      list(o.list),
+      dict(o.dict),
+      func(o.func) {
+  if (!s.empty() && t_budget)
+    t_budget->bytes += static_cast<int64_t>(s.size());  // checked later: no throw here
 }
 
 Value& Value::operator=(const Value& o) {
@@ -187,7 +205,8 @@ Value make_lazy(List items, Value::Lazy kind, std::string repr) {
 
 std::string html_escape(std::string_view s) {
   size_t size = s.size();  // of the result: each entity adds at most 4 bytes
-  for (char ch : s) size += (ch == '&' || ch == '<' || ch == '>' || ch == '"' || ch == '\'') ? 4 : 0;
+  for (char ch : s)
+    size += (ch == '&' || ch == '<' || ch == '>' || ch == '"' || ch == '\'') ? 4 : 0;
   limit_string(size, "escape's result");
   std::string out;
   out.reserve(size);
@@ -234,7 +253,8 @@ bool same_key(const Value& a, const Value& b) {
   if (a.k == Value::K::kFunc) return a.func == b.func;
   if (a.k == Value::K::kList) {
     if (a.list == b.list) return true;
-    if (!a.tuple || !b.tuple) return a.lazy == Value::Lazy::kRange && b.lazy == Value::Lazy::kRange && a.s == b.s;
+    if (!a.tuple || !b.tuple)
+      return a.lazy == Value::Lazy::kRange && b.lazy == Value::Lazy::kRange && a.s == b.s;
     if (a.list->size() != b.list->size()) return false;
     for (size_t i = 0; i < a.list->size(); ++i)
       if (!same_key((*a.list)[i], (*b.list)[i])) return false;
@@ -251,7 +271,8 @@ Value* Dict::find_str(std::string_view key) const {
       if (kv.first.k == Value::K::kString && kv.first.s == key) return &kv.second;
     return nullptr;
   }
-  if (indexed_ > items.size() || slots_.size() < 2 * items.size()) {  // (re)build, at least twice as wide
+  if (indexed_ > items.size() ||
+      slots_.size() < 2 * items.size()) {  // (re)build, at least twice as wide
     size_t n = 32;
     while (n < 4 * items.size()) n *= 2;
     slots_.assign(n, 0);
@@ -259,7 +280,7 @@ Value* Dict::find_str(std::string_view key) const {
   }
   const size_t mask = slots_.size() - 1;
   auto slot_of = [&](std::string_view k, bool* found) {
-    size_t h = std::hash<std::string_view>{}(k) & mask;
+    size_t h = std::hash<std::string_view>{}(k)&mask;
     while (slots_[h] != 0) {
       if (items[slots_[h] - 1].first.s == k) {
         *found = true;
@@ -351,8 +372,9 @@ Value Value::function(std::string name, std::function<Value(CallArgs&, Ctx&)> fn
 
 Value from_json(const json& j, int depth) {
   if (depth > value_depth_limit())
-    throw TemplateError("template variables nested deeper than " + std::to_string(value_depth_limit()) + " levels",
-                        "template variables nested too deep", false);
+    throw TemplateError(
+        "template variables nested deeper than " + std::to_string(value_depth_limit()) + " levels",
+        "template variables nested too deep", false);
   switch (j.type()) {
     case json::value_t::null: return Value::none();
     case json::value_t::boolean: return Value::boolean(j.get<bool>());
@@ -360,7 +382,8 @@ Value from_json(const json& j, int depth) {
     case json::value_t::number_unsigned: {
       const uint64_t u = j.get<uint64_t>();
       if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        throw TemplateError("template variable " + std::to_string(u) + " is past the 64-bit integers of ciuic's templates",
+        throw TemplateError("template variable " + std::to_string(u) +
+                                " is past the 64-bit integers of ciuic's templates",
                             "integer variable out of range", false);
       return Value::integer(static_cast<int64_t>(u));
     }
@@ -430,7 +453,8 @@ std::string py_float(double x) {
     } else if (static_cast<size_t>(point) >= digits.size()) {
       out = digits + std::string(static_cast<size_t>(point) - digits.size(), '0') + ".0";
     } else {
-      out = digits.substr(0, static_cast<size_t>(point)) + "." + digits.substr(static_cast<size_t>(point));
+      out = digits.substr(0, static_cast<size_t>(point)) + "." +
+            digits.substr(static_cast<size_t>(point));
     }
     if (exp == -5) {  // Python switches to scientific below 1e-4
       out.clear();
@@ -447,7 +471,8 @@ std::string py_float(double x) {
 }
 
 std::string py_repr_str(const std::string& s) {
-  bool has_single = s.find('\'') != std::string::npos, has_double = s.find('"') != std::string::npos;
+  bool has_single = s.find('\'') != std::string::npos,
+       has_double = s.find('"') != std::string::npos;
   char q = (has_single && !has_double) ? '"' : '\'';
   std::string out(1, q);
   for (unsigned char c : s) {
@@ -471,7 +496,6 @@ std::string py_repr_str(const std::string& s) {
   return out + q;
 }
 
-
 // ---- str() and repr() ------------------------------------------------------------------------
 namespace {
 
@@ -483,7 +507,8 @@ class Walk {
     for (const void* q : open_)
       if (q == p) return false;
     if (static_cast<int>(open_.size()) >= value_depth_limit()) {
-      const std::string msg = std::string(what) + " of a value nested deeper than " + std::to_string(value_depth_limit()) +
+      const std::string msg = std::string(what) + " of a value nested deeper than " +
+                              std::to_string(value_depth_limit()) +
                               " levels (ciuic's limit; Python: RecursionError)";
       if (t_budget) t_budget->fail(msg);
       throw TemplateError(msg, msg, false);
@@ -542,7 +567,8 @@ void repr_to(std::string& out, const Value& v, Walk& w) {
         out += std::string("<") + type_name(v) + " object>";
         return;
       }
-      if (v.lazy != Value::Lazy::kNone) {  // dict_items([...]), dict_keys([...]), dict_values([...])
+      if (v.lazy !=
+          Value::Lazy::kNone) {  // dict_items([...]), dict_keys([...]), dict_values([...])
         Value plain = v;
         plain.lazy = Value::Lazy::kNone;
         out += type_name(v);
@@ -620,7 +646,8 @@ bool equal_at(const Value& a, const Value& b, int depth) {
   }
   if (a.k != b.k) return false;
   if (depth > value_depth_limit()) {
-    const std::string msg = "comparing values nested deeper than " + std::to_string(value_depth_limit()) +
+    const std::string msg = "comparing values nested deeper than " +
+                            std::to_string(value_depth_limit()) +
                             " levels (ciuic's limit; Python: RecursionError)";
     if (t_budget) t_budget->fail(msg);
     throw TemplateError(msg, msg, false);
@@ -628,9 +655,7 @@ bool equal_at(const Value& a, const Value& b, int depth) {
   switch (a.k) {
     case Value::K::kUndefined:
     case Value::K::kNone: return true;
-    case Value::K::kString:
-      charge_scan(std::min(a.s.size(), b.s.size()));
-      return a.s == b.s;
+    case Value::K::kString: charge_scan(std::min(a.s.size(), b.s.size())); return a.s == b.s;
     case Value::K::kList:
       if (a.list == b.list) return true;  // Python compares items by identity first
       if (a.tuple != b.tuple || a.lazy != b.lazy || a.is_iterator()) return false;  // (1,) != [1]
@@ -683,7 +708,6 @@ void json_str(std::string& out, const std::string& s) {
   out += '"';
 }
 
-
 namespace {
 void to_json_at(std::string& out, const Value& v, const JsonFormat& f, int depth, Walk& w) {
   auto newline = [&](int d) {
@@ -692,20 +716,25 @@ void to_json_at(std::string& out, const Value& v, const JsonFormat& f, int depth
     for (int k = 0; k < d; ++k) out += f.indent;
   };
   switch (v.k) {
-    case Value::K::kUndefined: throw std::runtime_error("Object of type Undefined is not JSON serializable");
+    case Value::K::kUndefined:
+      throw std::runtime_error("Object of type Undefined is not JSON serializable");
     case Value::K::kNone: out += "null"; return;
     case Value::K::kBool: out += v.b ? "true" : "false"; return;
     case Value::K::kInt: out += std::to_string(v.i); return;
     case Value::K::kFloat: {
-      if (std::isnan(v.f)) out += "NaN";
-      else if (std::isinf(v.f)) out += v.f > 0 ? "Infinity" : "-Infinity";
-      else out += py_float(v.f);
+      if (std::isnan(v.f))
+        out += "NaN";
+      else if (std::isinf(v.f))
+        out += v.f > 0 ? "Infinity" : "-Infinity";
+      else
+        out += py_float(v.f);
       return;
     }
     case Value::K::kString: json_str(out, v.s); break;
     case Value::K::kList: {
       if (v.lazy != Value::Lazy::kNone)
-        throw std::runtime_error(std::string("Object of type ") + type_name(v) + " is not JSON serializable");
+        throw std::runtime_error(std::string("Object of type ") + type_name(v) +
+                                 " is not JSON serializable");
       if (v.list->empty()) {
         out += "[]";
         return;
@@ -724,7 +753,8 @@ void to_json_at(std::string& out, const Value& v, const JsonFormat& f, int depth
     }
     case Value::K::kDict: {
       // transformers' tojson does not serialize jinja2's namespace objects.
-      if (v.dict->ns) throw std::runtime_error("Object of type TemplateNamespace is not JSON serializable");
+      if (v.dict->ns)
+        throw std::runtime_error("Object of type TemplateNamespace is not JSON serializable");
       if (v.dict->items.empty()) {
         out += "{}";
         return;
@@ -738,8 +768,8 @@ void to_json_at(std::string& out, const Value& v, const JsonFormat& f, int depth
           const Value& k = kv->first;
           const bool ok = (k.is_string() && k0.is_string()) || (k.is_number() && k0.is_number());
           if (!ok)
-            throw std::runtime_error(std::string("'<' not supported between instances of '") + type_name(k) + "' and '" +
-                                     type_name(k0) + "'");
+            throw std::runtime_error(std::string("'<' not supported between instances of '") +
+                                     type_name(k) + "' and '" + type_name(k0) + "'");
         }
         std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) {
           if (a->first.is_string()) return a->first.s < b->first.s;
@@ -752,7 +782,8 @@ void to_json_at(std::string& out, const Value& v, const JsonFormat& f, int depth
         if (!first) out += f.item_sep;
         first = false;
         if (f.indented) newline(depth + 1);
-        const Value& k = kv->first;  // json.dumps turns str, int, float, bool and None keys into strings
+        const Value& k =
+            kv->first;  // json.dumps turns str, int, float, bool and None keys into strings
         switch (k.k) {
           case Value::K::kString: json_str(out, k.s); break;
           case Value::K::kInt: json_str(out, std::to_string(k.i)); break;
@@ -765,7 +796,8 @@ void to_json_at(std::string& out, const Value& v, const JsonFormat& f, int depth
             break;
           }
           default:
-            throw std::runtime_error(std::string("keys must be str, int, float, bool or None, not ") + type_name(k));
+            throw std::runtime_error(
+                std::string("keys must be str, int, float, bool or None, not ") + type_name(k));
         }
         out += f.key_sep;
         to_json_at(out, kv->second, f, depth + 1, w);
@@ -775,7 +807,8 @@ void to_json_at(std::string& out, const Value& v, const JsonFormat& f, int depth
       w.leave();
       break;
     }
-    case Value::K::kFunc: throw std::runtime_error("Object of type function is not JSON serializable");
+    case Value::K::kFunc:
+      throw std::runtime_error("Object of type function is not JSON serializable");
   }
   limit_string(out.size(), "tojson's text");
 }

@@ -40,10 +40,10 @@ struct Dict;
 struct Budget {
   Limits limits;
   const std::string* origin = nullptr;
-  Pos at;              // the expression or statement being evaluated (for errors found elsewhere)
-  int64_t steps = 0;   // evaluations
-  int64_t bytes = 0;   // bytes made, copied or scanned
-  int depth = 0;       // evaluations in progress
+  Pos at;             // the expression or statement being evaluated (for errors found elsewhere)
+  int64_t steps = 0;  // evaluations
+  int64_t bytes = 0;  // bytes made, copied or scanned
+  int depth = 0;      // evaluations in progress
   std::vector<std::weak_ptr<Dict>> namespaces;  // cleared when the render ends (frees cycles)
 
   [[noreturn]] void fail(const std::string& msg) const;
@@ -123,11 +123,21 @@ struct Value {
   // generators, reverse a list_reverseiterator, dict.items() a view, range() a range. Each has
   // Python's behaviour: iterators are consumed once, always true, have no len() and no [i];
   // views and ranges have len(); none of them is JSON serializable (transformers' tojson raises).
-  enum class Lazy : uint8_t { kNone, kGenerator, kReverseIterator, kReversed, kDictItems, kDictKeys, kDictValues, kRange };
+  enum class Lazy : uint8_t {
+    kNone,
+    kGenerator,
+    kReverseIterator,
+    kReversed,
+    kDictItems,
+    kDictKeys,
+    kDictValues,
+    kRange
+  };
   K k = K::kUndefined;
   bool b = false;
-  bool tuple = false;   // a list printed as a Python tuple (tuple literals, dict items)
-  bool markup = false;  // a string that is markupsafe's Markup (|safe, |escape): + escapes the other side
+  bool tuple = false;  // a list printed as a Python tuple (tuple literals, dict items)
+  bool markup =
+      false;  // a string that is markupsafe's Markup (|safe, |escape): + escapes the other side
   Lazy lazy = Lazy::kNone;
   int64_t i = 0;
   double f = 0;
@@ -150,9 +160,9 @@ struct Value {
   static Value boolean(bool x);
   static Value integer(int64_t x);
   static Value number(double x);
-  static Value string(std::string x);  // checks Limits::max_string_bytes
+  static Value string(std::string x);         // checks Limits::max_string_bytes
   static Value markup_string(std::string x);  // a Markup (already escaped text)
-  static Value make_list(List items = {});  // checks Limits::max_list_items
+  static Value make_list(List items = {});    // checks Limits::max_list_items
   static Value make_dict(bool ns = false);
   static Value function(std::string name, std::function<Value(CallArgs&, Ctx&)> fn);
 
@@ -166,9 +176,12 @@ struct Value {
   bool is_plain_list() const { return k == K::kList && lazy == Lazy::kNone; }
   // An iterator: consumed when iterated, always true, no len(), not subscriptable.
   bool is_iterator() const {
-    return k == K::kList && (lazy == Lazy::kGenerator || lazy == Lazy::kReverseIterator || lazy == Lazy::kReversed);
+    return k == K::kList &&
+           (lazy == Lazy::kGenerator || lazy == Lazy::kReverseIterator || lazy == Lazy::kReversed);
   }
-  double as_double() const { return k == K::kFloat ? f : k == K::kBool ? (b ? 1 : 0) : static_cast<double>(i); }
+  double as_double() const {
+    return k == K::kFloat ? f : k == K::kBool ? (b ? 1 : 0) : static_cast<double>(i);
+  }
   // The integer value; a float truncated toward zero and saturated (NaN = 0), as a size.
   int64_t as_int() const;
 };
@@ -215,7 +228,7 @@ std::string html_escape(std::string_view s);
 // The variables of a render (depth checked: Limits::max_value_depth).
 Value from_json(const nlohmann::ordered_json& j, int depth = 0);
 const char* type_name(const Value& v);
-std::string py_float(double x);                // Python's repr(float)
+std::string py_float(double x);                 // Python's repr(float)
 std::string py_repr_str(const std::string& s);  // Python's repr(str)
 // Python's str() (what {{ x }} prints) and repr(); a container met again inside itself prints as
 // Python prints it ([...], {...}); nesting past Limits::max_value_depth is an error.

@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
-#include <cstring>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "launch/launch.h"
@@ -229,19 +229,23 @@ std::optional<WorkerEnv> detect_launcher_env(const EnvLookup& getenv) {
 
 std::string read_token_file(const std::string& path, const std::string& what) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0)
-    throw UsageError(what + " " + path + " cannot be opened: " + std::strerror(errno));
+  if (fd < 0) throw UsageError(what + " " + path + " cannot be opened: " + std::strerror(errno));
   struct stat st {};
   std::string why;
-  if (fstat(fd, &st) != 0) why = std::strerror(errno);
-  else if (!S_ISREG(st.st_mode)) why = "it is not a regular file";
-  else if (st.st_mode & 077) why = "others than its owner may read it (chmod 600 it)";
-  else if (st.st_size > 4096) why = "it is larger than 4096 bytes";
+  if (fstat(fd, &st) != 0)
+    why = std::strerror(errno);
+  else if (!S_ISREG(st.st_mode))
+    why = "it is not a regular file";
+  else if (st.st_mode & 077)
+    why = "others than its owner may read it (chmod 600 it)";
+  else if (st.st_size > 4096)
+    why = "it is larger than 4096 bytes";
   std::string t;
   if (why.empty()) {
     char buf[4096];
     ssize_t n;
-    while ((n = read(fd, buf, sizeof buf)) > 0 && t.size() < 4096) t.append(buf, static_cast<size_t>(n));
+    while ((n = read(fd, buf, sizeof buf)) > 0 && t.size() < 4096)
+      t.append(buf, static_cast<size_t>(n));
     if (n < 0) why = std::strerror(errno);
   }
   close(fd);

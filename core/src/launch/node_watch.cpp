@@ -42,7 +42,8 @@ std::string node_list(const std::vector<int>& nodes) {
   return s;
 }
 
-NodeWatch::NodeWatch(const LaunchOptions& o, c10::intrusive_ptr<c10d::Store> store, std::string where)
+NodeWatch::NodeWatch(const LaunchOptions& o, c10::intrusive_ptr<c10d::Store> store,
+                     std::string where)
     : o_(o), store_(std::move(store)), where_(std::move(where)), start_(Clock::now()) {
   if (pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0)
     throw Error(std::string("launcher: pipe2 failed: ") + strerror(errno));
@@ -256,8 +257,10 @@ void NodeWatch::watch_nodes(bool failing) {
       ++n.still;
     }
     if (first) {
-      if (n.beat_after_failure < 0) n.beat_after_failure = beat;
-      else if (beat > n.beat_after_failure) n.alive_after_failure = true;
+      if (n.beat_after_failure < 0)
+        n.beat_after_failure = beat;
+      else if (beat > n.beat_after_failure)
+        n.alive_after_failure = true;
     }
     // Lost: no heartbeat for lost_after, seen by several reads (a watch thread here that
     // stalled for a while would see the counter moved on its next read).
@@ -277,12 +280,12 @@ void NodeWatch::watch_nodes(bool failing) {
     if (!missing.empty() && now - start_ >= o_.rendezvous_timeout) {
       const bool one = missing.size() == 1;
       const std::string which = node_list(missing);
-      verdict = Verdict{-1, (one ? "node " : "nodes ") + which +
-                                " never joined: no launcher of " + (one ? "node " : "nodes ") +
-                                which + " connected to the run's store at " + where_ +
-                                " within " + seconds_text(o_.rendezvous_timeout) +
-                                " ([cluster] timeout_s). Start every node with the same "
-                                "--nnodes, --master-addr and --master-port"};
+      verdict =
+          Verdict{-1, (one ? "node " : "nodes ") + which + " never joined: no launcher of " +
+                          (one ? "node " : "nodes ") + which + " connected to the run's store at " +
+                          where_ + " within " + seconds_text(o_.rendezvous_timeout) +
+                          " ([cluster] timeout_s). Start every node with the same "
+                          "--nnodes, --master-addr and --master-port"};
     } else if (!newly_lost.empty()) {
       std::string m = newly_lost.front();
       for (size_t i = 1; i < newly_lost.size(); ++i) m += "; also " + newly_lost[i];

@@ -46,9 +46,9 @@ inline constexpr std::chrono::milliseconds kSecondaryWait{3000};
 // others run this long before it stops them, so that the worker with the cause can print it.
 inline constexpr std::chrono::milliseconds kSecondaryStopDelay{2000};
 
-std::string seconds_text(Clock::duration d);  // "2.1 s"
-std::string host_name();                       // gethostname(), "?" when it fails
-std::string c10_first_line(const c10::Error& e);  // what() without c10's backtrace
+std::string seconds_text(Clock::duration d);           // "2.1 s"
+std::string host_name();                               // gethostname(), "?" when it fails
+std::string c10_first_line(const c10::Error& e);       // what() without c10's backtrace
 std::string node_list(const std::vector<int>& nodes);  // "1, 3-5"
 
 // One launcher's view of the other nodes, from its own thread. Threading: the public methods may
@@ -73,7 +73,9 @@ class NodeWatch {
   NodeWatch(const LaunchOptions& o, c10::intrusive_ptr<c10d::Store> store, std::string where);
   ~NodeWatch();
 
-  void start() { thread_ = std::thread([this] { run(); }); }
+  void start() {
+    thread_ = std::thread([this] { run(); });
+  }
 
   // Read end of the pipe that the thread writes a byte to whenever the state changed.
   int wake_fd() const { return wake_[0]; }
@@ -120,18 +122,18 @@ class NodeWatch {
     std::string report;  // its failure report ("" = none)
     bool secondary = false;
     Clock::time_point report_at{};
-    int64_t beat_after_failure = -1;  // its counter at the first read after the first report
+    int64_t beat_after_failure = -1;   // its counter at the first read after the first report
     bool alive_after_failure = false;  // it sent a heartbeat after the first report
   };
 
-  std::string name(int k) const;  // "node 1 (host pid 12)"
+  std::string name(int k) const;   // "node 1 (host pid 12)"
   void watch_nodes(bool failing);  // node 0: joined, finished, lost, reports; chooses the verdict
 
   const LaunchOptions& o_;
   c10::intrusive_ptr<c10d::Store> store_;  // used by the thread only once it runs
   std::string where_;
   Clock::time_point start_;
-  std::string node0_;  // "<host> pid <pid>" of node 0's launcher (other nodes)
+  std::string node0_;        // "<host> pid <pid>" of node 0's launcher (other nodes)
   bool have_node0_ = false;  // (thread only)
   std::vector<Peer> peers_;  // node 0: the other nodes (thread only)
   int wake_[2] = {-1, -1};

@@ -34,8 +34,9 @@ std::string signal_name(int sig);  // "SIGKILL", or "signal N"
 // Writes all of `s` to `fd`, waiting while a non-blocking pipe is full; drops the rest when the
 // reader is gone.
 void write_all(int fd, const std::string& s);
-int exit_code_of(int status);            // a waitpid status as ciuic-run's exit code (128 + signal)
-std::string describe_status(int status);  // "exited with code 3", "was killed by signal 9 (SIGKILL)"
+int exit_code_of(int status);  // a waitpid status as ciuic-run's exit code (128 + signal)
+std::string describe_status(
+    int status);  // "exited with code 3", "was killed by signal 9 (SIGKILL)"
 // `name` looked up in PATH unless it holds a '/'; throws UsageError when not found.
 std::string find_executable(const std::string& name);
 // True for "NAME=..." entries that the launcher sets itself in a worker's environment (RANK, ...,

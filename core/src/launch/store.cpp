@@ -135,8 +135,8 @@ bool wait_for_listener(const std::string& addr, int port,
     if (getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &res) == 0) {
       bool up = false;
       for (addrinfo* ai = res; ai && !up; ai = ai->ai_next) {
-        const int s = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                             ai->ai_protocol);
+        const int s =
+            socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
         if (s < 0) continue;
         int r = connect(s, ai->ai_addr, ai->ai_addrlen);
         if (r != 0 && errno == EINPROGRESS) {
@@ -176,7 +176,8 @@ c10::intrusive_ptr<c10d::TCPStore> open_c10d_client(const std::string& addr, int
     return Error(who + " could not reach the run's store at " + addr + ":" + std::to_string(port) +
                  " within " + seconds_str(timeout) +
                  " (is the launcher of node 0, or rank 0, running, and are MASTER_ADDR/MASTER_PORT "
-                 "right and reachable from this host?)" + detail);
+                 "right and reachable from this host?)" +
+                 detail);
   };
   if (!wait_for_listener(addr, port, std::chrono::steady_clock::now() + timeout))
     throw unreachable(": nothing accepted a connection there");
@@ -208,10 +209,11 @@ std::shared_ptr<Store> connect_store(const WorkerEnv& env, std::chrono::millisec
     tcp = connect_run_store(addr, env.master_port, env.store_token, timeout, who);
   } else if (env.rank == 0) {
     if (!one_node && env.store_token.empty())
-      throw UsageError(env.launcher + " environment: a run on " + std::to_string(env.num_nodes) +
-                       " nodes needs a store token shared by every rank: set CIUIC_STORE_TOKEN "
-                       "(e.g. export CIUIC_STORE_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' "
-                       "\\n') in the job script) or CIUIC_STORE_TOKEN_FILE (a file readable only by you)");
+      throw UsageError(
+          env.launcher + " environment: a run on " + std::to_string(env.num_nodes) +
+          " nodes needs a store token shared by every rank: set CIUIC_STORE_TOKEN "
+          "(e.g. export CIUIC_STORE_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' "
+          "\\n') in the job script) or CIUIC_STORE_TOKEN_FILE (a file readable only by you)");
     auto server = std::make_shared<StoreServer>(addr, env.master_port, env.store_token, one_node);
     where = server->address();
     log_info("rank 0 hosts the run's store at " + where +
@@ -269,6 +271,5 @@ std::shared_ptr<Store> connect_store(const WorkerEnv& env, std::chrono::millisec
 }
 
 }  // namespace launch
-
 
 }  // namespace ciuic

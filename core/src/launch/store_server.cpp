@@ -70,14 +70,16 @@ struct Reader {
   uint32_t u32() {
     if (!need(4)) return 0;
     uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(b[at + i])) << (8 * i);
+    for (int i = 0; i < 4; ++i)
+      v |= static_cast<uint32_t>(static_cast<uint8_t>(b[at + i])) << (8 * i);
     at += 4;
     return v;
   }
   int64_t i64() {
     if (!need(8)) return 0;
     uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(b[at + i])) << (8 * i);
+    for (int i = 0; i < 8; ++i)
+      v |= static_cast<uint64_t>(static_cast<uint8_t>(b[at + i])) << (8 * i);
     at += 8;
     return static_cast<int64_t>(v);
   }
@@ -206,18 +208,22 @@ class StoreServer::Impl {
   int poll_timeout_ms() const {
     std::optional<Clock::time_point> next;
     for (const auto& c : conns_) {
-      if (!c.authed) next = std::min(next.value_or(c.since + kHandshakeLimit), c.since + kHandshakeLimit);
-      if (c.wait && c.wait->deadline) next = std::min(next.value_or(*c.wait->deadline), *c.wait->deadline);
+      if (!c.authed)
+        next = std::min(next.value_or(c.since + kHandshakeLimit), c.since + kHandshakeLimit);
+      if (c.wait && c.wait->deadline)
+        next = std::min(next.value_or(*c.wait->deadline), *c.wait->deadline);
     }
     if (!next) return -1;
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
     return static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 60000));
   }
 
   void refuse(Conn& c, const std::string& why) {
     const int n = ++owner_.refused_;
     if (n <= kLoggedRefusals)
-      log_warn("store at " + owner_.address() + ": refused a connection from " + c.peer + ": " + why);
+      log_warn("store at " + owner_.address() + ": refused a connection from " + c.peer + ": " +
+               why);
     if (n == kLoggedRefusals)
       log_warn("store at " + owner_.address() + ": further refused connections are not logged");
     if (c.authed || c.in.size() >= sizeof kMagic) {
@@ -231,7 +237,8 @@ class StoreServer::Impl {
     for (;;) {
       sockaddr_storage sa{};
       socklen_t len = sizeof sa;
-      const int fd = accept4(listen_, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      const int fd =
+          accept4(listen_, reinterpret_cast<sockaddr*>(&sa), &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) return;  // EAGAIN, or out of descriptors: try again at the next poll
       Conn c;
       c.fd = fd;
@@ -259,7 +266,8 @@ class StoreServer::Impl {
     for (auto& c : conns_) {
       if (c.closing) continue;
       if (!c.authed && now >= c.since + kHandshakeLimit) {
-        refuse(c, c.in.empty() ? "it sent no handshake within 5 s" : "incomplete handshake within 5 s");
+        refuse(c, c.in.empty() ? "it sent no handshake within 5 s"
+                               : "incomplete handshake within 5 s");
       } else if (c.wait && c.wait->deadline && now >= *c.wait->deadline) {
         c.wait.reset();
         reply(c, std::string(1, '\1'));
@@ -278,8 +286,9 @@ class StoreServer::Impl {
         continue;
       }
       if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-        if (!c.authed) refuse(c, c.in.empty() ? "it closed the connection without a handshake"
-                                              : "it closed the connection within the handshake");
+        if (!c.authed)
+          refuse(c, c.in.empty() ? "it closed the connection without a handshake"
+                                 : "it closed the connection within the handshake");
         c.closing = true;
         return;
       }
@@ -309,7 +318,9 @@ class StoreServer::Impl {
       if (!c.authed) {
         const std::string magic = r.str(sizeof kMagic);
         if (r.ok && magic != std::string(kMagic, sizeof kMagic))
-          return refuse(c, "it does not speak the ciuic store protocol (a c10d client, a scanner?)"), false;
+          return refuse(c,
+                        "it does not speak the ciuic store protocol (a c10d client, a scanner?)"),
+                 false;
         const uint32_t n = r.u32();
         if (r.ok && n > kMaxToken) return refuse(c, "its token is longer than any token"), false;
         const std::string tok = r.str(n);
@@ -337,7 +348,8 @@ class StoreServer::Impl {
           auto k = key();
           if (!k) return false;
           const uint32_t n = r.u32();
-          if (r.ok && n > kMaxValue) return bad(c, "a value of " + std::to_string(n) + " bytes"), false;
+          if (r.ok && n > kMaxValue)
+            return bad(c, "a value of " + std::to_string(n) + " bytes"), false;
           std::string v = r.str(n);
           if (!r.ok) return false;
           data_[*k] = std::move(v);
@@ -373,7 +385,8 @@ class StoreServer::Impl {
           const int64_t d = r.i64();
           if (!r.ok) return false;
           auto it = data_.find(*k);
-          const int64_t v = (it == data_.end() ? 0 : std::strtoll(it->second.c_str(), nullptr, 10)) + d;
+          const int64_t v =
+              (it == data_.end() ? 0 : std::strtoll(it->second.c_str(), nullptr, 10)) + d;
           data_[*k] = std::to_string(v);
           put_i64(out, v);
           changed_ = true;
@@ -398,11 +411,8 @@ class StoreServer::Impl {
           out.push_back(data_.erase(*k) ? 1 : 0);
           break;
         }
-        case kNumKeys:
-          put_i64(out, static_cast<int64_t>(data_.size()));
-          break;
-        default:
-          return bad(c, "unknown request " + std::to_string(op)), false;
+        case kNumKeys: put_i64(out, static_cast<int64_t>(data_.size())); break;
+        default: return bad(c, "unknown request " + std::to_string(op)), false;
       }
       c.in.erase(0, r.at);
       reply(c, out);
@@ -411,7 +421,8 @@ class StoreServer::Impl {
   }
 
   void bad(Conn& c, const std::string& what) {
-    log_warn("store at " + owner_.address() + ": closed the connection from " + c.peer + ": it sent " + what);
+    log_warn("store at " + owner_.address() + ": closed the connection from " + c.peer +
+             ": it sent " + what);
     c.closing = true;
   }
 
@@ -453,7 +464,8 @@ class StoreServer::Impl {
   bool changed_ = false;
 };
 
-StoreServer::StoreServer(const std::string& bind_addr, int port, std::string token, bool loopback_only) {
+StoreServer::StoreServer(const std::string& bind_addr, int port, std::string token,
+                         bool loopback_only) {
   const std::string where = bind_addr + ":" + std::to_string(port);
   if (port < 0 || port > 65535) throw UsageError("store: invalid port " + std::to_string(port));
   addrinfo hints{};
@@ -483,7 +495,8 @@ StoreServer::StoreServer(const std::string& bind_addr, int port, std::string tok
     throw Error("cannot start the run's store at " + where + ": " + last +
                 (last == strerror(EADDRNOTAVAIL)
                      ? " (it is not an address of this host: --master-addr must name node 0)"
-                     : port != 0 ? " — is the port in use? Choose another --master-port" : ""));
+                 : port != 0 ? " — is the port in use? Choose another --master-port"
+                             : ""));
   sockaddr_storage sa{};
   socklen_t len = sizeof sa;
   getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
@@ -511,8 +524,12 @@ class RunStoreClient final : public c10d::Store {
   RunStoreClient(std::string addr, int port, std::string token, std::chrono::milliseconds timeout,
                  std::string who, std::shared_ptr<void> keep,
                  const std::function<std::string()>& late_token = {})
-      : c10d::Store(timeout), addr_(std::move(addr)), port_(port), token_(std::move(token)),
-        who_(std::move(who)), keep_(std::move(keep)) {
+      : c10d::Store(timeout),
+        addr_(std::move(addr)),
+        port_(port),
+        token_(std::move(token)),
+        who_(std::move(who)),
+        keep_(std::move(keep)) {
     connect_(late_token);
   }
   ~RunStoreClient() override {
@@ -574,7 +591,8 @@ class RunStoreClient final : public c10d::Store {
     return rd.i64();
   }
   void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
     std::string b(1, static_cast<char>(kWait));
     put_u32(b, static_cast<uint32_t>(keys.size()));
     for (const auto& k : keys) put_str(b, k);
@@ -592,11 +610,12 @@ class RunStoreClient final : public c10d::Store {
   }
   std::string where() const { return addr_ + ":" + std::to_string(port_); }
 
-  [[noreturn]] static void timed_out(const std::vector<std::string>& keys, std::chrono::milliseconds t) {
+  [[noreturn]] static void timed_out(const std::vector<std::string>& keys,
+                                     std::chrono::milliseconds t) {
     std::string s;
     for (const auto& k : keys) s += (s.empty() ? "" : ", ") + k;
-    C10_THROW_ERROR(DistStoreError, "wait timeout after " + std::to_string(t.count()) +
-                                        "ms, keys: " + s);
+    C10_THROW_ERROR(DistStoreError,
+                    "wait timeout after " + std::to_string(t.count()) + "ms, keys: " + s);
   }
 
   void connect_(const std::function<std::string()>& late_token) {
@@ -606,10 +625,13 @@ class RunStoreClient final : public c10d::Store {
       if (try_connect(deadline, last)) break;
       const auto now = Clock::now();
       if (now >= deadline)
-        throw StoreUnreachable(who_ + " could not reach the run's store at " + where() + " within " + seconds_text(timeout_) +
-                    " (is the launcher of node 0, or rank 0, running, and are "
-                    "MASTER_ADDR/MASTER_PORT right and reachable from this host?): " + last);
-      std::this_thread::sleep_for(std::min<Clock::duration>(std::chrono::milliseconds(100), deadline - now));
+        throw StoreUnreachable(who_ + " could not reach the run's store at " + where() +
+                               " within " + seconds_text(timeout_) +
+                               " (is the launcher of node 0, or rank 0, running, and are "
+                               "MASTER_ADDR/MASTER_PORT right and reachable from this host?): " +
+                               last);
+      std::this_thread::sleep_for(
+          std::min<Clock::duration>(std::chrono::milliseconds(100), deadline - now));
     }
     if (late_token) {
       try {
@@ -649,11 +671,13 @@ class RunStoreClient final : public c10d::Store {
       return false;
     }
     for (addrinfo* ai = res; ai; ai = ai->ai_next) {
-      const int s = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+      const int s =
+          socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
       if (s < 0) continue;
       int r = connect(s, ai->ai_addr, ai->ai_addrlen);
       if (r != 0 && errno == EINPROGRESS) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
         pollfd p{s, POLLOUT, 0};
         int err = -1;
         socklen_t len = sizeof err;
@@ -684,7 +708,8 @@ class RunStoreClient final : public c10d::Store {
     for (;;) {
       int ms = -1;
       if (!forever) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        const auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
         if (left <= 0)
           network_error("the run's store at " + where() + " did not answer " + doing + " in time");
         ms = static_cast<int>(std::min<int64_t>(left, 60000));
@@ -749,12 +774,13 @@ class RunStoreClient final : public c10d::Store {
 
 }  // namespace
 
-c10::intrusive_ptr<c10d::Store> connect_run_store(const std::string& addr, int port, const std::string& token,
-                                                  std::chrono::milliseconds timeout, const std::string& who,
-                                                  std::shared_ptr<void> keep,
-                                                  std::function<std::string()> late_token) {
-  if (port <= 0 || port > 65535) throw UsageError(who + ": invalid store port " + std::to_string(port));
-  return c10::make_intrusive<RunStoreClient>(addr, port, token, timeout, who, std::move(keep), late_token);
+c10::intrusive_ptr<c10d::Store> connect_run_store(
+    const std::string& addr, int port, const std::string& token, std::chrono::milliseconds timeout,
+    const std::string& who, std::shared_ptr<void> keep, std::function<std::string()> late_token) {
+  if (port <= 0 || port > 65535)
+    throw UsageError(who + ": invalid store port " + std::to_string(port));
+  return c10::make_intrusive<RunStoreClient>(addr, port, token, timeout, who, std::move(keep),
+                                             late_token);
 }
 
 std::string new_store_token() {
@@ -763,7 +789,8 @@ std::string new_store_token() {
   while (got < sizeof raw) {
     const ssize_t r = getrandom(raw + got, sizeof raw - got, 0);
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) throw Error(std::string("cannot make the store's token: getrandom: ") + strerror(errno));
+    if (r <= 0)
+      throw Error(std::string("cannot make the store's token: getrandom: ") + strerror(errno));
     got += static_cast<size_t>(r);
   }
   static const char* hex = "0123456789abcdef";

@@ -155,7 +155,8 @@ class Supervisor {
     const std::string who = "the launcher of node " + std::to_string(o_.node_rank);
     const bool one_node = o_.nnodes == 1;
     // A token given by the user (the same on every node) wins over the one node 0 makes.
-    if (const char* t = std::getenv("CIUIC_STORE_TOKEN"); t && *t) token_ = t;
+    if (const char* t = std::getenv("CIUIC_STORE_TOKEN"); t && *t)
+      token_ = t;
     else if (const char* f = std::getenv("CIUIC_STORE_TOKEN_FILE"); f && *f)
       token_ = read_token_file(f, "CIUIC_STORE_TOKEN_FILE");
     const bool given = !token_.empty();
@@ -191,9 +192,12 @@ class Supervisor {
     const auto deadline = Clock::now() + o_.rendezvous_timeout;
     std::function<std::string()> from_file;
     if (token_.empty())
-      from_file = [&] { return token_ = read_token_file(o_.store_token_file, "the store token file"); };
+      from_file = [&] {
+        return token_ = read_token_file(o_.store_token_file, "the store token file");
+      };
     for (;;) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       try {
         return connect_run_store(host_, port_, token_, std::max(left, std::chrono::milliseconds(1)),
                                  who, {}, from_file);
@@ -348,8 +352,10 @@ class Supervisor {
       // display is off: it was a redraw of the line that a later '\n' completes).
       const char* terminators = stream == 1 && tty_ ? "\n\r" : "\n";
       while ((end = p.find_first_of(terminators, start)) != std::string::npos) {
-        if (p[end] == '\n') emit(w, stream, p.substr(start, end - start));
-        else draw_progress(w, p.substr(start, end - start));
+        if (p[end] == '\n')
+          emit(w, stream, p.substr(start, end - start));
+        else
+          draw_progress(w, p.substr(start, end - start));
         start = end + 1;
       }
       p.erase(0, start);
@@ -422,14 +428,16 @@ class Supervisor {
         if (w.fd[s] >= 0) read_stream(w, s);
       notes_.failed(w.rank);
       report_local_failure();
-      const std::string what = "rank " + std::to_string(w.rank) + " (pid " +
-                               std::to_string(w.pid) + ") " + describe_status(w.status);
+      const std::string what = "rank " + std::to_string(w.rank) + " (pid " + std::to_string(w.pid) +
+                               ") " + describe_status(w.status);
       // A failure that looks like a consequence (a peer's connection lost) usually comes before
       // the error of its cause: a rank that throws closes its connections while unwinding, and
       // prints its error only then. Stopping it at once would lose that error (SIGTERM kills a
       // process that no longer handles it), so the others get kSecondaryStopDelay first.
-      if (!notes_.pick()->secondary) begin_stop(what);
-      else if (!stop_at_) stop_at_ = {Clock::now() + kSecondaryStopDelay, what};
+      if (!notes_.pick()->secondary)
+        begin_stop(what);
+      else if (!stop_at_)
+        stop_at_ = {Clock::now() + kSecondaryStopDelay, what};
     }
   }
 
@@ -476,7 +484,8 @@ class Supervisor {
     if (o_.node_rank == 0) return "the run's store, hosted by this launcher, failed: " + error;
     return watch_->node0() + " was lost: its launcher, which hosts the run's store at " + where() +
            ", stopped answering (it was killed, or its host or the network failed; the store "
-           "connection said: " + error + ")";
+           "connection said: " +
+           error + ")";
   }
 
   bool any_running() const {
@@ -576,9 +585,9 @@ class Supervisor {
           kSecondaryWait + kLostAfterFailure + std::chrono::seconds(5),
           "the run's verdict did not come");
     if (o_.node_rank == 0) {
-      const Clock::duration limit =
-          failing ? Clock::duration(o_.stop_grace + std::chrono::seconds(5))
-                  : Clock::duration(o_.rendezvous_timeout);
+      const Clock::duration limit = failing
+                                        ? Clock::duration(o_.stop_grace + std::chrono::seconds(5))
+                                        : Clock::duration(o_.rendezvous_timeout);
       wait_until([](const NodeWatch::State& st) { return st.pending == 0; }, limit,
                  "not every node reported completion; closing the run's store");
       for (const auto& l : watch_->state().lost) log_warn("launcher: " + l);
@@ -631,8 +640,8 @@ class Supervisor {
   bool killed_ = false;
   // This process's stderr is a terminal (or CIUIC_PROGRESS_TTY says to draw as if it were).
   const bool tty_ = isatty(STDERR_FILENO) == 1 || std::getenv("CIUIC_PROGRESS_TTY") != nullptr;
-  bool progress_drawn_ = false;                  // a progress line is on the terminal:
-  std::string progress_text_;                    // this one
+  bool progress_drawn_ = false;  // a progress line is on the terminal:
+  std::string progress_text_;    // this one
   int interrupts_ = 0;
   Clock::time_point kill_deadline_{};
   // A stop due after kSecondaryStopDelay (the failure so far looks like a consequence): when, why.

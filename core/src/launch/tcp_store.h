@@ -84,12 +84,10 @@ class CIUIC_API StoreUnreachable : public Error {
 // its timeout (the store's, plus the wait's own for wait/get) fails the same way. Thread-safe (one
 // request at a time per connection; clone() opens another connection). deleteKey and getNumKeys
 // work; listKeys, compareSet and the queue calls are not supported (c10d's default throws).
-CIUIC_API c10::intrusive_ptr<c10d::Store> connect_run_store(const std::string& addr, int port,
-                                                            const std::string& token,
-                                                            std::chrono::milliseconds timeout,
-                                                            const std::string& who,
-                                                            std::shared_ptr<void> keep = {},
-                                                            std::function<std::string()> late_token = {});
+CIUIC_API c10::intrusive_ptr<c10d::Store> connect_run_store(
+    const std::string& addr, int port, const std::string& token, std::chrono::milliseconds timeout,
+    const std::string& who, std::shared_ptr<void> keep = {},
+    std::function<std::string()> late_token = {});
 
 // A new per-job token: 32 random bytes from getrandom(2) as 64 hex digits. Throws Error when the
 // kernel has no entropy source to give.

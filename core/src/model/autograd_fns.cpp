@@ -4,12 +4,12 @@
 #include <algorithm>
 
 #include <ATen/TensorOperators.h>
+#include <ATen/ops/addmm.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/exp.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/logaddexp.h>
 #include <ATen/ops/logsumexp.h>
-#include <ATen/ops/addmm.h>
 #include <ATen/ops/mm.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
@@ -104,11 +104,13 @@ LayerWeights weights_of(at::TensorList weights, int64_t slots) {
 }
 
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
-  static at::Tensor forward(AutogradContext* ctx, const LayerShape& s, const at::Tensor& x, const at::Tensor& cos,
-                            const at::Tensor& sin_signed, const std::optional<at::Tensor>& mask,
+  static at::Tensor forward(AutogradContext* ctx, const LayerShape& s, const at::Tensor& x,
+                            const at::Tensor& cos, const at::Tensor& sin_signed,
+                            const std::optional<at::Tensor>& mask,
                             const std::optional<at::Tensor>& cu_seqlens, const DocsMeta& meta,
                             at::TensorList weights, const Announce& announce, int64_t slots) {
-    ctx->saved_data["boundaries"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(announce.boundaries));
+    ctx->saved_data["boundaries"] =
+        static_cast<int64_t>(reinterpret_cast<intptr_t>(announce.boundaries));
     ctx->saved_data["group"] = static_cast<int64_t>(announce.group);
     save_shape(ctx, s);
     ctx->saved_data["slots"] = slots;
@@ -117,7 +119,8 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     ctx->saved_data["max_len"] = meta.max_len;
     ctx->saved_data["rows"] = meta.rows;
     ctx->saved_data["row_len"] = meta.row_len;
-    variable_list to_save{x, cos, sin_signed, mask.value_or(at::Tensor()), cu_seqlens.value_or(at::Tensor())};
+    variable_list to_save{x, cos, sin_signed, mask.value_or(at::Tensor()),
+                          cu_seqlens.value_or(at::Tensor())};
     to_save.insert(to_save.end(), weights.begin(), weights.end());
     ctx->save_for_backward(to_save);  // the layer input and references to inputs: nothing new
     const LayerWeights w = weights_of(weights, slots);
@@ -165,7 +168,8 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     std::optional<at::Tensor> mask;
     if (has_mask) mask = saved[3];
     const PackedDocs docs = has_docs ? docs_of(saved[4], meta) : PackedDocs{};
-    auto* boundaries = reinterpret_cast<ciuic::Sharding*>(static_cast<intptr_t>(ctx->saved_data["boundaries"].toInt()));
+    auto* boundaries = reinterpret_cast<ciuic::Sharding*>(
+        static_cast<intptr_t>(ctx->saved_data["boundaries"].toInt()));
     const int group = static_cast<int>(ctx->saved_data["group"].toInt());
     at::Tensor y;
     {
@@ -190,8 +194,9 @@ int64_t vocab_chunk(int64_t n, int64_t v, int64_t chunk_elements) {
 
 // apply(hidden [N,H], weight [V,H], labels [N], chunk_elements) -> fp32 scalar.
 struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                            const at::Tensor& labels, int64_t chunk_elements) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden,
+                            const at::Tensor& weight, const at::Tensor& labels,
+                            int64_t chunk_elements) {
     const int64_t n = hidden.size(0), v = weight.size(0);
     const int64_t vc = vocab_chunk(n, v, chunk_elements);
     at::Tensor lse, target = at::zeros({n}, hidden.options().dtype(at::kFloat));
@@ -222,11 +227,13 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
     variable_list result(4);
     if (!need_h && !need_w) return result;
     // d loss / d logits[n, j] = g * (softmax[n, j] - [j == label[n]]) on rows with a label.
-    at::Tensor row_scale = at::where(labels.ne(kIgnoreIndex), grad_out[0].to(at::kFloat), 0.0).unsqueeze(1);
+    at::Tensor row_scale =
+        at::where(labels.ne(kIgnoreIndex), grad_out[0].to(at::kFloat), 0.0).unsqueeze(1);
     const bool single = vc >= v;
     const bool fp32 = hidden.scalar_type() == at::kFloat;
     at::Tensor grad_h, grad_w;
-    if (need_h && !single) grad_h = at::zeros({n, hidden.size(1)}, hidden.options().dtype(at::kFloat));
+    if (need_h && !single)
+      grad_h = at::zeros({n, hidden.size(1)}, hidden.options().dtype(at::kFloat));
     if (need_w) grad_w = at::empty_like(weight, at::MemoryFormat::Contiguous);
     for (int64_t v0 = 0; v0 < v; v0 += vc) {
       const int64_t len = std::min(vc, v - v0);
@@ -263,17 +270,20 @@ struct LinearCrossEntropy : public torch::autograd::Function<LinearCrossEntropy>
 // dtype), d hidden = d @ W (rows are independent: written once), d W += d^T @ hidden (accumulated
 // in fp32 over chunks unless there is one chunk).
 struct LinearCrossEntropyInForward : public torch::autograd::Function<LinearCrossEntropyInForward> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight,
-                            const at::Tensor& labels, int64_t chunk_elements, bool need_h, bool need_w) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden,
+                            const at::Tensor& weight, const at::Tensor& labels,
+                            int64_t chunk_elements, bool need_h, bool need_w) {
     const int64_t n = hidden.size(0), v = weight.size(0);
-    const int64_t rows = std::clamp<int64_t>(chunk_elements / std::max<int64_t>(v, 1), 1, std::max<int64_t>(n, 1));
+    const int64_t rows =
+        std::clamp<int64_t>(chunk_elements / std::max<int64_t>(v, 1), 1, std::max<int64_t>(n, 1));
     const bool one_chunk = rows >= n;
     const at::ScalarType dt = hidden.scalar_type();
     // Mixed-precision accumulation straight into an fp32 buffer (cuBLAS, bf16/fp16 inputs).
     const bool mixed_acc = hidden.is_cuda() && dt != at::kFloat;
     at::Tensor grad_h, grad_w, grad_w32;
     if (need_h) grad_h = at::empty_like(hidden, at::MemoryFormat::Contiguous);
-    if (need_w && !one_chunk) grad_w32 = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
+    if (need_w && !one_chunk)
+      grad_w32 = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
     at::Tensor total = at::zeros({}, hidden.options().dtype(at::kFloat));
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
       const int64_t len = std::min(rows, n - r0);
@@ -314,24 +324,30 @@ struct LinearCrossEntropyInForward : public torch::autograd::Function<LinearCros
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     if (ctx->saved_data.count("used"))
-      throw Error("linear_cross_entropy_sum: a second backward through the loss (retain_graph) is not supported "
-                  "with [model] loss_backward = \"in_forward\" (its gradients are scaled in place); use \"recompute\"");
+      throw Error(
+          "linear_cross_entropy_sum: a second backward through the loss (retain_graph) is not "
+          "supported "
+          "with [model] loss_backward = \"in_forward\" (its gradients are scaled in place); use "
+          "\"recompute\"");
     ctx->saved_data["used"] = true;
     variable_list saved = ctx->get_saved_variables();
     variable_list result(6);
     // Scaled in place: the saved gradients are this function's own and used once.
     const at::Tensor g = grad_out[0];
-    if (ctx->needs_input_grad(0) && saved[0].defined()) result[0] = saved[0].mul_(g.to(saved[0].scalar_type()));
-    if (ctx->needs_input_grad(1) && saved[1].defined()) result[1] = saved[1].mul_(g.to(saved[1].scalar_type()));
+    if (ctx->needs_input_grad(0) && saved[0].defined())
+      result[0] = saved[0].mul_(g.to(saved[0].scalar_type()));
+    if (ctx->needs_input_grad(1) && saved[1].defined())
+      result[1] = saved[1].mul_(g.to(saved[1].scalar_type()));
     return result;
   }
 };
 
 }  // namespace
 
-at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
-                                      const RopeTables& rope, const std::optional<at::Tensor>& mask,
-                                      const PackedDocs* docs, ciuic::Sharding* boundaries, int group) {
+at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s,
+                                      const at::Tensor& x, const RopeTables& rope,
+                                      const std::optional<at::Tensor>& mask, const PackedDocs* docs,
+                                      ciuic::Sharding* boundaries, int group) {
   std::vector<at::Tensor> weights;
   int64_t slots = 0;
   for (int i = 0; i < LayerWeights::kCount; ++i)
@@ -345,27 +361,30 @@ at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s
     cu = docs->cu_seqlens;
     meta = {docs->max_len, docs->rows, docs->row_len};
   }
-  return CheckpointedLayer::apply(s, x, rope.cos, rope.sin_signed, mask, cu, meta, at::TensorList(weights),
-                                  Announce{boundaries, group}, slots);
+  return CheckpointedLayer::apply(s, x, rope.cos, rope.sin_signed, mask, cu, meta,
+                                  at::TensorList(weights), Announce{boundaries, group}, slots);
 }
 
 namespace {
 // Identity; its backward announces the boundary (group_boundary in model/llama_ops.h).
 struct GroupBoundary : public torch::autograd::Function<GroupBoundary> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Announce& a, int64_t upper) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const Announce& a,
+                            int64_t upper) {
     ctx->saved_data["boundaries"] = static_cast<int64_t>(reinterpret_cast<intptr_t>(a.boundaries));
     ctx->saved_data["lower"] = static_cast<int64_t>(a.group);
     ctx->saved_data["upper"] = upper;
     return x;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
-    auto* b = reinterpret_cast<ciuic::Sharding*>(static_cast<intptr_t>(ctx->saved_data["boundaries"].toInt()));
+    auto* b = reinterpret_cast<ciuic::Sharding*>(
+        static_cast<intptr_t>(ctx->saved_data["boundaries"].toInt()));
     const int upper = static_cast<int>(ctx->saved_data["upper"].toInt());
     const int lower = static_cast<int>(ctx->saved_data["lower"].toInt());
     if (upper >= 0) b->after_group(upper, ciuic::GroupPass::kBackward);
     if (lower >= 0) {
       b->before_group(lower, ciuic::GroupPass::kBackward);
-      if (lower == 0)  // nothing below the embedding needs a gradient: its backward ends with the whole
+      if (lower ==
+          0)  // nothing below the embedding needs a gradient: its backward ends with the whole
         torch::autograd::Engine::get_default_engine().queue_callback(
             [b] { b->after_group(0, ciuic::GroupPass::kBackward); });
     }
@@ -379,11 +398,13 @@ at::Tensor group_boundary(const at::Tensor& x, ciuic::Sharding* boundaries, int 
   return GroupBoundary::apply(x, Announce{boundaries, lower}, static_cast<int64_t>(upper));
 }
 
-at::Tensor linear_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
-                                    int64_t chunk_elements, LossBackward mode) {
+at::Tensor linear_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight,
+                                    const at::Tensor& labels, int64_t chunk_elements,
+                                    LossBackward mode) {
   if (mode == LossBackward::kInForward) {
     const bool grad = at::GradMode::is_enabled();
-    return LinearCrossEntropyInForward::apply(hidden, weight, labels, chunk_elements, grad && hidden.requires_grad(),
+    return LinearCrossEntropyInForward::apply(hidden, weight, labels, chunk_elements,
+                                              grad && hidden.requires_grad(),
                                               grad && weight.requires_grad());
   }
   return LinearCrossEntropy::apply(hidden, weight, labels, chunk_elements);

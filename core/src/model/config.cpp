@@ -36,26 +36,32 @@ std::string shown(const json& v) {
   return s;
 }
 
-[[noreturn]] void bad_key(const std::string& origin, const std::string& key, const std::string& what) {
+[[noreturn]] void bad_key(const std::string& origin, const std::string& key,
+                          const std::string& what) {
   throw Error(origin + ": key `" + key + "`: " + what);
 }
 
 // Typed readers. A key that is absent or null leaves `out` unchanged (HF treats None as "use the
 // default"); a value of the wrong type is an error naming the key.
 template <class T>
-bool read_number(const json& j, const char* key, const std::string& prefix, const std::string& origin, T& out) {
+bool read_number(const json& j, const char* key, const std::string& prefix,
+                 const std::string& origin, T& out) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return false;
   constexpr bool integral = std::is_integral_v<T>;
   if (integral ? !it->is_number_integer() : !it->is_number())
-    bad_key(origin, prefix + key, std::string(integral ? "expected an integer" : "expected a number") + ", found " + shown(*it));
+    bad_key(origin, prefix + key,
+            std::string(integral ? "expected an integer" : "expected a number") + ", found " +
+                shown(*it));
   out = it->get<T>();
   return true;
 }
-bool read_int(const json& j, const char* key, const std::string& prefix, const std::string& origin, int64_t& out) {
+bool read_int(const json& j, const char* key, const std::string& prefix, const std::string& origin,
+              int64_t& out) {
   return read_number(j, key, prefix, origin, out);
 }
-bool read_float(const json& j, const char* key, const std::string& prefix, const std::string& origin, double& out) {
+bool read_float(const json& j, const char* key, const std::string& prefix,
+                const std::string& origin, double& out) {
   return read_number(j, key, prefix, origin, out);
 }
 void read_bool(const json& j, const char* key, const std::string& origin, bool& out) {
@@ -71,25 +77,29 @@ std::optional<std::string> read_string(const json& j, const char* key, const std
   if (!it->is_string()) bad_key(origin, prefix + key, "expected a string, found " + shown(*it));
   return it->get<std::string>();
 }
-void read_token_id(const json& j, const char* key, const std::string& origin, std::optional<int64_t>& out) {
+void read_token_id(const json& j, const char* key, const std::string& origin,
+                   std::optional<int64_t>& out) {
   auto it = j.find(key);
   if (it == j.end()) return;
   if (it->is_null()) {
     out.reset();
     return;
   }
-  if (!it->is_number_integer()) bad_key(origin, key, "expected an integer token id or null, found " + shown(*it));
+  if (!it->is_number_integer())
+    bad_key(origin, key, "expected an integer token id or null, found " + shown(*it));
   out = it->get<int64_t>();
 }
 
 // Rope settings from either `rope_scaling` (+ top-level rope_theta) or `rope_parameters`.
-void read_rope_dict(const json& d, const std::string& key, const std::string& origin, LlamaConfig& c) {
+void read_rope_dict(const json& d, const std::string& key, const std::string& origin,
+                    LlamaConfig& c) {
   if (!d.is_object()) bad_key(origin, key, "expected an object or null, found " + shown(d));
   // transformers >= 5 may nest one dict per layer type ({"full_attention": {...}, ...}).
   for (const auto& [k, v] : d.items())
     if (v.is_object())
-      bad_key(origin, key + "." + k,
-              "per-layer-type rope parameters are not supported (Llama uses one rope for all layers)");
+      bad_key(
+          origin, key + "." + k,
+          "per-layer-type rope parameters are not supported (Llama uses one rope for all layers)");
   const std::string prefix = key + ".";
   std::optional<std::string> type = read_string(d, "rope_type", prefix, origin);
   std::string type_key = prefix + "rope_type";
@@ -100,8 +110,9 @@ void read_rope_dict(const json& d, const std::string& key, const std::string& or
   read_float(d, "rope_theta", prefix, origin, c.rope_theta);
   double partial = 1.0;
   if (read_float(d, "partial_rotary_factor", prefix, origin, partial) && partial != 1.0)
-    bad_key(origin, prefix + "partial_rotary_factor", "partial rotary embeddings are not supported (found " +
-                                                          shown(d["partial_rotary_factor"]) + ", expected 1.0)");
+    bad_key(origin, prefix + "partial_rotary_factor",
+            "partial rotary embeddings are not supported (found " +
+                shown(d["partial_rotary_factor"]) + ", expected 1.0)");
   const std::string t = type.value_or("default");
   if (t == "default") {
     c.rope_type = RopeType::kDefault;
@@ -115,11 +126,13 @@ void read_rope_dict(const json& d, const std::string& key, const std::string& or
         bad_key(origin, prefix + "low_freq_factor", "missing: rope type \"llama3\" needs it");
       if (!read_float(d, "high_freq_factor", prefix, origin, c.rope_high_freq_factor))
         bad_key(origin, prefix + "high_freq_factor", "missing: rope type \"llama3\" needs it");
-      read_int(d, "original_max_position_embeddings", prefix, origin, c.rope_original_max_position_embeddings);
+      read_int(d, "original_max_position_embeddings", prefix, origin,
+               c.rope_original_max_position_embeddings);
     }
   } else {
     bad_key(origin, type_key,
-            "rope type \"" + t + "\" is not supported (supported: \"default\", \"linear\", \"llama3\")");
+            "rope type \"" + t +
+                "\" is not supported (supported: \"default\", \"linear\", \"llama3\")");
   }
 }
 
@@ -147,16 +160,23 @@ constexpr const char* kSliding = "sliding_attention";
 
 // `layer_types`: one "full_attention" / "sliding_attention" per layer; true = sliding.
 std::vector<uint8_t> read_layer_types(const json& v, int64_t layers, const std::string& origin) {
-  if (!v.is_array()) bad_key(origin, "layer_types", "expected a list of \"full_attention\" / \"sliding_attention\", found " + shown(v));
+  if (!v.is_array())
+    bad_key(origin, "layer_types",
+            "expected a list of \"full_attention\" / \"sliding_attention\", found " + shown(v));
   if (static_cast<int64_t>(v.size()) != layers)
-    bad_key(origin, "layer_types", "has " + std::to_string(v.size()) + " entries, num_hidden_layers is " + std::to_string(layers));
+    bad_key(origin, "layer_types",
+            "has " + std::to_string(v.size()) + " entries, num_hidden_layers is " +
+                std::to_string(layers));
   std::vector<uint8_t> out;
   for (size_t i = 0; i < v.size(); ++i) {
     const json& e = v[i];
-    if (e == kFull) out.push_back(0);
-    else if (e == kSliding) out.push_back(1);
-    else bad_key(origin, "layer_types[" + std::to_string(i) + "]",
-                 "expected \"full_attention\" or \"sliding_attention\", found " + shown(e));
+    if (e == kFull)
+      out.push_back(0);
+    else if (e == kSliding)
+      out.push_back(1);
+    else
+      bad_key(origin, "layer_types[" + std::to_string(i) + "]",
+              "expected \"full_attention\" or \"sliding_attention\", found " + shown(e));
   }
   return out;
 }
@@ -168,19 +188,23 @@ std::vector<uint8_t> pattern_layers(int64_t layers, int64_t pattern) {
   return out;
 }
 
-void refuse_true(const json& j, const char* key, const std::string& origin, const std::string& why) {
+void refuse_true(const json& j, const char* key, const std::string& origin,
+                 const std::string& why) {
   bool on = false;
   read_bool(j, key, origin, on);
   if (on) bad_key(origin, key, why + " (expected false)");
 }
 
-void refuse_non_null(const json& j, const char* key, const std::string& origin, const std::string& why) {
+void refuse_non_null(const json& j, const char* key, const std::string& origin,
+                     const std::string& why) {
   auto it = j.find(key);
-  if (it != j.end() && !it->is_null()) bad_key(origin, key, why + " (expected null, found " + shown(*it) + ")");
+  if (it != j.end() && !it->is_null())
+    bad_key(origin, key, why + " (expected null, found " + shown(*it) + ")");
 }
 
 void parse_into(const json& j, const std::string& origin, LlamaConfig& c) {
-  if (!j.is_object()) throw Error(origin + ": expected a JSON object at the top level, found " + shown(j));
+  if (!j.is_object())
+    throw Error(origin + ": expected a JSON object at the top level, found " + shown(j));
   ModelFamily family = ModelFamily::kLlama;
   if (auto mt = read_string(j, "model_type", "", origin)) {
     const FamilyName* found = nullptr;
@@ -188,8 +212,10 @@ void parse_into(const json& j, const std::string& origin, LlamaConfig& c) {
       if (*mt == e.model_type) found = &e;
     if (!found)
       bad_key(origin, "model_type",
-              "model type \"" + *mt + "\" is not supported (supported: " + supported_model_types() + ")" +
-                  (*mt == "gemma3" ? "; for Gemma 3's multimodal checkpoints use a text-only (\"gemma3_text\") model"
+              "model type \"" + *mt + "\" is not supported (supported: " + supported_model_types() +
+                  ")" +
+                  (*mt == "gemma3" ? "; for Gemma 3's multimodal checkpoints use a text-only "
+                                     "(\"gemma3_text\") model"
                                    : ""));
     family = found->family;
   }
@@ -197,20 +223,26 @@ void parse_into(const json& j, const std::string& origin, LlamaConfig& c) {
   const bool gemma = family == ModelFamily::kGemma3Text;
   const std::string fam = std::string("model type \"") + model_type_name(family) + "\"";
   if (gemma) {
-    if (auto act = read_string(j, "hidden_activation", "", origin); act && *act != "gelu_pytorch_tanh")
+    if (auto act = read_string(j, "hidden_activation", "", origin);
+        act && *act != "gelu_pytorch_tanh")
       bad_key(origin, "hidden_activation",
-              "activation \"" + *act + "\" is not supported for " + fam + " (expected \"gelu_pytorch_tanh\")");
+              "activation \"" + *act + "\" is not supported for " + fam +
+                  " (expected \"gelu_pytorch_tanh\")");
     refuse_non_null(j, "final_logit_softcapping", origin, "logit soft-capping is not supported");
     refuse_non_null(j, "attn_logit_softcapping", origin, "attention soft-capping is not supported");
-    refuse_true(j, "use_bidirectional_attention", origin, "bidirectional attention is not supported");
+    refuse_true(j, "use_bidirectional_attention", origin,
+                "bidirectional attention is not supported");
   } else if (auto act = read_string(j, "hidden_act", "", origin); act && *act != "silu") {
-    bad_key(origin, "hidden_act", "activation \"" + *act + "\" is not supported for " + fam + " (expected \"silu\")");
+    bad_key(origin, "hidden_act",
+            "activation \"" + *act + "\" is not supported for " + fam + " (expected \"silu\")");
   }
   // attention_bias: the Llama, Qwen3 and Gemma 3 classes read it (q/k/v/o biases); Mistral's and
   // Qwen2's ignore it (Qwen2 always has q/k/v biases). mlp_bias: Llama only.
   if (family == ModelFamily::kLlama || family == ModelFamily::kQwen3 || gemma)
-    refuse_true(j, "attention_bias", origin, "biases on the attention projections are not supported for " + fam);
-  if (family == ModelFamily::kLlama) refuse_true(j, "mlp_bias", origin, "biases in the MLP are not supported");
+    refuse_true(j, "attention_bias", origin,
+                "biases on the attention projections are not supported for " + fam);
+  if (family == ModelFamily::kLlama)
+    refuse_true(j, "mlp_bias", origin, "biases in the MLP are not supported");
   read_int(j, "vocab_size", "", origin, c.vocab_size);
   read_int(j, "hidden_size", "", origin, c.hidden_size);
   read_int(j, "intermediate_size", "", origin, c.intermediate_size);
@@ -234,18 +266,22 @@ void parse_into(const json& j, const std::string& origin, LlamaConfig& c) {
     c.eos_token_ids.clear();
     if (it->is_array()) {
       for (const auto& e : *it) {
-        if (!e.is_number_integer()) bad_key(origin, "eos_token_id", "expected integer token ids, found " + shown(*it));
+        if (!e.is_number_integer())
+          bad_key(origin, "eos_token_id", "expected integer token ids, found " + shown(*it));
         c.eos_token_ids.push_back(e.get<int64_t>());
       }
     } else if (!it->is_null()) {
       if (!it->is_number_integer())
-        bad_key(origin, "eos_token_id", "expected an integer token id, a list of them or null, found " + shown(*it));
+        bad_key(origin, "eos_token_id",
+                "expected an integer token id, a list of them or null, found " + shown(*it));
       c.eos_token_ids.push_back(it->get<int64_t>());
     }
   }
-  c.eos_token_id = c.eos_token_ids.empty() ? std::nullopt : std::optional<int64_t>(c.eos_token_ids[0]);
+  c.eos_token_id =
+      c.eos_token_ids.empty() ? std::nullopt : std::optional<int64_t>(c.eos_token_ids[0]);
   if (auto d = read_string(j, "torch_dtype", "", origin)) c.torch_dtype = *d;
-  if (auto d = j.find("dtype"); d != j.end() && d->is_string()) c.torch_dtype = d->get<std::string>();
+  if (auto d = j.find("dtype"); d != j.end() && d->is_string())
+    c.torch_dtype = d->get<std::string>();
 
   // Sliding windows. A window of null leaves every layer on full attention.
   auto read_window = [&](int64_t fallback) {
@@ -254,7 +290,8 @@ void parse_into(const json& j, const std::string& origin, LlamaConfig& c) {
     if (it != j.end()) {
       if (it->is_null()) return int64_t{0};
       if (!it->is_number_integer() || it->get<int64_t>() <= 0)
-        bad_key(origin, "sliding_window", "expected a positive integer or null, found " + shown(*it));
+        bad_key(origin, "sliding_window",
+                "expected a positive integer or null, found " + shown(*it));
       w = it->get<int64_t>();
     }
     return w;
@@ -276,7 +313,8 @@ void parse_into(const json& j, const std::string& origin, LlamaConfig& c) {
     if (types_given) {
       types = read_layer_types(*layer_types, layers, origin);
     } else {
-      for (int64_t i = 0; i < layers; ++i) types.push_back(c.sliding_window > 0 && i >= c.max_window_layers ? 1 : 0);
+      for (int64_t i = 0; i < layers; ++i)
+        types.push_back(c.sliding_window > 0 && i >= c.max_window_layers ? 1 : 0);
     }
     for (auto& t : types) t = t && c.sliding_window > 0 ? 1 : 0;
     c.sliding_layers = types;
@@ -292,7 +330,8 @@ void parse_into(const json& j, const std::string& origin, LlamaConfig& c) {
       c.sliding_window_pattern = p;
     } else {
       if (c.sliding_window_pattern <= 0)
-        bad_key(origin, "sliding_window_pattern", "expected a positive integer, found " + std::to_string(c.sliding_window_pattern));
+        bad_key(origin, "sliding_window_pattern",
+                "expected a positive integer, found " + std::to_string(c.sliding_window_pattern));
       c.sliding_layers = pattern_layers(layers, c.sliding_window_pattern);
     }
     if (c.sliding_window == 0) std::fill(c.sliding_layers.begin(), c.sliding_layers.end(), 0);
@@ -305,16 +344,19 @@ void parse_into(const json& j, const std::string& origin, LlamaConfig& c) {
   read_float(j, "rope_theta", "", origin, c.rope_theta);
   double partial = 1.0;
   if (read_float(j, "partial_rotary_factor", "", origin, partial) && partial != 1.0)
-    bad_key(origin, "partial_rotary_factor", "partial rotary embeddings are not supported (expected 1.0)");
+    bad_key(origin, "partial_rotary_factor",
+            "partial rotary embeddings are not supported (expected 1.0)");
   auto rp = j.find("rope_parameters");
   auto rs = j.find("rope_scaling");
   if (gemma && rp != j.end() && !rp->is_null()) {
     // One dict per layer type; the sliding layers' must be the default rope.
-    if (!rp->is_object()) bad_key(origin, "rope_parameters", "expected an object or null, found " + shown(*rp));
+    if (!rp->is_object())
+      bad_key(origin, "rope_parameters", "expected an object or null, found " + shown(*rp));
     for (const auto& [k, v] : rp->items())
       if (k != kFull && k != kSliding)
-        bad_key(origin, "rope_parameters." + k,
-                "expected one rope dict per layer type (\"full_attention\", \"sliding_attention\")");
+        bad_key(
+            origin, "rope_parameters." + k,
+            "expected one rope dict per layer type (\"full_attention\", \"sliding_attention\")");
     if (auto f = rp->find(kFull); f != rp->end() && !f->is_null())
       read_rope_dict(*f, std::string("rope_parameters.") + kFull, origin, c);
     if (auto sl = rp->find(kSliding); sl != rp->end() && !sl->is_null()) {
@@ -340,7 +382,8 @@ const char* model_type_name(ModelFamily f) { return family_entry(f).model_type; 
 
 std::string supported_model_types() {
   std::string s;
-  for (const auto& e : kFamilies) s += (s.empty() ? "\"" : ", \"") + std::string(e.model_type) + "\"";
+  for (const auto& e : kFamilies)
+    s += (s.empty() ? "\"" : ", \"") + std::string(e.model_type) + "\"";
   return s;
 }
 
@@ -348,8 +391,7 @@ LlamaConfig LlamaConfig::defaults(ModelFamily f) {
   LlamaConfig c;  // transformers' LlamaConfig defaults
   c.family = f;
   switch (f) {
-    case ModelFamily::kLlama:
-      break;
+    case ModelFamily::kLlama: break;
     case ModelFamily::kMistral:
       c.intermediate_size = 14336;
       c.num_key_value_heads = 8;
@@ -415,17 +457,21 @@ void LlamaConfig::validate(const std::string& origin) const {
   // beyond any model a few GPUs fine-tune. Otherwise `num_hidden_layers = 1e9` or
   // `vocab_size = 2^62` ends in std::bad_alloc or a storage-size overflow deep inside LibTorch.
   constexpr int64_t kMaxDim = (int64_t{1} << 31) - 1;
-  for (auto [key, v] : {std::pair{"vocab_size", vocab_size}, std::pair{"hidden_size", hidden_size},
-                        std::pair{"intermediate_size", intermediate_size},
-                        std::pair{"num_hidden_layers", num_hidden_layers},
-                        std::pair{"num_attention_heads", num_attention_heads},
-                        std::pair{"num_key_value_heads", num_key_value_heads}, std::pair{"head_dim", head_dim},
-                        std::pair{"max_position_embeddings", max_position_embeddings}})
+  for (auto [key, v] :
+       {std::pair{"vocab_size", vocab_size}, std::pair{"hidden_size", hidden_size},
+        std::pair{"intermediate_size", intermediate_size},
+        std::pair{"num_hidden_layers", num_hidden_layers},
+        std::pair{"num_attention_heads", num_attention_heads},
+        std::pair{"num_key_value_heads", num_key_value_heads}, std::pair{"head_dim", head_dim},
+        std::pair{"max_position_embeddings", max_position_embeddings}})
     if (v > kMaxDim) bad_key(origin, key, std::to_string(v) + " is larger than 2^31 - 1");
-  const double h = static_cast<double>(hidden_size), q = static_cast<double>(num_attention_heads) * head_dim,
+  const double h = static_cast<double>(hidden_size),
+               q = static_cast<double>(num_attention_heads) * head_dim,
                kv = static_cast<double>(num_key_value_heads) * head_dim;
-  const double per_layer = h * (q + 2 * kv) + q * h + 3 * h * static_cast<double>(intermediate_size) + 2 * h;
-  const double params = static_cast<double>(num_hidden_layers) * per_layer + 2 * static_cast<double>(vocab_size) * h;
+  const double per_layer =
+      h * (q + 2 * kv) + q * h + 3 * h * static_cast<double>(intermediate_size) + 2 * h;
+  const double params =
+      static_cast<double>(num_hidden_layers) * per_layer + 2 * static_cast<double>(vocab_size) * h;
   if (params >= std::ldexp(1.0, 40))
     bad_key(origin, "num_hidden_layers",
             "this shape has about " + std::to_string(static_cast<int64_t>(params / 1e9)) +
@@ -433,25 +479,30 @@ void LlamaConfig::validate(const std::string& origin) const {
                 "intermediate_size and vocab_size");
   if (num_attention_heads % num_key_value_heads != 0)
     bad_key(origin, "num_key_value_heads",
-            "num_attention_heads (" + std::to_string(num_attention_heads) + ") must be a multiple of it (" +
-                std::to_string(num_key_value_heads) + ")");
+            "num_attention_heads (" + std::to_string(num_attention_heads) +
+                ") must be a multiple of it (" + std::to_string(num_key_value_heads) + ")");
   if (head_dim % 2 != 0)
-    bad_key(origin, "head_dim", "rotary embeddings need an even head dimension, found " + std::to_string(head_dim));
+    bad_key(origin, "head_dim",
+            "rotary embeddings need an even head dimension, found " + std::to_string(head_dim));
   if (!(rope_theta > 0) || !std::isfinite(rope_theta))
-    bad_key(origin, "rope_theta", "expected a positive number, found " + std::to_string(rope_theta));
+    bad_key(origin, "rope_theta",
+            "expected a positive number, found " + std::to_string(rope_theta));
   if (!(rms_norm_eps > 0)) bad_key(origin, "rms_norm_eps", "expected a positive number");
   if (!(rope_scaling_factor > 0) || !std::isfinite(rope_scaling_factor))
-    bad_key(origin, "rope_scaling.factor", "expected a positive number, found " + std::to_string(rope_scaling_factor));
+    bad_key(origin, "rope_scaling.factor",
+            "expected a positive number, found " + std::to_string(rope_scaling_factor));
   if (rope_type == RopeType::kLlama3 && !(rope_high_freq_factor > rope_low_freq_factor))
     bad_key(origin, "rope_scaling.high_freq_factor", "must be greater than low_freq_factor");
   if (bos_token_id && (*bos_token_id < 0 || *bos_token_id >= vocab_size))
     bad_key(origin, "bos_token_id",
-            std::to_string(*bos_token_id) + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+            std::to_string(*bos_token_id) + " is outside the vocabulary [0, " +
+                std::to_string(vocab_size) + ")");
   // torch.nn.Embedding's padding_idx: [-vocab_size, vocab_size), negative counting from the end.
   if (pad_token_id && (*pad_token_id < -vocab_size || *pad_token_id >= vocab_size))
     bad_key(origin, "pad_token_id",
-            std::to_string(*pad_token_id) + " is outside the vocabulary [-" + std::to_string(vocab_size) + ", " +
-                std::to_string(vocab_size) + ") (a negative id counts from the end)");
+            std::to_string(*pad_token_id) + " is outside the vocabulary [-" +
+                std::to_string(vocab_size) + ", " + std::to_string(vocab_size) +
+                ") (a negative id counts from the end)");
   if (sliding_window < 0) bad_key(origin, "sliding_window", "expected a positive integer or null");
   if (!sliding_layers.empty() && static_cast<int64_t>(sliding_layers.size()) != num_hidden_layers)
     bad_key(origin, "layer_types",
@@ -463,8 +514,9 @@ void LlamaConfig::validate(const std::string& origin) const {
     bad_key(origin, "rope_local_base_freq", "expected a positive number");
   for (int64_t e : eos_token_ids)
     if (e < 0 || e >= vocab_size)
-      bad_key(origin, "eos_token_id",
-              std::to_string(e) + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+      bad_key(
+          origin, "eos_token_id",
+          std::to_string(e) + " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
 }
 
 LlamaConfig LlamaConfig::from_json(const json& j, const std::string& origin) {
@@ -494,30 +546,35 @@ LlamaConfig LlamaConfig::with_overrides(const json& overrides, const std::string
   json j = to_json();
   json o = overrides;
   // Another model_type starts from that family's defaults (its keys, not this family's).
-  if (auto mt = o.find("model_type"); mt != o.end() && mt->is_string() && *mt != model_type_name(family)) {
+  if (auto mt = o.find("model_type");
+      mt != o.end() && mt->is_string() && *mt != model_type_name(family)) {
     LlamaConfig probe;
     parse_into(json{{"model_type", *mt}}, origin, probe);  // refuses an unknown type by name
     j = LlamaConfig::defaults(probe.family).to_json();
   }
   // A new layer count re-derives the layer types (from sliding_window_pattern / max_window_layers).
   if (o.contains("num_hidden_layers") && !o.contains("layer_types")) {
-    if (family == ModelFamily::kGemma3Text && sliding_window_pattern == 0 && !o.contains("sliding_window_pattern") &&
-        j.contains("layer_types"))
+    if (family == ModelFamily::kGemma3Text && sliding_window_pattern == 0 &&
+        !o.contains("sliding_window_pattern") && j.contains("layer_types"))
       bad_key(origin, "num_hidden_layers",
-              "the model's layer_types follow no sliding_window_pattern: give layer_types for the new layer count");
+              "the model's layer_types follow no sliding_window_pattern: give layer_types for the "
+              "new layer count");
     j.erase("layer_types");
   }
   // The recipe's flat rope keys become an HF rope_scaling dict.
   if (o.contains("rope_scaling_type") || o.contains("rope_scaling_factor")) {
     std::string type = rope_type_name(rope_type);
-    if (auto t = read_string(o, "rope_scaling_type", "", origin)) type = *t == "none" ? "default" : *t;
+    if (auto t = read_string(o, "rope_scaling_type", "", origin))
+      type = *t == "none" ? "default" : *t;
     if (type != "default" && type != "linear")
-      bad_key(origin, "rope_scaling_type", "expected \"none\" or \"linear\", found \"" + type + "\"");
+      bad_key(origin, "rope_scaling_type",
+              "expected \"none\" or \"linear\", found \"" + type + "\"");
     double factor = rope_scaling_factor;
     read_float(o, "rope_scaling_factor", "", origin, factor);
     o.erase("rope_scaling_type");
     o.erase("rope_scaling_factor");
-    o["rope_scaling"] = type == "default" ? json(nullptr) : json{{"type", type}, {"factor", factor}};
+    o["rope_scaling"] =
+        type == "default" ? json(nullptr) : json{{"type", type}, {"factor", factor}};
   }
   // A rope dict in the overrides replaces the base's rope scaling entirely.
   if (o.contains("rope_scaling") || o.contains("rope_parameters")) {
@@ -528,7 +585,8 @@ LlamaConfig LlamaConfig::with_overrides(const json& overrides, const std::string
     json& rp = j["rope_parameters"];
     const bool per_type = rp.contains(kFull);  // gemma3_text: one dict per layer type
     if (o.contains("rope_theta")) (per_type ? rp[kFull] : rp)["rope_theta"] = o["rope_theta"];
-    if (per_type && o.contains("rope_local_base_freq")) rp[kSliding]["rope_theta"] = o["rope_local_base_freq"];
+    if (per_type && o.contains("rope_local_base_freq"))
+      rp[kSliding]["rope_theta"] = o["rope_local_base_freq"];
   }
   // head_dim follows hidden_size / heads unless given explicitly (or it differed in the base).
   if ((o.contains("hidden_size") || o.contains("num_attention_heads")) && !o.contains("head_dim") &&
@@ -597,7 +655,8 @@ json LlamaConfig::to_json() const {
   json scaling = nullptr;
   json params = {{"rope_type", rope_type_name(rope_type)}, {"rope_theta", rope_theta}};
   if (rope_type != RopeType::kDefault) {
-    scaling = {{"type", rope_type_name(rope_type)}, {"rope_type", rope_type_name(rope_type)},
+    scaling = {{"type", rope_type_name(rope_type)},
+               {"rope_type", rope_type_name(rope_type)},
                {"factor", rope_scaling_factor}};
     if (rope_type == RopeType::kLlama3) {
       scaling["low_freq_factor"] = rope_low_freq_factor;
@@ -610,7 +669,8 @@ json LlamaConfig::to_json() const {
   }
   j["rope_scaling"] = scaling;
   if (gemma)
-    j["rope_parameters"] = {{kFull, params}, {kSliding, {{"rope_type", "default"}, {"rope_theta", rope_local_theta}}}};
+    j["rope_parameters"] = {
+        {kFull, params}, {kSliding, {{"rope_type", "default"}, {"rope_theta", rope_local_theta}}}};
   else
     j["rope_parameters"] = params;
   j["bos_token_id"] = bos_token_id ? json(*bos_token_id) : json(nullptr);
@@ -637,7 +697,8 @@ json LlamaConfig::generation_json() const {
 }
 
 int64_t LlamaConfig::num_parameters(bool include_embeddings) const {
-  const int64_t h = hidden_size, q = num_attention_heads * head_dim, kv = num_key_value_heads * head_dim;
+  const int64_t h = hidden_size, q = num_attention_heads * head_dim,
+                kv = num_key_value_heads * head_dim;
   int64_t per_layer = h * q + 2 * h * kv + q * h + 3 * h * intermediate_size + 2 * h;
   if (qkv_bias) per_layer += q + 2 * kv;
   if (qk_norm) per_layer += 2 * head_dim;
@@ -648,9 +709,11 @@ int64_t LlamaConfig::num_parameters(bool include_embeddings) const {
 }
 
 double LlamaConfig::flops_per_token(int64_t seq_len) const {
-  const double n = static_cast<double>(num_parameters(false)) + static_cast<double>(vocab_size * hidden_size);
+  const double n =
+      static_cast<double>(num_parameters(false)) + static_cast<double>(vocab_size * hidden_size);
   return 6.0 * n + 12.0 * static_cast<double>(num_hidden_layers) *
-                       static_cast<double>(num_attention_heads * head_dim) * static_cast<double>(seq_len);
+                       static_cast<double>(num_attention_heads * head_dim) *
+                       static_cast<double>(seq_len);
 }
 
 }  // namespace ciuic::model

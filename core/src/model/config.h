@@ -14,7 +14,8 @@
 // Both rope forms found in the wild are read:
 //   * older files (transformers < 5): "rope_theta": 100000, "rope_scaling": {"type": "linear", ...}
 //   * transformers >= 5: "rope_parameters": {"rope_type": "linear", "rope_theta": 100000, ...}
-//     (gemma3_text: one such dict per layer type, {"full_attention": {...}, "sliding_attention": {...}})
+//     (gemma3_text: one such dict per layer type, {"full_attention": {...}, "sliding_attention":
+//     {...}})
 // plus "head_dim" when present (else hidden_size / num_attention_heads), grouped-query attention
 // and tied or untied embeddings. Supported rope types: "default", "linear" and "llama3"; anything
 // else (dynamic, yarn, longrope, partial_rotary_factor != 1) and any option the family does not
@@ -44,8 +45,9 @@ CIUIC_API const char* rope_type_name(RopeType t);  // "default", "linear", "llam
 
 // The architectures, by HF model_type.
 enum class ModelFamily { kLlama, kMistral, kQwen2, kQwen3, kGemma3Text };
-CIUIC_API const char* model_type_name(ModelFamily f);  // "llama", "mistral", "qwen2", "qwen3", "gemma3_text"
-CIUIC_API std::string supported_model_types();        // "\"llama\", \"mistral\", ..." for messages
+CIUIC_API const char* model_type_name(
+    ModelFamily f);  // "llama", "mistral", "qwen2", "qwen3", "gemma3_text"
+CIUIC_API std::string supported_model_types();  // "\"llama\", \"mistral\", ..." for messages
 
 // The MLP's activation: SwiGLU (silu) or GeGLU with tanh-approximated GELU ("gelu_pytorch_tanh").
 enum class Activation { kSilu, kGeluTanh };
@@ -83,11 +85,12 @@ struct CIUIC_API LlamaConfig {
 
   // ---- family switches (set by from_json for the model_type; the model reads only these) ----
   Activation hidden_act = Activation::kSilu;
-  bool qkv_bias = false;        // qwen2: biases on q_proj, k_proj, v_proj (not o_proj)
-  bool qk_norm = false;         // qwen3, gemma3_text: RMSNorm over head_dim on q and k, before rope
-  bool gemma_norm = false;      // gemma3_text: RMSNorm scales by (1 + weight); norms initialised to 0
+  bool qkv_bias = false;    // qwen2: biases on q_proj, k_proj, v_proj (not o_proj)
+  bool qk_norm = false;     // qwen3, gemma3_text: RMSNorm over head_dim on q and k, before rope
+  bool gemma_norm = false;  // gemma3_text: RMSNorm scales by (1 + weight); norms initialised to 0
   bool sandwich_norms = false;  // gemma3_text: post-attention, pre- and post-feed-forward norms
-  bool scale_embeddings = false;  // gemma3_text: embeddings times sqrt(hidden_size) (in the model dtype)
+  bool scale_embeddings =
+      false;                // gemma3_text: embeddings times sqrt(hidden_size) (in the model dtype)
   bool local_rope = false;  // gemma3_text: sliding layers use rope_local_theta (default rope type)
   // Attention scores are scaled by query_pre_attn_scalar^-1/2 (gemma3_text); 0: head_dim^-1/2.
   double query_pre_attn_scalar = 0;

@@ -36,10 +36,12 @@ bool fused_kernels_supported(at::ScalarType dtype, c10::Device device) {
 namespace {
 void check_supported(const at::Tensor& t, const char* who) {
   if (!t.defined() || !fused_kernels_supported(t.scalar_type(), t.device()))
-    throw Error(std::string(who) + ": the fused kernels need a CUDA build and a CUDA tensor in fp32, bf16 or fp16 (got " +
-                (t.defined() ? std::string(c10::toString(t.scalar_type())) + " on " + t.device().str()
-                             : std::string("an undefined tensor")) +
-                (fused_kernels_built() ? "" : "; this build has no CUDA") + ")");
+    throw Error(
+        std::string(who) +
+        ": the fused kernels need a CUDA build and a CUDA tensor in fp32, bf16 or fp16 (got " +
+        (t.defined() ? std::string(c10::toString(t.scalar_type())) + " on " + t.device().str()
+                     : std::string("an undefined tensor")) +
+        (fused_kernels_built() ? "" : "; this build has no CUDA") + ")");
 }
 }  // namespace
 
@@ -62,42 +64,52 @@ void check_launch(const char* err, const char* who) {
   if (err) throw Error(std::string(who) + ": CUDA kernel launch failed: " + err);
 }
 
-cudaStream_t stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+cudaStream_t stream_of(const at::Tensor& t) {
+  return c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
+}
 
 // x [B, T, H, D], any strides with the last dimension contiguous (otherwise copied): the
 // gradient arriving from attention is a transposed view.
-at::Tensor rope_apply(const at::Tensor& x_in, const at::Tensor& cos, const at::Tensor& sin, bool backward) {
+at::Tensor rope_apply(const at::Tensor& x_in, const at::Tensor& cos, const at::Tensor& sin,
+                      bool backward) {
   at::Tensor x = x_in.stride(3) == 1 ? x_in : x_in.contiguous();
   at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   const int64_t strides[3] = {x.stride(0), x.stride(1), x.stride(2)};
   const c10::cuda::CUDAGuard guard(x.device());
-  check_launch(cuda::rope(x.data_ptr(), cos.data_ptr(), sin.data_ptr(), out.data_ptr(), x.size(0), x.size(1), x.size(2),
-                          x.size(3) / 2, strides, backward, kernel_dtype(x.scalar_type()), stream_of(x)),
+  check_launch(cuda::rope(x.data_ptr(), cos.data_ptr(), sin.data_ptr(), out.data_ptr(), x.size(0),
+                          x.size(1), x.size(2), x.size(3) / 2, strides, backward,
+                          kernel_dtype(x.scalar_type()), stream_of(x)),
                "fused_rope");
   return out;
 }
 
 struct FusedRope : public torch::autograd::Function<FusedRope> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& cos,
+                            const at::Tensor& sin) {
     ctx->save_for_backward({cos, sin});  // the batch's tables: no new memory
     return rope_apply(x, cos, sin, /*backward=*/false);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
     const variable_list saved = ctx->get_saved_variables();
-    return {rope_apply(grad_out[0], saved[0], saved[1], /*backward=*/true), at::Tensor(), at::Tensor()};
+    return {rope_apply(grad_out[0], saved[0], saved[1], /*backward=*/true), at::Tensor(),
+            at::Tensor()};
   }
 };
 
-cuda::Glu glu_of(Activation act) { return act == Activation::kGeluTanh ? cuda::Glu::kGeluTanh : cuda::Glu::kSilu; }
+cuda::Glu glu_of(Activation act) {
+  return act == Activation::kGeluTanh ? cuda::Glu::kGeluTanh : cuda::Glu::kSilu;
+}
 
 struct FusedGlu : public torch::autograd::Function<FusedGlu> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up, int64_t act) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up,
+                            int64_t act) {
     ctx->save_for_backward({gate, up});
     ctx->saved_data["act"] = act;
     at::Tensor out = at::empty_like(gate, at::MemoryFormat::Contiguous);
     const c10::cuda::CUDAGuard guard(gate.device());
     check_launch(cuda::glu_forward(gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel(),
-                                   static_cast<cuda::Glu>(act), kernel_dtype(gate.scalar_type()), stream_of(gate)),
+                                   static_cast<cuda::Glu>(act), kernel_dtype(gate.scalar_type()),
+                                   stream_of(gate)),
                  "fused_glu");
     return out;
   }
@@ -110,8 +122,9 @@ struct FusedGlu : public torch::autograd::Function<FusedGlu> {
     at::Tensor d_up = at::empty_like(up, at::MemoryFormat::Contiguous);
     const c10::cuda::CUDAGuard guard(gate.device());
     const auto act = static_cast<cuda::Glu>(ctx->saved_data["act"].toInt());
-    check_launch(cuda::glu_backward(gate.data_ptr(), up.data_ptr(), dy.data_ptr(), d_gate.data_ptr(), d_up.data_ptr(),
-                                    gate.numel(), act, kernel_dtype(gate.scalar_type()), stream_of(gate)),
+    check_launch(cuda::glu_backward(gate.data_ptr(), up.data_ptr(), dy.data_ptr(),
+                                    d_gate.data_ptr(), d_up.data_ptr(), gate.numel(), act,
+                                    kernel_dtype(gate.scalar_type()), stream_of(gate)),
                  "fused_glu backward");
     return {d_gate, d_up, at::Tensor()};
   }
@@ -123,13 +136,13 @@ struct FusedGlu : public torch::autograd::Function<FusedGlu> {
 struct FusedGluDown : public torch::autograd::Function<FusedGluDown> {
   static at::Tensor glu(const at::Tensor& gate, const at::Tensor& up, cuda::Glu act) {
     at::Tensor out = at::empty_like(gate, at::MemoryFormat::Contiguous);
-    check_launch(cuda::glu_forward(gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel(), act,
-                                   kernel_dtype(gate.scalar_type()), stream_of(gate)),
+    check_launch(cuda::glu_forward(gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel(),
+                                   act, kernel_dtype(gate.scalar_type()), stream_of(gate)),
                  "fused_glu_down");
     return out;
   }
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& w_down,
-                            int64_t act) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& gate, const at::Tensor& up,
+                            const at::Tensor& w_down, int64_t act) {
     ctx->save_for_backward({gate, up, w_down});
     ctx->saved_data["act"] = act;
     const c10::cuda::CUDAGuard guard(gate.device());
@@ -150,8 +163,9 @@ struct FusedGluDown : public torch::autograd::Function<FusedGluDown> {
       const at::Tensor d_act = at::mm(dy, w).view(gate.sizes());
       at::Tensor d_gate = at::empty_like(gate, at::MemoryFormat::Contiguous);
       at::Tensor d_up = at::empty_like(up, at::MemoryFormat::Contiguous);
-      check_launch(cuda::glu_backward(gate.data_ptr(), up.data_ptr(), d_act.data_ptr(), d_gate.data_ptr(),
-                                      d_up.data_ptr(), gate.numel(), act, kernel_dtype(gate.scalar_type()), stream_of(gate)),
+      check_launch(cuda::glu_backward(gate.data_ptr(), up.data_ptr(), d_act.data_ptr(),
+                                      d_gate.data_ptr(), d_up.data_ptr(), gate.numel(), act,
+                                      kernel_dtype(gate.scalar_type()), stream_of(gate)),
                    "fused_glu_down backward");
       result[0] = d_gate;
       result[1] = d_up;
@@ -163,7 +177,8 @@ struct FusedGluDown : public torch::autograd::Function<FusedGluDown> {
 }  // namespace
 #endif
 
-at::Tensor fused_glu_down(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& w_down, Activation act) {
+at::Tensor fused_glu_down(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& w_down,
+                          Activation act) {
   check_supported(gate, "fused_glu_down");
   if (!up.defined() || !up.sizes().equals(gate.sizes()) || up.scalar_type() != gate.scalar_type() ||
       up.device() != gate.device())
@@ -173,7 +188,8 @@ at::Tensor fused_glu_down(const at::Tensor& gate, const at::Tensor& up, const at
     throw Error("fused_glu_down: w_down must be [hidden, " + std::to_string(gate.size(-1)) +
                 "] in gate's dtype, on its device");
 #ifdef CIUIC_FUSED_KERNELS
-  return FusedGluDown::apply(gate.contiguous(), up.contiguous(), w_down, static_cast<int64_t>(glu_of(act)));
+  return FusedGluDown::apply(gate.contiguous(), up.contiguous(), w_down,
+                             static_cast<int64_t>(glu_of(act)));
 #else
   (void)act;
   return at::Tensor();
@@ -183,12 +199,15 @@ at::Tensor fused_glu_down(const at::Tensor& gate, const at::Tensor& up, const at
 at::Tensor fused_rope(const at::Tensor& x, const RopeTables& rope) {
   check_supported(x, "fused_rope");
   if (x.dim() != 4 || x.size(3) % 2 != 0)
-    throw Error("fused_rope: x must be [B, T, heads, D] with an even D, got " + std::to_string(x.dim()) + " dimensions");
+    throw Error("fused_rope: x must be [B, T, heads, D] with an even D, got " +
+                std::to_string(x.dim()) + " dimensions");
   const int64_t rows = x.size(0) * x.size(1), d = x.size(3);
   if (!rope.cos.defined() || rope.cos.numel() != rows * d || rope.sin_signed.numel() != rows * d ||
-      rope.cos.scalar_type() != x.scalar_type() || rope.sin_signed.scalar_type() != x.scalar_type() ||
-      rope.cos.device() != x.device())
-    throw Error("fused_rope: the rotary tables must be [B, T, 1, D] for x's B, T, D, in x's dtype and on its device");
+      rope.cos.scalar_type() != x.scalar_type() ||
+      rope.sin_signed.scalar_type() != x.scalar_type() || rope.cos.device() != x.device())
+    throw Error(
+        "fused_rope: the rotary tables must be [B, T, 1, D] for x's B, T, D, in x's dtype and on "
+        "its device");
 #ifdef CIUIC_FUSED_KERNELS
   return FusedRope::apply(x, rope.cos.contiguous(), rope.sin_signed.contiguous());
 #else

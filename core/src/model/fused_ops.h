@@ -29,11 +29,12 @@ CIUIC_API bool fused_kernels_supported(at::ScalarType dtype, c10::Device device)
 // for the same B, T, in x's dtype. Returns a contiguous [B, T, heads, D].
 CIUIC_API at::Tensor fused_rope(const at::Tensor& x, const RopeTables& rope);
 // gate, up: same shape and dtype, contiguous. Returns act(gate) * up.
-CIUIC_API at::Tensor fused_glu(const at::Tensor& gate, const at::Tensor& up, Activation act = Activation::kSilu);
+CIUIC_API at::Tensor fused_glu(const at::Tensor& gate, const at::Tensor& up,
+                               Activation act = Activation::kSilu);
 // gate, up [..., I]; w_down [H, I]. Returns linear(act(gate) * up, w_down) [..., H], keeping
 // only gate and up for the backward, which recomputes act(gate) * up (one elementwise kernel):
 // the decoder layer's MLP holds 2 I fewer activations per token than with the composition.
-CIUIC_API at::Tensor fused_glu_down(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& w_down,
-                                    Activation act = Activation::kSilu);
+CIUIC_API at::Tensor fused_glu_down(const at::Tensor& gate, const at::Tensor& up,
+                                    const at::Tensor& w_down, Activation act = Activation::kSilu);
 
 }  // namespace ciuic::model

@@ -61,13 +61,17 @@ void SamplingParams::validate(const std::string& where) const {
   if (!(temperature > 0) || !std::isfinite(temperature))
     throw Error(where + ": temperature must be a positive number, got " + num(temperature));
   if (top_k < 0) throw Error(where + ": top_k must be >= 0 (0: off), got " + std::to_string(top_k));
-  if (!(top_p > 0 && top_p <= 1)) throw Error(where + ": top_p must be in (0, 1], got " + num(top_p));
-  if (!(min_p >= 0 && min_p <= 1)) throw Error(where + ": min_p must be in [0, 1], got " + num(min_p));
+  if (!(top_p > 0 && top_p <= 1))
+    throw Error(where + ": top_p must be in (0, 1], got " + num(top_p));
+  if (!(min_p >= 0 && min_p <= 1))
+    throw Error(where + ": min_p must be in [0, 1], got " + num(min_p));
   if (!(repetition_penalty > 0) || !std::isfinite(repetition_penalty))
-    throw Error(where + ": repetition_penalty must be a positive number, got " + num(repetition_penalty));
+    throw Error(where + ": repetition_penalty must be a positive number, got " +
+                num(repetition_penalty));
 }
 
-at::Tensor process_logits(const at::Tensor& scores_in, const at::Tensor& seen, const SamplingParams& p,
+at::Tensor process_logits(const at::Tensor& scores_in, const at::Tensor& seen,
+                          const SamplingParams& p,
                           std::vector<std::pair<std::string, at::Tensor>>* steps) {
   at::Tensor scores = scores_in;
   auto record = [&](const char* name) {
@@ -118,7 +122,8 @@ std::vector<int32_t> eos_ids_of_folder(const std::string& folder) {
   auto ids_of = [](const json& v, const std::string& path) {
     std::vector<int32_t> out;
     auto one = [&](const json& e) {
-      if (!e.is_number_integer()) throw Error(path + ": eos_token_id must be an integer or a list of integers");
+      if (!e.is_number_integer())
+        throw Error(path + ": eos_token_id must be an integer or a list of integers");
       out.push_back(e.get<int32_t>());
     };
     if (v.is_array())
@@ -148,7 +153,8 @@ SamplingParams sampling_of_folder(const std::string& folder, SamplingParams base
     if (!j[key].is_number()) throw Error(path + ": " + key + " must be a number");
     out = j[key].get<double>();
   };
-  if (j.contains("do_sample") && j["do_sample"].is_boolean()) base.do_sample = j["do_sample"].get<bool>();
+  if (j.contains("do_sample") && j["do_sample"].is_boolean())
+    base.do_sample = j["do_sample"].get<bool>();
   number("temperature", base.temperature);
   number("top_p", base.top_p);
   number("min_p", base.min_p);
@@ -173,7 +179,8 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
   const int64_t b = static_cast<int64_t>(prompts.size());
   int64_t longest = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    if (prompts[i].empty()) throw Error("generate: prompt " + std::to_string(i) + " is empty (need at least one token)");
+    if (prompts[i].empty())
+      throw Error("generate: prompt " + std::to_string(i) + " is empty (need at least one token)");
     for (int32_t id : prompts[i])
       if (id < 0 || id >= cfg.vocab_size)
         throw Error("generate: prompt " + std::to_string(i) + " has token " + std::to_string(id) +
@@ -182,8 +189,9 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
   }
   const int64_t context = cfg.max_position_embeddings;
   if (longest > context)
-    throw Error("generate: a prompt of " + std::to_string(longest) + " tokens is longer than the model's context (" +
-                std::to_string(context) + ", max_position_embeddings)");
+    throw Error("generate: a prompt of " + std::to_string(longest) +
+                " tokens is longer than the model's context (" + std::to_string(context) +
+                ", max_position_embeddings)");
   int32_t pad = 0;
   if (o.pad_id)
     pad = *o.pad_id;
@@ -212,7 +220,9 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
   const auto cpu_long = at::TensorOptions().dtype(at::kLong);
   at::Tensor in_ids = at::tensor(ids, cpu_long).view({b, longest});
   at::Tensor in_pos = at::tensor(pos, cpu_long).view({b, longest});
-  at::Tensor in_valid = at::tensor(std::vector<int64_t>(valid.begin(), valid.end()), cpu_long).view({b, longest}).ne(0);
+  at::Tensor in_valid = at::tensor(std::vector<int64_t>(valid.begin(), valid.end()), cpu_long)
+                            .view({b, longest})
+                            .ne(0);
   const int64_t max_new = std::min(o.max_new_tokens, context - longest);
   GenerateResult res;
   res.tokens.resize(static_cast<size_t>(b));

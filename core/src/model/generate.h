@@ -37,10 +37,10 @@ class LlamaModel;
 // transformers' GenerationConfig sampling fields, same meanings and defaults.
 struct SamplingParams {
   bool do_sample = false;
-  double temperature = 1.0;        // > 0; 1: off
-  int64_t top_k = 50;              // >= 0; 0: off
-  double top_p = 1.0;              // (0, 1]; 1: off
-  double min_p = 0.0;              // [0, 1]; 0: off
+  double temperature = 1.0;         // > 0; 1: off
+  int64_t top_k = 50;               // >= 0; 0: off
+  double top_p = 1.0;               // (0, 1]; 1: off
+  double min_p = 0.0;               // [0, 1]; 0: off
   double repetition_penalty = 1.0;  // > 0; 1: off
   uint64_t seed = 0;
   // Throws Error "<where>: <key> must be ..., got ..." for a value out of range.
@@ -54,13 +54,15 @@ struct SamplingParams {
 // (top_p < 1), MinPLogitsWarper (min_p > 0), each keeping at least one token; removed tokens get
 // -inf. `steps` (optional) receives ("repetition_penalty" | "temperature" | "top_k" | "top_p" |
 // "min_p", scores after it) for every processor that ran.
-CIUIC_API at::Tensor process_logits(const at::Tensor& scores, const at::Tensor& seen, const SamplingParams& p,
-                                    std::vector<std::pair<std::string, at::Tensor>>* steps = nullptr);
+CIUIC_API at::Tensor process_logits(
+    const at::Tensor& scores, const at::Tensor& seen, const SamplingParams& p,
+    std::vector<std::pair<std::string, at::Tensor>>* steps = nullptr);
 
 struct GenerateOptions {
   int64_t max_new_tokens = 128;
-  std::vector<int32_t> eos_ids;   // a row stops after producing any of them
-  std::optional<int32_t> pad_id;  // left padding / finished rows; default: config's pad, else eos_ids[0], else 0
+  std::vector<int32_t> eos_ids;  // a row stops after producing any of them
+  std::optional<int32_t>
+      pad_id;  // left padding / finished rows; default: config's pad, else eos_ids[0], else 0
   SamplingParams sampling;
   // Called once per new token of an unfinished row, as soon as it is chosen (streaming).
   std::function<void(size_t row, int32_t token)> on_token;
@@ -71,7 +73,8 @@ struct GenerateOptions {
 };
 
 struct GenerateResult {
-  std::vector<std::vector<int32_t>> tokens;  // per prompt: the new tokens, ending with the EOS id when produced
+  std::vector<std::vector<int32_t>>
+      tokens;  // per prompt: the new tokens, ending with the EOS id when produced
   std::vector<bool> hit_eos;
   double first_token_s = 0;  // prefill and the first token of every row
   double total_s = 0;
@@ -85,7 +88,8 @@ CIUIC_API std::vector<int32_t> eos_ids_of_folder(const std::string& folder);
 // repetition_penalty) over `base`; absent file or keys keep base's. Errors name the file and key.
 CIUIC_API SamplingParams sampling_of_folder(const std::string& folder, SamplingParams base = {});
 
-CIUIC_API GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+CIUIC_API GenerateResult generate(const LlamaModel& model,
+                                  const std::vector<std::vector<int32_t>>& prompts,
                                   const GenerateOptions& options);
 
 }  // namespace ciuic::model

@@ -40,7 +40,6 @@ std::string export_dtype_names() {
   return s;
 }
 
-
 namespace fs = std::filesystem;
 
 namespace {
@@ -76,10 +75,11 @@ std::vector<std::string> tokenizer_files(const std::string& tokenizer_json) {
   return out;
 }
 
-void write_hf_folder(const std::string& folder, const LlamaConfig& config, const NamedTensors& tensors,
-                     const HfExportOptions& options) {
+void write_hf_folder(const std::string& folder, const LlamaConfig& config,
+                     const NamedTensors& tensors, const HfExportOptions& options) {
   if (options.dtype != at::kBFloat16 && options.dtype != at::kFloat && options.dtype != at::kHalf)
-    throw Error(folder + ": export dtype must be bfloat16, float16 or float32, not " + c10::toString(options.dtype));
+    throw Error(folder + ": export dtype must be bfloat16, float16 or float32, not " +
+                c10::toString(options.dtype));
   // The tensors must be exactly the architecture's parameters, or transformers would not load them.
   std::map<std::string, std::vector<int64_t>> want;
   for (auto& spec : llama_parameter_specs(config)) want[spec.name] = spec.shape;
@@ -87,19 +87,22 @@ void write_hf_folder(const std::string& folder, const LlamaConfig& config, const
   for (const auto& [name, t] : tensors) {
     auto it = want.find(name);
     if (it == want.end())
-      throw Error(folder + ": cannot export tensor `" + name + "`: not a parameter of this Llama config" +
+      throw Error(folder + ": cannot export tensor `" + name +
+                  "`: not a parameter of this Llama config" +
                   (name == "lm_head.weight" ? " (the embeddings are tied)" : ""));
     if (!t.defined() || t.sizes() != c10::IntArrayRef(it->second))
       throw Error(folder + ": cannot export tensor `" + name + "`: shape " +
-                  (t.defined() ? shape_str(t.sizes()) : std::string("undefined")) + ", the config needs " +
-                  shape_str(it->second));
+                  (t.defined() ? shape_str(t.sizes()) : std::string("undefined")) +
+                  ", the config needs " + shape_str(it->second));
     if (!at::isFloatingType(t.scalar_type()))
-      throw Error(folder + ": cannot export tensor `" + name + "`: dtype " + c10::toString(t.scalar_type()) +
-                  " is not floating-point");
-    if (!seen.insert(name).second) throw Error(folder + ": cannot export tensor `" + name + "`: given twice");
+      throw Error(folder + ": cannot export tensor `" + name + "`: dtype " +
+                  c10::toString(t.scalar_type()) + " is not floating-point");
+    if (!seen.insert(name).second)
+      throw Error(folder + ": cannot export tensor `" + name + "`: given twice");
   }
   for (const auto& [name, _] : want)
-    if (!seen.count(name)) throw Error(folder + ": cannot export: tensor `" + name + "` is missing");
+    if (!seen.count(name))
+      throw Error(folder + ": cannot export: tensor `" + name + "` is missing");
   for (const auto& f : options.extra_files)
     if (const std::string why = paths::problem(f, paths::Want::kFile); !why.empty())
       throw Error(folder + ": cannot export: extra file " + f + ": " + why);
@@ -108,7 +111,9 @@ void write_hf_folder(const std::string& folder, const LlamaConfig& config, const
   const fs::path parent = target.parent_path();
   std::error_code ec;
   fs::create_directories(parent, ec);
-  if (ec) throw Error(folder + ": cannot create the parent folder " + parent.string() + ": " + ec.message());
+  if (ec)
+    throw Error(folder + ": cannot create the parent folder " + parent.string() + ": " +
+                ec.message());
   TempDir tmp;
   tmp.path = parent / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()));
   remove_tree((tmp.path).string(), ec);
@@ -120,9 +125,12 @@ void write_hf_folder(const std::string& folder, const LlamaConfig& config, const
   wo.metadata = {{"format", "pt"}};
   write_safetensors_sharded(tmp.path.string(), tensors, options.max_shard_bytes, wo);
   LlamaConfig out_cfg = config;
-  out_cfg.torch_dtype = options.dtype == at::kBFloat16 ? "bfloat16" : options.dtype == at::kHalf ? "float16" : "float32";
+  out_cfg.torch_dtype = options.dtype == at::kBFloat16 ? "bfloat16"
+                        : options.dtype == at::kHalf   ? "float16"
+                                                       : "float32";
   write_file_atomic((tmp.path / "config.json").string(), out_cfg.to_json().dump(2) + "\n");
-  write_file_atomic((tmp.path / "generation_config.json").string(), config.generation_json().dump(2) + "\n");
+  write_file_atomic((tmp.path / "generation_config.json").string(),
+                    config.generation_json().dump(2) + "\n");
   for (const auto& f : options.extra_files) {
     const fs::path dst = tmp.path / fs::path(f).filename();
     if (!fs::copy_file(f, dst, fs::copy_options::overwrite_existing, ec))
@@ -132,13 +140,16 @@ void write_hf_folder(const std::string& folder, const LlamaConfig& config, const
   // Swap into place.
   if (!paths::is(target.string(), paths::Want::kAny)) {
     if (::rename(tmp.path.c_str(), target.c_str()) != 0)
-      throw Error(folder + ": cannot rename " + tmp.path.string() + " into place: " + std::strerror(errno));
+      throw Error(folder + ": cannot rename " + tmp.path.string() +
+                  " into place: " + std::strerror(errno));
     tmp.keep = true;
   } else {
-    if (!paths::is(target.string(), paths::Want::kFolder)) throw Error(folder + ": exists and is not a folder");
+    if (!paths::is(target.string(), paths::Want::kFolder))
+      throw Error(folder + ": exists and is not a folder");
     if (::renameat2(AT_FDCWD, tmp.path.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
       // Filesystems without RENAME_EXCHANGE: move the old folder aside, then the new one in.
-      const fs::path old = parent / ("." + target.filename().string() + ".old-" + std::to_string(::getpid()));
+      const fs::path old =
+          parent / ("." + target.filename().string() + ".old-" + std::to_string(::getpid()));
       remove_tree((old).string(), ec);
       if (::rename(target.c_str(), old.c_str()) != 0)
         throw Error(folder + ": cannot move the existing folder aside: " + std::strerror(errno));

@@ -34,9 +34,9 @@ CIUIC_API std::optional<at::ScalarType> export_dtype_from_name(std::string_view 
 // "bf16|fp32": for messages.
 CIUIC_API std::string export_dtype_names();
 
-
 struct HfExportOptions {
-  // Floating-point tensors are written in this dtype: kBFloat16 (the usual release format) or kFloat.
+  // Floating-point tensors are written in this dtype: kBFloat16 (the usual release format) or
+  // kFloat.
   at::ScalarType dtype = at::kBFloat16;
   // Shard size limit (transformers' default max_shard_size is 5 GB).
   uint64_t max_shard_bytes = 5'000'000'000ull;
@@ -52,7 +52,7 @@ CIUIC_API std::vector<std::string> tokenizer_files(const std::string& tokenizer_
 // `tensors`: every parameter of `config`'s model under its HF name (LlamaModel::named_parameters()
 // names; order kept in the files), any device and floating dtype — e.g. fp32 master weights.
 // A tied config must not carry lm_head.weight; an untied one must.
-CIUIC_API void write_hf_folder(const std::string& folder, const LlamaConfig& config, const NamedTensors& tensors,
-                     const HfExportOptions& options = {});
+CIUIC_API void write_hf_folder(const std::string& folder, const LlamaConfig& config,
+                               const NamedTensors& tensors, const HfExportOptions& options = {});
 
 }  // namespace ciuic::model

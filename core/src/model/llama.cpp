@@ -6,6 +6,7 @@
 #include <set>
 
 #include <ATen/Context.h>
+#include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/argmax.h>
@@ -14,7 +15,6 @@
 #include <ATen/ops/full.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/matmul.h>
-#include <ATen/TensorOperators.h>
 #include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/zeros.h>
@@ -51,25 +51,33 @@ at::Tensor without_memory(c10::IntArrayRef shape, const at::TensorOptions& opts)
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   c10::Storage storage(c10::Storage::use_byte_size_t(), n * static_cast<int64_t>(t.element_size()),
-                       at::DataPtr(nullptr, t.device()), t.storage().allocator(), /*resizable=*/false);
+                       at::DataPtr(nullptr, t.device()), t.storage().allocator(),
+                       /*resizable=*/false);
   return t.set_(storage, 0, shape, c10::contiguous_strides(shape));
 }
 
 }  // namespace
 
-LlamaModel::LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device device, bool allocate)
-    : cfg_(cfg), shape_(LayerShape::of(cfg)), dtype_(dtype), device_(device), slots_(layer_slots(cfg)) {
+LlamaModel::LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device device,
+                       bool allocate)
+    : cfg_(cfg),
+      shape_(LayerShape::of(cfg)),
+      dtype_(dtype),
+      device_(device),
+      slots_(layer_slots(cfg)) {
   cfg_.validate("LlamaModel config");
   shape_.fused = fused_kernels_supported(dtype, device);
   if (dtype != at::kFloat && dtype != at::kBFloat16 && dtype != at::kHalf)
-    throw Error(std::string("LlamaModel: parameter dtype must be float32, bfloat16 or float16, not ") +
-                c10::toString(dtype));
+    throw Error(
+        std::string("LlamaModel: parameter dtype must be float32, bfloat16 or float16, not ") +
+        c10::toString(dtype));
   const auto opts = at::TensorOptions().dtype(dtype).device(device);
   layers_.resize(static_cast<size_t>(cfg.num_hidden_layers));
   // Allocated in named_parameters() order, from the one list of names and shapes.
   size_t i = 0;
   for (const auto& spec : llama_parameter_specs(cfg)) {
-    at::Tensor p = (allocate ? at::empty(spec.shape, opts) : without_memory(spec.shape, opts)).requires_grad_(true);
+    at::Tensor p = (allocate ? at::empty(spec.shape, opts) : without_memory(spec.shape, opts))
+                       .requires_grad_(true);
     if (spec.layer >= 0)
       layers_[static_cast<size_t>(spec.layer)].t[spec.slot] = p;
     else if (i == 0)
@@ -85,16 +93,19 @@ LlamaModel::LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device
   if (cfg_.local_rope) inv_freq_local_ = rope_inv_freq(cfg_, /*local=*/true).to(device_);
   // transformers multiplies by the scale as a tensor in the weights' dtype.
   if (cfg_.scale_embeddings)
-    embed_scale_ = at::scalar_tensor(std::sqrt(static_cast<double>(cfg_.hidden_size)), at::kFloat).to(dtype).item<double>();
+    embed_scale_ = at::scalar_tensor(std::sqrt(static_cast<double>(cfg_.hidden_size)), at::kFloat)
+                       .to(dtype)
+                       .item<double>();
 }
 
 LlamaModel::~LlamaModel() = default;
 
-std::unique_ptr<LlamaModel> LlamaModel::from_pretrained(const std::string& folder, at::ScalarType dtype,
-                                                        c10::Device device) {
+std::unique_ptr<LlamaModel> LlamaModel::from_pretrained(const std::string& folder,
+                                                        at::ScalarType dtype, c10::Device device) {
   const std::string config_path = (std::filesystem::path(folder) / "config.json").string();
   if (const std::string why = paths::problem(config_path, paths::Want::kAny); !why.empty())
-    throw Error(folder + ": no config.json (expected a Hugging Face model folder): " + config_path + ": " + why);
+    throw Error(folder + ": no config.json (expected a Hugging Face model folder): " + config_path +
+                ": " + why);
   auto model = std::make_unique<LlamaModel>(LlamaConfig::from_file(config_path), dtype, device);
   model->load_hf(folder);
   return model;
@@ -102,16 +113,19 @@ std::unique_ptr<LlamaModel> LlamaModel::from_pretrained(const std::string& folde
 
 std::vector<LlamaParamSpec> llama_parameter_specs(const LlamaConfig& cfg) {
   const int64_t h = cfg.hidden_size, q = cfg.num_attention_heads * cfg.head_dim,
-                kv = cfg.num_key_value_heads * cfg.head_dim, m = cfg.intermediate_size, d = cfg.head_dim;
+                kv = cfg.num_key_value_heads * cfg.head_dim, m = cfg.intermediate_size,
+                d = cfg.head_dim;
   // By slot (LayerWeights::Slot order).
   const std::vector<int64_t> layer_shapes[LayerWeights::kCount] = {
-      {q, h}, {q}, {kv, h}, {kv}, {kv, h}, {kv}, {h, q}, {d}, {d}, {m, h}, {m, h}, {h, m}, {h}, {h}, {h}, {h}};
+      {q, h}, {q},    {kv, h}, {kv},   {kv, h}, {kv}, {h, q}, {d},
+      {d},    {m, h}, {m, h},  {h, m}, {h},     {h},  {h},    {h}};
   std::vector<LlamaParamSpec> out;
   out.push_back({"model.embed_tokens.weight", {cfg.vocab_size, h}, -1, -1});
   const std::vector<int> slots = layer_slots(cfg);
   for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
     for (int j : slots)
-      out.push_back({"model.layers." + std::to_string(l) + "." + LayerWeights::kNames[j], layer_shapes[j], l, j});
+      out.push_back({"model.layers." + std::to_string(l) + "." + LayerWeights::kNames[j],
+                     layer_shapes[j], l, j});
   out.push_back({"model.norm.weight", {h}, -1, -1});
   if (!cfg.tie_word_embeddings) out.push_back({"lm_head.weight", {cfg.vocab_size, h}, -1, -1});
   return out;
@@ -123,7 +137,8 @@ std::vector<std::pair<std::string, at::Tensor>> LlamaModel::named_parameters() c
   out.emplace_back("model.embed_tokens.weight", embed_);
   for (size_t i = 0; i < layers_.size(); ++i)
     for (int j : slots_)
-      out.emplace_back("model.layers." + std::to_string(i) + "." + LayerWeights::kNames[j], layers_[i].t[j]);
+      out.emplace_back("model.layers." + std::to_string(i) + "." + LayerWeights::kNames[j],
+                       layers_[i].t[j]);
   out.emplace_back("model.norm.weight", norm_);
   if (lm_head_.defined()) out.emplace_back("lm_head.weight", lm_head_);
   return out;
@@ -137,14 +152,17 @@ void LlamaModel::enable_lora(const LoraSpec& spec) {
   for (auto& w : layers_)
     for (int slot : spec.targets) {
       const int a = LayerWeights::lora_a_slot(slot);
-      if (a < 0 || !w.t[slot].defined()) throw Error("LlamaModel::enable_lora: slot " + std::to_string(slot) + " is not a linear layer");
+      if (a < 0 || !w.t[slot].defined())
+        throw Error("LlamaModel::enable_lora: slot " + std::to_string(slot) +
+                    " is not a linear layer");
       w.t[a] = at::empty({spec.r, w.t[slot].size(1)}, opts).requires_grad_(true);
       w.t[a + 1] = at::empty({w.t[slot].size(0), spec.r}, opts).requires_grad_(true);
     }
   for (auto& [name, t] : named_parameters()) {
-    const bool save = (name == "model.embed_tokens.weight" && spec.save_embed) ||
-                      (name == "lm_head.weight" && spec.save_lm_head) ||
-                      (name == "model.embed_tokens.weight" && spec.save_lm_head && cfg_.tie_word_embeddings);
+    const bool save =
+        (name == "model.embed_tokens.weight" && spec.save_embed) ||
+        (name == "lm_head.weight" && spec.save_lm_head) ||
+        (name == "model.embed_tokens.weight" && spec.save_lm_head && cfg_.tie_word_embeddings);
     t.requires_grad_(save);
   }
   lora_ = spec;
@@ -168,7 +186,8 @@ void LlamaModel::init_lora(uint64_t seed) {
     at::Tensor f = at::empty(t.sizes(), t.options().dtype(at::kFloat));
     if (lora_->init == LoraInit::kGaussian) {
       f.normal_(0.0, 1.0 / static_cast<double>(lora_->r), gen);
-    } else {  // kaiming_uniform_(a = sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain * sqrt(3 / fan_in)
+    } else {  // kaiming_uniform_(a = sqrt(5)): gain sqrt(2 / (1 + 5)), bound gain * sqrt(3 /
+              // fan_in)
       const double bound = std::sqrt(1.0 / 3.0) * std::sqrt(3.0 / static_cast<double>(t.size(1)));
       f.uniform_(-bound, bound, gen);
     }
@@ -181,7 +200,8 @@ std::vector<std::pair<std::string, at::Tensor>> LlamaModel::lora_parameters() co
   for (size_t i = 0; i < layers_.size(); ++i)
     for (int j = LayerWeights::kQLoraA; j < LayerWeights::kCount; ++j)
       if (layers_[i].t[j].defined())
-        out.emplace_back("model.layers." + std::to_string(i) + "." + LayerWeights::kNames[j], layers_[i].t[j]);
+        out.emplace_back("model.layers." + std::to_string(i) + "." + LayerWeights::kNames[j],
+                         layers_[i].t[j]);
   return out;
 }
 
@@ -193,14 +213,17 @@ void LlamaModel::load_lora(const SafetensorsReader& reader) {
     const std::string key = prefix + name;
     expected.insert(key);
     if (!reader.contains(key))
-      throw Error(reader.path() + ": missing tensor `" + key + "` of a rank-" + std::to_string(lora_->r) +
-                  " adapter (do target_modules and modules_to_save match the adapter's adapter_config.json?)");
+      throw Error(reader.path() + ": missing tensor `" + key + "` of a rank-" +
+                  std::to_string(lora_->r) +
+                  " adapter (do target_modules and modules_to_save match the adapter's "
+                  "adapter_config.json?)");
     reader.check_loadable(key, t);  // a shape that differs: named with both shapes
   }
   for (const auto& name : reader.names())
     if (!expected.count(name))
-      throw Error(reader.file_of(name) + ": unexpected tensor `" + name +
-                  "`: not one of the adapter's parameters (do target_modules and modules_to_save match?)");
+      throw Error(
+          reader.file_of(name) + ": unexpected tensor `" + name +
+          "`: not one of the adapter's parameters (do target_modules and modules_to_save match?)");
   at::NoGradGuard no_grad;
   for (const auto& [name, t] : trainable_parameters()) reader.load_into(prefix + name, t);
 }
@@ -211,7 +234,8 @@ void LlamaModel::merge_lora() {
   for (auto& w : layers_)
     for (int slot : lora_->targets) {
       const int a = LayerWeights::lora_a_slot(slot);
-      at::Tensor delta = at::matmul(w.t[a + 1].to(at::kFloat), w.t[a].to(at::kFloat)) * lora_->scaling();
+      at::Tensor delta =
+          at::matmul(w.t[a + 1].to(at::kFloat), w.t[a].to(at::kFloat)) * lora_->scaling();
       w.t[slot].copy_(w.t[slot].to(at::kFloat) + delta);
     }
 }
@@ -238,8 +262,10 @@ std::vector<ciuic::ParamGroup> LlamaModel::trainable_param_groups() const {
     out.push_back(std::move(g));
   }
   out.push_back({"head", {}});
-  if (lm_head_.defined() && lm_head_.requires_grad()) out.back().params.push_back(next);
-  else if (cfg_.tie_word_embeddings && embed_.requires_grad()) out.back().params.push_back(0);
+  if (lm_head_.defined() && lm_head_.requires_grad())
+    out.back().params.push_back(next);
+  else if (cfg_.tie_word_embeddings && embed_.requires_grad())
+    out.back().params.push_back(0);
   return out;
 }
 
@@ -270,8 +296,8 @@ void LlamaModel::init_random(uint64_t seed, double std) {
   for (auto& [name, t] : named_parameters()) init_parameter(index++, name, t, seed, std);
 }
 
-void LlamaModel::init_parameter(size_t index, const std::string& name, const at::Tensor& t, uint64_t seed,
-                                double std) const {
+void LlamaModel::init_parameter(size_t index, const std::string& name, const at::Tensor& t,
+                                uint64_t seed, double std) const {
   at::NoGradGuard no_grad;
   if (t.dim() == 1) {
     // Biases 0; RMSNorm weights 1, or 0 where the norm scales by (1 + w).
@@ -298,7 +324,8 @@ void LlamaModel::init_random_values(int param, int64_t offset, const at::Tensor&
   const auto& [name, p] = params[static_cast<size_t>(param)];
   if (offset < 0 || offset + out.numel() > p.numel())
     throw Error("LlamaModel::init_random_values: elements [" + std::to_string(offset) + ", +" +
-                std::to_string(out.numel()) + ") of " + name + " (" + std::to_string(p.numel()) + " elements)");
+                std::to_string(out.numel()) + ") of " + name + " (" + std::to_string(p.numel()) +
+                " elements)");
   at::NoGradGuard no_grad;
   const at::Tensor whole = at::empty(p.sizes(), at::TensorOptions().dtype(dtype_).device(device_));
   init_parameter(static_cast<size_t>(param), name, whole, seed, std);
@@ -330,22 +357,25 @@ void LlamaModel::check_hf(const SafetensorsReader& reader) const {
   std::vector<std::string> unexpected;
   for (const auto& name : reader.names()) {
     if (expected.count(name)) continue;
-    if (name.ends_with(".rotary_emb.inv_freq")) continue;            // old checkpoints' rope buffers
-    if (cfg_.tie_word_embeddings && name == "lm_head.weight") continue;  // tied: the embedding is used
+    if (name.ends_with(".rotary_emb.inv_freq")) continue;  // old checkpoints' rope buffers
+    if (cfg_.tie_word_embeddings && name == "lm_head.weight")
+      continue;  // tied: the embedding is used
     unexpected.push_back(name);
   }
   if (!unexpected.empty()) {
     std::string msg = reader.file_of(unexpected[0]) + ": unexpected tensor `" + unexpected[0] + "`";
     if (unexpected.size() > 1) msg += " (and " + std::to_string(unexpected.size() - 1) + " more)";
-    throw Error(msg + ": not part of a " + std::string(model_type_name(cfg_.family)) + " model with " +
-                std::to_string(cfg_.num_hidden_layers) +
+    throw Error(msg + ": not part of a " + std::string(model_type_name(cfg_.family)) +
+                " model with " + std::to_string(cfg_.num_hidden_layers) +
                 " layers (does config.json match the weights?)");
   }
-  for (const auto& [name, t] : params) reader.check_loadable(name, t);  // all checks before any copy
+  for (const auto& [name, t] : params)
+    reader.check_loadable(name, t);  // all checks before any copy
 }
 
 void LlamaModel::check_tokens(const at::Tensor& t, const char* what, c10::IntArrayRef shape) const {
-  const bool ok = t.defined() && t.dim() == 2 && (t.scalar_type() == at::kLong || t.scalar_type() == at::kInt) &&
+  const bool ok = t.defined() && t.dim() == 2 &&
+                  (t.scalar_type() == at::kLong || t.scalar_type() == at::kInt) &&
                   t.device() == device_ && (shape.empty() || t.sizes() == shape);
   if (!ok) {
     std::string want = "a [B, T] int64 or int32 tensor on " + device_.str();
@@ -354,8 +384,9 @@ void LlamaModel::check_tokens(const at::Tensor& t, const char* what, c10::IntArr
   }
 }
 
-at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
-                                   const PackedDocs* docs, std::vector<KVCacheLayer>* cache,
+at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                   bool packed, const PackedDocs* docs,
+                                   std::vector<KVCacheLayer>* cache,
                                    const CacheMasks* cache_masks) const {
   check_tokens(input_ids, "input_ids", {});
   const int64_t b = input_ids.size(0), t = input_ids.size(1);
@@ -363,21 +394,28 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
   if (pos.defined()) {
     check_tokens(pos, "position_ids", input_ids.sizes());
   } else {
-    pos = at::arange(t, at::TensorOptions().dtype(at::kLong).device(device_)).unsqueeze(0).expand({b, t});
+    pos = at::arange(t, at::TensorOptions().dtype(at::kLong).device(device_))
+              .unsqueeze(0)
+              .expand({b, t});
     packed = false;  // one document per row
   }
   const RopeTables rope = rope_tables(inv_freq_, pos, dtype_);
   RopeTables rope_local;
   if (inv_freq_local_.defined()) rope_local = rope_tables(inv_freq_local_, pos, dtype_);
   if (docs) {
-    if (!packed) throw Error("LlamaModel: document boundaries (PackedDocs) given for a batch not marked packed");
+    if (!packed)
+      throw Error(
+          "LlamaModel: document boundaries (PackedDocs) given for a batch not marked packed");
     if (docs->rows != b || docs->row_len != t || !docs->cu_seqlens.defined() ||
         docs->cu_seqlens.device() != device_)
-      throw Error("LlamaModel: PackedDocs were built for [" + std::to_string(docs->rows) + ", " +
-                  std::to_string(docs->row_len) + "] position_ids (cu_seqlens on " +
-                  (docs->cu_seqlens.defined() ? docs->cu_seqlens.device().str() : std::string("nothing")) +
-                  "), the batch is [" + std::to_string(b) + ", " + std::to_string(t) + "] on " + device_.str());
-    if (!varlen_attention_supported(dtype_, device_, cfg_.head_dim)) docs = nullptr;  // the mask does it
+      throw Error(
+          "LlamaModel: PackedDocs were built for [" + std::to_string(docs->rows) + ", " +
+          std::to_string(docs->row_len) + "] position_ids (cu_seqlens on " +
+          (docs->cu_seqlens.defined() ? docs->cu_seqlens.device().str() : std::string("nothing")) +
+          "), the batch is [" + std::to_string(b) + ", " + std::to_string(t) + "] on " +
+          device_.str());
+    if (!varlen_attention_supported(dtype_, device_, cfg_.head_dim))
+      docs = nullptr;  // the mask does it
   }
   // Windowed layers: when the window is shorter than the rows, flash varlen with the window on
   // CUDA (the rows as documents when not packed), else a mask.
@@ -386,7 +424,8 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
     windowed = cfg_.layer_slides(i) && cfg_.sliding_window < t;
   PackedDocs row_docs;
   if (windowed && !docs && !cache && varlen_attention_supported(dtype_, device_, cfg_.head_dim)) {
-    row_docs.cu_seqlens = at::arange(0, b * t + 1, t, at::TensorOptions().dtype(at::kInt).device(device_));
+    row_docs.cu_seqlens =
+        at::arange(0, b * t + 1, t, at::TensorOptions().dtype(at::kInt).device(device_));
     row_docs.max_len = t;
     row_docs.rows = b;
     row_docs.row_len = t;
@@ -403,13 +442,15 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
     window_mask.reset();
     if (cache_masks->window.defined()) window_mask = cache_masks->window;
   }
-  // Group g = 0 (embedding), 1 + i (layer i), head_group(); a boundary between each (group_boundary).
+  // Group g = 0 (embedding), 1 + i (layer i), head_group(); a boundary between each
+  // (group_boundary).
   announce_before(0);
   at::Tensor h = at::embedding(embed_, input_ids, cfg_.padding_idx());
   if (cfg_.scale_embeddings) h = h * embed_scale_;
   // A frozen embedding (LoRA): its output needs no gradient, so no boundary node would end layer
   // 0's backward; a leaf that asks for one puts the boundary back (one [B, T, hidden] gradient).
-  if (boundaries_ && lora_ && at::GradMode::is_enabled() && !h.requires_grad()) h = h.detach().requires_grad_(true);
+  if (boundaries_ && lora_ && at::GradMode::is_enabled() && !h.requires_grad())
+    h = h.detach().requires_grad_(true);
   announce_after(0);
   const bool ckpt = checkpointing_ && cache == nullptr && at::GradMode::is_enabled();
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -464,33 +505,37 @@ std::vector<ciuic::ParamGroup> LlamaModel::param_groups() const {
   return out;
 }
 
-at::Tensor LlamaModel::hidden_states(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
-                                     const PackedDocs* docs) const {
+at::Tensor LlamaModel::hidden_states(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                     bool packed, const PackedDocs* docs) const {
   return head_end(head_begin(hidden_impl(input_ids, position_ids, packed, docs, nullptr)));
 }
 
-at::Tensor LlamaModel::forward(const at::Tensor& input_ids, const at::Tensor& position_ids, bool packed,
-                               const PackedDocs* docs) const {
-  return head_end(at::linear(head_begin(hidden_impl(input_ids, position_ids, packed, docs, nullptr)), lm_head_weight()));
+at::Tensor LlamaModel::forward(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                               bool packed, const PackedDocs* docs) const {
+  return head_end(at::linear(
+      head_begin(hidden_impl(input_ids, position_ids, packed, docs, nullptr)), lm_head_weight()));
 }
 
-at::Tensor LlamaModel::loss_sum(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& position_ids,
-                                bool packed, const PackedDocs* docs) const {
+at::Tensor LlamaModel::loss_sum(const at::Tensor& input_ids, const at::Tensor& labels,
+                                const at::Tensor& position_ids, bool packed,
+                                const PackedDocs* docs) const {
   check_tokens(input_ids, "input_ids", {});
   check_tokens(labels, "labels", input_ids.sizes());
   const at::Tensor h = head_begin(hidden_impl(input_ids, position_ids, packed, docs, nullptr));
   return head_end(linear_cross_entropy_sum(h.reshape({-1, cfg_.hidden_size}), lm_head_weight(),
-                                           labels.reshape({-1}).to(at::kLong), loss_chunk_elements(labels.numel()),
-                                           loss_backward_));
+                                           labels.reshape({-1}).to(at::kLong),
+                                           loss_chunk_elements(labels.numel()), loss_backward_));
 }
 
-std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& prompt,
+                                                 int64_t max_new_tokens,
                                                  std::optional<int32_t> stop_id) const {
-  if (prompt.empty()) throw Error("LlamaModel::generate_greedy: the prompt is empty (need at least one token)");
+  if (prompt.empty())
+    throw Error("LlamaModel::generate_greedy: the prompt is empty (need at least one token)");
   for (int32_t id : prompt)
     if (id < 0 || id >= cfg_.vocab_size)
-      throw Error("LlamaModel::generate_greedy: prompt token " + std::to_string(id) + " is outside the vocabulary [0, " +
-                  std::to_string(cfg_.vocab_size) + ")");
+      throw Error("LlamaModel::generate_greedy: prompt token " + std::to_string(id) +
+                  " is outside the vocabulary [0, " + std::to_string(cfg_.vocab_size) + ")");
   at::NoGradGuard no_grad;
   const auto long_opts = at::TensorOptions().dtype(at::kLong).device(device_);
   std::vector<KVCacheLayer> cache(layers_.size());
@@ -501,7 +546,8 @@ std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& pro
   int64_t next_pos = static_cast<int64_t>(prompt.size());
   while (static_cast<int64_t>(out.size()) < max_new_tokens) {
     at::Tensor h = head_begin(hidden_impl(ids, pos, false, nullptr, &cache));
-    at::Tensor logits = head_end(at::linear(h.select(1, h.size(1) - 1), lm_head_weight()));  // [1, V]
+    at::Tensor logits =
+        head_end(at::linear(h.select(1, h.size(1) - 1), lm_head_weight()));  // [1, V]
     const auto next = static_cast<int32_t>(logits.argmax(-1).item<int64_t>());
     out.push_back(next);
     if (stop_id && next == *stop_id) break;
@@ -513,8 +559,8 @@ std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& pro
 
 LlamaModel::DecodeCache LlamaModel::new_decode_cache(int64_t batch, int64_t capacity) const {
   if (batch <= 0 || capacity <= 0)
-    throw Error("LlamaModel::new_decode_cache: batch and capacity must be positive, got " + std::to_string(batch) +
-                " and " + std::to_string(capacity));
+    throw Error("LlamaModel::new_decode_cache: batch and capacity must be positive, got " +
+                std::to_string(batch) + " and " + std::to_string(capacity));
   DecodeCache c;
   const auto opts = at::TensorOptions().dtype(dtype_).device(device_);
   c.layers.resize(layers_.size());
@@ -527,18 +573,20 @@ LlamaModel::DecodeCache LlamaModel::new_decode_cache(int64_t batch, int64_t capa
   return c;
 }
 
-at::Tensor LlamaModel::decode(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& valid,
-                              DecodeCache& c, bool last_only) const {
+at::Tensor LlamaModel::decode(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                              const at::Tensor& valid, DecodeCache& c, bool last_only) const {
   check_tokens(input_ids, "input_ids", {});
   check_tokens(position_ids, "position_ids", input_ids.sizes());
   const int64_t b = input_ids.size(0), t = input_ids.size(1), total = c.len + t;
   if (!c.valid.defined() || c.valid.size(0) != b || c.layers.size() != layers_.size())
-    throw Error("LlamaModel::decode: the cache was made for another batch or model (new_decode_cache)");
+    throw Error(
+        "LlamaModel::decode: the cache was made for another batch or model (new_decode_cache)");
   if (!valid.defined() || valid.sizes() != input_ids.sizes() || valid.scalar_type() != at::kBool)
-    throw Error("LlamaModel::decode: valid must be a bool tensor shaped like input_ids, got " + describe(valid));
+    throw Error("LlamaModel::decode: valid must be a bool tensor shaped like input_ids, got " +
+                describe(valid));
   if (total > c.capacity())
-    throw Error("LlamaModel::decode: the cache holds " + std::to_string(c.capacity()) + " positions, " +
-                std::to_string(total) + " asked");
+    throw Error("LlamaModel::decode: the cache holds " + std::to_string(c.capacity()) +
+                " positions, " + std::to_string(total) + " asked");
   at::NoGradGuard no_grad;
   c.valid.narrow(1, c.len, t).copy_(valid);
   const auto long_opts = at::TensorOptions().dtype(at::kLong).device(device_);
@@ -547,8 +595,13 @@ at::Tensor LlamaModel::decode(const at::Tensor& input_ids, const at::Tensor& pos
   const at::Tensor keys = c.valid.narrow(1, 0, total).unsqueeze(1);       // [B, 1, total]
   // Padding attends to itself only (a row with no key would give NaN that spreads through v).
   CacheMasks m;
-  m.full = j.le(q).unsqueeze(0).logical_and(keys).logical_or(j.eq(q).unsqueeze(0)).unsqueeze(1);  // [B, 1, T, total]
-  if (cfg_.sliding_window > 0) m.window = m.full.logical_and((q - j).lt(cfg_.sliding_window).view({1, 1, t, total}));
+  m.full = j.le(q)
+               .unsqueeze(0)
+               .logical_and(keys)
+               .logical_or(j.eq(q).unsqueeze(0))
+               .unsqueeze(1);  // [B, 1, T, total]
+  if (cfg_.sliding_window > 0)
+    m.window = m.full.logical_and((q - j).lt(cfg_.sliding_window).view({1, 1, t, total}));
   at::Tensor h = head_begin(hidden_impl(input_ids, position_ids, false, nullptr, &c.layers, &m));
   c.len = total;
   if (last_only) h = h.select(1, t - 1);

@@ -4,10 +4,10 @@
 //
 // Architecture (identical to transformers' <Family>ForCausalLM): token embedding (times
 // sqrt(hidden) with scale_embeddings); per layer
-//   q, k = rope(norm_qk(q_proj(n) [+ bias])), rope(norm_qk(k_proj(n) [+ bias])), v = v_proj(n) [+ bias]
-//   a = o_proj(attn(q, k, v)) with n = RMSNorm(x)  [a = RMSNorm(a) with sandwich norms]
-//   x += a; x += down_proj(act(gate_proj(n)) * up_proj(n)) with n = RMSNorm(x)
-//   [the MLP output RMSNorm'ed too with sandwich norms]
+//   q, k = rope(norm_qk(q_proj(n) [+ bias])), rope(norm_qk(k_proj(n) [+ bias])), v = v_proj(n) [+
+//   bias] a = o_proj(attn(q, k, v)) with n = RMSNorm(x)  [a = RMSNorm(a) with sandwich norms] x +=
+//   a; x += down_proj(act(gate_proj(n)) * up_proj(n)) with n = RMSNorm(x) [the MLP output
+//   RMSNorm'ed too with sandwich norms]
 // final RMSNorm; lm_head (or the embedding matrix when tie_word_embeddings). act is silu
 // (SwiGLU) or tanh GELU (GeGLU); norm_qk is an RMSNorm over head_dim when qk_norm; RMSNorm scales
 // by (1 + w) when gemma_norm. RMSNorm computes in fp32 and casts back (at::rms_norm); attention is
@@ -71,24 +71,26 @@ class CIUIC_API LlamaModel {
   // requires_grad; reading one throws "data is not allocated") for a sharding that materialises
   // its shard itself (Sharding::builds_parameters(); it fills them through set_data). Their values
   // then come from init_random_values() / the reader's load_slice_into() (after check_hf()).
-  LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device device, bool allocate = true);
+  LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device device,
+             bool allocate = true);
   ~LlamaModel();
   LlamaModel(const LlamaModel&) = delete;
   LlamaModel& operator=(const LlamaModel&) = delete;
 
   // <folder>/config.json + its safetensors weights.
-  static std::unique_ptr<LlamaModel> from_pretrained(const std::string& folder, at::ScalarType dtype,
-                                                     c10::Device device);
+  static std::unique_ptr<LlamaModel> from_pretrained(const std::string& folder,
+                                                     at::ScalarType dtype, c10::Device device);
 
   // transformers' initialisation: every matrix ~ normal(0, std) (the embedding row of
-  // pad_token_id zeroed), biases 0, norm weights 1 (0 with gemma_norm: they scale by 1 + w). Each parameter draws from its own generator seeded from
-  // (seed, its index), on the parameter's device: deterministic for a given seed and device type,
-  // identical on every rank.
+  // pad_token_id zeroed), biases 0, norm weights 1 (0 with gemma_norm: they scale by 1 + w). Each
+  // parameter draws from its own generator seeded from (seed, its index), on the parameter's
+  // device: deterministic for a given seed and device type, identical on every rank.
   void init_random(uint64_t seed, double std);
   // Elements [offset, offset + out.numel()) of the flattened value init_random(seed, std) gives
   // parameter `param` (named_parameters() order), written into `out` (1-D, contiguous, the model's
   // dtype, any device): the same bits, drawn whole on device() in a temporary. Reads no parameter.
-  void init_random_values(int param, int64_t offset, const at::Tensor& out, uint64_t seed, double std) const;
+  void init_random_values(int param, int64_t offset, const at::Tensor& out, uint64_t seed,
+                          double std) const;
   // Loads safetensors weights (single file or sharded; see SafetensorsReader::open for `path`),
   // converting floating dtypes. Errors name the file and tensor: missing tensor, unexpected tensor
   // (rotary inv_freq buffers and a tied model's lm_head.weight are ignored), shape or dtype
@@ -180,8 +182,9 @@ class CIUIC_API LlamaModel {
   // Sum over positions with labels != -100 of the token cross-entropy, fp32 scalar on the model's
   // device, computed in fp32 from logits upcast chunk by chunk (see set_loss_chunk_elements);
   // labels [B, T] int64 are already shifted (labels[t] is the token after input_ids[t]).
-  at::Tensor loss_sum(const at::Tensor& input_ids, const at::Tensor& labels, const at::Tensor& position_ids,
-                      bool packed, const PackedDocs* docs = nullptr) const;
+  at::Tensor loss_sum(const at::Tensor& input_ids, const at::Tensor& labels,
+                      const at::Tensor& position_ids, bool packed,
+                      const PackedDocs* docs = nullptr) const;
   // Greedy decoding with a KV cache. Returns the new tokens only (at most max_new_tokens; the
   // last is stop_id when it was produced). Runs without autograd.
   std::vector<int32_t> generate_greedy(const std::vector<int32_t>& prompt, int64_t max_new_tokens,
@@ -200,8 +203,8 @@ class CIUIC_API LlamaModel {
   // itself). Every layer attends to the cached and new positions causally, within its window
   // counted in cache positions (as transformers' masks count them). Returns fp32 logits [B, V] of
   // the last position (last_only) or [B, T, V] of all. Runs without autograd.
-  at::Tensor decode(const at::Tensor& input_ids, const at::Tensor& position_ids, const at::Tensor& valid,
-                    DecodeCache& cache, bool last_only = true) const;
+  at::Tensor decode(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                    const at::Tensor& valid, DecodeCache& cache, bool last_only = true) const;
 
   const LlamaConfig& config() const { return cfg_; }
   at::ScalarType dtype() const { return dtype_; }
@@ -229,7 +232,8 @@ class CIUIC_API LlamaModel {
   void announce_after(int group) const;
   void check_tokens(const at::Tensor& t, const char* what, c10::IntArrayRef shape) const;
   // init_random's value of parameter `index` (named_parameters() order) `name`, written into `t`.
-  void init_parameter(size_t index, const std::string& name, const at::Tensor& t, uint64_t seed, double std) const;
+  void init_parameter(size_t index, const std::string& name, const at::Tensor& t, uint64_t seed,
+                      double std) const;
 
   LlamaConfig cfg_;
   LayerShape shape_;
@@ -242,10 +246,10 @@ class CIUIC_API LlamaModel {
   at::Tensor embed_;
   std::vector<LayerWeights> layers_;
   at::Tensor norm_;
-  at::Tensor lm_head_;  // undefined when tied
+  at::Tensor lm_head_;            // undefined when tied
   std::optional<LoraSpec> lora_;  // enable_lora
   bool checkpointing_ = false;
-  int64_t checkpoint_layers_ = 0;  // <= 0: all
+  int64_t checkpoint_layers_ = 0;    // <= 0: all
   int64_t loss_chunk_elements_ = 0;  // 0: the default rule (loss_chunk_elements)
   LossBackward loss_backward_ = LossBackward::kInForward;
   ciuic::Sharding* boundaries_ = nullptr;  // set_group_boundaries

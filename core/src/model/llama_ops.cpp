@@ -6,16 +6,16 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
 #include <numbers>
 #include <string>
+#include <vector>
 
 #include <ATen/TensorOperators.h>
-#include <ATen/ops/arange.h>
+#include <ATen/core/grad_mode.h>
 #include <ATen/ops/_flash_attention_forward.h>
 #include <ATen/ops/addcmul.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/dropout.h>
 #include <ATen/ops/empty.h>
@@ -50,7 +50,8 @@ std::vector<int> layer_slots(const LlamaConfig& cfg) {
   return s;
 }
 
-at::Tensor rms_norm_of(const at::Tensor& x, const at::Tensor& w, int64_t dim, double eps, bool gemma_norm) {
+at::Tensor rms_norm_of(const at::Tensor& x, const at::Tensor& w, int64_t dim, double eps,
+                       bool gemma_norm) {
   if (!gemma_norm) return at::rms_norm(x, {dim}, w, eps);
   if (x.scalar_type() == at::kFloat) return at::rms_norm(x, {dim}, w + 1.0, eps);
   return at::rms_norm(x.to(at::kFloat), {dim}, w.to(at::kFloat) + 1.0, eps).to(x.scalar_type());
@@ -60,13 +61,11 @@ at::Tensor rope_inv_freq(const LlamaConfig& cfg, bool local) {
   // Same operations, in fp32, as transformers' rope initialisers (modeling_rope_utils.py).
   const int64_t dim = cfg.head_dim;
   at::Tensor exponents = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
-  at::Tensor inv_freq = at::reciprocal(at::pow(local ? cfg.rope_local_theta : cfg.rope_theta, exponents));
+  at::Tensor inv_freq =
+      at::reciprocal(at::pow(local ? cfg.rope_local_theta : cfg.rope_theta, exponents));
   switch (local ? RopeType::kDefault : cfg.rope_type) {
-    case RopeType::kDefault:
-      break;
-    case RopeType::kLinear:
-      inv_freq = inv_freq / cfg.rope_scaling_factor;
-      break;
+    case RopeType::kDefault: break;
+    case RopeType::kLinear: inv_freq = inv_freq / cfg.rope_scaling_factor; break;
     case RopeType::kLlama3: {
       const double factor = cfg.rope_scaling_factor;
       const double low = cfg.rope_low_freq_factor, high = cfg.rope_high_freq_factor;
@@ -86,7 +85,8 @@ at::Tensor rope_inv_freq(const LlamaConfig& cfg, bool local) {
   return inv_freq;
 }
 
-RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& position_ids, at::ScalarType dtype) {
+RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& position_ids,
+                       at::ScalarType dtype) {
   // f[b, t, i] = position[b, t] * inv_freq[i] in fp32, as transformers' LlamaRotaryEmbedding.
   at::Tensor f = position_ids.to(at::kFloat).unsqueeze(-1) * inv_freq.to(position_ids.device());
   at::Tensor c = f.cos(), s = f.sin();
@@ -99,7 +99,7 @@ RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& position_id
 at::Tensor packed_causal_mask(const at::Tensor& position_ids) {
   const int64_t t = position_ids.size(1);
   at::Tensor doc = at::cumsum(position_ids.eq(0), 1, at::kInt);  // document index per token
-  at::Tensor same = doc.unsqueeze(2).eq(doc.unsqueeze(1));         // [B, T, T]
+  at::Tensor same = doc.unsqueeze(2).eq(doc.unsqueeze(1));       // [B, T, T]
   at::Tensor causal = at::ones({t, t}, position_ids.options().dtype(at::kBool)).tril();
   return same.logical_and_(causal).unsqueeze(1);
 }
@@ -112,7 +112,8 @@ at::Tensor sliding_causal_mask(int64_t t, int64_t window, c10::Device device) {
 }
 
 PackedDocs PackedDocs::from_position_ids(const at::Tensor& cpu_position_ids, c10::Device device) {
-  if (!cpu_position_ids.defined() || cpu_position_ids.dim() != 2 || !cpu_position_ids.device().is_cpu() ||
+  if (!cpu_position_ids.defined() || cpu_position_ids.dim() != 2 ||
+      !cpu_position_ids.device().is_cpu() ||
       !at::isIntegralType(cpu_position_ids.scalar_type(), /*includeBool=*/false))
     throw Error("PackedDocs: position_ids must be a [B, T] integer tensor on the CPU");
   const at::Tensor pos = cpu_position_ids.to(at::kLong).contiguous();
@@ -123,7 +124,8 @@ PackedDocs PackedDocs::from_position_ids(const at::Tensor& cpu_position_ids, c10
   std::vector<int32_t> cu;
   int64_t start = 0;
   const int64_t total = d.rows * d.row_len;
-  if (total > std::numeric_limits<int32_t>::max()) throw Error("PackedDocs: more than 2^31 tokens in one batch");
+  if (total > std::numeric_limits<int32_t>::max())
+    throw Error("PackedDocs: more than 2^31 tokens in one batch");
   for (int64_t i = 0; i < total; ++i) {
     if (i % d.row_len == 0 || p[i] == 0) {
       if (i > start) d.max_len = std::max(d.max_len, i - start);
@@ -140,7 +142,8 @@ PackedDocs PackedDocs::from_position_ids(const at::Tensor& cpu_position_ids, c10
 }
 
 bool varlen_attention_supported(at::ScalarType dtype, c10::Device device, int64_t head_dim) {
-  return device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf) && head_dim % 8 == 0 && head_dim <= 256;
+  return device.is_cuda() && (dtype == at::kBFloat16 || dtype == at::kHalf) && head_dim % 8 == 0 &&
+         head_dim <= 256;
 }
 
 namespace {
@@ -151,7 +154,8 @@ at::Tensor lin(const LayerWeights& w, const LayerShape& s, int slot, const at::T
   at::Tensor y = at::linear(x, w.t[slot], bias);
   const int a = LayerWeights::lora_a_slot(slot);
   if (a < 0 || !w.t[a].defined()) return y;
-  const at::Tensor xd = s.lora_dropout > 0 && at::GradMode::is_enabled() ? at::dropout(x, s.lora_dropout, true) : x;
+  const at::Tensor xd =
+      s.lora_dropout > 0 && at::GradMode::is_enabled() ? at::dropout(x, s.lora_dropout, true) : x;
   return y + at::linear(at::linear(xd, w.t[a]), w.t[a + 1]) * s.lora_scale;
 }
 inline bool has_lora(const LayerWeights& w, int slot) {
@@ -164,12 +168,14 @@ inline at::Tensor apply_rope(const at::Tensor& x, const RopeTables& r, bool fuse
   return at::addcmul(x * r.cos, at::roll(x, {x.size(-1) / 2}, {-1}), r.sin_signed);
 }
 // The rest of a layer after attention: output projection, (norm,) residual, MLP block, residual.
-at::Tensor attention_tail(const LayerWeights& w, const LayerShape& s, const at::Tensor& x, const at::Tensor& a) {
+at::Tensor attention_tail(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
+                          const at::Tensor& a) {
   using W = LayerWeights;
   at::Tensor o = lin(w, s, W::kO, a);
   if (s.sandwich) o = rms_norm_of(o, w.t[W::kLnPostAttn], s.hidden, s.eps, s.gemma_norm);
   at::Tensor out = x + o;
-  at::Tensor h = rms_norm_of(out, w.t[s.sandwich ? W::kLnPreFfn : W::kLnPostAttn], s.hidden, s.eps, s.gemma_norm);
+  at::Tensor h = rms_norm_of(out, w.t[s.sandwich ? W::kLnPreFfn : W::kLnPostAttn], s.hidden, s.eps,
+                             s.gemma_norm);
   at::Tensor gate = lin(w, s, W::kGate, h), up = lin(w, s, W::kUp, h);
   at::Tensor m;
   if (s.fused && !has_lora(w, W::kDown))
@@ -177,21 +183,24 @@ at::Tensor attention_tail(const LayerWeights& w, const LayerShape& s, const at::
   else if (s.fused)  // the adapter reads the product: no fused down projection
     m = lin(w, s, W::kDown, fused_glu(gate, up, s.act));
   else
-    m = lin(w, s, W::kDown, (s.act == Activation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate)) * up);
+    m = lin(w, s, W::kDown,
+            (s.act == Activation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate)) * up);
   if (s.sandwich) m = rms_norm_of(m, w.t[W::kLnPostFfn], s.hidden, s.eps, s.gemma_norm);
   return out + m;
 }
 // q or k [B, T, heads, D]: projected, normed over D (qk_norm), rotated.
-at::Tensor project(const at::Tensor& h, const LayerWeights& w, int slot, const at::Tensor& bias, const at::Tensor& norm,
-                   const LayerShape& s, int64_t heads, const RopeTables& rope) {
+at::Tensor project(const at::Tensor& h, const LayerWeights& w, int slot, const at::Tensor& bias,
+                   const at::Tensor& norm, const LayerShape& s, int64_t heads,
+                   const RopeTables& rope) {
   at::Tensor y = lin(w, s, slot, h, bias).view({h.size(0), h.size(1), heads, s.head_dim});
   if (s.qk_norm) y = rms_norm_of(y, norm, s.head_dim, s.eps, s.gemma_norm);
   return apply_rope(y, rope, s.fused);
 }
 }  // namespace
 
-at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x, const RopeTables& rope,
-                         const std::optional<at::Tensor>& mask, KVCacheLayer* cache, const PackedDocs* docs) {
+at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
+                         const RopeTables& rope, const std::optional<at::Tensor>& mask,
+                         KVCacheLayer* cache, const PackedDocs* docs) {
   using W = LayerWeights;
   const int64_t b = x.size(0), t = x.size(1);
   at::Tensor h = rms_norm_of(x, w.ln_in(), s.hidden, s.eps, s.gemma_norm);
@@ -209,11 +218,11 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
     const int64_t n = b * t;
     const std::optional<int64_t> left(s.window > 0 ? s.window - 1 : -1);
     const std::optional<int64_t> right(s.window > 0 ? 0 : -1);
-    a = std::get<0>(at::_flash_attention_forward(q.view({n, s.n_heads, s.head_dim}),
-                                                 k.view({n, s.n_kv_heads, s.head_dim}),
-                                                 v.view({n, s.n_kv_heads, s.head_dim}), docs->cu_seqlens,
-                                                 docs->cu_seqlens, docs->max_len, docs->max_len, 0.0,
-                                                 /*is_causal=*/true, /*return_debug_mask=*/false, scale, left, right))
+    a = std::get<0>(at::_flash_attention_forward(
+                        q.view({n, s.n_heads, s.head_dim}), k.view({n, s.n_kv_heads, s.head_dim}),
+                        v.view({n, s.n_kv_heads, s.head_dim}), docs->cu_seqlens, docs->cu_seqlens,
+                        docs->max_len, docs->max_len, 0.0,
+                        /*is_causal=*/true, /*return_debug_mask=*/false, scale, left, right))
             .view({b, t, s.n_heads * s.head_dim});
     return attention_tail(w, s, x, a);
   }
@@ -222,10 +231,11 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
   v = v.transpose(1, 2);
   bool causal = !mask.has_value();
   if (cache && cache->len >= 0) {
-    if (!mask) throw Error("decoder_layer: a preallocated KV cache needs the caller's attention mask");
+    if (!mask)
+      throw Error("decoder_layer: a preallocated KV cache needs the caller's attention mask");
     if (cache->len + t > cache->k.size(2))
-      throw Error("decoder_layer: the KV cache holds " + std::to_string(cache->k.size(2)) + " positions, " +
-                  std::to_string(cache->len + t) + " asked");
+      throw Error("decoder_layer: the KV cache holds " + std::to_string(cache->k.size(2)) +
+                  " positions, " + std::to_string(cache->len + t) + " asked");
     cache->k.narrow(2, cache->len, t).copy_(k);
     cache->v.narrow(2, cache->len, t).copy_(v);
     cache->len += t;
@@ -237,7 +247,7 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
       if (t != 1) throw Error("decoder_layer: a KV cache takes one new token per step once filled");
       k = at::cat({cache->k, k}, 2);
       v = at::cat({cache->v, v}, 2);
-      causal = false;  // one query attends to every cached position
+      causal = false;                              // one query attends to every cached position
       if (s.window > 0 && k.size(2) > s.window) {  // ... within its window
         k = k.narrow(2, k.size(2) - s.window, s.window);
         v = v.narrow(2, v.size(2) - s.window, s.window);

@@ -36,11 +36,11 @@ struct LayerShape {
   // fused_kernels_supported() for the layer's tensors.
   bool fused = false;
   Activation act = Activation::kSilu;
-  bool qk_norm = false;    // RMSNorm over head_dim on q and k before rope (q_norm, k_norm)
+  bool qk_norm = false;     // RMSNorm over head_dim on q and k before rope (q_norm, k_norm)
   bool gemma_norm = false;  // every RMSNorm scales by (1 + weight), computed in fp32
-  bool sandwich = false;   // norms after attention and around the MLP (gemma3_text)
-  double scale = 0;        // attention score scale; 0: 1 / sqrt(head_dim)
-  int64_t window = 0;      // attends to the last `window` positions (itself included); 0: all
+  bool sandwich = false;    // norms after attention and around the MLP (gemma3_text)
+  double scale = 0;         // attention score scale; 0: 1 / sqrt(head_dim)
+  int64_t window = 0;       // attends to the last `window` positions (itself included); 0: all
   // LoRA (model/lora.h): a linear slot whose adapter slots are defined adds
   // lora_scale * B(A(dropout(x))) to its output, as PEFT's lora.Linear; dropout applies only
   // while autograd records (training).
@@ -48,7 +48,8 @@ struct LayerShape {
   double lora_dropout = 0;
   // Layer `layer`'s shape (its window when it slides); -1: the model-wide part only.
   static LayerShape of(const LlamaConfig& c, int64_t layer = -1) {
-    LayerShape s{c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.rms_norm_eps, false};
+    LayerShape s{c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
+                 c.head_dim,    c.rms_norm_eps,        false};
     s.act = c.hidden_act;
     s.qk_norm = c.qk_norm;
     s.gemma_norm = c.gemma_norm;
@@ -63,12 +64,39 @@ struct LayerShape {
 // transformers' named_parameters() order; the others stay undefined.
 struct LayerWeights {
   enum Slot : int {
-    kQ, kQBias, kK, kKBias, kV, kVBias, kO, kQNorm, kKNorm, kGate, kUp, kDown,
-    kLnIn, kLnPostAttn, kLnPreFfn, kLnPostFfn,
+    kQ,
+    kQBias,
+    kK,
+    kKBias,
+    kV,
+    kVBias,
+    kO,
+    kQNorm,
+    kKNorm,
+    kGate,
+    kUp,
+    kDown,
+    kLnIn,
+    kLnPostAttn,
+    kLnPreFfn,
+    kLnPostFfn,
     // LoRA adapters (model/lora.h): A [r, in] and B [out, r] of each linear slot, in kLinear
     // order; undefined unless an adapter targets that linear.
-    kQLoraA, kQLoraB, kKLoraA, kKLoraB, kVLoraA, kVLoraB, kOLoraA, kOLoraB,
-    kGateLoraA, kGateLoraB, kUpLoraA, kUpLoraB, kDownLoraA, kDownLoraB, kCount
+    kQLoraA,
+    kQLoraB,
+    kKLoraA,
+    kKLoraB,
+    kVLoraA,
+    kVLoraB,
+    kOLoraA,
+    kOLoraB,
+    kGateLoraA,
+    kGateLoraB,
+    kUpLoraA,
+    kUpLoraB,
+    kDownLoraA,
+    kDownLoraB,
+    kCount
   };
   // The linear (matrix) slots, in the order of their adapter slots.
   static constexpr int kLinear[7] = {kQ, kK, kV, kO, kGate, kUp, kDown};
@@ -79,20 +107,36 @@ struct LayerWeights {
       if (kLinear[i] == slot) return kQLoraA + 2 * i;
     return -1;
   }
-  static constexpr const char* kNames[kCount] = {
-      "self_attn.q_proj.weight", "self_attn.q_proj.bias", "self_attn.k_proj.weight",
-      "self_attn.k_proj.bias",   "self_attn.v_proj.weight", "self_attn.v_proj.bias",
-      "self_attn.o_proj.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight",
-      "mlp.gate_proj.weight",    "mlp.up_proj.weight",      "mlp.down_proj.weight",
-      "input_layernorm.weight",  "post_attention_layernorm.weight",
-      "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight",
-      "self_attn.q_proj.lora_A.weight", "self_attn.q_proj.lora_B.weight",
-      "self_attn.k_proj.lora_A.weight", "self_attn.k_proj.lora_B.weight",
-      "self_attn.v_proj.lora_A.weight", "self_attn.v_proj.lora_B.weight",
-      "self_attn.o_proj.lora_A.weight", "self_attn.o_proj.lora_B.weight",
-      "mlp.gate_proj.lora_A.weight",    "mlp.gate_proj.lora_B.weight",
-      "mlp.up_proj.lora_A.weight",      "mlp.up_proj.lora_B.weight",
-      "mlp.down_proj.lora_A.weight",    "mlp.down_proj.lora_B.weight"};
+  static constexpr const char* kNames[kCount] = {"self_attn.q_proj.weight",
+                                                 "self_attn.q_proj.bias",
+                                                 "self_attn.k_proj.weight",
+                                                 "self_attn.k_proj.bias",
+                                                 "self_attn.v_proj.weight",
+                                                 "self_attn.v_proj.bias",
+                                                 "self_attn.o_proj.weight",
+                                                 "self_attn.q_norm.weight",
+                                                 "self_attn.k_norm.weight",
+                                                 "mlp.gate_proj.weight",
+                                                 "mlp.up_proj.weight",
+                                                 "mlp.down_proj.weight",
+                                                 "input_layernorm.weight",
+                                                 "post_attention_layernorm.weight",
+                                                 "pre_feedforward_layernorm.weight",
+                                                 "post_feedforward_layernorm.weight",
+                                                 "self_attn.q_proj.lora_A.weight",
+                                                 "self_attn.q_proj.lora_B.weight",
+                                                 "self_attn.k_proj.lora_A.weight",
+                                                 "self_attn.k_proj.lora_B.weight",
+                                                 "self_attn.v_proj.lora_A.weight",
+                                                 "self_attn.v_proj.lora_B.weight",
+                                                 "self_attn.o_proj.lora_A.weight",
+                                                 "self_attn.o_proj.lora_B.weight",
+                                                 "mlp.gate_proj.lora_A.weight",
+                                                 "mlp.gate_proj.lora_B.weight",
+                                                 "mlp.up_proj.lora_A.weight",
+                                                 "mlp.up_proj.lora_B.weight",
+                                                 "mlp.down_proj.lora_A.weight",
+                                                 "mlp.down_proj.lora_B.weight"};
   at::Tensor t[kCount];
   const at::Tensor& wq() const { return t[kQ]; }
   const at::Tensor& wk() const { return t[kK]; }
@@ -110,7 +154,8 @@ struct LayerWeights {
 CIUIC_API std::vector<int> layer_slots(const LlamaConfig& cfg);
 // RMSNorm over the last `dim` elements with weight w (gemma_norm: 1 + w, in fp32, rounded once to
 // x's dtype, as transformers' Gemma3RMSNorm).
-CIUIC_API at::Tensor rms_norm_of(const at::Tensor& x, const at::Tensor& w, int64_t dim, double eps, bool gemma_norm);
+CIUIC_API at::Tensor rms_norm_of(const at::Tensor& x, const at::Tensor& w, int64_t dim, double eps,
+                                 bool gemma_norm);
 
 // Rotary tables for one batch, [B, T, 1, head_dim] in the activation dtype:
 // cos = cos(cat(f, f)), sin_signed = cat(-sin(f), sin(f)) with f = position * inv_freq, so that
@@ -126,7 +171,8 @@ struct RopeTables {
 // the sliding layers' rope of gemma3_text (default type, base rope_local_theta).
 CIUIC_API at::Tensor rope_inv_freq(const LlamaConfig& cfg, bool local = false);
 // position_ids [B, T] (integer, any device) -> tables in `dtype` on position_ids' device.
-CIUIC_API RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& position_ids, at::ScalarType dtype);
+CIUIC_API RopeTables rope_tables(const at::Tensor& inv_freq, const at::Tensor& position_ids,
+                                 at::ScalarType dtype);
 // Block-diagonal causal mask [B, 1, T, T] (true = may attend) for packed rows: a document starts
 // where position_ids == 0 (the row's first token always starts one). No host synchronisation.
 CIUIC_API at::Tensor packed_causal_mask(const at::Tensor& position_ids);
@@ -140,7 +186,8 @@ CIUIC_API at::Tensor sliding_causal_mask(int64_t t, int64_t window, c10::Device 
 // (2.9x faster attention at 4096 tokens on an H200, docs/performance/model.md). Elsewhere (CPU,
 // fp32) the model falls back to the mask, with the same results.
 struct CIUIC_API PackedDocs {
-  at::Tensor cu_seqlens;  // int32 [num_docs + 1] on the model's device: starts in the flattened batch, then B*T
+  at::Tensor cu_seqlens;  // int32 [num_docs + 1] on the model's device: starts in the flattened
+                          // batch, then B*T
   int64_t max_len = 0;    // tokens in the longest document
   int64_t rows = 0;       // B
   int64_t row_len = 0;    // T
@@ -148,8 +195,10 @@ struct CIUIC_API PackedDocs {
   // position_ids == 0. The device copy is asynchronous (from pinned memory on CUDA): no host sync.
   static PackedDocs from_position_ids(const at::Tensor& cpu_position_ids, c10::Device device);
 };
-// Whether decoder_layer runs `PackedDocs` as varlen flash attention for this dtype/device/head size.
-CIUIC_API bool varlen_attention_supported(at::ScalarType dtype, c10::Device device, int64_t head_dim);
+// Whether decoder_layer runs `PackedDocs` as varlen flash attention for this dtype/device/head
+// size.
+CIUIC_API bool varlen_attention_supported(at::ScalarType dtype, c10::Device device,
+                                          int64_t head_dim);
 
 // Keys and values of earlier positions, [B, n_kv_heads, T_past, head_dim] (generation only).
 // len < 0: the tensors grow by concatenation (one sequence, causal, no mask). len >= 0: k and v
@@ -178,17 +227,20 @@ CIUIC_API at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, c
 // ordinary AccumulateGrad nodes (their hooks fire exactly as without checkpointing).
 // With `boundaries`, the backward's recomputation is announced as group `group`'s kRecompute pass
 // (before_group/after_group around it, ciuic/sharding.h).
-CIUIC_API at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
-                                                const RopeTables& rope, const std::optional<at::Tensor>& mask,
+CIUIC_API at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s,
+                                                const at::Tensor& x, const RopeTables& rope,
+                                                const std::optional<at::Tensor>& mask,
                                                 const PackedDocs* docs = nullptr,
-                                                ciuic::Sharding* boundaries = nullptr, int group = -1);
+                                                ciuic::Sharding* boundaries = nullptr,
+                                                int group = -1);
 
 // A group boundary on the tensor `x` that flows from group `lower` into group `upper` (-1: none):
 // identity in forward; when autograd reaches it in backward, announces after_group(upper,
 // kBackward) — group `upper`'s backward is done — then before_group(lower, kBackward). Group 0's
 // backward has no input that needs a gradient: its after_group(0, kBackward) is queued for the end
 // of the backward. `x` unchanged (no node) when autograd is off or x needs no gradient.
-CIUIC_API at::Tensor group_boundary(const at::Tensor& x, ciuic::Sharding* boundaries, int upper, int lower);
+CIUIC_API at::Tensor group_boundary(const at::Tensor& x, ciuic::Sharding* boundaries, int upper,
+                                    int lower);
 
 // How linear_cross_entropy_sum gets its gradient.
 //  kInForward: when autograd needs gradients, the forward computes them too, token chunk by
@@ -205,10 +257,11 @@ enum class LossBackward { kInForward, kRecompute };
 // weights' dtype and upcast to fp32 chunk by chunk: kRecompute chunks the vocabulary (at most
 // max(chunk_elements, N * min(V, 128)) fp32 logits at once, forward and backward), kInForward
 // the tokens (at most max(chunk_elements, V) at once; with several chunks d weight accumulates in
-// fp32, read and written once per chunk: prefer few large chunks, see LlamaModel). labels [N] int64 must be in [0, V) or
-// -100. Without autograd (no grad mode, or neither input requiring grad) both only compute the
-// loss.
-CIUIC_API at::Tensor linear_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels,
-                                              int64_t chunk_elements, LossBackward mode = LossBackward::kInForward);
+// fp32, read and written once per chunk: prefer few large chunks, see LlamaModel). labels [N] int64
+// must be in [0, V) or -100. Without autograd (no grad mode, or neither input requiring grad) both
+// only compute the loss.
+CIUIC_API at::Tensor linear_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight,
+                                              const at::Tensor& labels, int64_t chunk_elements,
+                                              LossBackward mode = LossBackward::kInForward);
 
 }  // namespace ciuic::model

@@ -16,8 +16,8 @@ double LoraSpec::scaling() const {
 }
 
 const std::vector<std::string>& lora_linear_names() {
-  static const std::vector<std::string> names{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                              "down_proj"};
+  static const std::vector<std::string> names{"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                              "gate_proj", "up_proj", "down_proj"};
   return names;
 }
 
@@ -25,7 +25,8 @@ std::vector<int> lora_target_slots(const std::vector<std::string>& names, const 
   const auto& linear = lora_linear_names();
   std::string known;
   for (const auto& n : linear) known += (known.empty() ? "" : ", ") + n;
-  if (names.empty()) throw UsageError(key + ": empty; expected module names among " + known + ", or \"all-linear\"");
+  if (names.empty())
+    throw UsageError(key + ": empty; expected module names among " + known + ", or \"all-linear\"");
   std::vector<int> slots;
   for (const auto& n : names) {
     if (n == "all-linear") {
@@ -34,8 +35,9 @@ std::vector<int> lora_target_slots(const std::vector<std::string>& names, const 
     }
     const auto it = std::find(linear.begin(), linear.end(), n);
     if (it == linear.end())
-      throw UsageError(key + ": \"" + n + "\" matches no linear module of the model; its linear modules are " + known +
-                  " (and \"all-linear\" for all of them)");
+      throw UsageError(key + ": \"" + n +
+                       "\" matches no linear module of the model; its linear modules are " + known +
+                       " (and \"all-linear\" for all of them)");
     slots.push_back(LayerWeights::kLinear[it - linear.begin()]);
   }
   std::sort(slots.begin(), slots.end());
@@ -44,12 +46,15 @@ std::vector<int> lora_target_slots(const std::vector<std::string>& names, const 
 }
 
 int64_t lora_num_parameters(const LlamaConfig& c, const LoraSpec& spec) {
-  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim, kv = c.num_key_value_heads * c.head_dim,
-                m = c.intermediate_size;
+  const int64_t h = c.hidden_size, q = c.num_attention_heads * c.head_dim,
+                kv = c.num_key_value_heads * c.head_dim, m = c.intermediate_size;
   int64_t per_layer = 0;
   for (int slot : spec.targets) {
     using W = LayerWeights;
-    const int64_t io = slot == W::kQ ? h + q : slot == W::kK || slot == W::kV ? h + kv : slot == W::kO ? q + h : m + h;
+    const int64_t io = slot == W::kQ                    ? h + q
+                       : slot == W::kK || slot == W::kV ? h + kv
+                       : slot == W::kO                  ? q + h
+                                                        : m + h;
     per_layer += spec.r * io;
   }
   int64_t n = per_layer * c.num_hidden_layers;
@@ -62,7 +67,8 @@ nlohmann::json peft_adapter_config(const LoraSpec& spec, const std::string& base
   nlohmann::json targets = nlohmann::json::array();
   for (int slot : spec.targets)
     for (int i = 0; i < LayerWeights::kNumLinear; ++i)
-      if (LayerWeights::kLinear[i] == slot) targets.push_back(lora_linear_names()[static_cast<size_t>(i)]);
+      if (LayerWeights::kLinear[i] == slot)
+        targets.push_back(lora_linear_names()[static_cast<size_t>(i)]);
   nlohmann::json save = nlohmann::json::array();
   if (spec.save_embed) save.push_back("embed_tokens");
   if (spec.save_lm_head) save.push_back("lm_head");
@@ -75,7 +81,8 @@ nlohmann::json peft_adapter_config(const LoraSpec& spec, const std::string& base
           {"target_modules", targets},
           {"use_rslora", spec.rslora},
           {"use_dora", false},
-          {"init_lora_weights", spec.init == LoraInit::kGaussian ? nlohmann::json("gaussian") : nlohmann::json(true)},
+          {"init_lora_weights",
+           spec.init == LoraInit::kGaussian ? nlohmann::json("gaussian") : nlohmann::json(true)},
           {"modules_to_save", save.empty() ? nlohmann::json(nullptr) : save},
           {"bias", "none"},
           {"fan_in_fan_out", false},
@@ -88,20 +95,25 @@ nlohmann::json peft_adapter_config(const LoraSpec& spec, const std::string& base
 LoraSpec lora_spec_from_peft(const nlohmann::json& j, const std::string& where) {
   auto bad = [&](const std::string& what) { throw UsageError(where + ": " + what); };
   if (!j.is_object()) bad("not a JSON object");
-  if (j.value("peft_type", std::string()) != "LORA") bad("peft_type is not \"LORA\" (ciuic reads LoRA adapters only)");
-  if (j.value("bias", std::string("none")) != "none") bad("bias = \"" + j.value("bias", std::string()) + "\" is not supported (only \"none\")");
+  if (j.value("peft_type", std::string()) != "LORA")
+    bad("peft_type is not \"LORA\" (ciuic reads LoRA adapters only)");
+  if (j.value("bias", std::string("none")) != "none")
+    bad("bias = \"" + j.value("bias", std::string()) + "\" is not supported (only \"none\")");
   if (j.value("fan_in_fan_out", false)) bad("fan_in_fan_out = true is not supported");
-  if (j.contains("use_dora") && j["use_dora"].is_boolean() && j["use_dora"].get<bool>()) bad("use_dora = true is not supported");
+  if (j.contains("use_dora") && j["use_dora"].is_boolean() && j["use_dora"].get<bool>())
+    bad("use_dora = true is not supported");
   for (const char* k : {"rank_pattern", "alpha_pattern"})
-    if (j.contains(k) && j[k].is_object() && !j[k].empty()) bad(std::string(k) + " (per-module ranks) is not supported");
+    if (j.contains(k) && j[k].is_object() && !j[k].empty())
+      bad(std::string(k) + " (per-module ranks) is not supported");
   LoraSpec s;
   try {
     s.r = j.at("r").get<int64_t>();
     s.alpha = j.at("lora_alpha").get<double>();
     s.dropout = j.value("lora_dropout", 0.0);
     s.rslora = j.value("use_rslora", false);
-    s.init = j.contains("init_lora_weights") && j["init_lora_weights"] == "gaussian" ? LoraInit::kGaussian
-                                                                                      : LoraInit::kDefault;
+    s.init = j.contains("init_lora_weights") && j["init_lora_weights"] == "gaussian"
+                 ? LoraInit::kGaussian
+                 : LoraInit::kDefault;
     const auto& t = j.at("target_modules");
     if (t.is_string()) {
       s.target_names = {t.get<std::string>()};
@@ -117,9 +129,12 @@ LoraSpec lora_spec_from_peft(const nlohmann::json& j, const std::string& where) 
     if (j.contains("modules_to_save") && j["modules_to_save"].is_array())
       for (const auto& m : j["modules_to_save"]) {
         const std::string name = m.get<std::string>();
-        if (name == "embed_tokens") s.save_embed = true;
-        else if (name == "lm_head") s.save_lm_head = true;
-        else bad("modules_to_save: \"" + name + "\" is not supported (embed_tokens, lm_head)");
+        if (name == "embed_tokens")
+          s.save_embed = true;
+        else if (name == "lm_head")
+          s.save_lm_head = true;
+        else
+          bad("modules_to_save: \"" + name + "\" is not supported (embed_tokens, lm_head)");
       }
   } catch (const nlohmann::json::exception& e) {
     bad(std::string("malformed adapter config: ") + e.what());
@@ -130,16 +145,19 @@ LoraSpec lora_spec_from_peft(const nlohmann::json& j, const std::string& where) 
   return s;
 }
 
-void write_peft_folder(const std::string& folder, const nlohmann::json& config, const NamedTensors& adapter,
-                       at::ScalarType dtype) {
+void write_peft_folder(const std::string& folder, const nlohmann::json& config,
+                       const NamedTensors& adapter, at::ScalarType dtype) {
   std::filesystem::create_directories(folder);
   NamedTensors out;
   for (const auto& [name, t] : adapter)
-    out.emplace_back("base_model.model." + name, t.is_floating_point() ? t.to(at::kCPU).to(dtype).contiguous() : t);
+    out.emplace_back("base_model.model." + name,
+                     t.is_floating_point() ? t.to(at::kCPU).to(dtype).contiguous() : t);
   SafetensorsWriteOptions wo;
   wo.metadata["format"] = "pt";
-  write_safetensors((std::filesystem::path(folder) / "adapter_model.safetensors").string(), out, wo);
-  write_file_atomic((std::filesystem::path(folder) / "adapter_config.json").string(), config.dump(2) + "\n");
+  write_safetensors((std::filesystem::path(folder) / "adapter_model.safetensors").string(), out,
+                    wo);
+  write_file_atomic((std::filesystem::path(folder) / "adapter_config.json").string(),
+                    config.dump(2) + "\n");
 }
 
 }  // namespace ciuic::model

@@ -30,10 +30,10 @@ struct LoraSpec {
   double dropout = 0;
   bool rslora = false;
   LoraInit init = LoraInit::kDefault;
-  std::vector<int> targets;                // linear slots (LayerWeights::kQ ...), from lora_target_slots
-  std::vector<std::string> target_names;   // as the recipe gave them (adapter_config.json)
-  bool save_embed = false;                 // modules_to_save: embed_tokens trained fully
-  bool save_lm_head = false;               // modules_to_save: lm_head trained fully
+  std::vector<int> targets;  // linear slots (LayerWeights::kQ ...), from lora_target_slots
+  std::vector<std::string> target_names;  // as the recipe gave them (adapter_config.json)
+  bool save_embed = false;                // modules_to_save: embed_tokens trained fully
+  bool save_lm_head = false;              // modules_to_save: lm_head trained fully
   double scaling() const;
 };
 
@@ -42,7 +42,8 @@ CIUIC_API const std::vector<std::string>& lora_linear_names();
 // Linear slots matched by `names` (PEFT names, or the single "all-linear": every linear of the
 // decoder layers, lm_head excluded as PEFT does). Throws ciuic::UsageError naming `key` and listing
 // the model's linear module names when a name matches nothing or the list is empty.
-CIUIC_API std::vector<int> lora_target_slots(const std::vector<std::string>& names, const std::string& key);
+CIUIC_API std::vector<int> lora_target_slots(const std::vector<std::string>& names,
+                                             const std::string& key);
 
 // Elements of the adapter on `cfg`'s model: r x (in + out) per targeted linear per layer, plus
 // modules_to_save (the embedding; lm_head, or nothing more when tied).
@@ -57,7 +58,7 @@ CIUIC_API LoraSpec lora_spec_from_peft(const nlohmann::json& config, const std::
 // A PEFT adapter folder, written atomically file by file: adapter_config.json (`config`) and
 // adapter_model.safetensors with `adapter` (names as LlamaModel::trainable_parameters()) under
 // PEFT's keys ("base_model.model." + name), floating tensors in `dtype`.
-CIUIC_API void write_peft_folder(const std::string& folder, const nlohmann::json& config, const NamedTensors& adapter,
-                                 at::ScalarType dtype);
+CIUIC_API void write_peft_folder(const std::string& folder, const nlohmann::json& config,
+                                 const NamedTensors& adapter, at::ScalarType dtype);
 
 }  // namespace ciuic::model

@@ -29,7 +29,8 @@
 
 namespace ciuic::model {
 
-static_assert(std::endian::native == std::endian::little, "safetensors I/O assumes a little-endian host");
+static_assert(std::endian::native == std::endian::little,
+              "safetensors I/O assumes a little-endian host");
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -41,11 +42,21 @@ struct DtypeCode {
   at::ScalarType type;
 };
 const DtypeCode kDtypes[] = {
-    {"BOOL", at::kBool},    {"U8", at::kByte},           {"I8", at::kChar},
-    {"I16", at::kShort},    {"I32", at::kInt},           {"I64", at::kLong},
-    {"U16", at::kUInt16},   {"U32", at::kUInt32},        {"U64", at::kUInt64},
-    {"F16", at::kHalf},     {"BF16", at::kBFloat16},     {"F32", at::kFloat},
-    {"F64", at::kDouble},   {"F8_E4M3", at::kFloat8_e4m3fn}, {"F8_E5M2", at::kFloat8_e5m2},
+    {"BOOL", at::kBool},
+    {"U8", at::kByte},
+    {"I8", at::kChar},
+    {"I16", at::kShort},
+    {"I32", at::kInt},
+    {"I64", at::kLong},
+    {"U16", at::kUInt16},
+    {"U32", at::kUInt32},
+    {"U64", at::kUInt64},
+    {"F16", at::kHalf},
+    {"BF16", at::kBFloat16},
+    {"F32", at::kFloat},
+    {"F64", at::kDouble},
+    {"F8_E4M3", at::kFloat8_e4m3fn},
+    {"F8_E5M2", at::kFloat8_e5m2},
 };
 
 std::string shape_str(c10::IntArrayRef shape) {
@@ -83,7 +94,8 @@ class AtomicFile {
  public:
   explicit AtomicFile(const std::string& path) : path_(path) {
     fs::path p(path);
-    tmp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()))).string();
+    tmp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid())))
+               .string();
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) throw Error(path + ": cannot create " + tmp_ + ": " + errno_str());
   }
@@ -121,7 +133,8 @@ std::string read_text_file(const std::string& path) {
 
 // A parser callback that refuses a key repeated within one JSON object (nlohmann would keep the
 // last one silently; the reference loader refuses a repeated field, and a repeated tensor name
-// hides a tensor). Only "__metadata__" may repeat its own keys (the last wins, as in the reference).
+// hides a tensor). Only "__metadata__" may repeat its own keys (the last wins, as in the
+// reference).
 json::parser_callback_t unique_keys_callback(const std::string& path) {
   struct State {
     std::vector<std::set<std::string>> open;  // keys of the objects being parsed, outermost first
@@ -153,7 +166,8 @@ json::parser_callback_t unique_keys_callback(const std::string& path) {
 }
 
 std::string range_str(uint64_t offset, uint64_t nbytes, uint64_t data_start) {
-  return "[" + std::to_string(offset - data_start) + ", " + std::to_string(offset - data_start + nbytes) + "]";
+  return "[" + std::to_string(offset - data_start) + ", " +
+         std::to_string(offset - data_start + nbytes) + "]";
 }
 
 // As the reference loader requires: sorted by offset, the tensors cover the data bytes (the file
@@ -161,33 +175,36 @@ std::string range_str(uint64_t offset, uint64_t nbytes, uint64_t data_start) {
 // hole), the last at the end of the file (no trailing bytes). A header length off by one, a
 // padded file or two tensors sharing bytes are refused here, not found later as wrong weights.
 // Alignment is not required (nor is it by the reference): tensor() copies misaligned data.
-void check_coverage(const std::vector<SafetensorsEntry>& sorted, uint64_t data_start, uint64_t data_size,
-                    const std::string& path) {
+void check_coverage(const std::vector<SafetensorsEntry>& sorted, uint64_t data_start,
+                    uint64_t data_size, const std::string& path) {
   uint64_t pos = 0;
   const SafetensorsEntry* prev = nullptr;
   for (const auto& e : sorted) {
     const uint64_t b = e.offset - data_start;
-    const std::string where =
-        path + ": tensor `" + e.name + "`: data_offsets " + range_str(e.offset, e.nbytes, data_start);
+    const std::string where = path + ": tensor `" + e.name + "`: data_offsets " +
+                              range_str(e.offset, e.nbytes, data_start);
     if (b < pos)
       throw Error(where + " overlap those of tensor `" + prev->name + "` " +
                   range_str(prev->offset, prev->nbytes, data_start) +
                   ": two tensors share bytes (a corrupt or hand-edited header)");
     if (b > pos)
-      throw Error(where + " leave a hole: data bytes [" + std::to_string(pos) + ", " + std::to_string(b) +
-                  ") belong to no tensor" +
-                  (prev ? " (the previous tensor, `" + prev->name + "`, ends at " + std::to_string(pos) + ")"
+      throw Error(where + " leave a hole: data bytes [" + std::to_string(pos) + ", " +
+                  std::to_string(b) + ") belong to no tensor" +
+                  (prev ? " (the previous tensor, `" + prev->name + "`, ends at " +
+                              std::to_string(pos) + ")"
                         : std::string(" (the first tensor must start at 0)")) +
                   "; the format requires the tensors to cover the data exactly");
     pos = b + e.nbytes;
     prev = &e;
   }
   if (pos != data_size)
-    throw Error(path + ": " + std::to_string(data_size - pos) + " byte(s) after the end of the last tensor's data (" +
+    throw Error(path + ": " + std::to_string(data_size - pos) +
+                " byte(s) after the end of the last tensor's data (" +
                 (prev ? "tensor `" + prev->name + "` ends at data byte " + std::to_string(pos)
                       : std::string("the header lists no tensor")) +
                 ", the data has " + std::to_string(data_size) +
-                " bytes): trailing garbage, or a wrong header length (" + std::to_string(data_start - 8) + ")");
+                " bytes): trailing garbage, or a wrong header length (" +
+                std::to_string(data_start - 8) + ")");
 }
 
 uint64_t tensor_nbytes(const at::Tensor& t, at::ScalarType dtype) {
@@ -220,7 +237,7 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
   // O_NONBLOCK: opening a named pipe must not wait for a writer; it is refused just below.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(path + ": cannot open safetensors file: " + errno_str());
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
     throw Error(path + ": cannot stat: " + errno_str());
@@ -248,11 +265,13 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
   uint64_t header_len = 0;
   std::memcpy(&header_len, base, 8);
   if (header_len > kMaxHeaderBytes)
-    throw Error(path + ": safetensors header too large (" + std::to_string(header_len) + " bytes, limit " +
-                std::to_string(kMaxHeaderBytes) + "): not a safetensors file, or corrupt");
+    throw Error(path + ": safetensors header too large (" + std::to_string(header_len) +
+                " bytes, limit " + std::to_string(kMaxHeaderBytes) +
+                "): not a safetensors file, or corrupt");
   if (8 + header_len > f->size_)
-    throw Error(path + ": truncated safetensors file: the header needs " + std::to_string(header_len) +
-                " bytes after the length field, the file has " + std::to_string(f->size_ - 8));
+    throw Error(path + ": truncated safetensors file: the header needs " +
+                std::to_string(header_len) + " bytes after the length field, the file has " +
+                std::to_string(f->size_ - 8));
   check_json_depth(std::string_view(base + 8, header_len), path + ": safetensors header");
   json h;
   try {
@@ -265,10 +284,12 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
   const uint64_t data_size = f->size_ - data_start;
   for (const auto& [name, e] : h.items()) {
     if (name == "__metadata__") {
-      if (!e.is_object()) throw Error(path + ": malformed safetensors header: __metadata__ must be an object");
+      if (!e.is_object())
+        throw Error(path + ": malformed safetensors header: __metadata__ must be an object");
       for (const auto& [k, v] : e.items()) {
         if (!v.is_string())
-          throw Error(path + ": malformed safetensors header: __metadata__." + k + " must be a string");
+          throw Error(path + ": malformed safetensors header: __metadata__." + k +
+                      " must be a string");
         f->metadata_[k] = v.get<std::string>();
       }
       continue;
@@ -277,12 +298,15 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
     auto bad = [&](const std::string& what) -> Error {
       return Error(path + ": tensor `" + tensor_name + "`: " + what);
     };
-    if (!e.is_object()) throw bad("malformed header entry (expected an object with dtype, shape, data_offsets)");
+    if (!e.is_object())
+      throw bad("malformed header entry (expected an object with dtype, shape, data_offsets)");
     auto dt = e.find("dtype");
     auto sh = e.find("shape");
     auto off = e.find("data_offsets");
-    if (dt == e.end() || !dt->is_string()) throw bad("malformed header entry: missing or non-string `dtype`");
-    if (sh == e.end() || !sh->is_array()) throw bad("malformed header entry: missing or non-array `shape`");
+    if (dt == e.end() || !dt->is_string())
+      throw bad("malformed header entry: missing or non-string `dtype`");
+    if (sh == e.end() || !sh->is_array())
+      throw bad("malformed header entry: missing or non-array `shape`");
     if (off == e.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
         !(*off)[1].is_number_unsigned())
       throw bad("malformed header entry: `data_offsets` must be two non-negative integers");
@@ -293,27 +317,34 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
     en.dtype = *type;
     uint64_t numel = 1;
     for (const auto& d : *sh) {
-      if (!d.is_number_unsigned()) throw bad("malformed shape " + sh->dump() + " (expected non-negative integers)");
+      if (!d.is_number_unsigned())
+        throw bad("malformed shape " + sh->dump() + " (expected non-negative integers)");
       uint64_t v = d.get<uint64_t>();
-      if (v > (1ull << 48) || (v != 0 && numel > (1ull << 48) / v)) throw bad("shape " + sh->dump() + " is too large");
+      if (v > (1ull << 48) || (v != 0 && numel > (1ull << 48) / v))
+        throw bad("shape " + sh->dump() + " is too large");
       numel *= v;
       en.shape.push_back(static_cast<int64_t>(v));
     }
     const uint64_t b = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
-    if (b > end) throw bad("data_offsets [" + std::to_string(b) + ", " + std::to_string(end) + "] are inverted");
+    if (b > end)
+      throw bad("data_offsets [" + std::to_string(b) + ", " + std::to_string(end) +
+                "] are inverted");
     en.nbytes = end - b;
     if (en.nbytes != numel * c10::elementSize(en.dtype))
-      throw bad("data_offsets span " + std::to_string(en.nbytes) + " bytes, but dtype " + dt->get<std::string>() +
-                " and shape " + shape_str(en.shape) + " need " + std::to_string(numel * c10::elementSize(en.dtype)));
+      throw bad("data_offsets span " + std::to_string(en.nbytes) + " bytes, but dtype " +
+                dt->get<std::string>() + " and shape " + shape_str(en.shape) + " need " +
+                std::to_string(numel * c10::elementSize(en.dtype)));
     if (end > data_size)
-      throw bad("truncated file: the tensor's data ends at byte " + std::to_string(data_start + end) +
-                " but the file has " + std::to_string(f->size_) + " bytes");
+      throw bad("truncated file: the tensor's data ends at byte " +
+                std::to_string(data_start + end) + " but the file has " + std::to_string(f->size_) +
+                " bytes");
     en.offset = data_start + b;
     f->entries_.push_back(std::move(en));
   }
-  std::sort(f->entries_.begin(), f->entries_.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
-    return a.offset != b.offset ? a.offset < b.offset : a.nbytes < b.nbytes;
-  });
+  std::sort(f->entries_.begin(), f->entries_.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+              return a.offset != b.offset ? a.offset < b.offset : a.nbytes < b.nbytes;
+            });
   check_coverage(f->entries_, data_start, data_size, path);
   for (size_t i = 0; i < f->entries_.size(); ++i) f->index_[f->entries_[i].name] = i;
   return f;
@@ -343,7 +374,8 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
     return t;
   }
   auto keep = shared_from_this();
-  return at::from_blob(p, e.shape, [keep](void*) {}, opts);
+  return at::from_blob(
+      p, e.shape, [keep](void*) {}, opts);
 }
 
 // ---- SafetensorsReader ----------------------------------------------------------------------
@@ -352,7 +384,8 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
   SafetensorsReader r;
   r.path_ = path;
   std::error_code ec;
-  if (!fs::exists(path, ec)) throw Error(path + ": no such file or folder (expected safetensors weights)");
+  if (!fs::exists(path, ec))
+    throw Error(path + ": no such file or folder (expected safetensors weights)");
   std::string index_path, single_path;
   if (fs::is_directory(path, ec)) {
     fs::path dir(path);
@@ -374,15 +407,19 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
       } else if (indexes.empty() && found.size() == 1) {
         single_path = found[0];
       } else if (found.empty() && indexes.empty()) {
-        bool has_bin = paths::is((dir / "pytorch_model.bin").string(), paths::Want::kAny) ||
-                       paths::is((dir / "pytorch_model.bin.index.json").string(), paths::Want::kAny);
-        throw Error(path + ": no *.safetensors weights in this folder" +
-                    std::string(has_bin ? " (it holds pytorch_model.bin: convert it to safetensors, e.g. with "
-                                          "transformers' save_pretrained(safe_serialization=True))"
-                                        : ""));
+        bool has_bin =
+            paths::is((dir / "pytorch_model.bin").string(), paths::Want::kAny) ||
+            paths::is((dir / "pytorch_model.bin.index.json").string(), paths::Want::kAny);
+        throw Error(
+            path + ": no *.safetensors weights in this folder" +
+            std::string(has_bin
+                            ? " (it holds pytorch_model.bin: convert it to safetensors, e.g. with "
+                              "transformers' save_pretrained(safe_serialization=True))"
+                            : ""));
       } else {
-        throw Error(path + ": ambiguous weights: several *.safetensors files (or indexes) and no "
-                           "model.safetensors.index.json naming which to use");
+        throw Error(path +
+                    ": ambiguous weights: several *.safetensors files (or indexes) and no "
+                    "model.safetensors.index.json naming which to use");
       }
     }
   } else if (path.ends_with(".json")) {
@@ -406,12 +443,14 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
   }
   auto wm = idx.find("weight_map");
   if (!idx.is_object() || wm == idx.end() || !wm->is_object())
-    throw Error(index_path + ": malformed safetensors index: expected an object with a \"weight_map\" object");
+    throw Error(index_path +
+                ": malformed safetensors index: expected an object with a \"weight_map\" object");
   const fs::path dir = fs::path(index_path).parent_path();
   std::map<std::string, size_t> file_ids;
   for (const auto& [name, file] : wm->items()) {
     if (!file.is_string())
-      throw Error(index_path + ": weight_map entry for tensor `" + name + "` must be a file name string");
+      throw Error(index_path + ": weight_map entry for tensor `" + name +
+                  "` must be a file name string");
     const std::string fname = file.get<std::string>();
     if (fname.find('/') != std::string::npos || fname == "..")
       throw Error(index_path + ": weight_map entry for tensor `" + name + "`: \"" + fname +
@@ -419,16 +458,18 @@ SafetensorsReader SafetensorsReader::open(const std::string& path) {
     auto it = file_ids.find(fname);
     if (it == file_ids.end()) {
       const std::string fpath = (dir / fname).string();
-      std::error_code ec;  // a name the file system refuses (too long, ...) is an error, not a throw of std::filesystem
+      std::error_code ec;  // a name the file system refuses (too long, ...) is an error, not a
+                           // throw of std::filesystem
       if (!fs::exists(fpath, ec))
         throw Error(index_path + ": tensor `" + name + "` is in shard \"" + fname + "\", which " +
-                    (ec ? "cannot be opened: " + ec.message() : std::string("does not exist")) + " (" + fpath + ")");
+                    (ec ? "cannot be opened: " + ec.message() : std::string("does not exist")) +
+                    " (" + fpath + ")");
       r.files_.push_back(SafetensorsFile::open(fpath));
       it = file_ids.emplace(fname, r.files_.size() - 1).first;
     }
     if (!r.files_[it->second]->find(name))
-      throw Error(index_path + ": tensor `" + name + "` is listed in shard \"" + fname + "\", but " +
-                  r.files_[it->second]->path() + " does not contain it");
+      throw Error(index_path + ": tensor `" + name + "` is listed in shard \"" + fname +
+                  "\", but " + r.files_[it->second]->path() + " does not contain it");
     r.where_[name] = it->second;
   }
   return r;
@@ -469,8 +510,8 @@ void SafetensorsReader::check_loadable(const std::string& name, const at::Tensor
                 shape_str(dst.sizes()) + " expected");
   const bool convertible = at::isFloatingType(e.dtype) && at::isFloatingType(dst.scalar_type());
   if (e.dtype != dst.scalar_type() && !convertible)
-    throw Error(file + ": tensor `" + name + "`: dtype " + safetensors_dtype_code(e.dtype) + " in the file, " +
-                c10::toString(dst.scalar_type()) + " expected");
+    throw Error(file + ": tensor `" + name + "`: dtype " + safetensors_dtype_code(e.dtype) +
+                " in the file, " + c10::toString(dst.scalar_type()) + " expected");
 }
 
 void SafetensorsReader::load_into(const std::string& name, const at::Tensor& dst) const {
@@ -479,15 +520,18 @@ void SafetensorsReader::load_into(const std::string& name, const at::Tensor& dst
   dst.copy_(tensor(name));
 }
 
-void SafetensorsReader::load_slice_into(const std::string& name, int64_t offset, const at::Tensor& dst) const {
+void SafetensorsReader::load_slice_into(const std::string& name, int64_t offset,
+                                        const at::Tensor& dst) const {
   const SafetensorsEntry& e = entry(name);
   int64_t n = 1;
   for (int64_t d : e.shape) n *= d;
   if (dst.dim() != 1 || offset < 0 || offset + dst.numel() > n)
-    throw Error(file_of(name) + ": tensor `" + name + "`: elements [" + std::to_string(offset) + ", +" +
-                std::to_string(dst.numel()) + ") asked of its " + std::to_string(n));
-  if (e.dtype != dst.scalar_type() && !(at::isFloatingType(e.dtype) && at::isFloatingType(dst.scalar_type())))
-    throw Error(file_of(name) + ": tensor `" + name + "`: dtype " + safetensors_dtype_code(e.dtype) + " in the file, " +
+    throw Error(file_of(name) + ": tensor `" + name + "`: elements [" + std::to_string(offset) +
+                ", +" + std::to_string(dst.numel()) + ") asked of its " + std::to_string(n));
+  if (e.dtype != dst.scalar_type() &&
+      !(at::isFloatingType(e.dtype) && at::isFloatingType(dst.scalar_type())))
+    throw Error(file_of(name) + ": tensor `" + name + "`: dtype " +
+                safetensors_dtype_code(e.dtype) + " in the file, " +
                 c10::toString(dst.scalar_type()) + " expected");
   at::NoGradGuard no_grad;
   dst.copy_(tensor(name).reshape({-1}).narrow(0, offset, dst.numel()));
@@ -501,12 +545,14 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
   f.commit();
 }
 
-void write_safetensors(const std::string& path, const NamedTensors& tensors, const SafetensorsWriteOptions& options) {
+void write_safetensors(const std::string& path, const NamedTensors& tensors,
+                       const SafetensorsWriteOptions& options) {
   json header = json::object();
   if (!options.metadata.empty()) header["__metadata__"] = options.metadata;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    if (name.empty() || name == "__metadata__") throw Error(path + ": invalid tensor name \"" + name + "\"");
+    if (name.empty() || name == "__metadata__")
+      throw Error(path + ": invalid tensor name \"" + name + "\"");
     if (header.contains(name)) throw Error(path + ": tensor `" + name + "` given twice");
     if (!t.defined()) throw Error(path + ": tensor `" + name + "` is undefined");
     const at::ScalarType dt = written_dtype(t, options);
@@ -517,7 +563,8 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
     offset += n;
   }
   std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');  // data starts 8-byte aligned, as the reference writer does
+  h.append((8 - h.size() % 8) % 8,
+           ' ');  // data starts 8-byte aligned, as the reference writer does
   const uint64_t hl = h.size();
   AtomicFile f(path);
   f.write(&hl, 8);
@@ -529,8 +576,10 @@ void write_safetensors(const std::string& path, const NamedTensors& tensors, con
   f.commit();
 }
 
-std::vector<std::string> write_safetensors_sharded(const std::string& folder, const NamedTensors& tensors,
-                                                   uint64_t max_shard_bytes, const SafetensorsWriteOptions& options,
+std::vector<std::string> write_safetensors_sharded(const std::string& folder,
+                                                   const NamedTensors& tensors,
+                                                   uint64_t max_shard_bytes,
+                                                   const SafetensorsWriteOptions& options,
                                                    const std::string& prefix) {
   if (max_shard_bytes == 0) throw Error(folder + ": the shard size limit must be positive");
   std::vector<NamedTensors> shards(1);

@@ -4,7 +4,8 @@
 //   {"<name>": {"dtype": "BF16", "shape": [a, b], "data_offsets": [begin, end]}, ...,
 //    "__metadata__": {"<key>": "<string>", ...}}
 // then the raw tensor bytes (row-major, little-endian); offsets count from the end of the header.
-// Sharded sets add "<prefix>.safetensors.index.json": {"metadata": {...}, "weight_map": {name: file}}.
+// Sharded sets add "<prefix>.safetensors.index.json": {"metadata": {...}, "weight_map": {name:
+// file}}.
 //
 // Reading memory-maps each file (private copy-on-write mapping: a tensor view may be written to
 // without ever changing the file). The header length is checked against kMaxHeaderBytes and the
@@ -36,7 +37,8 @@ namespace ciuic::model {
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
-// Format dtype codes. Supported: BOOL U8 I8 I16 I32 I64 U16 U32 U64 F16 BF16 F32 F64 F8_E4M3 F8_E5M2.
+// Format dtype codes. Supported: BOOL U8 I8 I16 I32 I64 U16 U32 U64 F16 BF16 F32 F64 F8_E4M3
+// F8_E5M2.
 CIUIC_API std::optional<at::ScalarType> safetensors_dtype(std::string_view code);
 // Throws ciuic::Error for a dtype the format cannot hold (complex, quantized).
 CIUIC_API std::string safetensors_dtype_code(at::ScalarType t);
@@ -73,7 +75,8 @@ class CIUIC_API SafetensorsFile : public std::enable_shared_from_this<Safetensor
   const SafetensorsEntry* find(const std::string& name) const;
   // Throws "<file>: tensor `name` not found".
   const SafetensorsEntry& entry(const std::string& name) const;
-  // A CPU tensor over the mapping (no copy), or a copy when the bytes are not aligned for the dtype.
+  // A CPU tensor over the mapping (no copy), or a copy when the bytes are not aligned for the
+  // dtype.
   at::Tensor tensor(const std::string& name) const;
 
  private:
@@ -96,7 +99,7 @@ class CIUIC_API SafetensorsReader {
   static SafetensorsReader open(const std::string& path);
 
   const std::string& path() const { return path_; }  // what open() was given
-  std::vector<std::string> names() const;           // sorted
+  std::vector<std::string> names() const;            // sorted
   bool contains(const std::string& name) const;
   const SafetensorsEntry& entry(const std::string& name) const;  // throws naming path and tensor
   const std::string& file_of(const std::string& name) const;     // throws likewise
@@ -128,17 +131,16 @@ struct SafetensorsWriteOptions {
 // Writes `tensors` (any device, any layout) to one file, atomically. Errors: duplicate or empty
 // names, unsupported dtypes, I/O failures (the target is then untouched).
 CIUIC_API void write_safetensors(const std::string& path, const NamedTensors& tensors,
-                       const SafetensorsWriteOptions& options = {});
+                                 const SafetensorsWriteOptions& options = {});
 
 // Writes `tensors` into `folder` (which must exist) as shards of at most `max_shard_bytes` (a
 // tensor larger than that gets a shard of its own), in the given order: "<prefix>.safetensors"
 // when one shard suffices, else "<prefix>-00001-of-0000N.safetensors" ... plus
 // "<prefix>.safetensors.index.json" (written last) with metadata.total_size and the weight_map.
 // Returns the file names written (index last).
-CIUIC_API std::vector<std::string> write_safetensors_sharded(const std::string& folder, const NamedTensors& tensors,
-                                                   uint64_t max_shard_bytes,
-                                                   const SafetensorsWriteOptions& options = {},
-                                                   const std::string& prefix = "model");
+CIUIC_API std::vector<std::string> write_safetensors_sharded(
+    const std::string& folder, const NamedTensors& tensors, uint64_t max_shard_bytes,
+    const SafetensorsWriteOptions& options = {}, const std::string& prefix = "model");
 
 // Writes `contents` to `path` atomically (temp file in the same folder, fsync, rename).
 CIUIC_API void write_file_atomic(const std::string& path, std::string_view contents);

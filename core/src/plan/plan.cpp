@@ -42,10 +42,9 @@ double physical_memory() {
 
 namespace {
 
-
-
 // The slots that answer, in the order of ciuic/plan.h.
-constexpr Slot kOrder[] = {Slot::kPrecision, Slot::kSharding, Slot::kOptimizer, Slot::kComm, Slot::kData};
+constexpr Slot kOrder[] = {Slot::kPrecision, Slot::kSharding, Slot::kOptimizer, Slot::kComm,
+                           Slot::kData};
 
 // A plugin as the planner uses it: its info and options (the recipe's, or its defaults when it
 // stands in as an alternative).
@@ -60,14 +59,15 @@ struct Inputs {
   model::LlamaConfig model;
   bool checkpointing = false;
   int64_t checkpoint_layers = 0;  // 0 = all
-  bool fused = false;             // the fused CUDA kernels run (the gated MLP keeps gate and up only)
+  bool fused = false;  // the fused CUDA kernels run (the gated MLP keeps gate and up only)
   bool loss_in_forward = false;   // [model] loss_backward = "in_forward"
   std::string auto_note;          // how checkpoint_layers = "auto" was resolved (activations' note)
   int64_t frozen_parameters = 0;  // [adapter]: the frozen base (no gradient, no optimizer state)
 };
 
 // Runs every slot's answer, then the model terms; `unknown` collects what was not counted.
-PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots], std::vector<std::string>* unknown) {
+PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots],
+                std::vector<std::string>* unknown) {
   PlanContext ctx = in.base;
   for (Slot slot : kOrder) {
     const Choice& c = choices[static_cast<int>(slot)];
@@ -89,8 +89,9 @@ PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots], std::vecto
   // input, the normed input, q, k, v, the attention output, the second residual and normed input
   // (5 x hidden + q + 2 x kv), and of the MLP gate, up, act(gate) and their product
   // (4 x intermediate; 2 with the fused SwiGLU/GeGLU kernel, which keeps gate and up only).
-  // Family terms: q/k norms keep the unnormed q and k (q + kv); sandwich norms the attention and MLP outputs before their norms (2 x hidden); (1 + w) norms in a
-  // 16-bit dtype their fp32 inputs (4 x hidden, + q + kv with q/k norms, at 4 bytes).
+  // Family terms: q/k norms keep the unnormed q and k (q + kv); sandwich norms the attention and
+  // MLP outputs before their norms (2 x hidden); (1 + w) norms in a 16-bit dtype their fp32 inputs
+  // (4 x hidden, + q + kv with q/k norms, at 4 bytes).
   const model::LlamaConfig& m = in.model;
   const double pb = ctx.param_bytes;
   const double N = static_cast<double>(ctx.micro_batch_size * ctx.seq_len);
@@ -111,11 +112,13 @@ PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots], std::vecto
             "[adapter] LoRA: " + std::to_string(in.frozen_parameters) +
                 " base parameters in the training dtype, no gradient or optimizer state");
   if (in.checkpointing) {
-    const double c = in.checkpoint_layers > 0 ? std::min(L, static_cast<double>(in.checkpoint_layers)) : L;
+    const double c =
+        in.checkpoint_layers > 0 ? std::min(L, static_cast<double>(in.checkpoint_layers)) : L;
     ctx.add("activations", true, c * N * H * pb + (L - c) * layer + layer,
             (c == L ? std::string("checkpointing: each layer's input, plus one layer recomputed")
                     : "checkpointing " + std::to_string(static_cast<int64_t>(c)) + " of " +
-                          std::to_string(m.num_hidden_layers) + " layers; the others keep " + bytes_text(layer)) +
+                          std::to_string(m.num_hidden_layers) + " layers; the others keep " +
+                          bytes_text(layer)) +
                 in.auto_note);
   } else {
     ctx.add("activations", true, L * layer + 3 * N * H * pb,
@@ -123,14 +126,18 @@ PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots], std::vecto
   }
   const double chunk = static_cast<double>(model::LlamaModel::kDefaultLossChunkElements);
   if (in.loss_in_forward) {
-    // Token chunks of at least 2048 rows (LlamaModel::loss_chunk_elements): fp32 logits + their gradient in the
-    // compute dtype; d lm_head (+ its fp32 accumulator when there are several chunks) and d hidden.
+    // Token chunks of at least 2048 rows (LlamaModel::loss_chunk_elements): fp32 logits + their
+    // gradient in the compute dtype; d lm_head (+ its fp32 accumulator when there are several
+    // chunks) and d hidden.
     const double logits = std::min(N * V, std::max(chunk, std::min(N, 2048.0) * V));
-    ctx.add("loss chunk", true, logits * (4 + pb), "fp32 logits and their gradient, token chunk by token chunk");
+    ctx.add("loss chunk", true, logits * (4 + pb),
+            "fp32 logits and their gradient, token chunk by token chunk");
     ctx.add("loss gradient", true, (V * H + N * H) * pb + (logits < N * V ? V * H * 4 : 0),
-            "[model] loss_backward = \"in_forward\": d lm_head and d hidden, held from forward to backward");
+            "[model] loss_backward = \"in_forward\": d lm_head and d hidden, held from forward to "
+            "backward");
   } else {
-    ctx.add("loss chunk", true, std::min(N * V, chunk) * 8, "fp32 logits and their gradient, chunk by chunk");
+    ctx.add("loss chunk", true, std::min(N * V, chunk) * 8,
+            "fp32 logits and their gradient, chunk by chunk");
   }
   for (size_t i = first_model_item; i < ctx.items.size(); ++i) ctx.items[i].by = "model";
   return ctx;
@@ -167,7 +174,8 @@ struct OpenOption {
 };
 
 // `options` with `key` at `value` (an integer's decimal text when `integer`).
-Config with_choice(const Config& options, const std::string& key, const std::string& value, bool integer) {
+Config with_choice(const Config& options, const std::string& key, const std::string& value,
+                   bool integer) {
   return integer ? with_int(options, key, std::stoll(value)) : with_string(options, key, value);
 }
 Config set_planned(const Config& options, const OpenOption& o, const std::string& value) {
@@ -176,7 +184,8 @@ Config set_planned(const Config& options, const OpenOption& o, const std::string
 
 // `options` of plugin `info` with each kOptionPlanned option that is "auto" at its fallback (a
 // string's last choice, an integer's minimum); those options are appended to `open` when given.
-Config at_last_choices(Config options, const PluginInfo& info, Slot slot, std::vector<OpenOption>* open) {
+Config at_last_choices(Config options, const PluginInfo& info, Slot slot,
+                       std::vector<OpenOption>* open) {
   for (uint32_t i = 0; i < info.num_options; ++i) {
     const OptionSpec& spec = info.options[i];
     if (!(spec.flags & kOptionPlanned) || !is_auto(options, spec.key)) continue;
@@ -212,18 +221,22 @@ void choose_planned(Prepared& p, double budget) {
       c.options = set_planned(fallback, o, v);
       return device_total(run(p.in, p.choices, nullptr)) <= budget;
     };
-    const std::string all = o.integer ? std::to_string(o.lo) + ".." + std::to_string(o.hi) : text::join(o.choices, "|");
+    const std::string all =
+        o.integer ? std::to_string(o.lo) + ".." + std::to_string(o.hi) : text::join(o.choices, "|");
     PlannedOption chosen{o.slot, c.name, o.key, o.choices.back(), "", o.integer};
     if (budget <= 0) {
-      chosen.why = (o.integer ? "the least of " : "the last of ") + all + " (chosen at start from the device's memory)";
+      chosen.why = (o.integer ? "the least of " : "the last of ") + all +
+                   " (chosen at start from the device's memory)";
     } else if (o.integer) {
       // The largest value in [lo, hi] that fits, by bisection (plans grow with the value).
       if (!fits(std::to_string(o.lo))) {
         chosen.why = "the least of " + all + ": none has a memory plan that fits";
       } else {
         int64_t good = o.lo, bad = o.hi + 1;
-        if (fits(std::to_string(o.hi))) good = o.hi;
-        else bad = o.hi;
+        if (fits(std::to_string(o.hi)))
+          good = o.hi;
+        else
+          bad = o.hi;
         while (bad - good > 1) {
           const int64_t mid = good + (bad - good) / 2;
           (fits(std::to_string(mid)) ? good : bad) = mid;
@@ -234,8 +247,9 @@ void choose_planned(Prepared& p, double budget) {
     } else {
       const auto first = std::find_if(o.choices.begin(), o.choices.end(), fits);
       chosen.value = first == o.choices.end() ? o.choices.back() : *first;
-      chosen.why = first == o.choices.end() ? "the last of " + all + ": none has a memory plan that fits"
-                                            : "the first of " + all + " whose memory plan fits";
+      chosen.why = first == o.choices.end()
+                       ? "the last of " + all + ": none has a memory plan that fits"
+                       : "the first of " + all + " whose memory plan fits";
     }
     c.options = set_planned(fallback, o, chosen.value);
     p.planned.push_back(std::move(chosen));
@@ -260,7 +274,8 @@ Prepared prepare(const Recipe& recipe, const Registry& registry, double budget) 
   in.checkpoint_layers = p.checkpoint_auto ? 0 : model_section.get_int("checkpoint_layers");
   in.loss_in_forward = model_section.get_string("loss_backward") == "in_forward";
   // A CUDA run uses the fused kernels unless they are turned off (a CUDA build has them).
-  in.fused = cluster.get_string("device") == "cuda" && model_section.get_string("fused_kernels") != "off";
+  in.fused =
+      cluster.get_string("device") == "cuda" && model_section.get_string("fused_kernels") != "off";
   PlanContext& b = in.base;
   b.world_size = plan.world_size;
   b.local_world_size = plan.local_world_size;
@@ -269,8 +284,8 @@ Prepared prepare(const Recipe& recipe, const Registry& registry, double budget) 
   {
     const model::LlamaConfig& m = in.model;
     const int64_t H = m.hidden_size;
-    b.largest_parameter = std::max({m.vocab_size * H, m.intermediate_size * H,
-                                    m.num_attention_heads * m.head_dim * H});
+    b.largest_parameter = std::max(
+        {m.vocab_size * H, m.intermediate_size * H, m.num_attention_heads * m.head_dim * H});
   }
   // LoRA: the plugins plan for what they are handed, the adapter; the base is a model term.
   if (const auto lora = recipe_adapter(recipe)) {
@@ -278,9 +293,10 @@ Prepared prepare(const Recipe& recipe, const Registry& registry, double budget) 
     in.frozen_parameters = b.num_parameters - trainable;
     b.num_parameters = trainable;
     const model::LlamaConfig& m = in.model;
-    b.largest_parameter = lora->save_embed || lora->save_lm_head
-                              ? m.vocab_size * m.hidden_size
-                              : lora->r * std::max(m.intermediate_size, m.num_attention_heads * m.head_dim);
+    b.largest_parameter =
+        lora->save_embed || lora->save_lm_head
+            ? m.vocab_size * m.hidden_size
+            : lora->r * std::max(m.intermediate_size, m.num_attention_heads * m.head_dim);
   }
   const RecipeBatch batch = recipe_batch(recipe);
   p.micro_auto = batch.micro_auto;
@@ -290,15 +306,17 @@ Prepared prepare(const Recipe& recipe, const Registry& registry, double budget) 
 
   // The recipe's plugins. Those the plan depends on must exist (an error at the recipe's line);
   // comm and data may be missing from this build.
-  Choice (&choices)[kNumSlots] = p.choices;
+  Choice(&choices)[kNumSlots] = p.choices;
   for (Slot slot : kOrder) {
     Choice& c = choices[static_cast<int>(slot)];
     c.name = recipe.plugin_name(slot);
     c.info = c.name.empty() ? nullptr : registry.find_info(slot, c.name);
-    if (!c.info && (slot == Slot::kPrecision || slot == Slot::kSharding || slot == Slot::kOptimizer)) {
+    if (!c.info &&
+        (slot == Slot::kPrecision || slot == Slot::kSharding || slot == Slot::kOptimizer)) {
       const std::string where = recipe.plugin_location(slot);
-      throw UsageError((where == "<default>" ? recipe.path() + ": [" + slot_name(slot) + "] default plugin"
-                                             : where) +
+      throw UsageError((where == "<default>"
+                            ? recipe.path() + ": [" + slot_name(slot) + "] default plugin"
+                            : where) +
                        ": " + registry.why_missing(slot, c.name));
     }
     if (c.info) c.options = recipe.plugin_config(slot, *c.info);
@@ -342,8 +360,8 @@ int64_t fewest_layers(const Prepared& p, double budget) {
 
 }  // namespace
 
-int64_t fewest_checkpointed_layers(const Recipe& recipe, const Registry& registry, double budget_bytes,
-                                   int64_t micro_batch) {
+int64_t fewest_checkpointed_layers(const Recipe& recipe, const Registry& registry,
+                                   double budget_bytes, int64_t micro_batch) {
   Prepared p = prepare(recipe, registry, budget_bytes);
   if (micro_batch > 0) set_micro(p, micro_batch);
   return fewest_layers(p, budget_bytes);
@@ -353,7 +371,8 @@ int64_t largest_micro_batch(const Recipe& recipe, const Registry& registry, doub
   return largest_micro(prepare(recipe, registry, budget_bytes), budget_bytes);
 }
 
-std::vector<PlannedOption> planned_options(const Recipe& recipe, const Registry& registry, double budget_bytes) {
+std::vector<PlannedOption> planned_options(const Recipe& recipe, const Registry& registry,
+                                           double budget_bytes) {
   return prepare(recipe, registry, budget_bytes).planned;
 }
 
@@ -371,7 +390,8 @@ std::string planned_text(const PlannedOption& o) {
 
 bool has_planned_auto(const Config& options, const PluginInfo& info) {
   for (uint32_t i = 0; i < info.num_options; ++i)
-    if ((info.options[i].flags & kOptionPlanned) && is_auto(options, info.options[i].key)) return true;
+    if ((info.options[i].flags & kOptionPlanned) && is_auto(options, info.options[i].key))
+      return true;
   return false;
 }
 
@@ -385,12 +405,13 @@ Config with_planned(const Config& options, Slot slot, const std::vector<PlannedO
 MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
   // kOptionPlanned options against the cap, as the worker chooses them at start; without one, the
   // fallback is shown, and the worker chooses from the device's memory.
-  Prepared p = prepare(recipe, registry,
-                       kAutoMemoryFraction * recipe.section("cluster").get_float("memory_per_device_gib") * kGiB);
+  Prepared p = prepare(
+      recipe, registry,
+      kAutoMemoryFraction * recipe.section("cluster").get_float("memory_per_device_gib") * kGiB);
   MemoryPlan plan = p.plan;
   plan.planned = p.planned;
   Inputs& in = p.in;
-  Choice (&choices)[kNumSlots] = p.choices;
+  Choice(&choices)[kNumSlots] = p.choices;
   PlanContext& b = in.base;
   // micro_batch_size = "auto": as the worker does, against the cap when there is one; without, the
   // plan shows micro-batches of 1.
@@ -400,13 +421,15 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
     if (plan.cap > 0) {
       const int64_t m = largest_micro(p, kAutoMemoryFraction * plan.cap);
       set_micro(p, std::max<int64_t>(m, 1));
-      note = m > 0 ? "; micro_batch_size = \"auto\": " + std::to_string(m) + " x " + std::to_string(rows / m) +
-                         " accumulation, the largest within " +
-                         std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) + "% of the cap"
-                   : "; micro_batch_size = \"auto\": not even 1 fits the cap";
+      note = m > 0
+                 ? "; micro_batch_size = \"auto\": " + std::to_string(m) + " x " +
+                       std::to_string(rows / m) + " accumulation, the largest within " +
+                       std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) + "% of the cap"
+                 : "; micro_batch_size = \"auto\": not even 1 fits the cap";
     } else {
-      note = "; micro_batch_size = \"auto\": chosen at start from the device's memory (shown: 1 x " +
-             std::to_string(rows) + ")";
+      note =
+          "; micro_batch_size = \"auto\": chosen at start from the device's memory (shown: 1 x " +
+          std::to_string(rows) + ")";
     }
     in.auto_note += note;
   }
@@ -421,24 +444,29 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
         in.checkpointing = c > 0;
         in.checkpoint_layers = c == L ? 0 : c;
       }
-      in.auto_note += c < 0 ? "; checkpoint_layers = \"auto\": nothing fits the cap, every layer checkpointed"
-                           : "; checkpoint_layers = \"auto\": " + std::to_string(c) + " of " + std::to_string(L) +
-                                 " layers, the fewest within " + std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) +
-                                 "% of the cap";
+      in.auto_note +=
+          c < 0 ? "; checkpoint_layers = \"auto\": nothing fits the cap, every layer checkpointed"
+                : "; checkpoint_layers = \"auto\": " + std::to_string(c) + " of " +
+                      std::to_string(L) + " layers, the fewest within " +
+                      std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) + "% of the cap";
     } else {
-      in.auto_note += "; checkpoint_layers = \"auto\": chosen at start from the device's memory (no cap here)";
+      in.auto_note +=
+          "; checkpoint_layers = \"auto\": chosen at start from the device's memory (no cap here)";
     }
   }
 
   const PlanContext ctx = run(in, choices, &plan.unknown);
   plan.items = ctx.items;
   for (const auto& it : plan.items) (it.device ? plan.device_peak : plan.host_per_rank) += it.bytes;
-  plan.start_peak = ctx.start_bytes > 0 ? ctx.start_bytes : static_cast<double>(b.num_parameters) * ctx.param_bytes;
-  plan.start_note = ctx.start_bytes > 0 ? "[sharding " + choices[static_cast<int>(Slot::kSharding)].name + "]"
-                                        : "the whole model, built on each rank before the sharding sees it";
+  plan.start_peak = ctx.start_bytes > 0 ? ctx.start_bytes
+                                        : static_cast<double>(b.num_parameters) * ctx.param_bytes;
+  plan.start_note = ctx.start_bytes > 0
+                        ? "[sharding " + choices[static_cast<int>(Slot::kSharding)].name + "]"
+                        : "the whole model, built on each rank before the sharding sees it";
   plan.host_per_node = plan.host_per_rank * plan.local_world_size;
   plan.host_available = physical_memory();
-  plan.node_memory = plan.host_per_node + (plan.device == "cpu" ? plan.device_peak * plan.local_world_size : 0.0);
+  plan.node_memory =
+      plan.host_per_node + (plan.device == "cpu" ? plan.device_peak * plan.local_world_size : 0.0);
   plan.host_fits = plan.host_available <= 0 || plan.node_memory <= plan.host_available;
   plan.fits = plan.cap <= 0 || plan.device_peak <= plan.cap;
   if (plan.cap > 0) {
@@ -462,10 +490,11 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
           alt[static_cast<int>(slot)].options = with_string(*c.options, o.key, v);
           const double total = device_total(run(in, alt, nullptr));
           if (total <= kAutoMemoryFraction * plan.cap) {
-            plan.preferred.push_back("[" + std::string(slot_name(slot)) + "] " + o.key + " = \"" + v + "\": " +
-                                     bytes_text(total) + " per device, within " +
+            plan.preferred.push_back("[" + std::string(slot_name(slot)) + "] " + o.key + " = \"" +
+                                     v + "\": " + bytes_text(total) + " per device, within " +
                                      std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) +
-                                     "% of the cap (the plugin lists it before \"" + value + "\"; \"auto\" chooses it)");
+                                     "% of the cap (the plugin lists it before \"" + value +
+                                     "\"; \"auto\" chooses it)");
             break;
           }
         }
@@ -504,11 +533,13 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
     const double saved = plan.device_peak - device_total(run(ck, choices, nullptr));
     plan.advice.push_back(std::string("[model] activation_checkpointing = true") +
                           (in.checkpoint_layers > 0 ? " with checkpoint_layers = 0" : "") +
-                          " keeps each layer's input and one layer's activations: -" + bytes_text(saved));
+                          " keeps each layer's input and one layer's activations: -" +
+                          bytes_text(saved));
   }
   if (b.micro_batch_size > 1)
-    plan.advice.push_back("a smaller [train] micro_batch_size (with more gradient_accumulation_steps): "
-                          "activations scale with it");
+    plan.advice.push_back(
+        "a smaller [train] micro_batch_size (with more gradient_accumulation_steps): "
+        "activations scale with it");
   for (const auto& it : plan.items)
     if (it.what == "parameters" && it.bytes > plan.cap)
       plan.advice.push_back("the parameters alone (" + bytes_text(it.bytes) + ", " + it.by +
@@ -524,15 +555,16 @@ std::string plan_text(const MemoryPlan& plan) {
     for (const auto& it : plan.items)
       if (it.device == device) {
         char line[200];
-        std::snprintf(line, sizeof line, "  %-6s %-34s %12s  ", device ? plan.device.c_str() : "host",
-                      it.what.c_str(), bytes_text(it.bytes).c_str());
+        std::snprintf(line, sizeof line, "  %-6s %-34s %12s  ",
+                      device ? plan.device.c_str() : "host", it.what.c_str(),
+                      bytes_text(it.bytes).c_str());
         os << line << it.note << "  [" << it.by << "]\n";
       }
   }
   os << "  total " << plan.device << ": " << bytes_text(plan.device_peak);
   if (plan.cap > 0)
-    os << " of the " << bytes_text(plan.cap) << " cap ([cluster] memory_per_device_gib): "
-       << (plan.fits ? "fits" : "does NOT fit");
+    os << " of the " << bytes_text(plan.cap)
+       << " cap ([cluster] memory_per_device_gib): " << (plan.fits ? "fits" : "does NOT fit");
   os << "\n  start: " << bytes_text(plan.start_peak) << " per " << plan.device
      << " at most while the model is built, before the first step (" << plan.start_note << ")";
   os << "\n  total host: " << bytes_text(plan.host_per_rank) << " per rank, "
@@ -546,7 +578,8 @@ std::string plan_text(const MemoryPlan& plan) {
   os << "\n";
   for (const auto& o : plan.planned) {
     os << "  chosen: " << planned_text(o);
-    if (plan.cap > 0) os << " within " << static_cast<int>(kAutoMemoryFraction * 100) << "% of the cap";
+    if (plan.cap > 0)
+      os << " within " << static_cast<int>(kAutoMemoryFraction * 100) << "% of the cap";
     os << "\n";
   }
   for (const auto& u : plan.unknown) os << "  not counted: " << u << "\n";

@@ -39,31 +39,32 @@ struct PlannedOption {
   Slot slot{};
   std::string plugin;
   std::string key;
-  std::string value;  // the choice, e.g. "no_sync" (a kInt option: its decimal text)
-  std::string why;    // e.g. "the first of no_sync|reduce_each whose memory plan fits"
+  std::string value;     // the choice, e.g. "no_sync" (a kInt option: its decimal text)
+  std::string why;       // e.g. "the first of no_sync|reduce_each whose memory plan fits"
   bool integer = false;  // a kInt option
 };
 
 struct MemoryPlan {
   int world_size = 1;
   int local_world_size = 1;
-  std::string device;               // "cuda" or "cpu"
-  std::vector<PlanItem> items;      // everything alive at the peak (start of backward), per rank
-  double device_peak = 0;           // sum of the device items
+  std::string device;           // "cuda" or "cpu"
+  std::vector<PlanItem> items;  // everything alive at the peak (start of backward), per rank
+  double device_peak = 0;       // sum of the device items
   // The most a rank's device holds while the model is built, before the first step:
   // PlanContext::start_bytes of the sharding, else the whole model in the parameter dtype.
   double start_peak = 0;
-  std::string start_note;           // how it was counted
-  double host_per_rank = 0;         // sum of the host items
-  double host_per_node = 0;         // host_per_rank x ranks on a node
-  double host_available = 0;        // this machine's physical memory (0: unknown)
+  std::string start_note;     // how it was counted
+  double host_per_rank = 0;   // sum of the host items
+  double host_per_node = 0;   // host_per_rank x ranks on a node
+  double host_available = 0;  // this machine's physical memory (0: unknown)
   // What this node's memory must hold: host_per_node, plus on a CPU run each rank's device total
   // (a CPU run's "device" is host memory); host_fits: no more than host_available (or unknown).
   double node_memory = 0;
   bool host_fits = true;
-  double cap = 0;                   // [cluster] memory_per_device_gib in bytes (0: none)
-  bool fits = true;                 // device_peak <= cap (or no cap)
-  std::vector<PlannedOption> planned;  // "auto" options chosen (against the cap; without one, the last choice)
+  double cap = 0;    // [cluster] memory_per_device_gib in bytes (0: none)
+  bool fits = true;  // device_peak <= cap (or no cap)
+  std::vector<PlannedOption>
+      planned;  // "auto" options chosen (against the cap; without one, the last choice)
   std::vector<std::string> unknown;  // "<slot> <plugin> (why)": not counted
   std::vector<std::string> advice;   // when it does not fit: what would
   // kOptionPlanned options the recipe sets: a choice the plugin lists before the recipe's (one it
@@ -91,12 +92,13 @@ inline constexpr double kAutoMemoryFraction = 0.92;
 // activations of every layer fit, up to the layer count; -1 when nothing fits. The recipe's
 // activation_checkpointing / checkpoint_layers are ignored; `micro_batch` > 0 replaces the recipe's
 // (the global batch kept). Throws as plan_memory().
-CIUIC_API int64_t fewest_checkpointed_layers(const Recipe& recipe, const Registry& registry, double budget_bytes,
-                                             int64_t micro_batch = 0);
+CIUIC_API int64_t fewest_checkpointed_layers(const Recipe& recipe, const Registry& registry,
+                                             double budget_bytes, int64_t micro_batch = 0);
 // [train] micro_batch_size = "auto": the largest micro-batch that divides the rows per rank
-// (global_batch_size / ranks) and whose plan fits `budget_bytes` (checkpoint_layers = "auto" counted
-// as every layer checkpointed); 0 when not even 1 fits. Throws as plan_memory().
-CIUIC_API int64_t largest_micro_batch(const Recipe& recipe, const Registry& registry, double budget_bytes);
+// (global_batch_size / ranks) and whose plan fits `budget_bytes` (checkpoint_layers = "auto"
+// counted as every layer checkpointed); 0 when not even 1 fits. Throws as plan_memory().
+CIUIC_API int64_t largest_micro_batch(const Recipe& recipe, const Registry& registry,
+                                      double budget_bytes);
 // Every kOptionPlanned option of the recipe's plugins that is "auto": the first of its later
 // choices whose plan fits `budget_bytes` per device, with the model's leanest settings
 // (micro_batch_size = "auto" counted as 1, checkpoint_layers = "auto" as every layer), options of
@@ -111,7 +113,8 @@ CIUIC_API std::string planned_text(const PlannedOption& option);
 // Whether `options` (a section of plugin `info`) leaves a kOptionPlanned option "auto".
 CIUIC_API bool has_planned_auto(const Config& options, const PluginInfo& info);
 // `options` (the recipe's section for `slot`) with the values chosen in place of "auto".
-CIUIC_API Config with_planned(const Config& options, Slot slot, const std::vector<PlannedOption>& chosen);
+CIUIC_API Config with_planned(const Config& options, Slot slot,
+                              const std::vector<PlannedOption>& chosen);
 CIUIC_API std::string plan_text(const MemoryPlan& plan);
 
 }  // namespace ciuic::plan

@@ -21,14 +21,18 @@ model::LlamaConfig model_config(const Recipe& recipe, const std::string& model_p
   const Config mc = recipe.section("model.config");
   nlohmann::json overrides = nlohmann::json::object();
   for (const std::string& k : mc.keys()) {
-    if (k == "tie_word_embeddings" || k == "use_sliding_window") overrides[k] = mc.get_bool(k);
-    else if (k == "rope_theta" || k == "rms_norm_eps" || k == "rope_scaling_factor" || k == "query_pre_attn_scalar" ||
-             k == "rope_local_base_freq")
+    if (k == "tie_word_embeddings" || k == "use_sliding_window")
+      overrides[k] = mc.get_bool(k);
+    else if (k == "rope_theta" || k == "rms_norm_eps" || k == "rope_scaling_factor" ||
+             k == "query_pre_attn_scalar" || k == "rope_local_base_freq")
       overrides[k] = mc.get_float(k);
-    else if (k == "rope_scaling_type" || k == "model_type") overrides[k] = mc.get_string(k);
-    else overrides[k] = mc.get_int(k);
+    else if (k == "rope_scaling_type" || k == "model_type")
+      overrides[k] = mc.get_string(k);
+    else
+      overrides[k] = mc.get_int(k);
   }
-  const std::string origin = recipe.path().empty() ? "[model.config]" : recipe.path() + " [model.config]";
+  const std::string origin =
+      recipe.path().empty() ? "[model.config]" : recipe.path() + " [model.config]";
   if (!model_path.empty())
     return model::LlamaConfig::from_file((fs::path(model_path) / "config.json").string())
         .with_overrides(overrides, origin);
@@ -44,7 +48,8 @@ std::string resolve_input(const std::string& p, const std::string& base) {
 }
 
 model::LlamaConfig recipe_model_config(const Recipe& recipe) {
-  return model_config(recipe, resolve_input(recipe.section("model").get_string("path"), recipe.dir()));
+  return model_config(recipe,
+                      resolve_input(recipe.section("model").get_string("path"), recipe.dir()));
 }
 
 RecipeBatch recipe_batch(const Recipe& recipe) {
@@ -57,12 +62,15 @@ RecipeBatch recipe_batch(const Recipe& recipe) {
   const std::string ranks = std::to_string(b.world) + " rank" + (b.world == 1 ? "" : "s");
   if (b.micro_auto) {
     if (b.global <= 0)
-      throw UsageError(t.location("micro_batch_size") + ": [train] micro_batch_size = \"auto\" needs [train] "
-                       "global_batch_size (sequences per optimizer step over all ranks), which the micro-batch "
-                       "chosen then splits into micro-batch x accumulation");
+      throw UsageError(
+          t.location("micro_batch_size") +
+          ": [train] micro_batch_size = \"auto\" needs [train] "
+          "global_batch_size (sequences per optimizer step over all ranks), which the micro-batch "
+          "chosen then splits into micro-batch x accumulation");
     if (b.global % b.world != 0)
-      throw UsageError(t.location("global_batch_size") + ": [train] global_batch_size = " + std::to_string(b.global) +
-                       " is not a multiple of the " + ranks + " ([cluster] nproc_per_node x nnodes)");
+      throw UsageError(t.location("global_batch_size") + ": [train] global_batch_size = " +
+                       std::to_string(b.global) + " is not a multiple of the " + ranks +
+                       " ([cluster] nproc_per_node x nnodes)");
     b.micro = 1;
     b.accumulation = b.global / b.world;
     return b;
@@ -71,21 +79,26 @@ RecipeBatch recipe_batch(const Recipe& recipe) {
   b.accumulation = t.get_int("gradient_accumulation_steps");
   const int64_t product = b.micro * b.accumulation * b.world;
   if (b.global > 0 && b.global != product)
-    throw UsageError(t.location("global_batch_size") + ": [train] global_batch_size = " + std::to_string(b.global) +
-                     " but micro_batch_size x gradient_accumulation_steps x ranks = " + std::to_string(b.micro) +
-                     " x " + std::to_string(b.accumulation) + " x " + std::to_string(b.world) + " = " +
-                     std::to_string(product) + "; set one of them to agree, or micro_batch_size = \"auto\"");
+    throw UsageError(
+        t.location("global_batch_size") +
+        ": [train] global_batch_size = " + std::to_string(b.global) +
+        " but micro_batch_size x gradient_accumulation_steps x ranks = " + std::to_string(b.micro) +
+        " x " + std::to_string(b.accumulation) + " x " + std::to_string(b.world) + " = " +
+        std::to_string(product) + "; set one of them to agree, or micro_batch_size = \"auto\"");
   b.global = product;
   return b;
 }
 
-// [adapter]: the LoRA spec, or nullopt for type = "none". Bad values are usage errors naming the key.
+// [adapter]: the LoRA spec, or nullopt for type = "none". Bad values are usage errors naming the
+// key.
 std::optional<model::LoraSpec> recipe_adapter(const Recipe& recipe) {
   const Config a = recipe.section("adapter");
   const std::string q = a.get_string("base_quantization");
   if (q == "nf4")
-    throw UsageError(a.location("base_quantization") + ": [adapter] base_quantization = \"nf4\" (QLoRA) is not "
-                     "available in this build yet; remove it to train LoRA on the unquantized base");
+    throw UsageError(
+        a.location("base_quantization") +
+        ": [adapter] base_quantization = \"nf4\" (QLoRA) is not "
+        "available in this build yet; remove it to train LoRA on the unquantized base");
   if (!q.empty())
     throw UsageError(a.location("base_quantization") + ": [adapter] base_quantization = \"" + q +
                      "\" is not a quantization: expected \"\" or \"nf4\"");
@@ -95,18 +108,21 @@ std::optional<model::LoraSpec> recipe_adapter(const Recipe& recipe) {
   s.alpha = a.get_float("alpha");
   s.dropout = a.get_float("dropout");
   s.rslora = a.get_bool("use_rslora");
-  s.init = a.get_string("init") == "gaussian" ? model::LoraInit::kGaussian : model::LoraInit::kDefault;
+  s.init =
+      a.get_string("init") == "gaussian" ? model::LoraInit::kGaussian : model::LoraInit::kDefault;
   s.target_names = a.get_string_list("target_modules");
   s.targets = model::lora_target_slots(s.target_names, "[adapter] target_modules");
   for (const std::string& m : a.get_string_list("modules_to_save")) {
-    if (m == "embed_tokens") s.save_embed = true;
-    else if (m == "lm_head") s.save_lm_head = true;
+    if (m == "embed_tokens")
+      s.save_embed = true;
+    else if (m == "lm_head")
+      s.save_lm_head = true;
     else
-      throw UsageError("[adapter] modules_to_save: \"" + m + "\" is not a module ciuic can train fully beside "
+      throw UsageError("[adapter] modules_to_save: \"" + m +
+                       "\" is not a module ciuic can train fully beside "
                        "an adapter: expected embed_tokens or lm_head");
   }
   return s;
 }
-
 
 }  // namespace ciuic::plan

@@ -31,11 +31,22 @@ namespace ciuic::quant {
 namespace {
 
 // bitsandbytes' get_4bit_type("nf4"): quantiles of N(0, 1), normalised to [-1, 1] (QLoRA, App. E).
-constexpr std::array<float, 16> kNf4 = {
-    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
-    -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
-    0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
-    0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+constexpr std::array<float, 16> kNf4 = {-1.0f,
+                                        -0.6961928009986877f,
+                                        -0.5250730514526367f,
+                                        -0.39491748809814453f,
+                                        -0.28444138169288635f,
+                                        -0.18477343022823334f,
+                                        -0.09105003625154495f,
+                                        0.0f,
+                                        0.07958029955625534f,
+                                        0.16093020141124725f,
+                                        0.24611230194568634f,
+                                        0.33791524171829224f,
+                                        0.44070982933044434f,
+                                        0.5626170039176941f,
+                                        0.7229568362236023f,
+                                        1.0f};
 
 constexpr float kMinAbsmax = 1e-38f;  // bitsandbytes' clamp(min=1e-38)
 
@@ -62,7 +73,8 @@ inline float clamp1(float s) { return s < -1.0f ? -1.0f : (s > 1.0f ? 1.0f : s);
 at::Tensor dynamic_map() {
   std::vector<float> data;
   for (int i = 0; i < 7; ++i) {
-    const at::Tensor b = at::linspace(0.1, 1.0, (int64_t{1} << i) + 1, at::TensorOptions().dtype(at::kFloat));
+    const at::Tensor b =
+        at::linspace(0.1, 1.0, (int64_t{1} << i) + 1, at::TensorOptions().dtype(at::kFloat));
     const float* p = b.data_ptr<float>();
     const float scale = static_cast<float>(std::pow(10.0, i - 6));
     for (int64_t j = 0; j + 1 < b.numel(); ++j) {
@@ -107,22 +119,27 @@ void check(const Nf4Tensor& q) {
   if (!q.packed.defined() || !q.absmax.defined() || !q.code.defined())
     throw Error(what + "packed, absmax and code must be set");
   if (!valid_blocksize(q.blocksize))
-    throw Error(what + "block size " + std::to_string(q.blocksize) + " is not one of 32, 64, ..., 4096");
+    throw Error(what + "block size " + std::to_string(q.blocksize) +
+                " is not one of 32, 64, ..., 4096");
   const int64_t n = q.numel();
   if (n <= 0) throw Error(what + "empty shape");
   if (q.packed.scalar_type() != at::kByte || q.packed.numel() != (n + 1) / 2)
-    throw Error(what + "packed must be uint8 with " + std::to_string((n + 1) / 2) + " elements, has " +
-                std::to_string(q.packed.numel()));
-  if (q.code.scalar_type() != at::kFloat || q.code.numel() != 16) throw Error(what + "code must be fp32 [16]");
+    throw Error(what + "packed must be uint8 with " + std::to_string((n + 1) / 2) +
+                " elements, has " + std::to_string(q.packed.numel()));
+  if (q.code.scalar_type() != at::kFloat || q.code.numel() != 16)
+    throw Error(what + "code must be fp32 [16]");
   const int64_t blocks = q.blocks();
   if (q.absmax.numel() != blocks)
-    throw Error(what + "absmax has " + std::to_string(q.absmax.numel()) + " elements, " + std::to_string(blocks) +
-                " blocks expected");
+    throw Error(what + "absmax has " + std::to_string(q.absmax.numel()) + " elements, " +
+                std::to_string(blocks) + " blocks expected");
   if (q.double_quant()) {
     const int64_t blocks2 = (blocks + kNf4NestedBlocksize - 1) / kNf4NestedBlocksize;
-    if (q.absmax.scalar_type() != at::kByte) throw Error(what + "double-quantized absmax must be uint8");
-    if (q.code2.scalar_type() != at::kFloat || q.code2.numel() != 256) throw Error(what + "code2 must be fp32 [256]");
-    if (!q.absmax2.defined() || q.absmax2.scalar_type() != at::kFloat || q.absmax2.numel() != blocks2)
+    if (q.absmax.scalar_type() != at::kByte)
+      throw Error(what + "double-quantized absmax must be uint8");
+    if (q.code2.scalar_type() != at::kFloat || q.code2.numel() != 256)
+      throw Error(what + "code2 must be fp32 [256]");
+    if (!q.absmax2.defined() || q.absmax2.scalar_type() != at::kFloat ||
+        q.absmax2.numel() != blocks2)
       throw Error(what + "absmax2 must be fp32 [" + std::to_string(blocks2) + "]");
   } else if (q.absmax.scalar_type() != at::kFloat) {
     throw Error(what + "absmax must be fp32 without double quantization");
@@ -130,8 +147,8 @@ void check(const Nf4Tensor& q) {
 }
 
 template <typename T>
-void dequantize_cpu(const uint8_t* packed, const float* absmax, const float* code, T* out, int64_t n,
-                    int64_t blocksize) {
+void dequantize_cpu(const uint8_t* packed, const float* absmax, const float* code, T* out,
+                    int64_t n, int64_t blocksize) {
   const int64_t blocks = (n + blocksize - 1) / blocksize;
   at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
@@ -162,11 +179,13 @@ Nf4Tensor quantize_nf4(const at::Tensor& w, int64_t blocksize, bool double_quant
     throw Error(std::string("quantize_nf4: dtype ") + c10::toString(w.scalar_type()) +
                 " is not fp32, bf16 or fp16");
   if (!valid_blocksize(blocksize))
-    throw Error("quantize_nf4: block size " + std::to_string(blocksize) + " is not one of 32, 64, ..., 4096");
+    throw Error("quantize_nf4: block size " + std::to_string(blocksize) +
+                " is not one of 32, 64, ..., 4096");
   const int64_t n = w.numel();
   if (n == 0) throw Error("quantize_nf4: empty tensor");
   const at::Tensor x = w.detach().to(at::kCPU).to(at::kFloat).contiguous().reshape({-1});
-  if (!at::isfinite(x).all().item<bool>()) throw Error("quantize_nf4: the tensor holds NaN or infinite values");
+  if (!at::isfinite(x).all().item<bool>())
+    throw Error("quantize_nf4: the tensor holds NaN or infinite values");
 
   Nf4Tensor q;
   q.shape = w.sizes().vec();
@@ -216,7 +235,8 @@ Nf4Tensor quantize_nf4(const at::Tensor& w, int64_t blocksize, bool double_quant
     std::memcpy(code2.data(), q.code2.data_ptr<float>(), sizeof code2);
     const auto mids2 = midpoints<256>(code2.data());
     for (int64_t b = 0; b < blocks2; ++b) {
-      const int64_t start = b * kNf4NestedBlocksize, end = std::min(blocks, start + kNf4NestedBlocksize);
+      const int64_t start = b * kNf4NestedBlocksize,
+                    end = std::min(blocks, start + kNf4NestedBlocksize);
       float am = 0.0f;
       for (int64_t i = start; i < end; ++i) am = std::max(am, std::fabs(ap[i] - q.offset));
       a2[b] = am;
@@ -225,7 +245,9 @@ Nf4Tensor quantize_nf4(const at::Tensor& w, int64_t blocksize, bool double_quant
     }
   }
   if (!w.device().is_cpu()) {
-    const auto to = [&](at::Tensor& t) { if (t.defined()) t = t.to(w.device()); };
+    const auto to = [&](at::Tensor& t) {
+      if (t.defined()) t = t.to(w.device());
+    };
     to(q.packed), to(q.code), to(q.absmax), to(q.code2), to(q.absmax2);
   }
   return q;
@@ -235,7 +257,8 @@ at::Tensor nf4_absmax(const Nf4Tensor& q) {
   check(q);
   if (!q.double_quant()) return q.absmax;
   // bitsandbytes: dequantize_blockwise (code2[c] * absmax2 in fp32), then += offset in fp32.
-  const at::Tensor c = q.absmax.to(at::kCPU).contiguous(), code2 = q.code2.to(at::kCPU).contiguous(),
+  const at::Tensor c = q.absmax.to(at::kCPU).contiguous(),
+                   code2 = q.code2.to(at::kCPU).contiguous(),
                    a2 = q.absmax2.to(at::kCPU).contiguous();
   at::Tensor out = at::empty({c.numel()}, at::TensorOptions().dtype(at::kFloat));
   const uint8_t* cp = c.data_ptr<uint8_t>();
@@ -252,44 +275,54 @@ at::Tensor nf4_absmax(const Nf4Tensor& q) {
 at::Tensor dequantize_nf4(const Nf4Tensor& q, at::ScalarType dtype) {
   check(q);
   if (!float_dtype(dtype))
-    throw Error(std::string("dequantize_nf4: dtype ") + c10::toString(dtype) + " is not fp32, bf16 or fp16");
+    throw Error(std::string("dequantize_nf4: dtype ") + c10::toString(dtype) +
+                " is not fp32, bf16 or fp16");
   const int64_t n = q.numel();
 #ifdef CIUIC_FUSED_KERNELS
   if (q.packed.is_cuda()) {
     const c10::cuda::CUDAGuard guard(q.packed.device());
     const auto dev = at::TensorOptions().device(q.packed.device());
     at::Tensor out = at::empty(q.shape, dev.dtype(dtype));
-    const at::Tensor packed = q.packed.contiguous(), code = q.code.to(q.packed.device()).contiguous();
+    const at::Tensor packed = q.packed.contiguous(),
+                     code = q.code.to(q.packed.device()).contiguous();
     const at::Tensor absmax = q.absmax.to(q.packed.device()).contiguous();
     at::Tensor code2, absmax2;
     if (q.double_quant()) {
       code2 = q.code2.to(q.packed.device()).contiguous();
       absmax2 = q.absmax2.to(q.packed.device()).contiguous();
     }
-    const cuda::DType dt = dtype == at::kFloat ? cuda::DType::kFloat
-                           : dtype == at::kBFloat16 ? cuda::DType::kBFloat16 : cuda::DType::kHalf;
-    const char* err = cuda::nf4_dequantize(
-        packed.data_ptr<uint8_t>(), code.data_ptr<float>(),
-        q.double_quant() ? nullptr : absmax.data_ptr<float>(), q.double_quant() ? absmax.data_ptr<uint8_t>() : nullptr,
-        q.double_quant() ? code2.data_ptr<float>() : nullptr, q.double_quant() ? absmax2.data_ptr<float>() : nullptr,
-        q.offset, out.data_ptr(), n, q.blocksize, dt, c10::cuda::getCurrentCUDAStream());
+    const cuda::DType dt = dtype == at::kFloat      ? cuda::DType::kFloat
+                           : dtype == at::kBFloat16 ? cuda::DType::kBFloat16
+                                                    : cuda::DType::kHalf;
+    const char* err =
+        cuda::nf4_dequantize(packed.data_ptr<uint8_t>(), code.data_ptr<float>(),
+                             q.double_quant() ? nullptr : absmax.data_ptr<float>(),
+                             q.double_quant() ? absmax.data_ptr<uint8_t>() : nullptr,
+                             q.double_quant() ? code2.data_ptr<float>() : nullptr,
+                             q.double_quant() ? absmax2.data_ptr<float>() : nullptr, q.offset,
+                             out.data_ptr(), n, q.blocksize, dt, c10::cuda::getCurrentCUDAStream());
     if (err) throw Error(std::string("dequantize_nf4: CUDA launch failed: ") + err);
     return out;
   }
 #endif
-  const at::Tensor packed = q.packed.to(at::kCPU).contiguous(), code = q.code.to(at::kCPU).contiguous();
+  const at::Tensor packed = q.packed.to(at::kCPU).contiguous(),
+                   code = q.code.to(at::kCPU).contiguous();
   const at::Tensor absmax = nf4_absmax(q).to(at::kCPU).contiguous();
   at::Tensor out = at::empty(q.shape, at::TensorOptions().dtype(dtype));
   const uint8_t* pp = packed.data_ptr<uint8_t>();
   const float* ap = absmax.data_ptr<float>();
   const float* cp = code.data_ptr<float>();
-  if (dtype == at::kFloat) dequantize_cpu(pp, ap, cp, out.data_ptr<float>(), n, q.blocksize);
-  else if (dtype == at::kBFloat16) dequantize_cpu(pp, ap, cp, out.data_ptr<c10::BFloat16>(), n, q.blocksize);
-  else dequantize_cpu(pp, ap, cp, out.data_ptr<c10::Half>(), n, q.blocksize);
+  if (dtype == at::kFloat)
+    dequantize_cpu(pp, ap, cp, out.data_ptr<float>(), n, q.blocksize);
+  else if (dtype == at::kBFloat16)
+    dequantize_cpu(pp, ap, cp, out.data_ptr<c10::BFloat16>(), n, q.blocksize);
+  else
+    dequantize_cpu(pp, ap, cp, out.data_ptr<c10::Half>(), n, q.blocksize);
   return q.packed.device().is_cpu() ? out : out.to(q.packed.device());
 }
 
-// ---- bitsandbytes' state-dict layout -------------------------------------------------------------
+// ---- bitsandbytes' state-dict layout
+// -------------------------------------------------------------
 
 namespace {
 const char* dtype_name(at::ScalarType t) {
@@ -304,8 +337,10 @@ std::map<std::string, at::Tensor> nf4_state_dict(const std::string& name, const 
   out[name] = q.packed.to(at::kCPU).reshape({-1, 1});
   out[name + ".absmax"] = q.absmax.to(at::kCPU);
   out[name + ".quant_map"] = q.code.to(at::kCPU);
-  nlohmann::ordered_json meta = {{"quant_type", "nf4"}, {"blocksize", q.blocksize},
-                                 {"dtype", dtype_name(q.dtype)}, {"shape", q.shape}};
+  nlohmann::ordered_json meta = {{"quant_type", "nf4"},
+                                 {"blocksize", q.blocksize},
+                                 {"dtype", dtype_name(q.dtype)},
+                                 {"shape", q.shape}};
   if (q.double_quant()) {
     out[name + ".nested_absmax"] = q.absmax2.to(at::kCPU);
     out[name + ".nested_quant_map"] = q.code2.to(at::kCPU);
@@ -314,13 +349,15 @@ std::map<std::string, at::Tensor> nf4_state_dict(const std::string& name, const 
     meta["nested_offset"] = static_cast<double>(q.offset);
   }
   const std::string text = meta.dump();
-  at::Tensor bytes = at::empty({static_cast<int64_t>(text.size())}, at::TensorOptions().dtype(at::kByte));
+  at::Tensor bytes =
+      at::empty({static_cast<int64_t>(text.size())}, at::TensorOptions().dtype(at::kByte));
   std::memcpy(bytes.data_ptr<uint8_t>(), text.data(), text.size());
   out[name + kQuantStateKey] = bytes;
   return out;
 }
 
-Nf4Tensor nf4_from_state_dict(const std::string& name, const std::map<std::string, at::Tensor>& tensors) {
+Nf4Tensor nf4_from_state_dict(const std::string& name,
+                              const std::map<std::string, at::Tensor>& tensors) {
   const auto get = [&](const std::string& key, bool required) -> at::Tensor {
     const auto it = tensors.find(key);
     if (it == tensors.end()) {
@@ -330,8 +367,10 @@ Nf4Tensor nf4_from_state_dict(const std::string& name, const std::map<std::strin
     return it->second.to(at::kCPU).contiguous();
   };
   const at::Tensor state = get(name + kQuantStateKey, true);
-  if (state.scalar_type() != at::kByte) throw Error("NF4 weight " + name + ": " + name + kQuantStateKey + " is not uint8");
-  const std::string text(reinterpret_cast<const char*>(state.data_ptr<uint8_t>()), static_cast<size_t>(state.numel()));
+  if (state.scalar_type() != at::kByte)
+    throw Error("NF4 weight " + name + ": " + name + kQuantStateKey + " is not uint8");
+  const std::string text(reinterpret_cast<const char*>(state.data_ptr<uint8_t>()),
+                         static_cast<size_t>(state.numel()));
   check_json_depth(text, name + kQuantStateKey);
   Nf4Tensor q;
   try {
@@ -340,8 +379,11 @@ Nf4Tensor nf4_from_state_dict(const std::string& name, const std::map<std::strin
       throw Error("quant_type " + meta.at("quant_type").get<std::string>() + " is not nf4");
     q.blocksize = meta.at("blocksize").get<int64_t>();
     const std::string dt = meta.at("dtype").get<std::string>();
-    q.dtype = dt == "float32" ? at::kFloat : dt == "bfloat16" ? at::kBFloat16 : dt == "float16" ? at::kHalf
-                                                                              : throw Error("dtype " + dt + " is not float32, bfloat16 or float16");
+    q.dtype = dt == "float32"    ? at::kFloat
+              : dt == "bfloat16" ? at::kBFloat16
+              : dt == "float16"
+                  ? at::kHalf
+                  : throw Error("dtype " + dt + " is not float32, bfloat16 or float16");
     q.shape = meta.at("shape").get<std::vector<int64_t>>();
     if (meta.contains("nested_offset")) {
       if (meta.value("nested_blocksize", int64_t{0}) != kNf4NestedBlocksize)

@@ -14,9 +14,9 @@
 //     with bitsandbytes' signed 8-bit dynamic code (create_dynamic_map()): absmax2 per block
 //     identical; the uint8 codes are the nearest code value (bitsandbytes' own reference, its
 //     "default" backend). bitsandbytes' native CPU kernel picks a neighbour code for about 1% of
-//     values (its binary search is approximate), so the codes are not bit-identical to its CPU path;
-//     the test holds every code to be at least as near as bitsandbytes' and the dequantized absmax
-//     to its error.
+//     values (its binary search is approximate), so the codes are not bit-identical to its CPU
+//     path; the test holds every code to be at least as near as bitsandbytes' and the dequantized
+//     absmax to its error.
 //   * dequantization: code[nibble] * absmax in fp32, rounded once to the output dtype — identical
 //     to bitsandbytes' dequantize_4bit for a state it wrote (nested or not).
 //
@@ -41,15 +41,16 @@ namespace ciuic::quant {
 
 // A tensor stored as NF4. Owns its tensors (reference-counted ATen tensors, on one device).
 struct CIUIC_API Nf4Tensor {
-  at::Tensor packed;   // uint8 [ceil(numel / 2)]: two 4-bit indices into `code` per byte
-  at::Tensor code;     // fp32 [16]: the NF4 values (bitsandbytes' get_4bit_type("nf4"))
+  at::Tensor packed;  // uint8 [ceil(numel / 2)]: two 4-bit indices into `code` per byte
+  at::Tensor code;    // fp32 [16]: the NF4 values (bitsandbytes' get_4bit_type("nf4"))
   // Without double quantization: fp32 [blocks]. With it: uint8 [blocks], codes into code2.
   at::Tensor absmax;
-  // Double quantization only (undefined otherwise): absmax ~= code2[absmax] * absmax2[b / 256] + offset.
+  // Double quantization only (undefined otherwise): absmax ~= code2[absmax] * absmax2[b / 256] +
+  // offset.
   at::Tensor code2;    // fp32 [256]: bitsandbytes' create_dynamic_map()
   at::Tensor absmax2;  // fp32 [ceil(blocks / 256)]
   float offset = 0.0f;
-  std::vector<int64_t> shape;                  // the original tensor's shape
+  std::vector<int64_t> shape;                    // the original tensor's shape
   at::ScalarType dtype = at::ScalarType::Float;  // the original tensor's dtype
   int64_t blocksize = 64;
 
@@ -65,7 +66,8 @@ struct CIUIC_API Nf4Tensor {
 // when `double_quant` (bitsandbytes' compress_statistics; QLoRA's default). The computation runs
 // on the CPU (once, at load); the result's tensors are on w's device. Throws ciuic::Error on an
 // unsupported dtype or block size, an empty tensor, or a non-finite value.
-CIUIC_API Nf4Tensor quantize_nf4(const at::Tensor& w, int64_t blocksize = 64, bool double_quant = true);
+CIUIC_API Nf4Tensor quantize_nf4(const at::Tensor& w, int64_t blocksize = 64,
+                                 bool double_quant = true);
 
 // The fp32 absmax per block (undoes the double quantization when there is one).
 CIUIC_API at::Tensor nf4_absmax(const Nf4Tensor& q);
@@ -81,7 +83,8 @@ CIUIC_API at::Tensor dequantize_nf4(const Nf4Tensor& q, at::ScalarType dtype);
 // saved state is w's 4-bit tensors and nothing else; x is not saved either). `bias` (optional,
 // [out]) gets a gradient if it requires one. x: [..., in], floating point (its dtype is the compute
 // dtype: cast x to choose it). Throws ciuic::Error on shape or dtype mismatches.
-CIUIC_API at::Tensor nf4_linear(const at::Tensor& x, const Nf4Tensor& w, const at::Tensor& bias = {});
+CIUIC_API at::Tensor nf4_linear(const at::Tensor& x, const Nf4Tensor& w,
+                                const at::Tensor& bias = {});
 
 // ---- serialisation, in bitsandbytes/transformers' layout ---------------------------------------
 // For a weight named `name` ("model.layers.0.self_attn.q_proj.weight"), the tensors a
@@ -91,9 +94,11 @@ CIUIC_API at::Tensor nf4_linear(const at::Tensor& x, const Nf4Tensor& w, const a
 // {"quant_type", "blocksize", "dtype", "shape", and nested_blocksize/nested_dtype/nested_offset}).
 // Tensors are moved to the CPU; the map is ordered by name (write it with
 // model/safetensors.h's write_safetensors).
-CIUIC_API std::map<std::string, at::Tensor> nf4_state_dict(const std::string& name, const Nf4Tensor& q);
+CIUIC_API std::map<std::string, at::Tensor> nf4_state_dict(const std::string& name,
+                                                           const Nf4Tensor& q);
 // The inverse: reads those entries of `tensors` (e.g. a SafetensorsFile's) back. Throws
 // ciuic::Error naming `name` and the missing or inconsistent entry.
-CIUIC_API Nf4Tensor nf4_from_state_dict(const std::string& name, const std::map<std::string, at::Tensor>& tensors);
+CIUIC_API Nf4Tensor nf4_from_state_dict(const std::string& name,
+                                        const std::map<std::string, at::Tensor>& tensors);
 
 }  // namespace ciuic::quant

@@ -21,8 +21,11 @@ using torch::autograd::variable_list;
 
 // The Nf4Tensor rides in the context's saved_data: its tensors (shared, not copied) and scalars.
 constexpr std::pair<const char*, at::Tensor Nf4Tensor::*> kTensors[] = {
-    {"packed", &Nf4Tensor::packed}, {"code", &Nf4Tensor::code},     {"absmax", &Nf4Tensor::absmax},
-    {"code2", &Nf4Tensor::code2},   {"absmax2", &Nf4Tensor::absmax2}};
+    {"packed", &Nf4Tensor::packed},
+    {"code", &Nf4Tensor::code},
+    {"absmax", &Nf4Tensor::absmax},
+    {"code2", &Nf4Tensor::code2},
+    {"absmax2", &Nf4Tensor::absmax2}};
 
 void save(AutogradContext* ctx, const Nf4Tensor& w) {
   for (const auto& [key, member] : kTensors)
@@ -63,11 +66,13 @@ struct Nf4Linear : torch::autograd::Function<Nf4Linear> {
 at::Tensor nf4_linear(const at::Tensor& x, const Nf4Tensor& w, const at::Tensor& bias) {
   if (!x.defined()) throw Error("nf4_linear: undefined input");
   if (w.shape.size() != 2)
-    throw Error("nf4_linear: the NF4 weight must be 2-D [out, in], has " + std::to_string(w.shape.size()) + " dimensions");
+    throw Error("nf4_linear: the NF4 weight must be 2-D [out, in], has " +
+                std::to_string(w.shape.size()) + " dimensions");
   if (x.dim() < 1 || x.size(-1) != w.shape[1])
     throw Error("nf4_linear: input's last dimension " + std::to_string(x.dim() ? x.size(-1) : 0) +
                 " does not match the weight's in_features " + std::to_string(w.shape[1]));
-  if (!at::isFloatingType(x.scalar_type())) throw Error("nf4_linear: the input is not floating point");
+  if (!at::isFloatingType(x.scalar_type()))
+    throw Error("nf4_linear: the input is not floating point");
   if (bias.defined() && (bias.dim() != 1 || bias.size(0) != w.shape[0]))
     throw Error("nf4_linear: bias must be [" + std::to_string(w.shape[0]) + "]");
   at::Tensor y = Nf4Linear::apply(x, &w);

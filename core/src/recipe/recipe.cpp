@@ -5,8 +5,8 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -16,9 +16,9 @@
 #include <ciuic/files.h>
 
 #include "base/text.h"
+#include "recipe/schema.h"
 #include "sdk/config_impl.h"
 #include "sdk/toml_format.h"
-#include "recipe/schema.h"
 #include "tokenizer/utf8.h"
 
 namespace ciuic {
@@ -30,15 +30,15 @@ using recipe::LocationMap;
 
 class Recipe::Impl {
  public:
-  std::string path;                 // as given; "" for parse()
-  std::string origin;               // name used in messages for the top-level text
-  std::string dir;                  // absolute
+  std::string path;    // as given; "" for parse()
+  std::string origin;  // name used in messages for the top-level text
+  std::string dir;     // absolute
   std::vector<std::string> files;
   std::vector<std::string> overrides;
-  toml::table root;                 // merged recipe as written (after includes and overrides)
+  toml::table root;  // merged recipe as written (after includes and overrides)
   LocationMap locs;
   std::map<std::string, Config, std::less<>> sections;  // validated core sections
-  std::vector<std::string> warnings;                     // deprecated spellings, rewritten
+  std::vector<std::string> warnings;                    // deprecated spellings, rewritten
 
   const toml::table* written(std::string_view section) const {
     const toml::table* t = &root;
@@ -67,7 +67,8 @@ std::string region_text(const toml::source_region& r, const std::string& file) {
 void record_locations(const toml::table& t, const std::string& prefix, const std::string& file,
                       LocationMap& locs) {
   for (auto&& [k, v] : t) {
-    const std::string full = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    const std::string full =
+        prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     locs[full] = {region_text(k.source(), file), region_text(v.source(), file)};
     if (const toml::table* sub = v.as_table()) record_locations(*sub, full, file, locs);
   }
@@ -94,14 +95,17 @@ void drop_switched_plugin_options(toml::table& dst, LocationMap& dst_locs, const
   std::vector<std::string> drop;
   for (auto&& [k, _] : dst) {
     const std::string key(k.str());
-    const bool core = std::any_of(spec->keys.begin(), spec->keys.end(), [&](const KeySpec& s) { return s.key == key; });
+    const bool core = std::any_of(spec->keys.begin(), spec->keys.end(),
+                                  [&](const KeySpec& s) { return s.key == key; });
     if (!core) drop.push_back(key);
   }
   for (const std::string& key : drop) {
     dst.erase(key);
     const std::string full = section + "." + key;
-    for (auto it = dst_locs.lower_bound(full); it != dst_locs.end() && it->first.rfind(full, 0) == 0;)
-      it = (it->first.size() == full.size() || it->first[full.size()] == '.') ? dst_locs.erase(it) : std::next(it);
+    for (auto it = dst_locs.lower_bound(full);
+         it != dst_locs.end() && it->first.rfind(full, 0) == 0;)
+      it = (it->first.size() == full.size() || it->first[full.size()] == '.') ? dst_locs.erase(it)
+                                                                              : std::next(it);
   }
 }
 
@@ -112,7 +116,8 @@ void merge(toml::table& dst, LocationMap& dst_locs, const toml::table& src,
     const std::string key(k.str());
     const std::string full = prefix.empty() ? key : prefix + "." + key;
     toml::table* dt = dst.get_as<toml::table>(key);
-    if (dt && v.is_table() && prefix.empty()) drop_switched_plugin_options(*dt, dst_locs, *v.as_table(), key);
+    if (dt && v.is_table() && prefix.empty())
+      drop_switched_plugin_options(*dt, dst_locs, *v.as_table(), key);
     if (dt && v.is_table()) {
       auto it = src_locs.find(full);
       if (it != src_locs.end()) dst_locs[full] = it->second;
@@ -172,7 +177,8 @@ class Loader {
     try {
       t = toml::parse(text, std::string(display));
     } catch (const toml::parse_error& e) {
-      errors.add(region_text(e.source(), display), "malformed TOML: " + std::string(e.description()));
+      errors.add(region_text(e.source(), display),
+                 "malformed TOML: " + std::string(e.description()));
       incomplete = true;
       return {};
     }
@@ -182,9 +188,10 @@ class Loader {
     if (const toml::node* inc = t.get("include")) {
       std::vector<std::pair<std::string, std::string>> targets;  // (path, location)
       auto bad = [&] {
-        errors.add(locs["include"].value,
-                   "include: expected a list of recipe files (e.g. include = [\"base.toml\"]), found " +
-                       recipe::describe_found(*inc));
+        errors.add(
+            locs["include"].value,
+            "include: expected a list of recipe files (e.g. include = [\"base.toml\"]), found " +
+                recipe::describe_found(*inc));
       };
       if (const toml::array* a = inc->as_array()) {
         for (const auto& e : *a) {
@@ -236,7 +243,8 @@ std::string section_of_key(std::string_view key, std::string_view except = "") {
   return "";
 }
 
-void apply_override(const std::string& text, toml::table& root, LocationMap& locs, ErrorList& errors) {
+void apply_override(const std::string& text, toml::table& root, LocationMap& locs,
+                    ErrorList& errors) {
   const std::string where = std::string(kSetLocation) + " " + text;
   const size_t eq = text.find('=');
   if (eq == std::string::npos) {
@@ -258,7 +266,8 @@ void apply_override(const std::string& text, toml::table& root, LocationMap& loc
   // Bare TOML keys only (what every ciuic key is): a control byte or a quote in a key would be
   // kept in plugin sections (checked later) and written into --print-recipe's output.
   for (const auto& part : text::split(lhs, '.'))
-    if (part.empty() || part.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") !=
+    if (part.empty() || part.find_first_not_of(
+                            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") !=
                             std::string::npos) {
       errors.add(where, "a key has letters, digits, '_' and '-' only (section.key=value)");
       return;
@@ -316,7 +325,8 @@ void check_top_level(const toml::table& root, const LocationMap& locs, const std
     const std::string where = it == locs.end() ? origin : it->second.key;
     const bool known = std::find(tops.begin(), tops.end(), key) != tops.end();
     if (!v.is_table()) {
-      std::string m = known ? "'" + key + "' must be a section ([" + key + "]), found " + recipe::describe_found(v)
+      std::string m = known ? "'" + key + "' must be a section ([" + key + "]), found " +
+                                  recipe::describe_found(v)
                             : "key '" + key + "' is outside any section";
       if (!known) {
         std::string s = section_of_key(key);
@@ -326,16 +336,19 @@ void check_top_level(const toml::table& root, const LocationMap& locs, const std
     } else if (!known) {
       std::string m = "unknown section [" + key + "]";
       std::string near = text::closest(key, tops);
-      if (!near.empty()) m += "; did you mean [" + near + "]?";
-      else m += " (sections: " + text::join(tops, ", ") + ")";
+      if (!near.empty())
+        m += "; did you mean [" + near + "]?";
+      else
+        m += " (sections: " + text::join(tops, ", ") + ")";
       errors.add(where, m);
     }
   }
 }
 
 // A plugin section's `plugin` key: a non-empty string.
-void check_plugin_key(const recipe::SectionSpec& spec, const toml::table* t, const LocationMap& locs,
-                      const std::string& origin, bool report_missing, ErrorList& errors) {
+void check_plugin_key(const recipe::SectionSpec& spec, const toml::table* t,
+                      const LocationMap& locs, const std::string& origin, bool report_missing,
+                      ErrorList& errors) {
   const toml::node* p = t ? t->get("plugin") : nullptr;
   auto loc = [&](const std::string& dotted, bool value) {
     auto it = locs.find(dotted);
@@ -343,13 +356,15 @@ void check_plugin_key(const recipe::SectionSpec& spec, const toml::table* t, con
   };
   if (!p) {
     if (spec.name == "data" && report_missing)
-      errors.add(loc("data", false), std::string("[data] missing required key 'plugin' (a string: the data ") +
-                                         "source plugin, e.g. plugin = \"synthetic\"; see ciuic-run --list-plugins)");
+      errors.add(loc("data", false),
+                 std::string("[data] missing required key 'plugin' (a string: the data ") +
+                     "source plugin, e.g. plugin = \"synthetic\"; see ciuic-run --list-plugins)");
     return;
   }
   if (!p->is_string()) {
-    errors.add(loc(spec.name + ".plugin", true), "[" + spec.name + "] plugin: expected a string (a plugin name), found " +
-                                                    recipe::describe_found(*p));
+    errors.add(loc(spec.name + ".plugin", true),
+               "[" + spec.name + "] plugin: expected a string (a plugin name), found " +
+                   recipe::describe_found(*p));
   } else if (p->value_exact<std::string>()->empty()) {
     errors.add(loc(spec.name + ".plugin", true),
                "[" + spec.name + "] plugin: expected a plugin name, found an empty string");
@@ -390,22 +405,27 @@ void rewrite_deprecated(Recipe::Impl& r, ErrorList& errors) {
     }
     const auto plugin = off->get_as<std::string>("plugin");
     if (plugin && opt->contains("plugin")) {
-      errors.add(where, "[offload] and [optimizer] both choose a plugin: [offload] is the old name of "
-                        "[optimizer]; write only [optimizer] plugin = \"" + plugin->get() + "\"");
+      errors.add(where,
+                 "[offload] and [optimizer] both choose a plugin: [offload] is the old name of "
+                 "[optimizer]; write only [optimizer] plugin = \"" +
+                     plugin->get() + "\"");
     } else if (plugin && plugin->get().empty()) {
-      r.warnings.push_back(where + ": [offload] plugin = \"\" is deprecated: the default optimizer "
-                                   "(adamw, on the device) needs no section; remove [offload]");
+      r.warnings.push_back(where +
+                           ": [offload] plugin = \"\" is deprecated: the default optimizer "
+                           "(adamw, on the device) needs no section; remove [offload]");
     } else {
       for (auto&& [k, v] : *off) {
         const std::string key(k.str());
         if (opt->contains(key)) {
           errors.add(r.key_location("offload." + key),
-                     "[offload] " + key + " is also set in [optimizer]: [offload] is the old name "
-                     "of [optimizer]; keep one");
+                     "[offload] " + key +
+                         " is also set in [optimizer]: [offload] is the old name "
+                         "of [optimizer]; keep one");
           continue;
         }
         opt->insert_or_assign(key, v);
-        if (auto it = r.locs.find("offload." + key); it != r.locs.end()) r.locs["optimizer." + key] = it->second;
+        if (auto it = r.locs.find("offload." + key); it != r.locs.end())
+          r.locs["optimizer." + key] = it->second;
       }
       r.warnings.push_back(where + ": [offload] is deprecated: write [optimizer] plugin = \"" +
                            (plugin ? plugin->get() : std::string("<name>")) +
@@ -418,12 +438,15 @@ void rewrite_deprecated(Recipe::Impl& r, ErrorList& errors) {
       const std::string where = r.key_location("optimizer.type");
       const auto name = type->value_exact<std::string>();
       if (!name || name->empty()) {
-        errors.add(where, "[optimizer] type: expected an optimizer name, found " + recipe::describe_found(*type) +
+        errors.add(where, "[optimizer] type: expected an optimizer name, found " +
+                              recipe::describe_found(*type) +
                               " ('type' is deprecated: write [optimizer] plugin = \"<name>\")");
       } else if (opt->contains("plugin")) {
-        errors.add(where, "[optimizer] type is the old name of [optimizer] plugin: keep only plugin");
+        errors.add(where,
+                   "[optimizer] type is the old name of [optimizer] plugin: keep only plugin");
       } else {
-        r.warnings.push_back(where + ": [optimizer] type is deprecated: write [optimizer] plugin = \"" +
+        r.warnings.push_back(where +
+                             ": [optimizer] type is deprecated: write [optimizer] plugin = \"" +
                              *name + "\" instead");
         opt->insert_or_assign("plugin", *name);
         r.locs["optimizer.plugin"] = r.locs["optimizer.type"];
@@ -434,7 +457,8 @@ void rewrite_deprecated(Recipe::Impl& r, ErrorList& errors) {
 }
 
 std::shared_ptr<Recipe::Impl> finish(std::shared_ptr<Recipe::Impl> impl, Loader& loader,
-                                     const std::vector<std::string>& overrides, ErrorList* problems = nullptr) {
+                                     const std::vector<std::string>& overrides,
+                                     ErrorList* problems = nullptr) {
   impl->files = loader.files;
   impl->overrides = overrides;
   ErrorList& errors = loader.errors;
@@ -456,7 +480,8 @@ std::shared_ptr<Recipe::Impl> finish(std::shared_ptr<Recipe::Impl> impl, Loader&
         in.skip = {"plugin"};
         in.others_ok = true;  // the plugin's options: validated once the plugin is known
         std::vector<KeySpec> core(spec.keys.begin() + 1, spec.keys.end());
-        impl->sections.emplace(spec.name, Config(recipe::validate_section(in, core, known, errors)));
+        impl->sections.emplace(spec.name,
+                               Config(recipe::validate_section(in, core, known, errors)));
       }
       continue;
     }
@@ -465,8 +490,9 @@ std::shared_ptr<Recipe::Impl> finish(std::shared_ptr<Recipe::Impl> impl, Loader&
       const std::string sub = other.name.substr(spec.name.size() + 1);
       in.skip.push_back(sub);
       if (const toml::node* n = t ? t->get(sub) : nullptr; n && !n->is_table())
-        errors.add(impl->key_location(other.name), "[" + spec.name + "] " + sub + ": expected a section [" +
-                                                        other.name + "], found " + recipe::describe_found(*n));
+        errors.add(impl->key_location(other.name), "[" + spec.name + "] " + sub +
+                                                       ": expected a section [" + other.name +
+                                                       "], found " + recipe::describe_found(*n));
     }
     auto data = recipe::validate_section(in, spec.keys, known, errors);
     if (spec.name == "run" && !data->table.contains("output_dir")) {
@@ -493,7 +519,8 @@ Recipe Recipe::load(const std::string& path, const std::vector<std::string>& ove
   return load(path, overrides, nullptr);
 }
 
-Recipe Recipe::load(const std::string& path, const std::vector<std::string>& overrides, ErrorList* problems) {
+Recipe Recipe::load(const std::string& path, const std::vector<std::string>& overrides,
+                    ErrorList* problems) {
   auto impl = std::make_shared<Impl>();
   impl->path = path;
   impl->origin = path;
@@ -533,7 +560,8 @@ Config Recipe::section(std::string_view name) const {
       throw Error("internal error: Recipe::section(\"" + std::string(name) +
                   "\"): this plugin section has no core keys; read it through "
                   "Recipe::plugin_config()");
-    throw Error("internal error: Recipe::section(\"" + std::string(name) + "\"): no such core section");
+    throw Error("internal error: Recipe::section(\"" + std::string(name) +
+                "\"): no such core section");
   }
   return it->second;
 }
@@ -571,7 +599,8 @@ std::string Recipe::plugin_location(Slot slot) const {
   const std::string dotted = std::string(slot_name(slot)) + ".plugin";
   auto it = impl_->locs.find(dotted);
   if (it == impl_->locs.end()) return "<default>";
-  return it->second.value.rfind(kSetLocation, 0) == 0 ? std::string(kSetLocation) : it->second.value;
+  return it->second.value.rfind(kSetLocation, 0) == 0 ? std::string(kSetLocation)
+                                                      : it->second.value;
 }
 
 namespace {
@@ -590,7 +619,8 @@ recipe::SectionInput plugin_input(const Recipe::Impl& r, Slot slot, const Plugin
 
 std::vector<KeySpec> plugin_keys(const PluginInfo& info) {
   std::vector<KeySpec> keys;
-  for (uint32_t i = 0; i < info.num_options; ++i) keys.push_back(recipe::key_from_option(info.options[i]));
+  for (uint32_t i = 0; i < info.num_options; ++i)
+    keys.push_back(recipe::key_from_option(info.options[i]));
   return keys;
 }
 
@@ -615,7 +645,9 @@ Config Recipe::plugin_defaults(Slot slot, const PluginInfo& info) {
   return Config(std::move(data));
 }
 
-void Recipe::validate_plugins(const PluginCatalog& registry) const { validate_plugins(registry, nullptr); }
+void Recipe::validate_plugins(const PluginCatalog& registry) const {
+  validate_plugins(registry, nullptr);
+}
 
 void Recipe::validate_plugins(const PluginCatalog& registry, ErrorList* problems) const {
   ErrorList errors;
@@ -638,7 +670,8 @@ void Recipe::validate_plugins(const PluginCatalog& registry, ErrorList* problems
     if (name.empty()) continue;  // data without a plugin: reported by load()
     const PluginInfo* info = registry.find_info(slot, name);
     if (!info) {
-      const std::string where = impl_->locs.count(s + ".plugin") ? impl_->key_location(s + ".plugin") : "<default>";
+      const std::string where =
+          impl_->locs.count(s + ".plugin") ? impl_->key_location(s + ".plugin") : "<default>";
       std::string msg = registry.why_missing(slot, name);
       if (where == "<default>") msg = "[" + s + "] default plugin: " + msg;
       errors.add(where == "<default>" ? impl_->origin : where, msg);
@@ -749,7 +782,8 @@ namespace {
 template <class T>
 Config with_value(const Config& options, std::string_view key, T value) {
   if (!options.has(key))
-    throw Error("internal error: replacing \"" + std::string(key) + "\": no such key in [" + options.section() + "]");
+    throw Error("internal error: replacing \"" + std::string(key) + "\": no such key in [" +
+                options.section() + "]");
   auto impl = std::make_shared<Config::Impl>(options.impl());
   impl->table.insert_or_assign(key, std::move(value));
   return Config(std::move(impl));
@@ -759,6 +793,8 @@ Config with_value(const Config& options, std::string_view key, T value) {
 Config with_string(const Config& options, std::string_view key, std::string value) {
   return with_value(options, key, std::move(value));
 }
-Config with_int(const Config& options, std::string_view key, int64_t value) { return with_value(options, key, value); }
+Config with_int(const Config& options, std::string_view key, int64_t value) {
+  return with_value(options, key, value);
+}
 
 }  // namespace ciuic

@@ -42,10 +42,10 @@ struct KeySpec {
   double max = NAN;
   bool min_exclusive = false;
   bool max_exclusive = false;
-  std::string choices;          // kString: allowed values "a|b|c"; empty: any
-  size_t list_size = 0;         // kStringList / kFloatList: exact length; 0: any
-  bool or_auto = false;         // kInt: the string "auto" is accepted too (core keys only; read it
-                                // with is_auto() before get_int())
+  std::string choices;   // kString: allowed values "a|b|c"; empty: any
+  size_t list_size = 0;  // kStringList / kFloatList: exact length; 0: any
+  bool or_auto = false;  // kInt: the string "auto" is accepted too (core keys only; read it
+                         // with is_auto() before get_int())
 };
 
 struct SectionSpec {
@@ -115,22 +115,23 @@ struct KnownSection {
 };
 
 struct SectionInput {
-  std::string section;                   // e.g. "train", "sharding"
-  const toml::table* written = nullptr;  // the section as written (after includes/overrides); null: absent
+  std::string section;  // e.g. "train", "sharding"
+  const toml::table* written =
+      nullptr;  // the section as written (after includes/overrides); null: absent
   const LocationMap* locations = nullptr;
-  std::string origin;                    // the top-level recipe file, for problems without a line
-  std::vector<std::string> skip;         // keys checked elsewhere (`plugin`, sub-sections)
-  bool others_ok = false;                // keys not in the spec are not errors (a slot section's
-                                         // core keys are read before its plugin is known)
-  std::string owner;                     // "plugin zero2" for plugin sections, "" for the core
-  bool report_missing = true;            // false when a file failed to parse (its keys are unknown)
+  std::string origin;             // the top-level recipe file, for problems without a line
+  std::vector<std::string> skip;  // keys checked elsewhere (`plugin`, sub-sections)
+  bool others_ok = false;         // keys not in the spec are not errors (a slot section's
+                                  // core keys are read before its plugin is known)
+  std::string owner;              // "plugin zero2" for plugin sections, "" for the core
+  bool report_missing = true;     // false when a file failed to parse (its keys are unknown)
 };
 
 // Validates one section; see the file comment. `elsewhere` feeds the misplaced-key suggestion.
 CIUIC_API std::shared_ptr<Config::Impl> validate_section(const SectionInput& in,
-                                               const std::vector<KeySpec>& keys,
-                                               const std::vector<KnownSection>& elsewhere,
-                                               ErrorList& errors);
+                                                         const std::vector<KeySpec>& keys,
+                                                         const std::vector<KnownSection>& elsewhere,
+                                                         ErrorList& errors);
 
 // Core sections as KnownSection lists (for `elsewhere`).
 CIUIC_API std::vector<KnownSection> core_known_sections();

@@ -14,8 +14,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -47,7 +47,7 @@ struct Registry::Impl {
     std::string path;
     std::string slot, name;  // from the file name; empty when it does not follow the pattern
     std::string why;
-    size_t order = 0;        // position in the search order (refusals() lists in that order)
+    size_t order = 0;  // position in the search order (refusals() lists in that order)
   };
   // A file named libciuic_<slot>_<name>.so that passed the checks that run no code of it; it is
   // loaded (dlopen: its constructors run) only when the run asks for its slot and name, or when
@@ -57,7 +57,7 @@ struct Registry::Impl {
     Slot slot{};
     std::string name;
     size_t order = 0;
-    bool tried = false;           // loaded or refused
+    bool tried = false;            // loaded or refused
     const Entry* entry = nullptr;  // accepted
   };
   std::vector<std::string> search;
@@ -115,19 +115,24 @@ std::string check_options(const PluginInfo& info) {
     if (key == "plugin") return "option 'plugin' is reserved (it names the plugin in the recipe)";
     if (!seen.insert(key).second) return "option '" + key + "' is declared twice";
     if (static_cast<uint32_t>(o.type) > static_cast<uint32_t>(OptionType::kFloatList))
-      return "option '" + key + "' has unknown type " + std::to_string(static_cast<uint32_t>(o.type));
+      return "option '" + key + "' has unknown type " +
+             std::to_string(static_cast<uint32_t>(o.type));
     if (o.choices && o.type != OptionType::kString)
       return "option '" + key + "' has choices but is not a string option";
     if (o.flags & ~kOptionPlanned)
-      return "option '" + key + "' has unknown flags " + std::to_string(o.flags) + " (this ciuic knows kOptionPlanned)";
+      return "option '" + key + "' has unknown flags " + std::to_string(o.flags) +
+             " (this ciuic knows kOptionPlanned)";
     if ((o.flags & kOptionPlanned) && o.type == OptionType::kInt) {
       if (!std::isfinite(o.min) || !std::isfinite(o.max) || o.min >= o.max)
-        return "option '" + key + "' is a kOptionPlanned integer without a finite range min < max (the planner "
+        return "option '" + key +
+               "' is a kOptionPlanned integer without a finite range min < max (the planner "
                "searches it)";
     } else if ((o.flags & kOptionPlanned) &&
-               (o.type != OptionType::kString || !o.choices || std::string_view(o.choices).rfind("auto|", 0) != 0 ||
+               (o.type != OptionType::kString || !o.choices ||
+                std::string_view(o.choices).rfind("auto|", 0) != 0 ||
                 std::count(o.choices, o.choices + std::strlen(o.choices), '|') < 2)) {
-      return "option '" + key + "' is kOptionPlanned but its choices are not \"auto|<first>|<second>|...\" (found " +
+      return "option '" + key +
+             "' is kOptionPlanned but its choices are not \"auto|<first>|<second>|...\" (found " +
              (o.choices ? "\"" + std::string(o.choices) + "\"" : std::string("none")) + ")";
     }
     std::string problem = recipe::check_default(recipe::key_from_option(o));
@@ -139,8 +144,7 @@ std::string check_options(const PluginInfo& info) {
 // Why `path` cannot be a plugin before dlopen, or "".
 std::string precheck_file(const std::string& path) {
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0)
-    return std::string("cannot be read: ") + std::strerror(errno);
+  if (::stat(path.c_str(), &st) != 0) return std::string("cannot be read: ") + std::strerror(errno);
   if (!S_ISREG(st.st_mode)) return "cannot be read: not a regular file";
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::string("cannot be read: ") + std::strerror(errno);
@@ -203,7 +207,8 @@ void* read_entry_alias(void* handle, const char* name, std::string& why) {
   dlerror();
   void* addr = dlsym(handle, name);
   if (!addr) {
-    why = "not a ciuic plugin: " + sym + " not found (expected a library defined with CIUIC_DEFINE_PLUGIN)";
+    why = "not a ciuic plugin: " + sym +
+          " not found (expected a library defined with CIUIC_DEFINE_PLUGIN)";
     return nullptr;
   }
   link_map* self = nullptr;
@@ -215,15 +220,16 @@ void* read_entry_alias(void* handle, const char* name, std::string& why) {
   link_map* owner = nullptr;
   if (!dladdr1(addr, &di, reinterpret_cast<void**>(&owner), RTLD_DL_LINKMAP) || owner != self) {
     why = "not a ciuic plugin: " + sym + " is not defined in this file but in " +
-          (di.dli_fname && *di.dli_fname ? std::string(di.dli_fname) : std::string("another library")) +
+          (di.dli_fname && *di.dli_fname ? std::string(di.dli_fname)
+                                         : std::string("another library")) +
           " (expected a library defined with CIUIC_DEFINE_PLUGIN)";
     return nullptr;
   }
   void* entry = nullptr;
   const int found = dladdr1(addr, &di, &entry, RTLD_DL_SYMENT);
   const auto* es = static_cast<const ElfW(Sym)*>(entry);
-  if (!found || !es || !di.dli_sname ||
-      std::strcmp(di.dli_sname, name) != 0 || di.dli_saddr != addr) {
+  if (!found || !es || !di.dli_sname || std::strcmp(di.dli_sname, name) != 0 ||
+      di.dli_saddr != addr) {
     why = "not a ciuic plugin: " + sym + " cannot be found in the library's symbol table";
     return nullptr;
   }
@@ -315,7 +321,8 @@ class Scanner {
       return;
     }
     std::vector<std::string> files;
-    for (const auto& de : fs::directory_iterator(p, fs::directory_options::skip_permission_denied, ec)) {
+    for (const auto& de :
+         fs::directory_iterator(p, fs::directory_options::skip_permission_denied, ec)) {
       const std::string f = de.path().filename().string();
       if (looks_like_plugin(f)) files.push_back(de.path().string());
     }
@@ -332,14 +339,15 @@ class Scanner {
       if (files.size() < 2) continue;
       std::vector<std::string> others;
       for (size_t i = 0; i + 1 < files.size(); ++i) others.push_back(files[i]->path);
-      log_warn("plugin " + std::string(slot_name(static_cast<Slot>(key.first))) + "/" + key.second + ": " +
-               files.back()->path + " shadows " + text::join(others, ", ") +
+      log_warn("plugin " + std::string(slot_name(static_cast<Slot>(key.first))) + "/" + key.second +
+               ": " + files.back()->path + " shadows " + text::join(others, ", ") +
                " (the last one found in the plugin search path is used)");
     }
   }
 
  private:
-  void refuse(const std::string& path, const std::string& slot, const std::string& name, std::string why) {
+  void refuse(const std::string& path, const std::string& slot, const std::string& name,
+              std::string why) {
     log_warn("plugin path: " + path + " is not loaded: " + why);
     r_.refused.push_back({path, slot, name, std::move(why), order_++});
   }
@@ -360,7 +368,8 @@ class Scanner {
                    "libciuic_optimizer_<name>.so");
       else
         refuse(path, "", "",
-               "file name does not follow libciuic_<slot>_<name>.so with <slot> one of " + slot_list());
+               "file name does not follow libciuic_<slot>_<name>.so with <slot> one of " +
+                   slot_list());
       return;
     }
     const std::string fs_slot = slot_name(fslot);
@@ -407,7 +416,8 @@ void Registry::Impl::load(Candidate& c) const {
             static_cast<boost::dll::load_mode::type>(RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE), lec);
   if (lec || !lib->is_loaded()) {
     const char* dl = dlerror();
-    return refuse(std::string("cannot be loaded as a shared library: ") + (dl ? dl : lec.message()));
+    return refuse(std::string("cannot be loaded as a shared library: ") +
+                  (dl ? dl : lec.message()));
   }
   // Both entry points are checked before either is called.
   std::string why;
@@ -429,9 +439,10 @@ void Registry::Impl::load(Candidate& c) const {
                   "; rebuild the plugin against this ciuic SDK");
   const std::string fp = info->build_fingerprint ? info->build_fingerprint : "(none)";
   if (fp != core_build_fingerprint())
-    return refuse(std::string("build fingerprint mismatch: expected \"") + core_build_fingerprint() +
-                  "\", found \"" + fp +
-                  "\"; rebuild the plugin with the same LibTorch version, C++ ABI and compiler as ciuic");
+    return refuse(
+        std::string("build fingerprint mismatch: expected \"") + core_build_fingerprint() +
+        "\", found \"" + fp +
+        "\"; rebuild the plugin with the same LibTorch version, C++ ABI and compiler as ciuic");
   if (static_cast<uint32_t>(info->slot) >= static_cast<uint32_t>(kNumSlots) || !info->name ||
       !info->version || !info->summary)
     return refuse("malformed info record (unknown slot or missing name/version/summary)");
@@ -472,7 +483,9 @@ std::vector<std::string> default_paths() {
   std::error_code ec;
   boost::dll::fs::error_code bec;
   fs::path exe = boost::dll::program_location(bec);
-  if (!bec) out.push_back((exe.parent_path() / ".." / "lib" / "ciuic" / "plugins").lexically_normal().string());
+  if (!bec)
+    out.push_back(
+        (exe.parent_path() / ".." / "lib" / "ciuic" / "plugins").lexically_normal().string());
   fs::path core = boost::dll::this_line_location(bec);
   if (!bec) out.push_back((core.parent_path() / "ciuic" / "plugins").lexically_normal().string());
   return out;
@@ -483,7 +496,8 @@ std::vector<std::string> default_paths() {
 namespace {
 std::vector<Registry::Impl::Refused> sorted_refusals(const Registry::Impl& impl) {
   auto out = impl.refused;
-  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.order < b.order; });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const auto& a, const auto& b) { return a.order < b.order; });
   return out;
 }
 }  // namespace
@@ -556,7 +570,8 @@ std::string Registry::why_missing(Slot slot, std::string_view name) const {
     msg += "; no " + s + " plugins were found";
   else
     msg += "; available " + s + " plugins: " + text::join(names, ", ");
-  msg += " (searched: " + (impl_->search.empty() ? std::string("nothing") : text::join(impl_->search, ", ")) +
+  msg += " (searched: " +
+         (impl_->search.empty() ? std::string("nothing") : text::join(impl_->search, ", ")) +
          "; add folders with --plugin-path, $CIUIC_PLUGIN_PATH or [run] plugin_paths)";
   return msg;
 }
@@ -570,7 +585,6 @@ const PluginDescriptor& Registry::get(Slot slot, std::string_view name) const {
   if (const PluginDescriptor* d = find(slot, name)) return *d;
   throw UsageError(why_missing(slot, name));
 }
-
 
 std::vector<std::string> Registry::refusals() const {
   std::lock_guard<std::mutex> l(impl_->mu);

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include <ciuic/error.h>
-#include <ciuic/log.h>
 #include <ciuic/json.h>
+#include <ciuic/log.h>
 
 namespace ciuic::report {
 
@@ -44,8 +44,10 @@ std::string num(double v, int prec = 4) {
   if (!std::isfinite(v)) return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
   char b[48];
   const double a = std::fabs(v);
-  if (a != 0 && (a >= 1e6 || a < 1e-3)) std::snprintf(b, sizeof b, "%.*e", std::max(prec - 2, 1), v);
-  else std::snprintf(b, sizeof b, "%.*g", prec, v);
+  if (a != 0 && (a >= 1e6 || a < 1e-3))
+    std::snprintf(b, sizeof b, "%.*e", std::max(prec - 2, 1), v);
+  else
+    std::snprintf(b, sizeof b, "%.*g", prec, v);
   return b;
 }
 
@@ -66,7 +68,8 @@ std::vector<double> ticks(double lo, double hi, int n = 5) {
       break;
     }
   std::vector<double> t;
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::fabs(v) < step * 1e-9 ? 0 : v);
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step)
+    t.push_back(std::fabs(v) < step * 1e-9 ? 0 : v);
   return t;
 }
 
@@ -78,7 +81,8 @@ struct Line {
 
 // The points of `data` a chart draws: all of them up to 2 * kColumns; beyond, for each of kColumns
 // equal step ranges of [x0, x1], its lowest and highest value in step order (what a line of that
-// width shows anyway), so that a report stays small however long the run (1M records: 47 MB before).
+// width shows anyway), so that a report stays small however long the run (1M records: 47 MB
+// before).
 constexpr size_t kColumns = 1000;
 std::vector<std::pair<int64_t, double>> drawn_points(const Series& data, double x0, double x1,
                                                      const std::function<bool(double)>& drawable) {
@@ -90,7 +94,8 @@ std::vector<std::pair<int64_t, double>> drawn_points(const Series& data, double 
   size_t i = 0;
   while (i < all.size()) {
     const auto column = [&](int64_t s) {
-      return std::min<size_t>(kColumns - 1, static_cast<size_t>((double(s) - x0) / (x1 - x0) * kColumns));
+      return std::min<size_t>(kColumns - 1,
+                              static_cast<size_t>((double(s) - x0) / (x1 - x0) * kColumns));
     };
     const size_t c = column(all[i].first);
     size_t lo = i, hi = i, j = i;
@@ -107,7 +112,8 @@ std::vector<std::pair<int64_t, double>> drawn_points(const Series& data, double 
 
 // One chart: lines over steps. Log scale on y when every value is positive and they span more than
 // three decades (gradient norms with spikes, fp16 loss scales).
-std::string chart(const std::string& title, const std::string& unit, const std::vector<Line>& lines, double scale = 1) {
+std::string chart(const std::string& title, const std::string& unit, const std::vector<Line>& lines,
+                  double scale = 1) {
   const double W = 720, H = 260, L = 72, R = 16, T = 28, B = 40;
   double x0 = 1e300, x1 = -1e300, y0 = 1e300, y1 = -1e300;
   size_t points = 0;
@@ -142,10 +148,11 @@ std::string chart(const std::string& title, const std::string& unit, const std::
   std::ostringstream o;
   o << "<figure><figcaption>" << esc(title) << (unit.empty() ? "" : " (" + esc(unit) + ")")
     << (logy ? " — log scale" : "") << "</figcaption>\n";
-  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H << "\" viewBox=\"0 0 "
-    << W << " " << H << "\" role=\"img\" aria-label=\"" << esc(title) << "\">\n";
-  o << "<rect x=\"" << L << "\" y=\"" << T << "\" width=\"" << (W - L - R) << "\" height=\"" << (H - T - B)
-    << "\" fill=\"#fff\" stroke=\"#bbb\"/>\n";
+  o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+    << "\" viewBox=\"0 0 " << W << " " << H << "\" role=\"img\" aria-label=\"" << esc(title)
+    << "\">\n";
+  o << "<rect x=\"" << L << "\" y=\"" << T << "\" width=\"" << (W - L - R) << "\" height=\""
+    << (H - T - B) << "\" fill=\"#fff\" stroke=\"#bbb\"/>\n";
   // y ticks
   std::vector<double> yt;
   if (logy) {
@@ -155,42 +162,47 @@ std::string chart(const std::string& title, const std::string& unit, const std::
   }
   for (double v : yt) {
     const double y = py(v);
-    o << "<line x1=\"" << L << "\" x2=\"" << (W - R) << "\" y1=\"" << coord(y) << "\" y2=\"" << coord(y)
-      << "\" stroke=\"#eee\"/><text x=\"" << (L - 6) << "\" y=\"" << coord(y + 4)
+    o << "<line x1=\"" << L << "\" x2=\"" << (W - R) << "\" y1=\"" << coord(y) << "\" y2=\""
+      << coord(y) << "\" stroke=\"#eee\"/><text x=\"" << (L - 6) << "\" y=\"" << coord(y + 4)
       << "\" text-anchor=\"end\" class=\"tick\">" << num(v, 3) << "</text>\n";
   }
   for (double s : ticks(x0, x1, 6)) {
     if (s < x0 || s > x1) continue;
     const double x = px(s);
-    o << "<line x1=\"" << coord(x) << "\" x2=\"" << coord(x) << "\" y1=\"" << T << "\" y2=\"" << (H - B)
-      << "\" stroke=\"#eee\"/><text x=\"" << coord(x) << "\" y=\"" << (H - B + 16)
+    o << "<line x1=\"" << coord(x) << "\" x2=\"" << coord(x) << "\" y1=\"" << T << "\" y2=\""
+      << (H - B) << "\" stroke=\"#eee\"/><text x=\"" << coord(x) << "\" y=\"" << (H - B + 16)
       << "\" text-anchor=\"middle\" class=\"tick\">" << num(s, 6) << "</text>\n";
   }
-  o << "<text x=\"" << (L + (W - L - R) / 2) << "\" y=\"" << (H - 6) << "\" text-anchor=\"middle\" class=\"axis\">step</text>\n";
+  o << "<text x=\"" << (L + (W - L - R) / 2) << "\" y=\"" << (H - 6)
+    << "\" text-anchor=\"middle\" class=\"axis\">step</text>\n";
   double legend_x = L + 8;
   size_t total = 0, shown = 0;
   for (const auto& l : lines) {
     std::string pts;
     size_t n = 0;
-    const auto points = drawn_points(*l.data, x0, x1, [&](double v) { return std::isfinite(v) && !(logy && v * scale <= 0); });
+    const auto points = drawn_points(
+        *l.data, x0, x1, [&](double v) { return std::isfinite(v) && !(logy && v * scale <= 0); });
     for (const auto& [s, v] : *l.data) total += std::isfinite(v) && !(logy && v * scale <= 0);
     shown += points.size();
-    for (const auto& [s, v] : points) pts += (n++ ? " " : "") + coord(px(double(s))) + "," + coord(py(v * scale));
+    for (const auto& [s, v] : points)
+      pts += (n++ ? " " : "") + coord(px(double(s))) + "," + coord(py(v * scale));
     if (n == 0) continue;
     o << "<polyline class=\"series\" data-label=\"" << esc(l.label) << "\" points=\"" << pts
       << "\" fill=\"none\" stroke=\"" << l.color << "\" stroke-width=\"1.6\"/>\n";
     if (l.markers || n == 1)
       for (const auto& [s, v] : points)
-        o << "<circle cx=\"" << coord(px(double(s))) << "\" cy=\"" << coord(py(v * scale)) << "\" r=\"3\" fill=\""
-          << l.color << "\"><title>step " << s << ": " << num(v * scale) << "</title></circle>\n";
-    o << "<rect x=\"" << coord(legend_x) << "\" y=\"10\" width=\"12\" height=\"4\" fill=\"" << l.color
-      << "\"/><text x=\"" << coord(legend_x + 16) << "\" y=\"16\" class=\"legend\">" << esc(l.label) << "</text>\n";
+        o << "<circle cx=\"" << coord(px(double(s))) << "\" cy=\"" << coord(py(v * scale))
+          << "\" r=\"3\" fill=\"" << l.color << "\"><title>step " << s << ": " << num(v * scale)
+          << "</title></circle>\n";
+    o << "<rect x=\"" << coord(legend_x) << "\" y=\"10\" width=\"12\" height=\"4\" fill=\""
+      << l.color << "\"/><text x=\"" << coord(legend_x + 16) << "\" y=\"16\" class=\"legend\">"
+      << esc(l.label) << "</text>\n";
     legend_x += 24 + 7.0 * static_cast<double>(l.label.size());
   }
   o << "</svg>";
   if (shown < total)
-    o << "<p class=\"note\">" << shown << " of " << total << " points drawn: the lowest and highest of each of "
-      << kColumns << " step ranges</p>";
+    o << "<p class=\"note\">" << shown << " of " << total
+      << " points drawn: the lowest and highest of each of " << kColumns << " step ranges</p>";
   o << "</figure>\n";
   return o.str();
 }
@@ -198,14 +210,17 @@ std::string chart(const std::string& title, const std::string& unit, const std::
 // The per-rank section: one line per rank up to kRankLines ranks; beyond, the lowest, median and
 // highest rank at each step (a chart of 64 lines shows nothing).
 constexpr size_t kRankLines = 8;
-const char* const kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
+const char* const kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728",
+                                "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"};
 
-std::string rank_charts(const std::map<std::string, std::map<int64_t, Series>>& ranks, const std::vector<json>& stragglers) {
+std::string rank_charts(const std::map<std::string, std::map<int64_t, Series>>& ranks,
+                        const std::vector<json>& stragglers) {
   if (ranks.empty()) return "";
   size_t world = 0;
   for (const auto& [key, by_rank] : ranks) world = std::max(world, by_rank.size());
   std::ostringstream o;
-  o << "<h2>Ranks</h2>\n<p>" << world << " rank(s), from their own figures at each log step (\"rank\" records).</p>\n";
+  o << "<h2>Ranks</h2>\n<p>" << world
+    << " rank(s), from their own figures at each log step (\"rank\" records).</p>\n";
   if (!stragglers.empty()) {
     o << "<table>\n";
     for (const json& g : stragglers) {
@@ -213,18 +228,23 @@ std::string rank_charts(const std::map<std::string, std::map<int64_t, Series>>& 
       if (g.value("event", "") == "straggler_recovered") {
         what = "no longer slower than the others";
       } else {
-        what = (g.contains("slower") && g["slower"].is_number() ? num(100 * g["slower"].get<double>(), 3) + "% slower than the median" : std::string("slower"));
-        if (g.contains("steps") && g["steps"].is_number()) what += " for " + g["steps"].dump() + " steps";
+        what = (g.contains("slower") && g["slower"].is_number()
+                    ? num(100 * g["slower"].get<double>(), 3) + "% slower than the median"
+                    : std::string("slower"));
+        if (g.contains("steps") && g["steps"].is_number())
+          what += " for " + g["steps"].dump() + " steps";
         if (g.contains("data_wait_s") && g["data_wait_s"].is_number())
           what += "; data wait " + num(g["data_wait_s"].get<double>(), 3) + " s/step";
       }
       o << "<tr><th>straggler</th><td>step " << g["step"].dump() << ": rank "
-        << (g.contains("rank") ? g["rank"].dump() : std::string("?")) << " " << esc(what) << "</td></tr>\n";
+        << (g.contains("rank") ? g["rank"].dump() : std::string("?")) << " " << esc(what)
+        << "</td></tr>\n";
     }
     o << "</table>\n";
   }
   std::deque<Series> spread;  // storage of the min/median/max lines (push_back keeps addresses)
-  auto draw = [&](const char* key, const std::string& title, const std::string& unit, double scale) {
+  auto draw = [&](const char* key, const std::string& title, const std::string& unit,
+                  double scale) {
     const auto it = ranks.find(key);
     if (it == ranks.end()) return;
     std::vector<Line> lines;
@@ -256,7 +276,8 @@ std::string rank_charts(const std::map<std::string, std::map<int64_t, Series>>& 
   draw("step_s", "Step time per rank", "s", 1);
   draw("data_wait_s", "Data wait per rank", "s per step", 1);
   draw("device_busy", "Device busy per rank", "% of the interval", 100);
-  draw("compute_busy", "Compute busy per rank (loop timers)", "% of the step outside data and collectives", 100);
+  draw("compute_busy", "Compute busy per rank (loop timers)",
+       "% of the step outside data and collectives", 100);
   draw("comm_wait_s", "Waiting in collectives per rank", "s of the step", 1);
   draw("mem_gib", "Device memory per rank", "GiB, peak allocated", 1);
   draw("mem_reserved_gib", "Device memory reserved per rank", "GiB, peak", 1);
@@ -305,7 +326,8 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
     auto expect = [&](const char* key, bool is_ok, const char* want) {
       if (is_ok) return;
       throw UsageError((options.source.empty() ? std::string("metrics") : options.source) + ":" +
-                       std::to_string(lineno) + ": \"" + key + "\" is " + type_of(r[key]) + ", expected " + want);
+                       std::to_string(lineno) + ": \"" + key + "\" is " + type_of(r[key]) +
+                       ", expected " + want);
     };
     auto field = [&](const char* key, bool (json::*is)() const noexcept, const char* want) {
       if (r.contains(key)) expect(key, (r[key].*is)(), want);
@@ -320,16 +342,19 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
       const int64_t step = r["step"].get<int64_t>();
       for (auto it = r.begin(); it != r.end(); ++it)
         if (it->is_number() && it.key() != "step") train[it.key()][step] = it->get<double>();
-    } else if (event == "eval" && has_step && r.contains("eval_loss") && r["eval_loss"].is_number()) {
+    } else if (event == "eval" && has_step && r.contains("eval_loss") &&
+               r["eval_loss"].is_number()) {
       eval_loss[r["step"].get<int64_t>()] = r["eval_loss"].get<double>();
     } else if (event == "end") {
       end = r;
     } else if (event == "exact_match") {
-      if (r.value("when", "") != "during") (r.value("when", "") == "before" ? em_before : em_after) = r;
+      if (r.value("when", "") != "during")
+        (r.value("when", "") == "before" ? em_before : em_after) = r;
     } else if (event == "rank" && has_step && r.contains("rank") && r["rank"].is_number_integer()) {
       const int64_t step = r["step"].get<int64_t>(), rank = r["rank"].get<int64_t>();
       for (auto it = r.begin(); it != r.end(); ++it)
-        if (it->is_number() && it.key() != "step" && it.key() != "rank") ranks[it.key()][rank][step] = it->get<double>();
+        if (it->is_number() && it.key() != "step" && it.key() != "rank")
+          ranks[it.key()][rank][step] = it->get<double>();
     } else if ((event == "straggler" || event == "straggler_recovered") && has_step) {
       stragglers.push_back(r);
     }
@@ -346,34 +371,51 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
   o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << esc(title)
     << " — ciuic report</title>\n<style>body{font:14px system-ui,sans-serif;margin:24px;color:#222}"
        "h1{font-size:20px}figure{margin:18px 0}figcaption{font-weight:600;margin-bottom:4px}"
-       "table{border-collapse:collapse}td,th{padding:2px 10px;border-bottom:1px solid #eee;text-align:left}"
-       "h2{font-size:17px;margin-top:28px}svg text{font:11px system-ui,sans-serif;fill:#444}svg .legend{fill:#222}</style></head><body>\n";
+       "table{border-collapse:collapse}td,th{padding:2px 10px;border-bottom:1px solid "
+       "#eee;text-align:left}"
+       "h2{font-size:17px;margin-top:28px}svg text{font:11px system-ui,sans-serif;fill:#444}svg "
+       ".legend{fill:#222}</style></head><body>\n";
   o << "<h1>" << esc(title) << "</h1>\n<table>\n";
-  auto row = [&](const std::string& k, const std::string& v) { o << "<tr><th>" << esc(k) << "</th><td>" << esc(v) << "</td></tr>\n"; };
+  auto row = [&](const std::string& k, const std::string& v) {
+    o << "<tr><th>" << esc(k) << "</th><td>" << esc(v) << "</td></tr>\n";
+  };
   const Series* loss = series("loss");
-  row("records", std::to_string(records) + (bad ? " (" + std::to_string(bad) + " unreadable lines skipped)" : ""));
+  row("records", std::to_string(records) +
+                     (bad ? " (" + std::to_string(bad) + " unreadable lines skipped)" : ""));
   if (loss && !loss->empty()) {
-    row("steps logged", std::to_string(loss->begin()->first) + " – " + std::to_string(loss->rbegin()->first));
+    row("steps logged",
+        std::to_string(loss->begin()->first) + " – " + std::to_string(loss->rbegin()->first));
     row("loss", num(loss->begin()->second) + " → " + num(loss->rbegin()->second));
   }
-  if (!eval_loss.empty()) row("eval loss", num(eval_loss.begin()->second) + " → " + num(eval_loss.rbegin()->second));
+  if (!eval_loss.empty())
+    row("eval loss", num(eval_loss.begin()->second) + " → " + num(eval_loss.rbegin()->second));
   if (!em_before.empty() || !em_after.empty()) {
-    auto acc = [](const json& r) { return r.contains("accuracy") ? num(100 * r["accuracy"].get<double>(), 3) + "%" : std::string("-"); };
+    auto acc = [](const json& r) {
+      return r.contains("accuracy") ? num(100 * r["accuracy"].get<double>(), 3) + "%"
+                                    : std::string("-");
+    };
     row("exact match", acc(em_before) + " → " + acc(em_after));
     // The other figures of the same records (train/evaluate.cpp), where the run computed them.
     for (const auto& [k, label] : std::initializer_list<std::pair<const char*, const char*>>{
-             {"bleu", "BLEU"}, {"rouge_l", "ROUGE-L F"}, {"ttft_median_s", "time to first token, median (s)"},
+             {"bleu", "BLEU"},
+             {"rouge_l", "ROUGE-L F"},
+             {"ttft_median_s", "time to first token, median (s)"},
              {"answer_tokens_per_s_median", "answer tokens/s, median"}}) {
-      auto v = [&](const json& r) { return r.contains(k) && r[k].is_number() ? num(r[k].get<double>(), 4) : std::string("-"); };
-      if (em_before.contains(k) || em_after.contains(k)) row(label, v(em_before) + " → " + v(em_after));
+      auto v = [&](const json& r) {
+        return r.contains(k) && r[k].is_number() ? num(r[k].get<double>(), 4) : std::string("-");
+      };
+      if (em_before.contains(k) || em_after.contains(k))
+        row(label, v(em_before) + " → " + v(em_after));
     }
   }
   if (!end.empty()) {
-    if (end.contains("tokens_per_s")) row("tokens/s (whole run)", num(end["tokens_per_s"].get<double>()));
+    if (end.contains("tokens_per_s"))
+      row("tokens/s (whole run)", num(end["tokens_per_s"].get<double>()));
     if (end.contains("elapsed_s")) row("elapsed", num(end["elapsed_s"].get<double>()) + " s");
     if (end.contains("world_size")) row("world size", end["world_size"].dump());
     if (end.contains("skipped")) row("skipped steps", end["skipped"].dump());
-    if (end.contains("peak_mem_gib")) row("peak memory", num(end["peak_mem_gib"].get<double>()) + " GiB");
+    if (end.contains("peak_mem_gib"))
+      row("peak memory", num(end["peak_mem_gib"].get<double>()) + " GiB");
   } else {
     row("end", "no end record (the run is still going, or stopped early)");
   }
@@ -382,13 +424,16 @@ std::string render_html_report(const std::string& metrics_jsonl, const HtmlRepor
   o << chart("Loss", "mean token loss",
              {{"train", "#1f77b4", or_empty(loss)}, {"eval", "#d62728", &eval_loss, true}});
   o << chart("Learning rate", "", {{"lr", "#2ca02c", or_empty(series("lr"))}});
-  o << chart("Gradient norm", "before clipping", {{"grad_norm", "#9467bd", or_empty(series("grad_norm"))}});
-  o << chart("Throughput", "tokens/s, all ranks", {{"tokens/s", "#ff7f0e", or_empty(series("tokens_per_s"))}});
+  o << chart("Gradient norm", "before clipping",
+             {{"grad_norm", "#9467bd", or_empty(series("grad_norm"))}});
+  o << chart("Throughput", "tokens/s, all ranks",
+             {{"tokens/s", "#ff7f0e", or_empty(series("tokens_per_s"))}});
   o << chart("MFU", "%", {{"mfu", "#8c564b", or_empty(series("mfu"))}}, 100.0);
   o << chart("Memory", "GiB per device",
              {{"peak allocated", "#17becf", or_empty(series("mem_gib"))},
               {"peak reserved", "#7f7f7f", or_empty(series("mem_reserved_gib"))}});
-  if (const Series* ls = series("loss_scale"); ls && ls->size() > 1 && ls->begin()->second != ls->rbegin()->second)
+  if (const Series* ls = series("loss_scale");
+      ls && ls->size() > 1 && ls->begin()->second != ls->rbegin()->second)
     o << chart("Loss scale", "dynamic loss scaling", {{"loss_scale", "#bcbd22", ls}});
   o << rank_charts(ranks, stragglers);
   o << "</body></html>\n";
@@ -400,7 +445,8 @@ std::string write_html_report(const std::string& run_dir_or_metrics_file) {
   fs::path metrics = run_dir_or_metrics_file;
   if (fs::is_directory(metrics, ec)) metrics /= "metrics.jsonl";
   if (!fs::is_regular_file(metrics, ec))
-    throw UsageError("no metrics file at " + metrics.string() + " (give a run folder holding metrics.jsonl, or the file)");
+    throw UsageError("no metrics file at " + metrics.string() +
+                     " (give a run folder holding metrics.jsonl, or the file)");
   std::ifstream f(metrics, std::ios::binary);
   std::stringstream ss;
   ss << f.rdbuf();
@@ -410,14 +456,16 @@ std::string write_html_report(const std::string& run_dir_or_metrics_file) {
   opt.title = fs::absolute(dir).lexically_normal().filename().string();
   if (opt.title.empty()) opt.title = "run";
   // A temporary file of this process's own: --plot during a run may write while the run does.
-  const fs::path out = dir / "report.html", tmp = dir / (".report.html." + std::to_string(::getpid()) + ".tmp");
+  const fs::path out = dir / "report.html",
+                 tmp = dir / (".report.html." + std::to_string(::getpid()) + ".tmp");
   {
     std::ofstream w(tmp, std::ios::binary | std::ios::trunc);
     w << render_html_report(ss.str(), opt);
     if (!w) throw Error("cannot write " + tmp.string());
   }
   fs::rename(tmp, out, ec);
-  if (ec) throw Error("cannot rename " + tmp.string() + " to " + out.string() + ": " + ec.message());
+  if (ec)
+    throw Error("cannot rename " + tmp.string() + " to " + out.string() + ": " + ec.message());
   return out.string();
 }
 

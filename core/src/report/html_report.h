@@ -25,15 +25,17 @@ struct HtmlReportOptions {
 // report's size is bounded whatever the number of records. Throws UsageError naming
 // "<source>:<line>" and the field when a record's known field has the wrong type (e.g. "event" is
 // a number); lines that are not JSON objects are skipped and counted.
-CIUIC_API std::string render_html_report(const std::string& metrics_jsonl, const HtmlReportOptions& options = {});
+CIUIC_API std::string render_html_report(const std::string& metrics_jsonl,
+                                         const HtmlReportOptions& options = {});
 
 // Reads `run_dir`/metrics.jsonl (or `run_dir` itself when it is a file) and writes report.html next
 // to it (atomically: a temporary file renamed). Returns the path written. Throws UsageError when
-// there is no metrics file or a record is mistyped (render_html_report), Error when it cannot write.
+// there is no metrics file or a record is mistyped (render_html_report), Error when it cannot
+// write.
 CIUIC_API std::string write_html_report(const std::string& run_dir_or_metrics_file);
 
-// For the end of a run: write_html_report(metrics_file) and log where it went; a failure is logged as
-// a warning and never fails the run. Does nothing for an empty path (ranks other than 0).
+// For the end of a run: write_html_report(metrics_file) and log where it went; a failure is logged
+// as a warning and never fails the run. Does nothing for an empty path (ranks other than 0).
 CIUIC_API void write_html_report_or_warn(const std::string& metrics_file) noexcept;
 
 }  // namespace ciuic::report

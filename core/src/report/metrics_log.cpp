@@ -35,7 +35,9 @@ MetricsLog::~MetricsLog() {
   if (f_) std::fclose(f_);  // every record was flushed (or its failure thrown) by write()
 }
 
-void MetricsLog::enable_tensorboard(const std::string& dir) { tb_ = std::make_unique<TensorBoardWriter>(dir); }
+void MetricsLog::enable_tensorboard(const std::string& dir) {
+  tb_ = std::make_unique<TensorBoardWriter>(dir);
+}
 
 void MetricsLog::write(const nlohmann::json& record) {
   if (!error_.empty()) throw Error(error_);  // an earlier record was lost: so is this one
@@ -47,7 +49,8 @@ void MetricsLog::write(const nlohmann::json& record) {
   if (!f_) return;
   const std::string line = record.dump() + "\n";
   errno = 0;
-  const bool ok = std::fwrite(line.data(), 1, line.size(), f_) == line.size() && std::fflush(f_) == 0;
+  const bool ok =
+      std::fwrite(line.data(), 1, line.size(), f_) == line.size() && std::fflush(f_) == 0;
   if (ok) return;
   const int err = errno != 0 ? errno : EIO;
   // The stream is unusable: close it now (its buffer cannot be written either) so that the
@@ -58,28 +61,38 @@ void MetricsLog::write(const nlohmann::json& record) {
   throw Error(error_);
 }
 
-std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& record, int64_t* step) {
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& record,
+                                                                int64_t* step) {
   std::vector<std::pair<std::string, double>> out;
-  if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) return out;
+  if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer())
+    return out;
   *step = record["step"].get<int64_t>();
   const std::string event = record.value("event", "");
   std::string prefix;
-  if (event.empty()) prefix = "train/";
-  else if (event == "eval") prefix = "eval/";
-  else if (event == "exact_match") prefix = "exact_match/";
+  if (event.empty())
+    prefix = "train/";
+  else if (event == "eval")
+    prefix = "eval/";
+  else if (event == "exact_match")
+    prefix = "exact_match/";
   else if (event == "rank" && record.contains("rank") && record["rank"].is_number_integer())
     prefix = "rank" + std::to_string(record["rank"].get<int64_t>()) + "/";
-  else return out;
+  else
+    return out;
   for (auto it = record.begin(); it != record.end(); ++it) {
     const std::string& k = it.key();
     if (k == "step" || k == "event" || (event == "rank" && k == "rank")) continue;
     double v;
-    if (it->is_number()) v = it->get<double>();
-    else if (it->is_boolean()) v = it->get<bool>() ? 1.0 : 0.0;
-    else continue;
+    if (it->is_number())
+      v = it->get<double>();
+    else if (it->is_boolean())
+      v = it->get<bool>() ? 1.0 : 0.0;
+    else
+      continue;
     std::string name = k;
     if (event == "eval" && name.rfind("eval_", 0) == 0) name = name.substr(5);
-    if (event == "exact_match" && name != "questions") name += "_" + record.value("when", std::string());
+    if (event == "exact_match" && name != "questions")
+      name += "_" + record.value("when", std::string());
     out.emplace_back(prefix + name, v);
   }
   return out;

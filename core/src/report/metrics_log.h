@@ -44,6 +44,7 @@ class CIUIC_API MetricsLog {
 };
 
 // The TensorBoard scalars of one metrics record (empty for records without a step).
-CIUIC_API std::vector<std::pair<std::string, double>> tensorboard_scalars(const nlohmann::json& record, int64_t* step);
+CIUIC_API std::vector<std::pair<std::string, double>> tensorboard_scalars(
+    const nlohmann::json& record, int64_t* step);
 
 }  // namespace ciuic::report

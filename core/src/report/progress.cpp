@@ -11,10 +11,14 @@ namespace ciuic::report {
 
 std::string human_count(double v) {
   char buf[32];
-  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", v / 1e9);
-  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
-  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
-  else std::snprintf(buf, sizeof buf, "%.0f", v);
+  if (v >= 1e9)
+    std::snprintf(buf, sizeof buf, "%.2fG", v / 1e9);
+  else if (v >= 1e6)
+    std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  else if (v >= 1e3)
+    std::snprintf(buf, sizeof buf, "%.1fk", v / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.0f", v);
   return buf;
 }
 
@@ -22,9 +26,12 @@ std::string human_duration(double secs) {
   if (!std::isfinite(secs) || secs < 0) return "?";
   const long s = std::lround(secs);
   char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-  else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
-  else std::snprintf(buf, sizeof buf, "%lds", s);
+  if (s >= 3600)
+    std::snprintf(buf, sizeof buf, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else if (s >= 60)
+    std::snprintf(buf, sizeof buf, "%ldm%02lds", s / 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%lds", s);
   return buf;
 }
 
@@ -38,7 +45,8 @@ Progress::Progress(int64_t first_step, int64_t total_steps, bool enabled, bool f
 std::string Progress::eta(int64_t step) const {
   const double done = static_cast<double>(step - first_ + 1);
   if (done <= 0) return "?";
-  const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double el =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   return human_duration(el / done * static_cast<double>(total_ - step));
 }
 

@@ -27,7 +27,7 @@ class Progress {
   std::chrono::steady_clock::time_point start_;
 };
 
-std::string human_count(double v);       // 12345 -> "12.3k"
+std::string human_count(double v);        // 12345 -> "12.3k"
 std::string human_duration(double secs);  // 192 -> "3m12s"
 
 }  // namespace ciuic::report

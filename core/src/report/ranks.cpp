@@ -112,15 +112,18 @@ json RankFigures::record(int64_t step) const {
 RankFigures RankFigures::from_record(const json& record) {
   RankFigures r;
   for (const Field& f : kFields)
-    if (record.contains(f.key) && record[f.key].is_number()) r.*f.member = record[f.key].get<double>();
+    if (record.contains(f.key) && record[f.key].is_number())
+      r.*f.member = record[f.key].get<double>();
   return r;
 }
 
-LinkBytes ring_link_bytes(Collective collective, double input_bytes, int world, int rank, int root) {
+LinkBytes ring_link_bytes(Collective collective, double input_bytes, int world, int rank,
+                          int root) {
   if (world < 2) return {};
   const double w = world;
   switch (collective) {
-    case Collective::kAllReduce: return {2 * (w - 1) / w * input_bytes, 2 * (w - 1) / w * input_bytes};
+    case Collective::kAllReduce:
+      return {2 * (w - 1) / w * input_bytes, 2 * (w - 1) / w * input_bytes};
     case Collective::kReduceScatter: return {(w - 1) / w * input_bytes, (w - 1) / w * input_bytes};
     case Collective::kAllGather: return {(w - 1) * input_bytes, (w - 1) * input_bytes};
     case Collective::kBroadcast: {
@@ -138,13 +141,14 @@ bool Straggler::data_bound() const {
 
 std::string Straggler::describe() const {
   char b[256];
-  std::snprintf(b, sizeof b, "rank %d: %.0f%% slower than the median for %lld steps", rank, 100.0 * slower,
-                static_cast<long long>(steps));
+  std::snprintf(b, sizeof b, "rank %d: %.0f%% slower than the median for %lld steps", rank,
+                100.0 * slower, static_cast<long long>(steps));
   std::string s = b;
   if (data_bound()) {
     std::snprintf(b, sizeof b, "; waiting on data %.2g s/step", data_wait_s);
   } else {
-    std::snprintf(b, sizeof b, "; forward/backward and data %.2g s/step against %.2g s", work_s, median_work_s);
+    std::snprintf(b, sizeof b, "; forward/backward and data %.2g s/step against %.2g s", work_s,
+                  median_work_s);
   }
   return s + b;
 }
@@ -152,12 +156,14 @@ std::string Straggler::describe() const {
 StragglerDetector::StragglerDetector(StragglerOptions options, int64_t first_step)
     : options_(options), last_step_(first_step - 1) {}
 
-StragglerDetector::Update StragglerDetector::update(int64_t step, const std::vector<RankFigures>& ranks) {
+StragglerDetector::Update StragglerDetector::update(int64_t step,
+                                                    const std::vector<RankFigures>& ranks) {
   Update u;
   int max_rank = -1;
   for (const RankFigures& f : ranks)
     if (std::isfinite(f.rank)) max_rank = std::max(max_rank, static_cast<int>(f.rank));
-  if (static_cast<int>(streaks_.size()) < max_rank + 1) streaks_.resize(static_cast<size_t>(max_rank + 1));
+  if (static_cast<int>(streaks_.size()) < max_rank + 1)
+    streaks_.resize(static_cast<size_t>(max_rank + 1));
   for (const RankFigures& f : ranks) {
     if (!std::isfinite(f.rank) || f.rank < 0) continue;
     Streak& s = streaks_[static_cast<size_t>(f.rank)];
@@ -169,7 +175,8 @@ StragglerDetector::Update StragglerDetector::update(int64_t step, const std::vec
       }
     const double med = median(work), med_wait = median(wait);
     const bool slow = options_.margin > 0 && std::isfinite(f.work_s) && std::isfinite(med) &&
-                      f.work_s > med * (1.0 + options_.margin) && f.work_s - med >= options_.min_excess_s;
+                      f.work_s > med * (1.0 + options_.margin) &&
+                      f.work_s - med >= options_.min_excess_s;
     if (!slow) {
       if (s.named) u.recovered.push_back(static_cast<int>(f.rank));
       s = Streak{};

@@ -34,7 +34,8 @@ void put_varint(std::string& out, uint64_t v) {
   out += static_cast<char>(v);
 }
 
-// Protobuf fields: tag = (field << 3) | wire type (0 varint, 1 64-bit, 2 length-delimited, 5 32-bit).
+// Protobuf fields: tag = (field << 3) | wire type (0 varint, 1 64-bit, 2 length-delimited, 5
+// 32-bit).
 void put_double(std::string& out, int field, double v) {
   put_varint(out, (static_cast<uint64_t>(field) << 3) | 1);
   uint64_t bits;
@@ -90,7 +91,8 @@ std::string TensorBoardWriter::file_version_event(double wall_time) {
   return e;
 }
 
-std::string TensorBoardWriter::scalar_event(double wall_time, int64_t step, const std::string& tag, float value) {
+std::string TensorBoardWriter::scalar_event(double wall_time, int64_t step, const std::string& tag,
+                                            float value) {
   std::string v;
   put_bytes(v, 1, tag);
   put_float(v, 2, value);
@@ -109,8 +111,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir, double wall_time) {
   fs::create_directories(dir, ec);
   if (ec) throw Error("cannot create the TensorBoard folder " + dir + ": " + ec.message());
   const double t = wall_time < 0 ? now_s() : wall_time;
-  path_ = (fs::path(dir) / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(t)) + "." + host_name() +
-                            "." + std::to_string(getpid()) + ".ciuic"))
+  path_ = (fs::path(dir) / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(t)) + "." +
+                            host_name() + "." + std::to_string(getpid()) + ".ciuic"))
               .string();
   f_ = std::fopen(path_.c_str(), "wb");
   if (!f_) throw Error("cannot open " + path_ + " for writing");
@@ -123,13 +125,16 @@ TensorBoardWriter::~TensorBoardWriter() {
   if (f_) std::fclose(f_);
 }
 
-void TensorBoardWriter::add_scalars(int64_t step, const std::vector<std::pair<std::string, double>>& values,
+void TensorBoardWriter::add_scalars(int64_t step,
+                                    const std::vector<std::pair<std::string, double>>& values,
                                     double wall_time) {
   if (!f_) return;
   const double t = wall_time < 0 ? now_s() : wall_time;
   std::string out;
-  for (const auto& [tag, v] : values) out += frame(scalar_event(t, step, tag, static_cast<float>(v)));
-  if (std::fwrite(out.data(), 1, out.size(), f_) != out.size()) throw Error("cannot write " + path_);
+  for (const auto& [tag, v] : values)
+    out += frame(scalar_event(t, step, tag, static_cast<float>(v)));
+  if (std::fwrite(out.data(), 1, out.size(), f_) != out.size())
+    throw Error("cannot write " + path_);
   std::fflush(f_);
 }
 

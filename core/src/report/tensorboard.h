@@ -42,7 +42,8 @@ class CIUIC_API TensorBoardWriter {
   // The record framing and protobuf encodings, exposed for tests.
   static std::string frame(const std::string& data);
   static std::string file_version_event(double wall_time);
-  static std::string scalar_event(double wall_time, int64_t step, const std::string& tag, float value);
+  static std::string scalar_event(double wall_time, int64_t step, const std::string& tag,
+                                  float value);
 
  private:
   std::FILE* f_ = nullptr;

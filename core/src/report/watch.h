@@ -25,13 +25,14 @@ namespace ciuic::report {
 
 struct WatchState {
   int64_t records = 0;
-  int64_t step = 0, max_steps = 0;  // of the last step record (max_steps: 0 when the run did not say)
+  int64_t step = 0,
+          max_steps = 0;  // of the last step record (max_steps: 0 when the run did not say)
   double loss = NAN, tokens_per_s = NAN, tokens = NAN, eval_loss = NAN;
-  int64_t ranks_step = 0;                  // the step of `ranks`
-  std::map<int, RankFigures> ranks;        // the latest "rank" records, one per rank
-  std::map<int, double> stragglers;        // rank -> how much slower (named and not recovered)
-  std::string ended;                       // "" while running; "end" or "interrupted" (the last such record)
-  double elapsed_s = NAN;                  // of the end record
+  int64_t ranks_step = 0;            // the step of `ranks`
+  std::map<int, RankFigures> ranks;  // the latest "rank" records, one per rank
+  std::map<int, double> stragglers;  // rank -> how much slower (named and not recovered)
+  std::string ended;       // "" while running; "end" or "interrupted" (the last such record)
+  double elapsed_s = NAN;  // of the end record
 };
 
 // Folds metrics.jsonl text into a WatchState, chunk by chunk as it is read: a line is taken when
@@ -54,8 +55,8 @@ class CIUIC_API MetricsFollower {
 CIUIC_API std::string watch_table(const WatchState& state, const std::string& title);
 
 struct WatchOptions {
-  double interval_s = 2.0;     // between reads of the file
-  bool tty = false;            // redraw in place (clear the screen) instead of printing each new table
+  double interval_s = 2.0;  // between reads of the file
+  bool tty = false;         // redraw in place (clear the screen) instead of printing each new table
   double start_wait_s = 60.0;  // how long to wait for a run to appear in the folder
   // Whether the run is still going: 1 yes, 0 no, -1 cannot tell (the run's lock names another
   // host). The caller reads the run folder's lock (checkpoint/run_dir.h).

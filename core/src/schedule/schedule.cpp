@@ -20,8 +20,8 @@ LrSchedule::~LrSchedule() = default;
 namespace {
 
 constexpr std::array<std::string_view, 8> kKeys = {
-    "type",          "warmup_min_lr",   "warmup_max_lr",    "warmup_num_steps",
-    "warmup_type",   "total_num_steps", "warmup_min_ratio", "cos_min_ratio"};
+    "type",        "warmup_min_lr",   "warmup_max_lr",    "warmup_num_steps",
+    "warmup_type", "total_num_steps", "warmup_min_ratio", "cos_min_ratio"};
 
 // Typed reads that fall back to the documented default when the key is absent (a section built
 // with Config::from_toml has no defaults filled in) and report a wrong type as a recipe error.
@@ -65,7 +65,6 @@ std::string read_string(const Config& c, std::string_view key, std::string def) 
 bool written(const Config& c, std::string_view key) {
   return c.has(key) && c.location(key) != "<default>";
 }
-
 
 enum class WarmupType { kLog, kLinear };
 
@@ -131,7 +130,8 @@ class WarmupLr final : public LrSchedule {
 
   std::string describe() const override {
     std::string s = total_ >= 0 ? "warmup_decay (" : "warmup (";
-    s += warmup_.describe() + " from lr " + format_number(min_lr_) + " to " + format_number(max_lr_);
+    s +=
+        warmup_.describe() + " from lr " + format_number(min_lr_) + " to " + format_number(max_lr_);
     if (total_ >= 0) s += ", then linear decay to 0 at step " + std::to_string(total_);
     return s + ")";
   }
@@ -168,9 +168,9 @@ class WarmupCosineLr final : public LrSchedule {
   }
 
   std::string describe() const override {
-    return "warmup_cosine (" + warmup_.describe() + " from ratio " + format_number(warmup_min_ratio_) +
-           ", cosine to ratio " + format_number(cos_min_ratio_) + " at step " + std::to_string(total_) +
-           ", base lr " + format_number(base_lr_) + ")";
+    return "warmup_cosine (" + warmup_.describe() + " from ratio " +
+           format_number(warmup_min_ratio_) + ", cosine to ratio " + format_number(cos_min_ratio_) +
+           " at step " + std::to_string(total_) + ", base lr " + format_number(base_lr_) + ")";
   }
 
  private:
@@ -186,8 +186,9 @@ std::unique_ptr<LrSchedule> LrSchedule::create(const Config& c, double optimizer
                                                int64_t max_steps) {
   for (const std::string& k : c.keys())
     if (std::find(kKeys.begin(), kKeys.end(), k) == kKeys.end())
-      c.fail(k, "unknown key (known: type, warmup_min_lr, warmup_max_lr, warmup_num_steps, "
-                "warmup_type, total_num_steps, warmup_min_ratio, cos_min_ratio)");
+      c.fail(k,
+             "unknown key (known: type, warmup_min_lr, warmup_max_lr, warmup_num_steps, "
+             "warmup_type, total_num_steps, warmup_min_ratio, cos_min_ratio)");
 
   const std::string type = read_string(c, "type", "constant");
   if (type != "constant" && type != "warmup" && type != "warmup_decay" && type != "warmup_cosine")
@@ -220,10 +221,11 @@ std::unique_ptr<LrSchedule> LrSchedule::create(const Config& c, double optimizer
     if (t < 0) c.fail("total_num_steps", "expected an integer >= 0 (0 = train.max_steps)");
     total = t > 0 ? t : max_steps;
     if (total < warmup_num_steps) {
-      std::string what = t > 0 ? "is less than warmup_num_steps = " + std::to_string(warmup_num_steps)
-                               : "is 0, so train.max_steps = " + std::to_string(max_steps) +
-                                     " is used, which is less than warmup_num_steps = " +
-                                     std::to_string(warmup_num_steps);
+      std::string what = t > 0
+                             ? "is less than warmup_num_steps = " + std::to_string(warmup_num_steps)
+                             : "is 0, so train.max_steps = " + std::to_string(max_steps) +
+                                   " is used, which is less than warmup_num_steps = " +
+                                   std::to_string(warmup_num_steps);
       c.fail("total_num_steps", what + "; the schedule would never finish its warmup");
     }
     if (total < 1) c.fail("total_num_steps", "the schedule needs at least one step");

@@ -16,7 +16,8 @@
 //                           warmup_min_ratio to 1 (min_ratio + gamma * (1 - min_ratio)), then
 //                           cosine from ~1 down to cos_min_ratio at total_num_steps:
 //                           progress = min(1, (s - N + 1) / max(1, T - N)),
-//                           ratio = cos_min_ratio + (1 - cos_min_ratio) * (1 + cos(pi * progress)) / 2.
+//                           ratio = cos_min_ratio + (1 - cos_min_ratio) * (1 + cos(pi * progress))
+//                           / 2.
 //
 // Keys ([scheduler], see the recipe reference): warmup_min_lr (0), warmup_max_lr (-1 = the
 // optimizer lr), warmup_num_steps (0), warmup_type ("log"), total_num_steps (0 = train.max_steps),

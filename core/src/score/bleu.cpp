@@ -21,10 +21,13 @@ std::u32string regexp_rules(std::u32string s) {
   o.reserve(s.size() * 2);
   // 1. ([\{-\~\[-\` -\&\(-\+\:-\@\/]) -> " \1 "
   for (char32_t c : s) {
-    const bool p = (c >= U'{' && c <= U'~') || (c >= U'[' && c <= U'`') || (c >= U' ' && c <= U'&') ||
-                   (c >= U'(' && c <= U'+') || (c >= U':' && c <= U'@') || c == U'/';
-    if (p) o += U' ', o += c, o += U' ';
-    else o += c;
+    const bool p = (c >= U'{' && c <= U'~') || (c >= U'[' && c <= U'`') ||
+                   (c >= U' ' && c <= U'&') || (c >= U'(' && c <= U'+') ||
+                   (c >= U':' && c <= U'@') || c == U'/';
+    if (p)
+      o += U' ', o += c, o += U' ';
+    else
+      o += c;
   }
   auto pairs = [](const std::u32string& in, auto match, auto emit) {
     std::u32string out;
@@ -44,15 +47,21 @@ std::u32string regexp_rules(std::u32string s) {
   // 2. ([^0-9])([\.,]) -> "\1 \2 "
   s = pairs(
       o, [&](char32_t a, char32_t b) { return !is_digit(a) && dot(b); },
-      [](std::u32string& out, char32_t a, char32_t b) { out += a, out += U' ', out += b, out += U' '; });
+      [](std::u32string& out, char32_t a, char32_t b) {
+        out += a, out += U' ', out += b, out += U' ';
+      });
   // 3. ([\.,])([^0-9]) -> " \1 \2"
   s = pairs(
       s, [&](char32_t a, char32_t b) { return dot(a) && !is_digit(b); },
-      [](std::u32string& out, char32_t a, char32_t b) { out += U' ', out += a, out += U' ', out += b; });
+      [](std::u32string& out, char32_t a, char32_t b) {
+        out += U' ', out += a, out += U' ', out += b;
+      });
   // 4. ([0-9])(-) -> "\1 \2 "
   s = pairs(
       s, [&](char32_t a, char32_t b) { return is_digit(a) && b == U'-'; },
-      [](std::u32string& out, char32_t a, char32_t b) { out += a, out += U' ', out += b, out += U' '; });
+      [](std::u32string& out, char32_t a, char32_t b) {
+        out += a, out += U' ', out += b, out += U' ';
+      });
   return s;
 }
 
@@ -85,8 +94,7 @@ std::vector<std::u32string> tokens_of(std::string_view text, BleuTokenize t) {
   const std::u32string all = decode_utf8(text);
   const std::u32string_view line = rstrip_python(all);
   switch (t) {
-    case BleuTokenize::kNone:
-      return split_python(line);
+    case BleuTokenize::kNone: return split_python(line);
     case BleuTokenize::k13a: {
       std::string s = encode_utf8(line);
       replace_all(s, "<skipped>", "");
@@ -103,8 +111,10 @@ std::vector<std::u32string> tokens_of(std::string_view text, BleuTokenize t) {
     case BleuTokenize::kZh: {
       std::u32string s;
       for (char32_t c : strip_python(line)) {
-        if (is_zh_char(c)) s += U' ', s += c, s += U' ';
-        else s += c;
+        if (is_zh_char(c))
+          s += U' ', s += c, s += U' ';
+        else
+          s += c;
       }
       return split_python(regexp_rules(std::move(s)));
     }
@@ -168,7 +178,8 @@ void BleuStats::add(const BleuStats& o) {
   for (int n = 0; n < kBleuMaxOrder; ++n) correct[n] += o.correct[n], total[n] += o.total[n];
 }
 
-BleuStats bleu_segment(std::string_view hypothesis, const std::vector<std::string>& references, BleuTokenize t) {
+BleuStats bleu_segment(std::string_view hypothesis, const std::vector<std::string>& references,
+                       BleuTokenize t) {
   if (references.empty()) throw std::invalid_argument("BLEU: a segment without a reference");
   NgramCounts ref;
   std::vector<int64_t> ref_lens;
@@ -184,8 +195,10 @@ BleuStats bleu_segment(std::string_view hypothesis, const std::vector<std::strin
   int64_t best_diff = -1;
   for (int64_t len : ref_lens) {
     const int64_t d = std::llabs(s.sys_len - len);
-    if (best_diff < 0 || d < best_diff) best_diff = d, s.ref_len = len;
-    else if (d == best_diff && len < s.ref_len) s.ref_len = len;
+    if (best_diff < 0 || d < best_diff)
+      best_diff = d, s.ref_len = len;
+    else if (d == best_diff && len < s.ref_len)
+      s.ref_len = len;
   }
   for (const auto& [g, n] : ngrams(hyp_tok)) {
     const int order = g[0] - '0';
@@ -201,7 +214,9 @@ BleuScore bleu_from_stats(const BleuStats& s) {
   r.stats = s;
   r.bp = 1.0;
   if (s.sys_len < s.ref_len)
-    r.bp = s.sys_len > 0 ? std::exp(1 - static_cast<double>(s.ref_len) / static_cast<double>(s.sys_len)) : 0.0;
+    r.bp = s.sys_len > 0
+               ? std::exp(1 - static_cast<double>(s.ref_len) / static_cast<double>(s.sys_len))
+               : 0.0;
   bool any = false;
   for (int64_t c : s.correct) any = any || c != 0;
   if (!any) return r;  // score 0, precisions 0 (sacrebleu's early stop)
@@ -216,7 +231,8 @@ BleuScore bleu_from_stats(const BleuStats& s) {
     }
   }
   double sum = 0;
-  for (double p : r.precisions) sum += p == 0.0 ? -9999999999.0 : std::log(p);  // sacrebleu's my_log
+  for (double p : r.precisions)
+    sum += p == 0.0 ? -9999999999.0 : std::log(p);  // sacrebleu's my_log
   r.score = r.bp * std::exp(sum / kBleuMaxOrder);
   return r;
 }
@@ -227,7 +243,8 @@ BleuScore corpus_bleu(const std::vector<std::string>& hypotheses,
     throw std::invalid_argument("BLEU: " + std::to_string(hypotheses.size()) + " hypotheses but " +
                                 std::to_string(references.size()) + " reference lists");
   BleuStats all;
-  for (size_t i = 0; i < hypotheses.size(); ++i) all.add(bleu_segment(hypotheses[i], references[i], t));
+  for (size_t i = 0; i < hypotheses.size(); ++i)
+    all.add(bleu_segment(hypotheses[i], references[i], t));
   return bleu_from_stats(all);
 }
 

@@ -13,8 +13,8 @@
 // tokenizers.
 //
 //   std::vector<std::string> hyps = {"The cat sat.", ...};
-//   std::vector<std::vector<std::string>> refs = {{"The cat sat on the mat."}, ...};  // per segment
-//   BleuScore s = corpus_bleu(hyps, refs, BleuTokenize::k13a);   // s.score in 0..100
+//   std::vector<std::vector<std::string>> refs = {{"The cat sat on the mat."}, ...};  // per
+//   segment BleuScore s = corpus_bleu(hyps, refs, BleuTokenize::k13a);   // s.score in 0..100
 //
 // Statistics are additive (BleuStats::add), so ranks that each score a share of the segments
 // sum their statistics and compute one score (bleu_from_stats), equal to one process's.
@@ -53,18 +53,20 @@ struct BleuStats {
 };
 
 struct BleuScore {
-  double score = 0;  // 0..100, sacrebleu's BLEUScore.score
-  double bp = 0;     // brevity penalty
+  double score = 0;                                // 0..100, sacrebleu's BLEUScore.score
+  double bp = 0;                                   // brevity penalty
   std::array<double, kBleuMaxOrder> precisions{};  // percent, smoothed as sacrebleu's
   BleuStats stats;
 };
 
 // One segment's statistics against its references (at least one).
-CIUIC_API BleuStats bleu_segment(std::string_view hypothesis, const std::vector<std::string>& references, BleuTokenize t);
+CIUIC_API BleuStats bleu_segment(std::string_view hypothesis,
+                                 const std::vector<std::string>& references, BleuTokenize t);
 // The score of summed statistics (sacrebleu's BLEU.compute_bleu with smooth_method "exp").
 CIUIC_API BleuScore bleu_from_stats(const BleuStats& s);
 // references[i]: the references of hypotheses[i].
 CIUIC_API BleuScore corpus_bleu(const std::vector<std::string>& hypotheses,
-                      const std::vector<std::vector<std::string>>& references, BleuTokenize t);
+                                const std::vector<std::vector<std::string>>& references,
+                                BleuTokenize t);
 
 }  // namespace ciuic::score

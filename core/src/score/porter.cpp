@@ -16,7 +16,8 @@ bool is_vowel(char c) { return c == 'a' || c == 'e' || c == 'i' || c == 'o' || c
 // Consonant flags: a 'y' is a consonant at the start or after a vowel.
 std::vector<bool> consonants(std::string_view w) {
   std::vector<bool> f(w.size());
-  for (size_t i = 0; i < w.size(); ++i) f[i] = is_vowel(w[i]) ? false : w[i] == 'y' ? (i == 0 || !f[i - 1]) : true;
+  for (size_t i = 0; i < w.size(); ++i)
+    f[i] = is_vowel(w[i]) ? false : w[i] == 'y' ? (i == 0 || !f[i - 1]) : true;
   return f;
 }
 
@@ -44,13 +45,15 @@ bool ends_double_consonant(std::string_view w) {
 // vowel-consonant word.
 bool ends_cvc(std::string_view w) {
   const size_t n = w.size();
-  if (n >= 3 && consonant(w, n - 3) && !consonant(w, n - 2) && consonant(w, n - 1) && w[n - 1] != 'w' &&
-      w[n - 1] != 'x' && w[n - 1] != 'y')
+  if (n >= 3 && consonant(w, n - 3) && !consonant(w, n - 2) && consonant(w, n - 1) &&
+      w[n - 1] != 'w' && w[n - 1] != 'x' && w[n - 1] != 'y')
     return true;
   return n == 2 && !consonant(w, 0) && consonant(w, 1);
 }
 
-bool ends_with(std::string_view w, std::string_view s) { return w.size() >= s.size() && w.substr(w.size() - s.size()) == s; }
+bool ends_with(std::string_view w, std::string_view s) {
+  return w.size() >= s.size() && w.substr(w.size() - s.size()) == s;
+}
 
 struct Rule {
   std::string_view suffix, replacement;
@@ -106,36 +109,73 @@ std::string step1b(const std::string& w) {
 
 std::string step1c(const std::string& w) {
   // NLTK: y -> i after a consonant that is not the word's first letter.
-  return apply(w, {{"y", "i", [](std::string_view s) { return s.size() > 1 && consonant(s, s.size() - 1); }}});
+  return apply(
+      w,
+      {{"y", "i", [](std::string_view s) { return s.size() > 1 && consonant(s, s.size() - 1); }}});
 }
 
 std::string step2(const std::string& w) {
   if (ends_with(w, "alli") && m_positive(std::string_view(w).substr(0, w.size() - 4)))  // NLTK
     return step2(w.substr(0, w.size() - 4) + "al");
   const std::string_view word = w;
-  return apply(w, {{"ational", "ate", m_positive}, {"tional", "tion", m_positive}, {"enci", "ence", m_positive},
-                   {"anci", "ance", m_positive},   {"izer", "ize", m_positive},    {"bli", "ble", m_positive},
-                   {"alli", "al", m_positive},     {"entli", "ent", m_positive},   {"eli", "e", m_positive},
-                   {"ousli", "ous", m_positive},   {"ization", "ize", m_positive}, {"ation", "ate", m_positive},
-                   {"ator", "ate", m_positive},    {"alism", "al", m_positive},    {"iveness", "ive", m_positive},
-                   {"fulness", "ful", m_positive}, {"ousness", "ous", m_positive}, {"aliti", "al", m_positive},
-                   {"iviti", "ive", m_positive},   {"biliti", "ble", m_positive},  {"fulli", "ful", m_positive},
-                   {"logi", "log", [word](std::string_view) { return m_positive(word.substr(0, word.size() - 3)); }}});
+  return apply(w, {{"ational", "ate", m_positive},
+                   {"tional", "tion", m_positive},
+                   {"enci", "ence", m_positive},
+                   {"anci", "ance", m_positive},
+                   {"izer", "ize", m_positive},
+                   {"bli", "ble", m_positive},
+                   {"alli", "al", m_positive},
+                   {"entli", "ent", m_positive},
+                   {"eli", "e", m_positive},
+                   {"ousli", "ous", m_positive},
+                   {"ization", "ize", m_positive},
+                   {"ation", "ate", m_positive},
+                   {"ator", "ate", m_positive},
+                   {"alism", "al", m_positive},
+                   {"iveness", "ive", m_positive},
+                   {"fulness", "ful", m_positive},
+                   {"ousness", "ous", m_positive},
+                   {"aliti", "al", m_positive},
+                   {"iviti", "ive", m_positive},
+                   {"biliti", "ble", m_positive},
+                   {"fulli", "ful", m_positive},
+                   {"logi", "log", [word](std::string_view) {
+                      return m_positive(word.substr(0, word.size() - 3));
+                    }}});
 }
 
 std::string step3(const std::string& w) {
-  return apply(w, {{"icate", "ic", m_positive}, {"ative", "", m_positive}, {"alize", "al", m_positive},
-                   {"iciti", "ic", m_positive}, {"ical", "ic", m_positive}, {"ful", "", m_positive},
+  return apply(w, {{"icate", "ic", m_positive},
+                   {"ative", "", m_positive},
+                   {"alize", "al", m_positive},
+                   {"iciti", "ic", m_positive},
+                   {"ical", "ic", m_positive},
+                   {"ful", "", m_positive},
                    {"ness", "", m_positive}});
 }
 
 std::string step4(const std::string& w) {
-  return apply(w, {{"al", "", m_above_1},  {"ance", "", m_above_1}, {"ence", "", m_above_1}, {"er", "", m_above_1},
-                   {"ic", "", m_above_1},  {"able", "", m_above_1}, {"ible", "", m_above_1}, {"ant", "", m_above_1},
-                   {"ement", "", m_above_1}, {"ment", "", m_above_1}, {"ent", "", m_above_1},
-                   {"ion", "", [](std::string_view s) { return m_above_1(s) && (s.back() == 's' || s.back() == 't'); }},
-                   {"ou", "", m_above_1},  {"ism", "", m_above_1},  {"ate", "", m_above_1},  {"iti", "", m_above_1},
-                   {"ous", "", m_above_1}, {"ive", "", m_above_1},  {"ize", "", m_above_1}});
+  return apply(
+      w, {{"al", "", m_above_1},
+          {"ance", "", m_above_1},
+          {"ence", "", m_above_1},
+          {"er", "", m_above_1},
+          {"ic", "", m_above_1},
+          {"able", "", m_above_1},
+          {"ible", "", m_above_1},
+          {"ant", "", m_above_1},
+          {"ement", "", m_above_1},
+          {"ment", "", m_above_1},
+          {"ent", "", m_above_1},
+          {"ion", "",
+           [](std::string_view s) { return m_above_1(s) && (s.back() == 's' || s.back() == 't'); }},
+          {"ou", "", m_above_1},
+          {"ism", "", m_above_1},
+          {"ate", "", m_above_1},
+          {"iti", "", m_above_1},
+          {"ous", "", m_above_1},
+          {"ive", "", m_above_1},
+          {"ize", "", m_above_1}});
 }
 
 std::string step5a(const std::string& w) {
@@ -146,7 +186,9 @@ std::string step5a(const std::string& w) {
 }
 
 std::string step5b(const std::string& w) {
-  return ends_with(w, "ll") && measure(std::string_view(w).substr(0, w.size() - 1)) > 1 ? w.substr(0, w.size() - 1) : w;
+  return ends_with(w, "ll") && measure(std::string_view(w).substr(0, w.size() - 1)) > 1
+             ? w.substr(0, w.size() - 1)
+             : w;
 }
 
 }  // namespace
@@ -154,10 +196,12 @@ std::string step5b(const std::string& w) {
 std::string porter_stem(std::string w) {
   // NLTK's irregular forms, then: words of at most two letters are kept.
   static const std::pair<std::string_view, std::string_view> kPool[] = {
-      {"sky", "sky"},         {"skies", "sky"},    {"dying", "die"},     {"lying", "lie"},
-      {"tying", "tie"},       {"news", "news"},    {"innings", "inning"}, {"inning", "inning"},
-      {"outings", "outing"},  {"outing", "outing"}, {"cannings", "canning"}, {"canning", "canning"},
-      {"howe", "howe"},       {"proceed", "proceed"}, {"exceed", "exceed"}, {"succeed", "succeed"}};
+      {"sky", "sky"},        {"skies", "sky"},        {"dying", "die"},
+      {"lying", "lie"},      {"tying", "tie"},        {"news", "news"},
+      {"innings", "inning"}, {"inning", "inning"},    {"outings", "outing"},
+      {"outing", "outing"},  {"cannings", "canning"}, {"canning", "canning"},
+      {"howe", "howe"},      {"proceed", "proceed"},  {"exceed", "exceed"},
+      {"succeed", "succeed"}};
   for (const auto& [form, stem] : kPool)
     if (w == form) return std::string(stem);
   if (w.size() <= 2) return w;

@@ -22,11 +22,16 @@ std::vector<std::string> rouge_tokenize(std::string_view text, bool use_stemmer)
   for (char32_t c : decode_utf8(text)) {
     // str.lower() then [^a-z0-9]+ -> " ": only these code points lowercase to an ASCII letter or
     // digit (checked over all of Unicode by tests/score/gen_score_fixtures.py).
-    if ((c >= U'a' && c <= U'z') || (c >= U'0' && c <= U'9')) cur += static_cast<char>(c);
-    else if (c >= U'A' && c <= U'Z') cur += static_cast<char>(c - U'A' + U'a');
-    else if (c == 0x212A) cur += 'k';  // KELVIN SIGN -> "k"
-    else if (c == 0x130) cur += 'i', cut();  // LATIN CAPITAL I WITH DOT ABOVE -> "i" U+0307
-    else cut();
+    if ((c >= U'a' && c <= U'z') || (c >= U'0' && c <= U'9'))
+      cur += static_cast<char>(c);
+    else if (c >= U'A' && c <= U'Z')
+      cur += static_cast<char>(c - U'A' + U'a');
+    else if (c == 0x212A)
+      cur += 'k';  // KELVIN SIGN -> "k"
+    else if (c == 0x130)
+      cur += 'i', cut();  // LATIN CAPITAL I WITH DOT ABOVE -> "i" U+0307
+    else
+      cut();
   }
   cut();
   return out;
@@ -40,7 +45,8 @@ RougeScore rouge_l(std::string_view target, std::string_view prediction, bool us
   std::unordered_map<std::string, int32_t> id;
   auto ids = [&](const std::vector<std::string>& v) {
     std::vector<int32_t> o;
-    for (const auto& w : v) o.push_back(id.emplace(w, static_cast<int32_t>(id.size())).first->second);
+    for (const auto& w : v)
+      o.push_back(id.emplace(w, static_cast<int32_t>(id.size())).first->second);
     return o;
   };
   const auto a = ids(t), b = ids(p);
@@ -54,12 +60,13 @@ RougeScore rouge_l(std::string_view target, std::string_view prediction, bool us
   r.precision = lcs / static_cast<double>(p.size());
   r.recall = lcs / static_cast<double>(t.size());
   // rouge_score.scoring.fmeasure, operation for operation.
-  r.fmeasure = r.precision + r.recall > 0 ? 2 * r.precision * r.recall / (r.precision + r.recall) : 0.0;
+  r.fmeasure =
+      r.precision + r.recall > 0 ? 2 * r.precision * r.recall / (r.precision + r.recall) : 0.0;
   return r;
 }
 
-RougeScore rouge_l_mean(const std::vector<std::string>& targets, const std::vector<std::string>& predictions,
-                        bool use_stemmer) {
+RougeScore rouge_l_mean(const std::vector<std::string>& targets,
+                        const std::vector<std::string>& predictions, bool use_stemmer) {
   if (targets.size() != predictions.size())
     throw std::invalid_argument("ROUGE-L: " + std::to_string(targets.size()) + " targets but " +
                                 std::to_string(predictions.size()) + " predictions");

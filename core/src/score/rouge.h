@@ -28,10 +28,12 @@ struct RougeScore {
 };
 
 CIUIC_API std::vector<std::string> rouge_tokenize(std::string_view text, bool use_stemmer = false);
-CIUIC_API RougeScore rouge_l(std::string_view target, std::string_view prediction, bool use_stemmer = false);
+CIUIC_API RougeScore rouge_l(std::string_view target, std::string_view prediction,
+                             bool use_stemmer = false);
 // targets[i] against predictions[i]; the mean of each field (0s for no pair). Throws
 // std::invalid_argument when the two differ in number.
-CIUIC_API RougeScore rouge_l_mean(const std::vector<std::string>& targets, const std::vector<std::string>& predictions,
+CIUIC_API RougeScore rouge_l_mean(const std::vector<std::string>& targets,
+                                  const std::vector<std::string>& predictions,
                                   bool use_stemmer = false);
 
 }  // namespace ciuic::score

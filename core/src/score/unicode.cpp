@@ -23,9 +23,12 @@ std::u32string decode_utf8(std::string_view s) {
     int len = 0;
     unsigned char lo = 0x80, hi = 0xBF;
     char32_t c = 0;
-    if (b >= 0xC2 && b <= 0xDF) len = 2, c = b & 0x1F;
-    else if (b >= 0xE0 && b <= 0xEF) len = 3, c = b & 0x0F, lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
-    else if (b >= 0xF0 && b <= 0xF4) len = 4, c = b & 0x07, lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
+    if (b >= 0xC2 && b <= 0xDF)
+      len = 2, c = b & 0x1F;
+    else if (b >= 0xE0 && b <= 0xEF)
+      len = 3, c = b & 0x0F, lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
+    else if (b >= 0xF0 && b <= 0xF4)
+      len = 4, c = b & 0x07, lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
     if (len == 0) {
       out.push_back(0xFFFD);
       ++i;
@@ -76,8 +79,8 @@ std::string encode_utf8(std::u32string_view s) {
 bool is_python_space(char32_t c) {
   if (c <= 0x20) return c == 0x20 || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F);
   if (c < 0x85) return false;
-  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+         c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 std::vector<std::u32string> split_python(std::u32string_view s) {

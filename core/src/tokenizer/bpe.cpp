@@ -110,7 +110,8 @@ uint64_t PieceCache::hash(std::string_view s) {
     h ^= h >> 31;
   }
   uint64_t w = 0;
-  for (size_t k = 0; i + k < s.size(); ++k) w |= static_cast<uint64_t>(static_cast<unsigned char>(s[i + k])) << (8 * k);
+  for (size_t k = 0; i + k < s.size(); ++k)
+    w |= static_cast<uint64_t>(static_cast<unsigned char>(s[i + k])) << (8 * k);
   h = (h ^ w) * 0x94d049bb133111ebULL;
   h ^= h >> 29;
   return h ? h : 1;
@@ -151,12 +152,14 @@ void PieceCache::insert(std::string_view piece, uint64_t h, const int32_t* ids, 
 // ---- BpeModel -----------------------------------------------------------------------------
 namespace {
 
-[[noreturn]] void fail(const std::string& origin, const std::string& path, const std::string& what) {
+[[noreturn]] void fail(const std::string& origin, const std::string& path,
+                       const std::string& what) {
   throw Error(origin + ": " + path + ": " + what);
 }
 
 // A null, absent or "empty" option is fine; anything else is an unsupported feature.
-void require_unset(const json& model, const char* key, const std::string& origin, bool allow_empty_string) {
+void require_unset(const json& model, const char* key, const std::string& origin,
+                   bool allow_empty_string) {
   auto it = model.find(key);
   if (it == model.end() || it->is_null()) return;
   if (allow_empty_string && it->is_string() && it->get_ref<const std::string&>().empty()) return;
@@ -166,7 +169,8 @@ void require_unset(const json& model, const char* key, const std::string& origin
 
 }  // namespace
 
-BpeModel::BpeModel(const json& model, const std::string& origin, bool byte_level) : byte_level_(byte_level) {
+BpeModel::BpeModel(const json& model, const std::string& origin, bool byte_level)
+    : byte_level_(byte_level) {
   if (!model.is_object()) fail(origin, "/model", "expected an object");
   if (auto t = model.find("type"); t != model.end()) {
     if (!t->is_string()) fail(origin, "/model/type", "expected a string");
@@ -178,7 +182,8 @@ BpeModel::BpeModel(const json& model, const std::string& origin, bool byte_level
   require_unset(model, "end_of_word_suffix", origin, true);
   if (auto d = model.find("dropout"); d != model.end() && !d->is_null()) {
     if (!d->is_number() || d->get<double>() != 0.0)
-      fail(origin, "/model/dropout", "BPE dropout is not supported (encoding must be deterministic): " + d->dump());
+      fail(origin, "/model/dropout",
+           "BPE dropout is not supported (encoding must be deterministic): " + d->dump());
   }
   if (auto b = model.find("byte_fallback"); b != model.end() && !b->is_null()) {
     if (!b->is_boolean()) fail(origin, "/model/byte_fallback", "expected a boolean");
@@ -194,13 +199,15 @@ BpeModel::BpeModel(const json& model, const std::string& origin, bool byte_level
   }
 
   auto v = model.find("vocab");
-  if (v == model.end() || !v->is_object()) fail(origin, "/model/vocab", "missing or not an object (token -> id)");
+  if (v == model.end() || !v->is_object())
+    fail(origin, "/model/vocab", "missing or not an object (token -> id)");
   const ByteAlphabet& alphabet = ByteAlphabet::get();
   vocab_.reserve(v->size());
   for (auto it = v->begin(); it != v->end(); ++it) {
     if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 ||
         it.value().get<int64_t>() > std::numeric_limits<int32_t>::max())
-      fail(origin, "/model/vocab/" + it.key(), "expected a non-negative integer id, got " + it.value().dump());
+      fail(origin, "/model/vocab/" + it.key(),
+           "expected a non-negative integer id, got " + it.value().dump());
     int32_t id = it.value().get<int32_t>();
     vocab_.emplace(it.key(), id);
     max_id_ = std::max(max_id_, id);
@@ -226,8 +233,10 @@ BpeModel::BpeModel(const json& model, const std::string& origin, bool byte_level
       size_t len = token.empty() ? 0 : utf8::sequence_length(token, 0);
       if (len != 0 && len == token.size()) {
         const uint32_t cp = utf8::decode(token, 0, &len);
-        if (cp < 0x80) ascii_id_[cp] = id;
-        else char_id_.put(cp, static_cast<uint64_t>(id));
+        if (cp < 0x80)
+          ascii_id_[cp] = id;
+        else
+          char_id_.put(cp, static_cast<uint64_t>(id));
       }
       continue;
     }
@@ -251,7 +260,8 @@ BpeModel::BpeModel(const json& model, const std::string& origin, bool byte_level
     if (!u->is_string()) fail(origin, "/model/unk_token", "expected a string or null");
     auto it = vocab_.find(u->get<std::string>());
     if (it == vocab_.end())
-      fail(origin, "/model/unk_token", "unk_token \"" + u->get<std::string>() + "\" is not in the vocabulary");
+      fail(origin, "/model/unk_token",
+           "unk_token \"" + u->get<std::string>() + "\" is not in the vocabulary");
     unk_id_ = it->second;
   }
 
@@ -266,19 +276,25 @@ BpeModel::BpeModel(const json& model, const std::string& origin, bool byte_level
       const std::string& s = entry.get_ref<const std::string&>();
       size_t sp = s.find(' ');
       if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-        fail(origin, path, "a merge written as a string must be two tokens separated by one space: " + entry.dump());
+        fail(origin, path,
+             "a merge written as a string must be two tokens separated by one space: " +
+                 entry.dump());
       a = s.substr(0, sp);
       b = s.substr(sp + 1);
-    } else if (entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_string()) {
+    } else if (entry.is_array() && entry.size() == 2 && entry[0].is_string() &&
+               entry[1].is_string()) {
       a = entry[0].get<std::string>();
       b = entry[1].get<std::string>();
     } else {
       fail(origin, path, "expected \"a b\" or [\"a\", \"b\"], got " + entry.dump());
     }
     auto ia = vocab_.find(a), ib = vocab_.find(b), ic = vocab_.find(a + b);
-    if (ia == vocab_.end()) fail(origin, path, "merge token \"" + a + "\" is not in the vocabulary");
-    if (ib == vocab_.end()) fail(origin, path, "merge token \"" + b + "\" is not in the vocabulary");
-    if (ic == vocab_.end()) fail(origin, path, "merged token \"" + a + b + "\" is not in the vocabulary");
+    if (ia == vocab_.end())
+      fail(origin, path, "merge token \"" + a + "\" is not in the vocabulary");
+    if (ib == vocab_.end())
+      fail(origin, path, "merge token \"" + b + "\" is not in the vocabulary");
+    if (ic == vocab_.end())
+      fail(origin, path, "merged token \"" + a + b + "\" is not in the vocabulary");
     // Like HF (a hash map filled in order), a repeated pair keeps its last rank.
     if (!byte_level_ && !a.empty() && !b.empty()) {
       // The boundary between the last character of `a` and the first of `b` can be merged across.
@@ -290,7 +306,8 @@ BpeModel::BpeModel(const json& model, const std::string& origin, bool byte_level
       crossable_.put((last << 32) | first, 1);
       if ((last | first) < 0x80) ascii_crossable_[last * 0x80 + first] = 1;
     }
-    merges_.put((static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32) | static_cast<uint32_t>(ib->second),
+    merges_.put((static_cast<uint64_t>(static_cast<uint32_t>(ia->second)) << 32) |
+                    static_cast<uint32_t>(ib->second),
                 (static_cast<uint64_t>(rank) << 32) | static_cast<uint32_t>(ic->second));
     ++rank;
   }
@@ -311,7 +328,8 @@ PieceCache& BpeModel::thread_cache() const {
   return *caches.back().cache;
 }
 
-bool BpeModel::token_lengths(std::string_view piece, const int32_t* ids, size_t n, std::vector<size_t>& lens) const {
+bool BpeModel::token_lengths(std::string_view piece, const int32_t* ids, size_t n,
+                             std::vector<size_t>& lens) const {
   size_t pos = 0;
   // A character the model has no symbol for (neither in the vocabulary nor byte-fallback-able).
   auto missing_at = [&](size_t at, size_t* len) {
@@ -331,14 +349,16 @@ bool BpeModel::token_lengths(std::string_view piece, const int32_t* ids, size_t 
     const int32_t id = ids[t];
     if (id < 0 || id > max_id_ || !id_valid_[id]) return false;
     const std::string& bytes = id_bytes_[id];
-    if (!bytes.empty() && piece.compare(pos, bytes.size(), bytes) == 0 && !(unk_id_ && id == *unk_id_)) {
+    if (!bytes.empty() && piece.compare(pos, bytes.size(), bytes) == 0 &&
+        !(unk_id_ && id == *unk_id_)) {
       lens.push_back(bytes.size());
       pos += bytes.size();
       continue;
     }
     bool is_fallback = false;
     for (int b = 0; b < 256 && !is_fallback; ++b) is_fallback = fallback_id_[b] == id;
-    if (is_fallback && pos < piece.size() && fallback_id_[static_cast<unsigned char>(piece[pos])] == id) {
+    if (is_fallback && pos < piece.size() &&
+        fallback_id_[static_cast<unsigned char>(piece[pos])] == id) {
       lens.push_back(1);
       ++pos;
       continue;
@@ -422,7 +442,8 @@ void BpeModel::merge_long(std::vector<int32_t>& s) const {
   thread_local std::vector<Cand> heap_storage;
   sym.resize(n);
   for (size_t i = 0; i < n; ++i)
-    sym[i] = Sym{s[i], static_cast<int64_t>(i) - 1, i + 1 < n ? static_cast<int64_t>(i + 1) : -1, true};
+    sym[i] =
+        Sym{s[i], static_cast<int64_t>(i) - 1, i + 1 < n ? static_cast<int64_t>(i + 1) : -1, true};
   heap_storage.clear();
   std::priority_queue<Cand> queue(std::less<Cand>(), std::move(heap_storage));
   for (size_t i = 0; i + 1 < n; ++i)
@@ -446,14 +467,17 @@ void BpeModel::merge_long(std::vector<int32_t>& s) const {
                         static_cast<int32_t>(*pm & 0xffffffffu)});
     if (cur.next >= 0)
       if (const uint64_t* nm = find_merge(cur.id, sym[cur.next].id))
-        queue.push(Cand{static_cast<uint32_t>(*nm >> 32), top.pos, static_cast<int32_t>(*nm & 0xffffffffu)});
+        queue.push(Cand{static_cast<uint32_t>(*nm >> 32), top.pos,
+                        static_cast<int32_t>(*nm & 0xffffffffu)});
   }
   s.clear();
   for (size_t i = 0; i < n; ++i)
     if (sym[i].alive) s.push_back(sym[i].id);
   // Keep the heap's buffer for the next call (priority_queue exposes it only to subclasses).
   struct Access : std::priority_queue<Cand> {
-    static std::vector<Cand>&& take(std::priority_queue<Cand>& q) { return std::move(q.*&Access::c); }
+    static std::vector<Cand>&& take(std::priority_queue<Cand>& q) {
+      return std::move(q.*&Access::c);
+    }
   };
   heap_storage = Access::take(queue);
 }
@@ -511,8 +535,10 @@ void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& sym
       size_t len = utf8::sequence_length(piece, i);
       if (len == 0) len = 1;  // not reached: the text is valid UTF-8
       const int32_t id = char_id(piece, i, len);
-      if (id >= 0) found(id);
-      else missing(piece.substr(i, len));
+      if (id >= 0)
+        found(id);
+      else
+        missing(piece.substr(i, len));
       i += len;
     }
   }
@@ -539,7 +565,8 @@ void BpeModel::encode_uncached(std::string_view piece, std::vector<int32_t>& out
   out.insert(out.end(), syms.begin(), syms.end());
 }
 
-void BpeModel::encode_split(std::string_view piece, std::vector<int32_t>& out, PieceCache& cache) const {
+void BpeModel::encode_split(std::string_view piece, std::vector<int32_t>& out,
+                            PieceCache& cache) const {
   // Merges never join two symbols whose characters meet at a boundary that no merge spans (no
   // merge (L, R) with L ending in the left character and R starting with the right one), and the
   // merges on either side of it do not interact (each applies to adjacent symbols of one side;
@@ -568,8 +595,9 @@ void BpeModel::encode_split(std::string_view piece, std::vector<int32_t>& out, P
       found = char_id_.find(cp) != nullptr;
     }
     if (found && prev_found && i > start) {
-      const bool cross = (prev | cp) < 0x80 ? ascii_crossable_[prev * 0x80 + cp]
-                                            : crossable_.find((static_cast<uint64_t>(prev) << 32) | cp) != nullptr;
+      const bool cross = (prev | cp) < 0x80
+                             ? ascii_crossable_[prev * 0x80 + cp]
+                             : crossable_.find((static_cast<uint64_t>(prev) << 32) | cp) != nullptr;
       if (!cross) {
         encode(piece.substr(start, i - start), out, cache);
         start = i;
@@ -580,14 +608,18 @@ void BpeModel::encode_split(std::string_view piece, std::vector<int32_t>& out, P
     i += len;
   }
   const std::string_view rest = piece.substr(start);
-  if (rest.size() == piece.size()) encode_uncached(rest, out);
-  else encode(rest, out, cache);
+  if (rest.size() == piece.size())
+    encode_uncached(rest, out);
+  else
+    encode(rest, out, cache);
 }
 
 void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out, PieceCache& cache) const {
   if (piece.size() > kMaxCachedLen || piece.empty()) {
-    if (!byte_level_ && !ignore_merges_ && !piece.empty()) encode_split(piece, out, cache);
-    else encode_uncached(piece, out);
+    if (!byte_level_ && !ignore_merges_ && !piece.empty())
+      encode_split(piece, out, cache);
+    else
+      encode_uncached(piece, out);
     return;
   }
   uint64_t h = PieceCache::hash(piece);

@@ -37,7 +37,7 @@ namespace ciuic::tok {
 
 // GPT-2's reversible byte <-> unicode map (bytes_to_unicode in openai/gpt-2 encoder.py).
 struct CIUIC_API ByteAlphabet {
-  std::array<uint32_t, 256> byte_to_cp{};        // byte -> code point
+  std::array<uint32_t, 256> byte_to_cp{};  // byte -> code point
   std::unordered_map<uint32_t, uint8_t> cp_to_byte;
   ByteAlphabet();
   static const ByteAlphabet& get();
@@ -114,7 +114,9 @@ class CIUIC_API BpeModel {
   // Appends the ids of one pre-tokenized piece (raw bytes, not the byte-level alphabet), through
   // `cache` (from thread_cache(), fetched once per text by the caller) or this thread's cache.
   void encode(std::string_view piece, std::vector<int32_t>& out, PieceCache& cache) const;
-  void encode(std::string_view piece, std::vector<int32_t>& out) const { encode(piece, out, thread_cache()); }
+  void encode(std::string_view piece, std::vector<int32_t>& out) const {
+    encode(piece, out, thread_cache());
+  }
   // This thread's cache for this model.
   PieceCache& thread_cache() const;
   // Same, without the cache (tests compare both paths).
@@ -122,7 +124,8 @@ class CIUIC_API BpeModel {
 
   // The byte length in `piece` of each of `ids` (encode()'s output for `piece`), appended to
   // `lens`; false when they cannot be told apart (merged byte-fallback tokens, unknown ids).
-  bool token_lengths(std::string_view piece, const int32_t* ids, size_t n, std::vector<size_t>& lens) const;
+  bool token_lengths(std::string_view piece, const int32_t* ids, size_t n,
+                     std::vector<size_t>& lens) const;
 
   std::optional<int32_t> token_to_id(std::string_view token) const;  // byte-level form
   // Token string (byte-level form) of `id`, or nullptr.
@@ -143,7 +146,8 @@ class CIUIC_API BpeModel {
   void merge_short(std::vector<int32_t>& syms) const;
   void merge_long(std::vector<int32_t>& syms) const;
   const uint64_t* find_merge(int32_t a, int32_t b) const {
-    return merges_.find((static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b));
+    return merges_.find((static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) |
+                        static_cast<uint32_t>(b));
   }
 
   std::unordered_map<std::string, int32_t> vocab_;     // byte-level token -> id
@@ -151,15 +155,15 @@ class CIUIC_API BpeModel {
   std::vector<const std::string*> id_token_;           // id -> key in vocab_
   std::vector<std::string> id_bytes_;                  // id -> decoder bytes
   std::vector<uint8_t> id_valid_;
-  std::array<int32_t, 256> byte_id_{};                 // byte-level: single byte -> id, -1 if absent
-  std::array<int32_t, 128> ascii_id_{};                // characters: ASCII character -> id, -1
-  FlatMap64 char_id_;                                  // characters: code point -> id (non-ASCII)
-  FlatMap64 crossable_;                                // characters: (last cp of L) << 32 | first cp of R, per merge
-  std::array<uint8_t, 128 * 128> ascii_crossable_{};   // the same for two ASCII characters
-  std::array<int32_t, 256> fallback_id_{};             // "<0xXX>" -> id, -1 if absent
+  std::array<int32_t, 256> byte_id_{};   // byte-level: single byte -> id, -1 if absent
+  std::array<int32_t, 128> ascii_id_{};  // characters: ASCII character -> id, -1
+  FlatMap64 char_id_;                    // characters: code point -> id (non-ASCII)
+  FlatMap64 crossable_;  // characters: (last cp of L) << 32 | first cp of R, per merge
+  std::array<uint8_t, 128 * 128> ascii_crossable_{};  // the same for two ASCII characters
+  std::array<int32_t, 256> fallback_id_{};            // "<0xXX>" -> id, -1 if absent
   bool byte_level_ = true;
   bool byte_fallback_ = false;
-  FlatMap64 merges_;                                   // (a,b) -> rank << 32 | new id
+  FlatMap64 merges_;  // (a,b) -> rank << 32 | new id
   int32_t max_id_ = -1;
   std::optional<int32_t> unk_id_;
   bool fuse_unk_ = false;

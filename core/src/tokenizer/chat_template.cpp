@@ -18,7 +18,8 @@
 
 namespace ciuic {
 
-std::unique_ptr<ChatTemplate> make_hf_chat_template(const Tokenizer& tokenizer);  // hf_chat_template.cpp
+std::unique_ptr<ChatTemplate> make_hf_chat_template(
+    const Tokenizer& tokenizer);  // hf_chat_template.cpp
 
 namespace {
 
@@ -29,13 +30,13 @@ struct Segment {
 
 struct Style {
   std::string name;
-  bool require_bos;        // deepseek: BOS is part of the format
-  bool require_eos;        // deepseek: replies end with EOS
+  bool require_bos;  // deepseek: BOS is part of the format
+  bool require_eos;  // deepseek: replies end with EOS
   std::string system_prefix;
   std::string user_prefix;
-  std::string turn_suffix;        // after system and user content
-  std::string assistant_prefix;   // "Assistant:" — the reply follows after one space
-  std::string eos_fallback;       // reply terminator when the tokenizer has no EOS (plain)
+  std::string turn_suffix;       // after system and user content
+  std::string assistant_prefix;  // "Assistant:" — the reply follows after one space
+  std::string eos_fallback;      // reply terminator when the tokenizer has no EOS (plain)
 };
 
 class RoleTemplate final : public ChatTemplate {
@@ -44,13 +45,15 @@ class RoleTemplate final : public ChatTemplate {
     if (auto b = tok.bos_id()) bos_text_ = tok.decode({*b}, false);
     if (auto e = tok.eos_id()) eos_text_ = tok.decode({*e}, false);
     if (style_.require_bos && bos_text_.empty())
-      throw UsageError("chat template '" + style_.name +
-                       "' needs a BOS token, but the tokenizer has none (give a tokenizer_config.json with "
-                       "bos_token next to tokenizer.json, or use chat_template = \"plain\")");
+      throw UsageError(
+          "chat template '" + style_.name +
+          "' needs a BOS token, but the tokenizer has none (give a tokenizer_config.json with "
+          "bos_token next to tokenizer.json, or use chat_template = \"plain\")");
     if (style_.require_eos && eos_text_.empty())
-      throw UsageError("chat template '" + style_.name +
-                       "' needs an EOS token, but the tokenizer has none (give a tokenizer_config.json with "
-                       "eos_token next to tokenizer.json, or use chat_template = \"plain\")");
+      throw UsageError(
+          "chat template '" + style_.name +
+          "' needs an EOS token, but the tokenizer has none (give a tokenizer_config.json with "
+          "eos_token next to tokenizer.json, or use chat_template = \"plain\")");
     if (eos_text_.empty()) eos_text_ = style_.eos_fallback;
   }
 
@@ -102,8 +105,10 @@ class RoleTemplate final : public ChatTemplate {
     std::vector<Segment> segs;
     auto add = [&](std::string text, bool loss) {
       if (text.empty()) return;
-      if (!segs.empty() && segs.back().loss == loss) segs.back().text += text;
-      else segs.push_back(Segment{std::move(text), loss});
+      if (!segs.empty() && segs.back().loss == loss)
+        segs.back().text += text;
+      else
+        segs.push_back(Segment{std::move(text), loss});
     };
     add(bos_text_, false);
     for (size_t i = 0; i < messages.size(); ++i) {
@@ -116,8 +121,8 @@ class RoleTemplate final : public ChatTemplate {
         add(style_.assistant_prefix, false);
         add(" " + m.content + eos_text_, true);
       } else {
-        throw Error("chat template '" + style_.name + "': message " + std::to_string(i) + " has role '" + m.role +
-                    "' (expected system, user or assistant)");
+        throw Error("chat template '" + style_.name + "': message " + std::to_string(i) +
+                    " has role '" + m.role + "' (expected system, user or assistant)");
       }
     }
     return segs;
@@ -146,13 +151,16 @@ Style plain_style() {
 
 std::vector<std::string> chat_template_names() { return {"auto", "hf", "deepseek", "plain"}; }
 
-std::unique_ptr<ChatTemplate> make_chat_template(std::string_view name, const Tokenizer& tokenizer) {
+std::unique_ptr<ChatTemplate> make_chat_template(std::string_view name,
+                                                 const Tokenizer& tokenizer) {
   if (name == "hf" || name == "auto") {
     if (auto t = make_hf_chat_template(tokenizer)) return t;
     if (name == "auto") return std::make_unique<RoleTemplate>(plain_style(), tokenizer);
-    throw UsageError("chat template 'hf' needs the model's template: a tokenizer_config.json with a chat_template "
-                     "(or a chat_template.jinja) next to tokenizer.json, and there is none (use chat_template = "
-                     "\"auto\" to fall back to \"plain\", or name a built-in template)");
+    throw UsageError(
+        "chat template 'hf' needs the model's template: a tokenizer_config.json with a "
+        "chat_template "
+        "(or a chat_template.jinja) next to tokenizer.json, and there is none (use chat_template = "
+        "\"auto\" to fall back to \"plain\", or name a built-in template)");
   }
   if (name == "deepseek") return std::make_unique<RoleTemplate>(deepseek_style(), tokenizer);
   if (name == "plain") return std::make_unique<RoleTemplate>(plain_style(), tokenizer);

@@ -15,16 +15,19 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kSupported = "ciuic supports ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace and Sequence";
+constexpr const char* kSupported =
+    "ciuic supports ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace and Sequence";
 
 // One Unicode character given as a JSON string (Metaspace's replacement, Strip's content).
-std::string one_char(const json& j, const char* key, const std::string& dflt, const std::string& origin,
-                     const std::string& path) {
+std::string one_char(const json& j, const char* key, const std::string& dflt,
+                     const std::string& origin, const std::string& path) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return dflt;
-  if (!it->is_string()) fail(origin, path + "/" + key, "expected a one-character string, got " + it->dump());
+  if (!it->is_string())
+    fail(origin, path + "/" + key, "expected a one-character string, got " + it->dump());
   const std::string s = it->get<std::string>();
-  if (s.empty() || utf8::find_invalid(s) != std::string_view::npos || utf8::sequence_length(s, 0) != s.size())
+  if (s.empty() || utf8::find_invalid(s) != std::string_view::npos ||
+      utf8::sequence_length(s, 0) != s.size())
     fail(origin, path + "/" + key, "expected exactly one character, got " + it->dump());
   return s;
 }
@@ -32,7 +35,8 @@ std::string one_char(const json& j, const char* key, const std::string& dflt, co
 size_t count(const json& j, const char* key, const std::string& origin, const std::string& path) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return 0;
-  if (!it->is_number_unsigned()) fail(origin, path + "/" + key, "expected a non-negative integer, got " + it->dump());
+  if (!it->is_number_unsigned())
+    fail(origin, path + "/" + key, "expected a non-negative integer, got " + it->dump());
   return it->get<size_t>();
 }
 
@@ -70,8 +74,10 @@ void Decoder::parse(const json& j, const std::string& origin, const std::string&
   const std::string type = t->get<std::string>();
   if (type == "Sequence") {
     auto it = j.find("decoders");
-    if (it == j.end() || !it->is_array()) fail(origin, path + "/decoders", "missing or not an array");
-    for (size_t i = 0; i < it->size(); ++i) parse((*it)[i], origin, path + "/decoders/" + std::to_string(i));
+    if (it == j.end() || !it->is_array())
+      fail(origin, path + "/decoders", "missing or not an array");
+    for (size_t i = 0; i < it->size(); ++i)
+      parse((*it)[i], origin, path + "/decoders/" + std::to_string(i));
     return;
   }
   Step s;
@@ -95,10 +101,12 @@ void Decoder::parse(const json& j, const std::string& origin, const std::string&
     s.content = one_char(j, "replacement", "\xE2\x96\x81", origin, path);
     if (auto ps = j.find("prepend_scheme"); ps != j.end() && !ps->is_null()) {
       if (!ps->is_string() || (*ps != "first" && *ps != "always" && *ps != "never"))
-        fail(origin, path + "/prepend_scheme", "expected \"first\", \"always\" or \"never\", got " + ps->dump());
+        fail(origin, path + "/prepend_scheme",
+             "expected \"first\", \"always\" or \"never\", got " + ps->dump());
       s.drop_first = *ps != "never";
     } else if (auto ap = j.find("add_prefix_space"); ap != j.end() && !ap->is_null()) {
-      if (!ap->is_boolean()) fail(origin, path + "/add_prefix_space", "expected a boolean, got " + ap->dump());
+      if (!ap->is_boolean())
+        fail(origin, path + "/add_prefix_space", "expected a boolean, got " + ap->dump());
       s.drop_first = ap->get<bool>();
     }
   } else {
@@ -187,9 +195,13 @@ void Decoder::run(const Step& step, std::vector<std::string>& tokens) const {
       for (std::string& t : tokens) {
         const std::string& c = step.content;
         size_t b = 0, e = t.size();
-        for (size_t i = 0; i < step.start && e - b >= c.size() && t.compare(b, c.size(), c) == 0; ++i) b += c.size();
-        // HF panics when the cuts cross (a token shorter than start + stop); here they stop at each other.
-        for (size_t i = 0; i < step.stop && e - b >= c.size() && t.compare(e - c.size(), c.size(), c) == 0; ++i)
+        for (size_t i = 0; i < step.start && e - b >= c.size() && t.compare(b, c.size(), c) == 0;
+             ++i)
+          b += c.size();
+        // HF panics when the cuts cross (a token shorter than start + stop); here they stop at each
+        // other.
+        for (size_t i = 0;
+             i < step.stop && e - b >= c.size() && t.compare(e - c.size(), c.size(), c) == 0; ++i)
           e -= c.size();
         if (b != 0 || e != t.size()) t = t.substr(b, e - b);
       }

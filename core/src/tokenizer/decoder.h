@@ -48,13 +48,22 @@ class CIUIC_API Decoder {
   std::string decode(std::vector<std::string> tokens) const;
 
  private:
-  enum class Kind { kByteLevel, kReplaceString, kReplaceRegex, kByteFallback, kFuse, kStrip, kMetaspace };
+  enum class Kind {
+    kByteLevel,
+    kReplaceString,
+    kReplaceRegex,
+    kByteFallback,
+    kFuse,
+    kStrip,
+    kMetaspace
+  };
   struct Step {
     Kind kind;
-    std::string pattern, content;  // Replace (pattern String), Strip (content), Metaspace (replacement)
-    std::unique_ptr<Regex> re;     // Replace (pattern Regex)
-    size_t start = 0, stop = 0;    // Strip
-    bool drop_first = true;        // Metaspace: prepend_scheme != never
+    std::string pattern,
+        content;  // Replace (pattern String), Strip (content), Metaspace (replacement)
+    std::unique_ptr<Regex> re;   // Replace (pattern Regex)
+    size_t start = 0, stop = 0;  // Strip
+    bool drop_first = true;      // Metaspace: prepend_scheme != never
   };
   void parse(const nlohmann::json& j, const std::string& origin, const std::string& path);
   void run(const Step& step, std::vector<std::string>& tokens) const;

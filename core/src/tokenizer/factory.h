@@ -13,8 +13,8 @@ namespace ciuic {
 
 // An HF tokenizer.json (see ciuic/tokenizer.h for what is supported). Throws Error naming the file.
 CIUIC_API std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& tokenizer_json_path);
-CIUIC_API std::shared_ptr<const Tokenizer> tokenizer_from_json(std::string_view tokenizer_json,
-                                                               std::string_view origin = "<string>");
+CIUIC_API std::shared_ptr<const Tokenizer> tokenizer_from_json(
+    std::string_view tokenizer_json, std::string_view origin = "<string>");
 
 // Known names: "hf" (the model's own Jinja template from the tokenizer's sibling
 // tokenizer_config.json or chat_template.jinja, rendered as transformers does), "auto" ("hf"

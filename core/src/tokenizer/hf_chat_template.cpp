@@ -24,8 +24,8 @@
 #include <ciuic/files.h>
 #include <ciuic/tokenizer.h>
 
-#include "tokenizer/hf_tokenizer.h"
 #include "jinja/jinja.h"
+#include "tokenizer/hf_tokenizer.h"
 
 namespace ciuic {
 
@@ -34,19 +34,25 @@ namespace {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
-std::string read_text(const fs::path& p) { return read_input(p.string(), "chat template", kMaxJsonInputBytes); }
+std::string read_text(const fs::path& p) {
+  return read_input(p.string(), "chat template", kMaxJsonInputBytes);
+}
 
 std::string token_string(const nlohmann::json& v) {
   if (v.is_string()) return v.get<std::string>();
-  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string())
+    return v["content"].get<std::string>();
   return "";
 }
 
 class HfChatTemplate final : public ChatTemplate {
  public:
   HfChatTemplate(std::string source, std::string origin, const Tokenizer& tok, ojson specials)
-      : tmpl_(source, origin), tok_(tok), hf_(dynamic_cast<const tok::HfTokenizer*>(&tok)),
-        specials_(std::move(specials)), origin_(std::move(origin)) {
+      : tmpl_(source, origin),
+        tok_(tok),
+        hf_(dynamic_cast<const tok::HfTokenizer*>(&tok)),
+        specials_(std::move(specials)),
+        origin_(std::move(origin)) {
     name_ = "hf:" + tok::fnv1a64_hex(source);
   }
 
@@ -70,7 +76,8 @@ class HfChatTemplate final : public ChatTemplate {
     // tokenizer, or a token whose extent is unknown), encode range by range so that the mask
     // falls on the boundaries.
     std::vector<std::pair<size_t, size_t>> offsets;
-    if (!hf_ || !hf_->encode_with_offsets(full.text, enc.ids, offsets)) return encode_ranges(full.text, spans);
+    if (!hf_ || !hf_->encode_with_offsets(full.text, enc.ids, offsets))
+      return encode_ranges(full.text, spans);
     enc.loss_mask = tok::loss_mask_from_offsets(offsets, spans);
     return enc;
   }
@@ -80,10 +87,12 @@ class HfChatTemplate final : public ChatTemplate {
   }
 
  private:
-  jinja::Rendered render_n(const std::vector<ChatMessage>& messages, size_t n, bool add_generation_prompt) const {
+  jinja::Rendered render_n(const std::vector<ChatMessage>& messages, size_t n,
+                           bool add_generation_prompt) const {
     ojson vars = specials_;
     ojson msgs = ojson::array();
-    for (size_t i = 0; i < n; ++i) msgs.push_back({{"role", messages[i].role}, {"content", messages[i].content}});
+    for (size_t i = 0; i < n; ++i)
+      msgs.push_back({{"role", messages[i].role}, {"content", messages[i].content}});
     vars["messages"] = std::move(msgs);
     vars["tools"] = nullptr;
     vars["documents"] = nullptr;
@@ -110,7 +119,9 @@ class HfChatTemplate final : public ChatTemplate {
 
   bool prefix_spans(const std::vector<ChatMessage>& messages, const std::string& text,
                     std::vector<std::pair<size_t, size_t>>& spans) const {
-    auto is_prefix = [](const std::string& p, const std::string& s) { return s.compare(0, p.size(), p) == 0; };
+    auto is_prefix = [](const std::string& p, const std::string& s) {
+      return s.compare(0, p.size(), p) == 0;
+    };
     for (size_t i = 0; i < messages.size(); ++i) {
       if (messages[i].role != "assistant") continue;
       std::string before, after;
@@ -155,12 +166,14 @@ class HfChatTemplate final : public ChatTemplate {
         continue;
       }
       if (b == std::string::npos)
-        throw UsageError("chat template " + origin_ + ": cannot find assistant message " + std::to_string(i) +
-                         " in the rendered conversation (the template rewrites replies), so the loss mask "
-                         "is unknown; add {% generation %} ... {% endgeneration %} around the reply in the "
-                         "template, or set [data] assistant_only_loss = false");
+        throw UsageError(
+            "chat template " + origin_ + ": cannot find assistant message " + std::to_string(i) +
+            " in the rendered conversation (the template rewrites replies), so the loss mask "
+            "is unknown; add {% generation %} ... {% endgeneration %} around the reply in the "
+            "template, or set [data] assistant_only_loss = false");
       const size_t e = b + len + special_token_at(text, b + len);
-      while (b > cursor && text[b - 1] == ' ') --b;  // a space before the reply is generated with it
+      while (b > cursor && text[b - 1] == ' ')
+        --b;  // a space before the reply is generated with it
       spans.emplace_back(b, e);
       cursor = e;
     }
@@ -178,7 +191,8 @@ class HfChatTemplate final : public ChatTemplate {
     return 0;
   }
 
-  EncodedChat encode_ranges(const std::string& text, const std::vector<std::pair<size_t, size_t>>& spans) const {
+  EncodedChat encode_ranges(const std::string& text,
+                            const std::vector<std::pair<size_t, size_t>>& spans) const {
     EncodedChat enc;
     size_t at = 0;
     auto add = [&](size_t b, size_t e, bool loss) {
@@ -226,19 +240,23 @@ std::unique_ptr<ChatTemplate> make_hf_chat_template(const Tokenizer& tokenizer) 
       source = it->get<std::string>();
     } else if (it->is_array()) {
       for (const auto& e : *it)
-        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+        if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+            e["template"].is_string())
           source = e["template"].get<std::string>();
       if (source.empty())
-        throw UsageError(cfg_path.string() + ": chat_template is a list without a \"default\" entry");
+        throw UsageError(cfg_path.string() +
+                         ": chat_template is a list without a \"default\" entry");
     } else {
-      throw UsageError(cfg_path.string() + ": chat_template: expected a string or a list of {name, template}, found " +
+      throw UsageError(cfg_path.string() +
+                       ": chat_template: expected a string or a list of {name, template}, found " +
                        std::string(it->type_name()));
     }
   } else {
     return nullptr;
   }
   ojson specials = ojson::object();
-  for (const char* k : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"}) {
+  for (const char* k : {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                        "cls_token", "mask_token"}) {
     auto it = cfg.find(k);
     if (it == cfg.end()) continue;
     std::string v = token_string(*it);
@@ -249,7 +267,8 @@ std::unique_ptr<ChatTemplate> make_hf_chat_template(const Tokenizer& tokenizer) 
     for (const auto& e : *it) extra.push_back(token_string(e));
     specials["additional_special_tokens"] = extra;
   }
-  return std::make_unique<HfChatTemplate>(std::move(source), std::move(origin), tokenizer, std::move(specials));
+  return std::make_unique<HfChatTemplate>(std::move(source), std::move(origin), tokenizer,
+                                          std::move(specials));
 }
 
 }  // namespace ciuic

@@ -35,7 +35,8 @@ namespace ciuic::tok {
 struct AddedToken {
   int32_t id = -1;
   std::string content;
-  std::string decoded;  // its token string in decode(): the normalized content when "normalized", as HF
+  std::string
+      decoded;  // its token string in decode(): the normalized content when "normalized", as HF
   bool single_word = false, lstrip = false, rstrip = false, normalized = true, special = false;
 };
 
@@ -148,7 +149,8 @@ class CIUIC_API HfTokenizer final : public Tokenizer {
   template <class A, class P>
   void run_pipeline(std::string_view text, Scratch& sc, A&& on_added, P&& on_piece) const;
   void pre_tokenize_text(std::string_view text, Segment seg, Scratch& sc) const;  // -> sc.pieces
-  void apply_step(const Step& step, std::string_view text, Span piece, Scratch& sc) const;  // appends sc.next
+  void apply_step(const Step& step, std::string_view text, Span piece,
+                  Scratch& sc) const;  // appends sc.next
   // `at_origin`: `text` starts at offset 0 of the original text (Metaspace's "first" scheme).
   template <bool kMap, class F>
   void for_each_final_piece(std::string_view text, bool at_origin, Scratch& sc, F&& fn) const;
@@ -166,7 +168,8 @@ class CIUIC_API HfTokenizer final : public Tokenizer {
   std::unique_ptr<Decoder> decoder_;
   std::optional<Metaspace> metaspace_;
   bool byte_level_ = false;  // the pre-tokenizer chain ends with ByteLevel
-  std::vector<uint8_t> special_by_id_;  // id -> its token string is a special added token's (HF skips those)
+  std::vector<uint8_t>
+      special_by_id_;  // id -> its token string is a special added token's (HF skips those)
   bool add_prefix_space_ = false;
   std::unique_ptr<Regex> byte_level_regex_;  // GPT-2's, when ByteLevel.use_regex
   std::unique_ptr<Regex> word_char_;         // Rust regex \w, for single_word
@@ -178,8 +181,9 @@ class CIUIC_API HfTokenizer final : public Tokenizer {
 
 // 1 for every token whose [start, end) bytes overlap one of `spans` (sorted, disjoint), else 0:
 // transformers' assistant mask (char_to_token(start) .. char_to_token(end - 1)).
-CIUIC_API std::vector<uint8_t> loss_mask_from_offsets(const std::vector<std::pair<size_t, size_t>>& offsets,
-                                                      const std::vector<std::pair<size_t, size_t>>& spans);
+CIUIC_API std::vector<uint8_t> loss_mask_from_offsets(
+    const std::vector<std::pair<size_t, size_t>>& offsets,
+    const std::vector<std::pair<size_t, size_t>>& spans);
 
 // FNV-1a 64-bit, as 16 lowercase hex digits.
 CIUIC_API std::string fnv1a64_hex(std::string_view data);

@@ -14,7 +14,8 @@
 
 namespace ciuic::tok {
 
-[[noreturn]] inline void fail(const std::string& origin, const std::string& path, const std::string& what) {
+[[noreturn]] inline void fail(const std::string& origin, const std::string& path,
+                              const std::string& what) {
   throw Error(origin + ": " + path + ": " + what);
 }
 
@@ -44,11 +45,13 @@ inline void get_pattern(const nlohmann::json& j, const std::string& origin, cons
     fail(origin, path + "/pattern", "expected {\"String\": \"...\"} or {\"Regex\": \"...\"}");
   if (auto s = pat->find("String"); s != pat->end() && s->is_string()) {
     *literal = s->get<std::string>();
-    if (literal->empty()) fail(origin, path + "/pattern/String", "an empty pattern is not supported");
+    if (literal->empty())
+      fail(origin, path + "/pattern/String", "an empty pattern is not supported");
   } else if (auto r = pat->find("Regex"); r != pat->end() && r->is_string()) {
     *re = std::make_unique<Regex>(r->get<std::string>(), origin + ": " + path + "/pattern/Regex");
   } else {
-    fail(origin, path + "/pattern", "expected {\"String\": \"...\"} or {\"Regex\": \"...\"}, got " + pat->dump());
+    fail(origin, path + "/pattern",
+         "expected {\"String\": \"...\"} or {\"Regex\": \"...\"}, got " + pat->dump());
   }
 }
 

@@ -37,13 +37,18 @@ bool all_ascii(std::string_view s) {
   return true;
 }
 
-const icu::Normalizer2* icu_instance(const std::string& type, const std::string& origin, const std::string& path) {
+const icu::Normalizer2* icu_instance(const std::string& type, const std::string& origin,
+                                     const std::string& path) {
   UErrorCode st = U_ZERO_ERROR;
   const icu::Normalizer2* n = nullptr;
-  if (type == "NFC") n = icu::Normalizer2::getNFCInstance(st);
-  else if (type == "NFD") n = icu::Normalizer2::getNFDInstance(st);
-  else if (type == "NFKC") n = icu::Normalizer2::getNFKCInstance(st);
-  else n = icu::Normalizer2::getNFKDInstance(st);
+  if (type == "NFC")
+    n = icu::Normalizer2::getNFCInstance(st);
+  else if (type == "NFD")
+    n = icu::Normalizer2::getNFDInstance(st);
+  else if (type == "NFKC")
+    n = icu::Normalizer2::getNFKCInstance(st);
+  else
+    n = icu::Normalizer2::getNFKDInstance(st);
   if (U_FAILURE(st) || n == nullptr)
     fail(origin, path, "ICU could not provide the " + type + " normalizer: " + u_errorName(st));
   return n;
@@ -51,7 +56,8 @@ const icu::Normalizer2* icu_instance(const std::string& type, const std::string&
 
 }  // namespace
 
-Normalizer::Normalizer(const json& j, const std::string& origin, const std::string& path) : origin_(origin) {
+Normalizer::Normalizer(const json& j, const std::string& origin, const std::string& path)
+    : origin_(origin) {
   parse(j, origin, path);
 }
 
@@ -65,13 +71,18 @@ void Normalizer::parse(const json& j, const std::string& origin, const std::stri
   const std::string type = t->get<std::string>();
   if (type == "Sequence") {
     auto it = j.find("normalizers");
-    if (it == j.end() || !it->is_array()) fail(origin, path + "/normalizers", "missing or not an array");
-    for (size_t i = 0; i < it->size(); ++i) parse((*it)[i], origin, path + "/normalizers/" + std::to_string(i));
+    if (it == j.end() || !it->is_array())
+      fail(origin, path + "/normalizers", "missing or not an array");
+    for (size_t i = 0; i < it->size(); ++i)
+      parse((*it)[i], origin, path + "/normalizers/" + std::to_string(i));
     return;
   }
   Op op;
   if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
-    op.kind = type == "NFC" ? Kind::kNfc : type == "NFD" ? Kind::kNfd : type == "NFKC" ? Kind::kNfkc : Kind::kNfkd;
+    op.kind = type == "NFC"    ? Kind::kNfc
+              : type == "NFD"  ? Kind::kNfd
+              : type == "NFKC" ? Kind::kNfkc
+                               : Kind::kNfkd;
     op.icu = icu_instance(type, origin, path);
   } else if (type == "Lowercase") {
     op.kind = Kind::kLowercase;
@@ -82,22 +93,26 @@ void Normalizer::parse(const json& j, const std::string& origin, const std::stri
   } else if (type == "Prepend") {
     op.kind = Kind::kPrepend;
     op.text = get_string(j, "prepend", origin, path);
-    if (utf8::find_invalid(op.text) != std::string_view::npos) fail(origin, path + "/prepend", "not valid UTF-8");
+    if (utf8::find_invalid(op.text) != std::string_view::npos)
+      fail(origin, path + "/prepend", "not valid UTF-8");
   } else if (type == "Replace") {
     op.content = get_string(j, "content", origin, path);
     get_pattern(j, origin, path, &op.text, &op.re);
     op.kind = op.re ? Kind::kReplaceRegex : Kind::kReplaceString;
   } else if (type == "Precompiled") {
     fail(origin, path + "/type",
-         "unsupported normalizer \"Precompiled\" (SentencePiece's compiled character map; " + std::string(kSupported) +
-             ": convert the model with transformers' LlamaConverter / GemmaConverter layouts, which have none)");
+         "unsupported normalizer \"Precompiled\" (SentencePiece's compiled character map; " +
+             std::string(kSupported) +
+             ": convert the model with transformers' LlamaConverter / GemmaConverter layouts, "
+             "which have none)");
   } else {
     fail(origin, path + "/type", "unsupported normalizer \"" + type + "\" (" + kSupported + ")");
   }
   ops_.push_back(std::move(op));
 }
 
-bool Normalizer::icu_normalize(const Op& op, std::string_view in, std::string& out, void* edits) const {
+bool Normalizer::icu_normalize(const Op& op, std::string_view in, std::string& out,
+                               void* edits) const {
   if (all_ascii(in)) return false;  // ASCII is invariant under every normalization form
   const auto* n = static_cast<const icu::Normalizer2*>(op.icu);
   UErrorCode st = U_ZERO_ERROR;
@@ -107,11 +122,13 @@ bool Normalizer::icu_normalize(const Op& op, std::string_view in, std::string& o
   out.clear();
   icu::StringByteSink<std::string> sink(&out, static_cast<int32_t>(in.size() + 16));
   n->normalizeUTF8(0, sp, sink, static_cast<icu::Edits*>(edits), st);
-  if (U_FAILURE(st)) throw Error("tokenizer (" + origin_ + "): ICU normalization failed: " + u_errorName(st));
+  if (U_FAILURE(st))
+    throw Error("tokenizer (" + origin_ + "): ICU normalization failed: " + u_errorName(st));
   return true;
 }
 
-bool Normalizer::apply(const Op& op, std::string_view in, std::string& out, MatchScratch& scratch) const {
+bool Normalizer::apply(const Op& op, std::string_view in, std::string& out,
+                       MatchScratch& scratch) const {
   switch (op.kind) {
     case Kind::kNfc:
     case Kind::kNfd:
@@ -194,12 +211,15 @@ bool Normalizer::apply(const Op& op, std::string_view in, std::string& out, Matc
       bool any = false;
       size_t prev = 0;
       out.clear();
-      op.re->for_each_match(in, [&](size_t s, size_t e) {
-        out.append(in.substr(prev, s - prev));
-        out.append(op.content);
-        prev = e;
-        any = true;
-      }, scratch);
+      op.re->for_each_match(
+          in,
+          [&](size_t s, size_t e) {
+            out.append(in.substr(prev, s - prev));
+            out.append(op.content);
+            prev = e;
+            any = true;
+          },
+          scratch);
       if (!any) return false;
       out.append(in.substr(prev));
       return true;
@@ -244,14 +264,17 @@ bool canonical_order_alignment(std::string_view decomposed, const std::vector<si
     size_t len;
     const uint32_t cp = utf8::decode(decomposed, i, &len);
     while (o < expansion.size() && k == expansion[o]) ++o, k = 0;
-    items.push_back(Item{cp, k > 0, static_cast<uint8_t>(u_getCombiningClass(static_cast<UChar32>(cp)))});
+    items.push_back(
+        Item{cp, k > 0, static_cast<uint8_t>(u_getCombiningClass(static_cast<UChar32>(cp)))});
     ++k;
     i += len;
   }
   for (size_t i = 0; i < items.size();) {
     size_t j = i;
     while (j < items.size() && items[j].ccc != 0) ++j;
-    if (j > i) std::stable_sort(items.begin() + i, items.begin() + j, [](const Item& a, const Item& b) { return a.ccc < b.ccc; });
+    if (j > i)
+      std::stable_sort(items.begin() + i, items.begin() + j,
+                       [](const Item& a, const Item& b) { return a.ccc < b.ccc; });
     i = j == i ? i + 1 : j;
   }
   std::string text;
@@ -287,8 +310,8 @@ void char_spans(std::string_view s, uint32_t base, Normalizer::Alignment& map) {
 
 }  // namespace
 
-void Normalizer::align_changed(const Op& op, std::string_view old_text, uint32_t base, std::string_view new_text,
-                               Alignment& map) const {
+void Normalizer::align_changed(const Op& op, std::string_view old_text, uint32_t base,
+                               std::string_view new_text, Alignment& map) const {
   // HF (unicode-normalization-alignments) aligns output characters positionally: one that
   // stands for input characters aligns to the first of them and consumes them all (a composed
   // "ä" from "a" + U+0308), one a decomposition inserts aligns to the character it comes from.
@@ -319,24 +342,28 @@ void Normalizer::align_changed(const Op& op, std::string_view old_text, uint32_t
     if (!icu_normalize(op, ch, one, nullptr)) one.assign(ch);
     together += one;
     size_t chars = 0;
-    for (size_t i = 0; i < one.size(); ++i) chars += (static_cast<unsigned char>(one[i]) & 0xC0) != 0x80;
+    for (size_t i = 0; i < one.size(); ++i)
+      chars += (static_cast<unsigned char>(one[i]) & 0xC0) != 0x80;
     expansion.push_back(chars);
   }
   if (together == new_text) {
     size_t j = 0;
     for (size_t o = 0; o < olds.size(); ++o)
       for (size_t k = 0; k < expansion[o] && j < news.size(); ++k) source[j++] = o;
-  } else if ((op.kind == Kind::kNfd || op.kind == Kind::kNfkd) && canonical_order_alignment(together, expansion, new_text, source)) {
+  } else if ((op.kind == Kind::kNfd || op.kind == Kind::kNfkd) &&
+             canonical_order_alignment(together, expansion, new_text, source)) {
     // Decomposition then canonical reordering: HF's crate moves each character with its
     // "inserted" mark, and aligns positionally (see canonical_order_alignment).
   } else {
     const size_t n = olds.size(), m = news.size();
-    for (size_t j = 0; j < m; ++j) source[j] = j == 0 ? 0 : std::min(n - 1, m <= n ? j + (n - m) : j);
+    for (size_t j = 0; j < m; ++j)
+      source[j] = j == 0 ? 0 : std::min(n - 1, m <= n ? j + (n - m) : j);
   }
   for (size_t j = 0; j < news.size(); ++j) spans_for_bytes(news[j], olds[source[j]], map);
 }
 
-bool Normalizer::apply_aligned(const Op& op, std::string_view in, std::string& out, Alignment& map) const {
+bool Normalizer::apply_aligned(const Op& op, std::string_view in, std::string& out,
+                               Alignment& map) const {
   map.clear();
   auto spans_for = [&](size_t out_bytes, uint32_t b, uint32_t e) {
     for (size_t k = 0; k < out_bytes; ++k) map.emplace_back(b, e);
@@ -374,7 +401,9 @@ bool Normalizer::apply_aligned(const Op& op, std::string_view in, std::string& o
     case Kind::kStrip: {
       size_t b = 0;
       if (!apply(op, in, out, MatchScratch::local())) return false;
-      if (op.left) b = in.find(out);  // the kept text is a substring; its first occurrence after the stripped prefix
+      if (op.left)
+        b = in.find(
+            out);  // the kept text is a substring; its first occurrence after the stripped prefix
       if (b == std::string_view::npos) b = 0;
       char_spans(out, static_cast<uint32_t>(b), map);
       return true;
@@ -385,9 +414,13 @@ bool Normalizer::apply_aligned(const Op& op, std::string_view in, std::string& o
         size_t len;
         const uint32_t cp = utf8::decode(in, i, &len);
         std::string one;
-        if (cp == 0x130) one = "i\xCC\x87";
-        else if (cp < 0x80) one = std::string(1, (cp >= 'A' && cp <= 'Z') ? static_cast<char>(cp + 32) : static_cast<char>(cp));
-        else utf8::append(one, static_cast<uint32_t>(u_tolower(static_cast<UChar32>(cp))));
+        if (cp == 0x130)
+          one = "i\xCC\x87";
+        else if (cp < 0x80)
+          one = std::string(
+              1, (cp >= 'A' && cp <= 'Z') ? static_cast<char>(cp + 32) : static_cast<char>(cp));
+        else
+          utf8::append(one, static_cast<uint32_t>(u_tolower(static_cast<UChar32>(cp))));
         spans_for(one.size(), static_cast<uint32_t>(i), static_cast<uint32_t>(i + len));
         i += len;
       }
@@ -397,7 +430,8 @@ bool Normalizer::apply_aligned(const Op& op, std::string_view in, std::string& o
     case Kind::kReplaceRegex: {
       std::vector<std::pair<size_t, size_t>> matches;
       if (op.kind == Kind::kReplaceString) {
-        for (size_t at = in.find(op.text); at != std::string_view::npos; at = in.find(op.text, at + op.text.size()))
+        for (size_t at = in.find(op.text); at != std::string_view::npos;
+             at = in.find(op.text, at + op.text.size()))
           matches.emplace_back(at, at + op.text.size());
       } else if (!in.empty()) {
         op.re->for_each_match(in, [&](size_t b, size_t e) { matches.emplace_back(b, e); });
@@ -438,9 +472,13 @@ std::string Normalizer::normalize_aligned(std::string_view in, Alignment& align)
     for (const auto& [b, e] : map) {
       // Input bytes [b, e) of this step -> the original bytes of the first and last of them (an
       // empty span, an insertion, takes the position it is inserted at).
-      if (b < e) composed.emplace_back(align[b].first, align[e - 1].second);
-      else if (b < align.size()) composed.emplace_back(align[b].first, align[b].first);
-      else composed.emplace_back(align.empty() ? 0 : align.back().second, align.empty() ? 0 : align.back().second);
+      if (b < e)
+        composed.emplace_back(align[b].first, align[e - 1].second);
+      else if (b < align.size())
+        composed.emplace_back(align[b].first, align[b].first);
+      else
+        composed.emplace_back(align.empty() ? 0 : align.back().second,
+                              align.empty() ? 0 : align.back().second);
     }
     align.swap(composed);
     cur.swap(out);

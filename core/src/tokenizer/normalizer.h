@@ -42,7 +42,8 @@ class CIUIC_API Normalizer {
 
   // The normalized form of `in` (valid UTF-8). Returns `in` itself when no step changes it, else
   // a view of `a` or `b` (two caller-owned buffers, reused between calls).
-  std::string_view normalize(std::string_view in, std::string& a, std::string& b, MatchScratch& scratch) const;
+  std::string_view normalize(std::string_view in, std::string& a, std::string& b,
+                             MatchScratch& scratch) const;
   // Convenience: the normalized text as a string.
   std::string normalize(std::string_view in) const;
 
@@ -54,7 +55,17 @@ class CIUIC_API Normalizer {
   std::string normalize_aligned(std::string_view in, Alignment& align) const;
 
  private:
-  enum class Kind { kNfc, kNfd, kNfkc, kNfkd, kLowercase, kStrip, kPrepend, kReplaceString, kReplaceRegex };
+  enum class Kind {
+    kNfc,
+    kNfd,
+    kNfkc,
+    kNfkd,
+    kLowercase,
+    kStrip,
+    kPrepend,
+    kReplaceString,
+    kReplaceRegex
+  };
   struct Op {
     Kind kind;
     bool left = false, right = false;  // Strip
@@ -69,8 +80,8 @@ class CIUIC_API Normalizer {
   // The NF* forms through ICU; false when `in` is already normalized. `edits`: icu::Edits* or null.
   bool icu_normalize(const Op& op, std::string_view in, std::string& out, void* edits) const;
   // The alignment of one stretch ICU changed (`old_text` at input offset `base` -> `new_text`).
-  void align_changed(const Op& op, std::string_view old_text, uint32_t base, std::string_view new_text,
-                     Alignment& map) const;
+  void align_changed(const Op& op, std::string_view old_text, uint32_t base,
+                     std::string_view new_text, Alignment& map) const;
   // apply() with `map`: for every output byte, the [start, end) input bytes it comes from.
   bool apply_aligned(const Op& op, std::string_view in, std::string& out, Alignment& map) const;
 

@@ -53,12 +53,8 @@ std::string Regex::translate_onig(std::string_view p) {
       char n = p[i + 1];
       ++i;
       switch (n) {
-        case 's':
-          out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
-          continue;
-        case 'S':
-          out += in_class ? "\\S" : "[^\\s\\x{85}]";
-          continue;
+        case 's': out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]"; continue;
+        case 'S': out += in_class ? "\\S" : "[^\\s\\x{85}]"; continue;
         case 'w':
           out += in_class ? std::string(kWordClass) : "[" + std::string(kWordClass) + "]";
           continue;
@@ -116,7 +112,8 @@ std::string Regex::escape_literal(std::string_view literal) {
   out.reserve(literal.size() * 2);
   for (char c : literal) {
     unsigned char u = static_cast<unsigned char>(c);
-    bool plain = (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') || u >= 0x80;
+    bool plain =
+        (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') || u >= 0x80;
     if (!plain) out += '\\';
     out += c;
   }
@@ -129,15 +126,16 @@ Regex::Regex(std::string_view onig_pattern, std::string where)
   pcre2_set_newline(cctx, PCRE2_NEWLINE_LF);
   int err = 0;
   PCRE2_SIZE err_off = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated_.data()), translated_.size(),
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &err, &err_off, cctx);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated_.data()), translated_.size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &err, &err_off, cctx);
   pcre2_compile_context_free(cctx);
   if (!code) {
     PCRE2_UCHAR buf[256];
     pcre2_get_error_message(err, buf, sizeof buf);
-    throw Error(where_ + ": cannot compile regex \"" + std::string(onig_pattern) + "\" (as PCRE2 \"" +
-                translated_ + "\"): " + reinterpret_cast<const char*>(buf) + " at offset " +
-                std::to_string(err_off));
+    throw Error(where_ + ": cannot compile regex \"" + std::string(onig_pattern) +
+                "\" (as PCRE2 \"" + translated_ + "\"): " + reinterpret_cast<const char*>(buf) +
+                " at offset " + std::to_string(err_off));
   }
   code_ = code;
   jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;

@@ -60,7 +60,8 @@ class CIUIC_API Regex {
   // `text` must be valid UTF-8 (not re-checked). Throws ciuic::Error when PCRE2 gives up
   // (e.g. resource limits) — never silently skips text.
   template <class F>
-  void for_each_match(std::string_view text, F&& fn, MatchScratch& scratch = MatchScratch::local()) const {
+  void for_each_match(std::string_view text, F&& fn,
+                      MatchScratch& scratch = MatchScratch::local()) const {
     size_t last_end = 0;
     bool have_last = false;
     size_t last_match_end = 0;

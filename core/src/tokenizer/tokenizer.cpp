@@ -1,5 +1,6 @@
-// ciuic::Tokenizer: HF tokenizer.json BPE (byte-level and SentencePiece-style). See ciuic/tokenizer.h and
-// tokenizer/hf_tokenizer.h for the pipeline; docs/tokenizer.md for what is supported.
+// ciuic::Tokenizer: HF tokenizer.json BPE (byte-level and SentencePiece-style). See
+// ciuic/tokenizer.h and tokenizer/hf_tokenizer.h for the pipeline; docs/tokenizer.md for what is
+// supported.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -12,8 +13,8 @@
 
 #include <ciuic/error.h>
 #include <ciuic/files.h>
-#include <ciuic/log.h>
 #include <ciuic/json.h>
+#include <ciuic/log.h>
 
 #include "base/paths.h"
 #include "tokenizer/factory.h"
@@ -22,7 +23,6 @@
 #include "tokenizer/utf8.h"
 
 namespace ciuic {
-
 
 namespace tok {
 
@@ -60,7 +60,8 @@ json parse_json(std::string_view text, const std::string& origin) {
     // e.byte is 1-based and points just past the offending character.
     size_t at = e.byte > 0 ? e.byte - 1 : 0;
     std::string what = e.what();
-    // nlohmann's message starts "[json.exception.parse_error.101] parse error at line ..": keep the tail.
+    // nlohmann's message starts "[json.exception.parse_error.101] parse error at line ..": keep the
+    // tail.
     size_t colon = what.find(": ");
     if (colon != std::string::npos) what = what.substr(colon + 2);
     throw Error(origin + ": malformed JSON at " + line_col(text, at) + ": " + what);
@@ -74,9 +75,12 @@ json parse_json(std::string_view text, const std::string& origin) {
 
 std::string read_file(const std::string& path, const char* what) {
   if (paths::is(path, paths::Want::kFolder))
-    throw Error("cannot read " + std::string(what) + " '" + path + "': it is a directory (expected tokenizer.json)");
-  if (!paths::is(path, paths::Want::kAny))  // missing, or a path the file system refuses (the reason)
-    throw Error("cannot read " + std::string(what) + " '" + path + "': " + paths::problem(path, paths::Want::kFile));
+    throw Error("cannot read " + std::string(what) + " '" + path +
+                "': it is a directory (expected tokenizer.json)");
+  if (!paths::is(path,
+                 paths::Want::kAny))  // missing, or a path the file system refuses (the reason)
+    throw Error("cannot read " + std::string(what) + " '" + path +
+                "': " + paths::problem(path, paths::Want::kFile));
   // A regular file of at most kMaxJsonInputBytes: /dev/zero or a FIFO is refused at once.
   return read_input(path, what, kMaxJsonInputBytes);
 }
@@ -137,7 +141,8 @@ void LiteralMatcher::add(std::string_view pattern, int32_t value) {
       next = static_cast<int32_t>(nodes_.size());
       nodes_.push_back(Node{});
       auto& kids = nodes_[node].kids;
-      kids.insert(std::lower_bound(kids.begin(), kids.end(), std::make_pair(b, INT32_MIN)), {b, next});
+      kids.insert(std::lower_bound(kids.begin(), kids.end(), std::make_pair(b, INT32_MIN)),
+                  {b, next});
       if (node == 0) root_[b] = next;
     }
     node = next;
@@ -153,11 +158,13 @@ void LiteralMatcher::add(std::string_view pattern, int32_t value) {
       t.second = value;
       return;
     }
-  auto at = std::find_if(tails.begin(), tails.end(), [&](const auto& t) { return t.first.size() < rest.size(); });
+  auto at = std::find_if(tails.begin(), tails.end(),
+                         [&](const auto& t) { return t.first.size() < rest.size(); });
   tails.insert(at, {std::string(rest), value});
 }
 
-bool LiteralMatcher::find(std::string_view text, size_t pos, size_t* start, size_t* len, int32_t* value) const {
+bool LiteralMatcher::find(std::string_view text, size_t pos, size_t* start, size_t* len,
+                          int32_t* value) const {
   if (empty()) return false;
   const auto* data = reinterpret_cast<const unsigned char*>(text.data());
   for (size_t p = pos; p < text.size(); ++p) {
@@ -175,7 +182,8 @@ bool LiteralMatcher::find(std::string_view text, size_t pos, size_t* start, size
       // Patterns longer than the trie (only at depth kTrieDepth, which has no children): the
       // first that matches is the longest.
       for (const auto& [rest, v] : nodes_[node].tails)
-        if (rest.size() <= text.size() - q && std::memcmp(data + q, rest.data(), rest.size()) == 0) {
+        if (rest.size() <= text.size() - q &&
+            std::memcmp(data + q, rest.data(), rest.size()) == 0) {
           best_value = v;
           best_len = q - p + rest.size();
           break;
@@ -201,12 +209,15 @@ void HfTokenizer::parse_pre_tokenizer(const json& j, const std::string& path) {
   if (byte_level_ || metaspace_) {
     const char* last = byte_level_ ? "ByteLevel" : "Metaspace";
     fail(origin_, path,
-         "pre-tokenizer \"" + type + "\" after " + last + " is not supported (" + last + " must be last)");
+         "pre-tokenizer \"" + type + "\" after " + last + " is not supported (" + last +
+             " must be last)");
   }
   if (type == "Sequence") {
     auto it = j.find("pretokenizers");
-    if (it == j.end() || !it->is_array()) fail(origin_, path + "/pretokenizers", "missing or not an array");
-    for (size_t i = 0; i < it->size(); ++i) parse_pre_tokenizer((*it)[i], path + "/pretokenizers/" + std::to_string(i));
+    if (it == j.end() || !it->is_array())
+      fail(origin_, path + "/pretokenizers", "missing or not an array");
+    for (size_t i = 0; i < it->size(); ++i)
+      parse_pre_tokenizer((*it)[i], path + "/pretokenizers/" + std::to_string(i));
     return;
   }
   if (type == "Split") {
@@ -218,21 +229,30 @@ void HfTokenizer::parse_pre_tokenizer(const json& j, const std::string& path) {
     if (auto r = pat->find("Regex"); r != pat->end() && r->is_string()) {
       step.re = std::make_unique<Regex>(r->get<std::string>(), where + "/Regex");
     } else if (auto s = pat->find("String"); s != pat->end() && s->is_string()) {
-      step.re = std::make_unique<Regex>(Regex::escape_literal(s->get<std::string>()), where + "/String");
+      step.re =
+          std::make_unique<Regex>(Regex::escape_literal(s->get<std::string>()), where + "/String");
     } else {
-      fail(origin_, path + "/pattern", "expected {\"Regex\": \"...\"} or {\"String\": \"...\"}, got " + pat->dump());
+      fail(origin_, path + "/pattern",
+           "expected {\"Regex\": \"...\"} or {\"String\": \"...\"}, got " + pat->dump());
     }
     auto beh = j.find("behavior");
-    if (beh == j.end() || !beh->is_string()) fail(origin_, path + "/behavior", "missing or not a string");
+    if (beh == j.end() || !beh->is_string())
+      fail(origin_, path + "/behavior", "missing or not a string");
     const std::string b = beh->get<std::string>();
-    if (b == "Removed") step.behavior = Behavior::kRemoved;
-    else if (b == "Isolated") step.behavior = Behavior::kIsolated;
-    else if (b == "MergedWithPrevious") step.behavior = Behavior::kMergedWithPrevious;
-    else if (b == "MergedWithNext") step.behavior = Behavior::kMergedWithNext;
-    else if (b == "Contiguous") step.behavior = Behavior::kContiguous;
+    if (b == "Removed")
+      step.behavior = Behavior::kRemoved;
+    else if (b == "Isolated")
+      step.behavior = Behavior::kIsolated;
+    else if (b == "MergedWithPrevious")
+      step.behavior = Behavior::kMergedWithPrevious;
+    else if (b == "MergedWithNext")
+      step.behavior = Behavior::kMergedWithNext;
+    else if (b == "Contiguous")
+      step.behavior = Behavior::kContiguous;
     else
       fail(origin_, path + "/behavior",
-           "unknown behavior \"" + b + "\" (expected Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous)");
+           "unknown behavior \"" + b +
+               "\" (expected Removed, Isolated, MergedWithPrevious, MergedWithNext or Contiguous)");
     step.invert = get_bool(j, "invert", false, origin_, path);
     steps_.push_back(std::move(step));
     return;
@@ -250,7 +270,8 @@ void HfTokenizer::parse_pre_tokenizer(const json& j, const std::string& path) {
     byte_level_ = true;
     add_prefix_space_ = get_bool(j, "add_prefix_space", true, origin_, path);
     if (get_bool(j, "use_regex", true, origin_, path))
-      byte_level_regex_ = std::make_unique<Regex>(kGpt2Regex, origin_ + ": " + path + " (GPT-2 regex)");
+      byte_level_regex_ =
+          std::make_unique<Regex>(kGpt2Regex, origin_ + ": " + path + " (GPT-2 regex)");
     return;
   }
   if (type == "Metaspace") {
@@ -264,10 +285,15 @@ void HfTokenizer::parse_pre_tokenizer(const json& j, const std::string& path) {
       m.replacement = rep;
     }
     if (auto ps = j.find("prepend_scheme"); ps != j.end() && !ps->is_null()) {
-      if (*ps == "always") m.prepend = Metaspace::Prepend::kAlways;
-      else if (*ps == "first") m.prepend = Metaspace::Prepend::kFirst;
-      else if (*ps == "never") m.prepend = Metaspace::Prepend::kNever;
-      else fail(origin_, path + "/prepend_scheme", "expected \"first\", \"always\" or \"never\", got " + ps->dump());
+      if (*ps == "always")
+        m.prepend = Metaspace::Prepend::kAlways;
+      else if (*ps == "first")
+        m.prepend = Metaspace::Prepend::kFirst;
+      else if (*ps == "never")
+        m.prepend = Metaspace::Prepend::kNever;
+      else
+        fail(origin_, path + "/prepend_scheme",
+             "expected \"first\", \"always\" or \"never\", got " + ps->dump());
     } else {  // files written before prepend_scheme existed
       m.prepend = get_bool(j, "add_prefix_space", true, origin_, path) ? Metaspace::Prepend::kAlways
                                                                        : Metaspace::Prepend::kNever;
@@ -277,7 +303,8 @@ void HfTokenizer::parse_pre_tokenizer(const json& j, const std::string& path) {
     return;
   }
   fail(origin_, path + "/type",
-       "unsupported pre-tokenizer \"" + type + "\" (ciuic supports Sequence, Split, Digits, ByteLevel and Metaspace)");
+       "unsupported pre-tokenizer \"" + type +
+           "\" (ciuic supports Sequence, Split, Digits, ByteLevel and Metaspace)");
 }
 
 void HfTokenizer::parse_post_processor(const json& j, const std::string& path) {
@@ -285,8 +312,10 @@ void HfTokenizer::parse_post_processor(const json& j, const std::string& path) {
   std::string type = type_of(j, origin_, path);
   if (type == "Sequence") {
     auto it = j.find("processors");
-    if (it == j.end() || !it->is_array()) fail(origin_, path + "/processors", "missing or not an array");
-    for (size_t i = 0; i < it->size(); ++i) parse_post_processor((*it)[i], path + "/processors/" + std::to_string(i));
+    if (it == j.end() || !it->is_array())
+      fail(origin_, path + "/processors", "missing or not an array");
+    for (size_t i = 0; i < it->size(); ++i)
+      parse_post_processor((*it)[i], path + "/processors/" + std::to_string(i));
     return;
   }
   if (type == "ByteLevel") return;  // only trims offsets: no effect on ids
@@ -294,7 +323,8 @@ void HfTokenizer::parse_post_processor(const json& j, const std::string& path) {
     if (!prefix_.empty() || !suffix_.empty())
       fail(origin_, path, "a second TemplateProcessing post-processor is not supported");
     auto single = j.find("single");
-    if (single == j.end() || !single->is_array()) fail(origin_, path + "/single", "missing or not an array");
+    if (single == j.end() || !single->is_array())
+      fail(origin_, path + "/single", "missing or not an array");
     auto specials = j.find("special_tokens");
     bool seen_a = false;
     for (size_t i = 0; i < single->size(); ++i) {
@@ -303,7 +333,8 @@ void HfTokenizer::parse_post_processor(const json& j, const std::string& path) {
       if (piece.is_object() && piece.contains("Sequence")) {
         const json& seq = piece["Sequence"];
         if (!seq.is_object() || seq.value("id", std::string()) != "A" || seen_a)
-          fail(origin_, ppath, "the single-sequence template must contain $A exactly once, got " + piece.dump());
+          fail(origin_, ppath,
+               "the single-sequence template must contain $A exactly once, got " + piece.dump());
         seen_a = true;
       } else if (piece.is_object() && piece.contains("SpecialToken")) {
         const json& st = piece["SpecialToken"];
@@ -311,27 +342,34 @@ void HfTokenizer::parse_post_processor(const json& j, const std::string& path) {
           fail(origin_, ppath + "/SpecialToken/id", "missing or not a string");
         std::string name = st["id"].get<std::string>();
         if (specials == j.end() || !specials->is_object() || !specials->contains(name))
-          fail(origin_, path + "/special_tokens", "no entry for \"" + name + "\" used in the template");
+          fail(origin_, path + "/special_tokens",
+               "no entry for \"" + name + "\" used in the template");
         const json& ids = (*specials)[name]["ids"];
-        if (!ids.is_array()) fail(origin_, path + "/special_tokens/" + name + "/ids", "missing or not an array");
+        if (!ids.is_array())
+          fail(origin_, path + "/special_tokens/" + name + "/ids", "missing or not an array");
         for (const json& id : ids) {
-          if (!id.is_number_integer()) fail(origin_, path + "/special_tokens/" + name + "/ids", "expected integers");
+          if (!id.is_number_integer())
+            fail(origin_, path + "/special_tokens/" + name + "/ids", "expected integers");
           (seen_a ? suffix_ : prefix_).push_back(id.get<int32_t>());
         }
       } else {
-        fail(origin_, ppath, "expected {\"SpecialToken\": ...} or {\"Sequence\": ...}, got " + piece.dump());
+        fail(origin_, ppath,
+             "expected {\"SpecialToken\": ...} or {\"Sequence\": ...}, got " + piece.dump());
       }
     }
     if (!seen_a) fail(origin_, path + "/single", "the template has no $A sequence");
     return;
   }
   fail(origin_, path + "/type",
-       "unsupported post-processor \"" + type + "\" (ciuic supports TemplateProcessing, ByteLevel and Sequence)");
+       "unsupported post-processor \"" + type +
+           "\" (ciuic supports TemplateProcessing, ByteLevel and Sequence)");
 }
 
-HfTokenizer::HfTokenizer(std::string_view json_text, const std::string& origin, std::string_view config_json,
-                         const std::string& config_origin)
-    : origin_(origin), config_text_(config_json), config_path_(config_json.empty() ? "" : config_origin) {
+HfTokenizer::HfTokenizer(std::string_view json_text, const std::string& origin,
+                         std::string_view config_json, const std::string& config_origin)
+    : origin_(origin),
+      config_text_(config_json),
+      config_path_(config_json.empty() ? "" : config_origin) {
   json j = parse_json(json_text, origin_);
   if (!j.is_object()) fail(origin_, "/", "expected a JSON object (an HF tokenizer.json)");
   auto m = j.find("model");
@@ -347,7 +385,8 @@ HfTokenizer::HfTokenizer(std::string_view json_text, const std::string& origin, 
   for (const char* key : {"truncation", "padding"}) {
     auto it = j.find(key);
     if (it != j.end() && !it->is_null())
-      log_warn(origin_ + ": /" + key + " is set; ciuic ignores it (it never truncates or pads in encode)");
+      log_warn(origin_ + ": /" + key +
+               " is set; ciuic ignores it (it never truncates or pads in encode)");
   }
 
   // Added tokens.
@@ -378,9 +417,11 @@ HfTokenizer::HfTokenizer(std::string_view json_text, const std::string& origin, 
       added_.push_back(std::move(a));
     }
   }
-  if (static_cast<size_t>(vocab_size_) > static_cast<size_t>(model_->max_id() + 1) + added_.size() * 4 + 1000000)
+  if (static_cast<size_t>(vocab_size_) >
+      static_cast<size_t>(model_->max_id() + 1) + added_.size() * 4 + 1000000)
     fail(origin_, "/added_tokens",
-         "an added token id (" + std::to_string(vocab_size_ - 1) + ") is far beyond the vocabulary (ids must be dense)");
+         "an added token id (" + std::to_string(vocab_size_ - 1) +
+             ") is far beyond the vocabulary (ids must be dense)");
   added_by_id_.assign(vocab_size_, -1);
   for (size_t i = 0; i < added_.size(); ++i) {
     const AddedToken& a = added_[i];
@@ -411,10 +452,12 @@ HfTokenizer::HfTokenizer(std::string_view json_text, const std::string& origin, 
   }
   for (int32_t id : prefix_)
     if (id < 0 || id >= vocab_size_)
-      fail(origin_, "/post_processor", "template token id " + std::to_string(id) + " is outside the vocabulary");
+      fail(origin_, "/post_processor",
+           "template token id " + std::to_string(id) + " is outside the vocabulary");
   for (int32_t id : suffix_)
     if (id < 0 || id >= vocab_size_)
-      fail(origin_, "/post_processor", "template token id " + std::to_string(id) + " is outside the vocabulary");
+      fail(origin_, "/post_processor",
+           "template token id " + std::to_string(id) + " is outside the vocabulary");
   word_char_ = std::make_unique<Regex>(kRustWordChar, "tokenizer word-character class");
 
   // BOS / EOS: tokenizer_config.json when given, else the template's first token and known names.
@@ -422,12 +465,17 @@ HfTokenizer::HfTokenizer(std::string_view json_text, const std::string& origin, 
     auto it = cfg.find(key);
     if (it == cfg.end() || it->is_null()) return std::nullopt;
     std::string name;
-    if (it->is_string()) name = it->get<std::string>();
+    if (it->is_string())
+      name = it->get<std::string>();
     else if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
       name = (*it)["content"].get<std::string>();
-    else fail(config_origin, std::string("/") + key, "expected a string or {\"content\": ...}, got " + it->dump());
+    else
+      fail(config_origin, std::string("/") + key,
+           "expected a string or {\"content\": ...}, got " + it->dump());
     std::optional<int32_t> id = token_to_id(name);
-    if (!id) fail(config_origin, std::string("/") + key, "token \"" + name + "\" is not in the tokenizer's vocabulary");
+    if (!id)
+      fail(config_origin, std::string("/") + key,
+           "token \"" + name + "\" is not in the tokenizer's vocabulary");
     return id;
   };
   bool have_config = !config_json.empty();
@@ -445,12 +493,16 @@ HfTokenizer::HfTokenizer(std::string_view json_text, const std::string& origin, 
       }
       return std::nullopt;
     };
-    if (!bos_) bos_ = first_known({"<｜begin▁of▁sentence｜>", "<|begin_of_text|>", "<s>", "<bos>", "<|endoftext|>"});
-    eos_ = first_known({"<｜end▁of▁sentence｜>", "<|end_of_text|>", "<|endoftext|>", "</s>", "<|im_end|>", "<eos>"});
+    if (!bos_)
+      bos_ = first_known(
+          {"<｜begin▁of▁sentence｜>", "<|begin_of_text|>", "<s>", "<bos>", "<|endoftext|>"});
+    eos_ = first_known({"<｜end▁of▁sentence｜>", "<|end_of_text|>", "<|endoftext|>", "</s>",
+                        "<|im_end|>", "<eos>"});
   }
 
   // Fingerprint: canonical JSON (keys sorted by nlohmann's std::map) plus the resolved BOS/EOS.
-  std::string canon = "ciuic-tokenizer-v1\n" + j.dump() + "\nbos=" + (bos_ ? std::to_string(*bos_) : "none") +
+  std::string canon = "ciuic-tokenizer-v1\n" + j.dump() +
+                      "\nbos=" + (bos_ ? std::to_string(*bos_) : "none") +
                       "\neos=" + (eos_ ? std::to_string(*eos_) : "none") + "\n";
   fingerprint_ = fnv1a64_hex(canon);
 }
@@ -529,12 +581,15 @@ HfTokenizer::Scratch& HfTokenizer::scratch() const {
 }
 
 template <class A, class P>
-void HfTokenizer::run_pipeline(std::string_view text, Scratch& sc, A&& on_added, P&& on_piece) const {
+void HfTokenizer::run_pipeline(std::string_view text, Scratch& sc, A&& on_added,
+                               P&& on_piece) const {
   std::vector<Segment>& raw = sc.first;
   raw.clear();
   if (text.empty()) return;
-  if (raw_matcher_.empty()) raw.push_back(Segment{0, text.size(), -1});
-  else split_added(text, 0, text.size(), raw_matcher_, raw);
+  if (raw_matcher_.empty())
+    raw.push_back(Segment{0, text.size(), -1});
+  else
+    split_added(text, 0, text.size(), raw_matcher_, raw);
   for (const Segment& seg : raw) {
     if (seg.added >= 0) {
       on_added(seg.added);
@@ -546,8 +601,10 @@ void HfTokenizer::run_pipeline(std::string_view text, Scratch& sc, A&& on_added,
     if (t.empty()) continue;
     std::vector<Segment>& segs = sc.segs;
     segs.clear();
-    if (normalized_matcher_.empty()) segs.push_back(Segment{0, t.size(), -1});
-    else split_added(t, 0, t.size(), normalized_matcher_, segs);
+    if (normalized_matcher_.empty())
+      segs.push_back(Segment{0, t.size(), -1});
+    else
+      split_added(t, 0, t.size(), normalized_matcher_, segs);
     for (const Segment& s2 : segs) {
       if (s2.added >= 0) {
         on_added(s2.added);
@@ -559,28 +616,37 @@ void HfTokenizer::run_pipeline(std::string_view text, Scratch& sc, A&& on_added,
   }
 }
 
-// flatten: the pushes of pieces are this loop's hot path (GCC otherwise calls an out-of-line emplace_back).
-[[gnu::flatten]] void HfTokenizer::apply_step(const Step& step, std::string_view text, Span piece, Scratch& sc) const {
+// flatten: the pushes of pieces are this loop's hot path (GCC otherwise calls an out-of-line
+// emplace_back).
+[[gnu::flatten]] void HfTokenizer::apply_step(const Step& step, std::string_view text, Span piece,
+                                              Scratch& sc) const {
   std::string_view s = text.substr(piece.b, piece.e - piece.b);
   std::vector<Span>& out = sc.next;
-  if (step.behavior == Behavior::kIsolated) {  // the common case; match flags (and invert) are unused
+  if (step.behavior ==
+      Behavior::kIsolated) {  // the common case; match flags (and invert) are unused
     size_t prev = 0;
-    step.re->for_each_match(s, [&](size_t st, size_t en) {
-      if (prev != st) out.push_back(Span{piece.b + prev, piece.b + st});
-      if (st != en) out.push_back(Span{piece.b + st, piece.b + en});
-      prev = en;
-    }, *sc.regex);
+    step.re->for_each_match(
+        s,
+        [&](size_t st, size_t en) {
+          if (prev != st) out.push_back(Span{piece.b + prev, piece.b + st});
+          if (st != en) out.push_back(Span{piece.b + st, piece.b + en});
+          prev = en;
+        },
+        *sc.regex);
     if (prev != s.size()) out.push_back(Span{piece.b + prev, piece.e});
     return;
   }
   std::vector<Match>& ms = sc.matches;
   ms.clear();
   size_t prev = 0;
-  step.re->for_each_match(s, [&](size_t st, size_t en) {
-    if (prev != st) ms.push_back({prev, st, false});
-    ms.push_back({st, en, true});
-    prev = en;
-  }, *sc.regex);
+  step.re->for_each_match(
+      s,
+      [&](size_t st, size_t en) {
+        if (prev != st) ms.push_back({prev, st, false});
+        ms.push_back({st, en, true});
+        prev = en;
+      },
+      *sc.regex);
   if (prev != s.size()) ms.push_back({prev, s.size(), false});
   if (step.invert)
     for (Match& x : ms) x.match = !x.match;
@@ -605,9 +671,11 @@ void HfTokenizer::run_pipeline(std::string_view text, Scratch& sc, A&& on_added,
       bool previous_match = false;
       for (const Match& x : ms) {
         bool extend = step.behavior == Behavior::kContiguous ? (x.match == previous_match)
-                                                              : (x.match && !previous_match);
-        if (extend && !acc.empty()) acc.back().e = x.e;
-        else acc.push_back(Span{x.b, x.e});
+                                                             : (x.match && !previous_match);
+        if (extend && !acc.empty())
+          acc.back().e = x.e;
+        else
+          acc.push_back(Span{x.b, x.e});
         previous_match = x.match;
       }
       for (const Span& a : acc) emit(a.b, a.e);
@@ -618,8 +686,10 @@ void HfTokenizer::run_pipeline(std::string_view text, Scratch& sc, A&& on_added,
       acc.clear();
       bool previous_match = false;
       for (auto it = ms.rbegin(); it != ms.rend(); ++it) {
-        if (it->match && !previous_match && !acc.empty()) acc.back().b = it->b;
-        else acc.push_back(Span{it->b, it->e});
+        if (it->match && !previous_match && !acc.empty())
+          acc.back().b = it->b;
+        else
+          acc.push_back(Span{it->b, it->e});
         previous_match = it->match;
       }
       for (auto it = acc.rbegin(); it != acc.rend(); ++it) emit(it->b, it->e);
@@ -641,14 +711,16 @@ void HfTokenizer::pre_tokenize_text(std::string_view text, Segment seg, Scratch&
 // Calls fn(piece) for every piece that reaches the BPE model: ByteLevel's prefix space and GPT-2
 // regex applied to each pre-tokenized span.
 template <bool kMap, class F>
-void HfTokenizer::for_each_final_piece(std::string_view text, bool at_origin, Scratch& sc, F&& fn) const {
+void HfTokenizer::for_each_final_piece(std::string_view text, bool at_origin, Scratch& sc,
+                                       F&& fn) const {
   // fn(piece, map): with kMap, map[i] is the [start, end) bytes of `text` that byte i of the
   // piece comes from (a prefix or replacement character: the character it stands for).
   std::string& buf = sc.buf;
   std::vector<std::pair<uint32_t, uint32_t>>& map = sc.map;
   const std::pair<uint32_t, uint32_t>* no_map = nullptr;
   auto identity = [&](size_t b, size_t e) {
-    for (size_t i = b; i < e; ++i) map.emplace_back(static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1));
+    for (size_t i = b; i < e; ++i)
+      map.emplace_back(static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1));
   };
   for (const Span& p : sc.pieces) {
     std::string_view s = text.substr(p.b, p.e - p.b);
@@ -657,15 +729,18 @@ void HfTokenizer::for_each_final_piece(std::string_view text, bool at_origin, Sc
       // HF Metaspace::pre_tokenize: ' ' -> replacement; the prefix ("first": only for the piece
       // at offset 0 of the original text); then split before each replacement (MergedWithNext).
       const std::string& rep = metaspace_->replacement;
-      const bool prepend = metaspace_->prepend == Metaspace::Prepend::kAlways ||
-                           (metaspace_->prepend == Metaspace::Prepend::kFirst && at_origin && p.b == 0);
+      const bool prepend =
+          metaspace_->prepend == Metaspace::Prepend::kAlways ||
+          (metaspace_->prepend == Metaspace::Prepend::kFirst && at_origin && p.b == 0);
       buf.clear();
-      if (prepend && s[0] != ' ' && s.compare(0, rep.size(), rep) != 0) {  // after ' ' -> rep it would start with rep
+      if (prepend && s[0] != ' ' &&
+          s.compare(0, rep.size(), rep) != 0) {  // after ' ' -> rep it would start with rep
         buf = rep;
         if constexpr (kMap) {
           const size_t first = utf8::sequence_length(s, 0);
           for (size_t k = 0; k < rep.size(); ++k)
-            map.emplace_back(static_cast<uint32_t>(p.b), static_cast<uint32_t>(p.b + (first ? first : 1)));
+            map.emplace_back(static_cast<uint32_t>(p.b),
+                             static_cast<uint32_t>(p.b + (first ? first : 1)));
         }
       }
       for (size_t i = 0; i < s.size();) {
@@ -685,7 +760,8 @@ void HfTokenizer::for_each_final_piece(std::string_view text, bool at_origin, Sc
         continue;
       }
       size_t start = 0;
-      for (size_t at = all.find(rep, 1); at != std::string_view::npos; at = all.find(rep, at + rep.size())) {
+      for (size_t at = all.find(rep, 1); at != std::string_view::npos;
+           at = all.find(rep, at + rep.size())) {
         if (at > start) fn(all.substr(start, at - start), kMap ? map.data() + start : no_map);
         start = at;
       }
@@ -698,7 +774,8 @@ void HfTokenizer::for_each_final_piece(std::string_view text, bool at_origin, Sc
       s = buf;
       if constexpr (kMap) {
         const size_t first = utf8::sequence_length(text, p.b);
-        map.emplace_back(static_cast<uint32_t>(p.b), static_cast<uint32_t>(p.b + (first ? first : 1)));
+        map.emplace_back(static_cast<uint32_t>(p.b),
+                         static_cast<uint32_t>(p.b + (first ? first : 1)));
         identity(p.b, p.e);
       }
     } else if constexpr (kMap) {
@@ -706,11 +783,14 @@ void HfTokenizer::for_each_final_piece(std::string_view text, bool at_origin, Sc
     }
     if (byte_level_regex_) {
       size_t prev = 0;
-      byte_level_regex_->for_each_match(s, [&](size_t st, size_t en) {
-        if (prev != st) fn(s.substr(prev, st - prev), kMap ? map.data() + prev : no_map);
-        if (st != en) fn(s.substr(st, en - st), kMap ? map.data() + st : no_map);
-        prev = en;
-      }, *sc.regex);
+      byte_level_regex_->for_each_match(
+          s,
+          [&](size_t st, size_t en) {
+            if (prev != st) fn(s.substr(prev, st - prev), kMap ? map.data() + prev : no_map);
+            if (st != en) fn(s.substr(st, en - st), kMap ? map.data() + st : no_map);
+            prev = en;
+          },
+          *sc.regex);
       if (prev != s.size()) fn(s.substr(prev), kMap ? map.data() + prev : no_map);
     } else {
       fn(s, kMap ? map.data() : no_map);
@@ -722,15 +802,18 @@ bool HfTokenizer::encode_with_offsets(std::string_view text, std::vector<int32_t
                                       std::vector<std::pair<size_t, size_t>>& offsets) const {
   const size_t bad = utf8::find_invalid(text);
   if (bad != std::string_view::npos)
-    throw Error("tokenizer (" + origin_ + "): the text is not valid UTF-8 (first bad byte at offset " +
-                std::to_string(bad) + " of " + std::to_string(text.size()) + ")");
+    throw Error("tokenizer (" + origin_ +
+                "): the text is not valid UTF-8 (first bad byte at offset " + std::to_string(bad) +
+                " of " + std::to_string(text.size()) + ")");
   ids.clear();
   offsets.clear();
   if (text.empty()) return true;
   Scratch& sc = scratch();
   std::vector<Segment> raw, segs;
-  if (raw_matcher_.empty()) raw.push_back(Segment{0, text.size(), -1});
-  else split_added(text, 0, text.size(), raw_matcher_, raw);
+  if (raw_matcher_.empty())
+    raw.push_back(Segment{0, text.size(), -1});
+  else
+    split_added(text, 0, text.size(), raw_matcher_, raw);
   Normalizer::Alignment align;
   std::vector<size_t> lens;
   bool ok = true;
@@ -747,7 +830,8 @@ bool HfTokenizer::encode_with_offsets(std::string_view text, std::vector<int32_t
     } else {
       norm.assign(orig);
       align.clear();
-      for (size_t i = 0; i < orig.size(); ++i) align.emplace_back(static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1));
+      for (size_t i = 0; i < orig.size(); ++i)
+        align.emplace_back(static_cast<uint32_t>(i), static_cast<uint32_t>(i + 1));
     }
     if (norm.empty()) continue;
     // Bytes [b, e) of `norm` -> bytes of `text`.
@@ -755,8 +839,10 @@ bool HfTokenizer::encode_with_offsets(std::string_view text, std::vector<int32_t
       return std::make_pair(seg.b + align[b].first, seg.b + align[e - 1].second);
     };
     segs.clear();
-    if (normalized_matcher_.empty()) segs.push_back(Segment{0, norm.size(), -1});
-    else split_added(norm, 0, norm.size(), normalized_matcher_, segs);
+    if (normalized_matcher_.empty())
+      segs.push_back(Segment{0, norm.size(), -1});
+    else
+      split_added(norm, 0, norm.size(), normalized_matcher_, segs);
     for (const Segment& s2 : segs) {
       if (s2.added >= 0) {
         ids.push_back(added_[s2.added].id);
@@ -764,21 +850,23 @@ bool HfTokenizer::encode_with_offsets(std::string_view text, std::vector<int32_t
         continue;
       }
       pre_tokenize_text(norm, s2, sc);
-      for_each_final_piece<true>(norm, seg.b == 0, sc, [&](std::string_view piece, const std::pair<uint32_t, uint32_t>* m) {
-        const size_t first = ids.size();
-        model_->encode(piece, ids, *sc.cache);
-        lens.clear();
-        if (!model_->token_lengths(piece, ids.data() + first, ids.size() - first, lens)) {
-          ok = false;
-          offsets.resize(ids.size(), std::make_pair(seg.b, seg.e));
-          return;
-        }
-        size_t at = 0;
-        for (size_t len : lens) {
-          offsets.push_back(to_text(m[at].first, m[at + len - 1].second));
-          at += len;
-        }
-      });
+      for_each_final_piece<true>(
+          norm, seg.b == 0, sc,
+          [&](std::string_view piece, const std::pair<uint32_t, uint32_t>* m) {
+            const size_t first = ids.size();
+            model_->encode(piece, ids, *sc.cache);
+            lens.clear();
+            if (!model_->token_lengths(piece, ids.data() + first, ids.size() - first, lens)) {
+              ok = false;
+              offsets.resize(ids.size(), std::make_pair(seg.b, seg.e));
+              return;
+            }
+            size_t at = 0;
+            for (size_t len : lens) {
+              offsets.push_back(to_text(m[at].first, m[at + len - 1].second));
+              at += len;
+            }
+          });
     }
   }
   return ok;
@@ -787,24 +875,28 @@ bool HfTokenizer::encode_with_offsets(std::string_view text, std::vector<int32_t
 std::vector<int32_t> HfTokenizer::encode(std::string_view text, bool add_special_tokens) const {
   size_t bad = utf8::find_invalid(text);
   if (bad != std::string_view::npos)
-    throw Error("tokenizer (" + origin_ + "): the text is not valid UTF-8 (first bad byte at offset " +
-                std::to_string(bad) + " of " + std::to_string(text.size()) + ")");
+    throw Error("tokenizer (" + origin_ +
+                "): the text is not valid UTF-8 (first bad byte at offset " + std::to_string(bad) +
+                " of " + std::to_string(text.size()) + ")");
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + prefix_.size() + suffix_.size() + 4);
   if (add_special_tokens) out.insert(out.end(), prefix_.begin(), prefix_.end());
   Scratch& sc = scratch();
-  run_pipeline(text, sc, [&](int32_t added) { out.push_back(added_[added].id); },
-               [&](std::string_view piece, const void*) { model_->encode(piece, out, *sc.cache); });
+  run_pipeline(
+      text, sc, [&](int32_t added) { out.push_back(added_[added].id); },
+      [&](std::string_view piece, const void*) { model_->encode(piece, out, *sc.cache); });
   if (add_special_tokens) out.insert(out.end(), suffix_.begin(), suffix_.end());
   return out;
 }
 
 std::vector<std::string> HfTokenizer::pre_tokenize(std::string_view text) const {
-  if (utf8::find_invalid(text) != std::string_view::npos) throw Error("pre_tokenize: text is not valid UTF-8");
+  if (utf8::find_invalid(text) != std::string_view::npos)
+    throw Error("pre_tokenize: text is not valid UTF-8");
   std::vector<std::string> out;
   Scratch& sc = scratch();
-  run_pipeline(text, sc, [&](int32_t added) { out.push_back(added_[added].content); },
-               [&](std::string_view piece, const void*) { out.emplace_back(piece); });
+  run_pipeline(
+      text, sc, [&](int32_t added) { out.push_back(added_[added].content); },
+      [&](std::string_view piece, const void*) { out.emplace_back(piece); });
   return out;
 }
 
@@ -823,7 +915,8 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
   // model's token; unknown ids are skipped, and with skip_special_tokens every string that is a
   // special token's content), then the decoder chain runs on the strings.
   auto skipped = [&](int32_t id) {
-    return skip_special_tokens && id >= 0 && id < static_cast<int32_t>(special_by_id_.size()) && special_by_id_[id];
+    return skip_special_tokens && id >= 0 && id < static_cast<int32_t>(special_by_id_.size()) &&
+           special_by_id_[id];
   };
   if (decoder_->byte_level_only()) {
     // ByteLevel alone: each token becomes its bytes (its own UTF-8 when it has characters outside
@@ -864,16 +957,20 @@ std::string HfTokenizer::decode(const std::vector<int32_t>& ids, bool skip_speci
 
 }  // namespace tok
 
-std::shared_ptr<const Tokenizer> tokenizer_from_json(std::string_view tokenizer_json, std::string_view origin) {
-  return std::make_shared<tok::HfTokenizer>(tokenizer_json, std::string(origin), std::string_view(), std::string());
+std::shared_ptr<const Tokenizer> tokenizer_from_json(std::string_view tokenizer_json,
+                                                     std::string_view origin) {
+  return std::make_shared<tok::HfTokenizer>(tokenizer_json, std::string(origin), std::string_view(),
+                                            std::string());
 }
 
 std::shared_ptr<const Tokenizer> load_tokenizer(const std::string& tokenizer_json_path) {
   std::string text = tok::read_file(tokenizer_json_path, "tokenizer file");
-  std::filesystem::path cfg = std::filesystem::path(tokenizer_json_path).parent_path() / "tokenizer_config.json";
+  std::filesystem::path cfg =
+      std::filesystem::path(tokenizer_json_path).parent_path() / "tokenizer_config.json";
   std::string cfg_text;
   std::error_code ec;
-  if (std::filesystem::is_regular_file(cfg, ec)) cfg_text = tok::read_file(cfg.string(), "tokenizer config");
+  if (std::filesystem::is_regular_file(cfg, ec))
+    cfg_text = tok::read_file(cfg.string(), "tokenizer config");
   return std::make_shared<tok::HfTokenizer>(text, tokenizer_json_path, cfg_text, cfg.string());
 }
 

@@ -87,17 +87,29 @@ inline std::string lossy(std::string_view bytes) {
 }
 
 // s[i] starts a complete well-formed sequence.
-inline bool valid_at(std::string_view s, size_t i) { return i < s.size() && sequence_length(s, i) != 0; }
+inline bool valid_at(std::string_view s, size_t i) {
+  return i < s.size() && sequence_length(s, i) != 0;
+}
 
 // Decodes the code point at s[i] (s valid UTF-8); advances *len.
 inline uint32_t decode(std::string_view s, size_t i, size_t* len) {
   auto at = [&](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(s[k])); };
   uint32_t c = at(i);
-  if (c < 0x80) { *len = 1; return c; }
-  if (c < 0xE0) { *len = 2; return ((c & 0x1F) << 6) | (at(i + 1) & 0x3F); }
-  if (c < 0xF0) { *len = 3; return ((c & 0x0F) << 12) | ((at(i + 1) & 0x3F) << 6) | (at(i + 2) & 0x3F); }
+  if (c < 0x80) {
+    *len = 1;
+    return c;
+  }
+  if (c < 0xE0) {
+    *len = 2;
+    return ((c & 0x1F) << 6) | (at(i + 1) & 0x3F);
+  }
+  if (c < 0xF0) {
+    *len = 3;
+    return ((c & 0x0F) << 12) | ((at(i + 1) & 0x3F) << 6) | (at(i + 2) & 0x3F);
+  }
   *len = 4;
-  return ((c & 0x07) << 18) | ((at(i + 1) & 0x3F) << 12) | ((at(i + 2) & 0x3F) << 6) | (at(i + 3) & 0x3F);
+  return ((c & 0x07) << 18) | ((at(i + 1) & 0x3F) << 12) | ((at(i + 2) & 0x3F) << 6) |
+         (at(i + 3) & 0x3F);
 }
 
 inline void append(std::string& out, uint32_t cp) { jinja::append_utf8(out, cp); }

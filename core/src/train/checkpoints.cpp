@@ -16,12 +16,15 @@ Checkpoints::Checkpoints(Run& run, const std::string& resume)
   shape_.model = run.model->config();
   shape_.global_rows = run.opt.micro_batch * run.opt.accumulation * run.ctx.world_size;
   shape_.seq_len = run.opt.seq_len;
-  for (const auto& [name, t] : run.model->trainable_parameters()) shape_.params.emplace_back(name, t.sizes().vec());
+  for (const auto& [name, t] : run.model->trainable_parameters())
+    shape_.params.emplace_back(name, t.sizes().vec());
   if (const model::LoraSpec* lora = run.model->lora())
     shape_.adapter = model::peft_adapter_config(
-        *lora, run.opt.model_path.empty() ? std::string() : std::filesystem::absolute(run.opt.model_path).string());
+        *lora, run.opt.model_path.empty() ? std::string()
+                                          : std::filesystem::absolute(run.opt.model_path).string());
   shape_.tokenizer_files = model::tokenizer_files(run.opt.tokenizer_path);
-  parts_ = checkpoint::Parts{run.comm.get(), run.sharding.get(), run.precision.get(), run.data.get()};
+  parts_ =
+      checkpoint::Parts{run.comm.get(), run.sharding.get(), run.precision.get(), run.data.get()};
 
   const bool rank0 = run.ctx.rank == 0;
   const std::string folder = resume_folder(ckpt_.dir(), resume);
@@ -67,8 +70,10 @@ void Checkpoints::finish() {
   model::HfExportOptions eo;
   eo.dtype = model::export_dtype_from_name(r_.opt.export_dtype).value_or(at::kBFloat16);
   eo.extra_files = shape_.tokenizer_files;
-  if (!shape_.adapter.is_null()) {  // a PEFT adapter folder (ciuic-run --export-hf --merge: the merged model)
-    model::write_peft_folder(out, shape_.adapter, checkpoint::read_master_weights(final_ckpt), eo.dtype);
+  if (!shape_.adapter
+           .is_null()) {  // a PEFT adapter folder (ciuic-run --export-hf --merge: the merged model)
+    model::write_peft_folder(out, shape_.adapter, checkpoint::read_master_weights(final_ckpt),
+                             eo.dtype);
     log_info("exported the PEFT adapter to " + out);
     return;
   }

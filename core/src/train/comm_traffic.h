@@ -29,7 +29,8 @@ class TrafficComm final : public Comm {
   c10::Device device() const override { return inner_->device(); }
   std::string backend_name() const override { return inner_->backend_name(); }
   std::unique_ptr<Work> all_reduce(at::Tensor& tensor, ReduceOp op) override;
-  std::unique_ptr<Work> reduce_scatter(at::Tensor& output, const at::Tensor& input, ReduceOp op) override;
+  std::unique_ptr<Work> reduce_scatter(at::Tensor& output, const at::Tensor& input,
+                                       ReduceOp op) override;
   std::unique_ptr<Work> all_gather(at::Tensor& output, const at::Tensor& input) override;
   std::unique_ptr<Work> broadcast(at::Tensor& tensor, int root) override;
   void barrier() override { inner_->barrier(); }

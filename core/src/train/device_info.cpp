@@ -20,11 +20,14 @@ namespace ciuic::train {
 namespace {
 // Dense bf16 tensor-core TFLOP/s from vendor data sheets (no sparsity).
 double table_peak(const std::string& name) {
-  struct Row { const char* key; double tflops; };
+  struct Row {
+    const char* key;
+    double tflops;
+  };
   static const Row rows[] = {
-      {"H200", 989.0}, {"H100 PCIe", 756.0}, {"H100", 989.0}, {"H800", 989.0},
-      {"A100", 312.0}, {"A800", 312.0},      {"L40S", 362.0}, {"RTX 4090", 165.2},
-      {"RTX 3090", 71.0}, {"A10", 125.0},    {"V100", 125.0},
+      {"H200", 989.0},    {"H100 PCIe", 756.0}, {"H100", 989.0}, {"H800", 989.0},
+      {"A100", 312.0},    {"A800", 312.0},      {"L40S", 362.0}, {"RTX 4090", 165.2},
+      {"RTX 3090", 71.0}, {"A10", 125.0},       {"V100", 125.0},
   };
   for (const auto& r : rows)
     if (name.find(r.key) != std::string::npos) return r.tflops;
@@ -123,8 +126,9 @@ void set_current_device(c10::Device device) {
                 " CUDA device(s)");
   c10::cuda::set_device(device.index());
 #else
-  throw UsageError("[cluster] device = \"cuda\" but this build of ciuic has no CUDA support "
-                   "(configure with CUDA and NCCL present, -DCIUIC_WITH_CUDA=ON)");
+  throw UsageError(
+      "[cluster] device = \"cuda\" but this build of ciuic has no CUDA support "
+      "(configure with CUDA and NCCL present, -DCIUIC_WITH_CUDA=ON)");
 #endif
 }
 

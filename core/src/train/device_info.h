@@ -10,9 +10,9 @@
 namespace ciuic::train {
 
 struct DeviceInfo {
-  std::string name;            // "NVIDIA H200", "cpu"
-  double peak_tflops = 0.0;    // dense bf16/fp16 tensor-core peak; 0 = unknown (no MFU)
-  uint64_t total_bytes = 0;    // device memory (0 on CPU)
+  std::string name;          // "NVIDIA H200", "cpu"
+  double peak_tflops = 0.0;  // dense bf16/fp16 tensor-core peak; 0 = unknown (no MFU)
+  uint64_t total_bytes = 0;  // device memory (0 on CPU)
 };
 
 // Name and peak of `device`. The peak comes from a table by GPU name (dense bf16, vendor data
@@ -25,8 +25,8 @@ void synchronize(c10::Device device);
 struct MemoryStats {
   uint64_t peak_allocated = 0;  // since the last reset
   uint64_t peak_reserved = 0;
-  uint64_t allocated = 0;       // now
-  uint64_t reserved = 0;        // now
+  uint64_t allocated = 0;  // now
+  uint64_t reserved = 0;   // now
 };
 // CUDA caching allocator statistics for `device`; on CPU the process's peak resident set (the
 // peaks), and `allocated`/`reserved` 0.

@@ -28,7 +28,8 @@ struct BatchSplit {
 // `global_rows` over `world` ranks with micro-batches of at most `max_micro` rows: the largest
 // micro-batch <= max_micro that divides global_rows / world. nullopt when world does not divide
 // global_rows or an argument is < 1.
-CIUIC_API std::optional<BatchSplit> split_global_batch(int64_t global_rows, int64_t world, int64_t max_micro);
+CIUIC_API std::optional<BatchSplit> split_global_batch(int64_t global_rows, int64_t world,
+                                                       int64_t max_micro);
 
 // The world sizes next to `world` that divide `global_rows`: the largest below it and the smallest
 // above it (at most global_rows, and at most kNearestWorldSearch above `world`: the search costs
@@ -49,7 +50,8 @@ struct ElasticSplit {
 // checkpoint's (saved_rows != micro x accumulation x saved_world: the checkpoint load refuses
 // that, naming both) or the checkpoint says nothing (saved_rows or saved_world < 1). Throws
 // UsageError (exit 2) naming the nearest world sizes when `world` cannot split saved_rows.
-CIUIC_API ElasticSplit elastic_split(int64_t saved_rows, int64_t saved_world, int64_t micro, int64_t accumulation,
-                                     int64_t world, const std::string& checkpoint);
+CIUIC_API ElasticSplit elastic_split(int64_t saved_rows, int64_t saved_world, int64_t micro,
+                                     int64_t accumulation, int64_t world,
+                                     const std::string& checkpoint);
 
 }  // namespace ciuic::train

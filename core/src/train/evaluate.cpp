@@ -21,9 +21,11 @@
 
 namespace ciuic::train {
 
-std::vector<HeldOutQuestion> load_exact_match_questions(const TrainOptions& o, bool have_tokenizer) {
+std::vector<HeldOutQuestion> load_exact_match_questions(const TrainOptions& o,
+                                                        bool have_tokenizer) {
   if (o.exact_match_file.empty()) return {};
-  if (!have_tokenizer) throw UsageError("[train] exact_match_file needs a tokenizer ([model] tokenizer or path)");
+  if (!have_tokenizer)
+    throw UsageError("[train] exact_match_file needs a tokenizer ([model] tokenizer or path)");
   std::vector<HeldOutQuestion> questions;
   try {
     questions = load_held_out(o.exact_match_file);
@@ -40,7 +42,8 @@ std::vector<HeldOutQuestion> load_exact_match_questions(const TrainOptions& o, b
 }
 
 Evaluator::Evaluator(Run& run)
-    : r_(run), questions_(load_exact_match_questions(run.opt, run.tokenizer && run.chat_template)) {}
+    : r_(run),
+      questions_(load_exact_match_questions(run.opt, run.tokenizer && run.chat_template)) {}
 
 void Evaluator::before_training(int64_t step, Reporter& report) {
   if (!questions_.empty()) {
@@ -60,10 +63,11 @@ void Evaluator::after_step(int64_t step, Reporter& report) {
       step != r_.opt.max_steps) {
     const ExactMatchResult now = exact_match_all_ranks();
     report.exact_match("during", step, now);
-    std::string line = "exact match at step " + std::to_string(step) + ": " + std::to_string(now.correct) + "/" +
-                       std::to_string(now.total);
+    std::string line = "exact match at step " + std::to_string(step) + ": " +
+                       std::to_string(now.correct) + "/" + std::to_string(now.total);
     for (const EvalFigure& f : now.figures)
-      if (f.key == "bleu" || f.key == "rouge_l") line += ", " + f.label + " " + std::to_string(f.value);
+      if (f.key == "bleu" || f.key == "rouge_l")
+        line += ", " + f.label + " " + std::to_string(f.value);
     report.message(line);
   }
 }
@@ -107,7 +111,8 @@ ExactMatchResult Evaluator::exact_match_all_ranks() {
   c10::NoGradGuard no_grad;
   const TrainOptions& o = r_.opt;
   std::vector<HeldOutQuestion> mine;
-  for (size_t i = r_.ctx.rank; i < questions_.size(); i += r_.ctx.world_size) mine.push_back(questions_[i]);
+  for (size_t i = r_.ctx.rank; i < questions_.size(); i += r_.ctx.world_size)
+    mine.push_back(questions_[i]);
   const std::optional<int32_t> stop = r_.tokenizer->eos_id();
   // Response time: generate_greedy returns all ids at once (no streaming callback), so the time
   // to first token is measured as a one-token generation of the same prompt (prefill and one
@@ -129,7 +134,8 @@ ExactMatchResult Evaluator::exact_match_all_ranks() {
       o.exact_match_max_new_tokens);
   std::set<std::string> cats;
   for (const auto& q : questions_) cats.insert(q.category);
-  std::vector<double> counts = {static_cast<double>(local.correct), static_cast<double>(local.total)};
+  std::vector<double> counts = {static_cast<double>(local.correct),
+                                static_cast<double>(local.total)};
   for (const auto& c : cats) {
     auto it = local.by_category.find(c);
     counts.push_back(it == local.by_category.end() ? 0.0 : static_cast<double>(it->second.first));
@@ -147,21 +153,25 @@ ExactMatchResult Evaluator::exact_match_all_ranks() {
     i += 2;
   }
   all.mistakes = local.mistakes;
-  all.figures = figures_from_sums(std::vector<double>(g.begin() + static_cast<std::ptrdiff_t>(figures_at), g.end()));
+  all.figures = figures_from_sums(
+      std::vector<double>(g.begin() + static_cast<std::ptrdiff_t>(figures_at), g.end()));
   return all;
 }
 
 // This rank's part of the figures, appended to `out` (summed across ranks next): BLEU's
 // statistics (sys_len, ref_len, correct[4], total[4]), ROUGE-L's (P, R, F) sums, then for every
 // question of the file its time to first token and tokens/s (0 where another rank answered it).
-void Evaluator::append_local_figures(const std::vector<HeldOutQuestion>& mine, const ExactMatchResult& local,
-                                     const std::vector<double>& ttft, const std::vector<double>& seconds,
+void Evaluator::append_local_figures(const std::vector<HeldOutQuestion>& mine,
+                                     const ExactMatchResult& local, const std::vector<double>& ttft,
+                                     const std::vector<double>& seconds,
                                      std::vector<double>& out) const {
   const TrainOptions& o = r_.opt;
   if (o.eval_bleu) {
-    const score::BleuTokenize tok = *score::bleu_tokenize_from_name(o.bleu_tokenize);  // the schema checked it
+    const score::BleuTokenize tok =
+        *score::bleu_tokenize_from_name(o.bleu_tokenize);  // the schema checked it
     score::BleuStats st;
-    for (size_t i = 0; i < mine.size(); ++i) st.add(score::bleu_segment(local.answers[i], {mine[i].answer}, tok));
+    for (size_t i = 0; i < mine.size(); ++i)
+      st.add(score::bleu_segment(local.answers[i], {mine[i].answer}, tok));
     out.push_back(static_cast<double>(st.sys_len));
     out.push_back(static_cast<double>(st.ref_len));
     for (int64_t c : st.correct) out.push_back(static_cast<double>(c));
@@ -170,7 +180,8 @@ void Evaluator::append_local_figures(const std::vector<HeldOutQuestion>& mine, c
   if (o.eval_rouge_l) {
     double p = 0, r = 0, f = 0;
     for (size_t i = 0; i < mine.size(); ++i) {
-      const score::RougeScore s = score::rouge_l(mine[i].answer, local.answers[i], o.rouge_use_stemmer);
+      const score::RougeScore s =
+          score::rouge_l(mine[i].answer, local.answers[i], o.rouge_use_stemmer);
       p += s.precision, r += s.recall, f += s.fmeasure;
     }
     out.insert(out.end(), {p, r, f});
@@ -179,7 +190,8 @@ void Evaluator::append_local_figures(const std::vector<HeldOutQuestion>& mine, c
     const size_t n = questions_.size(), at = out.size();
     out.resize(at + 2 * n, 0.0);
     for (size_t k = 0; k < mine.size(); ++k) {
-      const size_t i = static_cast<size_t>(r_.ctx.rank) + k * static_cast<size_t>(r_.ctx.world_size);
+      const size_t i =
+          static_cast<size_t>(r_.ctx.rank) + k * static_cast<size_t>(r_.ctx.world_size);
       out[at + i] = ttft[k];
       out[at + n + i] = static_cast<double>(local.generated[k]) / std::max(seconds[k], 1e-9);
     }
@@ -212,8 +224,10 @@ std::vector<EvalFigure> Evaluator::figures_from_sums(const std::vector<double>& 
   }
   if (o.eval_response_time) {
     const auto n = static_cast<std::ptrdiff_t>(questions_.size());
-    const std::vector<double> ttft(g.begin() + static_cast<std::ptrdiff_t>(i), g.begin() + static_cast<std::ptrdiff_t>(i) + n);
-    const std::vector<double> tps(g.begin() + static_cast<std::ptrdiff_t>(i) + n, g.begin() + static_cast<std::ptrdiff_t>(i) + 2 * n);
+    const std::vector<double> ttft(g.begin() + static_cast<std::ptrdiff_t>(i),
+                                   g.begin() + static_cast<std::ptrdiff_t>(i) + n);
+    const std::vector<double> tps(g.begin() + static_cast<std::ptrdiff_t>(i) + n,
+                                  g.begin() + static_cast<std::ptrdiff_t>(i) + 2 * n);
     f.push_back({"ttft_median_s", "TTFT p50 s", score::percentile(ttft, 50), "%.4f"});
     f.push_back({"ttft_p90_s", "TTFT p90 s", score::percentile(ttft, 90), "%.4f"});
     f.push_back({"answer_tokens_per_s_median", "tok/s p50", score::percentile(tps, 50), "%.1f"});

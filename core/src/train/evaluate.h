@@ -17,8 +17,8 @@ namespace ciuic::train {
 class Reporter;
 
 struct EvalResult {
-  double loss = 0;      // mean token loss over the held-out split; NaN without one
-  int64_t tokens = 0;   // label tokens it covered (all ranks)
+  double loss = 0;     // mean token loss over the held-out split; NaN without one
+  int64_t tokens = 0;  // label tokens it covered (all ranks)
 };
 
 // [train] exact_match_file's questions as a run uses them (the first exact_match_limit; {} when the

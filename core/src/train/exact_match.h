@@ -34,9 +34,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <sstream>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,8 +45,8 @@
 
 #include <ciuic/error.h>
 #include <ciuic/files.h>
-#include <ciuic/tokenizer.h>
 #include <ciuic/json.h>
+#include <ciuic/tokenizer.h>
 
 namespace ciuic::train {
 
@@ -59,7 +59,8 @@ struct HeldOutQuestion {
 
 // Greedy continuation of `prompt_ids`: the new ids (a returned vector that starts with the prompt
 // is accepted too: the prompt is cut off). It may stop early (e.g. at EOS).
-using GenerateFn = std::function<std::vector<int32_t>(const std::vector<int32_t>& prompt_ids, int64_t max_new_tokens)>;
+using GenerateFn = std::function<std::vector<int32_t>(const std::vector<int32_t>& prompt_ids,
+                                                      int64_t max_new_tokens)>;
 
 // One more figure of an evaluation (BLEU, ROUGE-L, response time: train/evaluate.cpp computes
 // them over all ranks): its metrics.jsonl key, its row label in format_table and printf format.
@@ -71,9 +72,11 @@ struct EvalFigure {
 
 struct ExactMatchResult {
   int64_t total = 0, correct = 0;
-  std::vector<std::string> answers;  // per question, in order: the reply as compared (decoded, trimmed)
-  std::vector<int64_t> generated;    // per question: the ids generate returned (new ones, EOS included)
-  std::vector<EvalFigure> figures;   // the evaluation's other figures, set by its caller
+  std::vector<std::string>
+      answers;  // per question, in order: the reply as compared (decoded, trimmed)
+  std::vector<int64_t>
+      generated;  // per question: the ids generate returned (new ones, EOS included)
+  std::vector<EvalFigure> figures;  // the evaluation's other figures, set by its caller
   double accuracy() const { return total ? static_cast<double>(correct) / total : 0.0; }
   std::map<std::string, std::pair<int64_t, int64_t>> by_category;  // category -> (correct, total)
   std::vector<std::string> mistakes;  // the first few: "<question> -> got '<x>', expected '<y>'"
@@ -81,7 +84,8 @@ struct ExactMatchResult {
 
 inline std::vector<HeldOutQuestion> load_held_out(const std::string& path) {
   // A regular file of bounded size: /dev/zero or a FIFO is refused at once (issue 16 item 3).
-  std::istringstream in(read_input(path, "held-out questions ([train] exact_match_file)", kMaxJsonInputBytes));
+  std::istringstream in(
+      read_input(path, "held-out questions ([train] exact_match_file)", kMaxJsonInputBytes));
   std::vector<HeldOutQuestion> out;
   std::string line;
   for (int64_t n = 1; std::getline(in, line); ++n) {
@@ -98,12 +102,14 @@ inline std::vector<HeldOutQuestion> load_held_out(const std::string& path) {
     for (size_t i = 0; i < msgs.size(); ++i) {
       if (!msgs[i].is_object() || !msgs[i].contains("role") || !msgs[i].contains("content") ||
           !msgs[i]["role"].is_string() || !msgs[i]["content"].is_string())
-        throw Error(where + ": messages[" + std::to_string(i) + "] must be {\"role\": str, \"content\": str}");
+        throw Error(where + ": messages[" + std::to_string(i) +
+                    "] must be {\"role\": str, \"content\": str}");
       if (msgs[i]["role"] == "assistant") last_assistant = static_cast<int64_t>(i);
     }
     if (last_assistant < 0 && !j.contains("answer"))
       throw Error(where + ": no assistant message and no \"answer\": nothing to compare with");
-    const size_t prompt_end = last_assistant < 0 ? msgs.size() : static_cast<size_t>(last_assistant);
+    const size_t prompt_end =
+        last_assistant < 0 ? msgs.size() : static_cast<size_t>(last_assistant);
     for (size_t i = 0; i < prompt_end; ++i) {
       std::string role = msgs[i]["role"].get<std::string>();
       if (role == "prompter") role = "user";
@@ -113,11 +119,14 @@ inline std::vector<HeldOutQuestion> load_held_out(const std::string& path) {
       throw Error(where + ": \"answer\" must be a string (the expected reply)");
     if (j.contains("category") && !j["category"].is_string())
       throw Error(where + ": \"category\" must be a string");
-    q.answer = j.contains("answer") ? j["answer"].get<std::string>() : msgs[prompt_end]["content"].get<std::string>();
+    q.answer = j.contains("answer") ? j["answer"].get<std::string>()
+                                    : msgs[prompt_end]["content"].get<std::string>();
     // An empty reference scores nothing (BLEU counts no n-gram of it, ROUGE-L is 0 against it)
     // and a trimmed answer never equals it but for an empty reply: refused, not silently kept.
     if (q.answer.find_first_not_of(" \t\r\n") == std::string::npos)
-      throw Error(where + ": the expected answer is empty (\"answer\" or the last assistant message): nothing to score against");
+      throw Error(where +
+                  ": the expected answer is empty (\"answer\" or the last assistant message): "
+                  "nothing to score against");
     if (j.contains("category")) q.category = j["category"].get<std::string>();
     out.push_back(std::move(q));
   }
@@ -132,9 +141,10 @@ inline std::string trim_spaces(const std::string& s) {
 }
 
 // Scores the first `limit` questions (0 = all).
-inline ExactMatchResult exact_match(const std::vector<HeldOutQuestion>& questions, const Tokenizer& tok,
-                                    const ChatTemplate& tmpl, const GenerateFn& generate,
-                                    int64_t max_new_tokens = 8, int64_t limit = 0) {
+inline ExactMatchResult exact_match(const std::vector<HeldOutQuestion>& questions,
+                                    const Tokenizer& tok, const ChatTemplate& tmpl,
+                                    const GenerateFn& generate, int64_t max_new_tokens = 8,
+                                    int64_t limit = 0) {
   ExactMatchResult r;
   const auto eos = tok.eos_id();
   for (const HeldOutQuestion& q : questions) {
@@ -159,8 +169,8 @@ inline ExactMatchResult exact_match(const std::vector<HeldOutQuestion>& question
     c.first += ok;
     ++c.second;
     if (!ok && r.mistakes.size() < 5)
-      r.mistakes.push_back((q.prompt.empty() ? std::string() : q.prompt.back().content) + " -> got '" + got +
-                           "', expected '" + q.answer + "'");
+      r.mistakes.push_back((q.prompt.empty() ? std::string() : q.prompt.back().content) +
+                           " -> got '" + got + "', expected '" + q.answer + "'");
   }
   return r;
 }
@@ -185,11 +195,12 @@ inline std::string format_table(const ExactMatchResult& before, const ExactMatch
       auto it = r.by_category.find(k);
       return it == r.by_category.end() ? std::pair<int64_t, int64_t>{0, 0} : it->second;
     };
-    std::snprintf(line, sizeof line, "  %-12s %-18s %-18s\n", k.empty() ? "-" : k.c_str(), cell(find(before)).c_str(),
-                  cell(find(after)).c_str());
+    std::snprintf(line, sizeof line, "  %-12s %-18s %-18s\n", k.empty() ? "-" : k.c_str(),
+                  cell(find(before)).c_str(), cell(find(after)).c_str());
     out += line;
   }
-  std::snprintf(line, sizeof line, "  %-12s %-18s %-18s\n", "all", cell({before.correct, before.total}).c_str(),
+  std::snprintf(line, sizeof line, "  %-12s %-18s %-18s\n", "all",
+                cell({before.correct, before.total}).c_str(),
                 cell({after.correct, after.total}).c_str());
   out += line;
   // The other figures, in the order "after" has them; "-" where one side lacks a figure.
@@ -203,7 +214,8 @@ inline std::string format_table(const ExactMatchResult& before, const ExactMatch
         }
       return std::string("-");
     };
-    std::snprintf(line, sizeof line, "  %-12s %-18s %-18s\n", f.label.c_str(), value(before).c_str(), value(after).c_str());
+    std::snprintf(line, sizeof line, "  %-12s %-18s %-18s\n", f.label.c_str(),
+                  value(before).c_str(), value(after).c_str());
     out += line;
   }
   return out;

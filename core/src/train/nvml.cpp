@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 namespace ciuic::train {
@@ -21,7 +21,14 @@ constexpr nvmlReturn_t kNvmlSuccess = 0;
 constexpr nvmlReturn_t kNvmlNotSupported = 3;
 constexpr nvmlReturn_t kNvmlNotFound = 6;
 constexpr int kGpuUtilizationSamples = 1;  // NVML_GPU_UTILIZATION_SAMPLES
-enum ValueType : int { kDouble = 0, kUInt = 1, kULong = 2, kULongLong = 3, kSLongLong = 4, kSInt = 5 };
+enum ValueType : int {
+  kDouble = 0,
+  kUInt = 1,
+  kULong = 2,
+  kULongLong = 3,
+  kSLongLong = 4,
+  kSInt = 5
+};
 union Value {
   double d;
   unsigned int ui;
@@ -42,7 +49,8 @@ struct Nvml {
   nvmlReturn_t (*init)() = nullptr;
   const char* (*error_string)(nvmlReturn_t) = nullptr;
   nvmlReturn_t (*by_pci)(const char*, nvmlDevice_t*) = nullptr;
-  nvmlReturn_t (*samples)(nvmlDevice_t, int, unsigned long long, int*, unsigned int*, Sample*) = nullptr;
+  nvmlReturn_t (*samples)(nvmlDevice_t, int, unsigned long long, int*, unsigned int*,
+                          Sample*) = nullptr;
   nvmlReturn_t (*utilization)(nvmlDevice_t, Utilization*) = nullptr;
   std::string why;  // empty: loaded and initialised
 };
@@ -77,7 +85,8 @@ const Nvml& nvml(const std::string& library) {
   sym(n->samples, "nvmlDeviceGetSamples");
   sym(n->utilization, "nvmlDeviceGetUtilizationRates");
   if (!n->why.empty()) return *n;
-  if (const nvmlReturn_t rc = n->init(); rc != kNvmlSuccess) n->why = "nvmlInit failed: " + error_text(*n, rc);
+  if (const nvmlReturn_t rc = n->init(); rc != kNvmlSuccess)
+    n->why = "nvmlInit failed: " + error_text(*n, rc);
   return *n;
 }
 
@@ -119,7 +128,8 @@ double DeviceBusyMeter::busy_since_last() {
   if (samples_) {
     int type = 0;
     unsigned int count = 0;
-    nvmlReturn_t rc = n.samples(device_, kGpuUtilizationSamples, last_seen_us_, &type, &count, nullptr);
+    nvmlReturn_t rc =
+        n.samples(device_, kGpuUtilizationSamples, last_seen_us_, &type, &count, nullptr);
     if (rc == kNvmlNotFound) return NAN;  // no sample since the last call
     if (rc == kNvmlSuccess && count > 0) {
       std::vector<Sample> buf(count);

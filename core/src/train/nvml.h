@@ -25,7 +25,8 @@ class CIUIC_API DeviceBusyMeter {
   // The GPU with this PCI bus id ("0000:3B:00.0", as cudaDeviceGetPCIBusId gives it); an empty id
   // (CPU runs) leaves the meter unavailable. `library` is the file dlopen loads (tests point it
   // elsewhere).
-  explicit DeviceBusyMeter(const std::string& pci_bus_id, const std::string& library = "libnvidia-ml.so.1");
+  explicit DeviceBusyMeter(const std::string& pci_bus_id,
+                           const std::string& library = "libnvidia-ml.so.1");
   bool available() const { return device_ != nullptr; }
   const std::string& why_unavailable() const { return why_; }
   // Mean busy fraction (0..1) of the samples since the previous call (the first call: since the

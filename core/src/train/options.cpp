@@ -25,18 +25,24 @@ checkpoint::RunPaths TrainOptions::run_paths() const {
 
 namespace {
 
-// [train] eval_metrics, bleu_tokenize, rouge_use_stemmer: a bad value is a usage error naming the key.
+// [train] eval_metrics, bleu_tokenize, rouge_use_stemmer: a bad value is a usage error naming the
+// key.
 void read_eval_metrics(const Config& t, TrainOptions& o) {
   const std::vector<std::string> known = {"exact_match", "bleu", "rouge_l", "response_time"};
   o.eval_bleu = o.eval_rouge_l = o.eval_response_time = false;
   for (const std::string& m : t.get_string_list("eval_metrics")) {
     if (m == "exact_match") continue;  // always reported (the record's accuracy)
-    if (m == "bleu") o.eval_bleu = true;
-    else if (m == "rouge_l") o.eval_rouge_l = true;
-    else if (m == "response_time") o.eval_response_time = true;
+    if (m == "bleu")
+      o.eval_bleu = true;
+    else if (m == "rouge_l")
+      o.eval_rouge_l = true;
+    else if (m == "response_time")
+      o.eval_response_time = true;
     else {
-      std::string msg = "[train] eval_metrics: \"" + m + "\" is not a metric: expected exact_match, bleu, rouge_l or response_time";
-      if (const std::string near = text::closest(m, known); !near.empty()) msg += "; did you mean \"" + near + "\"?";
+      std::string msg = "[train] eval_metrics: \"" + m +
+                        "\" is not a metric: expected exact_match, bleu, rouge_l or response_time";
+      if (const std::string near = text::closest(m, known); !near.empty())
+        msg += "; did you mean \"" + near + "\"?";
       throw UsageError(msg);
     }
   }
@@ -86,7 +92,8 @@ TrainOptions TrainOptions::from(const Recipe& recipe) {
   o.lora = plan::recipe_adapter(recipe);
   if (o.lora && o.lora->dropout > 0 && o.activation_checkpointing)
     throw UsageError("[adapter] dropout = " + std::to_string(o.lora->dropout) +
-                     " with [model] activation_checkpointing = true: the recomputed layer would draw other dropout "
+                     " with [model] activation_checkpointing = true: the recomputed layer would "
+                     "draw other dropout "
                      "masks; set dropout = 0 or turn checkpointing off");
 
   const Config run = recipe.section("run");
@@ -101,7 +108,7 @@ TrainOptions TrainOptions::from(const Recipe& recipe) {
 
   const Config c = recipe.section("checkpoint");
   o.checkpoint_dir = c.get_string("dir").empty() ? (fs::path(o.output_dir) / "checkpoints").string()
-                                                  : c.get_string("dir");
+                                                 : c.get_string("dir");
   o.checkpoint_every = c.get_int("every_steps");
   o.keep_last = c.get_int("keep_last");
   o.export_hf = c.get_bool("export_hf");

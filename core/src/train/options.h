@@ -32,7 +32,8 @@ struct TrainOptions {
   // [train]
   int64_t micro_batch = 0;
   int64_t accumulation = 0;  // gradient_accumulation_steps
-  bool micro_batch_auto = false;  // "auto": chosen by each worker from the memory plan (train/run.cpp)
+  bool micro_batch_auto =
+      false;  // "auto": chosen by each worker from the memory plan (train/run.cpp)
   int64_t seq_len = 0;
   int64_t max_steps = 0;
   double clip = 0.0;  // gradient_clipping; 0 = off
@@ -59,7 +60,7 @@ struct TrainOptions {
   std::string tokenizer_path;  // resolved; "" = <model_path>/tokenizer.json when it exists
   std::string chat_template;
   bool activation_checkpointing = false;
-  int64_t checkpoint_layers = 0;  // 0 = all
+  int64_t checkpoint_layers = 0;        // 0 = all
   bool checkpoint_layers_auto = false;  // "auto": the fewest the memory plan fits (train/run.cpp)
   double init_std = 0.0;
   // [adapter] type = "lora": the adapter (model/lora.h); nullopt: every parameter trains.
@@ -79,14 +80,14 @@ struct TrainOptions {
 
   // [log]
   int64_t log_every = 1;
-  std::string metrics_path;  // resolved against output_dir
-  std::string progress;      // "auto" | "on" | "off"
-  double peak_tflops = 0.0;  // 0 = from the GPU name table
-  bool tensorboard = false;  // also TensorBoard event files in <output_dir>/tb
+  std::string metrics_path;   // resolved against output_dir
+  std::string progress;       // "auto" | "on" | "off"
+  double peak_tflops = 0.0;   // 0 = from the GPU name table
+  bool tensorboard = false;   // also TensorBoard event files in <output_dir>/tb
   int64_t profile_start = 0;  // [log] profile_start_step; 0 = off
   int64_t profile_steps = 0;
-  bool rank_records = false;       // per-rank records in metrics.jsonl (docs/metrics.md)
-  double straggler_margin = 0.0;   // 0 = no straggler detection
+  bool rank_records = false;      // per-rank records in metrics.jsonl (docs/metrics.md)
+  double straggler_margin = 0.0;  // 0 = no straggler detection
   int64_t straggler_log_steps = 0;
 
   // [run], [cluster]
@@ -99,7 +100,9 @@ struct TrainOptions {
   double timeout_s = 0.0;       // [cluster] timeout_s: rendezvous and collectives
 
   // Global batch in tokens: micro_batch x seq_len x accumulation x world.
-  int64_t tokens_per_step(int world_size) const { return micro_batch * seq_len * accumulation * world_size; }
+  int64_t tokens_per_step(int world_size) const {
+    return micro_batch * seq_len * accumulation * world_size;
+  }
 
   // The folders and files this run writes, for the start-of-run claim (checkpoint/run_dir.h).
   checkpoint::RunPaths run_paths() const;

@@ -39,18 +39,21 @@ bool has(const std::string& s, std::initializer_list<const char*> parts) {
 
 std::string kernel_category(const std::string& kernel_name) {
   std::string n = kernel_name;
-  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(n.begin(), n.end(), n.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (has(n, {"nccldevkernel", "ncclkernel"})) return "communication";  // NCCL's device kernels
   if (has(n, {"memcpy", "memset"})) return "copies (memcpy)";
   if (has(n, {"flash", "fmha", "sdpa", "attention", "attn", "cudnn"})) return "attention";
   if (has(n, {"adam", "multi_tensor", "vector_norm", "foreach"})) return "optimizer";
-  if (has(n, {"gemm", "xmma", "cutlass", "nvjet", "cublas", "gemv", "splitk", "sm90_", "sm80_", "ampere_"}))
+  if (has(n, {"gemm", "xmma", "cutlass", "nvjet", "cublas", "gemv", "splitk", "sm90_", "sm80_",
+              "ampere_"}))
     return "matmul";
   if (has(n, {"direct_copy", "copy_kernel", "cat_", "catarray", "cast"})) return "copies, casts";
   if (has(n, {"rms", "norm"})) return "norm";
   if (has(n, {"rope_kernel", "roll_cuda", "addcmul"})) return "rope";
   if (has(n, {"silu", "swiglu"})) return "activation";
-  if (has(n, {"logsumexp", "log_softmax", "nll", "cross_entropy", "scatter", "gather", "exp_kernel", "expfunctor"}))
+  if (has(n, {"logsumexp", "log_softmax", "nll", "cross_entropy", "scatter", "gather", "exp_kernel",
+              "expfunctor"}))
     return "loss";
   if (has(n, {"embedding", "index", "sort", "radix"})) return "embedding";
   if (has(n, {"copy"})) return "copies, casts";
@@ -58,7 +61,11 @@ std::string kernel_category(const std::string& kernel_name) {
 }
 
 StepProfiler::StepProfiler(int64_t start, int64_t steps, std::string dir, int rank, bool cuda)
-    : start_(start), steps_(std::max<int64_t>(steps, 1)), dir_(std::move(dir)), rank_(rank), cuda_(cuda) {}
+    : start_(start),
+      steps_(std::max<int64_t>(steps, 1)),
+      dir_(std::move(dir)),
+      rank_(rank),
+      cuda_(cuda) {}
 
 StepProfiler::~StepProfiler() {
   if (active_) {
@@ -140,8 +147,9 @@ void StepProfiler::finish() {
   const double wall_ms = wall * 1e3 / steps;
   std::ostringstream os;
   char line[256];
-  std::snprintf(line, sizeof line, "profile of steps %lld-%lld (rank %d): %.1f ms a step wall", static_cast<long long>(start_),
-                static_cast<long long>(start_ + steps_ - 1), rank_, wall_ms);
+  std::snprintf(line, sizeof line, "profile of steps %lld-%lld (rank %d): %.1f ms a step wall",
+                static_cast<long long>(start_), static_cast<long long>(start_ + steps_ - 1), rank_,
+                wall_ms);
   os << line;
   if (cuda_) {
     std::snprintf(line, sizeof line, ", GPU busy %.1f ms (%.0f%%), idle %.1f ms\n", busy_ms / steps,
@@ -151,7 +159,8 @@ void StepProfiler::finish() {
     std::sort(cats.begin(), cats.end(), [](auto& a, auto& b) { return a.second > b.second; });
     os << "  category               ms/step   share of GPU time\n";
     for (const auto& [c, ms] : cats) {
-      std::snprintf(line, sizeof line, "  %-20s %9.2f   %5.1f%%\n", c.c_str(), ms / steps, 100.0 * ms / gpu_total);
+      std::snprintf(line, sizeof line, "  %-20s %9.2f   %5.1f%%\n", c.c_str(), ms / steps,
+                    100.0 * ms / gpu_total);
       os << line;
     }
     std::vector<std::pair<std::string, KernelTotal>> ks(by_kernel.begin(), by_kernel.end());
@@ -159,8 +168,8 @@ void StepProfiler::finish() {
     os << "  top kernels (ms/step, launches/step, category):\n";
     for (size_t i = 0; i < std::min<size_t>(ks.size(), 25); ++i) {
       std::snprintf(line, sizeof line, "  %9.2f %6lld  %-18s %s\n", ks[i].second.ms / steps,
-                    static_cast<long long>(ks[i].second.launches / steps_), ks[i].second.category.c_str(),
-                    ks[i].first.c_str());
+                    static_cast<long long>(ks[i].second.launches / steps_),
+                    ks[i].second.category.c_str(), ks[i].first.c_str());
       os << line;
     }
   } else {

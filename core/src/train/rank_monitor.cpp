@@ -16,7 +16,9 @@ constexpr double kGiB = 1073741824.0;
 }
 
 RankMonitor::RankMonitor(const Run& run)
-    : r_(run), busy_(pci_bus_id(run.ctx.device)), traffic_(dynamic_cast<const TrafficComm*>(run.comm.get())) {
+    : r_(run),
+      busy_(pci_bus_id(run.ctx.device)),
+      traffic_(dynamic_cast<const TrafficComm*>(run.comm.get())) {
   if (run.ctx.device.is_cuda() && !busy_.available())
     log_debug("no device busy fraction in the per-rank records: " + busy_.why_unavailable());
 }

@@ -29,11 +29,11 @@ class RankMonitor {
 
   // What the loop measured for the figures that are not read from a device or a counter.
   struct Timings {
-    double step_s = 0;            // last step
-    double data_wait_s = 0;       // sum over the steps of the interval
-    int64_t steps = 0;            // steps of the interval
+    double step_s = 0;                  // last step
+    double data_wait_s = 0;             // sum over the steps of the interval
+    int64_t steps = 0;                  // steps of the interval
     double fwd_bwd_s = 0, optim_s = 0;  // last step (timed)
-    double optim_step_s = NAN;    // the optimizer plugin's own figure, when it reports one
+    double optim_step_s = NAN;          // the optimizer plugin's own figure, when it reports one
     // Of the last step, time in the loop's collectives (comm_wait_s): the label-count agreement
     // after the data, the norm (finishing the reductions + its all-reduce, inside optim_s), the
     // sharding's publish when it reports one (step_publish_s, inside optim_s; NaN: none).
@@ -45,7 +45,8 @@ class RankMonitor {
   const Run& r_;
   DeviceBusyMeter busy_;
   CommCounters last_counters_;
-  const TrafficComm* traffic_;  // the Run's Comm as the core wraps it (null: not wrapped, no direction split)
+  const TrafficComm*
+      traffic_;  // the Run's Comm as the core wraps it (null: not wrapped, no direction split)
   TrafficComm::Traffic last_traffic_;
   std::chrono::steady_clock::time_point last_;
 };

@@ -24,7 +24,9 @@ using report::human_duration;
 using report::write_html_report_or_warn;
 namespace {
 using Clock = std::chrono::steady_clock;
-double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 }  // namespace
 
 Reporter::Reporter(Run& run, const checkpoint::TrainerState& start)
@@ -38,7 +40,8 @@ Reporter::Reporter(Run& run, const checkpoint::TrainerState& start)
       tokens_at_start_(start.tokens),
       last_loss_(NAN),
       monitor_(run),
-      stragglers_({.margin = run.opt.straggler_margin, .log_steps = run.opt.straggler_log_steps}, start.step + 1) {
+      stragglers_({.margin = run.opt.straggler_margin, .log_steps = run.opt.straggler_log_steps},
+                  start.step + 1) {
   loss_acc_ = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(run.ctx.device));
   if (rank0_ && run.opt.tensorboard)
     metrics_.enable_tensorboard((std::filesystem::path(run.opt.output_dir) / "tb").string());
@@ -140,11 +143,13 @@ void Reporter::step(const StepStats& s, const checkpoint::TrainerState& st) {
     const ShardingMemory sm = r_.sharding->memory();
     pm.set("shard_param_gib", sm.param_bytes / 1073741824.0);
     pm.set("shard_grad_gib", sm.grad_bytes / 1073741824.0);
-    if (const int64_t epoch = r_.data->epoch(); epoch >= 0) pm.set("data_epoch", static_cast<double>(epoch));
+    if (const int64_t epoch = r_.data->epoch(); epoch >= 0)
+      pm.set("data_epoch", static_cast<double>(epoch));
     for (const PluginObject* p : r_.plugins()) p->append_metrics(pm);
     for (const auto& [k, v] : pm.values) rec[k] = v;
     std::vector<nlohmann::json> after = rank_records(s.step, ranks);
-    rec["monitor_s"] = seconds(now, sampled) + seconds(exchanged, Clock::now());  // the exchange aside
+    rec["monitor_s"] =
+        seconds(now, sampled) + seconds(exchanged, Clock::now());  // the exchange aside
     metrics_.write(rec);
     for (const nlohmann::json& r : after) metrics_.write(r);
   }
@@ -171,13 +176,15 @@ std::vector<report::RankFigures> Reporter::exchange(const report::RankFigures& m
   std::vector<report::RankFigures> out;
   for (size_t k = 0; k < world; ++k) {
     loss += all[k * row];
-    if (!keys.empty()) out.push_back(report::RankFigures::from_vector(all.data() + k * row + 1, keys));
+    if (!keys.empty())
+      out.push_back(report::RankFigures::from_vector(all.data() + k * row + 1, keys));
   }
   last_loss_ = loss / std::max(1.0, window_labels_);
   return out;
 }
 
-std::vector<nlohmann::json> Reporter::rank_records(int64_t step, const std::vector<report::RankFigures>& ranks) {
+std::vector<nlohmann::json> Reporter::rank_records(int64_t step,
+                                                   const std::vector<report::RankFigures>& ranks) {
   std::vector<nlohmann::json> out;
   if (r_.opt.rank_records)
     for (const report::RankFigures& f : ranks) out.push_back(f.record(step));
@@ -185,19 +192,26 @@ std::vector<nlohmann::json> Reporter::rank_records(int64_t step, const std::vect
   const report::StragglerDetector::Update u = stragglers_.update(step, ranks);
   for (const report::Straggler& g : u.named) {
     progress_.message(g.describe());
-    out.push_back({{"event", "straggler"}, {"step", step}, {"rank", g.rank}, {"slower", g.slower},
-                   {"steps", g.steps}, {"work_s", g.work_s}, {"median_work_s", g.median_work_s},
-                   {"data_wait_s", g.data_wait_s}, {"median_data_wait_s", g.median_data_wait_s}});
+    out.push_back({{"event", "straggler"},
+                   {"step", step},
+                   {"rank", g.rank},
+                   {"slower", g.slower},
+                   {"steps", g.steps},
+                   {"work_s", g.work_s},
+                   {"median_work_s", g.median_work_s},
+                   {"data_wait_s", g.data_wait_s},
+                   {"median_data_wait_s", g.median_data_wait_s}});
   }
   for (const int rank : u.recovered) {
-    progress_.message("rank " + std::to_string(rank) + " is no longer slower than the others (step " +
-                      std::to_string(step) + ")");
+    progress_.message("rank " + std::to_string(rank) +
+                      " is no longer slower than the others (step " + std::to_string(step) + ")");
     out.push_back({{"event", "straggler_recovered"}, {"step", step}, {"rank", rank}});
   }
   straggler_note_.clear();
   for (const report::Straggler& g : u.now)
-    straggler_note_ += std::string(straggler_note_.empty() ? "slow: " : ", ") + "rank " + std::to_string(g.rank) +
-                       " +" + std::to_string(static_cast<int>(std::lround(100 * g.slower))) + "%";
+    straggler_note_ += std::string(straggler_note_.empty() ? "slow: " : ", ") + "rank " +
+                       std::to_string(g.rank) + " +" +
+                       std::to_string(static_cast<int>(std::lround(100 * g.slower))) + "%";
   return out;
 }
 
@@ -206,16 +220,20 @@ void Reporter::eval(int64_t step, const EvalResult& e) {
   if (step > 0)
     progress_.message("eval at step " + std::to_string(step) + ": loss " + std::to_string(e.loss) +
                       ", perplexity " + std::to_string(std::exp(e.loss)));
-  metrics_.write({{"event", "eval"}, {"step", step}, {"eval_loss", e.loss},
-                  {"eval_ppl", std::exp(e.loss)}, {"eval_tokens", e.tokens}});
+  metrics_.write({{"event", "eval"},
+                  {"step", step},
+                  {"eval_loss", e.loss},
+                  {"eval_ppl", std::exp(e.loss)},
+                  {"eval_tokens", e.tokens}});
 }
 
 void Reporter::exact_match(const char* when, int64_t step, const ExactMatchResult& em) {
   if (!rank0_) return;
   nlohmann::json cats = nlohmann::json::object();
   for (const auto& [c, v] : em.by_category) cats[c] = v.second ? double(v.first) / v.second : 0.0;
-  nlohmann::json rec = {{"event", "exact_match"}, {"when", when}, {"step", step},
-                         {"accuracy", em.accuracy()}, {"questions", em.total}, {"by_category", cats}};
+  nlohmann::json rec = {{"event", "exact_match"}, {"when", when},
+                        {"step", step},           {"accuracy", em.accuracy()},
+                        {"questions", em.total},  {"by_category", cats}};
   // BLEU, ROUGE-L, response time (train/evaluate.cpp; docs/metrics.md).
   for (const EvalFigure& f : em.figures) rec[f.key] = f.value;
   if (rec.contains("bleu")) rec["bleu_tokenize"] = r_.opt.bleu_tokenize;
@@ -243,12 +261,12 @@ void Reporter::end(const checkpoint::TrainerState& st) {
   const double elapsed = seconds(run_start_, Clock::now());
   if (!rank0_) return;
   const double tps = (st.tokens - tokens_at_start_) / std::max(elapsed, 1e-9);
-  nlohmann::json end = {{"event", "end"},        {"steps", st.step},
-                        {"world_size", r_.ctx.world_size},
-                        {"updates", st.updates}, {"skipped", st.skipped},
-                        {"tokens", st.tokens},   {"elapsed_s", elapsed},
-                        {"tokens_per_s", tps},   {"final_loss", last_loss_}};
-  if (r_.ctx.device.is_cuda()) end["peak_mem_gib"] = memory_stats(r_.ctx.device).peak_allocated / 1073741824.0;
+  nlohmann::json end = {
+      {"event", "end"},        {"steps", st.step},      {"world_size", r_.ctx.world_size},
+      {"updates", st.updates}, {"skipped", st.skipped}, {"tokens", st.tokens},
+      {"elapsed_s", elapsed},  {"tokens_per_s", tps},   {"final_loss", last_loss_}};
+  if (r_.ctx.device.is_cuda())
+    end["peak_mem_gib"] = memory_stats(r_.ctx.device).peak_allocated / 1073741824.0;
   metrics_.write(end);
   write_html_report_or_warn(metrics_.path());
   log_info("done: " + std::to_string(st.step) + " steps, final loss " + std::to_string(last_loss_) +

@@ -46,11 +46,12 @@ struct StepStats {
   double lr = 0;
   double loss_scale = 1;
   StepResult result;
-  double global_labels = 0;   // label tokens of the global batch
+  double global_labels = 0;           // label tokens of the global batch
   double fwd_bwd_s = 0, optim_s = 0;  // timed steps only
   double norm_s = 0;                  // of optim_s: the global gradient norm (train/step.h)
-  double data_wait_s = 0;             // every step: time in DataSource::next() for its micro-batches
-  double agree_s = 0;                 // every step: the all-reduce agreeing on label count and stop, after the data
+  double data_wait_s = 0;  // every step: time in DataSource::next() for its micro-batches
+  double agree_s =
+      0;  // every step: the all-reduce agreeing on label count and stop, after the data
 };
 
 class Reporter {
@@ -86,7 +87,8 @@ class Reporter {
   // when exchanged_figures() is empty.
   std::vector<report::RankFigures> exchange(const report::RankFigures& mine);
   // Rank 0: the "rank" records, the straggler rule's records and messages, the progress note.
-  std::vector<nlohmann::json> rank_records(int64_t step, const std::vector<report::RankFigures>& ranks);
+  std::vector<nlohmann::json> rank_records(int64_t step,
+                                           const std::vector<report::RankFigures>& ranks);
 
   Run& r_;
   bool rank0_;

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include <ATen/Parallel.h>
@@ -38,7 +38,8 @@ namespace ciuic::train {
 namespace {
 
 // Recipe sections -> RunContext for this worker.
-RunContext make_context(const Recipe& recipe, const TrainOptions& opt, const launch::WorkerEnv& env) {
+RunContext make_context(const Recipe& recipe, const TrainOptions& opt,
+                        const launch::WorkerEnv& env) {
   RunContext ctx;
   launch::apply_worker_env(env, ctx);
   ctx.timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000.0));
@@ -53,8 +54,10 @@ RunContext make_context(const Recipe& recipe, const TrainOptions& opt, const lau
   const std::optional<int> asked = launch::parse_omp_num_threads(omp);
   ctx.cpu_threads = asked.value_or(share);
   if (omp && !asked && env.rank == 0)
-    log_warn("OMP_NUM_THREADS=\"" + std::string(omp) + "\" is not a thread count (expected an integer >= 1, e.g. 8); "
-             "using " + std::to_string(share) + " threads per worker (usable cores / ranks on this node)");
+    log_warn("OMP_NUM_THREADS=\"" + std::string(omp) +
+             "\" is not a thread count (expected an integer >= 1, e.g. 8); "
+             "using " +
+             std::to_string(share) + " threads per worker (usable cores / ranks on this node)");
   if (opt.cuda) {
     ctx.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
     set_current_device(ctx.device);
@@ -69,10 +72,12 @@ RunContext make_context(const Recipe& recipe, const TrainOptions& opt, const lau
 // chose (`planned`).
 template <class T>
 std::shared_ptr<T> make_plugin(const Recipe& recipe, const Registry& registry, Slot slot,
-                               const RunContext& ctx, const std::vector<plan::PlannedOption>& planned) {
+                               const RunContext& ctx,
+                               const std::vector<plan::PlannedOption>& planned) {
   const std::string name = recipe.plugin_name(slot);
   const PluginDescriptor& d = registry.get(slot, name);
-  return registry.create<T>(slot, name, plan::with_planned(recipe.plugin_config(slot, *d.info), slot, planned), ctx);
+  return registry.create<T>(
+      slot, name, plan::with_planned(recipe.plugin_config(slot, *d.info), slot, planned), ctx);
 }
 
 // Runs a call into a plugin so that whatever it throws names the plugin and its file, as the
@@ -84,7 +89,8 @@ void as_plugin(const Recipe& recipe, const Registry& registry, Slot slot, F&& ca
   } catch (const Error& e) {
     throw e.with_context(registry.describe(slot, recipe.plugin_name(slot)));
   } catch (const c10::Error& e) {
-    throw Error(registry.describe(slot, recipe.plugin_name(slot)) + ": " + e.what_without_backtrace());
+    throw Error(registry.describe(slot, recipe.plugin_name(slot)) + ": " +
+                e.what_without_backtrace());
   } catch (const std::exception& e) {
     throw Error(registry.describe(slot, recipe.plugin_name(slot)) + ": " + e.what());
   }
@@ -99,7 +105,8 @@ model::LlamaConfig with_tokenizer_special_ids(const model::LlamaConfig& cfg, con
                                               bool from_model_folder, bool say) {
   const Config mc = recipe.section("model.config");
   nlohmann::json take = nlohmann::json::object();
-  auto reconcile = [&](const char* key, std::optional<int32_t> tok_id, bool agrees, const std::string& model_id) {
+  auto reconcile = [&](const char* key, std::optional<int32_t> tok_id, bool agrees,
+                       const std::string& model_id) {
     if (!tok_id || agrees) return;
     if (!from_model_folder && !mc.has(key)) {
       take[key] = *tok_id;
@@ -117,8 +124,8 @@ model::LlamaConfig with_tokenizer_special_ids(const model::LlamaConfig& cfg, con
   std::string eos_ids;
   for (int64_t e : cfg.eos_token_ids) eos_ids += (eos_ids.empty() ? "" : ", ") + std::to_string(e);
   reconcile("eos_token_id", eos,
-            eos && std::find(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end(), static_cast<int64_t>(*eos)) !=
-                       cfg.eos_token_ids.end(),
+            eos && std::find(cfg.eos_token_ids.begin(), cfg.eos_token_ids.end(),
+                             static_cast<int64_t>(*eos)) != cfg.eos_token_ids.end(),
             cfg.eos_token_ids.size() == 1 ? eos_ids : "[" + eos_ids + "]");
   if (take.empty()) return cfg;
   if (say) log_info("special token ids from the tokenizer " + tok_path + ": " + take.dump());
@@ -127,17 +134,20 @@ model::LlamaConfig with_tokenizer_special_ids(const model::LlamaConfig& cfg, con
 
 }  // namespace
 
-void open_data_plugin(const Recipe& recipe, const Registry& registry, DataSource& data, const DataOpenArgs& args) {
+void open_data_plugin(const Recipe& recipe, const Registry& registry, DataSource& data,
+                      const DataOpenArgs& args) {
   try {
     as_plugin(recipe, registry, Slot::kData, [&] { data.open(args); });
   } catch (const Error& e) {
     // A missing input of a recipe that says how its inputs are made ([run] setup): say it too.
     const std::string setup = TrainOptions::from(recipe).setup;
     const std::string m = e.what();
-    if (setup.empty() || (m.find("no such file") == std::string::npos && m.find("No such file") == std::string::npos &&
+    if (setup.empty() || (m.find("no such file") == std::string::npos &&
+                          m.find("No such file") == std::string::npos &&
                           m.find("matches no file") == std::string::npos))
       throw;
-    throw Error(m + "\nhint: this recipe's inputs are made by: " + setup + " ([run] setup)", e.exit_code());
+    throw Error(m + "\nhint: this recipe's inputs are made by: " + setup + " ([run] setup)",
+                e.exit_code());
   }
 }
 
@@ -160,7 +170,8 @@ double auto_budget(const Run& r, std::string& within) {
     of = "this worker's share of the machine's memory, " + gib(whole);
   }
   const double budget = plan::kAutoMemoryFraction * whole;
-  within = gib(budget) + " (" + std::to_string(static_cast<int>(plan::kAutoMemoryFraction * 100)) + "% of " + of + ")";
+  within = gib(budget) + " (" + std::to_string(static_cast<int>(plan::kAutoMemoryFraction * 100)) +
+           "% of " + of + ")";
   return budget;
 }
 
@@ -174,14 +185,15 @@ void resolve_auto_micro_batch(const Recipe& recipe, const Registry& registry, Ru
   r.opt.micro_batch = std::max<int64_t>(m, 1);
   r.opt.accumulation = rows / r.opt.micro_batch;
   if (r.ctx.rank != 0) return;
-  const std::string split = std::to_string(r.opt.micro_batch) + " x " + std::to_string(r.opt.accumulation) +
-                            " accumulation (" + std::to_string(rows) + " sequences per rank a step)";
+  const std::string split = std::to_string(r.opt.micro_batch) + " x " +
+                            std::to_string(r.opt.accumulation) + " accumulation (" +
+                            std::to_string(rows) + " sequences per rank a step)";
   if (m > 0)
-    log_info("[train] micro_batch_size = \"auto\": " + split + ", the largest micro-batch whose memory plan fits " +
-             within);
+    log_info("[train] micro_batch_size = \"auto\": " + split +
+             ", the largest micro-batch whose memory plan fits " + within);
   else
-    log_warn("[train] micro_batch_size = \"auto\": " + split + "; even a micro-batch of 1 does not fit " + within +
-             " by the memory plan");
+    log_warn("[train] micro_batch_size = \"auto\": " + split +
+             "; even a micro-batch of 1 does not fit " + within + " by the memory plan");
 }
 
 // [model] checkpoint_layers = "auto": the fewest checkpointed layers whose memory plan fits (at the
@@ -190,18 +202,23 @@ void resolve_auto_checkpointing(const Recipe& recipe, const Registry& registry, 
   const int64_t L = r.model->config().num_hidden_layers;
   std::string within;
   const double budget = auto_budget(r, within);
-  const int64_t c = budget > 0 ? plan::fewest_checkpointed_layers(recipe, registry, budget, r.opt.micro_batch) : -1;
+  const int64_t c =
+      budget > 0 ? plan::fewest_checkpointed_layers(recipe, registry, budget, r.opt.micro_batch)
+                 : -1;
   if (c < 0) {
     r.model->set_activation_checkpointing(true, 0);
     if (r.ctx.rank == 0)
-      log_warn("[model] checkpoint_layers = \"auto\": every layer checkpointed; even so the memory plan does not fit " +
-               within);
+      log_warn(
+          "[model] checkpoint_layers = \"auto\": every layer checkpointed; even so the memory plan "
+          "does not fit " +
+          within);
     return;
   }
   r.model->set_activation_checkpointing(c > 0, c == L ? 0 : c);
   if (r.ctx.rank == 0)
-    log_info("[model] checkpoint_layers = \"auto\": " + std::to_string(c) + " of " + std::to_string(L) +
-             " layers checkpointed, the fewest whose memory plan fits " + within);
+    log_info("[model] checkpoint_layers = \"auto\": " + std::to_string(c) + " of " +
+             std::to_string(L) + " layers checkpointed, the fewest whose memory plan fits " +
+             within);
 }
 
 namespace {
@@ -244,7 +261,8 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   // directory, the other ranks wait for its verdict. Under ciuic-run's launcher, or in one
   // process, ciuic-run claimed it before starting the run.
   if (options.claim_run_dir)
-    r.run_dir = checkpoint::claim_run_dir(r.opt.run_paths(), {options.resume, options.overwrite}, r.ctx);
+    r.run_dir =
+        checkpoint::claim_run_dir(r.opt.run_paths(), {options.resume, options.overwrite}, r.ctx);
   std::error_code ec;
   fs::create_directories(r.opt.output_dir, ec);
   if (ec) throw Error("cannot create output_dir " + r.opt.output_dir + ": " + ec.message());
@@ -264,9 +282,11 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   // global batch, train/elastic.h, the chosen micro-batch as its largest): decided before anything
   // is sized by the micro-batch or the accumulation.
   if (r.opt.micro_batch_auto) resolve_auto_micro_batch(recipe, registry, r);
-  if (const std::string folder = Checkpoints::resume_folder(r.opt.checkpoint_dir, options.resume); !folder.empty()) {
+  if (const std::string folder = Checkpoints::resume_folder(r.opt.checkpoint_dir, options.resume);
+      !folder.empty()) {
     const auto [rows, world] = checkpoint::read_batch_shape(folder);
-    const ElasticSplit e = elastic_split(rows, world, r.opt.micro_batch, r.opt.accumulation, r.ctx.world_size, folder);
+    const ElasticSplit e =
+        elastic_split(rows, world, r.opt.micro_batch, r.opt.accumulation, r.ctx.world_size, folder);
     if (e.changed) {
       r.opt.micro_batch = e.split.micro_batch;
       r.opt.accumulation = e.split.accumulation;
@@ -284,7 +304,8 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
                 std::to_string(r.comm->rank()) + " of " + std::to_string(r.comm->size()) +
                 " but this worker is rank " + std::to_string(r.ctx.rank) + " of " +
                 std::to_string(r.ctx.world_size));
-  r.comm = std::make_shared<TrafficComm>(std::move(r.comm));  // link traffic by direction (train/comm_traffic.h)
+  r.comm = std::make_shared<TrafficComm>(
+      std::move(r.comm));  // link traffic by direction (train/comm_traffic.h)
   r.precision = make_plugin<Precision>(recipe, registry, Slot::kPrecision, r.ctx, planned);
   r.optimizer = make_plugin<Optimizer>(recipe, registry, Slot::kOptimizer, r.ctx, planned);
   r.sharding = make_plugin<Sharding>(recipe, registry, Slot::kSharding, r.ctx, planned);
@@ -297,22 +318,27 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   }
   model::LlamaConfig cfg = recipe_model_config(recipe);
   if (r.tokenizer)
-    cfg = with_tokenizer_special_ids(cfg, *r.tokenizer, r.opt.tokenizer_path, recipe, !r.opt.model_path.empty(),
-                                     r.ctx.rank == 0);
+    cfg = with_tokenizer_special_ids(cfg, *r.tokenizer, r.opt.tokenizer_path, recipe,
+                                     !r.opt.model_path.empty(), r.ctx.rank == 0);
   if (r.tokenizer && r.tokenizer->vocab_size() > cfg.vocab_size)
     throw UsageError("tokenizer " + r.opt.tokenizer_path + " has " +
                      std::to_string(r.tokenizer->vocab_size()) +
                      " tokens but the model's vocab_size is " + std::to_string(cfg.vocab_size));
   if (r.opt.seq_len > cfg.max_position_embeddings && r.ctx.rank == 0)
-    log_warn("[train] seq_len = " + std::to_string(r.opt.seq_len) + " is longer than the model's max_position_embeddings = " +
-             std::to_string(cfg.max_position_embeddings) + ": positions past it were never trained (rotary embeddings "
+    log_warn("[train] seq_len = " + std::to_string(r.opt.seq_len) +
+             " is longer than the model's max_position_embeddings = " +
+             std::to_string(cfg.max_position_embeddings) +
+             ": positions past it were never trained (rotary embeddings "
              "extrapolate)");
   // A sharding that builds the parameters itself (zero3) gets them without memory and their values
   // as a function: no rank ever holds the whole model (ciuic/sharding.h, builds_parameters).
   // With LoRA the frozen base is built whole (only the adapters reach the sharding).
   bool deferred = false;
-  if (!r.opt.lora) as_plugin(recipe, registry, Slot::kSharding, [&] { deferred = r.sharding->builds_parameters(); });
-  r.model = std::make_unique<model::LlamaModel>(cfg, r.precision->param_dtype(), r.ctx.device, !deferred);
+  if (!r.opt.lora)
+    as_plugin(recipe, registry, Slot::kSharding,
+              [&] { deferred = r.sharding->builds_parameters(); });
+  r.model =
+      std::make_unique<model::LlamaModel>(cfg, r.precision->param_dtype(), r.ctx.device, !deferred);
   std::optional<model::SafetensorsReader> weights;
   ParamValues values;
   if (!r.opt.model_path.empty()) weights = model::SafetensorsReader::open(r.opt.model_path);
@@ -340,15 +366,22 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   if (r.opt.activation_checkpointing && r.opt.checkpoint_layers_auto)
     resolve_auto_checkpointing(recipe, registry, r);
   else if (r.opt.checkpoint_layers_auto && r.ctx.rank == 0)
-    log_warn("[model] checkpoint_layers = \"auto\" has no effect without activation_checkpointing = true: no layer "
-             "is checkpointed");
+    log_warn(
+        "[model] checkpoint_layers = \"auto\" has no effect without activation_checkpointing = "
+        "true: no layer "
+        "is checkpointed");
   r.model->set_loss_backward(r.opt.loss_backward == "recompute" ? model::LossBackward::kRecompute
-                                                                 : model::LossBackward::kInForward);
-  if (r.opt.fused_kernels == "on" && !model::fused_kernels_supported(r.model->dtype(), r.model->device()))
-    throw UsageError(std::string("[model] fused_kernels = \"on\": the fused kernels need a CUDA build and device = "
-                                 "\"cuda\" (") + (model::fused_kernels_built() ? "this build has them; the run is on " +
-                                 r.model->device().str() : std::string("this build has no CUDA")) +
-                     "); use \"auto\" to fall back to ATen");
+                                                                : model::LossBackward::kInForward);
+  if (r.opt.fused_kernels == "on" &&
+      !model::fused_kernels_supported(r.model->dtype(), r.model->device()))
+    throw UsageError(
+        std::string(
+            "[model] fused_kernels = \"on\": the fused kernels need a CUDA build and device = "
+            "\"cuda\" (") +
+        (model::fused_kernels_built()
+             ? "this build has them; the run is on " + r.model->device().str()
+             : std::string("this build has no CUDA")) +
+        "); use \"auto\" to fall back to ATen");
   r.model->set_fused_kernels(r.opt.fused_kernels != "off");
   const double model_s = lap();
 
@@ -363,7 +396,8 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   ss.values = values;
   r.sharding->setup(ss);
   weights.reset();  // the mappings of the model folder's files
-  r.model->set_group_boundaries(r.sharding.get());  // the model announces its groups to the sharding
+  r.model->set_group_boundaries(
+      r.sharding.get());  // the model announces its groups to the sharding
   const double sharding_s = lap();
   const ShardingMemory sharding_mem = r.sharding->memory();
   const OptimizerMemory optimizer_mem = r.optimizer->memory();
@@ -378,14 +412,17 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   const double data_s = lap();
   if (r.ctx.rank == 0) {
     char line[320];
-    std::snprintf(line, sizeof line,
-                  "set up in %.1f s: device and store %.1f s, plugins (comm %s) %.1f s, model %.1f s, sharding + "
-                  "optimizer state %.1f s (%.2f GiB on the device, %.2f GiB in host memory), data %.1f s",
-                  std::chrono::duration<double>(Clock::now() - t_start).count(), context_s,
-                  r.comm->backend_name().c_str(), plugins_s, model_s, sharding_s,
-                  static_cast<double>(sharding_mem.param_bytes + sharding_mem.grad_bytes + optimizer_mem.device_bytes) /
-                      1073741824.0,
-                  static_cast<double>(optimizer_mem.host_bytes) / 1073741824.0, data_s);
+    std::snprintf(
+        line, sizeof line,
+        "set up in %.1f s: device and store %.1f s, plugins (comm %s) %.1f s, model %.1f s, "
+        "sharding + "
+        "optimizer state %.1f s (%.2f GiB on the device, %.2f GiB in host memory), data %.1f s",
+        std::chrono::duration<double>(Clock::now() - t_start).count(), context_s,
+        r.comm->backend_name().c_str(), plugins_s, model_s, sharding_s,
+        static_cast<double>(sharding_mem.param_bytes + sharding_mem.grad_bytes +
+                            optimizer_mem.device_bytes) /
+            1073741824.0,
+        static_cast<double>(optimizer_mem.host_bytes) / 1073741824.0, data_s);
     log_info(line);
   }
   return r;

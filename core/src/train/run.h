@@ -49,8 +49,8 @@ struct Run {
   std::shared_ptr<Optimizer> optimizer;
   std::shared_ptr<Sharding> sharding;
   std::shared_ptr<DataSource> data;
-  std::shared_ptr<const Tokenizer> tokenizer;       // null without [model] tokenizer / path
-  std::unique_ptr<ChatTemplate> chat_template;      // with the tokenizer
+  std::shared_ptr<const Tokenizer> tokenizer;   // null without [model] tokenizer / path
+  std::unique_ptr<ChatTemplate> chat_template;  // with the tokenizer
   std::unique_ptr<model::LlamaModel> model;
   std::unique_ptr<schedule::LrSchedule> schedule;
 

@@ -56,14 +56,16 @@ bool Step::skip(const GradNorm& norm) {
   // gradient, which ends the run (StepInput::nonfinite_stops), may skip the step then.
   if (skip && early_ && !norm.nonfinite)
     throw Error("step " + std::to_string(in_.step) +
-                ": the precision policy skipped a step with a finite gradient although it needs no overflow "
+                ": the precision policy skipped a step with a finite gradient although it needs no "
+                "overflow "
                 "check (ciuic/precision.h), after the optimizer had begun updating");
   result_.skipped = skip;
   return skip;
 }
 
 double Step::clip_coefficient(const GradNorm& norm) const {
-  if (in_.max_grad_norm > 0 && norm.norm > in_.max_grad_norm) return in_.max_grad_norm / (norm.norm + 1e-6);
+  if (in_.max_grad_norm > 0 && norm.norm > in_.max_grad_norm)
+    return in_.max_grad_norm / (norm.norm + 1e-6);
   return 1.0;
 }
 

@@ -30,12 +30,12 @@ namespace ciuic::train {
 
 // What the loop asks of one optimizer step.
 struct StepInput {
-  double lr = 0.0;             // this step's scheduled learning rate
-  double weight_decay = 0.0;   // [optimizer] weight_decay
-  double max_grad_norm = 0.0;  // <= 0: no clipping
-  int64_t step = 1;            // 1-based optimizer step (for messages and the precision policy)
-  int64_t t = 1;               // the optimizer's t if this step is applied: 1 + updates applied
-                               // so far (skipped steps do not count, as in PyTorch and DeepSpeed)
+  double lr = 0.0;               // this step's scheduled learning rate
+  double weight_decay = 0.0;     // [optimizer] weight_decay
+  double max_grad_norm = 0.0;    // <= 0: no clipping
+  int64_t step = 1;              // 1-based optimizer step (for messages and the precision policy)
+  int64_t t = 1;                 // the optimizer's t if this step is applied: 1 + updates applied
+                                 // so far (skipped steps do not count, as in PyTorch and DeepSpeed)
   bool nonfinite_stops = false;  // a non-finite gradient ends the run ([train] nonfinite = "stop"):
                                  // nothing trains on or saves the optimizer state afterwards
 };

@@ -71,14 +71,16 @@ class StopSignals {
   static bool requested() { return g_stop_signal.load() != 0; }
 
  private:
-  struct sigaction old_int_ {}, old_term_ {};
+  struct sigaction old_int_ {
+  }, old_term_{};
 };
 
 // Host seconds between laps; on timed steps the device is synchronised first, so that a lap
 // measures the device work it enqueued.
 class Stopwatch {
  public:
-  Stopwatch(c10::Device device, bool on) : device_(device), on_(on), t_(std::chrono::steady_clock::now()) {}
+  Stopwatch(c10::Device device, bool on)
+      : device_(device), on_(on), t_(std::chrono::steady_clock::now()) {}
   double lap() {
     if (!on_) return 0.0;
     synchronize(device_);
@@ -99,8 +101,8 @@ struct StepData {
   std::vector<Batch> batches;
   double global_labels = 1;  // label tokens of the global batch (at least 1)
   bool stop = false;         // a rank was asked to stop: no rank trains this step
-  double wait_s = 0;         // this rank's time in DataSource::next() (per-rank records, stragglers)
-  double agree_s = 0;        // then in the agreement's all-reduce (waiting for the other ranks' data)
+  double wait_s = 0;   // this rank's time in DataSource::next() (per-rank records, stragglers)
+  double agree_s = 0;  // then in the agreement's all-reduce (waiting for the other ranks' data)
 };
 
 StepData next_step_data(Run& r) {
@@ -122,8 +124,8 @@ StepData next_step_data(Run& r) {
 
 // The step's counters; a non-finite gradient that no loss scaler accounts for stops the run, or
 // is skipped up to [train] max_nonfinite_skips times.
-void count_step(Run& r, checkpoint::TrainerState& st, const StepResult& res, const Checkpoints& ckpt,
-                Reporter& report) {
+void count_step(Run& r, checkpoint::TrainerState& st, const StepResult& res,
+                const Checkpoints& ckpt, Reporter& report) {
   ++st.step;
   st.tokens += static_cast<double>(r.opt.tokens_per_step(r.ctx.world_size));
   if (!res.skipped) {
@@ -154,7 +156,8 @@ int train(Run& r, const WorkerOptions& options) {
   eval.before_training(st.step, report);
   StopSignals signals;
   StepProfiler profiler(r.opt.profile_start, r.opt.profile_steps,
-                        (std::filesystem::path(r.opt.output_dir) / "profile").string(), r.ctx.rank, r.opt.cuda);
+                        (std::filesystem::path(r.opt.output_dir) / "profile").string(), r.ctx.rank,
+                        r.opt.cuda);
   report.begin_training();
 
   while (st.step < r.opt.max_steps) {
@@ -176,23 +179,29 @@ int train(Run& r, const WorkerOptions& options) {
     s.global_labels = data.global_labels;
     s.data_wait_s = data.wait_s;
     s.agree_s = data.agree_s;
-    Step step(r.slots(), {.lr = s.lr, .weight_decay = r.opt.weight_decay, .max_grad_norm = r.opt.clip,
-                          .step = s.step, .t = st.updates + 1,  // skipped steps do not count
+    Step step(r.slots(), {.lr = s.lr,
+                          .weight_decay = r.opt.weight_decay,
+                          .max_grad_norm = r.opt.clip,
+                          .step = s.step,
+                          .t = st.updates + 1,                         // skipped steps do not count
                           .nonfinite_stops = !r.opt.nonfinite_skip});  // count_step() throws then
     s.loss_scale = step.loss_scale();
     Stopwatch clock(r.ctx.device, /*on=*/report.logged(s.step));
     for (int64_t i = 0; i < r.opt.accumulation; ++i) {
       r.sharding->begin_micro_batch(i, /*last=*/i + 1 == r.opt.accumulation);
-      const at::Tensor sum = loss_sum(r, to_device(data.batches[i], r.ctx.device, r.opt.micro_batch));
+      const at::Tensor sum =
+          loss_sum(r, to_device(data.batches[i], r.ctx.device, r.opt.micro_batch));
       torch::autograd::backward({sum * (s.loss_scale / data.global_labels)});
       report.add_loss(sum.detach());
     }
     s.fwd_bwd_s = clock.lap();
 
     // 3. The optimizer step (train/step.h): norm -> skip -> clip -> update.
-    const GradNorm norm = step.global_norm();  // the sharding finishes its reductions; one all-reduce
-    if (!step.skip(norm))                       // precision.update(); a non-finite norm is never applied
-      step.update(step.clip_coefficient(norm)); // the sharding hands the optimizer its shard, publishes
+    const GradNorm norm =
+        step.global_norm();  // the sharding finishes its reductions; one all-reduce
+    if (!step.skip(norm))    // precision.update(); a non-finite norm is never applied
+      step.update(
+          step.clip_coefficient(norm));  // the sharding hands the optimizer its shard, publishes
     s.result = step.result();
     s.norm_s = step.norm_s();
     s.optim_s = clock.lap();
@@ -225,15 +234,18 @@ int run_worker(const Recipe& recipe, const Registry& registry, const launch::Wor
     // (the first sentence of LibTorch's message, with the size it tried, is kept).
     std::string detail = e.what_without_backtrace();
     if (const auto dot = detail.find(". "); dot != std::string::npos) detail.resize(dot);
-    if (!opt.cuda) throw Error("rank " + std::to_string(env.rank) + " ran out of host memory: " + detail);
-    throw Error(launch::out_of_memory_message(env.rank, env.local_rank, opt.memory_cap_gib, detail));
+    if (!opt.cuda)
+      throw Error("rank " + std::to_string(env.rank) + " ran out of host memory: " + detail);
+    throw Error(
+        launch::out_of_memory_message(env.rank, env.local_rank, opt.memory_cap_gib, detail));
   } catch (const c10::Error& e) {
     // The CPU allocator reports a failed allocation as a plain c10::Error.
     const std::string m = e.what_without_backtrace();
     const auto at = m.find("DefaultCPUAllocator: can't allocate memory");
     if (at == std::string::npos) throw;
     std::string detail = m.substr(at + std::string("DefaultCPUAllocator: ").size());
-    if (const auto code = detail.find(". Error code"); code != std::string::npos) detail.resize(code);
+    if (const auto code = detail.find(". Error code"); code != std::string::npos)
+      detail.resize(code);
     throw Error("rank " + std::to_string(env.rank) + " ran out of host memory: " + detail +
                 " (model, optimizer state and batches of this recipe do not fit)");
   }

@@ -23,14 +23,10 @@ inline std::string seconds_str(std::chrono::milliseconds t) {
 
 inline const char* op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum:
-      return "sum";
-    case ReduceOp::kAvg:
-      return "avg";
-    case ReduceOp::kMax:
-      return "max";
-    case ReduceOp::kMin:
-      return "min";
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
   }
   return "?";
 }

@@ -221,8 +221,10 @@ constexpr ciuic::Option<std::string> kInterface{
     "network interface for gloo's TCP transport (e.g. eth0); default: loopback on one node, "
     "else the interface that routes to master_addr"};
 constexpr ciuic::Option<std::string> kHostname{
-    "hostname", "\"\"", "address or host name of this machine to bind gloo's transport to (when interface is empty)"};
-constexpr ciuic::Option<int64_t> kThreads{"threads", "2", "gloo worker threads running collectives", 1, 64};
+    "hostname", "\"\"",
+    "address or host name of this machine to bind gloo's transport to (when interface is empty)"};
+constexpr ciuic::Option<int64_t> kThreads{"threads", "2", "gloo worker threads running collectives",
+                                          1, 64};
 
 class GlooComm final : public ciuic::Comm {
  public:
@@ -306,9 +308,10 @@ class GlooComm final : public ciuic::Comm {
     at::Tensor buf = input.reshape({-1}).clone();
     std::vector<at::Tensor> ts{buf};
     const int64_t n = output.numel();
-    return issue("reduce_scatter(" + std::string(op_name(op)) + ")", output, nbytes(input),
-                 op == ciuic::ReduceOp::kAvg, [&] { return pg_->allreduce(ts, o); },
-                 buf.narrow(0, static_cast<int64_t>(rank_) * n, n).view(output.sizes()));
+    return issue(
+        "reduce_scatter(" + std::string(op_name(op)) + ")", output, nbytes(input),
+        op == ciuic::ReduceOp::kAvg, [&] { return pg_->allreduce(ts, o); },
+        buf.narrow(0, static_cast<int64_t>(rank_) * n, n).view(output.sizes()));
   }
 
   std::unique_ptr<ciuic::Work> all_gather(at::Tensor& output, const at::Tensor& input) override {
@@ -354,12 +357,9 @@ class GlooComm final : public ciuic::Comm {
   static c10d::ReduceOp c10d_op(ciuic::ReduceOp op) {
     switch (op) {
       case ciuic::ReduceOp::kSum:
-      case ciuic::ReduceOp::kAvg:
-        return c10d::ReduceOp(c10d::ReduceOp::SUM);
-      case ciuic::ReduceOp::kMax:
-        return c10d::ReduceOp(c10d::ReduceOp::MAX);
-      case ciuic::ReduceOp::kMin:
-        return c10d::ReduceOp(c10d::ReduceOp::MIN);
+      case ciuic::ReduceOp::kAvg: return c10d::ReduceOp(c10d::ReduceOp::SUM);
+      case ciuic::ReduceOp::kMax: return c10d::ReduceOp(c10d::ReduceOp::MAX);
+      case ciuic::ReduceOp::kMin: return c10d::ReduceOp(c10d::ReduceOp::MIN);
     }
     throw Error("comm gloo: unknown reduce op");
   }

@@ -114,22 +114,14 @@ void apply_transport(const std::string& name, int rank) {
 
 ncclDataType_t nccl_type(at::ScalarType t, const char* op) {
   switch (t) {
-    case at::kFloat:
-      return ncclFloat32;
-    case at::kHalf:
-      return ncclFloat16;
-    case at::kBFloat16:
-      return ncclBfloat16;
-    case at::kDouble:
-      return ncclFloat64;
-    case at::kInt:
-      return ncclInt32;
-    case at::kLong:
-      return ncclInt64;
-    case at::kByte:
-      return ncclUint8;
-    case at::kChar:
-      return ncclInt8;
+    case at::kFloat: return ncclFloat32;
+    case at::kHalf: return ncclFloat16;
+    case at::kBFloat16: return ncclBfloat16;
+    case at::kDouble: return ncclFloat64;
+    case at::kInt: return ncclInt32;
+    case at::kLong: return ncclInt64;
+    case at::kByte: return ncclUint8;
+    case at::kChar: return ncclInt8;
     default:
       throw Error(std::string("comm backend nccl does not support ") + op + " on " +
                   c10::toString(t) + " tensors");
@@ -138,14 +130,10 @@ ncclDataType_t nccl_type(at::ScalarType t, const char* op) {
 
 ncclRedOp_t nccl_op(ciuic::ReduceOp op) {
   switch (op) {
-    case ciuic::ReduceOp::kSum:
-      return ncclSum;
-    case ciuic::ReduceOp::kAvg:
-      return ncclAvg;
-    case ciuic::ReduceOp::kMax:
-      return ncclMax;
-    case ciuic::ReduceOp::kMin:
-      return ncclMin;
+    case ciuic::ReduceOp::kSum: return ncclSum;
+    case ciuic::ReduceOp::kAvg: return ncclAvg;
+    case ciuic::ReduceOp::kMax: return ncclMax;
+    case ciuic::ReduceOp::kMin: return ncclMin;
   }
   throw Error("comm nccl: unknown reduce op");
 }
@@ -243,10 +231,13 @@ class NcclWork final : public ciuic::Work {
 };
 
 constexpr ciuic::Option<std::string> kTransport{
-    "transport", "\"auto\"",
+    "transport",
+    "\"auto\"",
     "auto: NCCL decides; nvlink: P2P only over NVLink (NCCL_P2P_LEVEL=NVL); pcie: no P2P, via "
     "host memory (NCCL_P2P_DISABLE=1, NCCL_NVLS_ENABLE=0); shm: as pcie plus NCCL_SHM_DISABLE=0",
-    NAN, NAN, "auto|nvlink|pcie|shm"};
+    NAN,
+    NAN,
+    "auto|nvlink|pcie|shm"};
 
 class NcclComm final : public ciuic::Comm {
  public:
@@ -437,8 +428,8 @@ class NcclComm final : public ciuic::Comm {
   void nccl_check(ncclResult_t rc, const std::string& what, ncclComm_t comm) {
     if (rc == ncclSuccess || rc == ncclInProgress) return;
     std::string last = comm ? ncclGetLastError(comm) : "";
-    throw Error(about(what) +
-                " failed: " + ncclGetErrorString(rc) + (last.empty() ? "" : " (" + last + ")"));
+    throw Error(about(what) + " failed: " + ncclGetErrorString(rc) +
+                (last.empty() ? "" : " (" + last + ")"));
   }
 
   // Polls the non-blocking communicator until its last operation finished; throws (without

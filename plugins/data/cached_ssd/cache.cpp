@@ -15,8 +15,8 @@
 #include <thread>
 
 #include <ciuic/error.h>
-#include <ciuic/log.h>
 #include <ciuic/json.h>
+#include <ciuic/log.h>
 
 #include "hash64.h"
 
@@ -60,8 +60,11 @@ std::string probe_hash(const DocumentSettings& d) {
     h.update_pod(d.tokenizer->vocab_size());
   }
   if (d.format == Format::kChat && d.chat_template) {
-    std::vector<ChatMessage> conv{{"system", "Be brief."}, {"user", "What is 2 + 2?"},
-                                  {"assistant", "4"}, {"user", "And 3 + 3?"}, {"assistant", "6"}};
+    std::vector<ChatMessage> conv{{"system", "Be brief."},
+                                  {"user", "What is 2 + 2?"},
+                                  {"assistant", "4"},
+                                  {"user", "And 3 + 3?"},
+                                  {"assistant", "6"}};
     for (bool assistant_only : {false, true}) {
       EncodedChat e = d.chat_template->encode(conv, assistant_only);
       h.update(e.ids.data(), e.ids.size() * sizeof(int32_t));
@@ -95,9 +98,10 @@ class Progress {
     std::string bar(filled, '#');
     bar.resize(20, '.');
     char line[256];
-    std::snprintf(line, sizeof line, "ciuic data: tokenizing [%s] %5.1f%% %s/%s %.1f MB/s %llu docs",
-                  bar.c_str(), pct, mb(done).c_str(), mb(total_).c_str(),
-                  el > 0 ? done / 1e6 / el : 0.0, static_cast<unsigned long long>(docs));
+    std::snprintf(line, sizeof line,
+                  "ciuic data: tokenizing [%s] %5.1f%% %s/%s %.1f MB/s %llu docs", bar.c_str(), pct,
+                  mb(done).c_str(), mb(total_).c_str(), el > 0 ? done / 1e6 / el : 0.0,
+                  static_cast<unsigned long long>(docs));
     if (tty_)
       std::fprintf(stderr, "\r%s%s", line, last ? "\n" : "");
     else
@@ -150,7 +154,8 @@ void tokenize_block(const Block& b, const CacheSettings& s, BlockResult& r) {
         ++r.empty;
         continue;
       }
-      if (n > UINT32_MAX) throw LineError("document of " + std::to_string(n) + " tokens is too long");
+      if (n > UINT32_MAX)
+        throw LineError("document of " + std::to_string(n) + " tokens is too long");
       // Targets: tokens with loss that something precedes (the first token is never predicted).
       uint32_t loss = 0;
       for (size_t i = before + 1; i < r.ids.size(); ++i) loss += r.mask[i];
@@ -225,10 +230,14 @@ class ShardWriter {
     h.update(zeros, pad);
     char name[32];
     std::snprintf(name, sizeof name, "shard-%05zu.bin", shards_.size());
-    write_file_synced(dir_ + "/" + name,
-                      {{header, kHeaderBytes}, {ids_.data(), n * 4}, {mask_.data(), n}, {zeros, pad}});
-    shards_.push_back({{"file", name}, {"bytes", file_bytes}, {"xxh64", hex64(h.digest())},
-                       {"tokens", n}, {"documents", docs_in_shard_}});
+    write_file_synced(
+        dir_ + "/" + name,
+        {{header, kHeaderBytes}, {ids_.data(), n * 4}, {mask_.data(), n}, {zeros, pad}});
+    shards_.push_back({{"file", name},
+                       {"bytes", file_bytes},
+                       {"xxh64", hex64(h.digest())},
+                       {"tokens", n},
+                       {"documents", docs_in_shard_}});
     ids_.clear();
     mask_.clear();
     docs_in_shard_ = 0;
@@ -262,8 +271,8 @@ void build_cache(const CacheSettings& s, const nlohmann::json& inputs, const std
     blocks.insert(blocks.end(), b.begin(), b.end());
   }
   const int threads = std::max(1, s.threads);
-  log_info("data cache: tokenizing " + std::to_string(files.size()) + " file(s), " + mb(total_bytes) +
-           ", with " + std::to_string(threads) + " thread(s) into " + tmp);
+  log_info("data cache: tokenizing " + std::to_string(files.size()) + " file(s), " +
+           mb(total_bytes) + ", with " + std::to_string(threads) + " thread(s) into " + tmp);
 
   Progress progress(s.progress, total_bytes);
   ShardWriter writer(tmp, s.shard_bytes);
@@ -281,7 +290,8 @@ void build_cache(const CacheSettings& s, const nlohmann::json& inputs, const std
     std::mutex error_mu;
     auto work = [&] {
       try {
-        for (size_t i; (i = next.fetch_add(1)) < n;) tokenize_block(blocks[first + i], s, results[i]);
+        for (size_t i; (i = next.fetch_add(1)) < n;)
+          tokenize_block(blocks[first + i], s, results[i]);
       } catch (...) {
         std::lock_guard<std::mutex> l(error_mu);
         if (!worker_error) worker_error = std::current_exception();
@@ -302,7 +312,8 @@ void build_cache(const CacheSettings& s, const nlohmann::json& inputs, const std
         if (!s.skip_bad_lines) throw Error(file + ":" + std::to_string(line) + ": " + msg);
         ++bad_per_source[b.source];
         ++st.skipped_lines;
-        if (bad_examples.size() < 5) bad_examples.push_back(file + ":" + std::to_string(line) + ": " + msg);
+        if (bad_examples.size() < 5)
+          bad_examples.push_back(file + ":" + std::to_string(line) + ": " + msg);
       }
       st.empty_documents += r.empty;
       st.no_loss_documents += r.no_loss;
@@ -336,7 +347,8 @@ void build_cache(const CacheSettings& s, const nlohmann::json& inputs, const std
   Hash64 ih;
   ih.update(header, kHeaderBytes);
   ih.update(index.data(), index.size() * sizeof(DocRecord));
-  write_file_synced(tmp + "/index.bin", {{header, kHeaderBytes}, {index.data(), index.size() * sizeof(DocRecord)}});
+  write_file_synced(tmp + "/index.bin",
+                    {{header, kHeaderBytes}, {index.data(), index.size() * sizeof(DocRecord)}});
 
   st.build_seconds = seconds_since(t0);
   nlohmann::json sources = nlohmann::json::array();
@@ -390,30 +402,35 @@ nlohmann::json read_matching_manifest(const std::string& dir, const std::string&
   if (!file_exists(path)) return nullptr;
   const std::string text = read_text_file(path);
   if (const std::string deep = json_depth_problem(text); !deep.empty())
-    throw Error("data cache manifest " + path + " is damaged (JSON " + deep + "; delete " + dir + " to rebuild it)");
+    throw Error("data cache manifest " + path + " is damaged (JSON " + deep + "; delete " + dir +
+                " to rebuild it)");
   nlohmann::json m = nlohmann::json::parse(text, nullptr, false);
-  if (m.is_discarded() || !m.is_object() || !m.contains("format") || m["format"] != "ciuic-token-cache" ||
-      !m.contains("version") || m["version"] != kCacheFormatVersion || !m.contains("key") || m["key"] != key)
+  if (m.is_discarded() || !m.is_object() || !m.contains("format") ||
+      m["format"] != "ciuic-token-cache" || !m.contains("version") ||
+      m["version"] != kCacheFormatVersion || !m.contains("key") || m["key"] != key)
     return nullptr;
   // Ours and for these inputs: every field the reader uses must be there with its type, so a
   // damaged manifest is reported as such (not as a JSON library exception).
   auto file_entry = [](const nlohmann::json& e) {
-    return e.is_object() && e.contains("bytes") && e["bytes"].is_number_unsigned() && e.contains("xxh64") &&
-           e["xxh64"].is_string();
+    return e.is_object() && e.contains("bytes") && e["bytes"].is_number_unsigned() &&
+           e.contains("xxh64") && e["xxh64"].is_string();
   };
-  bool ok = m.contains("sources") && m["sources"].is_array() && m.contains("shards") && m["shards"].is_array() &&
-            m.contains("index") && file_entry(m["index"]) && m["index"].contains("documents") &&
-            m["index"]["documents"].is_number_unsigned() && m.contains("stats") && m["stats"].is_object();
+  bool ok = m.contains("sources") && m["sources"].is_array() && m.contains("shards") &&
+            m["shards"].is_array() && m.contains("index") && file_entry(m["index"]) &&
+            m["index"].contains("documents") && m["index"]["documents"].is_number_unsigned() &&
+            m.contains("stats") && m["stats"].is_object();
   if (ok)
     for (const auto& sh : m["shards"])
       ok = ok && file_entry(sh) && sh.contains("file") && sh["file"].is_string() &&
            sh["file"].get<std::string>().find('/') == std::string::npos;
   if (ok)
     for (const auto& src : m["sources"]) ok = ok && src.is_object();
-  for (const char* k : {"documents", "tokens", "loss_tokens", "skipped_lines", "empty_documents", "no_loss_documents"})
+  for (const char* k : {"documents", "tokens", "loss_tokens", "skipped_lines", "empty_documents",
+                        "no_loss_documents"})
     if (ok && m["stats"].contains(k)) ok = m["stats"][k].is_number_unsigned();
   if (!ok)
-    throw Error("data cache manifest " + path + " is damaged (a field is missing or of the wrong type; delete " + dir +
+    throw Error("data cache manifest " + path +
+                " is damaged (a field is missing or of the wrong type; delete " + dir +
                 " to rebuild it)");
   return m;
 }
@@ -501,13 +518,14 @@ std::unique_ptr<TokenCache> TokenCache::open_or_build(const CacheSettings& s) {
     const std::string holder = lock.holder();
     log_info("data cache: " + (holder.empty() ? std::string("another process") : holder) +
              " holds " + lock.path() + " (building or checking the cache); waiting for it");
-    if (exclusive ? lock.lock_exclusive(s.lock_patience) : lock.lock_shared(s.lock_patience)) return;
+    if (exclusive ? lock.lock_exclusive(s.lock_patience) : lock.lock_shared(s.lock_patience))
+      return;
     const std::string now = lock.holder();
     char secs[32];
     std::snprintf(secs, sizeof secs, "%g", std::chrono::duration<double>(s.lock_patience).count());
     throw Error("data cache: " + s.who + " gave up waiting for the lock file " + lock.path() +
-                " after " + secs + " s without progress ([cluster] timeout_s): " + holder_text(now) +
-                "; it builds or checks the cache in " + s.cache_dir +
+                " after " + secs + " s without progress ([cluster] timeout_s): " +
+                holder_text(now) + "; it builds or checks the cache in " + s.cache_dir +
                 ". If that process is stuck, stop it; if none runs, another run shares this "
                 "cache_dir");
   };
@@ -541,7 +559,8 @@ std::unique_ptr<TokenCache> TokenCache::open_or_build(const CacheSettings& s) {
       remove_stale(s.cache_dir, name);
       st.built_here = true;
       c->manifest_ = read_matching_manifest(c->dir_, c->key_);
-      if (c->manifest_.is_null()) throw Error("data cache: " + c->dir_ + "/manifest.json vanished after the build");
+      if (c->manifest_.is_null())
+        throw Error("data cache: " + c->dir_ + "/manifest.json vanished after the build");
     }
   }
   c->open_files(s);
@@ -557,8 +576,9 @@ std::unique_ptr<TokenCache> TokenCache::open_or_build(const CacheSettings& s) {
   st.no_loss_documents = stats.value("no_loss_documents", uint64_t{0});
   st.open_seconds = seconds_since(t0);
   if (st.hit)
-    log_info("data cache: reusing " + c->dir_ + " (" + std::to_string(st.documents) + " documents, " +
-             std::to_string(st.tokens) + " tokens; sources unchanged, no tokenization)" +
+    log_info("data cache: reusing " + c->dir_ + " (" + std::to_string(st.documents) +
+             " documents, " + std::to_string(st.tokens) +
+             " tokens; sources unchanged, no tokenization)" +
              (st.skipped_lines ? "; " + std::to_string(st.skipped_lines) +
                                      " bad line(s) were skipped when it was built"
                                : ""));
@@ -576,12 +596,14 @@ void TokenCache::open_files(const CacheSettings& s) {
 void TokenCache::verify(const CacheSettings& s) {
   const auto t0 = Clock::now();
   const auto& shards = manifest_["shards"];
-  auto check = [&](const MappedFile& f, const nlohmann::json& entry, const char* what) -> std::string {
+  auto check = [&](const MappedFile& f, const nlohmann::json& entry,
+                   const char* what) -> std::string {
     const uint64_t want = entry["bytes"].get<uint64_t>();
     if (f.size() != want)
-      return "data cache " + std::string(what) + " " + f.path() + " is truncated or damaged: " +
-             std::to_string(f.size()) + " bytes, the manifest says " + std::to_string(want) +
-             " (delete " + dir_ + " to rebuild it)";
+      return "data cache " + std::string(what) + " " + f.path() +
+             " is truncated or damaged: " + std::to_string(f.size()) +
+             " bytes, the manifest says " + std::to_string(want) + " (delete " + dir_ +
+             " to rebuild it)";
     if (s.verify_checksums) {
       const std::string got = hex64(xxh64(f.data(), f.size()));
       if (got != entry["xxh64"].get<std::string>())
@@ -595,7 +617,8 @@ void TokenCache::verify(const CacheSettings& s) {
   std::vector<std::string> errors(shard_files_.size());
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < shard_files_.size();) errors[i] = check(shard_files_[i], shards[i], "shard");
+    for (size_t i; (i = next.fetch_add(1)) < shard_files_.size();)
+      errors[i] = check(shard_files_[i], shards[i], "shard");
   };
   std::vector<std::thread> pool;
   for (int t = 1; t < std::max(1, s.threads) && static_cast<size_t>(t) < shard_files_.size(); ++t)
@@ -615,14 +638,16 @@ void TokenCache::verify(const CacheSettings& s) {
     if (f.size() >= kHeaderBytes) std::memcpy(&hn, f.data() + 16, 8);
     if (f.size() < kHeaderBytes || std::memcmp(f.data(), kShardMagic, 8) != 0 || hn != n ||
         f.size() < kHeaderBytes + n * 5)
-      throw Error("data cache shard " + f.path() + " has a bad header (delete " + dir_ + " to rebuild it)");
+      throw Error("data cache shard " + f.path() + " has a bad header (delete " + dir_ +
+                  " to rebuild it)");
     shard_ids_.push_back(reinterpret_cast<const uint32_t*>(f.data() + kHeaderBytes));
     shard_mask_.push_back(f.data() + kHeaderBytes + n * 4);
   }
   num_docs_ = manifest_["index"]["documents"].get<uint64_t>();
   if (index_file_.size() != kHeaderBytes + num_docs_ * sizeof(DocRecord) ||
       std::memcmp(index_file_.data(), kIndexMagic, 8) != 0)
-    throw Error("data cache index " + index_file_.path() + " has a bad header (delete " + dir_ + " to rebuild it)");
+    throw Error("data cache index " + index_file_.path() + " has a bad header (delete " + dir_ +
+                " to rebuild it)");
   docs_ = reinterpret_cast<const DocRecord*>(index_file_.data() + kHeaderBytes);
   std::vector<uint64_t> shard_tokens;
   for (const auto& sh : shards) shard_tokens.push_back(sh["tokens"].get<uint64_t>());

@@ -1,9 +1,9 @@
 // cache.h — the tokenized cache: built once from JSONL sources, then memory-mapped.
 //
 // Layout under cache_dir (see docs/data.md):
-//   .lock                      flock(2) file: shared while a process checks/opens, exclusive while one builds
-//   tokens-<key>/manifest.json what was tokenized (the key's inputs), the files with sizes and XXH64
-//   tokens-<key>/index.bin     one 40-byte DocRecord per document, in source order
+//   .lock                      flock(2) file: shared while a process checks/opens, exclusive while
+//   one builds tokens-<key>/manifest.json what was tokenized (the key's inputs), the files with
+//   sizes and XXH64 tokens-<key>/index.bin     one 40-byte DocRecord per document, in source order
 //   tokens-<key>/shard-NNNNN.bin  64-byte header, uint32 ids[n], uint8 loss_mask[n] (padded to 8)
 //   .tmp-<key>-<pid>-<n>/      a build in progress (renamed to tokens-<key> when complete)
 // <key> = XXH64 of the manifest's "inputs": the sources' contents (bytes), the tokenizer's
@@ -20,9 +20,9 @@
 // is named with what was expected and found.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
-#include <chrono>
 #include <string>
 #include <vector>
 
@@ -53,11 +53,11 @@ struct CacheSettings {
   std::vector<std::string> train_files;  // resolved paths, in order
   std::vector<std::string> eval_files;
   DocumentSettings doc;
-  bool skip_bad_lines = false;   // on_error = "skip"
-  int threads = 1;               // tokenization threads
+  bool skip_bad_lines = false;  // on_error = "skip"
+  int threads = 1;              // tokenization threads
   int64_t shard_bytes = 256 << 20;
   bool verify_checksums = true;
-  bool progress = false;         // progress bar on stderr (rank 0)
+  bool progress = false;  // progress bar on stderr (rank 0)
   // How long to wait for the cache's lock while its holder shows no progress ([cluster]
   // timeout_s, RunContext::timeout); then open_or_build gives up naming the lock file and holder.
   std::chrono::milliseconds lock_patience{std::chrono::minutes(10)};

@@ -33,33 +33,55 @@ using kit::PackedStream;
 using kit::PackMode;
 using kit::StreamArgs;
 
-constexpr Option<std::vector<std::string>> kSources{"sources", nullptr,
-     "JSONL files or globs (relative to the recipe's folder), in order"};
-constexpr Option<std::string> kFormat{"format", "\"text\"", "\"text\": {text_field: str}; \"chat\": {messages: [{role, content}]}",
-     NAN, NAN, "text|chat"};
-constexpr Option<std::string> kTextField{"text_field", "\"text\"", "field holding the document (format = \"text\")"};
-constexpr Option<std::string> kMessagesField{"messages_field", "\"messages\"", "field holding the conversation (format = \"chat\")"};
-constexpr Option<bool> kAssistantOnlyLoss{"assistant_only_loss", "true", "chat: loss on the assistant replies only"};
-constexpr Option<bool> kAddBos{"add_bos", "true", "text: add the tokenizer's BOS (its post-processor's special tokens)"};
-constexpr Option<bool> kAddEos{"add_eos", "true", "text: end every document with the tokenizer's EOS"};
-constexpr Option<std::vector<std::string>> kEvalSources{"eval_sources", "[]", "held-out JSONL files or globs (eval split)"};
-constexpr Option<double> kEvalFraction{"eval_fraction", "0.0",
-     "fraction of the documents of `sources` held out for eval (fixed by the data, not the seed)", 0.0, 0.5};
-constexpr Option<std::string> kCacheDir{"cache_dir", "\"\"", "token cache folder; \"\" = <output_dir>/data-cache"};
-constexpr Option<bool> kPacking{"packing", "true", "pack several documents per row (else one per row, padded)"};
-constexpr Option<bool> kSplitDocuments{"split_documents", "false",
-     "packing: cut documents at row ends and continue them in the next row (no padding) instead "
-     "of starting a new row for a document that does not fit"};
-constexpr Option<bool> kShuffle{"shuffle", "true", "shuffle documents every epoch (from the run seed and the epoch)"};
-constexpr Option<std::string> kOnError{"on_error", "\"error\"", "a bad JSONL line: \"error\" stops, \"skip\" skips and counts it",
-     NAN, NAN, "error|skip"};
-constexpr Option<int64_t> kPrefetchBatches{"prefetch_batches", "4", "batches prepared ahead on a background thread (0 = none)", 0, 1024};
-constexpr Option<int64_t> kBuildThreads{"build_threads", "0", "tokenization threads when building the cache (0 = all cores)", 0, 1024};
-constexpr Option<int64_t> kShardSizeMb{"shard_size_mb", "256", "target size of one cache shard", 1, 1 << 20};
-constexpr Option<bool> kVerifyChecksums{"verify_checksums", "true", "check every shard's XXH64 when opening the cache"};
-constexpr Option<int64_t> kPadId{"pad_id", "-1", "token id of padding (-1 = the tokenizer's EOS, or 0)", -1, NAN};
-const OptionSpec kOptions[] = {kSources, kFormat, kTextField, kMessagesField, kAssistantOnlyLoss, kAddBos, kAddEos, kEvalSources, kEvalFraction, kCacheDir, kPacking, kSplitDocuments, kShuffle, kOnError, kPrefetchBatches, kBuildThreads, kShardSizeMb, kVerifyChecksums, kPadId};
-
+constexpr Option<std::vector<std::string>> kSources{
+    "sources", nullptr, "JSONL files or globs (relative to the recipe's folder), in order"};
+constexpr Option<std::string> kFormat{
+    "format", "\"text\"", "\"text\": {text_field: str}; \"chat\": {messages: [{role, content}]}",
+    NAN,      NAN,        "text|chat"};
+constexpr Option<std::string> kTextField{"text_field", "\"text\"",
+                                         "field holding the document (format = \"text\")"};
+constexpr Option<std::string> kMessagesField{"messages_field", "\"messages\"",
+                                             "field holding the conversation (format = \"chat\")"};
+constexpr Option<bool> kAssistantOnlyLoss{"assistant_only_loss", "true",
+                                          "chat: loss on the assistant replies only"};
+constexpr Option<bool> kAddBos{
+    "add_bos", "true", "text: add the tokenizer's BOS (its post-processor's special tokens)"};
+constexpr Option<bool> kAddEos{"add_eos", "true",
+                               "text: end every document with the tokenizer's EOS"};
+constexpr Option<std::vector<std::string>> kEvalSources{
+    "eval_sources", "[]", "held-out JSONL files or globs (eval split)"};
+constexpr Option<double> kEvalFraction{
+    "eval_fraction", "0.0",
+    "fraction of the documents of `sources` held out for eval (fixed by the data, not the seed)",
+    0.0, 0.5};
+constexpr Option<std::string> kCacheDir{"cache_dir", "\"\"",
+                                        "token cache folder; \"\" = <output_dir>/data-cache"};
+constexpr Option<bool> kPacking{"packing", "true",
+                                "pack several documents per row (else one per row, padded)"};
+constexpr Option<bool> kSplitDocuments{
+    "split_documents", "false",
+    "packing: cut documents at row ends and continue them in the next row (no padding) instead "
+    "of starting a new row for a document that does not fit"};
+constexpr Option<bool> kShuffle{"shuffle", "true",
+                                "shuffle documents every epoch (from the run seed and the epoch)"};
+constexpr Option<std::string> kOnError{
+    "on_error", "\"error\"", "a bad JSONL line: \"error\" stops, \"skip\" skips and counts it",
+    NAN,        NAN,         "error|skip"};
+constexpr Option<int64_t> kPrefetchBatches{
+    "prefetch_batches", "4", "batches prepared ahead on a background thread (0 = none)", 0, 1024};
+constexpr Option<int64_t> kBuildThreads{
+    "build_threads", "0", "tokenization threads when building the cache (0 = all cores)", 0, 1024};
+constexpr Option<int64_t> kShardSizeMb{"shard_size_mb", "256", "target size of one cache shard", 1,
+                                       1 << 20};
+constexpr Option<bool> kVerifyChecksums{"verify_checksums", "true",
+                                        "check every shard's XXH64 when opening the cache"};
+constexpr Option<int64_t> kPadId{"pad_id", "-1",
+                                 "token id of padding (-1 = the tokenizer's EOS, or 0)", -1, NAN};
+const OptionSpec kOptions[] = {
+    kSources,      kFormat,         kTextField,       kMessagesField, kAssistantOnlyLoss,
+    kAddBos,       kAddEos,         kEvalSources,     kEvalFraction,  kCacheDir,
+    kPacking,      kSplitDocuments, kShuffle,         kOnError,       kPrefetchBatches,
+    kBuildThreads, kShardSizeMb,    kVerifyChecksums, kPadId};
 
 class CachedSsd final : public DataSource {
  public:
@@ -74,7 +96,8 @@ class CachedSsd final : public DataSource {
     doc_.add_bos = config.get(kAddBos);
     doc_.add_eos = config.get(kAddEos);
     eval_fraction_ = config.get(kEvalFraction);
-    if (eval_fraction_ < 0 || eval_fraction_ > 0.5) config.fail(kEvalFraction.key(), "expected a value in [0, 0.5]");
+    if (eval_fraction_ < 0 || eval_fraction_ > 0.5)
+      config.fail(kEvalFraction.key(), "expected a value in [0, 0.5]");
     if (eval_fraction_ > 0 && !eval_sources_.empty())
       config.fail(kEvalFraction.key(), "give either eval_fraction or eval_sources, not both");
     cache_dir_ = config.get(kCacheDir);
@@ -91,16 +114,20 @@ class CachedSsd final : public DataSource {
   }
 
   void open(const DataOpenArgs& a) override {
-    if (a.seq_len < 1 || a.micro_batch_size < 1 || ctx_.world_size < 1 || ctx_.rank < 0 || ctx_.rank >= ctx_.world_size)
-      throw Error("data plugin cached_ssd: bad open arguments (seq_len " + std::to_string(a.seq_len) +
-                  ", micro_batch_size " + std::to_string(a.micro_batch_size) + ", rank " +
-                  std::to_string(ctx_.rank) + " of " + std::to_string(ctx_.world_size) + ")");
+    if (a.seq_len < 1 || a.micro_batch_size < 1 || ctx_.world_size < 1 || ctx_.rank < 0 ||
+        ctx_.rank >= ctx_.world_size)
+      throw Error("data plugin cached_ssd: bad open arguments (seq_len " +
+                  std::to_string(a.seq_len) + ", micro_batch_size " +
+                  std::to_string(a.micro_batch_size) + ", rank " + std::to_string(ctx_.rank) +
+                  " of " + std::to_string(ctx_.world_size) + ")");
     if (!a.tokenizer)
-      throw UsageError("data plugin cached_ssd tokenizes its sources with the model's tokenizer, but the "
-                       "recipe has none: set [model] tokenizer (a tokenizer.json) or [model] path");
+      throw UsageError(
+          "data plugin cached_ssd tokenizes its sources with the model's tokenizer, but the "
+          "recipe has none: set [model] tokenizer (a tokenizer.json) or [model] path");
     if (doc_.format == Format::kChat && !a.chat_template)
-      throw UsageError("data plugin cached_ssd: format = \"chat\" needs the recipe's chat template "
-                       "([model] chat_template), and none was given");
+      throw UsageError(
+          "data plugin cached_ssd: format = \"chat\" needs the recipe's chat template "
+          "([model] chat_template), and none was given");
     doc_.tokenizer = a.tokenizer;
     doc_.chat_template = a.chat_template;
     if (pad_id_ < 0) pad_id_ = a.tokenizer->eos_id().value_or(0);
@@ -108,19 +135,23 @@ class CachedSsd final : public DataSource {
     CacheSettings s;
     s.train_files = resolve("sources", sources_);
     if (!eval_sources_.empty()) s.eval_files = resolve("eval_sources", eval_sources_);
-    s.cache_dir = cache_dir_.empty() ? ctx_.output_dir + "/data-cache" : join_path(base_dir(), cache_dir_);
+    s.cache_dir =
+        cache_dir_.empty() ? ctx_.output_dir + "/data-cache" : join_path(base_dir(), cache_dir_);
     if (cache_dir_.empty() && ctx_.output_dir.empty())
-      throw UsageError("data plugin cached_ssd: cache_dir is not set and the run has no output_dir");
+      throw UsageError(
+          "data plugin cached_ssd: cache_dir is not set and the run has no output_dir");
     s.doc = doc_;
     s.skip_bad_lines = skip_bad_;
-    s.threads = build_threads_ > 0 ? build_threads_ : std::max(1u, std::thread::hardware_concurrency());
+    s.threads =
+        build_threads_ > 0 ? build_threads_ : std::max(1u, std::thread::hardware_concurrency());
     s.shard_bytes = shard_mb_ << 20;
     s.verify_checksums = verify_;
     s.progress = ctx_.rank == 0;
     s.lock_patience = ctx_.timeout;
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
-    s.who = "rank " + std::to_string(ctx_.rank) + " (pid " + std::to_string(getpid()) + " on host " + host + ")";
+    s.who = "rank " + std::to_string(ctx_.rank) + " (pid " + std::to_string(getpid()) +
+            " on host " + host + ")";
     cache_ = TokenCache::open_or_build(s);
 
     // Splits (document numbers in cache order); the stream keeps them.
@@ -129,8 +160,9 @@ class CachedSsd final : public DataSource {
       (cache_->doc(i).split == 0 ? train_docs : eval_docs).push_back(i);
     if (eval_fraction_ > 0 && !train_docs.empty()) hold_out(train_docs, eval_docs);
     if (train_docs.empty())
-      throw Error("data plugin cached_ssd: the dataset is empty: no document with a training target in " +
-                  join_list(s.train_files) + describe_dropped());
+      throw Error(
+          "data plugin cached_ssd: the dataset is empty: no document with a training target in " +
+          join_list(s.train_files) + describe_dropped());
     if (!eval_sources_.empty() && eval_docs.empty())
       throw Error("data plugin cached_ssd: eval_sources hold no document with a training target (" +
                   join_list(s.eval_files) + ")");
@@ -141,10 +173,12 @@ class CachedSsd final : public DataSource {
     ps.pad_id = pad_id_;
     ps.prefetch_batches = static_cast<size_t>(prefetch_);
     ps.truncation_hint = " (set split_documents = true to keep them)";
-    stream_ = std::make_unique<PackedStream>(StreamArgs(a, ctx_), std::move(ps), std::move(train_docs), std::move(eval_docs), [c = cache_.get()](uint32_t d) {
-      const DocRecord& r = c->doc(d);
-      return DocView{c->ids(r), c->mask(r), r.num_tokens};
-    });
+    stream_ =
+        std::make_unique<PackedStream>(StreamArgs(a, ctx_), std::move(ps), std::move(train_docs),
+                                       std::move(eval_docs), [c = cache_.get()](uint32_t d) {
+                                         const DocRecord& r = c->doc(d);
+                                         return DocView{c->ids(r), c->mask(r), r.num_tokens};
+                                       });
   }
 
   Batch next() override { return stream().next(); }
@@ -178,7 +212,8 @@ class CachedSsd final : public DataSource {
     std::string d;
     if (s.empty_documents) d += "; " + std::to_string(s.empty_documents) + " empty document(s)";
     if (s.no_loss_documents)
-      d += "; " + std::to_string(s.no_loss_documents) + " document(s) without a training target (e.g. no assistant reply)";
+      d += "; " + std::to_string(s.no_loss_documents) +
+           " document(s) without a training target (e.g. no assistant reply)";
     if (s.skipped_lines) d += "; " + std::to_string(s.skipped_lines) + " bad line(s) skipped";
     return d;
   }
@@ -205,7 +240,8 @@ class CachedSsd final : public DataSource {
     for (const auto& p : out) {
       struct stat st {};
       if (::stat(p.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-        config_->fail(key, p + " is not a regular file (expected a JSONL or text file, not a folder, FIFO or device)");
+        config_->fail(key, p + " is not a regular file (expected a JSONL or text file, not a "
+                               "folder, FIFO or device)");
     }
     return out;
   }
@@ -215,7 +251,8 @@ class CachedSsd final : public DataSource {
   void hold_out(std::vector<uint32_t>& train_docs, std::vector<uint32_t>& eval_docs) const {
     const size_t n = train_docs.size();
     if (n < 2) return;  // nothing to spare: no eval split
-    const size_t k = std::clamp<size_t>(static_cast<size_t>(std::llround(n * eval_fraction_)), 1, n - 1);
+    const size_t k =
+        std::clamp<size_t>(static_cast<size_t>(std::llround(n * eval_fraction_)), 1, n - 1);
     std::vector<std::pair<uint64_t, uint32_t>> keyed;
     keyed.reserve(n);
     for (uint32_t d : train_docs) keyed.emplace_back(mix64(d ^ 0xE7A1C0DEULL), d);
@@ -225,7 +262,8 @@ class CachedSsd final : public DataSource {
     std::sort(eval.begin(), eval.end());
     std::vector<uint32_t> train;
     train.reserve(n - k);
-    std::set_difference(train_docs.begin(), train_docs.end(), eval.begin(), eval.end(), std::back_inserter(train));
+    std::set_difference(train_docs.begin(), train_docs.end(), eval.begin(), eval.end(),
+                        std::back_inserter(train));
     train_docs = std::move(train);
     eval_docs = std::move(eval);
   }
@@ -249,9 +287,10 @@ class CachedSsd final : public DataSource {
 }  // namespace
 }  // namespace ciuic::data
 
-CIUIC_DEFINE_PLUGIN(ciuic::Slot::kData, "cached_ssd", "1.0.0",
-                    "JSONL text/chat tokenized once into a memory-mapped token cache; packed, shuffled, "
-                    "rank-sliced, prefetched",
-                    ciuic::data::kOptions, [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
-                      return new ciuic::data::CachedSsd(a.config, a.context);
-                    })
+CIUIC_DEFINE_PLUGIN(
+    ciuic::Slot::kData, "cached_ssd", "1.0.0",
+    "JSONL text/chat tokenized once into a memory-mapped token cache; packed, shuffled, "
+    "rank-sliced, prefetched",
+    ciuic::data::kOptions, [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
+      return new ciuic::data::CachedSsd(a.config, a.context);
+    })

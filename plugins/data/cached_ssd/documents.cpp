@@ -1,12 +1,14 @@
 #include "documents.h"
 
-#include <nlohmann/json.hpp>
 #include <ciuic/json.h>
+#include <nlohmann/json.hpp>
 
 namespace ciuic::data {
 
 std::string bounded_utf8(std::string_view s, size_t max) {
-  auto cont = [&](size_t i) { return i < s.size() && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80; };
+  auto cont = [&](size_t i) {
+    return i < s.size() && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80;
+  };
   std::string out;
   size_t i = 0;
   while (i < s.size() && out.size() < max) {
@@ -78,23 +80,26 @@ size_t encode_chat(const nlohmann::json& j, const DocumentSettings& s, std::vect
   if (it == j.end())
     throw LineError("missing field \"" + s.messages_field + "\" (format = \"chat\")");
   if (!it->is_array())
-    throw LineError("field \"" + s.messages_field + "\" must be an array of {role, content}, found " +
-                    type_name(*it));
+    throw LineError("field \"" + s.messages_field +
+                    "\" must be an array of {role, content}, found " + type_name(*it));
   std::vector<ChatMessage> messages;
   messages.reserve(it->size());
   for (size_t i = 0; i < it->size(); ++i) {
     const auto& m = (*it)[i];
     const std::string where = s.messages_field + "[" + std::to_string(i) + "]";
-    if (!m.is_object()) throw LineError(where + " must be an object {role, content}, found " + type_name(m));
+    if (!m.is_object())
+      throw LineError(where + " must be an object {role, content}, found " + type_name(m));
     auto r = m.find("role");
     auto c = m.find("content");
-    if (r == m.end() || !r->is_string()) throw LineError(where + ".role is missing or not a string");
-    if (c == m.end() || !c->is_string()) throw LineError(where + ".content is missing or not a string");
+    if (r == m.end() || !r->is_string())
+      throw LineError(where + ".role is missing or not a string");
+    if (c == m.end() || !c->is_string())
+      throw LineError(where + ".content is missing or not a string");
     std::string role = r->get<std::string>();
     if (role == "prompter") role = "user";
     if (role != "system" && role != "user" && role != "assistant")
-      throw LineError(where + ".role: unknown role \"" + r->get<std::string>() + "\" (known: " +
-                      kKnownRoles + ")");
+      throw LineError(where + ".role: unknown role \"" + r->get<std::string>() +
+                      "\" (known: " + kKnownRoles + ")");
     messages.push_back({std::move(role), c->get<std::string>()});
   }
   if (messages.empty()) return 0;
@@ -118,7 +123,8 @@ size_t encode_line(std::string_view line, const DocumentSettings& s, std::vector
     try {
       nlohmann::json again = nlohmann::json::parse(line);
       (void)again;
-    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (a number overflows)
+    } catch (
+        const nlohmann::json::exception& e) {  // parse_error, or out_of_range (a number overflows)
       std::string what = e.what();
       auto p = what.find("parse error");
       throw LineError("malformed JSON: " + (p == std::string::npos ? what : what.substr(p)));

@@ -38,9 +38,9 @@ struct DocumentSettings {
 };
 
 // `s` cut to about `max` bytes (whole characters; "... (N bytes in all)" appended when cut), with
-// every byte that is not part of well-formed UTF-8, and every control byte but '\n' and '\t', written
-// as \xNN: error text that quotes user data (a 50 MB unterminated line, invalid UTF-8, an ESC
-// sequence) stays short, can be written into JSON and sends nothing to a terminal.
+// every byte that is not part of well-formed UTF-8, and every control byte but '\n' and '\t',
+// written as \xNN: error text that quotes user data (a 50 MB unterminated line, invalid UTF-8, an
+// ESC sequence) stays short, can be written into JSON and sends nothing to a terminal.
 std::string bounded_utf8(std::string_view s, size_t max = 300);
 
 // The messages are bounded_utf8: they quote user data.

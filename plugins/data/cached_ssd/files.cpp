@@ -117,7 +117,9 @@ bool FileLock::wait(int op, std::chrono::milliseconds patience) {
 }
 
 bool FileLock::lock_shared(std::chrono::milliseconds patience) { return wait(LOCK_SH, patience); }
-bool FileLock::lock_exclusive(std::chrono::milliseconds patience) { return wait(LOCK_EX, patience); }
+bool FileLock::lock_exclusive(std::chrono::milliseconds patience) {
+  return wait(LOCK_EX, patience);
+}
 
 void FileLock::record_holder(const std::string& who) {
   const std::string line = who + "\n";
@@ -161,20 +163,20 @@ void write_file_synced(const std::string& path, const std::vector<ByteSpan>& par
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail_errno("cannot create", path);
   for (const ByteSpan& part : parts) {
-  const auto* p = static_cast<const char*>(part.data);
-  size_t n = part.size;
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      errno = e;
-      fail_errno("cannot write", path);
+    const auto* p = static_cast<const char*>(part.data);
+    size_t n = part.size;
+    while (n > 0) {
+      ssize_t w = ::write(fd, p, n);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        int e = errno;
+        ::close(fd);
+        errno = e;
+        fail_errno("cannot write", path);
+      }
+      p += w;
+      n -= static_cast<size_t>(w);
     }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
   }
   if (::fsync(fd) != 0) {
     int e = errno;

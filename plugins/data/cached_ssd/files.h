@@ -4,9 +4,9 @@
 // Every failure throws ciuic::Error naming the path and the errno text.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <chrono>
 #include <string>
 #include <string_view>
 #include <vector>

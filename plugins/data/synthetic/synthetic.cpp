@@ -32,26 +32,35 @@ using kit::fill_padding_row;
 using kit::mix64;
 using kit::RowCursor;
 
-constexpr Option<int64_t> kVocabSize{"vocab_size", nullptr, "ids are drawn from [0, vocab_size)", 2, NAN};
-constexpr Option<std::string> kPattern{"pattern", "\"random\"", "random | repeat (a motif repeated) | increment (s, s+1, ...)",
-     NAN, NAN, "random|repeat|increment"};
+constexpr Option<int64_t> kVocabSize{"vocab_size", nullptr, "ids are drawn from [0, vocab_size)", 2,
+                                     NAN};
+constexpr Option<std::string> kPattern{
+    "pattern", "\"random\"", "random | repeat (a motif repeated) | increment (s, s+1, ...)",
+    NAN,       NAN,          "random|repeat|increment"};
 constexpr Option<int64_t> kPeriod{"period", "8", "motif length of pattern = \"repeat\"", 1, NAN};
-constexpr Option<int64_t> kDocumentsPerRow{"documents_per_row", "1", "documents packed in each row (random lengths)", 1, NAN};
-constexpr Option<int64_t> kRowsPerEpoch{"rows_per_epoch", "1048576", "global rows in one epoch", 1, NAN};
-constexpr Option<int64_t> kEvalRows{"eval_rows", "0", "global rows of the eval split (0 = no eval split)", 0, NAN};
-const OptionSpec kOptions[] = {kVocabSize, kPattern, kPeriod, kDocumentsPerRow, kRowsPerEpoch, kEvalRows};
-
+constexpr Option<int64_t> kDocumentsPerRow{"documents_per_row", "1",
+                                           "documents packed in each row (random lengths)", 1, NAN};
+constexpr Option<int64_t> kRowsPerEpoch{"rows_per_epoch", "1048576", "global rows in one epoch", 1,
+                                        NAN};
+constexpr Option<int64_t> kEvalRows{"eval_rows", "0",
+                                    "global rows of the eval split (0 = no eval split)", 0, NAN};
+const OptionSpec kOptions[] = {kVocabSize,       kPattern,      kPeriod,
+                               kDocumentsPerRow, kRowsPerEpoch, kEvalRows};
 
 enum class Pattern { kRandom, kRepeat, kIncrement };
 
 class Synthetic final : public DataSource {
  public:
-  Synthetic(const Config& config, const RunContext& ctx) : rank_(ctx.rank), world_(ctx.world_size), seed_(ctx.seed) {
+  Synthetic(const Config& config, const RunContext& ctx)
+      : rank_(ctx.rank), world_(ctx.world_size), seed_(ctx.seed) {
     vocab_ = config.get(kVocabSize);
     const std::string p = config.get(kPattern);
-    if (p == "random") pattern_ = Pattern::kRandom;
-    else if (p == "repeat") pattern_ = Pattern::kRepeat;
-    else pattern_ = Pattern::kIncrement;  // the declared choices are checked by get
+    if (p == "random")
+      pattern_ = Pattern::kRandom;
+    else if (p == "repeat")
+      pattern_ = Pattern::kRepeat;
+    else
+      pattern_ = Pattern::kIncrement;  // the declared choices are checked by get
     period_ = config.get(kPeriod);
     docs_per_row_ = config.get(kDocumentsPerRow);
     rows_per_epoch_ = config.get(kRowsPerEpoch);
@@ -60,9 +69,10 @@ class Synthetic final : public DataSource {
 
   void open(const DataOpenArgs& a) override {
     if (a.seq_len < 1 || a.micro_batch_size < 1 || world_ < 1 || rank_ < 0 || rank_ >= world_)
-      throw Error("data plugin synthetic: bad open arguments (seq_len " + std::to_string(a.seq_len) +
-                  ", micro_batch_size " + std::to_string(a.micro_batch_size) + ", rank " +
-                  std::to_string(rank_) + " of " + std::to_string(world_) + ")");
+      throw Error("data plugin synthetic: bad open arguments (seq_len " +
+                  std::to_string(a.seq_len) + ", micro_batch_size " +
+                  std::to_string(a.micro_batch_size) + ", rank " + std::to_string(rank_) + " of " +
+                  std::to_string(world_) + ")");
     args_ = a;
     opened_ = true;
   }
@@ -110,7 +120,8 @@ class Synthetic final : public DataSource {
       if (global < eval_rows_) {
         fill(b, i, mix64(seed_ ^ 0xE7A1ULL) ^ mix64(~static_cast<uint64_t>(global)));
       } else {  // this rank's share ran out: an empty row (no loss) keeps batch counts equal
-        fill_padding_row(T, 0, b.input_ids.data_ptr<int64_t>() + i * T, b.labels.data_ptr<int64_t>() + i * T,
+        fill_padding_row(T, 0, b.input_ids.data_ptr<int64_t>() + i * T,
+                         b.labels.data_ptr<int64_t>() + i * T,
                          b.position_ids.data_ptr<int64_t>() + i * T);
       }
     }
@@ -128,8 +139,9 @@ class Synthetic final : public DataSource {
   }
 
   Batch alloc() const {
-    at::Tensor all = at::empty({3, args_.micro_batch_size, args_.seq_len},
-                               at::TensorOptions().dtype(at::kLong).pinned_memory(args_.pin_memory));
+    at::Tensor all =
+        at::empty({3, args_.micro_batch_size, args_.seq_len},
+                  at::TensorOptions().dtype(at::kLong).pinned_memory(args_.pin_memory));
     Batch b;
     b.input_ids = all[0];
     b.labels = all[1];
@@ -164,7 +176,9 @@ class Synthetic final : public DataSource {
         switch (pattern_) {
           case Pattern::kRandom: ids[b0 + k] = static_cast<int64_t>(next() % V); break;
           case Pattern::kRepeat: ids[b0 + k] = motif[static_cast<size_t>(k % period_)]; break;
-          case Pattern::kIncrement: ids[b0 + k] = static_cast<int64_t>((start + static_cast<uint64_t>(k)) % V); break;
+          case Pattern::kIncrement:
+            ids[b0 + k] = static_cast<int64_t>((start + static_cast<uint64_t>(k)) % V);
+            break;
         }
         pos[b0 + k] = k;
       }

@@ -36,10 +36,13 @@
 namespace {
 
 constexpr ciuic::Option<std::string> kKernel{
-    "kernel", "\"auto\"",
+    "kernel",
+    "\"auto\"",
     "auto: on CUDA one fused launch over the shard (scale, update, rounding; bf16 gradients kept "
     "as they come with one rank), else ATen; aten: ATen's multi-tensor AdamW per group",
-    NAN, NAN, "auto|aten"};
+    NAN,
+    NAN,
+    "auto|aten"};
 const ciuic::OptionSpec kOptions[] = {ciuic::kit::kAdamBetas, ciuic::kit::kAdamEps, kKernel};
 
 class AdamW final : public ciuic::kit::ShardOptimizer {
@@ -58,15 +61,19 @@ class AdamW final : public ciuic::kit::ShardOptimizer {
     ciuic::kit::fused_adamw(g, lr, beta1_, beta2_, eps_, weight_decay, t);
   }
 
-  bool takes_narrow_grads(at::ScalarType, const c10::Device& device) const override { return use_shard_kernel(device); }
+  bool takes_narrow_grads(at::ScalarType, const c10::Device& device) const override {
+    return use_shard_kernel(device);
+  }
 
   bool update_shard(at::Tensor& master, const at::Tensor& grad, std::vector<at::Tensor>& moments,
                     at::Tensor* params_out, const ciuic::OptimizerStep& args) override {
     if (!use_shard_kernel(shard().device)) return false;
     if (!kernel_) {
-      kernel_ = std::make_unique<ciuic::kit::FusedAdamWShard>(shard().segments, shard().numel, shard().device);
-      ciuic::log_info("optimizer adamw: one fused launch over the shard (" + std::to_string(kernel_->tiles()) +
-                      " tiles), gradient kept in " + c10::toString(grad.scalar_type()) +
+      kernel_ = std::make_unique<ciuic::kit::FusedAdamWShard>(shard().segments, shard().numel,
+                                                              shard().device);
+      ciuic::log_info("optimizer adamw: one fused launch over the shard (" +
+                      std::to_string(kernel_->tiles()) + " tiles), gradient kept in " +
+                      c10::toString(grad.scalar_type()) +
                       (params_out ? ", parameters rounded in the same pass" : ""));
     }
     ciuic::kit::FusedAdamWShard::Hyper h;
@@ -91,16 +98,14 @@ class AdamW final : public ciuic::kit::ShardOptimizer {
 };
 
 void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
-  ciuic::kit::ShardOptimizer::plan_device_state(p, 2, "master weights + AdamW moments",
-                                           /*narrow_grads_on_cuda=*/cfg.get(kKernel) == "auto");
+  ciuic::kit::ShardOptimizer::plan_device_state(
+      p, 2, "master weights + AdamW moments",
+      /*narrow_grads_on_cuda=*/cfg.get(kKernel) == "auto");
 }
 
 }  // namespace
 
-CIUIC_DEFINE_PLUGIN_PLANNED(ciuic::Slot::kOptimizer, "adamw", "1.0.0",
-                            "AdamW of the shard on the run's device (ATen's fused kernel)",
-                            kOptions,
-                            [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
-                              return new AdamW(a.config);
-                            },
-                            plan)
+CIUIC_DEFINE_PLUGIN_PLANNED(
+    ciuic::Slot::kOptimizer, "adamw", "1.0.0",
+    "AdamW of the shard on the run's device (ATen's fused kernel)", kOptions,
+    [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* { return new AdamW(a.config); }, plan)

@@ -34,9 +34,15 @@ struct AdamWLoop {
 
   static Consts consts(const KernelArgs& a) {
     const Coefficients& c = a.c;
-    return {Ops::set1(c.grad_scale), Ops::set1(a.decay),           Ops::set1(c.beta1),
-            Ops::set1(c.one_minus_beta1), Ops::set1(c.beta2),       Ops::set1(c.one_minus_beta2),
-            Ops::set1(c.bias_correction2_sqrt), Ops::set1(c.eps), Ops::set1(c.neg_step_size)};
+    return {Ops::set1(c.grad_scale),
+            Ops::set1(a.decay),
+            Ops::set1(c.beta1),
+            Ops::set1(c.one_minus_beta1),
+            Ops::set1(c.beta2),
+            Ops::set1(c.one_minus_beta2),
+            Ops::set1(c.bias_correction2_sqrt),
+            Ops::set1(c.eps),
+            Ops::set1(c.neg_step_size)};
   }
 
   // W elements. OutD < 0: no copy-back.

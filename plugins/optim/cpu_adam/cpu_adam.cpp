@@ -155,28 +155,36 @@ struct Piece {
 };
 
 constexpr ciuic::Option<int64_t> kThreads{
-    "threads", "0", "CPU threads for the update; 0 = the cores this rank may use (host cores / local ranks)", 0,
+    "threads", "0",
+    "CPU threads for the update; 0 = the cores this rank may use (host cores / local ranks)", 0,
     4096};
 constexpr ciuic::Option<std::string> kSimd{
-    "simd", "\"auto\"", "AdamW kernel: auto (the best this CPU supports), avx512, avx2, scalar", NAN, NAN,
-    "auto|avx512|avx2|scalar"};
+    "simd", "\"auto\"", "AdamW kernel: auto (the best this CPU supports), avx512, avx2, scalar",
+    NAN,    NAN,        "auto|avx512|avx2|scalar"};
 constexpr ciuic::Option<bool> kPinMemory{
     "pin_memory", "true",
     "page-lock the host buffers that copies use on CUDA runs (the gradient shard, the landing "
     "slots of reduced chunks, the upload tiles: asynchronous, faster copies); master and "
     "moments are never pinned, no copy touches them"};
 constexpr ciuic::Option<int64_t> kTileSize{
-    "tile_size", "4194304", "elements per tile: the unit in which copies and the update overlap", 4096,
-    1073741824.0};
+    "tile_size", "4194304", "elements per tile: the unit in which copies and the update overlap",
+    4096, 1073741824.0};
 constexpr ciuic::Option<std::string> kPipeline{
-    "pipeline", "\"auto\"", "auto: staged copies on CUDA, direct in-memory update on CPU; staged: always stage (tests)",
-    NAN, NAN, "auto|staged"};
+    "pipeline",
+    "\"auto\"",
+    "auto: staged copies on CUDA, direct in-memory update on CPU; staged: always stage (tests)",
+    NAN,
+    NAN,
+    "auto|staged"};
 constexpr ciuic::Option<std::string> kOverlapUpdate{
-    "overlap_update", "\"auto\"",
+    "overlap_update",
+    "\"auto\"",
     "auto: update each gradient region while backward goes on, as soon as its last chunk of the "
     "step is folded, whenever that is exact (no gradient clipping, bf16/fp32, [train] nonfinite = "
     "\"stop\"; bit-identical results); off: always update after backward",
-    NAN, NAN, "auto|off"};
+    NAN,
+    NAN,
+    "auto|off"};
 
 struct Run {  // consecutive segments with the same weight-decay flag
   int64_t begin, end;
@@ -189,8 +197,8 @@ class CpuAdam final : public ciuic::Optimizer {
     const int64_t threads = cfg.get(kThreads);
     threads_ = static_cast<int>(threads > 0 ? threads : std::max(1, ctx.cpu_threads));
     if (threads_ > usable_cpus())
-      ciuic::log_warn(std::string(kWho) + ": " + std::to_string(threads_) +
-                      " threads on " + std::to_string(usable_cpus()) +
+      ciuic::log_warn(std::string(kWho) + ": " + std::to_string(threads_) + " threads on " +
+                      std::to_string(usable_cpus()) +
                       " usable CPUs: the update will be slower than with fewer threads");
 
     const std::string simd = cfg.get(kSimd);
@@ -205,9 +213,9 @@ class CpuAdam final : public ciuic::Optimizer {
         if (simd_supported(SimdLevel::kAvx2)) have = "avx2, " + have;
         if (simd_supported(SimdLevel::kAvx512)) have = "avx512, " + have;
         cfg.fail(kSimd.key(), std::string("this CPU does not support ") +
-                             (simd_ == SimdLevel::kAvx512 ? "AVX-512 (avx512f + avx512bw)"
-                                                          : "AVX2 (avx2 + fma + f16c)") +
-                             "; it supports " + have + " (or use \"auto\")");
+                                  (simd_ == SimdLevel::kAvx512 ? "AVX-512 (avx512f + avx512bw)"
+                                                               : "AVX2 (avx2 + fma + f16c)") +
+                                  "; it supports " + have + " (or use \"auto\")");
       }
     }
     kernel_ = kernel_for(simd_);
@@ -263,8 +271,10 @@ class CpuAdam final : public ciuic::Optimizer {
     slot_numel_ = 0;
     next_slot_ = 0;
     if (staged_ && !one_chunk_) {
-      for (const ciuic::ShardRegion& r : s.grad_regions) slot_numel_ = std::max(slot_numel_, r.numel);
-      ring_ = host_empty(kLandingSlots * slot_numel_, s.grad_dtype, pinned_, "gradient landing slots");
+      for (const ciuic::ShardRegion& r : s.grad_regions)
+        slot_numel_ = std::max(slot_numel_, r.numel);
+      ring_ =
+          host_empty(kLandingSlots * slot_numel_, s.grad_dtype, pinned_, "gradient landing slots");
     }
     const double buffers_s = seconds_since(t_setup);
     const auto t_master = Clock::now();
@@ -281,9 +291,9 @@ class CpuAdam final : public ciuic::Optimizer {
     }
     // Half the rank's cores fold gradients (and run early updates) while backward runs; the rest
     // keep the GPU and the links fed. After backward, early updates still running get them all.
-    fold_ = std::make_unique<HostAccumulator>(static_cast<int>(s.grad_regions.size()),
-                                              fold_threads(), threads_,
-                                              ring_.defined() ? kLandingSlots : 0);
+    fold_ =
+        std::make_unique<HostAccumulator>(static_cast<int>(s.grad_regions.size()), fold_threads(),
+                                          threads_, ring_.defined() ? kLandingSlots : 0);
     ready_ = true;
     ciuic::log_info(std::string(kWho) + ": " + std::to_string(numel_) + " elements, " +
                     gib(memory().host_bytes + memory().device_bytes) + " of host memory" +
@@ -382,9 +392,10 @@ class CpuAdam final : public ciuic::Optimizer {
           std::string(kWho) + ": " +
           (early_.on ? "updating each gradient region as soon as its last chunk is folded, while "
                        "backward goes on (overlap_update = \"auto\")"
-           : overlap_ ? "updating after backward: the core offered no early update (gradient "
-                        "clipping, a loss scale that may skip steps, or [train] nonfinite = \"skip\")"
-                      : "updating after backward (overlap_update = \"off\")"));
+           : overlap_
+               ? "updating after backward: the core offered no early update (gradient "
+                 "clipping, a loss scale that may skip steps, or [train] nonfinite = \"skip\")"
+               : "updating after backward (overlap_update = \"off\")"));
     }
     if (early_.on) {
       step_early(args, params_out);
@@ -397,7 +408,8 @@ class CpuAdam final : public ciuic::Optimizer {
       if (staged_) {
         step_staged(&c, args.t, params_out);
       } else {
-        update(0, numel_, fused_rounding ? params_out.data_ptr() : nullptr, to_dtype(param_dtype_), c);
+        update(0, numel_, fused_rounding ? params_out.data_ptr() : nullptr, to_dtype(param_dtype_),
+               c);
         if (!fused_rounding) {
           at::Tensor out = params_out.view({numel_});
           precision_->round_to_param(master_, out, args.t, ciuic::positions_of(setup_, 0, numel_));
@@ -494,16 +506,20 @@ class CpuAdam final : public ciuic::Optimizer {
   // converting copy per parameter. Otherwise piece by piece.
   void fill_master(const std::vector<ciuic::ShardValues>& initial) {
     const int64_t psize = static_cast<int64_t>(c10::elementSize(param_dtype_));
-    bool via_grad = device_.is_cuda() && pinned_ && grad_.nbytes() >= static_cast<size_t>(numel_ * psize);
+    bool via_grad =
+        device_.is_cuda() && pinned_ && grad_.nbytes() >= static_cast<size_t>(numel_ * psize);
     for (const ciuic::ShardValues& piece : initial)
-      via_grad = via_grad && piece.values.device() == device_ && piece.values.scalar_type() == param_dtype_;
+      via_grad = via_grad && piece.values.device() == device_ &&
+                 piece.values.scalar_type() == param_dtype_;
     if (!via_grad) {
       for (const ciuic::ShardValues& piece : initial)  // device -> host, converted to fp32
-        master_.narrow(0, piece.shard_offset, piece.values.numel()).copy_(piece.values.reshape({-1}));
+        master_.narrow(0, piece.shard_offset, piece.values.numel())
+            .copy_(piece.values.reshape({-1}));
       return;
     }
     at::Tensor landing = at::empty({0}, at::TensorOptions().dtype(param_dtype_));
-    landing.set_(grad_.storage(), grad_.storage_offset() * grad_.element_size() / psize, {numel_}, {1});
+    landing.set_(grad_.storage(), grad_.storage_offset() * grad_.element_size() / psize, {numel_},
+                 {1});
     for (const ciuic::ShardValues& piece : initial)
       landing.narrow(0, piece.shard_offset, piece.values.numel())
           .copy_(piece.values.reshape({-1}), /*non_blocking=*/true);
@@ -546,7 +562,8 @@ class CpuAdam final : public ciuic::Optimizer {
     }
     const int64_t pieces = gsize == psize ? 1 : parts;
     for (int i = 0; i < pieces; ++i) {
-      const auto [b, e] = ciuic::ThreadPool::piece(r.offset, r.offset + r.numel, static_cast<int>(pieces), i, kAlign);
+      const auto [b, e] = ciuic::ThreadPool::piece(r.offset, r.offset + r.numel,
+                                                   static_cast<int>(pieces), i, kAlign);
       if (b == e) continue;
       at::Tensor v = at::empty({0}, at::TensorOptions().dtype(param_dtype_));
       // Byte (b * gsize) of the gradient's storage, as an element index of the parameter dtype.
@@ -584,8 +601,9 @@ class CpuAdam final : public ciuic::Optimizer {
         if (!fused_rounding)  // after the whole region's update: no gradient is read any more
           for (Piece& piece : out) {
             at::Tensor master = master_.narrow(0, r.offset + piece.offset, piece.host.numel());
-            precision_->round_to_param(master, piece.host, t,
-                                        ciuic::positions_of(setup_, r.offset + piece.offset, piece.host.numel()));
+            precision_->round_to_param(
+                master, piece.host, t,
+                ciuic::positions_of(setup_, r.offset + piece.offset, piece.host.numel()));
           }
       }
       early_.out[i] = std::move(out);
@@ -669,8 +687,8 @@ class CpuAdam final : public ciuic::Optimizer {
   // `pitch`: piece k's output starts at out + (its first element - begin) * pitch bytes
   // (dtype_size(od): one contiguous output; larger: each piece at the start of its own gradient
   // bytes, early_out()).
-  void update_on(ciuic::ThreadPool& team, int parts, int64_t begin, int64_t end, void* out, Dtype od,
-                 const Coefficients& c, int64_t pitch = 0) {
+  void update_on(ciuic::ThreadPool& team, int parts, int64_t begin, int64_t end, void* out,
+                 Dtype od, const Coefficients& c, int64_t pitch = 0) {
     if (pitch == 0) pitch = dtype_size(od);
     const Dtype gd = to_dtype(grad_.scalar_type());
     const char* grad = static_cast<const char*>(grad_.const_data_ptr()) + begin * dtype_size(gd);
@@ -756,11 +774,12 @@ class CpuAdam final : public ciuic::Optimizer {
   bool one_chunk_ = false;  // OptimizerSetup::one_chunk_per_step: the gradient is kept as it comes
   std::vector<Run> runs_;
   at::Tensor master_, exp_avg_, exp_avg_sq_;  // fp32, host
-  at::Tensor grad_;  // host: the gradient shard (fp32; one chunk a step: grad_dtype); pinned on CUDA
+  at::Tensor
+      grad_;  // host: the gradient shard (fp32; one chunk a step: grad_dtype); pinned on CUDA
   at::Tensor ring_;  // staged (CUDA), unless one chunk a step: kLandingSlots slots of slot_numel_
   int64_t slot_numel_ = 0;  // the largest gradient region
   int next_slot_ = 0;
-  at::Tensor staging_[2];                     // staged: parameter tiles (param dtype)
+  at::Tensor staging_[2];  // staged: parameter tiles (param dtype)
   std::unique_ptr<Copier> copier_;
 
   // The early update of the current step (offer_early_update() .. step()).
@@ -768,9 +787,10 @@ class CpuAdam final : public ciuic::Optimizer {
     bool on = false;  // this step's offer was accepted
     ciuic::OptimizerStep args;
     Coefficients c;
-    std::vector<char> done;       // per region: its update was queued
-    std::vector<int> order;       // regions in the order their updates were queued
-    std::vector<std::vector<Piece>> out;  // per region: its rounded parameters until step() (early_out())
+    std::vector<char> done;  // per region: its update was queued
+    std::vector<int> order;  // regions in the order their updates were queued
+    std::vector<std::vector<Piece>>
+        out;  // per region: its rounded parameters until step() (early_out())
   };
   Early early_;
   bool early_incomplete_ = false;  // updates were queued and step() has not finished them
@@ -788,8 +808,14 @@ class CpuAdam final : public ciuic::Optimizer {
   std::unique_ptr<HostAccumulator> fold_;
 };
 
-const ciuic::OptionSpec kOptions[] = {kThreads, kSimd, kPinMemory, kTileSize, kPipeline, kOverlapUpdate,
-                                      ciuic::kit::kAdamBetas, ciuic::kit::kAdamEps};
+const ciuic::OptionSpec kOptions[] = {kThreads,
+                                      kSimd,
+                                      kPinMemory,
+                                      kTileSize,
+                                      kPipeline,
+                                      kOverlapUpdate,
+                                      ciuic::kit::kAdamBetas,
+                                      ciuic::kit::kAdamEps};
 
 // The planner's answer, as setup() allocates (memory() reports the same bytes): master and
 // moments; the gradient shard (fp32, or with one chunk a step the chunks' dtype; pinned on GPU
@@ -807,7 +833,8 @@ void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
                    : "fp32: the step's first fp32 chunk lands in it, the others are added"));
   if (host) {
     if (!one) {
-      const double slot = static_cast<double>(p.grad_chunk_elements > 0 ? p.grad_chunk_elements : p.shard_numel);
+      const double slot =
+          static_cast<double>(p.grad_chunk_elements > 0 ? p.grad_chunk_elements : p.shard_numel);
       p.add("gradient landing slots", false, kLandingSlots * std::min(S, slot) * p.grad_bytes,
             pin + std::to_string(kLandingSlots) + " reduced chunks waiting for their fold");
     }
@@ -825,12 +852,13 @@ void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
 }  // namespace
 }  // namespace ciuic_cpu_adam
 
-CIUIC_DEFINE_PLUGIN_PLANNED(ciuic::Slot::kOptimizer, "cpu_adam", "1.0.0",
-                            "AdamW of the shard in host memory: AVX-512/AVX2 (chosen at run "
-                            "time), multi-threaded, gradients folded on the host during backward, "
-                            "uploads overlapped with the update in tiles",
-                            ciuic_cpu_adam::kOptions,
-                            [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
-                              return new ciuic_cpu_adam::CpuAdam(a.config, a.context);
-                            },
-                            ciuic_cpu_adam::plan)
+CIUIC_DEFINE_PLUGIN_PLANNED(
+    ciuic::Slot::kOptimizer, "cpu_adam", "1.0.0",
+    "AdamW of the shard in host memory: AVX-512/AVX2 (chosen at run "
+    "time), multi-threaded, gradients folded on the host during backward, "
+    "uploads overlapped with the update in tiles",
+    ciuic_cpu_adam::kOptions,
+    [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
+      return new ciuic_cpu_adam::CpuAdam(a.config, a.context);
+    },
+    ciuic_cpu_adam::plan)

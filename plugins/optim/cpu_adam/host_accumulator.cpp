@@ -101,18 +101,25 @@ double HostAccumulator::fold(const at::Tensor& dst_t, const at::Tensor& src, boo
     double r = 0;
     float* dst = static_cast<float*>(d);
     if (kept && st == at::kBFloat16)
-      r = keep_range(static_cast<uint16_t*>(d) + b, static_cast<const uint16_t*>(s) + b, e - b, squares);
+      r = keep_range(static_cast<uint16_t*>(d) + b, static_cast<const uint16_t*>(s) + b, e - b,
+                     squares);
     else if (kept)
-      r = keep_range(static_cast<c10::Half*>(d) + b, static_cast<const c10::Half*>(s) + b, e - b, squares);
+      r = keep_range(static_cast<c10::Half*>(d) + b, static_cast<const c10::Half*>(s) + b, e - b,
+                     squares);
     else if (d == s)  // fp32, already in place (assign: submit() checked)
       r = keep_range(dst + b, static_cast<const float*>(s) + b, e - b, squares);
-    else if (st == at::kFloat) r = fold_range(dst + b, static_cast<const float*>(s) + b, e - b, assign, squares);
-    else if (st == at::kBFloat16) r = fold_range(dst + b, static_cast<const uint16_t*>(s) + b, e - b, assign, squares);
-    else r = fold_range(dst + b, static_cast<const c10::Half*>(s) + b, e - b, assign, squares);
+    else if (st == at::kFloat)
+      r = fold_range(dst + b, static_cast<const float*>(s) + b, e - b, assign, squares);
+    else if (st == at::kBFloat16)
+      r = fold_range(dst + b, static_cast<const uint16_t*>(s) + b, e - b, assign, squares);
+    else
+      r = fold_range(dst + b, static_cast<const c10::Half*>(s) + b, e - b, assign, squares);
     partial[static_cast<size_t>(i)] = r;
   };
-  if (parts == 1) body(0);
-  else team_->run(body);
+  if (parts == 1)
+    body(0);
+  else
+    team_->run(body);
   double total = 0;
   for (double p : partial) total += p;
   return total;
@@ -161,7 +168,8 @@ void HostAccumulator::wait_free(int bucket) { wait_none_pending(pending_, bucket
 void HostAccumulator::wait_slot(int slot) { wait_none_pending(slot_pending_, slot); }
 
 void HostAccumulator::submit(int bucket, at::Tensor dst, at::Tensor src,
-                             std::unique_ptr<c10::Event> ready, bool assign, bool squares, int slot) {
+                             std::unique_ptr<c10::Event> ready, bool assign, bool squares,
+                             int slot) {
   if (slot >= static_cast<int>(slot_pending_.size()))
     throw ciuic::Error("optimizer cpu_adam: landing slot " + std::to_string(slot) + " of " +
                        std::to_string(slot_pending_.size()));
@@ -172,10 +180,11 @@ void HostAccumulator::submit(int bucket, at::Tensor dst, at::Tensor src,
       (src.scalar_type() != at::kFloat && src.scalar_type() != at::kBFloat16 &&
        src.scalar_type() != at::kHalf) ||
       (kept && (!assign || dst.scalar_type() != src.scalar_type())))
-    throw ciuic::Error("optimizer cpu_adam: host gradient accumulation needs a contiguous CPU "
-                       "fp32/bf16/fp16 source and a destination of the same length: fp32, or, "
-                       "for a chunk kept as it came (assign), of the source's dtype or the source "
-                       "itself");
+    throw ciuic::Error(
+        "optimizer cpu_adam: host gradient accumulation needs a contiguous CPU "
+        "fp32/bf16/fp16 source and a destination of the same length: fp32, or, "
+        "for a chunk kept as it came (assign), of the source's dtype or the source "
+        "itself");
   {
     std::lock_guard<std::mutex> l(mu_);
     rethrow_locked();

@@ -118,7 +118,7 @@ class HostAccumulator {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
-  std::vector<int64_t> pending_;  // per bucket: jobs queued or running
+  std::vector<int64_t> pending_;       // per bucket: jobs queued or running
   std::vector<int64_t> slot_pending_;  // per landing slot: folds queued or running that read it
   int64_t pending_folds_ = 0, pending_all_ = 0;
   int task_parts_ = 1;

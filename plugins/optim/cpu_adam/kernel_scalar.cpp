@@ -4,8 +4,8 @@
 
 #include <c10/util/Half.h>
 
-#include "adamw_kernel.h"
 #include "adamw_body.h"
+#include "adamw_kernel.h"
 
 namespace ciuic_cpu_adam {
 

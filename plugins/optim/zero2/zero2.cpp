@@ -6,17 +6,20 @@
 // chunks straight into the flat buffer. Any world size works: buckets are padded to a multiple of
 // world_size * 64 elements.
 #define CIUIC_PLUGIN_API 7
-#include <ciuic/kit/bucket_sharding.h>
 #include <ciuic/config.h>
 #include <ciuic/context.h>
+#include <ciuic/kit/bucket_sharding.h>
 
 namespace {
 
 constexpr ciuic::kit::BucketSharding::OptionDecls kBucket{
-    {"reduce_bucket_size", "5e8", "elements per gradient bucket (one reduce-scatter and one all-gather each)", 1, NAN},
-    {"overlap_comm", "true", "launch each bucket's reduce-scatter as soon as backward completes it"},
+    {"reduce_bucket_size", "5e8",
+     "elements per gradient bucket (one reduce-scatter and one all-gather each)", 1, NAN},
+    {"overlap_comm", "true",
+     "launch each bucket's reduce-scatter as soon as backward completes it"},
     ciuic::kit::BucketSharding::accumulation_option("\"reduce_each\"")};
-const ciuic::OptionSpec kOptions[] = {kBucket.reduce_bucket_size, kBucket.overlap_comm, kBucket.grad_accumulation,
+const ciuic::OptionSpec kOptions[] = {kBucket.reduce_bucket_size, kBucket.overlap_comm,
+                                      kBucket.grad_accumulation,
                                       ciuic::kit::BucketSharding::kLocalAccumulationOption};
 
 class Zero2 final : public ciuic::kit::BucketSharding {
@@ -40,8 +43,8 @@ class Zero2 final : public ciuic::kit::BucketSharding {
     for (size_t b = 0; b < fb.buckets().size(); ++b) {
       const auto& bk = fb.buckets()[b];
       at::Tensor out = fb.flat().narrow(0, bk.offset, bk.numel);
-      at::Tensor in = param_shard().narrow(0, fb.shard_offset(static_cast<int>(b)),
-                                           bk.numel / opts().shards);
+      at::Tensor in =
+          param_shard().narrow(0, fb.shard_offset(static_cast<int>(b)), bk.numel / opts().shards);
       works.push_back(comm().all_gather(out, in));
     }
     for (auto& w : works) w->wait();
@@ -56,16 +59,18 @@ class Zero2 final : public ciuic::kit::BucketSharding {
 };
 
 void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
-  ciuic::kit::BucketSharding::plan_buckets(cfg, kBucket, p, /*shards=*/p.world_size, /*chunk_buffers=*/true);
+  ciuic::kit::BucketSharding::plan_buckets(cfg, kBucket, p, /*shards=*/p.world_size,
+                                           /*chunk_buffers=*/true);
 }
 
 }  // namespace
 
-CIUIC_DEFINE_PLUGIN_PLANNED(ciuic::Slot::kSharding, "zero2", "1.0.0",
-                            "ZeRO-2: gradients and optimizer state sharded, reduce-scatter "
-                            "overlapped with backward, all-gather into the flat parameter buffer",
-                            kOptions,
-                            [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
-                              return new Zero2(a.config, a.context);
-                            },
-                            plan)
+CIUIC_DEFINE_PLUGIN_PLANNED(
+    ciuic::Slot::kSharding, "zero2", "1.0.0",
+    "ZeRO-2: gradients and optimizer state sharded, reduce-scatter "
+    "overlapped with backward, all-gather into the flat parameter buffer",
+    kOptions,
+    [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
+      return new Zero2(a.config, a.context);
+    },
+    plan)

@@ -73,22 +73,26 @@ namespace {
 using ciuic::Error;
 using ciuic::GroupPass;
 
-constexpr int64_t kAlign = 64;           // elements per chunk are a multiple of this
+constexpr int64_t kAlign = 64;  // elements per chunk are a multiple of this
 constexpr size_t kMaxReductionsInFlight = 3;
 
 constexpr ciuic::Option<bool> kReshardAfterForward{
     "reshard_after_forward", "true",
-    "free each group's gathered parameters after its forward and gather them again for its backward "
+    "free each group's gathered parameters after its forward and gather them again for its "
+    "backward "
     "(FSDP2's reshard_after_forward; false keeps them gathered from forward to backward)"};
 constexpr ciuic::Option<double> kMaxLiveParameters{
     "max_live_parameters", "1e9",
-    "gathered elements a prefetch may bring the rank to (DeepSpeed's stage3_max_live_parameters); must hold "
+    "gathered elements a prefetch may bring the rank to (DeepSpeed's stage3_max_live_parameters); "
+    "must hold "
     "the largest group",
     1, NAN};
 constexpr ciuic::Option<double> kPrefetchBucketSize{
     "prefetch_bucket_size", "5e7",
-    "elements gathered ahead of the group that computes (DeepSpeed's stage3_prefetch_bucket_size): the next "
-    "group in forward and backward order always, the ones after it while their sum stays within this; 0: no "
+    "elements gathered ahead of the group that computes (DeepSpeed's stage3_prefetch_bucket_size): "
+    "the next "
+    "group in forward and backward order always, the ones after it while their sum stays within "
+    "this; 0: no "
     "prefetch",
     0, NAN};
 constexpr ciuic::Option<double> kParamPersistenceThreshold{
@@ -96,10 +100,10 @@ constexpr ciuic::Option<double> kParamPersistenceThreshold{
     "parameters with fewer elements stay gathered on every rank (DeepSpeed's "
     "stage3_param_persistence_threshold); their optimizer state is still sharded",
     0, NAN};
-constexpr ciuic::Option<bool> kOffloadParams{
-    "offload_params", "false",
-    "keep this rank's parameter shard in host memory and upload a unit's chunk for each gather (DeepSpeed's "
-    "offload_param)"};
+constexpr ciuic::Option<bool> kOffloadParams{"offload_params", "false",
+                                             "keep this rank's parameter shard in host memory and "
+                                             "upload a unit's chunk for each gather (DeepSpeed's "
+                                             "offload_param)"};
 const ciuic::OptionSpec kOptions[] = {kReshardAfterForward, kMaxLiveParameters, kPrefetchBucketSize,
                                       kParamPersistenceThreshold, kOffloadParams};
 
@@ -137,7 +141,9 @@ void allocate_storage(const at::Tensor& t) {
   if (s->data()) return;
   s->set_data_ptr_noswap(s->allocator()->allocate(s->nbytes()));
 }
-bool has_storage(const at::Tensor& t) { return t.storage().unsafeGetStorageImpl()->data() != nullptr; }
+bool has_storage(const at::Tensor& t) {
+  return t.storage().unsafeGetStorageImpl()->data() != nullptr;
+}
 // `numel` elements of `o` in a storage without memory (allocate_storage gives it some).
 at::Tensor unallocated(int64_t numel, const at::TensorOptions& o) {
   at::Tensor t = at::empty({0}, o);
@@ -154,7 +160,8 @@ class DoneWork final : public ciuic::Work {
 
 class Zero3 final : public ciuic::Sharding {
  public:
-  Zero3(const ciuic::Config& cfg, const ciuic::RunContext& ctx) : opts_(Options::from(cfg)), cfg_(cfg) {
+  Zero3(const ciuic::Config& cfg, const ciuic::RunContext& ctx)
+      : opts_(Options::from(cfg)), cfg_(cfg) {
     (void)ctx;
   }
   ~Zero3() override {
@@ -204,13 +211,13 @@ class Zero3 final : public ciuic::Sharding {
     at::Tensor packed, out;
   };
 
-  void gather(int u);      // launch (no-op when gathered or in flight)
+  void gather(int u);  // launch (no-op when gathered or in flight)
   void wait_gather(int u);
-  void release(int u);     // free the unit's memory
+  void release(int u);  // free the unit's memory
   void prefetch(int group, int step);
   void reduce(int u);
   void retire(size_t keep);
-  void reduce_missing();   // units whose backward did not run this micro-batch: reduce zeros
+  void reduce_missing();  // units whose backward did not run this micro-batch: reduce zeros
   void free_all_gathered();
   void refresh_persistent();
   at::Tensor chunk_of(int u) { return shard_.narrow(0, units_[u].shard_offset, units_[u].chunk); }
@@ -224,7 +231,8 @@ class Zero3 final : public ciuic::Sharding {
   std::vector<ciuic::ShardingParam> params_;
   std::vector<Unit> units_;
   std::vector<std::vector<int>> needs_;  // per group: the (not persistent) units it computes with
-  std::vector<std::vector<int>> owns_;   // per group: the units whose gradient its backward completes
+  std::vector<std::vector<int>>
+      owns_;  // per group: the units whose gradient its backward completes
   int persistent_unit_ = -1;
   std::vector<ciuic::ShardSlice> slices_;
   at::Tensor shard_;  // this rank's chunks in unit order, parameter dtype
@@ -248,8 +256,9 @@ void Zero3::setup(const ciuic::ShardingSetup& s) {
     throw Error("sharding zero3: setup needs a comm, a precision policy and an optimizer");
   if (s.params.empty()) throw Error("sharding zero3: the model has no parameters");
   if (s.groups.empty())
-    throw ciuic::UsageError("sharding zero3: the model announces no parameter groups (ShardingSetup::groups), so "
-                            "there is no layer boundary to gather parameters at; use zero2 with this model");
+    throw ciuic::UsageError(
+        "sharding zero3: the model announces no parameter groups (ShardingSetup::groups), so "
+        "there is no layer boundary to gather parameters at; use zero2 with this model");
   comm_ = s.comm;
   precision_ = s.precision;
   optimizer_ = s.optimizer;
@@ -260,10 +269,12 @@ void Zero3::setup(const ciuic::ShardingSetup& s) {
   device_ = params_[0].tensor.device();
   for (const auto& p : params_) {
     if (p.tensor.scalar_type() != dtype || p.tensor.device() != device_)
-      throw Error("sharding zero3: parameter " + p.name + " is " + std::string(c10::toString(p.tensor.scalar_type())) +
-                  " on " + p.tensor.device().str() + ", the first is " + std::string(c10::toString(dtype)) + " on " +
-                  device_.str() + "; all parameters must share dtype and device");
-    if (!p.tensor.requires_grad()) throw Error("sharding zero3: parameter " + p.name + " does not require grad");
+      throw Error("sharding zero3: parameter " + p.name + " is " +
+                  std::string(c10::toString(p.tensor.scalar_type())) + " on " +
+                  p.tensor.device().str() + ", the first is " + std::string(c10::toString(dtype)) +
+                  " on " + device_.str() + "; all parameters must share dtype and device");
+    if (!p.tensor.requires_grad())
+      throw Error("sharding zero3: parameter " + p.name + " does not require grad");
   }
 
   // Owner group of each parameter: the lowest group listing it.
@@ -272,13 +283,14 @@ void Zero3::setup(const ciuic::ShardingSetup& s) {
   for (int g = G - 1; g >= 0; --g)
     for (int i : s.groups[g].params) {
       if (i < 0 || i >= static_cast<int>(params_.size()))
-        throw Error("sharding zero3: group " + s.groups[g].name + " lists parameter index " + std::to_string(i) +
-                    " of " + std::to_string(params_.size()));
+        throw Error("sharding zero3: group " + s.groups[g].name + " lists parameter index " +
+                    std::to_string(i) + " of " + std::to_string(params_.size()));
       owner[i] = g;
     }
   for (size_t i = 0; i < params_.size(); ++i)
     if (owner[i] < 0)
-      throw Error("sharding zero3: parameter " + params_[i].name + " is in no parameter group: it would never be "
+      throw Error("sharding zero3: parameter " + params_[i].name +
+                  " is in no parameter group: it would never be "
                   "gathered");
 
   // Units: one per owner group (parameters in forward order), the persistent one last.
@@ -324,7 +336,8 @@ void Zero3::setup(const ciuic::ShardingSetup& s) {
     for (int i : s.groups[g].params) {
       const int k = unit_of_param[i];
       if (k == persistent_unit_) continue;
-      if (std::find(needs_[g].begin(), needs_[g].end(), k) == needs_[g].end()) needs_[g].push_back(k);
+      if (std::find(needs_[g].begin(), needs_[g].end(), k) == needs_[g].end())
+        needs_[g].push_back(k);
     }
   for (size_t k = 0; k < units_.size(); ++k) {
     // The persistent unit's gradients are final when the whole backward is: group 0's end.
@@ -338,8 +351,9 @@ void Zero3::setup(const ciuic::ShardingSetup& s) {
     for (int k : needs_[g]) n += units_[k].numel;
     if (n > opts_.max_live)
       cfg_.fail(kMaxLiveParameters.key(),
-                "is " + std::to_string(opts_.max_live) + " elements, but group " + s.groups[g].name + " gathers " +
-                    std::to_string(n) + " elements at once (its parameters, padded to " + std::to_string(unit_pad) +
+                "is " + std::to_string(opts_.max_live) + " elements, but group " +
+                    s.groups[g].name + " gathers " + std::to_string(n) +
+                    " elements at once (its parameters, padded to " + std::to_string(unit_pad) +
                     "); expected at least " + std::to_string(n));
   }
 
@@ -349,7 +363,8 @@ void Zero3::setup(const ciuic::ShardingSetup& s) {
     if (opts_.offload && device_.type() != at::kCPU) {
       ciuic::kit::HostBufferOptions ho;
       ho.pin = true;
-      shard_ = ciuic::kit::host_buffer(shard_numel, dtype, ho, "sharding zero3: the parameter shard (offload_params)");
+      shard_ = ciuic::kit::host_buffer(shard_numel, dtype, ho,
+                                       "sharding zero3: the parameter shard (offload_params)");
     } else {
       shard_ = at::empty({shard_numel}, o);
     }
@@ -388,7 +403,8 @@ void Zero3::setup(const ciuic::ShardingSetup& s) {
   // The optimizer's view of the shard.
   ciuic::OptimizerSetup os;
   os.numel = shard_numel;
-  std::unordered_map<int, int64_t> global_start;  // each parameter's offset in the model's flat order
+  std::unordered_map<int, int64_t>
+      global_start;  // each parameter's offset in the model's flat order
   {
     int64_t at = 0;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -398,7 +414,8 @@ void Zero3::setup(const ciuic::ShardingSetup& s) {
   }
   auto push_segment = [&](int64_t begin, int64_t end, bool decay) {
     if (end <= begin) return;
-    if (!os.segments.empty() && os.segments.back().end == begin && os.segments.back().weight_decay == decay)
+    if (!os.segments.empty() && os.segments.back().end == begin &&
+        os.segments.back().weight_decay == decay)
       os.segments.back().end = end;
     else
       os.segments.push_back(ciuic::ShardSegment{begin, end, decay});
@@ -441,12 +458,14 @@ void Zero3::setup(const ciuic::ShardingSetup& s) {
       if (!u.persistent) largest = std::max(largest, u.numel);
     char line[300];
     std::snprintf(line, sizeof line,
-                  "sharding zero3: %zu units (%s), shard of %lld elements per rank, largest unit %lld elements, "
+                  "sharding zero3: %zu units (%s), shard of %lld elements per rank, largest unit "
+                  "%lld elements, "
                   "reshard_after_forward %s, prefetch %lld, max live %lld%s",
                   units_.size(), persistent_unit_ >= 0 ? "one persistent" : "none persistent",
                   static_cast<long long>(shard_numel), static_cast<long long>(largest),
-                  opts_.reshard_after_forward ? "on" : "off", static_cast<long long>(opts_.prefetch),
-                  static_cast<long long>(opts_.max_live), opts_.offload ? ", parameters offloaded" : "");
+                  opts_.reshard_after_forward ? "on" : "off",
+                  static_cast<long long>(opts_.prefetch), static_cast<long long>(opts_.max_live),
+                  opts_.offload ? ", parameters offloaded" : "");
     ciuic::log_info(line);
   }
 }
@@ -509,8 +528,10 @@ void Zero3::before_group(int group, GroupPass pass) {
     ++units_[k].holds;
   }
   for (int k : needs_[group]) wait_gather(k);
-  if (pass == GroupPass::kForward) prefetch(group, +1);
-  else if (pass == GroupPass::kBackward) prefetch(group, -1);
+  if (pass == GroupPass::kForward)
+    prefetch(group, +1);
+  else if (pass == GroupPass::kBackward)
+    prefetch(group, -1);
 }
 
 void Zero3::after_group(int group, GroupPass pass) {
@@ -519,8 +540,8 @@ void Zero3::after_group(int group, GroupPass pass) {
                 std::to_string(needs_.size()) + " groups");
   if (pass == GroupPass::kBackward)
     for (int k : owns_[group]) reduce(k);
-  // Units the next group of this pass computes with stay (they would be gathered again at once), and
-  // so does the last group's after a forward that backward follows (its backward comes first).
+  // Units the next group of this pass computes with stay (they would be gathered again at once),
+  // and so does the last group's after a forward that backward follows (its backward comes first).
   const int G = static_cast<int>(needs_.size());
   const int next = pass == GroupPass::kForward ? group + 1 : group - 1;
   const bool keep_for_backward = pass == GroupPass::kForward && forward_grad_ &&
@@ -529,8 +550,9 @@ void Zero3::after_group(int group, GroupPass pass) {
     Unit& u = units_[k];
     if (u.holds > 0) --u.holds;
     if (u.holds > 0) continue;
-    const bool next_needs = pass != GroupPass::kRecompute && next >= 0 && next < G &&
-                            std::find(needs_[next].begin(), needs_[next].end(), k) != needs_[next].end();
+    const bool next_needs =
+        pass != GroupPass::kRecompute && next >= 0 && next < G &&
+        std::find(needs_[next].begin(), needs_[next].end(), k) != needs_[next].end();
     if (!keep_for_backward && !next_needs) release(k);
   }
 }
@@ -646,7 +668,8 @@ void Zero3::update(const ciuic::OptimizerStep& args) {
   if (shard_.device() == device_) {
     optimizer_->step(args, shard_);
   } else {  // offloaded shard on an accelerator: the optimizer writes on the device, once
-    at::Tensor out = at::empty({shard_.numel()}, shard_.options().device(device_).pinned_memory(false));
+    at::Tensor out =
+        at::empty({shard_.numel()}, shard_.options().device(device_).pinned_memory(false));
     optimizer_->step(args, out);
     shard_.copy_(out);
   }
@@ -665,7 +688,8 @@ void Zero3::load_state(const ciuic::SliceFetcher& fetch, int64_t t) {
       at::Tensor part = fetch(name, sl.param, sl.param_offset, sl.length);
       if (!part.defined() || part.numel() != sl.length)
         throw Error("sharding zero3: checkpoint slice of " + name + " for " + sl.param + " [" +
-                    std::to_string(sl.param_offset) + ", +" + std::to_string(sl.length) + ") has the wrong size");
+                    std::to_string(sl.param_offset) + ", +" + std::to_string(sl.length) +
+                    ") has the wrong size");
       v.narrow(0, sl.shard_offset, sl.length).copy_(part.reshape({-1}));
     }
     sd.emplace_back(name, v);
@@ -699,8 +723,9 @@ void Zero3::append_metrics(ciuic::Metrics& out) const {
   out.set("step_update_s", update_s_);
   out.set("step_publish_s", publish_s_);
   out.set("zero3_gathers", static_cast<double>(last_step_gathers_));
-  out.set("zero3_peak_live_gib", static_cast<double>(peak_live_ * static_cast<int64_t>(shard_.element_size())) /
-                                     1073741824.0);
+  out.set(
+      "zero3_peak_live_gib",
+      static_cast<double>(peak_live_ * static_cast<int64_t>(shard_.element_size())) / 1073741824.0);
 }
 
 void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
@@ -719,17 +744,22 @@ void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
   // largest parameter is a lower bound of the largest group, max_live_parameters the upper bound.
   const double group = static_cast<double>(std::max<int64_t>(p.largest_parameter, 1));
   const double ahead = o.prefetch > 0 ? std::max(group, static_cast<double>(o.prefetch)) : 0.0;
-  const double live = o.reshard_after_forward
-                          ? std::min(P, std::max(group, std::min(static_cast<double>(o.max_live), group + ahead)))
-                          : P;
+  const double live =
+      o.reshard_after_forward
+          ? std::min(P, std::max(group, std::min(static_cast<double>(o.max_live), group + ahead)))
+          : P;
   p.add("gathered parameters in flight", true, live * p.param_bytes,
-        o.reshard_after_forward ? "the computing group and its prefetch (<= max_live_parameters)"
-                                : "reshard_after_forward = false: every group from forward to backward");
+        o.reshard_after_forward
+            ? "the computing group and its prefetch (<= max_live_parameters)"
+            : "reshard_after_forward = false: every group from forward to backward");
   const double reductions = std::min(P, static_cast<double>(kMaxReductionsInFlight + 1) * group);
   // A world of one hands the packed gradient over as it is (no chunk buffer).
-  p.add("reductions in flight", true, reductions * p.grad_bytes * (p.world_size == 1 ? 1.0 : 1.0 + 1.0 / world),
-        "up to " + std::to_string(kMaxReductionsInFlight + 1) + " groups' packed gradients and chunks");
-  p.add("gradients not yet reduced", true, group * p.param_bytes, "about one group (autograd's param.grad)");
+  p.add("reductions in flight", true,
+        reductions * p.grad_bytes * (p.world_size == 1 ? 1.0 : 1.0 + 1.0 / world),
+        "up to " + std::to_string(kMaxReductionsInFlight + 1) +
+            " groups' packed gradients and chunks");
+  p.add("gradients not yet reduced", true, group * p.param_bytes,
+        "about one group (autograd's param.grad)");
   // At start (builds_parameters): the shard, plus one whole parameter drawn in fp32 (and rounded to
   // the parameter dtype) by the values function; the units' full buffers have no memory yet.
   p.start_bytes = (o.offload && p.cuda ? 0.0 : std::ceil(P / world) * p.param_bytes) +
@@ -738,12 +768,13 @@ void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
 
 }  // namespace
 
-CIUIC_DEFINE_PLUGIN_PLANNED(ciuic::Slot::kSharding, "zero3", "1.0.0",
-                            "ZeRO-3: parameters, gradients and optimizer state sharded; each layer group "
-                            "gathered around its forward and backward (prefetched) and its gradient "
-                            "reduce-scattered as its backward ends",
-                            kOptions,
-                            [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
-                              return new Zero3(a.config, a.context);
-                            },
-                            plan)
+CIUIC_DEFINE_PLUGIN_PLANNED(
+    ciuic::Slot::kSharding, "zero3", "1.0.0",
+    "ZeRO-3: parameters, gradients and optimizer state sharded; each layer group "
+    "gathered around its forward and backward (prefetched) and its gradient "
+    "reduce-scattered as its backward ends",
+    kOptions,
+    [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
+      return new Zero3(a.config, a.context);
+    },
+    plan)

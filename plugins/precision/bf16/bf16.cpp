@@ -25,13 +25,21 @@
 namespace {
 
 constexpr ciuic::Option<std::string> kReduceDtype{
-    "reduce_dtype", "\"fp32\"",
-    "dtype gradients are reduced in across ranks: fp32 (exact sums, 2x the bytes) or bf16", NAN, NAN, "fp32|bf16"};
+    "reduce_dtype",
+    "\"fp32\"",
+    "dtype gradients are reduced in across ranks: fp32 (exact sums, 2x the bytes) or bf16",
+    NAN,
+    NAN,
+    "fp32|bf16"};
 constexpr ciuic::Option<std::string> kRounding{
-    "rounding", "\"nearest\"",
-    "how fp32 master weights become bf16 parameters: nearest (round to nearest even) or stochastic (unbiased, "
+    "rounding",
+    "\"nearest\"",
+    "how fp32 master weights become bf16 parameters: nearest (round to nearest even) or stochastic "
+    "(unbiased, "
     "deterministic from the run seed, the update and the element's position)",
-    NAN, NAN, "nearest|stochastic"};
+    NAN,
+    NAN,
+    "nearest|stochastic"};
 const ciuic::OptionSpec kOptions[] = {kReduceDtype, kRounding};
 
 uint64_t mix64(uint64_t z) {  // splitmix64's finaliser
@@ -42,7 +50,8 @@ uint64_t mix64(uint64_t z) {  // splitmix64's finaliser
 
 // fp32 bits -> bf16 bits: round to nearest even, NaN kept quiet.
 uint16_t nearest_bf16(uint32_t bits) {
-  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  if ((bits & 0x7F800000u) == 0x7F800000u && (bits & 0x007FFFFFu) != 0)
+    return static_cast<uint16_t>((bits >> 16) | 0x40);
   return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
@@ -59,10 +68,12 @@ class Bf16 final : public ciuic::Precision {
   void round_to_param(const at::Tensor& master, at::Tensor& out, int64_t t,
                       const std::vector<ciuic::PositionSpan>& positions) const override {
     if (!stochastic_) return ciuic::Precision::round_to_param(master, out, t, positions);
-    if (master.scalar_type() != at::kFloat || out.scalar_type() != at::kBFloat16 || master.numel() != out.numel() ||
-        !master.is_contiguous() || !out.is_contiguous())
-      throw ciuic::Error("precision bf16: round_to_param needs a contiguous fp32 master and a bf16 output of the same "
-                         "size");
+    if (master.scalar_type() != at::kFloat || out.scalar_type() != at::kBFloat16 ||
+        master.numel() != out.numel() || !master.is_contiguous() || !out.is_contiguous())
+      throw ciuic::Error(
+          "precision bf16: round_to_param needs a contiguous fp32 master and a bf16 output of the "
+          "same "
+          "size");
     // On the host element by element; a device tensor makes the trip through host memory.
     const bool host = master.is_cpu() && out.is_cpu();
     const at::Tensor m = host ? master : master.cpu();
@@ -73,14 +84,16 @@ class Bf16 final : public ciuic::Precision {
     int64_t covered = 0;
     for (const ciuic::PositionSpan& span : positions) {
       if (span.offset != covered || span.offset + span.length > out.numel())
-        throw ciuic::Error("precision bf16: round_to_param positions do not cover the tensor in order");
+        throw ciuic::Error(
+            "precision bf16: round_to_param positions do not cover the tensor in order");
       for (int64_t i = 0; i < span.length; ++i) {
         const uint32_t bits = src[span.offset + i];
         if (span.global < 0 || (bits & 0x7F800000u) == 0x7F800000u) {  // padding, inf, NaN
           dst[span.offset + i] = nearest_bf16(bits);
           continue;
         }
-        const auto noise = static_cast<uint32_t>(mix64(key ^ static_cast<uint64_t>(span.global + i)) >> 48);
+        const auto noise =
+            static_cast<uint32_t>(mix64(key ^ static_cast<uint64_t>(span.global + i)) >> 48);
         // A carry into the exponent is the correct rounding up (to the next binade, or to inf from
         // the largest finite value, as the exact value then is within one bf16 step of it).
         dst[span.offset + i] = static_cast<uint16_t>((bits + noise) >> 16);
@@ -88,8 +101,9 @@ class Bf16 final : public ciuic::Precision {
       covered += span.length;
     }
     if (covered != out.numel())
-      throw ciuic::Error("precision bf16: round_to_param positions cover " + std::to_string(covered) + " of " +
-                         std::to_string(out.numel()) + " elements");
+      throw ciuic::Error("precision bf16: round_to_param positions cover " +
+                         std::to_string(covered) + " of " + std::to_string(out.numel()) +
+                         " elements");
     if (!host) out.copy_(o);
   }
 
@@ -107,11 +121,12 @@ void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
 
 }  // namespace
 
-CIUIC_DEFINE_PLUGIN_PLANNED(ciuic::Slot::kPrecision, "bf16", "1.1.0",
-                            "bf16 parameters and compute, fp32 master weights, fp32 or bf16 reduction, "
-                            "round to nearest or stochastic rounding",
-                            kOptions,
-                            [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
-                              return new Bf16(a.config, a.context);
-                            },
-                            plan)
+CIUIC_DEFINE_PLUGIN_PLANNED(
+    ciuic::Slot::kPrecision, "bf16", "1.1.0",
+    "bf16 parameters and compute, fp32 master weights, fp32 or bf16 reduction, "
+    "round to nearest or stochastic rounding",
+    kOptions,
+    [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
+      return new Bf16(a.config, a.context);
+    },
+    plan)

@@ -27,21 +27,29 @@ namespace {
 constexpr ciuic::Option<int64_t> kInitialScalePower{
     "initial_scale_power", "16", "dynamic scaling starts at 2^initial_scale_power", 0, 64};
 constexpr ciuic::Option<int64_t> kLossScaleWindow{
-    "loss_scale_window", "1000", "good iterations since the last overflow after which the scale doubles", 1, NAN};
+    "loss_scale_window", "1000",
+    "good iterations since the last overflow after which the scale doubles", 1, NAN};
 constexpr ciuic::Option<int64_t> kHysteresis{
-    "hysteresis", "2", "overflows tolerated (skipped without lowering the scale) before the scale is halved", 1,
-    NAN};
+    "hysteresis", "2",
+    "overflows tolerated (skipped without lowering the scale) before the scale is halved", 1, NAN};
 constexpr ciuic::Option<bool> kConsecutiveHysteresis{
-    "consecutive_hysteresis", "false", "refill the hysteresis budget after every good step (else only when the scale grows)"};
+    "consecutive_hysteresis", "false",
+    "refill the hysteresis budget after every good step (else only when the scale grows)"};
 constexpr ciuic::Option<double> kMinLossScale{
-    "min_loss_scale", "1.0", "the scale never goes below this; an overflow at this scale stops the run", 0x1p-24,
-    NAN};
-constexpr ciuic::Option<double> kLossScale{"loss_scale", "0.0", "static loss scale; 0 selects dynamic scaling",
-                                           0.0, NAN};
+    "min_loss_scale", "1.0",
+    "the scale never goes below this; an overflow at this scale stops the run", 0x1p-24, NAN};
+constexpr ciuic::Option<double> kLossScale{
+    "loss_scale", "0.0", "static loss scale; 0 selects dynamic scaling", 0.0, NAN};
 constexpr ciuic::Option<std::string> kReduceDtype{
-    "reduce_dtype", "\"fp32\"", "dtype gradients are reduced in across ranks: fp32 or fp16", NAN, NAN, "fp32|fp16"};
-const ciuic::OptionSpec kOptions[] = {kInitialScalePower, kLossScaleWindow, kHysteresis, kConsecutiveHysteresis,
-                                      kMinLossScale,      kLossScale,       kReduceDtype};
+    "reduce_dtype",
+    "\"fp32\"",
+    "dtype gradients are reduced in across ranks: fp32 or fp16",
+    NAN,
+    NAN,
+    "fp32|fp16"};
+const ciuic::OptionSpec kOptions[] = {
+    kInitialScalePower, kLossScaleWindow, kHysteresis, kConsecutiveHysteresis,
+    kMinLossScale,      kLossScale,       kReduceDtype};
 
 class Fp16 final : public ciuic::Precision {
  public:
@@ -55,9 +63,9 @@ class Fp16 final : public ciuic::Precision {
     scale_ = dynamic_ ? std::ldexp(1.0, static_cast<int>(cfg.get(kInitialScalePower)))
                       : cfg.get(kLossScale);
     if (dynamic_ && scale_ < min_scale_)
-      cfg.fail(kInitialScalePower.key(), "2^initial_scale_power = " + std::to_string(scale_) +
-                                          " is below min_loss_scale = " +
-                                          std::to_string(min_scale_));
+      cfg.fail(kInitialScalePower.key(),
+               "2^initial_scale_power = " + std::to_string(scale_) +
+                   " is below min_loss_scale = " + std::to_string(min_scale_));
     cur_hysteresis_ = hysteresis_;
   }
 
@@ -155,10 +163,7 @@ void plan(const ciuic::Config& cfg, ciuic::PlanContext& p) {
 
 }  // namespace
 
-CIUIC_DEFINE_PLUGIN_PLANNED(ciuic::Slot::kPrecision, "fp16", "1.0.0",
-                            "fp16 parameters and compute, fp32 master weights, dynamic loss scaling",
-                            kOptions,
-                            [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* {
-                              return new Fp16(a.config);
-                            },
-                            plan)
+CIUIC_DEFINE_PLUGIN_PLANNED(
+    ciuic::Slot::kPrecision, "fp16", "1.0.0",
+    "fp16 parameters and compute, fp32 master weights, dynamic loss scaling", kOptions,
+    [](const ciuic::PluginArgs& a) -> ciuic::PluginObject* { return new Fp16(a.config); }, plan)

@@ -17,9 +17,6 @@ void plan(const ciuic::Config&, ciuic::PlanContext& p) {
 
 }  // namespace
 
-CIUIC_DEFINE_PLUGIN_NO_OPTIONS_PLANNED(ciuic::Slot::kPrecision, "fp32", "1.0.0",
-                                       "fp32 parameters, compute and gradient reduction",
-                                       [](const ciuic::PluginArgs&) -> ciuic::PluginObject* {
-                                         return new Fp32();
-                                       },
-                                       plan)
+CIUIC_DEFINE_PLUGIN_NO_OPTIONS_PLANNED(
+    ciuic::Slot::kPrecision, "fp32", "1.0.0", "fp32 parameters, compute and gradient reduction",
+    [](const ciuic::PluginArgs&) -> ciuic::PluginObject* { return new Fp32(); }, plan)

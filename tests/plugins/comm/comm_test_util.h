@@ -52,14 +52,10 @@ inline at::Tensor all_inputs(int world, int64_t numel, at::ScalarType dtype, boo
 // The reference reduction over ranks, in fp64.
 inline at::Tensor reference(const at::Tensor& stacked, ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum:
-      return stacked.sum(0);
-    case ReduceOp::kAvg:
-      return stacked.mean(0);
-    case ReduceOp::kMax:
-      return std::get<0>(stacked.max(0));
-    case ReduceOp::kMin:
-      return std::get<0>(stacked.min(0));
+    case ReduceOp::kSum: return stacked.sum(0);
+    case ReduceOp::kAvg: return stacked.mean(0);
+    case ReduceOp::kMax: return std::get<0>(stacked.max(0));
+    case ReduceOp::kMin: return std::get<0>(stacked.min(0));
   }
   return {};
 }
@@ -69,14 +65,10 @@ inline at::Tensor reference(const at::Tensor& stacked, ReduceOp op) {
 // roundoffs) and compared with an fp64 reference.
 inline double tolerance(at::ScalarType dtype) {
   switch (dtype) {
-    case at::kBFloat16:
-      return 8 * 0x1p-9;
-    case at::kHalf:
-      return 8 * 0x1p-12;
-    case at::kFloat:
-      return 8 * 0x1p-24;
-    default:
-      return 1e-12;
+    case at::kBFloat16: return 8 * 0x1p-9;
+    case at::kHalf: return 8 * 0x1p-12;
+    case at::kFloat: return 8 * 0x1p-24;
+    default: return 1e-12;
   }
 }
 
@@ -84,12 +76,9 @@ inline double tolerance(at::ScalarType dtype) {
 // avg; 0 for max/min, which are exact).
 inline at::Tensor scale(const at::Tensor& stacked, ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum:
-      return stacked.abs().sum(0);
-    case ReduceOp::kAvg:
-      return stacked.abs().mean(0);
-    default:
-      return at::zeros_like(stacked[0]);
+    case ReduceOp::kSum: return stacked.abs().sum(0);
+    case ReduceOp::kAvg: return stacked.abs().mean(0);
+    default: return at::zeros_like(stacked[0]);
   }
 }
 

@@ -1,8 +1,8 @@
 // The cached_ssd data source, loaded through the Registry like ciuic-run does. Expected values are
 // written out by hand from the ByteTokenizer's rules (data_test_support.h), not computed by the
 // plugin's code; XXH64 is compared with the Python `xxhash` package (fixtures/data/xxh64.json).
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,15 +10,15 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <thread>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <thread>
 
 #include <ciuic/error.h>
 
+#include "../../support/deep_json.h"
 #include "data_test_support.h"
 #include "hash64.h"
-#include "../../support/deep_json.h"
 
 namespace ciuic::testdata {
 namespace {
@@ -38,7 +38,8 @@ struct Source {
          int world = 1, uint64_t seed = 7, std::string tok_salt = "", bool with_chat = true)
       : ctx(make_context(dir, rank, world)), tok(std::move(tok_salt)) {
     ctx.seed = seed;
-    src = registry().create<DataSource>(Slot::kData, "cached_ssd", Config::from_toml("data", toml, dir + "/recipe.toml"), ctx);
+    src = registry().create<DataSource>(Slot::kData, "cached_ssd",
+                                        Config::from_toml("data", toml, dir + "/recipe.toml"), ctx);
     args.seq_len = seq_len;
     args.micro_batch_size = mb;
     args.tokenizer = &tok;
@@ -64,13 +65,18 @@ Rows rows_of(const at::Tensor& t) {
 
 struct Flat {
   Rows ids, labels, pos;
-  bool operator==(const Flat& o) const { return ids == o.ids && labels == o.labels && pos == o.pos; }
+  bool operator==(const Flat& o) const {
+    return ids == o.ids && labels == o.labels && pos == o.pos;
+  }
 };
-Flat flat(const Batch& b) { return {rows_of(b.input_ids), rows_of(b.labels), rows_of(b.position_ids)}; }
+Flat flat(const Batch& b) {
+  return {rows_of(b.input_ids), rows_of(b.labels), rows_of(b.position_ids)};
+}
 
 // The documents in a row: byte-decoded text of each piece starting at position 0 (BOS/EOS and
 // padding dropped), e.g. "doc-3".
-std::vector<std::string> docs_in_row(const std::vector<int64_t>& ids, const std::vector<int64_t>& pos) {
+std::vector<std::string> docs_in_row(const std::vector<int64_t>& ids,
+                                     const std::vector<int64_t>& pos) {
   std::vector<std::string> out;
   for (size_t t = 0; t < ids.size(); ++t) {
     if (pos[t] == 0) out.emplace_back();
@@ -100,7 +106,8 @@ TEST(DataHash, Xxh64MatchesPythonXxhash) {
     const uint64_t seed = std::stoull(c["seed"].get<std::string>());
     std::vector<uint8_t> b(n);
     for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>((i * 31 + 7) % 256);
-    EXPECT_EQ(data::hex64(data::xxh64(b.data(), n, seed)), c["xxh64"].get<std::string>()) << "length " << n;
+    EXPECT_EQ(data::hex64(data::xxh64(b.data(), n, seed)), c["xxh64"].get<std::string>())
+        << "length " << n;
     // Streaming in uneven pieces gives the same digest.
     data::Hash64 h(seed);
     for (size_t i = 0; i < n;) {
@@ -113,9 +120,15 @@ TEST(DataHash, Xxh64MatchesPythonXxhash) {
 }
 
 // ---- rows, labels, positions on hand-made documents -------------------------------------------
-// "ab" -> [1 100 101 2], "cde" -> [1 102 103 104 2], "fghijk" -> [1 105 .. 110 2]; pad id = EOS = 2.
+// "ab" -> [1 100 101 2], "cde" -> [1 102 103 104 2], "fghijk" -> [1 105 .. 110 2]; pad id = EOS
+// = 2.
 std::string three_docs(const std::string& dir) {
-  write_file(dir + "/d.jsonl", R"({"text": "ab"})" "\n" R"({"text": "cde"})" "\n\n" R"({"text": "fghijk"})" "\n");
+  write_file(dir + "/d.jsonl", R"({"text": "ab"})"
+                               "\n"
+                               R"({"text": "cde"})"
+                               "\n\n"
+                               R"({"text": "fghijk"})"
+                               "\n");
   return "sources = [\"d.jsonl\"]\nshuffle = false\n";
 }
 
@@ -125,7 +138,8 @@ TEST(CachedSsd, PackWholeDocuments) {
   s.open();
   Batch b = s.src->next();
   Flat f = flat(b);
-  EXPECT_EQ(f.ids, (Rows{{1, 100, 101, 2, 1, 102, 103, 104, 2, 2}, {1, 105, 106, 107, 108, 109, 110, 2, 2, 2}}));
+  EXPECT_EQ(f.ids, (Rows{{1, 100, 101, 2, 1, 102, 103, 104, 2, 2},
+                         {1, 105, 106, 107, 108, 109, 110, 2, 2, 2}}));
   EXPECT_EQ(f.labels, (Rows{{100, 101, 2, -100, 102, 103, 104, 2, -100, -100},
                             {105, 106, 107, 108, 109, 110, 2, -100, -100, -100}}));
   EXPECT_EQ(f.pos, (Rows{{0, 1, 2, 3, 0, 1, 2, 3, 4, 0}, {0, 1, 2, 3, 4, 5, 6, 7, 0, 1}}));
@@ -141,7 +155,8 @@ TEST(CachedSsd, PackSplitDocumentsContinueInTheNextRow) {
   s.open();
   Flat f = flat(s.src->next());
   // 17 tokens: row 0 ends with the first token (BOS) of "fghijk", whose label is its next token.
-  EXPECT_EQ(f.ids, (Rows{{1, 100, 101, 2, 1, 102, 103, 104, 2, 1}, {105, 106, 107, 108, 109, 110, 2, 2, 2, 2}}));
+  EXPECT_EQ(f.ids, (Rows{{1, 100, 101, 2, 1, 102, 103, 104, 2, 1},
+                         {105, 106, 107, 108, 109, 110, 2, 2, 2, 2}}));
   EXPECT_EQ(f.labels, (Rows{{100, 101, 2, -100, 102, 103, 104, 2, -100, 105},
                             {106, 107, 108, 109, 110, 2, -100, -100, -100, -100}}));
   EXPECT_EQ(f.pos, (Rows{{0, 1, 2, 3, 0, 1, 2, 3, 4, 0}, {0, 1, 2, 3, 4, 5, 6, 0, 1, 2}}));
@@ -154,15 +169,21 @@ TEST(CachedSsd, PaddingOneDocumentPerRowTruncates) {
   Batch b = s.src->next();
   Flat f = flat(b);
   EXPECT_EQ(f.ids, (Rows{{1, 100, 101, 2, 2}, {1, 102, 103, 104, 2}, {1, 105, 106, 107, 108}}));
-  EXPECT_EQ(f.labels, (Rows{{100, 101, 2, -100, -100}, {102, 103, 104, 2, -100}, {105, 106, 107, 108, -100}}));
+  EXPECT_EQ(
+      f.labels,
+      (Rows{{100, 101, 2, -100, -100}, {102, 103, 104, 2, -100}, {105, 106, 107, 108, -100}}));
   EXPECT_EQ(f.pos, (Rows{{0, 1, 2, 3, 0}, {0, 1, 2, 3, 4}, {0, 1, 2, 3, 4}}));
   EXPECT_EQ(s.metric("data_truncated_tokens"), 3);  // "fghijk" has 8 tokens, 5 fit
 }
 
 TEST(CachedSsd, TextWithoutBosEosAndCustomField) {
   std::string dir = temp_dir("no_bos");
-  write_file(dir + "/d.jsonl", R"({"body": "ab", "text": 5})" "\n");
-  Source s(dir, "sources = [\"d.jsonl\"]\ntext_field = \"body\"\nadd_bos = false\nadd_eos = false\npad_id = 0\n", 4, 1);
+  write_file(dir + "/d.jsonl", R"({"body": "ab", "text": 5})"
+                               "\n");
+  Source s(dir,
+           "sources = [\"d.jsonl\"]\ntext_field = \"body\"\nadd_bos = false\nadd_eos = "
+           "false\npad_id = 0\n",
+           4, 1);
   s.open();
   Flat f = flat(s.src->next());
   EXPECT_EQ(f.ids, (Rows{{100, 101, 0, 0}}));
@@ -171,8 +192,10 @@ TEST(CachedSsd, TextWithoutBosEosAndCustomField) {
 
 TEST(CachedSsd, ChatLossOnAssistantTokensOnly) {
   std::string dir = temp_dir("chat");
-  write_file(dir + "/c.jsonl",
-             R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})" "\n");
+  write_file(
+      dir + "/c.jsonl",
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]})"
+      "\n");
   // [user h i assistant y o EOS] = [260 107 108 261 124 114 2]; targets: y o EOS.
   Source s(dir, "sources = [\"c.jsonl\"]\nformat = \"chat\"\n", 8, 1);
   s.open();
@@ -181,16 +204,20 @@ TEST(CachedSsd, ChatLossOnAssistantTokensOnly) {
   EXPECT_EQ(f.labels, (Rows{{-100, -100, -100, 124, 114, 2, -100, -100}}));
   EXPECT_EQ(f.pos, (Rows{{0, 1, 2, 3, 4, 5, 6, 0}}));
 
-  Source all(dir, "sources = [\"c.jsonl\"]\nformat = \"chat\"\nassistant_only_loss = false\n", 8, 1);
+  Source all(dir, "sources = [\"c.jsonl\"]\nformat = \"chat\"\nassistant_only_loss = false\n", 8,
+             1);
   all.open();
   EXPECT_EQ(flat(all.src->next()).labels, (Rows{{107, 108, 261, 124, 114, 2, -100, -100}}));
 }
 
 TEST(CachedSsd, ChatWithoutAssistantReplyIsDroppedAndPrompterIsUser) {
   std::string dir = temp_dir("chat_noreply");
-  write_file(dir + "/c.jsonl",
-             R"({"messages": [{"role": "user", "content": "hi"}]})" "\n"
-             R"({"messages": [{"role": "prompter", "content": "a"}, {"role": "assistant", "content": "b"}]})" "\n");
+  write_file(
+      dir + "/c.jsonl",
+      R"({"messages": [{"role": "user", "content": "hi"}]})"
+      "\n"
+      R"({"messages": [{"role": "prompter", "content": "a"}, {"role": "assistant", "content": "b"}]})"
+      "\n");
   Source s(dir, "sources = [\"c.jsonl\"]\nformat = \"chat\"\n", 6, 1);
   s.open();
   EXPECT_EQ(flat(s.src->next()).ids, (Rows{{260, 100, 261, 101, 2, 2}}));
@@ -210,7 +237,8 @@ TEST(CachedSsd, SameSeedSameBatchesOtherSeedOthers) {
   const std::string toml = "sources = [\"d.jsonl\"]\n";
   Source a(dir, toml, 16, 2, 0, 1, 11);
   a.open();
-  Source b(dir, toml + "prefetch_batches = 0\n", 16, 2, 0, 1, 11);  // also: prefetching changes nothing
+  Source b(dir, toml + "prefetch_batches = 0\n", 16, 2, 0, 1,
+           11);  // also: prefetching changes nothing
   b.open();
   Source c(dir, toml, 16, 2, 0, 1, 12);
   c.open();
@@ -226,7 +254,8 @@ TEST(CachedSsd, SameSeedSameBatchesOtherSeedOthers) {
 class RanksCoverEpoch : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RanksCoverEpoch, DisjointAndComplete) {
-  std::string dir = temp_dir("ranks_" + std::to_string(std::hash<std::string>()(GetParam()) % 1000));
+  std::string dir =
+      temp_dir("ranks_" + std::to_string(std::hash<std::string>()(GetParam()) % 1000));
   write_file(dir + "/d.jsonl", text_jsonl(23));
   const std::string toml = "sources = [\"d.jsonl\"]\n" + GetParam();
   std::multiset<std::vector<int64_t>> epoch_rows;
@@ -248,10 +277,12 @@ TEST_P(RanksCoverEpoch, DisjointAndComplete) {
     }
     // Every row of the epoch is read; the extra per_rank * W - R reads repeat rows (wrap-around).
     std::set<std::vector<int64_t>> distinct(seen.begin(), seen.end());
-    EXPECT_EQ(distinct, std::set<std::vector<int64_t>>(epoch_rows.begin(), epoch_rows.end())) << W << " ranks";
+    EXPECT_EQ(distinct, std::set<std::vector<int64_t>>(epoch_rows.begin(), epoch_rows.end()))
+        << W << " ranks";
     EXPECT_EQ(static_cast<int64_t>(seen.size()), per_rank * W);
     int64_t repeats = 0;
-    for (const auto& r : distinct) repeats += static_cast<int64_t>(seen.count(r)) - static_cast<int64_t>(epoch_rows.count(r));
+    for (const auto& r : distinct)
+      repeats += static_cast<int64_t>(seen.count(r)) - static_cast<int64_t>(epoch_rows.count(r));
     EXPECT_EQ(repeats, per_rank * W - R) << W << " ranks";
   }
 }
@@ -269,7 +300,8 @@ TEST(CachedSsd, RanksSeeDisjointDocuments) {
     for (int i = 0; i < 4; ++i) {
       Flat f = flat(s.src->next());
       for (size_t r = 0; r < f.ids.size(); ++r)
-        for (auto& d : docs_in_row(f.ids[r], f.pos[r])) EXPECT_TRUE(all.insert(d).second) << d << " seen twice";
+        for (auto& d : docs_in_row(f.ids[r], f.pos[r]))
+          EXPECT_TRUE(all.insert(d).second) << d << " seen twice";
     }
   }
   EXPECT_EQ(all.size(), 24u);
@@ -295,7 +327,8 @@ TEST(CachedSsd, SeekToCursorResumesExactly) {
       b.src->next();  // somewhere else first
       b.src->seek(cursors[k]);
       EXPECT_EQ(b.src->cursor(), cursors[k]);
-      for (int i = k; i < 24; ++i) EXPECT_TRUE(flat(b.src->next()) == batches[i]) << extra << " from " << k << " batch " << i;
+      for (int i = k; i < 24; ++i)
+        EXPECT_TRUE(flat(b.src->next()) == batches[i]) << extra << " from " << k << " batch " << i;
     }
     // Seeking backwards on the same object works too.
     a.src->seek(cursors[3]);
@@ -332,7 +365,9 @@ TEST(CachedSsd, CacheIsReusedAndRebuiltWhenInputsChange) {
   EXPECT_EQ(enc1, 0) << "a reused cache must not tokenize";
   EXPECT_TRUE(f0 == f1);
   // Options that do not change the tokens reuse it too.
-  EXPECT_EQ(std::get<0>(open_and_count(toml + "packing = false\nshuffle = false\nprefetch_batches = 1\n")), 1);
+  EXPECT_EQ(std::get<0>(
+                open_and_count(toml + "packing = false\nshuffle = false\nprefetch_batches = 1\n")),
+            1);
 
   // One changed byte in a source: rebuilt (and the stale folder removed).
   std::string text = text_jsonl(20);
@@ -395,13 +430,16 @@ TEST(CachedSsd, RankWaitingOnAStuckCacheBuildGivesUpWithinTheTimeout) {
   } catch (const Error& e) {
     msg = e.what();
   }
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   printf("rank 1 gave up after %.2f s (timeout 1.5 s)\n", waited);
   EXPECT_GE(waited, 1.5);
   EXPECT_LT(waited, 1.5 + 1.0);
   EXPECT_NE(msg.find("data cache: rank 1 (pid "), std::string::npos) << msg;
-  EXPECT_NE(msg.find("gave up waiting for the lock file " + lock + " after 1.5 s without progress "
-                     "([cluster] timeout_s): it is held by " + rank0),
+  EXPECT_NE(msg.find("gave up waiting for the lock file " + lock +
+                     " after 1.5 s without progress "
+                     "([cluster] timeout_s): it is held by " +
+                     rank0),
             std::string::npos)
       << msg;
 
@@ -418,7 +456,8 @@ TEST(CachedSsd, RankWaitingOnAStuckCacheBuildGivesUpWithinTheTimeout) {
   s2.ctx.timeout = std::chrono::milliseconds(1500);
   const auto t1 = std::chrono::steady_clock::now();
   EXPECT_NO_THROW(s2.open());
-  const double waited2 = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  const double waited2 =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   holder.join();
   EXPECT_GE(waited2, 2.9);
   EXPECT_EQ(s2.metric("data_cache_hit"), 1);
@@ -434,7 +473,10 @@ TEST(CachedSsd, CorruptShardIsNamed) {
   std::string dir = temp_dir("corrupt");
   write_file(dir + "/d.jsonl", text_jsonl(10));
   const std::string toml = "sources = [\"d.jsonl\"]\ncache_dir = \"cache\"\n";
-  { Source s(dir, toml, 8, 1); s.open(); }
+  {
+    Source s(dir, toml, 8, 1);
+    s.open();
+  }
   const std::string shard = cache_folder(dir + "/cache") + "/shard-00000.bin";
   {
     std::fstream f(shard, std::ios::in | std::ios::out | std::ios::binary);
@@ -456,11 +498,14 @@ TEST(CachedSsd, CorruptShardIsNamed) {
 TEST(CachedSsd, ManyShardsAndThreadsGiveTheSameTokens) {
   std::string dir = temp_dir("shards");
   std::string text;
-  for (int i = 0; i < 3000; ++i) text += Json{{"text", "doc-" + std::to_string(i) + std::string(i % 300, 'y')}}.dump() + "\n";
+  for (int i = 0; i < 3000; ++i)
+    text += Json{{"text", "doc-" + std::to_string(i) + std::string(i % 300, 'y')}}.dump() + "\n";
   write_file(dir + "/d.jsonl", text);  // ~2 MB of tokens and masks: 3 shards of 1 MB
   Source a(dir, "sources = [\"d.jsonl\"]\ncache_dir = \"c1\"\nbuild_threads = 1\n", 64, 4);
   a.open();
-  Source b(dir, "sources = [\"d.jsonl\"]\ncache_dir = \"c2\"\nbuild_threads = 3\nshard_size_mb = 1\n", 64, 4);
+  Source b(dir,
+           "sources = [\"d.jsonl\"]\ncache_dir = \"c2\"\nbuild_threads = 3\nshard_size_mb = 1\n",
+           64, 4);
   b.open();
   EXPECT_TRUE(take(a, 10) == take(b, 10));
   int shards = 0;
@@ -476,7 +521,8 @@ TEST(CachedSsd, EvalSourcesAreSplitAcrossRanksInAFixedOrder) {
   std::string ev;
   for (int i = 0; i < 7; ++i) ev += Json{{"text", "doc-eval-" + std::to_string(i)}}.dump() + "\n";
   write_file(dir + "/eval.jsonl", ev);
-  const std::string toml = "sources = [\"train.jsonl\"]\neval_sources = [\"eval.jsonl\"]\npacking = false\n";
+  const std::string toml =
+      "sources = [\"train.jsonl\"]\neval_sources = [\"eval.jsonl\"]\npacking = false\n";
   std::multiset<std::string> seen;
   for (int k = 0; k < 3; ++k) {
     Source s(dir, toml, 16, 2, k, 3);
@@ -518,7 +564,8 @@ TEST(CachedSsd, EvalFractionHoldsOutDocumentsNeverTrainedOn) {
   EXPECT_EQ(train.size(), 40u);
   EXPECT_EQ(eval.size(), 10u);
   for (auto& d : eval) EXPECT_EQ(train.count(d), 0u) << d;
-  Source other_seed(dir, "sources = [\"d.jsonl\"]\neval_fraction = 0.2\npacking = false\n", 32, 1, 0, 1, 999);
+  Source other_seed(dir, "sources = [\"d.jsonl\"]\neval_fraction = 0.2\npacking = false\n", 32, 1,
+                    0, 1, 999);
   other_seed.open();
   std::set<std::string> eval2;
   other_seed.src->begin_eval();
@@ -532,8 +579,10 @@ TEST(CachedSsd, EvalFractionHoldsOutDocumentsNeverTrainedOn) {
 TEST(CachedSsd, GlobsAreExpandedInOrder) {
   std::string dir = temp_dir("glob");
   std::filesystem::create_directories(dir + "/parts");
-  write_file(dir + "/parts/b.jsonl", R"({"text": "cde"})" "\n");
-  write_file(dir + "/parts/a.jsonl", R"({"text": "ab"})" "\n");
+  write_file(dir + "/parts/b.jsonl", R"({"text": "cde"})"
+                                     "\n");
+  write_file(dir + "/parts/a.jsonl", R"({"text": "ab"})"
+                                     "\n");
   Source s(dir, "sources = [\"parts/*.jsonl\"]\nshuffle = false\n", 10, 1);
   s.open();
   EXPECT_EQ(flat(s.src->next()).ids, (Rows{{1, 100, 101, 2, 1, 102, 103, 104, 2, 2}}));
@@ -565,29 +614,42 @@ const std::string kText = "sources = [\"bad.jsonl\"]\n";
 INSTANTIATE_TEST_SUITE_P(
     Cases, BadInput,
     ::testing::Values(
-        BadCase{"malformed", "{\"text\": \"ok\"}\n\n{\"text\": \"oops\n{\"text\": \"x\"}\n", kText, "bad.jsonl:3:", "malformed JSON"},
+        BadCase{"malformed", "{\"text\": \"ok\"}\n\n{\"text\": \"oops\n{\"text\": \"x\"}\n", kText,
+                "bad.jsonl:3:", "malformed JSON"},
         BadCase{"not_object", "[1, 2]\n", kText, "bad.jsonl:1:", "expected a JSON object"},
         // Issue 27: nested 100,000 deep, refused before a value is built (ciuic/json.h).
-        BadCase{"deep", "{\"text\": \"ok\"}\n{\"text\": " + ciuic_test::nested_arrays(ciuic_test::kDeep) + "}\n", kText,
-                "bad.jsonl:2:", "JSON nested deeper than 128 levels (arrays and objects) at line 1, column 137"},
-        BadCase{"missing_field", "{\"txt\": \"a\"}\n", kText, "bad.jsonl:1:", "missing field \"text\""},
+        BadCase{"deep",
+                "{\"text\": \"ok\"}\n{\"text\": " + ciuic_test::nested_arrays(ciuic_test::kDeep) +
+                    "}\n",
+                kText, "bad.jsonl:2:",
+                "JSON nested deeper than 128 levels (arrays and objects) at line 1, column 137"},
+        BadCase{"missing_field", "{\"txt\": \"a\"}\n", kText,
+                "bad.jsonl:1:", "missing field \"text\""},
         BadCase{"wrong_type", "{\"text\": 3}\n", kText, "bad.jsonl:1:", "must be a string"},
         BadCase{"unknown_role",
-                "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}]}\n"
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": "
+                "\"assistant\", \"content\": \"b\"}]}\n"
                 "{\"messages\": [{\"role\": \"robot\", \"content\": \"a\"}]}\n",
                 kChat, "bad.jsonl:2:", "unknown role \"robot\""},
-        BadCase{"messages_not_array", "{\"messages\": \"hi\"}\n", kChat, "bad.jsonl:1:", "must be an array"},
-        BadCase{"content_missing", "{\"messages\": [{\"role\": \"user\"}]}\n", kChat, "bad.jsonl:1:", "content is missing"},
+        BadCase{"messages_not_array", "{\"messages\": \"hi\"}\n", kChat,
+                "bad.jsonl:1:", "must be an array"},
+        BadCase{"content_missing", "{\"messages\": [{\"role\": \"user\"}]}\n", kChat,
+                "bad.jsonl:1:", "content is missing"},
         BadCase{"empty_file", "\n  \n", kText, "dataset is empty", "bad.jsonl"},
-        BadCase{"only_empty_docs", "{\"text\": \"\"}\n", kText, "dataset is empty", "1 empty document"},
+        BadCase{"only_empty_docs", "{\"text\": \"\"}\n", kText, "dataset is empty",
+                "1 empty document"},
         BadCase{"missing_file", "", "sources = [\"nope.jsonl\"]\n", "no such file", "nope.jsonl"},
-        BadCase{"glob_no_match", "", "sources = [\"data/*.jsonl\"]\n", "matches no file", "data/*.jsonl"},
-        BadCase{"missing_eval_file", "{\"text\": \"a\"}\n", kText + "eval_sources = [\"ev.jsonl\"]\n", "no such file", "ev.jsonl"},
+        BadCase{"glob_no_match", "", "sources = [\"data/*.jsonl\"]\n", "matches no file",
+                "data/*.jsonl"},
+        BadCase{"missing_eval_file", "{\"text\": \"a\"}\n",
+                kText + "eval_sources = [\"ev.jsonl\"]\n", "no such file", "ev.jsonl"},
         BadCase{"no_sources_option", "", "format = \"text\"\n", "sources", "required"},
         BadCase{"bad_format", "", kText + "format = \"csv\"\n", "format", "text|chat"},
-        BadCase{"both_eval", "{\"text\": \"a\"}\n", kText + "eval_sources = [\"bad.jsonl\"]\neval_fraction = 0.1\n",
-                "eval_fraction", "not both"},
-        BadCase{"recipe_location", "", "sources = [\"nope.jsonl\"]\n", "recipe.toml:1:", "[data] sources"}),
+        BadCase{"both_eval", "{\"text\": \"a\"}\n",
+                kText + "eval_sources = [\"bad.jsonl\"]\neval_fraction = 0.1\n", "eval_fraction",
+                "not both"},
+        BadCase{"recipe_location", "", "sources = [\"nope.jsonl\"]\n",
+                "recipe.toml:1:", "[data] sources"}),
     [](const auto& info) { return info.param.name; });
 
 // Sources are streamed: a FIFO without a writer would block the cache build forever and a device
@@ -616,7 +678,9 @@ TEST(CachedSsd, BadLinesAreQuotedShortAndAsValidUtf8) {
   EXPECT_NE(e.find("bytes in all)"), std::string::npos) << e.substr(0, 500);
   EXPECT_LT(e.size(), 1000u);
 
-  write_file(dir + "/utf8.jsonl", "{\"text\": \"fine\"}\n{\"text\": \"bad \xff\xfe here\"}\n{\"text\": \"also fine\"}\n");
+  write_file(
+      dir + "/utf8.jsonl",
+      "{\"text\": \"fine\"}\n{\"text\": \"bad \xff\xfe here\"}\n{\"text\": \"also fine\"}\n");
   Source k(dir, "sources = [\"utf8.jsonl\"]\non_error = \"skip\"\n", 8, 1);
   k.open();
   EXPECT_EQ(k.metric("data_skipped_lines"), 1);
@@ -625,7 +689,8 @@ TEST(CachedSsd, BadLinesAreQuotedShortAndAsValidUtf8) {
 
 TEST(CachedSsd, SkipModeCountsBadLines) {
   std::string dir = temp_dir("skip");
-  write_file(dir + "/d.jsonl", "{\"text\": \"doc-1\"}\nnot json\n{\"text\": 5}\n{\"text\": \"doc-2\"}\n");
+  write_file(dir + "/d.jsonl",
+             "{\"text\": \"doc-1\"}\nnot json\n{\"text\": 5}\n{\"text\": \"doc-2\"}\n");
   Source s(dir, "sources = [\"d.jsonl\"]\non_error = \"skip\"\n", 32, 1);
   s.open();
   EXPECT_EQ(s.metric("data_skipped_lines"), 2);

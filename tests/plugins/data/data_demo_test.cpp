@@ -11,8 +11,8 @@
 
 #include <ciuic/error.h>
 
-#include "tokenizer/factory.h"
 #include "data_test_support.h"
+#include "tokenizer/factory.h"
 #include "train/exact_match.h"
 
 namespace ciuic::testdata {
@@ -29,8 +29,9 @@ TEST(DemoData, CachedSsdGivesTheHfIdsAndLossOnTheReplyOnly) {
   RunContext ctx = make_context(dir);
   auto src = registry().create<DataSource>(
       Slot::kData, "cached_ssd",
-      Config::from_toml("data", "sources = [\"" + kDemoFixtures + "/train.jsonl\"]\nformat = \"chat\"\n"
-                                "packing = false\nshuffle = false\n"),
+      Config::from_toml("data", "sources = [\"" + kDemoFixtures +
+                                    "/train.jsonl\"]\nformat = \"chat\"\n"
+                                    "packing = false\nshuffle = false\n"),
       ctx);
   DataOpenArgs a;
   a.seq_len = 48;
@@ -50,7 +51,8 @@ TEST(DemoData, CachedSsdGivesTheHfIdsAndLossOnTheReplyOnly) {
         EXPECT_EQ(b.input_ids[r][t].item<int64_t>(), ids[t]) << "row " << r << " position " << t;
         EXPECT_EQ(b.position_ids[r][t].item<int64_t>(), t);
       }
-      // Targets: exactly the reply's tokens (" 116<|end_of_text|>"), predicted from the position before.
+      // Targets: exactly the reply's tokens (" 116<|end_of_text|>"), predicted from the position
+      // before.
       const int64_t first_target = n - static_cast<int64_t>(reply.size());
       const int64_t want = (t + 1 >= first_target && t + 1 < n) ? ids[t + 1] : -100;
       EXPECT_EQ(b.labels[r][t].item<int64_t>(), want) << "row " << r << " position " << t;
@@ -92,13 +94,15 @@ TEST(DemoEval, ExactMatchWithAnOracleAndAConstantGenerator) {
 
 TEST(DemoEval, MalformedHeldOutFileNamesTheLine) {
   const std::string dir = temp_dir("demo_bad");
-  write_file(dir + "/e.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": \"1\"}\n"
-                               "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}]}\n");
+  write_file(dir + "/e.jsonl",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": \"1\"}\n"
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}]}\n");
   try {
     train::load_held_out(dir + "/e.jsonl");
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("e.jsonl:2: no assistant message"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("e.jsonl:2: no assistant message"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -107,13 +111,18 @@ TEST(DemoEval, MalformedHeldOutFileNamesTheLine) {
 // message indexed past the messages array; an empty one was kept and scored as nothing).
 TEST(DemoEval, HeldOutAnswersMustBeNonEmptyStrings) {
   const std::string dir = temp_dir("demo_bad_answers");
-  const std::string ok = "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": \"1\"}\n";
+  const std::string ok =
+      "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": \"1\"}\n";
   const std::vector<std::pair<std::string, std::string>> bad = {
-      {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": 5}", "\"answer\" must be a string"},
-      {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": \" \\t\"}", "the expected answer is empty"},
-      {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": \"\"}]}",
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": 5}",
+       "\"answer\" must be a string"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": \" \\t\"}",
        "the expected answer is empty"},
-      {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": \"1\", \"category\": 3}",
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", "
+       "\"content\": \"\"}]}",
+       "the expected answer is empty"},
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"answer\": \"1\", "
+       "\"category\": 3}",
        "\"category\" must be a string"},
   };
   for (const auto& [line, want] : bad) {
@@ -136,7 +145,8 @@ TEST(DemoEval, RepliesAndFiguresReachTheTable) {
   EXPECT_EQ(z.generated[0], static_cast<int64_t>(tok->encode(" 0", false).size()));
   train::ExactMatchResult after = z;
   z.figures = {{"bleu", "BLEU (13a)", 3.5, "%.2f"}};
-  after.figures = {{"bleu", "BLEU (13a)", 61.25, "%.2f"}, {"ttft_median_s", "TTFT p50 s", 0.01, "%.4f"}};
+  after.figures = {{"bleu", "BLEU (13a)", 61.25, "%.2f"},
+                   {"ttft_median_s", "TTFT p50 s", 0.01, "%.4f"}};
   const std::string table = train::format_table(z, after);
   EXPECT_NE(table.find("BLEU (13a)   3.50               61.25"), std::string::npos) << table;
   EXPECT_NE(table.find("TTFT p50 s   -                  0.0100"), std::string::npos) << table;
@@ -146,11 +156,14 @@ TEST(DemoEval, RepliesAndFiguresReachTheTable) {
 TEST(DemoEval, HeldOutFileMustBeARegularFile) {
   for (const std::string p : {"/dev/zero", "/dev/null"}) {
     const std::string m = message_of([&] { train::load_held_out(p); });
-    EXPECT_NE(m.find("cannot read held-out questions ([train] exact_match_file) " + p + ": not a regular file"),
+    EXPECT_NE(m.find("cannot read held-out questions ([train] exact_match_file) " + p +
+                     ": not a regular file"),
               std::string::npos)
         << m;
   }
-  EXPECT_NE(message_of([&] { train::load_held_out("/nonexistent/e.jsonl"); }).find("/nonexistent/e.jsonl"),
+  EXPECT_NE(message_of([&] {
+              train::load_held_out("/nonexistent/e.jsonl");
+            }).find("/nonexistent/e.jsonl"),
             std::string::npos);
 }
 

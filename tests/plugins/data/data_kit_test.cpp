@@ -24,9 +24,9 @@ namespace {
 
 using kit::DocView;
 using kit::PackedStream;
-using kit::StreamArgs;
 using kit::PackMode;
 using kit::RowPlan;
+using kit::StreamArgs;
 using Json = nlohmann::json;
 
 PackMode mode_of(const std::string& m) {
@@ -44,7 +44,9 @@ struct Docs {
     }
   }
   kit::DocLookup lookup() const {
-    return [this](uint32_t d) { return DocView{ids[d].data(), mask[d].data(), static_cast<uint32_t>(ids[d].size())}; };
+    return [this](uint32_t d) {
+      return DocView{ids[d].data(), mask[d].data(), static_cast<uint32_t>(ids[d].size())};
+    };
   }
   std::vector<uint32_t> numbers(size_t n) const {
     std::vector<uint32_t> v;
@@ -55,11 +57,13 @@ struct Docs {
 
 TEST(DataKit, Mix64AndPermutationMatchTheModel) {
   for (const Json& c : kit_reference()["mix64"])
-    EXPECT_EQ(kit::mix64(std::stoull(c["x"].get<std::string>())), std::stoull(c["mix"].get<std::string>()));
+    EXPECT_EQ(kit::mix64(std::stoull(c["x"].get<std::string>())),
+              std::stoull(c["mix"].get<std::string>()));
   ASSERT_GE(kit_reference()["permutation"].size(), 5u);
   for (const Json& c : kit_reference()["permutation"]) {
-    const auto p = kit::permutation(c["n"].get<uint32_t>(), std::stoull(c["seed"].get<std::string>()),
-                                     std::stoull(c["stream"].get<std::string>()));
+    const auto p =
+        kit::permutation(c["n"].get<uint32_t>(), std::stoull(c["seed"].get<std::string>()),
+                         std::stoull(c["stream"].get<std::string>()));
     EXPECT_EQ(Json(p), c["perm"]) << c["n"] << " " << c["seed"] << " " << c["stream"];
   }
 }
@@ -68,18 +72,20 @@ TEST(DataKit, EveryRowOfEveryPackingModeMatchesTheModel) {
   const Docs docs;
   ASSERT_EQ(kit_reference()["packing"].size(), 6u);
   for (const Json& c : kit_reference()["packing"]) {
-    const std::string where = c["mode"].get<std::string>() + " seq_len " + std::to_string(c["seq_len"].get<int>());
+    const std::string where =
+        c["mode"].get<std::string>() + " seq_len " + std::to_string(c["seq_len"].get<int>());
     const int64_t T = c["seq_len"].get<int64_t>();
     const auto lookup = docs.lookup();
-    const RowPlan plan(c["order"].get<std::vector<uint32_t>>(), [&](uint32_t d) { return lookup(d).size; }, T,
-                       mode_of(c["mode"].get<std::string>()));
+    const RowPlan plan(
+        c["order"].get<std::vector<uint32_t>>(), [&](uint32_t d) { return lookup(d).size; }, T,
+        mode_of(c["mode"].get<std::string>()));
     ASSERT_EQ(plan.num_rows(), static_cast<int64_t>(c["rows"].size())) << where;
     EXPECT_EQ(plan.truncated_tokens(), c["truncated_tokens"].get<uint64_t>()) << where;
     std::vector<RowPlan::Segment> scratch;
     for (int64_t r = 0; r < plan.num_rows(); ++r) {
       std::vector<int64_t> ids(T), labels(T), pos(T);
-      const kit::RowCounts n = kit::fill_row(plan, r, lookup, T, c["pad_id"].get<int64_t>(), ids.data(),
-                                               labels.data(), pos.data(), scratch);
+      const kit::RowCounts n = kit::fill_row(plan, r, lookup, T, c["pad_id"].get<int64_t>(),
+                                             ids.data(), labels.data(), pos.data(), scratch);
       const Json& want = c["rows"][r];
       const std::string w = where + " row " + std::to_string(r);
       EXPECT_EQ(Json(ids), want["input_ids"]) << w;
@@ -119,10 +125,11 @@ TEST(DataKit, PackedStreamMatchesTheModelOnEveryRank) {
   ASSERT_GE(kit_reference()["streams"].size(), 10u);
   for (size_t prefetch : {size_t{0}, size_t{3}}) {
     for (const Json& c : kit_reference()["streams"]) {
-      const std::string where = c["mode"].get<std::string>() + " world " + std::to_string(c["world_size"].get<int>()) +
-                                " rank " + std::to_string(c["rank"].get<int>()) + " prefetch " +
-                                std::to_string(prefetch);
-      PackedStream s(args_of(c), settings_of(c, prefetch), docs.numbers(12), docs.numbers(7), docs.lookup());
+      const std::string where =
+          c["mode"].get<std::string>() + " world " + std::to_string(c["world_size"].get<int>()) +
+          " rank " + std::to_string(c["rank"].get<int>()) + " prefetch " + std::to_string(prefetch);
+      PackedStream s(args_of(c), settings_of(c, prefetch), docs.numbers(12), docs.numbers(7),
+                     docs.lookup());
       EXPECT_EQ(s.cursor(), "{\"epoch\":0,\"row\":0}");
       int i = 0;
       for (const Json& want : c["batches"]) {
@@ -148,8 +155,8 @@ TEST(DataKit, PackedStreamMatchesTheModelOnEveryRank) {
 
 // The rows a world of `world` ranks trains on from `cursor` for `steps` steps of micro-batch
 // `micro`, as global rows in dealing order (rank r's i-th row is global row g + i * world + r).
-std::vector<Json> global_rows(const Docs& docs, int world, int64_t micro, const std::string& cursor, int steps,
-                              std::string* cursor_after = nullptr) {
+std::vector<Json> global_rows(const Docs& docs, int world, int64_t micro, const std::string& cursor,
+                              int steps, std::string* cursor_after = nullptr) {
   std::vector<std::unique_ptr<PackedStream>> ranks;
   for (int r = 0; r < world; ++r) {
     StreamArgs a;
@@ -160,7 +167,8 @@ std::vector<Json> global_rows(const Docs& docs, int world, int64_t micro, const 
     a.world_size = world;
     PackedStream::Settings s;
     s.mode = PackMode::kPackSplit;
-    ranks.push_back(std::make_unique<PackedStream>(a, s, docs.numbers(12), std::vector<uint32_t>{}, docs.lookup()));
+    ranks.push_back(std::make_unique<PackedStream>(a, s, docs.numbers(12), std::vector<uint32_t>{},
+                                                   docs.lookup()));
     if (!cursor.empty()) ranks.back()->seek(cursor);
   }
   std::vector<Json> out;
@@ -170,7 +178,8 @@ std::vector<Json> global_rows(const Docs& docs, int world, int64_t micro, const 
       const Json ids = rows_json(ranks[r]->next().input_ids);
       for (int64_t i = 0; i < micro; ++i) rows[static_cast<size_t>(i * world + r)] = ids[i];
     }
-    for (int r = 1; r < world; ++r) EXPECT_EQ(ranks[r]->cursor(), ranks[0]->cursor()) << "the cursor is global";
+    for (int r = 1; r < world; ++r)
+      EXPECT_EQ(ranks[r]->cursor(), ranks[0]->cursor()) << "the cursor is global";
     out.insert(out.end(), rows.begin(), rows.end());
   }
   if (cursor_after) *cursor_after = ranks[0]->cursor();
@@ -188,14 +197,16 @@ TEST(DataKit, ACursorResumesExactlyOnAnyWorldSize) {
   const std::vector<Json> first = global_rows(docs, 2, 3, "", 2, &cursor);
   EXPECT_EQ(cursor, "{\"epoch\":0,\"row\":12}");
   const std::vector<Json> straight = global_rows(docs, 2, 3, "", 8);
-  EXPECT_EQ(first, std::vector<Json>(straight.begin(), straight.begin() + 12)) << "the streams are reproducible";
+  EXPECT_EQ(first, std::vector<Json>(straight.begin(), straight.begin() + 12))
+      << "the streams are reproducible";
   for (auto [world, micro] : {std::pair{2, 3}, std::pair{3, 2}, std::pair{6, 1}}) {
     const std::vector<Json> resumed = global_rows(docs, world, micro, cursor, 2);
     for (size_t i = 0; i < resumed.size(); ++i)
       EXPECT_EQ(resumed[i], straight[12 + i]) << world << " x " << micro << " row " << 12 + i;
   }
   const std::vector<Json> across = global_rows(docs, 2, 3, cursor, 6);
-  for (size_t i = 0; i < across.size(); ++i) EXPECT_EQ(across[i], straight[12 + i]) << "row " << 12 + i;
+  for (size_t i = 0; i < across.size(); ++i)
+    EXPECT_EQ(across[i], straight[12 + i]) << "row " << 12 + i;
   EXPECT_NE(std::vector<Json>(straight.begin(), straight.begin() + 6),
             std::vector<Json>(straight.begin() + 30, straight.begin() + 36))
       << "epoch 1 is shuffled differently from epoch 0";
@@ -208,18 +219,22 @@ TEST(DataKit, ErrorsNameThePlugin) {
   a.micro_batch_size = 2;
   PackedStream::Settings s;
   s.who = "data plugin lines";
-  EXPECT_EQ(message_of([&] { PackedStream(a, s, {}, {}, docs.lookup()); }), "data plugin lines: no training documents");
+  EXPECT_EQ(message_of([&] { PackedStream(a, s, {}, {}, docs.lookup()); }),
+            "data plugin lines: no training documents");
   PackedStream ok(a, s, docs.numbers(3), {}, docs.lookup());
   EXPECT_FALSE(ok.has_eval());
   EXPECT_EQ(ok.next_eval(), std::nullopt);
-  for (const char* bad : {"", "{}", "[1,2]", "{\"epoch\":0}", "{\"epoch\":-1,\"row\":0}", "{\"epoch\":0,\"row\":\"3\"}"})
+  for (const char* bad : {"", "{}", "[1,2]", "{\"epoch\":0}", "{\"epoch\":-1,\"row\":0}",
+                          "{\"epoch\":0,\"row\":\"3\"}"})
     EXPECT_EQ(message_of([&] { ok.seek(bad); }),
-              std::string("data plugin lines: bad cursor '") + bad + "': expected {\"epoch\": <int >= 0>, \"row\": <int >= 0>}")
+              std::string("data plugin lines: bad cursor '") + bad +
+                  "': expected {\"epoch\": <int >= 0>, \"row\": <int >= 0>}")
         << bad;
   a.rank = 2;
   a.world_size = 2;
-  EXPECT_NE(message_of([&] { PackedStream(a, s, docs.numbers(3), {}, docs.lookup()); })
-                .find("data plugin lines: bad open arguments"),
+  EXPECT_NE(message_of([&] {
+              PackedStream(a, s, docs.numbers(3), {}, docs.lookup());
+            }).find("data plugin lines: bad open arguments"),
             std::string::npos);
   // A cursor past the end of its epoch (another dataset) starts the next epoch.
   a.rank = 0;

@@ -5,8 +5,8 @@
 #include <fcntl.h>
 #include <spawn.h>
 #include <sys/file.h>
-#include <unistd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -45,9 +45,9 @@ std::string read_all(const std::string& path) {
   return s.str();
 }
 
-// Runs `n` probes at once (rank i of `world`, or rank 0 of 1 when world == 1); returns their outputs.
-// To make sure they really meet at the cold cache, the test holds the cache's lock (as a builder
-// would) until every probe has said that it waits for it.
+// Runs `n` probes at once (rank i of `world`, or rank 0 of 1 when world == 1); returns their
+// outputs. To make sure they really meet at the cold cache, the test holds the cache's lock (as a
+// builder would) until every probe has said that it waits for it.
 std::vector<Json> run_probes(const std::string& dir, int n, int world, int batches) {
   std::filesystem::create_directories(dir + "/cache");
   // O_CLOEXEC: the probes must not inherit (and so keep holding) the test's lock.
@@ -56,13 +56,14 @@ std::vector<Json> run_probes(const std::string& dir, int n, int world, int batch
   std::vector<pid_t> pids;
   for (int i = 0; i < n; ++i)
     pids.push_back(spawn({std::string(CIUIC_BIN_DIR) + "/data_probe", dir, dir + "/data.toml",
-                          std::to_string(world == 1 ? 0 : i), std::to_string(world), std::to_string(batches),
-                          dir + "/out" + std::to_string(i) + ".json"},
+                          std::to_string(world == 1 ? 0 : i), std::to_string(world),
+                          std::to_string(batches), dir + "/out" + std::to_string(i) + ".json"},
                          dir + "/log" + std::to_string(i) + ".txt"));
   for (int waited_ms = 0;; waited_ms += 50) {
     int waiting = 0;
     for (int i = 0; i < n; ++i)
-      waiting += read_all(dir + "/log" + std::to_string(i) + ".txt").find("waiting for it") != std::string::npos;
+      waiting += read_all(dir + "/log" + std::to_string(i) + ".txt").find("waiting for it") !=
+                 std::string::npos;
     if (waiting == n) break;
     if (waited_ms > 60000) {
       ADD_FAILURE() << "the probes did not reach the cache lock within 60 s";
@@ -76,7 +77,8 @@ std::vector<Json> run_probes(const std::string& dir, int n, int world, int batch
     int status = 0;
     waitpid(pids[i], &status, 0);
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "probe " << i << ":\n" << read_all(dir + "/log" + std::to_string(i) + ".txt");
+        << "probe " << i << ":\n"
+        << read_all(dir + "/log" + std::to_string(i) + ".txt");
     out.push_back(Json::parse(std::ifstream(dir + "/out" + std::to_string(i) + ".json")));
   }
   return out;
@@ -86,12 +88,14 @@ void make_dataset(const std::string& dir) {
   std::ofstream f(dir + "/d.jsonl");
   for (int i = 0; i < 20000; ++i)
     f << Json{{"text", "doc-" + std::to_string(i) + std::string(i % 97, 'z')}}.dump() << "\n";
-  write_file(dir + "/data.toml", "sources = [\"d.jsonl\"]\ncache_dir = \"cache\"\nbuild_threads = 1\n");
+  write_file(dir + "/data.toml",
+             "sources = [\"d.jsonl\"]\ncache_dir = \"cache\"\nbuild_threads = 1\n");
 }
 
 int count_entries(const std::string& dir, const std::string& prefix) {
   int n = 0;
-  for (auto& e : std::filesystem::directory_iterator(dir)) n += e.path().filename().string().rfind(prefix, 0) == 0;
+  for (auto& e : std::filesystem::directory_iterator(dir))
+    n += e.path().filename().string().rfind(prefix, 0) == 0;
   return n;
 }
 
@@ -100,7 +104,9 @@ TEST(DataMultiproc, TwoProcessesBuildAColdCacheOnceAndReadTheSameData) {
   make_dataset(dir);
   auto out = run_probes(dir, 2, 1, 5);
   ASSERT_EQ(out.size(), 2u);
-  EXPECT_EQ(out[0]["data_tokenized_documents"].get<double>() + out[1]["data_tokenized_documents"].get<double>(), 20000);
+  EXPECT_EQ(out[0]["data_tokenized_documents"].get<double>() +
+                out[1]["data_tokenized_documents"].get<double>(),
+            20000);
   EXPECT_EQ(out[0]["data_cache_hit"].get<double>() + out[1]["data_cache_hit"].get<double>(), 1);
   EXPECT_EQ(out[0]["batches"], out[1]["batches"]);
   EXPECT_EQ(count_entries(dir + "/cache", "tokens-"), 1);

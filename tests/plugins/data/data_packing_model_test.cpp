@@ -18,12 +18,14 @@ namespace {
 TEST(PackingWithModel, PackedLossEqualsDocumentsOneByOne) {
   const std::string dir = temp_dir("packing_model");
   std::string docs;
-  for (const char* t : {"ab", "cdefg", "hij", "klmnopq", "rs"}) docs += nlohmann::json{{"text", t}}.dump() + "\n";
+  for (const char* t : {"ab", "cdefg", "hij", "klmnopq", "rs"})
+    docs += nlohmann::json{{"text", t}}.dump() + "\n";
   write_file(dir + "/d.jsonl", docs);
   RunContext ctx = make_context(dir);
   ByteTokenizer tok;
   auto src = registry().create<DataSource>(
-      Slot::kData, "cached_ssd", Config::from_toml("data", "sources = [\"d.jsonl\"]\nshuffle = false\n"), ctx);
+      Slot::kData, "cached_ssd",
+      Config::from_toml("data", "sources = [\"d.jsonl\"]\nshuffle = false\n"), ctx);
   DataOpenArgs a;
   a.seq_len = 32;
   a.micro_batch_size = 1;
@@ -32,9 +34,15 @@ TEST(PackingWithModel, PackedLossEqualsDocumentsOneByOne) {
   Batch b = src->next();
   ASSERT_EQ(b.num_documents, 5);  // 4 + 7 + 5 + 9 + 4 = 29 tokens, padding after
 
-  nlohmann::json cfg_json = {{"vocab_size", 262}, {"hidden_size", 32}, {"intermediate_size", 64},
-                             {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-                             {"max_position_embeddings", 64}, {"rope_theta", 10000.0}, {"rms_norm_eps", 1e-6},
+  nlohmann::json cfg_json = {{"vocab_size", 262},
+                             {"hidden_size", 32},
+                             {"intermediate_size", 64},
+                             {"num_hidden_layers", 2},
+                             {"num_attention_heads", 4},
+                             {"num_key_value_heads", 2},
+                             {"max_position_embeddings", 64},
+                             {"rope_theta", 10000.0},
+                             {"rms_norm_eps", 1e-6},
                              {"tie_word_embeddings", false}};
   model::LlamaModel m(model::LlamaConfig::from_json(cfg_json, "test"), at::kFloat, c10::kCPU);
   m.init_random(3, 0.3);
@@ -46,14 +54,17 @@ TEST(PackingWithModel, PackedLossEqualsDocumentsOneByOne) {
   for (int64_t t = 1; t <= a.seq_len; ++t) {
     if (t == a.seq_len || pos[t].item<int64_t>() == 0) {
       auto sl = [&](const at::Tensor& x) { return x.slice(1, start, t); };
-      one_by_one += m.loss_sum(sl(b.input_ids), sl(b.labels), sl(b.position_ids), false).item<double>();
+      one_by_one +=
+          m.loss_sum(sl(b.input_ids), sl(b.labels), sl(b.position_ids), false).item<double>();
       start = t;
     }
   }
   EXPECT_NEAR(packed, one_by_one, 1e-5 * std::abs(one_by_one));
   const double unpacked =
-      m.loss_sum(b.input_ids, b.labels, at::arange(a.seq_len, at::kLong).unsqueeze(0), false).item<double>();
-  EXPECT_GT(std::abs(unpacked - one_by_one), 1e-3 * std::abs(one_by_one)) << "the check has no power";
+      m.loss_sum(b.input_ids, b.labels, at::arange(a.seq_len, at::kLong).unsqueeze(0), false)
+          .item<double>();
+  EXPECT_GT(std::abs(unpacked - one_by_one), 1e-3 * std::abs(one_by_one))
+      << "the check has no power";
 }
 
 }  // namespace

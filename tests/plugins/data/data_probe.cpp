@@ -19,7 +19,9 @@ int main(int argc, char** argv) {
   using namespace ciuic;
   using namespace ciuic::testdata;
   if (argc != 7) {
-    std::fprintf(stderr, "usage: data_probe <recipe_dir> <section.toml> <rank> <world> <batches> <out.json>\n");
+    std::fprintf(
+        stderr,
+        "usage: data_probe <recipe_dir> <section.toml> <rank> <world> <batches> <out.json>\n");
     return 2;
   }
   try {
@@ -30,7 +32,8 @@ int main(int argc, char** argv) {
     RunContext ctx = make_context(dir, rank, world);
     ctx.seed = 5;
     ByteTokenizer tok;
-    auto src = registry().create<DataSource>(Slot::kData, "cached_ssd", Config::from_toml("data", toml.str(), argv[2]), ctx);
+    auto src = registry().create<DataSource>(Slot::kData, "cached_ssd",
+                                             Config::from_toml("data", toml.str(), argv[2]), ctx);
     DataOpenArgs a;
     a.seq_len = 32;
     a.micro_batch_size = 2;
@@ -46,7 +49,8 @@ int main(int argc, char** argv) {
       nlohmann::json rows = nlohmann::json::array();
       for (int64_t r = 0; r < b.input_ids.size(0); ++r) {
         auto row = b.input_ids[r].contiguous();
-        rows.push_back(std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel()));
+        rows.push_back(
+            std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel()));
       }
       out["batches"].push_back(rows);
     }

@@ -19,13 +19,16 @@ using Json = nlohmann::json;
 
 // Opens `plugin` for a reference case, seeks to its start, and compares every batch, the cursor
 // and epoch after it, and the eval split (twice: begin_eval() restarts it).
-void check_case(const std::string& plugin, const Json& c, const std::string& extra_toml, const std::string& dir) {
+void check_case(const std::string& plugin, const Json& c, const std::string& extra_toml,
+                const std::string& dir) {
   const std::string where = plugin + " case " + c["name"].get<std::string>();
   RunContext ctx = make_context(dir, c["rank"].get<int>(), c["world_size"].get<int>());
   ctx.seed = c["seed"].get<uint64_t>();
   ByteTokenizer tok;
   auto src = registry().create<DataSource>(
-      Slot::kData, plugin, Config::from_toml("data", extra_toml + c["options"].get<std::string>(), dir + "/r.toml"), ctx);
+      Slot::kData, plugin,
+      Config::from_toml("data", extra_toml + c["options"].get<std::string>(), dir + "/r.toml"),
+      ctx);
   DataOpenArgs a;
   a.seq_len = c["seq_len"].get<int64_t>();
   a.micro_batch_size = c["micro_batch_size"].get<int64_t>();

@@ -14,11 +14,13 @@ namespace {
 struct Synth {
   RunContext ctx = make_context(CIUIC_TEST_TMP);
   std::shared_ptr<DataSource> src;
-  Synth(const std::string& toml, int64_t T, int64_t mb, int rank = 0, int world = 1, uint64_t seed = 3) {
+  Synth(const std::string& toml, int64_t T, int64_t mb, int rank = 0, int world = 1,
+        uint64_t seed = 3) {
     ctx.rank = rank;
     ctx.world_size = world;
     ctx.seed = seed;
-    src = registry().create<DataSource>(Slot::kData, "synthetic", Config::from_toml("data", toml, "recipe.toml"), ctx);
+    src = registry().create<DataSource>(Slot::kData, "synthetic",
+                                        Config::from_toml("data", toml, "recipe.toml"), ctx);
     DataOpenArgs a;
     a.seq_len = T;
     a.micro_batch_size = mb;
@@ -130,7 +132,8 @@ TEST(Synthetic, EvalRowsAndBadOptions) {
     Synth bad("pattern = \"repeat\"\n", 8, 1);
     ADD_FAILURE();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("vocab_size: this option is required"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("vocab_size: this option is required"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -9,9 +9,9 @@
 //   259 system, 260 user, 261 assistant. assistant_only: loss on the reply bytes and its EOS.
 #pragma once
 
-#include <ciuic/files.h>
 #include <atomic>
 #include <chrono>
+#include <ciuic/files.h>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -116,7 +116,10 @@ std::string message_of(F&& f) {
 // A fresh folder under CIUIC_TEST_TMP.
 inline std::string temp_dir(const std::string& name) {
   std::string d = std::string(CIUIC_TEST_TMP) + "/data/" + name;
-  { std::error_code rm_ec; ciuic::remove_tree(std::filesystem::path(d).string(), rm_ec); }
+  {
+    std::error_code rm_ec;
+    ciuic::remove_tree(std::filesystem::path(d).string(), rm_ec);
+  }
   std::filesystem::create_directories(d);
   return d;
 }

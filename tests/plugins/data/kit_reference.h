@@ -27,7 +27,8 @@ inline nlohmann::json rows_json(const at::Tensor& t) {
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t r = 0; r < t.size(0); ++r) {
     const at::Tensor row = t[r].contiguous();
-    rows.push_back(std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel()));
+    rows.push_back(
+        std::vector<int64_t>(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel()));
   }
   return rows;
 }

@@ -71,8 +71,10 @@ const ciuic::Registry& registry() {
 
 // The [optimizer] section as the recipe validates it (defaults filled in, the plugin's schema).
 ciuic::Config optimizer_config(const std::string& plugin, const std::string& options) {
-  const std::string text = "[train]\nmax_steps = 1\n[data]\nplugin = \"synthetic\"\n"
-                           "[optimizer]\nplugin = \"" + plugin + "\"\n" + options;
+  const std::string text =
+      "[train]\nmax_steps = 1\n[data]\nplugin = \"synthetic\"\n"
+      "[optimizer]\nplugin = \"" +
+      plugin + "\"\n" + options;
   const ciuic::Recipe recipe = ciuic::Recipe::parse(text, "test.toml");
   return recipe.plugin_config(ciuic::Slot::kOptimizer,
                               *registry().get(ciuic::Slot::kOptimizer, plugin).info);
@@ -103,7 +105,8 @@ std::vector<Variant> cpu_adam_variants() {
     const std::string s = std::string("simd = \"") + simd + "\"\n";
     v.push_back({std::string(simd) + "/direct/1", s + "threads = 1\n"});
     v.push_back({std::string(simd) + "/direct/3", s + "threads = 3\n"});
-    v.push_back({std::string(simd) + "/staged/3", s + "threads = 3\npipeline = \"staged\"\ntile_size = 4096\n"});
+    v.push_back({std::string(simd) + "/staged/3",
+                 s + "threads = 3\npipeline = \"staged\"\ntile_size = 4096\n"});
   }
   return v;
 }
@@ -111,7 +114,8 @@ std::vector<Variant> cpu_adam_variants() {
 // The default precision policy: fp32, round to nearest even (the base class's defaults).
 const ciuic::Precision kNearestEven{};
 
-// ---- the problem and the reference ---------------------------------------------------------------
+// ---- the problem and the reference
+// ---------------------------------------------------------------
 
 // A shard of 10007 elements (not a multiple of any vector width): decay, no-decay (a "norm"),
 // decay, no-decay (padding).
@@ -133,7 +137,9 @@ OptimizerStep hyper(int64_t step, double grad_scale = 1.0) {
 }
 
 // The shard's gradient regions, as a sharding would deliver them (not aligned to segments).
-std::vector<ciuic::ShardRegion> regions() { return {{0, 3000}, {3000, 4000}, {7000, kNumel - 7000}}; }
+std::vector<ciuic::ShardRegion> regions() {
+  return {{0, 3000}, {3000, 4000}, {7000, kNumel - 7000}};
+}
 
 // The gradient of step `step`: deterministic, varying magnitudes, some exact zeros.
 at::Tensor gradient(int64_t step, at::ScalarType dtype) {
@@ -184,8 +190,8 @@ class Reference {
   at::Tensor moment(bool second) const {
     std::vector<at::Tensor> parts;
     for (const at::Tensor& p : params_) {
-      auto& st = static_cast<torch::optim::AdamWParamState&>(
-          *opt_->state().at(p.unsafeGetTensorImpl()));
+      auto& st =
+          static_cast<torch::optim::AdamWParamState&>(*opt_->state().at(p.unsafeGetTensorImpl()));
       parts.push_back(second ? st.exp_avg_sq() : st.exp_avg());
     }
     return at::cat(parts);
@@ -211,9 +217,10 @@ OptimizerSetup make_setup(at::ScalarType param_dtype, const at::Tensor& init,
                           at::ScalarType grad_dtype = at::kFloat) {
   OptimizerSetup s;
   s.numel = init.numel();
-  s.segments = init.numel() == kNumel ? segments() : std::vector<ShardSegment>{{0, init.numel(), true}};
-  s.grad_regions = init.numel() == kNumel ? regions()
-                                          : std::vector<ciuic::ShardRegion>{{0, init.numel()}};
+  s.segments =
+      init.numel() == kNumel ? segments() : std::vector<ShardSegment>{{0, init.numel(), true}};
+  s.grad_regions =
+      init.numel() == kNumel ? regions() : std::vector<ciuic::ShardRegion>{{0, init.numel()}};
   s.initial = {ciuic::ShardValues{0, init.to(param_dtype)}};
   s.param_dtype = param_dtype;
   s.precision = precision;
@@ -252,7 +259,9 @@ double feed(Optimizer& o, const at::Tensor& g, int parts = 1, c10::Device device
       const auto& r = rs[static_cast<size_t>(i)];
       // Contributions in fp32 keep the sum exact; a single one keeps g's own dtype.
       const at::Tensor chunk = (parts == 1 ? g : pieces[static_cast<size_t>(k)])
-                                   .narrow(0, r.offset, r.numel).contiguous().to(device);
+                                   .narrow(0, r.offset, r.numel)
+                                   .contiguous()
+                                   .to(device);
       o.accumulate_grad(i, chunk, /*first=*/k == 0, /*last=*/k + 1 == parts);
     }
   const at::Tensor sq = o.finish_grads();
@@ -278,8 +287,8 @@ void run_steps(Optimizer& o, Reference* ref, int64_t first, int64_t last, at::Sc
 // `v_tol`: the tolerance on exp_avg_sq (ATen's CUDA AdamW rounds 1 - beta2 to fp32: 0.999 gives
 // 1 - 1.3e-5 of the exact 0.001 in every v).
 RunResult check_against_torch(Optimizer& o, at::ScalarType param_dtype, at::ScalarType grad_dtype,
-                              double grad_scale, c10::Device device = c10::kCPU, bool one_chunk = false,
-                              double v_tol = 1e-6) {
+                              double grad_scale, c10::Device device = c10::kCPU,
+                              bool one_chunk = false, double v_tol = 1e-6) {
   const at::Tensor init = initial_master().to(param_dtype).to(at::kFloat);
   OptimizerSetup setup = make_setup(param_dtype, init.to(device), &kNearestEven, grad_dtype);
   setup.device = device;
@@ -308,7 +317,9 @@ void expect_bitwise_equal(const RunResult& a, const RunResult& b, const std::str
 
 // ---- adamw (on the device) ----------------------------------------------------------------------
 
-TEST(OptimizerAdamw, MatchesTorchAdamWInFp32) { check_against_torch(*make_adamw(), at::kFloat, at::kFloat, 1.0); }
+TEST(OptimizerAdamw, MatchesTorchAdamWInFp32) {
+  check_against_torch(*make_adamw(), at::kFloat, at::kFloat, 1.0);
+}
 
 TEST(OptimizerAdamw, GradScaleBf16ChunksBf16Parameters) {
   check_against_torch(*make_adamw(), at::kBFloat16, at::kBFloat16, 0.37 / 1024);
@@ -335,11 +346,13 @@ TEST(OptimizerAdamwCuda, ShardKernelMatchesTorchAdamW) {
     double scale;
     bool one_chunk;
   };
-  for (const Case& c : {Case{at::kFloat, at::kFloat, 1.0, true}, Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024, true},
-                        Case{at::kHalf, at::kHalf, 1.0 / 65536, true}, Case{at::kBFloat16, at::kFloat, 0.5, false},
-                        Case{at::kBFloat16, at::kBFloat16, 1.0, false}}) {
-    SCOPED_TRACE(std::string(c10::toString(c.param)) + " params, " + c10::toString(c.grad) + " chunks, one chunk " +
-                 std::to_string(c.one_chunk));
+  for (const Case& c :
+       {Case{at::kFloat, at::kFloat, 1.0, true},
+        Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024, true},
+        Case{at::kHalf, at::kHalf, 1.0 / 65536, true}, Case{at::kBFloat16, at::kFloat, 0.5, false},
+        Case{at::kBFloat16, at::kBFloat16, 1.0, false}}) {
+    SCOPED_TRACE(std::string(c10::toString(c.param)) + " params, " + c10::toString(c.grad) +
+                 " chunks, one chunk " + std::to_string(c.one_chunk));
     auto o = make_adamw();
     check_against_torch(*o, c.param, c.grad, c.scale, kCuda, c.one_chunk);
     // The gradient shard: kept in the chunks' dtype exactly when they come once a step and narrow.
@@ -354,8 +367,10 @@ TEST(OptimizerAdamwCuda, ShardKernelMatchesTorchAdamW) {
 TEST(OptimizerAdamwCuda, AtenKernelOptionAndTheTwoKernelsAgree) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   auto aten = make_optimizer("adamw", "kernel = \"aten\"\n");
-  const RunResult a = check_against_torch(*aten, at::kBFloat16, at::kBFloat16, 0.25, kCuda, true, 2e-5);
-  EXPECT_EQ(aten->memory().device_bytes, static_cast<uint64_t>(16 * kNumel));  // fp32 gradient shard
+  const RunResult a =
+      check_against_torch(*aten, at::kBFloat16, at::kBFloat16, 0.25, kCuda, true, 2e-5);
+  EXPECT_EQ(aten->memory().device_bytes,
+            static_cast<uint64_t>(16 * kNumel));  // fp32 gradient shard
   auto fused = make_adamw();
   const RunResult f = check_against_torch(*fused, at::kBFloat16, at::kBFloat16, 0.25, kCuda, true);
   EXPECT_LT(max_rel(f.master, a.master), 1e-6);
@@ -363,11 +378,13 @@ TEST(OptimizerAdamwCuda, AtenKernelOptionAndTheTwoKernelsAgree) {
   EXPECT_LT(max_rel(f.exp_avg_sq, a.exp_avg_sq), 2e-5);
 }
 
-// A gradient kept narrow cannot take a second chunk in the step: a clear error, not a silent bf16 sum.
+// A gradient kept narrow cannot take a second chunk in the step: a clear error, not a silent bf16
+// sum.
 TEST(OptimizerAdamwCuda, NarrowGradientRefusesASecondChunk) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   auto o = make_adamw();
-  OptimizerSetup setup = make_setup(at::kBFloat16, initial_master().to(kCuda), &kNearestEven, at::kBFloat16);
+  OptimizerSetup setup =
+      make_setup(at::kBFloat16, initial_master().to(kCuda), &kNearestEven, at::kBFloat16);
   setup.device = kCuda;
   setup.one_chunk_per_step = true;
   o->setup(setup);
@@ -377,8 +394,11 @@ TEST(OptimizerAdamwCuda, NarrowGradientRefusesASecondChunk) {
     o->accumulate_grad(0, chunk, false, true);
     ADD_FAILURE() << "a second chunk was accepted";
   } catch (const ciuic::Error& e) {
-    EXPECT_TRUE(contains(e.what(), "optimizer adamw: region 0 received a second gradient chunk in one step, but "
-                                   "setup() promised one chunk per step")) << e.what();
+    EXPECT_TRUE(
+        contains(e.what(),
+                 "optimizer adamw: region 0 received a second gradient chunk in one step, but "
+                 "setup() promised one chunk per step"))
+        << e.what();
   }
 }
 
@@ -389,15 +409,16 @@ TEST(OptimizerAdamwCuda, NarrowGradientRefusesASecondChunk) {
 TEST(OptimizerAdamwCuda, KernelMatchesAtenFusedAdamWOnManyTiles) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   const int64_t n = 3 * 65536 + 12345;
-  const std::vector<ShardSegment> segs = {{0, 70001, true}, {70001, 70003, false}, {70003, 200002, true},
-                                          {200002, n, false}};
+  const std::vector<ShardSegment> segs = {
+      {0, 70001, true}, {70001, 70003, false}, {70003, 200002, true}, {200002, n, false}};
   for (at::ScalarType gd : {at::kFloat, at::kBFloat16, at::kHalf})
     for (at::ScalarType pd : {at::kFloat, at::kBFloat16, at::kHalf}) {
-      SCOPED_TRACE(std::string(c10::toString(gd)) + " gradient, " + c10::toString(pd) + " parameters");
+      SCOPED_TRACE(std::string(c10::toString(gd)) + " gradient, " + c10::toString(pd) +
+                   " parameters");
       const auto f32 = at::TensorOptions().dtype(at::kFloat).device(kCuda);
       at::Generator gen = at::detail::createCPUGenerator(11);
-      at::Tensor master = (at::randn({n}, gen) * 0.5).to(f32), m = (at::randn({n}, gen) * 0.01).to(f32),
-                 v = (at::rand({n}, gen) * 1e-4).to(f32);
+      at::Tensor master = (at::randn({n}, gen) * 0.5).to(f32),
+                 m = (at::randn({n}, gen) * 0.01).to(f32), v = (at::rand({n}, gen) * 1e-4).to(f32);
       const at::Tensor g = (at::randn({n}, gen) * 0.02).to(kCuda).to(gd);
       at::Tensor master2 = master.clone(), m2 = m.clone(), v2 = v.clone();
       at::Tensor params = at::empty({n}, at::TensorOptions().dtype(pd).device(kCuda));
@@ -436,8 +457,12 @@ TEST(OptimizerAdamwCuda, KernelMatchesAtenFusedAdamWOnManyTiles) {
     k.step(a, short_grad, b, c, nullptr, ciuic::kit::FusedAdamWShard::Hyper{});
     ADD_FAILURE() << "a short gradient was accepted";
   } catch (const ciuic::Error& e) {
-    EXPECT_TRUE(contains(e.what(), "fused AdamW: the gradient must be a contiguous, 16-byte aligned fp32, bf16 or "
-                                   "fp16 tensor of " + std::to_string(n) + " elements")) << e.what();
+    EXPECT_TRUE(
+        contains(e.what(),
+                 "fused AdamW: the gradient must be a contiguous, 16-byte aligned fp32, bf16 or "
+                 "fp16 tensor of " +
+                     std::to_string(n) + " elements"))
+        << e.what();
   }
 }
 
@@ -449,19 +474,24 @@ TEST(OptimizerAdamw, KernelOptionAndAvailability) {
       ciuic::kit::FusedAdamWShard k({{0, 10, true}}, 10, c10::Device(c10::kCPU));
       ADD_FAILURE() << "constructed without CUDA";
     } catch (const ciuic::Error& e) {
-      EXPECT_TRUE(contains(e.what(), "fused AdamW: needs a CUDA device and a CUDA build of ciuic")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "fused AdamW: needs a CUDA device and a CUDA build of ciuic"))
+          << e.what();
     }
   }
   // "aten" on CPU runs exactly like the default there (ATen's kernel in both).
-  const RunResult a = check_against_torch(*make_optimizer("adamw", "kernel = \"aten\"\n"), at::kFloat, at::kFloat, 1.0);
+  const RunResult a = check_against_torch(*make_optimizer("adamw", "kernel = \"aten\"\n"),
+                                          at::kFloat, at::kFloat, 1.0);
   const RunResult d = check_against_torch(*make_adamw(), at::kFloat, at::kFloat, 1.0);
   expect_bitwise_equal(a, d, "aten vs auto on CPU");
   try {
     make_optimizer("adamw", "kernel = \"triton\"\n");
     ADD_FAILURE() << "kernel = triton was accepted";
   } catch (const std::exception& e) {
-    EXPECT_TRUE(contains(e.what(), "test.toml:7:10: [optimizer] (plugin adamw) kernel: \"triton\" is not allowed: "
-                                   "expected one of \"auto\", \"aten\"")) << e.what();
+    EXPECT_TRUE(
+        contains(e.what(),
+                 "test.toml:7:10: [optimizer] (plugin adamw) kernel: \"triton\" is not allowed: "
+                 "expected one of \"auto\", \"aten\""))
+        << e.what();
   }
 }
 
@@ -474,8 +504,9 @@ TEST(OptimizerCpuAdam, EveryVariantMatchesTorchAdamWAndTheOthersBitwise) {
     at::ScalarType param, grad;
     double scale;
   };
-  for (const Case& c : {Case{at::kFloat, at::kFloat, 1.0}, Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024},
-                        Case{at::kHalf, at::kHalf, 1.0 / 65536}, Case{at::kBFloat16, at::kFloat, 0.5}}) {
+  for (const Case& c :
+       {Case{at::kFloat, at::kFloat, 1.0}, Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024},
+        Case{at::kHalf, at::kHalf, 1.0 / 65536}, Case{at::kBFloat16, at::kFloat, 0.5}}) {
     std::optional<RunResult> first;
     for (const Variant& v : variants) {
       SCOPED_TRACE(v.name + " param " + c10::toString(c.param) + " grad " + c10::toString(c.grad));
@@ -513,7 +544,8 @@ TEST(OptimizerCpuAdam, MemoryAndMetrics) {
   auto staged = make_cpu_adam("pipeline = \"staged\"\ntile_size = 4096");
   staged->setup(make_setup(at::kBFloat16, initial_master()));
   // master, m, v, gradient + 4 fp32 landing slots of the largest region (4000) + two bf16 tiles.
-  EXPECT_EQ(staged->memory().device_bytes, static_cast<uint64_t>(16 * kNumel + 4 * 4000 * 4 + 2 * 2 * 4096));
+  EXPECT_EQ(staged->memory().device_bytes,
+            static_cast<uint64_t>(16 * kNumel + 4 * 4000 * 4 + 2 * 2 * 4096));
 }
 
 // ---- both: the gradient sink --------------------------------------------------------------------
@@ -522,7 +554,8 @@ namespace {
 std::vector<std::pair<std::string, std::function<std::shared_ptr<Optimizer>()>>> all_optimizers() {
   return {{"adamw", [] { return make_adamw(); }},
           {"cpu_adam direct", [] { return make_cpu_adam("threads = 2"); }},
-          {"cpu_adam staged", [] { return make_cpu_adam("threads = 2\npipeline = \"staged\"\ntile_size = 4096"); }}};
+          {"cpu_adam staged",
+           [] { return make_cpu_adam("threads = 2\npipeline = \"staged\"\ntile_size = 4096"); }}};
 }
 }  // namespace
 
@@ -573,7 +606,8 @@ class TowardZero final : public ciuic::Precision {
     EXPECT_EQ(at, out.numel());
     // bf16 = the top 16 bits of the fp32 pattern: dropping the rest truncates toward zero.
     out.copy_((master.contiguous().view(at::kInt).bitwise_and(static_cast<int32_t>(0xFFFF0000u)))
-                  .view(at::kFloat).to(at::kBFloat16));
+                  .view(at::kFloat)
+                  .to(at::kBFloat16));
   }
   mutable std::mutex mu;
   mutable int calls = 0;
@@ -597,8 +631,10 @@ TEST(OptimizerRounding, PrecisionPolicyRoundsTheParameters) {
     StateDict sd;
     o->save_state(sd);
     const at::Tensor master = ciuic::state_get(sd, "master");
-    const at::Tensor truncated = master.view(at::kInt).bitwise_and(static_cast<int32_t>(0xFFFF0000u))
-                                     .view(at::kFloat).to(at::kBFloat16);
+    const at::Tensor truncated = master.view(at::kInt)
+                                     .bitwise_and(static_cast<int32_t>(0xFFFF0000u))
+                                     .view(at::kFloat)
+                                     .to(at::kBFloat16);
     EXPECT_TRUE(at::equal(params, truncated));
     EXPECT_FALSE(at::equal(params, master.to(at::kBFloat16)));  // nearest-even differs somewhere
     // Each update rounds for its own t (run_steps applies t = 1, 2, 3), and every shard element
@@ -619,7 +655,8 @@ TEST(OptimizerRounding, PrecisionPolicyRoundsTheParameters) {
   }
 }
 
-// ---- shared: copy-back rounding, state round trip, errors -----------------------------------------
+// ---- shared: copy-back rounding, state round trip, errors
+// -----------------------------------------
 
 namespace {
 
@@ -634,7 +671,8 @@ float from_bits(uint32_t b) {
 at::Tensor copy_back(Optimizer& o, const std::vector<float>& values, at::ScalarType dtype) {
   const int64_t n = static_cast<int64_t>(values.size());
   o.setup(make_setup(dtype, at::zeros({n})));
-  StateDict in = {{"master", at::tensor(values)}, {"exp_avg", at::zeros({n})}, {"exp_avg_sq", at::zeros({n})}};
+  StateDict in = {
+      {"master", at::tensor(values)}, {"exp_avg", at::zeros({n})}, {"exp_avg_sq", at::zeros({n})}};
   o.load_state(in);
   OptimizerStep h;
   h.lr = 0;
@@ -647,7 +685,9 @@ at::Tensor copy_back(Optimizer& o, const std::vector<float>& values, at::ScalarT
   StateDict sd;
   o.save_state(sd);
   EXPECT_TRUE(at::isclose(ciuic::state_get(sd, "master"), at::tensor(values), 0, 0,
-                          /*equal_nan=*/true).all().item<bool>());
+                          /*equal_nan=*/true)
+                  .all()
+                  .item<bool>());
   return params;
 }
 
@@ -670,18 +710,18 @@ const std::vector<std::pair<uint32_t, uint16_t>> kBf16Cases = {
 
 // (input, expected fp16 bits).
 const std::vector<std::pair<float, uint16_t>> kHalfCases = {
-    {1.0f + 0x1p-11f, 0x3C00},         // tie between 1 and 1 + 2^-10 -> even (1)
-    {1.0f + 3 * 0x1p-11f, 0x3C02},     // tie -> even (1 + 2^-9)
+    {1.0f + 0x1p-11f, 0x3C00},      // tie between 1 and 1 + 2^-10 -> even (1)
+    {1.0f + 3 * 0x1p-11f, 0x3C02},  // tie -> even (1 + 2^-9)
     {1.0f + 0x1p-11f + 0x1p-20f, 0x3C01},
     {-(1.0f + 3 * 0x1p-11f), 0xBC02},
-    {65504.0f, 0x7BFF},                 // max half
-    {65519.0f, 0x7BFF},                 // below the tie with 65536 -> max half
-    {65520.0f, 0x7C00},                 // tie -> even = 2^16 = inf
-    {1e6f, 0x7C00},                     // overflow -> inf
-    {0x1p-25f, 0x0000},                 // half the smallest subnormal: tie -> even (0)
-    {3 * 0x1p-25f, 0x0002},             // 1.5 subnormal ulps: tie -> even (2)
-    {0x1p-24f, 0x0001},                 // smallest subnormal
-    {0x1p-14f, 0x0400},                 // smallest normal
+    {65504.0f, 0x7BFF},      // max half
+    {65519.0f, 0x7BFF},      // below the tie with 65536 -> max half
+    {65520.0f, 0x7C00},      // tie -> even = 2^16 = inf
+    {1e6f, 0x7C00},          // overflow -> inf
+    {0x1p-25f, 0x0000},      // half the smallest subnormal: tie -> even (0)
+    {3 * 0x1p-25f, 0x0002},  // 1.5 subnormal ulps: tie -> even (2)
+    {0x1p-24f, 0x0001},      // smallest subnormal
+    {0x1p-14f, 0x0400},      // smallest normal
     {-2.5f, 0xC100},
 };
 
@@ -693,7 +733,8 @@ std::vector<T> repeated(const std::vector<T>& cases, int times) {
   return out;
 }
 
-void check_copy_back(const std::function<std::shared_ptr<Optimizer>()>& make, const std::string& what) {
+void check_copy_back(const std::function<std::shared_ptr<Optimizer>()>& make,
+                     const std::string& what) {
   SCOPED_TRACE(what);
   {
     const auto cases = repeated(kBf16Cases, 5);  // 65 elements
@@ -727,7 +768,8 @@ void check_copy_back(const std::function<std::shared_ptr<Optimizer>()>& make, co
 }
 
 // Save after 8 steps, load into a fresh object, continue 8 steps: identical to not stopping.
-void check_round_trip(const std::function<std::shared_ptr<Optimizer>()>& make, const std::string& what) {
+void check_round_trip(const std::function<std::shared_ptr<Optimizer>()>& make,
+                      const std::string& what) {
   SCOPED_TRACE(what);
   const at::Tensor init = initial_master();
   auto a = make();
@@ -787,7 +829,8 @@ void check_errors(const std::function<std::shared_ptr<Optimizer>()>& make, const
   s = make_setup(at::kFloat, initial_master());
   s.initial = {ciuic::ShardValues{10000, at::zeros({100})}};
   e = error_of([&] { o->setup(s); });
-  EXPECT_TRUE(contains(e, who + ": setup() initial values [10000, 10100) lie outside the shard")) << e;
+  EXPECT_TRUE(contains(e, who + ": setup() initial values [10000, 10100) lie outside the shard"))
+      << e;
   s = make_setup(at::kFloat, initial_master());
   s.param_dtype = at::kDouble;
   e = error_of([&] { o->setup(s); });
@@ -795,7 +838,8 @@ void check_errors(const std::function<std::shared_ptr<Optimizer>()>& make, const
   s = make_setup(at::kFloat, initial_master());
   s.grad_dtype = at::kDouble;
   e = error_of([&] { o->setup(s); });
-  EXPECT_TRUE(contains(e, who + ": gradient dtype Double is not supported (fp32, bf16 or fp16)")) << e;
+  EXPECT_TRUE(contains(e, who + ": gradient dtype Double is not supported (fp32, bf16 or fp16)"))
+      << e;
   s = make_setup(at::kFloat, initial_master());
   s.precision = nullptr;
   e = error_of([&] { o->setup(s); });
@@ -805,14 +849,20 @@ void check_errors(const std::function<std::shared_ptr<Optimizer>()>& make, const
   e = error_of([&] { o->accumulate_grad(7, at::zeros({5}), true, true); });
   EXPECT_TRUE(contains(e, who + ": gradient chunk for region 7: there are 3 regions")) << e;
   e = error_of([&] { o->accumulate_grad(1, at::zeros({5}), true, true); });
-  EXPECT_TRUE(contains(e, who + ": gradient chunk for region 1 must be a contiguous Float tensor of 4000 elements on cpu, got a Float tensor of 5 elements on cpu")) << e;
+  EXPECT_TRUE(contains(e, who + ": gradient chunk for region 1 must be a contiguous Float tensor "
+                                "of 4000 elements on cpu, got a Float tensor of 5 elements on cpu"))
+      << e;
   // A chunk in another dtype than setup() was told (OptimizerSetup::grad_dtype).
   e = error_of([&] { o->accumulate_grad(1, at::zeros({4000}, at::kBFloat16), true, true); });
-  EXPECT_TRUE(contains(e, who + ": gradient chunk for region 1 must be a contiguous Float tensor of 4000 elements on cpu, got a BFloat16 tensor")) << e;
+  EXPECT_TRUE(contains(e, who + ": gradient chunk for region 1 must be a contiguous Float tensor "
+                                "of 4000 elements on cpu, got a BFloat16 tensor"))
+      << e;
   feed(*o, gradient(1, at::kFloat));
   at::Tensor half_params = params.to(at::kHalf);
   e = error_of([&] { o->step(hyper(1), half_params); });
-  EXPECT_TRUE(contains(e, "params_out must be a contiguous Float tensor of 10007 elements on cpu, got a Half")) << e;
+  EXPECT_TRUE(contains(
+      e, "params_out must be a contiguous Float tensor of 10007 elements on cpu, got a Half"))
+      << e;
   e = error_of([&] { o->step(hyper(1, NAN), params); });
   EXPECT_TRUE(contains(e, "grad_scale must be finite and > 0")) << e;
   OptimizerStep t0 = hyper(1);
@@ -828,7 +878,9 @@ void check_errors(const std::function<std::shared_ptr<Optimizer>()>& make, const
   StateDict wrong = sd;
   wrong[2].second = at::zeros({kNumel - 1});
   e = error_of([&] { o->load_state(wrong); });
-  EXPECT_TRUE(contains(e, "\"exp_avg_sq\" must be a 1-D fp32 tensor of 10007 elements, got a Float tensor of 10006")) << e;
+  EXPECT_TRUE(contains(
+      e, "\"exp_avg_sq\" must be a 1-D fp32 tensor of 10007 elements, got a Float tensor of 10006"))
+      << e;
   // A refused state leaves the object as it was.
   StateDict after;
   o->save_state(after);
@@ -848,12 +900,15 @@ TEST(OptimizerAdamw, StateRoundTripContinuesIdentically) { check_round_trip(make
 
 TEST(OptimizerCpuAdam, StateRoundTripContinuesIdentically) {
   check_round_trip([] { return make_cpu_adam(""); }, "cpu_adam direct");
-  check_round_trip([] { return make_cpu_adam("pipeline = \"staged\"\ntile_size = 4096"); }, "cpu_adam staged");
+  check_round_trip([] { return make_cpu_adam("pipeline = \"staged\"\ntile_size = 4096"); },
+                   "cpu_adam staged");
 }
 
 TEST(OptimizerAdamw, BadInputMessages) { check_errors(make_adamw, "optimizer adamw"); }
 
-TEST(OptimizerCpuAdam, BadInputMessages) { check_errors([] { return make_cpu_adam(""); }, "optimizer cpu_adam"); }
+TEST(OptimizerCpuAdam, BadInputMessages) {
+  check_errors([] { return make_cpu_adam(""); }, "optimizer cpu_adam");
+}
 
 TEST(OptimizerCpuAdam, OptionErrors) {
   // Checked by the recipe against the plugin's declared options.
@@ -865,13 +920,17 @@ TEST(OptimizerCpuAdam, OptionErrors) {
   e = error_of([] { optimizer_config("cpu_adam", "threads = -1"); });
   EXPECT_TRUE(contains(e, "threads")) << e;
   e = error_of([] { make_cpu_adam("betas = [0.9, 1.0]"); });
-  EXPECT_TRUE(contains(e, "[optimizer] betas = [0.9, 1.0]: expected two numbers [beta1, beta2], each in [0, 1)")) << e;
+  EXPECT_TRUE(contains(
+      e, "[optimizer] betas = [0.9, 1.0]: expected two numbers [beta1, beta2], each in [0, 1)"))
+      << e;
   // Checked by the plugin: a forced SIMD level this CPU lacks.
   for (const char* level : {"avx512", "avx2"}) {
     e = error_of([&] { make_cpu_adam(std::string("simd = \"") + level + "\""); });
     if (e == "(no error)") continue;  // supported here
     EXPECT_TRUE(contains(e, "test.toml:")) << e;
-    EXPECT_TRUE(contains(e, "[optimizer] simd = \"" + std::string(level) + "\": this CPU does not support")) << e;
+    EXPECT_TRUE(
+        contains(e, "[optimizer] simd = \"" + std::string(level) + "\": this CPU does not support"))
+        << e;
     EXPECT_TRUE(contains(e, "it supports")) << e;
   }
 }
@@ -950,24 +1009,27 @@ TEST(OptimizerCpuAdam, EarlyUpdateIsBitwiseTheUpdateInStep) {
     double scale;
   };
   for (const Variant& v : cpu_adam_variants())
-    for (const Case& c : {Case{at::kFloat, at::kFloat, 1.0}, Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024},
-                          Case{at::kBFloat16, at::kFloat, 0.5}})
+    for (const Case& c :
+         {Case{at::kFloat, at::kFloat, 1.0}, Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024},
+          Case{at::kBFloat16, at::kFloat, 0.5}})
       for (int parts : {1, 3})
         for (bool one_chunk : {false, true}) {
           if (one_chunk && parts > 1) continue;
-          expect_early_equals_late(v.options, c.param, c.grad, c.scale, parts, &kNearestEven,
-                                   v.name + " param " + c10::toString(c.param) + " grad " +
-                                       c10::toString(c.grad),
-                                   one_chunk);
+          expect_early_equals_late(
+              v.options, c.param, c.grad, c.scale, parts, &kNearestEven,
+              v.name + " param " + c10::toString(c.param) + " grad " + c10::toString(c.grad),
+              one_chunk);
         }
   // Six threads: the tasks run on 3 (backward) or 6, so with fp32 gradients and bf16 parameters the
   // parameters wait in the gradient's place in 3 or 6 pieces (early_out()).
-  for (const char* options : {"threads = 6", "threads = 6\npipeline = \"staged\"\ntile_size = 4096"})
+  for (const char* options :
+       {"threads = 6", "threads = 6\npipeline = \"staged\"\ntile_size = 4096"})
     for (int parts : {1, 3})
       expect_early_equals_late(options, at::kBFloat16, at::kFloat, 0.5, parts, &kNearestEven,
                                std::string("pieces, ") + options);
   // The policy's own rounding, called per region by the update tasks.
-  for (const char* options : {"threads = 3", "threads = 3\npipeline = \"staged\"\ntile_size = 4096"}) {
+  for (const char* options :
+       {"threads = 3", "threads = 3\npipeline = \"staged\"\ntile_size = 4096"}) {
     TowardZero tz;
     expect_early_equals_late(options, at::kBFloat16, at::kFloat, 1.0, 3, &tz, "toward zero");
     EXPECT_GT(tz.calls, 0);
@@ -999,7 +1061,8 @@ TEST(OptimizerCpuAdam, EarlyUpdateOfferAndMisuse) {
   EXPECT_TRUE(contains(e, "than offer_early_update()")) << e;
   // That step never completed: the state is partly updated, so neither a new offer nor a save.
   e = error_of([&] { o->offer_early_update(hyper(2)); });
-  EXPECT_TRUE(contains(e, "offer_early_update() after an early update whose step() never came")) << e;
+  EXPECT_TRUE(contains(e, "offer_early_update() after an early update whose step() never came"))
+      << e;
   StateDict sd;
   e = error_of([&] { o->save_state(sd); });
   EXPECT_TRUE(contains(e, "save_state() after an early update whose step() never came")) << e;
@@ -1009,10 +1072,12 @@ TEST(OptimizerCpuAdam, EarlyUpdateOfferAndMisuse) {
   // A region without its last chunk: step() cannot finish the update.
   const auto rs = regions();
   for (int i : {0, 2})
-    o->accumulate_grad(i, gradient(1, at::kFloat).narrow(0, rs[i].offset, rs[i].numel).contiguous(), true, true);
+    o->accumulate_grad(i, gradient(1, at::kFloat).narrow(0, rs[i].offset, rs[i].numel).contiguous(),
+                       true, true);
   o->finish_grads();
   e = error_of([&] { o->step(hyper(1), params); });
-  EXPECT_TRUE(contains(e, "optimizer cpu_adam: region 1 received no last gradient chunk this step")) << e;
+  EXPECT_TRUE(contains(e, "optimizer cpu_adam: region 1 received no last gradient chunk this step"))
+      << e;
   o->load_state(good);
   // A second last chunk for a region in one step.
   ASSERT_TRUE(o->offer_early_update(hyper(1)));
@@ -1031,7 +1096,8 @@ TEST(OptimizerCpuAdam, EarlyUpdateOfferAndMisuse) {
   EXPECT_EQ(metric(*o, "optim_update_early"), 0.0);
 }
 
-// ---- host memory: ciuic/kit/host_buffer.h, and what cpu_adam keeps there -------------------------
+// ---- host memory: ciuic/kit/host_buffer.h, and what cpu_adam keeps there
+// -------------------------
 
 namespace {
 
@@ -1076,7 +1142,8 @@ TEST(HostBuffer, ExactlyTheBytesAskedForTouchedZeroAndReleased) {
     ciuic::kit::HostBufferOptions o;
     o.team = t;
     const int64_t n = 128 * kMiB + 2051;  // bf16: 256 MiB + 4102 bytes
-    expect_exact_and_released(2 * n, [&] { return ciuic::kit::host_buffer(n, at::kBFloat16, o, "test"); });
+    expect_exact_and_released(2 * n,
+                              [&] { return ciuic::kit::host_buffer(n, at::kBFloat16, o, "test"); });
     // Small buffers: below a page, below a huge page; and none at all.
     for (int64_t small : {int64_t{1}, int64_t{1000}, int64_t{300000}}) {
       const at::Tensor b = ciuic::kit::host_buffer(small, at::kFloat, o, "test");
@@ -1086,10 +1153,17 @@ TEST(HostBuffer, ExactlyTheBytesAskedForTouchedZeroAndReleased) {
     EXPECT_EQ(ciuic::kit::host_buffer(0, at::kFloat, o, "test").numel(), 0);
   }
   ciuic::kit::HostBufferOptions o;
-  std::string e = error_of([&] { ciuic::kit::host_buffer(-1, at::kFloat, o, "optimizer x: master weights"); });
-  EXPECT_TRUE(contains(e, "optimizer x: master weights: host buffer of -1 elements (expected a count >= 0)")) << e;
-  e = error_of([&] { ciuic::kit::host_buffer(int64_t{1} << 61, at::kFloat, o, "optimizer x: moments"); });
-  EXPECT_TRUE(contains(e, "optimizer x: moments: host buffer of 2305843009213693952 elements of Float is larger than any host memory")) << e;
+  std::string e =
+      error_of([&] { ciuic::kit::host_buffer(-1, at::kFloat, o, "optimizer x: master weights"); });
+  EXPECT_TRUE(contains(
+      e, "optimizer x: master weights: host buffer of -1 elements (expected a count >= 0)"))
+      << e;
+  e = error_of(
+      [&] { ciuic::kit::host_buffer(int64_t{1} << 61, at::kFloat, o, "optimizer x: moments"); });
+  EXPECT_TRUE(contains(e,
+                       "optimizer x: moments: host buffer of 2305843009213693952 elements of Float "
+                       "is larger than any host memory"))
+      << e;
 }
 
 // Pinned: page-locked (asynchronous copies), still exactly its size (LibTorch's pinned allocator
@@ -1125,8 +1199,9 @@ TEST(OptimizerCpuAdam, OneChunkAStepKeepsTheGradientAsItComes) {
     double scale;
   };
   for (const Variant& v : cpu_adam_variants())
-    for (const Case& c : {Case{at::kFloat, at::kFloat, 1.0}, Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024},
-                          Case{at::kHalf, at::kHalf, 1.0 / 65536}, Case{at::kBFloat16, at::kFloat, 0.5}}) {
+    for (const Case& c :
+         {Case{at::kFloat, at::kFloat, 1.0}, Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024},
+          Case{at::kHalf, at::kHalf, 1.0 / 65536}, Case{at::kBFloat16, at::kFloat, 0.5}}) {
       SCOPED_TRACE(v.name + " param " + c10::toString(c.param) + " grad " + c10::toString(c.grad));
       auto folded = make_cpu_adam(v.options);
       auto kept = make_cpu_adam(v.options);
@@ -1149,8 +1224,10 @@ TEST(OptimizerCpuAdam, OneChunkAStepKeepsTheGradientAsItComes) {
   const at::Tensor g0 = gradient(1, at::kBFloat16).narrow(0, 0, regions()[0].numel).contiguous();
   o->accumulate_grad(0, g0, true, true);
   const std::string e = error_of([&] { o->accumulate_grad(0, g0, false, true); });
-  EXPECT_TRUE(contains(e, "optimizer cpu_adam: region 0 received a second gradient chunk in one step, "
-                          "but the setup said one chunk a step")) << e;
+  EXPECT_TRUE(contains(e,
+                       "optimizer cpu_adam: region 0 received a second gradient chunk in one step, "
+                       "but the setup said one chunk a step"))
+      << e;
 }
 
 // cpu_adam on a CUDA run (chunks and parameters on the GPU; the pinned landing zone, the staged
@@ -1164,9 +1241,11 @@ TEST(OptimizerCpuAdamCuda, LandingZoneOneChunkAndEarlyUpdateMatchTorch) {
     at::ScalarType param, grad;
     double scale;
   };
-  for (const Case& c : {Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024}, Case{at::kFloat, at::kFloat, 1.0},
-                        Case{at::kBFloat16, at::kFloat, 0.5}, Case{at::kHalf, at::kHalf, 1.0 / 65536}}) {
-    const std::string what = std::string("param ") + c10::toString(c.param) + " grad " + c10::toString(c.grad);
+  for (const Case& c :
+       {Case{at::kBFloat16, at::kBFloat16, 0.37 / 1024}, Case{at::kFloat, at::kFloat, 1.0},
+        Case{at::kBFloat16, at::kFloat, 0.5}, Case{at::kHalf, at::kHalf, 1.0 / 65536}}) {
+    const std::string what =
+        std::string("param ") + c10::toString(c.param) + " grad " + c10::toString(c.grad);
     SCOPED_TRACE(what);
     std::vector<RunResult> r;
     for (bool one_chunk : {false, true}) {
@@ -1176,16 +1255,17 @@ TEST(OptimizerCpuAdamCuda, LandingZoneOneChunkAndEarlyUpdateMatchTorch) {
       // upload tiles (the shard is smaller than a tile), and unless one chunk a step, 4 landing
       // slots of the largest region (4000 elements) in the chunks' dtype; all of it host memory.
       const uint64_t gsize = c10::elementSize(c.grad);
-      const uint64_t bytes = (12 + (one_chunk ? gsize : 4) + 2 * c10::elementSize(c.param)) * kNumel +
-                             (one_chunk ? 0 : 4 * 4000 * gsize);
+      const uint64_t bytes =
+          (12 + (one_chunk ? gsize : 4) + 2 * c10::elementSize(c.param)) * kNumel +
+          (one_chunk ? 0 : 4 * 4000 * gsize);
       EXPECT_EQ(o->memory().host_bytes, bytes) << one_chunk;
       EXPECT_EQ(o->memory().device_bytes, 0u);
     }
     expect_bitwise_equal(r[1], r[0], "one chunk a step vs the fp32 fold");
     for (bool one_chunk : {false, true})
-      expect_early_equals_late("threads = 3", c.param, c.grad, c.scale, 1, &kNearestEven, what + " early",
-                               one_chunk, kCuda);
-    expect_early_equals_late("threads = 3", c.param, c.grad, c.scale, 3, &kNearestEven, what + " early", false,
-                             kCuda);
+      expect_early_equals_late("threads = 3", c.param, c.grad, c.scale, 1, &kNearestEven,
+                               what + " early", one_chunk, kCuda);
+    expect_early_equals_late("threads = 3", c.param, c.grad, c.scale, 3, &kNearestEven,
+                             what + " early", false, kCuda);
   }
 }

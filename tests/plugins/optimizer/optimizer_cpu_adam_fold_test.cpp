@@ -84,7 +84,6 @@ TEST(HostAccumulator, OrdersJobsAndCountsSquares) {
   EXPECT_THROW(acc.submit(0, shard.to(at::kDouble), b, nullptr, true, false), ciuic::Error);
 }
 
-
 // Tasks (cpu_adam's early updates): a task runs after the jobs of its bucket submitted before it,
 // folds of other buckets overtake queued tasks, and a fold waits for an earlier task of its
 // bucket; wait_folds() does not wait for tasks, wait_all() and wait_free() do; a task gets the

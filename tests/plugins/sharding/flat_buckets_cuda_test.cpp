@@ -18,11 +18,13 @@ std::vector<ciuic::ShardingParam> make_params(int64_t scale) {
   at::manual_seed(11);
   const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA);
   for (int64_t n : {int64_t{3} * scale + 5, int64_t{7}, int64_t{2} * scale, scale + 999})
-    ps.push_back({"p" + std::to_string(ps.size()), at::randn({n}, opts).requires_grad_(true), true});
+    ps.push_back(
+        {"p" + std::to_string(ps.size()), at::randn({n}, opts).requires_grad_(true), true});
   return ps;
 }
 
-void expect_views_with_values(ciuic::kit::FlatBuckets& fb, const std::vector<ciuic::ShardingParam>& params,
+void expect_views_with_values(ciuic::kit::FlatBuckets& fb,
+                              const std::vector<ciuic::ShardingParam>& params,
                               const std::vector<at::Tensor>& want) {
   const at::Tensor& flat = fb.flat();
   ASSERT_TRUE(flat.is_cuda());
@@ -32,7 +34,8 @@ void expect_views_with_values(ciuic::kit::FlatBuckets& fb, const std::vector<ciu
     const at::Tensor& p = params[i].tensor;
     EXPECT_TRUE(p.is_cuda()) << i;
     const auto* at_ = static_cast<const char*>(p.data_ptr());
-    EXPECT_TRUE(at_ >= lo && at_ + p.nbytes() <= hi) << "parameter " << i << " is not a view of the flat buffer";
+    EXPECT_TRUE(at_ >= lo && at_ + p.nbytes() <= hi)
+        << "parameter " << i << " is not a view of the flat buffer";
     EXPECT_TRUE(at::equal(p.detach().cpu(), want[i])) << i;
   }
   // Padding zero (checked on the host: the device is capped).

@@ -1,6 +1,7 @@
 // The sharding tests' plugins in one process: a registry over the build's plugin folder, a run
 // context with a local store, and plugins created with their declared defaults plus a TOML
-// section, as the recipe would hand them over. Header-only (sharding_step_test, sharding_zero3_test).
+// section, as the recipe would hand them over. Header-only (sharding_step_test,
+// sharding_zero3_test).
 #pragma once
 
 #include <chrono>
@@ -31,7 +32,8 @@ struct Env {
     std::string text;
     for (uint32_t i = 0; i < d.info->num_options; ++i) {
       const auto& o = d.info->options[i];
-      if (("\n" + toml).find("\n" + std::string(o.key) + " =") == std::string::npos && o.default_value)
+      if (("\n" + toml).find("\n" + std::string(o.key) + " =") == std::string::npos &&
+          o.default_value)
         text += std::string(o.key) + " = " + o.default_value + "\n";
     }
     return ciuic::Config::from_toml(ciuic::slot_name(d.slot), text + toml);

@@ -40,8 +40,9 @@ using ciuic::train::StepResult;
 
 // One optimizer step as the trainer runs it: the Step is made before the micro-batches (it may
 // offer the early update), `backward` runs them, then norm -> skip -> clip -> update.
-StepResult run_step(ciuic::Comm& comm, ciuic::Precision& prec, ciuic::Optimizer& opt, ciuic::Sharding& shard,
-                    const StepInput& in, const std::function<void()>& backward) {
+StepResult run_step(ciuic::Comm& comm, ciuic::Precision& prec, ciuic::Optimizer& opt,
+                    ciuic::Sharding& shard, const StepInput& in,
+                    const std::function<void()>& backward) {
   ciuic::train::Step step({&comm, &prec, &opt, &shard}, in);
   backward();
   return ciuic::train::run_step(step);
@@ -82,7 +83,8 @@ void compare_with_torch(const std::string& sharding, double clip, int micro_batc
   Env env;
   auto comm = env.make<ciuic::Comm>(Slot::kComm, "gloo");
   auto prec = env.make<ciuic::Precision>(Slot::kPrecision, "fp32");
-  auto shard = env.make<ciuic::Sharding>(Slot::kSharding, sharding, "reduce_bucket_size = 100\n" + options);
+  auto shard =
+      env.make<ciuic::Sharding>(Slot::kSharding, sharding, "reduce_bucket_size = 100\n" + options);
   auto optimizer = env.make<ciuic::Optimizer>(Slot::kOptimizer, "adamw", "betas = [0.9, 0.95]\n");
 
   Toy ours(at::kFloat, 7), ref(at::kFloat, 7);
@@ -108,7 +110,8 @@ void compare_with_torch(const std::string& sharding, double clip, int micro_batc
   for (int step = 1; step <= 6; ++step) {
     at::manual_seed(100 + step);
     std::vector<std::pair<at::Tensor, at::Tensor>> batches;
-    for (int m = 0; m < micro_batches; ++m) batches.emplace_back(at::randn({5, 8}), at::randn({5, 4}));
+    for (int m = 0; m < micro_batches; ++m)
+      batches.emplace_back(at::randn({5, 8}), at::randn({5, 4}));
     in.step = in.t = step;
     const StepResult r = run_step(*comm, *prec, *optimizer, *shard, in, [&] {
       for (int m = 0; m < micro_batches; ++m) {
@@ -149,8 +152,10 @@ TEST(ShardingStep, PartlyLocalAccumulationMatchesTorchAdamW) {
     for (const char* percent : {"0", "50", "100"})
       for (double clip : {0.0, 0.5}) {
         SCOPED_TRACE(std::string(sharding) + " " + percent + "% clip " + std::to_string(clip));
-        compare_with_torch(sharding, clip, 3,
-                           std::string("grad_accumulation = \"reduce_each\"\nlocal_accumulation_percent = ") + percent + "\n");
+        compare_with_torch(
+            sharding, clip, 3,
+            std::string("grad_accumulation = \"reduce_each\"\nlocal_accumulation_percent = ") +
+                percent + "\n");
       }
 }
 
@@ -253,7 +258,8 @@ TEST(Fp16, UnscaledGradientNormIsReported) {
   at::Tensor x = at::randn({3, 8}), y = at::randn({3, 4});
   torch::autograd::backward({ref.loss(x, y)});
   double sq = 0;
-  for (auto* p : {&ref.w1, &ref.w2, &ref.b}) sq += p->grad().to(at::kDouble).pow(2).sum().item<double>();
+  for (auto* p : {&ref.w1, &ref.w2, &ref.b})
+    sq += p->grad().to(at::kDouble).pow(2).sum().item<double>();
   const auto r = rig.step(1, false);
   EXPECT_NEAR(r.grad_norm, std::sqrt(sq), 2e-2 * std::sqrt(sq));  // fp16 gradients
 }
@@ -295,12 +301,14 @@ TEST(Fp16, StateRoundTrip) {
   }
 }
 
-// ---- the step: when the core offers the optimizer an early update --------------------------------
-// An optimizer that forwards to adamw and records the offers it gets; it accepts them when told
-// to (adamw itself still updates in step(), which a Sharding cannot tell apart).
+// ---- the step: when the core offers the optimizer an early update
+// -------------------------------- An optimizer that forwards to adamw and records the offers it
+// gets; it accepts them when told to (adamw itself still updates in step(), which a Sharding cannot
+// tell apart).
 class Recording final : public ciuic::Optimizer {
  public:
-  Recording(std::shared_ptr<ciuic::Optimizer> inner, bool accept) : inner_(std::move(inner)), accept_(accept) {}
+  Recording(std::shared_ptr<ciuic::Optimizer> inner, bool accept)
+      : inner_(std::move(inner)), accept_(accept) {}
   void setup(const ciuic::OptimizerSetup& s) override {
     seen = s;
     inner_->setup(s);
@@ -350,14 +358,17 @@ struct OfferRig {
   std::shared_ptr<ciuic::Sharding> shard;
   Recording opt;
   Toy toy;
-  // `options`: more TOML for the sharding's section; `micro_batches`: the accumulation it is set up for.
+  // `options`: more TOML for the sharding's section; `micro_batches`: the accumulation it is set up
+  // for.
   OfferRig(const std::string& sharding, ciuic::Precision* precision, bool accept,
-           const std::string& prec_name = "fp32", const std::string& options = "", int64_t micro_batches = 1)
+           const std::string& prec_name = "fp32", const std::string& options = "",
+           int64_t micro_batches = 1)
       : opt(env.make<ciuic::Optimizer>(Slot::kOptimizer, "adamw"), accept),
         toy(prec_name == "fp16" ? at::kHalf : at::kFloat, 13) {
     comm = env.make<ciuic::Comm>(Slot::kComm, "gloo");
     prec = env.make<ciuic::Precision>(Slot::kPrecision, prec_name);
-    shard = env.make<ciuic::Sharding>(Slot::kSharding, sharding, "reduce_bucket_size = 100\n" + options);
+    shard = env.make<ciuic::Sharding>(Slot::kSharding, sharding,
+                                      "reduce_bucket_size = 100\n" + options);
     ciuic::ShardingSetup s;
     s.params = toy.params();
     s.comm = comm.get();
@@ -412,16 +423,18 @@ TEST(ShardingSetup, WorldOfOneHandsOverTheParameterDtypeOnceAStepWhenNothingAccu
     int64_t micro_batches;
     bool one_chunk;
   };
-  for (const Case& c : {Case{"ddp", "reduce_each", 2, false}, Case{"zero2", "reduce_each", 2, false},
-                        Case{"zero2", "no_sync", 2, true}, Case{"ddp", "no_sync", 3, true},
-                        Case{"zero2", "reduce_each", 1, true}}) {
+  for (const Case& c : {Case{"ddp", "reduce_each", 2, false},
+                        Case{"zero2", "reduce_each", 2, false}, Case{"zero2", "no_sync", 2, true},
+                        Case{"ddp", "no_sync", 3, true}, Case{"zero2", "reduce_each", 1, true}}) {
     SCOPED_TRACE(c.sharding + " " + c.accumulation + " x" + std::to_string(c.micro_batches));
     Env env;
     auto comm = env.make<ciuic::Comm>(Slot::kComm, "gloo");
-    auto prec = env.make<ciuic::Precision>(Slot::kPrecision, "bf16");  // reduce_dtype fp32 by default
+    auto prec =
+        env.make<ciuic::Precision>(Slot::kPrecision, "bf16");  // reduce_dtype fp32 by default
     ASSERT_EQ(prec->reduce_dtype(), at::kFloat);
-    auto shard = env.make<ciuic::Sharding>(Slot::kSharding, c.sharding,
-                                           "reduce_bucket_size = 100\ngrad_accumulation = \"" + c.accumulation + "\"\n");
+    auto shard = env.make<ciuic::Sharding>(
+        Slot::kSharding, c.sharding,
+        "reduce_bucket_size = 100\ngrad_accumulation = \"" + c.accumulation + "\"\n");
     Recording opt(env.make<ciuic::Optimizer>(Slot::kOptimizer, "adamw"), false);
     Toy toy(at::kBFloat16, 21);
     ciuic::ShardingSetup s;
@@ -440,7 +453,8 @@ TEST(ShardingSetup, WorldOfOneHandsOverTheParameterDtypeOnceAStepWhenNothingAccu
     }
     run_step(*comm, *prec, opt, *shard, step_input(1), [] {});  // after the micro-batches above
     const size_t regions = opt.seen.grad_regions.size();
-    ASSERT_EQ(opt.chunks.size(), regions * (c.one_chunk ? 1 : static_cast<size_t>(c.micro_batches)));
+    ASSERT_EQ(opt.chunks.size(),
+              regions * (c.one_chunk ? 1 : static_cast<size_t>(c.micro_batches)));
     std::vector<int> seen(regions, 0);
     for (const auto& ch : opt.chunks) {
       EXPECT_EQ(ch.dtype, at::kBFloat16);
@@ -485,10 +499,13 @@ TEST(StepProtocol, OffersTheStepsExactArgumentsOnlyWhenNothingDependsOnTheNorm) 
 TEST(ShardingSetup, UnresolvedAutoAccumulationIsRefusedByName) {
   for (const char* sharding : {"zero2", "ddp"}) {
     Env env;
-    const std::string e = error_of(
-        [&] { env.make<ciuic::Sharding>(Slot::kSharding, sharding, "grad_accumulation = \"auto\"\n"); });
-    EXPECT_NE(e.find("[sharding] grad_accumulation = \"auto\": expected \"no_sync\" or \"reduce_each\" here"),
-              std::string::npos) << sharding << ": " << e;
+    const std::string e = error_of([&] {
+      env.make<ciuic::Sharding>(Slot::kSharding, sharding, "grad_accumulation = \"auto\"\n");
+    });
+    EXPECT_NE(e.find("[sharding] grad_accumulation = \"auto\": expected \"no_sync\" or "
+                     "\"reduce_each\" here"),
+              std::string::npos)
+        << sharding << ": " << e;
   }
 }
 
@@ -507,7 +524,8 @@ TEST(ShardingSetup, PartlyLocalBucketsAreHandedOverOnceAStep) {
       at::manual_seed(900 + i);
       torch::autograd::backward({rig.toy.loss(at::randn({3, 8}), at::randn({3, 4}))});
     }
-    run_step(*rig.comm, *rig.prec, opt, *rig.shard, step_input(1), [] {});  // after the micro-batches above
+    run_step(*rig.comm, *rig.prec, opt, *rig.shard, step_input(1),
+             [] {});  // after the micro-batches above
     const auto& regions = opt.seen.grad_regions;
     std::vector<std::vector<Recording::Chunk>> per(regions.size());
     for (const auto& ch : opt.chunks) per.at(static_cast<size_t>(ch.region)).push_back(ch);
@@ -540,7 +558,8 @@ TEST(StepProtocol, Misuse) {
   SkipsFinite skips;
   OfferRig bad("zero2", &skips, true);
   const std::string e = error_of([&] { bad.step(step_input(1)); });
-  EXPECT_NE(e.find("the precision policy skipped a step with a finite gradient"), std::string::npos) << e;
+  EXPECT_NE(e.find("the precision policy skipped a step with a finite gradient"), std::string::npos)
+      << e;
   // ... which without an accepted offer is an ordinary skip.
   OfferRig declined("zero2", &skips, /*accept=*/false);
   EXPECT_TRUE(declined.step(step_input(1)).skipped);
@@ -570,8 +589,8 @@ TEST(GradNorm, WholeShardNormIsAccurate) {
   EXPECT_TRUE(ciuic::global_grad_norm(bad, *comm, true).nonfinite);
 }
 
-
-// ---- bf16 stochastic rounding ([precision] rounding = "stochastic") ---------------------------------
+// ---- bf16 stochastic rounding ([precision] rounding = "stochastic")
+// ---------------------------------
 namespace {
 
 // The exact value of each bf16 in `t`, as doubles.
@@ -596,7 +615,8 @@ at::Tensor rounded(const ciuic::Precision& p, const at::Tensor& master, int64_t 
 
 // The mean of many roundings of one value is the value (an independent reference: the exact fp32
 // value, as a double). The values sit 0.7 of a bf16 step above a bf16 number, so round to nearest
-// (always up: 0.3 steps off) and truncation (always down: 0.7 steps off) both miss the bound by far.
+// (always up: 0.3 steps off) and truncation (always down: 0.7 steps off) both miss the bound by
+// far.
 TEST(Bf16Rounding, StochasticRoundingIsUnbiased) {
   Env env;
   auto p = bf16(env, "stochastic");
@@ -613,13 +633,15 @@ TEST(Bf16Rounding, StochasticRoundingIsUnbiased) {
     for (int64_t t = 1; t <= 5; ++t) {
       const auto v = values(rounded(*p, master, t, {{0, n, 1000 * t}}));
       for (double r : v) {
-        ASSERT_TRUE(r == lower || r == lower + (lower > 0 ? step : -step)) << r << " is not a neighbour of " << exact;
+        ASSERT_TRUE(r == lower || r == lower + (lower > 0 ? step : -step))
+            << r << " is not a neighbour of " << exact;
         sum += r;
       }
       count += n;
     }
     const double mean = sum / static_cast<double>(count);
-    // Standard deviation of one rounding: step * sqrt(0.7 * 0.3) = 0.46 step; of the mean of 1e5: 0.0015 step.
+    // Standard deviation of one rounding: step * sqrt(0.7 * 0.3) = 0.46 step; of the mean of 1e5:
+    // 0.0015 step.
     EXPECT_LT(std::fabs(mean - exact), 0.01 * step) << "value " << exact << ": mean " << mean;
     const double nearest = static_cast<double>(c10::BFloat16(x));
     EXPECT_GT(std::fabs(nearest - exact), 0.25 * step);  // the bound would catch round to nearest
@@ -637,7 +659,8 @@ TEST(Bf16Rounding, StochasticBitsFollowSeedStepAndGlobalPosition) {
   const at::Tensor master = at::randn({n});
   const at::Tensor whole = rounded(*p, master, 7, {{0, n, 5000}});
   // The same elements in two calls, the second half first, and as spans of one call.
-  const at::Tensor b = rounded(*p, master.narrow(0, n / 2, n / 2).contiguous(), 7, {{0, n / 2, 5000 + n / 2}});
+  const at::Tensor b =
+      rounded(*p, master.narrow(0, n / 2, n / 2).contiguous(), 7, {{0, n / 2, 5000 + n / 2}});
   const at::Tensor a = rounded(*p, master.narrow(0, 0, n / 2).contiguous(), 7, {{0, n / 2, 5000}});
   EXPECT_TRUE(at::equal(at::cat({a, b}), whole));
   EXPECT_TRUE(at::equal(rounded(*p, master, 7, {{0, 100, 5000}, {100, n - 100, 5100}}), whole));
@@ -650,7 +673,8 @@ TEST(Bf16Rounding, StochasticBitsFollowSeedStepAndGlobalPosition) {
   EXPECT_FALSE(at::equal(rounded(*p, master, 8, {{0, n, 5000}}), whole));
   EXPECT_FALSE(at::equal(rounded(*p, master, 7, {{0, n, 5001}}), whole));
   Env other;
-  EXPECT_FALSE(at::equal(rounded(*bf16(other, "stochastic", 12), master, 7, {{0, n, 5000}}), whole));
+  EXPECT_FALSE(
+      at::equal(rounded(*bf16(other, "stochastic", 12), master, 7, {{0, n, 5000}}), whole));
   // Special values, and padding, as round to nearest.
   const at::Tensor special = at::tensor(std::vector<float>{INFINITY, -INFINITY, NAN, 0.f, 1.7f});
   const at::Tensor r = rounded(*p, special, 1, {{0, 4, 0}, {4, 1, -1}});
@@ -665,7 +689,9 @@ TEST(Bf16Rounding, StochasticBitsFollowSeedStepAndGlobalPosition) {
   EXPECT_TRUE(at::equal(rounded(*nearest, master, 7, {{0, n, 5000}}), master.to(at::kBFloat16)));
   // Misuse: positions that do not cover the tensor.
   const std::string e = error_of([&] { rounded(*p, master, 7, {{0, n - 1, 5000}}); });
-  EXPECT_NE(e.find("precision bf16: round_to_param positions cover 4095 of 4096 elements"), std::string::npos) << e;
+  EXPECT_NE(e.find("precision bf16: round_to_param positions cover 4095 of 4096 elements"),
+            std::string::npos)
+      << e;
 }
 
 // A resume rewrites the parameters from the loaded master weights through the policy
@@ -685,7 +711,8 @@ TEST(Bf16Rounding, ResumeRewritesTheSavedBitsOnAnotherShardLayout) {
     explicit Rig(const std::string& bucket) {
       comm = env.make<ciuic::Comm>(Slot::kComm, "gloo");
       prec = bf16(env, "stochastic", 5);
-      shard = env.make<ciuic::Sharding>(Slot::kSharding, "ddp", "reduce_bucket_size = " + bucket + "\n");
+      shard = env.make<ciuic::Sharding>(Slot::kSharding, "ddp",
+                                        "reduce_bucket_size = " + bucket + "\n");
       opt = env.make<ciuic::Optimizer>(Slot::kOptimizer, "adamw");
       ciuic::ShardingSetup s;
       s.params = toy.params();
@@ -702,22 +729,25 @@ TEST(Bf16Rounding, ResumeRewritesTheSavedBitsOnAnotherShardLayout) {
   for (int64_t n = 1; n <= 3; ++n) {
     StepInput in = step_input(n);
     in.lr = 0.05;  // large steps: the masters move by many bf16 steps
-    ASSERT_FALSE(run_step(*saved.comm, *saved.prec, *saved.opt, *saved.shard, in, [&] {
-      saved.shard->begin_micro_batch(0, true);
-      at::manual_seed(40 + n);
-      torch::autograd::backward({saved.toy.loss(at::randn({3, 8}), at::randn({3, 4}))});
-    }).skipped);
+    ASSERT_FALSE(
+        run_step(*saved.comm, *saved.prec, *saved.opt, *saved.shard, in, [&] {
+          saved.shard->begin_micro_batch(0, true);
+          at::manual_seed(40 + n);
+          torch::autograd::backward({saved.toy.loss(at::randn({3, 8}), at::randn({3, 4}))});
+        }).skipped);
   }
   const std::vector<at::Tensor> want = saved.params();
   ciuic::StateDict state;
   saved.shard->save_state(state);
   const std::vector<ciuic::ShardSlice> layout = saved.shard->layout();
   // The checkpoint's slices, as the core's ShardSet serves them.
-  const ciuic::SliceFetcher fetch = [&](const std::string& name, const std::string& param, int64_t off,
-                                        int64_t len) {
+  const ciuic::SliceFetcher fetch = [&](const std::string& name, const std::string& param,
+                                        int64_t off, int64_t len) {
     for (const auto& sl : layout)
       if (sl.param == param && off >= sl.param_offset && off + len <= sl.param_offset + sl.length)
-        return ciuic::state_get(state, name).narrow(0, sl.shard_offset + off - sl.param_offset, len).clone();
+        return ciuic::state_get(state, name)
+            .narrow(0, sl.shard_offset + off - sl.param_offset, len)
+            .clone();
     ADD_FAILURE() << "no slice of " << param;
     return at::Tensor();
   };
@@ -725,11 +755,13 @@ TEST(Bf16Rounding, ResumeRewritesTheSavedBitsOnAnotherShardLayout) {
   const auto other = resumed.shard->layout();
   ASSERT_EQ(other.size(), layout.size());
   bool moved = false;
-  for (size_t i = 0; i < layout.size(); ++i) moved |= other[i].shard_offset != layout[i].shard_offset;
+  for (size_t i = 0; i < layout.size(); ++i)
+    moved |= other[i].shard_offset != layout[i].shard_offset;
   ASSERT_TRUE(moved) << "the two bucket sizes give the same layout: the test shows nothing";
   resumed.shard->load_state(fetch, 3);
   const std::vector<at::Tensor> got = resumed.params();
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(at::equal(got[i], want[i])) << "parameter " << i;
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_TRUE(at::equal(got[i], want[i])) << "parameter " << i;
   resumed.shard->load_state(fetch, 0);
   bool differs = false;
   const std::vector<at::Tensor> at_zero = resumed.params();

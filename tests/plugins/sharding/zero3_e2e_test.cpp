@@ -25,7 +25,8 @@ namespace {
 using namespace ciuic::e2e;
 
 // The run trained with zero3 (its set-up line), not with another sharding.
-#define EXPECT_ZERO3(r) EXPECT_NE((r).log().find("sharding zero3: "), std::string::npos) << (r).log()
+#define EXPECT_ZERO3(r) \
+  EXPECT_NE((r).log().find("sharding zero3: "), std::string::npos) << (r).log()
 
 Shape zero3(int world, int micro, int accum = 1, int steps = 5) {
   return Shape{.world = world, .micro = micro, .accum = accum, .steps = steps, .sharding = "zero3"};
@@ -54,19 +55,25 @@ TEST(Zero3E2E, MatchesSingleProcessAndZero2AtWorldSizes1To4) {
       {"acc", {zero3(2, 2, 3), {}}},
       {"cpuadam", {zero3(3, 4), {"--set", "optimizer.plugin=\"cpu_adam\""}}},
       {"cpuadam-acc-offload",
-       {zero3(2, 3, 2), {"--set", "optimizer.plugin=\"cpu_adam\"", "--set", "sharding.offload_params=true"}}},
-      {"ckpt1", {zero3(2, 6), {"--set", "model.activation_checkpointing=true", "--set", "model.checkpoint_layers=1"}}},
+       {zero3(2, 3, 2),
+        {"--set", "optimizer.plugin=\"cpu_adam\"", "--set", "sharding.offload_params=true"}}},
+      {"ckpt1",
+       {zero3(2, 6),
+        {"--set", "model.activation_checkpointing=true", "--set", "model.checkpoint_layers=1"}}},
       {"ckpt-all", {zero3(4, 3), {"--set", "model.activation_checkpointing=true"}}},
       {"persist", {zero3(2, 6), {"--set", "sharding.param_persistence_threshold=100"}}},
       {"loss-recompute", {zero3(2, 6), {"--set", "model.loss_backward=\"recompute\""}}},
       {"noprefetch-keep",
-       {zero3(2, 6), {"--set", "sharding.prefetch_bucket_size=0", "--set", "sharding.reshard_after_forward=false"}}},
+       {zero3(2, 6),
+        {"--set", "sharding.prefetch_bucket_size=0", "--set",
+         "sharding.reshard_after_forward=false"}}},
   };
   for (const auto& [name, v] : variants) {
     const Result r = run("z3-" + name, v.first, v.second);
     EXPECT_RUN_OK(r);
     EXPECT_ZERO3(r);
-    if (name == "persist") EXPECT_NE(r.log().find("(one persistent)"), std::string::npos) << r.log();
+    if (name == "persist")
+      EXPECT_NE(r.log().find("(one persistent)"), std::string::npos) << r.log();
     EXPECT_LT(max_rel(exported(r), w_ref), 1e-6) << name;
   }
 }
@@ -74,21 +81,26 @@ TEST(Zero3E2E, MatchesSingleProcessAndZero2AtWorldSizes1To4) {
 // Starting from a model folder (safetensors: each zero3 rank reads only its shard's byte ranges,
 // train/run.cpp with builds_parameters()) trains as one process starting from the same folder.
 TEST(Zero3E2E, StartsFromAModelFolderAsOneProcessDoes) {
-  const Result made = run("z3-folder", Shape{.world = 1, .micro = 12, .steps = 1, .sharding = "ddp"});
+  const Result made =
+      run("z3-folder", Shape{.world = 1, .micro = 12, .steps = 1, .sharding = "ddp"});
   EXPECT_RUN_OK(made);
   const std::string folder = "path = \"" + made.dir + "/out/hf\"\n";
-  const Result ref = run("z3-folder-ref", Shape{.world = 1, .micro = 12, .sharding = "ddp", .model = folder});
+  const Result ref =
+      run("z3-folder-ref", Shape{.world = 1, .micro = 12, .sharding = "ddp", .model = folder});
   EXPECT_RUN_OK(ref);
   for (int world : {2, 3}) {
-    const Result r = run("z3-folder-w" + std::to_string(world),
-                         Shape{.world = world, .micro = 12 / world, .sharding = "zero3", .model = folder});
-    const Result z2 = run("z3-folder-z2w" + std::to_string(world),
-                          Shape{.world = world, .micro = 12 / world, .sharding = "zero2", .model = folder});
+    const Result r =
+        run("z3-folder-w" + std::to_string(world),
+            Shape{.world = world, .micro = 12 / world, .sharding = "zero3", .model = folder});
+    const Result z2 =
+        run("z3-folder-z2w" + std::to_string(world),
+            Shape{.world = world, .micro = 12 / world, .sharding = "zero2", .model = folder});
     EXPECT_RUN_OK(r);
     EXPECT_RUN_OK(z2);
     EXPECT_ZERO3(r);
     // zero2 loads the whole model (load_hf): the same sums at the same world size. Against one
-    // process the sums' order differs; from trained weights that lands near 3e-6 (a wrong slice: 1e-2).
+    // process the sums' order differs; from trained weights that lands near 3e-6 (a wrong slice:
+    // 1e-2).
     EXPECT_LT(max_rel(exported(r), exported(z2)), 1e-6) << "world " << world;
     EXPECT_LT(max_rel(exported(r), exported(ref)), 1e-5) << "world " << world;
   }
@@ -100,12 +112,15 @@ TEST(Zero3E2E, StartsFromAModelFolderAsOneProcessDoes) {
 TEST(Zero3E2E, CpuAdamEarlyUpdateIsTheUpdateAfterBackward) {
   const std::vector<std::string> cpu_adam = {"--set", "optimizer.plugin=\"cpu_adam\"", "--set",
                                              "train.gradient_clipping=0.0"};
-  const Result early = run("z3-early", zero3(2, 3, 2), with(cpu_adam, {"--set", "optimizer.overlap_update=\"auto\""}));
-  const Result late = run("z3-late", zero3(2, 3, 2), with(cpu_adam, {"--set", "optimizer.overlap_update=\"off\""}));
+  const Result early = run("z3-early", zero3(2, 3, 2),
+                           with(cpu_adam, {"--set", "optimizer.overlap_update=\"auto\""}));
+  const Result late =
+      run("z3-late", zero3(2, 3, 2), with(cpu_adam, {"--set", "optimizer.overlap_update=\"off\""}));
   EXPECT_RUN_OK(early);
   EXPECT_RUN_OK(late);
   EXPECT_ZERO3(early);
-  EXPECT_NE(early.log().find("updating each gradient region as soon as its last chunk is folded"), std::string::npos)
+  EXPECT_NE(early.log().find("updating each gradient region as soon as its last chunk is folded"),
+            std::string::npos)
       << early.log();
   EXPECT_TRUE(identical(exported(early), exported(late)));
 }
@@ -142,17 +157,20 @@ TEST(Zero3E2E, HalfPrecisionTracksZero2) {
 // The checkpoint format is per parameter slice, whatever wrote it: zero3 and zero2 resume each
 // other's checkpoints on another world size, landing where the uninterrupted run does.
 TEST(Zero3E2E, CheckpointsInterchangeWithZero2AcrossWorldSizes) {
-  const Result full = run("z3-full", Shape{.world = 4, .micro = 3, .steps = 10, .sharding = "zero2"});
+  const Result full =
+      run("z3-full", Shape{.world = 4, .micro = 3, .steps = 10, .sharding = "zero2"});
   EXPECT_RUN_OK(full);
   const Result saved3 = run("z3-save", zero3(4, 3, 1, 5));
-  const Result saved2 = run("z2-save", Shape{.world = 4, .micro = 3, .steps = 5, .sharding = "zero2"});
+  const Result saved2 =
+      run("z2-save", Shape{.world = 4, .micro = 3, .steps = 5, .sharding = "zero2"});
   EXPECT_RUN_OK(saved3);
   EXPECT_RUN_OK(saved2);
   const Result a = run("z3-to-z2", Shape{.world = 3, .micro = 4, .steps = 10, .sharding = "zero2"},
                        {"--resume", saved3.dir + "/out/checkpoints"});
   EXPECT_RUN_OK(a);
   EXPECT_LT(max_rel(exported(a), exported(full)), 1e-6) << "zero3 on 4 -> zero2 on 3";
-  const Result b = run("z2-to-z3", zero3(3, 4, 1, 10), {"--resume", saved2.dir + "/out/checkpoints"});
+  const Result b =
+      run("z2-to-z3", zero3(3, 4, 1, 10), {"--resume", saved2.dir + "/out/checkpoints"});
   EXPECT_RUN_OK(b);
   EXPECT_LT(max_rel(exported(b), exported(full)), 1e-6) << "zero2 on 4 -> zero3 on 3";
 }
@@ -162,7 +180,8 @@ TEST(Zero3E2E, BadOptionsAreRefusedAtStart) {
   EXPECT_EQ(small.code, 2) << small.log();
   EXPECT_NE(small.err.find("max_live_parameters"), std::string::npos) << small.log();
   EXPECT_NE(small.err.find("expected at least"), std::string::npos) << small.log();
-  const Result unknown = run("z3-unknown", zero3(2, 6), {"--set", "sharding.stage3_max_live_parameters=1e9"});
+  const Result unknown =
+      run("z3-unknown", zero3(2, 6), {"--set", "sharding.stage3_max_live_parameters=1e9"});
   EXPECT_EQ(unknown.code, 2) << unknown.log();
   EXPECT_NE(unknown.err.find("stage3_max_live_parameters"), std::string::npos) << unknown.log();
 }
@@ -175,13 +194,17 @@ using namespace ciuic::e2e;
 // groups in flight and the reductions; per rank not more than zero2 (whole parameters) without
 // prefetch (the tiny model's totals are dominated by activations and print to 0.1 MiB).
 TEST(Zero3E2E, PlanCountsTheShardAndTheGatheredGroups) {
-  const auto [z3, text3] = plan_total_mib("z3-plan", Shape{.world = 2, .micro = 6, .sharding = "zero3"},
-                                          {"--set", "sharding.prefetch_bucket_size=0"});
-  const auto [z2, text2] = plan_total_mib("z2-plan", Shape{.world = 2, .micro = 6, .sharding = "zero2"}, {});
-  for (const char* s : {"parameter shard", "gathered parameters in flight", "reductions in flight", "sharding zero3"})
+  const auto [z3, text3] =
+      plan_total_mib("z3-plan", Shape{.world = 2, .micro = 6, .sharding = "zero3"},
+                     {"--set", "sharding.prefetch_bucket_size=0"});
+  const auto [z2, text2] =
+      plan_total_mib("z2-plan", Shape{.world = 2, .micro = 6, .sharding = "zero2"}, {});
+  for (const char* s : {"parameter shard", "gathered parameters in flight", "reductions in flight",
+                        "sharding zero3"})
     EXPECT_NE(text3.find(s), std::string::npos) << s << "\n" << text3;
   // The start peak at 4 ranks with a 4096-token vocabulary (1.1 MiB of parameters, half of them
-  // in each embedding matrix): zero3's, its shard and one whole parameter, below zero2's whole model.
+  // in each embedding matrix): zero3's, its shard and one whole parameter, below zero2's whole
+  // model.
   const Shape big3{.world = 4, .micro = 3, .sharding = "zero3", .vocab = 4096};
   const Shape big2{.world = 4, .micro = 3, .sharding = "zero2", .vocab = 4096};
   const auto [s3, start3] = plan_total_mib("z3-plan-start", big3, {});
@@ -197,12 +220,14 @@ TEST(Zero3E2E, PlanCountsTheShardAndTheGatheredGroups) {
   (void)s2;
   EXPECT_LE(z3, z2) << text3 << "\n" << text2;
   // The planner's "auto" choices take zero3's answer.
-  const Result a = run("z3-auto", Shape{.world = 2, .micro = 6, .sharding = "zero3"},
-                       {"--set", "model.activation_checkpointing=true", "--set", "model.checkpoint_layers=\"auto\"",
-                        "--set", "train.micro_batch_size=\"auto\"", "--set", "train.global_batch_size=12"});
+  const Result a = run(
+      "z3-auto", Shape{.world = 2, .micro = 6, .sharding = "zero3"},
+      {"--set", "model.activation_checkpointing=true", "--set", "model.checkpoint_layers=\"auto\"",
+       "--set", "train.micro_batch_size=\"auto\"", "--set", "train.global_batch_size=12"});
   EXPECT_RUN_OK(a);
   EXPECT_ZERO3(a);
-  for (const char* s : {"[train] micro_batch_size = \"auto\": ", "[model] checkpoint_layers = \"auto\": "})
+  for (const char* s :
+       {"[train] micro_batch_size = \"auto\": ", "[model] checkpoint_layers = \"auto\": "})
     EXPECT_NE(a.log().find(s), std::string::npos) << s << "\n" << a.log();
 }
 }  // namespace
@@ -213,25 +238,29 @@ using namespace ciuic::e2e;
 // ends the run within the launcher's usual bound, and the launcher names the rank by its pid.
 TEST(Zero3E2E, ARankKilledMidGatherEndsTheRunNamingIt) {
   const std::string dir = ciuic::testing::fresh_dir("e2e-z3-kill");
-  std::ofstream(dir + "/recipe.toml") << recipe_text(Shape{.world = 2, .micro = 6, .steps = 100000, .sharding = "zero3"},
-                                                     dir + "/out");
-  Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", dir + "/recipe.toml"}, dir + "/log", {"OMP_NUM_THREADS=1"});
+  std::ofstream(dir + "/recipe.toml") << recipe_text(
+      Shape{.world = 2, .micro = 6, .steps = 100000, .sharding = "zero3"}, dir + "/out");
+  Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", dir + "/recipe.toml"}, dir + "/log",
+          {"OMP_NUM_THREADS=1"});
   // Wait until training runs (metrics of the first logged step), then SIGKILL one worker.
   const auto start = std::chrono::steady_clock::now();
   while (!std::ifstream(dir + "/out/metrics.jsonl").good() &&
          std::chrono::steady_clock::now() - start < std::chrono::seconds(120))
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  std::ifstream kids("/proc/" + std::to_string(c.pid()) + "/task/" + std::to_string(c.pid()) + "/children");
+  std::ifstream kids("/proc/" + std::to_string(c.pid()) + "/task/" + std::to_string(c.pid()) +
+                     "/children");
   std::vector<pid_t> pids;
   for (pid_t p = 0; kids >> p;) pids.push_back(p);
   ASSERT_EQ(pids.size(), 2u) << c.err();
   kill(pids.back(), SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
   ASSERT_TRUE(c.wait(std::chrono::seconds(90))) << "launcher did not exit after a worker died";
-  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(70));  // [cluster] timeout_s = 60
+  EXPECT_LT(std::chrono::steady_clock::now() - killed,
+            std::chrono::seconds(70));  // [cluster] timeout_s = 60
   EXPECT_NE(c.exit_code(), 0) << c.err();
-  EXPECT_NE(c.err().find("(pid " + std::to_string(pids.back()) + ") was killed by signal 9"), std::string::npos)
+  EXPECT_NE(c.err().find("(pid " + std::to_string(pids.back()) + ") was killed by signal 9"),
+            std::string::npos)
       << c.err();
   for (pid_t p : pids) EXPECT_TRUE(ciuic::testing::wait_gone(p, std::chrono::seconds(10)));
 }

@@ -8,8 +8,8 @@
 //     reshard_after_forward on and off, persistent small parameters;
 //   * refusals (exit code 2, the key and what was expected);
 //   * the start without the whole model (Zero3Start): each rank of worlds 2-4 builds only its shard
-//     from the core's values (random initialisation, safetensors), the bytes the CPU allocator hands
-//     out counted by a wrapping allocator, the shard's values against the unsharded model's.
+//     from the core's values (random initialisation, safetensors), the bytes the CPU allocator
+//     hands out counted by a wrapping allocator, the shard's values against the unsharded model's.
 // Multi-rank equivalence, cpu_adam, offload and checkpoints through ciuic-run: zero3_e2e_test.
 #include <gtest/gtest.h>
 
@@ -57,15 +57,20 @@ class CountingComm final : public ciuic::Comm {
   int size() const override { return inner_.size(); }
   c10::Device device() const override { return inner_.device(); }
   std::string backend_name() const override { return inner_.backend_name(); }
-  std::unique_ptr<ciuic::Work> all_reduce(at::Tensor& t, ciuic::ReduceOp op) override { return inner_.all_reduce(t, op); }
-  std::unique_ptr<ciuic::Work> reduce_scatter(at::Tensor& o, const at::Tensor& i, ciuic::ReduceOp op) override {
+  std::unique_ptr<ciuic::Work> all_reduce(at::Tensor& t, ciuic::ReduceOp op) override {
+    return inner_.all_reduce(t, op);
+  }
+  std::unique_ptr<ciuic::Work> reduce_scatter(at::Tensor& o, const at::Tensor& i,
+                                              ciuic::ReduceOp op) override {
     return inner_.reduce_scatter(o, i, op);
   }
   std::unique_ptr<ciuic::Work> all_gather(at::Tensor& o, const at::Tensor& i) override {
     ++gathers;
     return inner_.all_gather(o, i);
   }
-  std::unique_ptr<ciuic::Work> broadcast(at::Tensor& t, int root) override { return inner_.broadcast(t, root); }
+  std::unique_ptr<ciuic::Work> broadcast(at::Tensor& t, int root) override {
+    return inner_.broadcast(t, root);
+  }
   void barrier() override { inner_.barrier(); }
   ciuic::CommCounters counters() const override { return inner_.counters(); }
   int64_t gathers = 0;
@@ -101,7 +106,8 @@ class Probe final : public ciuic::Sharding {
   void begin_micro_batch(int64_t i, bool last) override { inner_.begin_micro_batch(i, last); }
   void before_group(int g, GroupPass p) override {
     bool present = true;  // every parameter of the group holds memory already (gathered earlier)
-    for (int i : groups_[g].params) present = present && params_[i].tensor.storage().unsafeGetStorageImpl()->data();
+    for (int i : groups_[g].params)
+      present = present && params_[i].tensor.storage().unsafeGetStorageImpl()->data();
     if (present) ++ready_on_entry[{g, static_cast<int>(p)}];
     const int64_t before = comm_.gathers;
     inner_.before_group(g, p);
@@ -118,11 +124,14 @@ class Probe final : public ciuic::Sharding {
   std::vector<ciuic::ShardSlice> layout() const override { return inner_.layout(); }
   void save_state(ciuic::StateDict& out) const override { inner_.save_state(out); }
   void load_state(const ciuic::SliceFetcher& f, int64_t t) override { inner_.load_state(f, t); }
-  std::map<std::pair<int, int>, int64_t> gathers;  // (group, pass) -> all-gathers issued inside before_group
-  std::map<std::pair<int, int>, int64_t> training;  // `gathers` when training ended (train() sets it)
-  std::map<std::pair<int, int>, int64_t> ready_on_entry;  // (group, pass) -> before_group found it gathered
-  int64_t peak_held = 0;                           // at any boundary
-  int64_t between = 0;                             // right after a group's pass
+  std::map<std::pair<int, int>, int64_t>
+      gathers;  // (group, pass) -> all-gathers issued inside before_group
+  std::map<std::pair<int, int>, int64_t>
+      training;  // `gathers` when training ended (train() sets it)
+  std::map<std::pair<int, int>, int64_t>
+      ready_on_entry;     // (group, pass) -> before_group found it gathered
+  int64_t peak_held = 0;  // at any boundary
+  int64_t between = 0;    // right after a group's pass
 
  private:
   ciuic::Sharding& inner_;
@@ -169,8 +178,9 @@ Trained train(const Case& c, std::unique_ptr<Probe>* probe_out = nullptr) {
   auto gloo = env.make<ciuic::Comm>(Slot::kComm, "gloo");
   CountingComm comm(*gloo);
   auto prec = env.make<ciuic::Precision>(Slot::kPrecision, "fp32");
-  auto shard = env.make<ciuic::Sharding>(Slot::kSharding, c.sharding,
-                                         c.sharding == "zero3" ? c.options : "reduce_bucket_size = 3000\n");
+  auto shard =
+      env.make<ciuic::Sharding>(Slot::kSharding, c.sharding,
+                                c.sharding == "zero3" ? c.options : "reduce_bucket_size = 3000\n");
   auto opt = env.make<ciuic::Optimizer>(Slot::kOptimizer, "adamw");
   ciuic::model::LlamaModel model(tiny(c.tied), at::kFloat, at::kCPU);
   model.init_random(11, 0.05);
@@ -227,8 +237,9 @@ Trained train(const Case& c, std::unique_ptr<Probe>* probe_out = nullptr) {
   {
     at::NoGradGuard ng;
     at::manual_seed(5);
-    out.losses.push_back(model.loss_sum(at::randint(0, 96, {1, 8}, at::kLong), at::randint(0, 96, {1, 8}, at::kLong),
-                                        {}, false)
+    out.losses.push_back(model
+                             .loss_sum(at::randint(0, 96, {1, 8}, at::kLong),
+                                       at::randint(0, 96, {1, 8}, at::kLong), {}, false)
                              .item<double>());
   }
   if (probe_out) *probe_out = std::move(probe);
@@ -251,13 +262,15 @@ double rel(const std::map<std::string, at::Tensor>& a, const std::map<std::strin
 
 void expect_same_losses(const Trained& a, const Trained& b) {
   ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t i = 0; i < a.losses.size(); ++i) EXPECT_NEAR(a.losses[i], b.losses[i], 1e-5 * std::abs(b.losses[i])) << i;
+  for (size_t i = 0; i < a.losses.size(); ++i)
+    EXPECT_NEAR(a.losses[i], b.losses[i], 1e-5 * std::abs(b.losses[i])) << i;
 }
 
 TEST(Zero3, MatchesZero2InOneProcess) {
   for (bool tied : {false, true})
     for (int ckpt : {-1, 0, 2}) {
-      SCOPED_TRACE(std::string(tied ? "tied" : "untied") + ", checkpoint_layers " + std::to_string(ckpt));
+      SCOPED_TRACE(std::string(tied ? "tied" : "untied") + ", checkpoint_layers " +
+                   std::to_string(ckpt));
       Case z2{.sharding = "zero2", .tied = tied, .checkpoint_layers = ckpt, .micro_batches = 2};
       Case z3 = z2;
       z3.sharding = "zero3";
@@ -282,7 +295,8 @@ TEST(Zero3, MatchesZero2InOneProcess) {
 // max_live_parameters gathered elements.
 TEST(Zero3, GathersEachLayerOnceInForwardAndOnceInBackward) {
   const int layers = 3;
-  // One layer of the tiny model: 4 x 32 x 32 / 2 (q, o; k and v are half) ... counted from the model.
+  // One layer of the tiny model: 4 x 32 x 32 / 2 (q, o; k and v are half) ... counted from the
+  // model.
   ciuic::model::LlamaModel shape(tiny(false, layers), at::kFloat, at::kCPU);
   int64_t layer = 0;
   for (const auto& [n, t] : shape.named_parameters())
@@ -290,11 +304,14 @@ TEST(Zero3, GathersEachLayerOnceInForwardAndOnceInBackward) {
   const int64_t padded = (layer + 63) / 64 * 64;
   for (int ckpt : {-1, 0}) {
     for (int64_t live_layers : {1, 2}) {
-      SCOPED_TRACE("checkpoint_layers " + std::to_string(ckpt) + ", live layers " + std::to_string(live_layers));
+      SCOPED_TRACE("checkpoint_layers " + std::to_string(ckpt) + ", live layers " +
+                   std::to_string(live_layers));
       // The embedding and lm_head (96 x 32) are larger than a layer: the bound holds them too.
       const int64_t live = std::max<int64_t>(live_layers * padded, 96 * 32);
       std::unique_ptr<Probe> probe;
-      Case c{.options = "max_live_parameters = " + std::to_string(live) + "\n", .checkpoint_layers = ckpt, .steps = 1};
+      Case c{.options = "max_live_parameters = " + std::to_string(live) + "\n",
+             .checkpoint_layers = ckpt,
+             .steps = 1};
       train(c, &probe);
       auto& trained = probe->training;
       for (int g = 1; g <= layers; ++g) {
@@ -311,7 +328,8 @@ TEST(Zero3, GathersEachLayerOnceInForwardAndOnceInBackward) {
       // training: each of the 5 groups once.
       EXPECT_EQ(total, 2 * layers + 2 + 1);
       EXPECT_EQ(all - total, layers + 2);
-      if (live_layers == 1) {  // no room to prefetch a layer: each gather happens in its own before_group
+      if (live_layers ==
+          1) {  // no room to prefetch a layer: each gather happens in its own before_group
         for (int g = 1; g <= layers; ++g) {
           EXPECT_EQ((trained[{g, 0}]), 1) << "layer " << g;
           EXPECT_EQ((trained[{g, 1}]), 1) << "layer " << g;
@@ -332,7 +350,9 @@ TEST(Zero3, TheNextLayerIsPrefetchedWhateverTheBucket) {
   for (const char* prefetch : {"1", "0"}) {
     SCOPED_TRACE(std::string("prefetch_bucket_size = ") + prefetch);
     std::unique_ptr<Probe> probe;
-    train(Case{.options = std::string("prefetch_bucket_size = ") + prefetch + "\nmax_live_parameters = 40000\n", .steps = 1},
+    train(Case{.options = std::string("prefetch_bucket_size = ") + prefetch +
+                          "\nmax_live_parameters = 40000\n",
+               .steps = 1},
           &probe);
     const bool on = std::string(prefetch) == "1";
     auto& r = probe->ready_on_entry;  // one step, then one evaluation forward
@@ -362,7 +382,9 @@ TEST(Zero3, RefusesALiveBoundSmallerThanTheLargestGroup) {
     EXPECT_EQ(e.exit_code(), ciuic::kExitUsage);
     const std::string m = e.what();
     EXPECT_NE(m.find("max_live_parameters"), std::string::npos) << m;
-    EXPECT_NE(m.find("is 1000 elements, but group embed gathers 3072 elements at once"), std::string::npos) << m;
+    EXPECT_NE(m.find("is 1000 elements, but group embed gathers 3072 elements at once"),
+              std::string::npos)
+        << m;
   }
   // Without groups there is no boundary to gather at.
   auto other = env.make<ciuic::Sharding>(Slot::kSharding, "zero3");
@@ -372,11 +394,13 @@ TEST(Zero3, RefusesALiveBoundSmallerThanTheLargestGroup) {
     FAIL() << "accepted";
   } catch (const ciuic::Error& e) {
     EXPECT_EQ(e.exit_code(), ciuic::kExitUsage);
-    EXPECT_NE(std::string(e.what()).find("announces no parameter groups"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("announces no parameter groups"), std::string::npos)
+        << e.what();
   }
 }
 
-// ---- start: no rank holds the whole model ---------------------------------------------------------
+// ---- start: no rank holds the whole model
+// ---------------------------------------------------------
 
 // Wraps the CPU allocator and counts the bytes it has handed out and not yet taken back, with the
 // peak since reset_peak().
@@ -391,7 +415,9 @@ class CountingAllocator final : public c10::Allocator {
     }
     return {data, new Held{std::move(d), n, this}, &release, c10::Device(c10::kCPU)};
   }
-  void copy_data(void* dst, const void* src, size_t n) const override { default_copy_data(dst, src, n); }
+  void copy_data(void* dst, const void* src, size_t n) const override {
+    default_copy_data(dst, src, n);
+  }
   void reset_peak() { peak = live.load(); }
   std::atomic<int64_t> live{0}, peak{0};
 
@@ -427,17 +453,24 @@ class LoneRank final : public ciuic::Comm {
   int size() const override { return world_; }
   c10::Device device() const override { return at::kCPU; }
   std::string backend_name() const override { return "none"; }
-  std::unique_ptr<ciuic::Work> all_reduce(at::Tensor&, ciuic::ReduceOp) override { return refuse(); }
-  std::unique_ptr<ciuic::Work> reduce_scatter(at::Tensor&, const at::Tensor&, ciuic::ReduceOp) override {
+  std::unique_ptr<ciuic::Work> all_reduce(at::Tensor&, ciuic::ReduceOp) override {
     return refuse();
   }
-  std::unique_ptr<ciuic::Work> all_gather(at::Tensor&, const at::Tensor&) override { return refuse(); }
+  std::unique_ptr<ciuic::Work> reduce_scatter(at::Tensor&, const at::Tensor&,
+                                              ciuic::ReduceOp) override {
+    return refuse();
+  }
+  std::unique_ptr<ciuic::Work> all_gather(at::Tensor&, const at::Tensor&) override {
+    return refuse();
+  }
   std::unique_ptr<ciuic::Work> broadcast(at::Tensor&, int) override { return refuse(); }
   void barrier() override { refuse(); }
   ciuic::CommCounters counters() const override { return {}; }
 
  private:
-  static std::unique_ptr<ciuic::Work> refuse() { throw ciuic::Error("a collective during zero3's set-up"); }
+  static std::unique_ptr<ciuic::Work> refuse() {
+    throw ciuic::Error("a collective during zero3's set-up");
+  }
   int rank_, world_;
 };
 
@@ -549,11 +582,13 @@ TEST(Zero3Start, EachRankBuildsOnlyItsShardFromRandomInitialisation) {
         EXPECT_GE(s.peak, s.shard_bytes);
         EXPECT_LE(s.peak, s.shard_bytes + largest_bytes + (64 << 10));
         EXPECT_LT(s.peak, full * 3 / 4);
-        std::printf("start, random init, tied %d, world %d rank %d: peak %lld bytes = shard %lld + %lld "
-                    "(largest parameter %lld, whole model %lld; built whole: %lld)\n",
-                    tied, world, rank, static_cast<long long>(s.peak), static_cast<long long>(s.shard_bytes),
-                    static_cast<long long>(s.peak - s.shard_bytes), static_cast<long long>(largest_bytes),
-                    static_cast<long long>(full), static_cast<long long>(whole_peak));
+        std::printf(
+            "start, random init, tied %d, world %d rank %d: peak %lld bytes = shard %lld + %lld "
+            "(largest parameter %lld, whole model %lld; built whole: %lld)\n",
+            tied, world, rank, static_cast<long long>(s.peak),
+            static_cast<long long>(s.shard_bytes), static_cast<long long>(s.peak - s.shard_bytes),
+            static_cast<long long>(largest_bytes), static_cast<long long>(full),
+            static_cast<long long>(whole_peak));
       }
   }
 }
@@ -579,9 +614,10 @@ TEST(Zero3Start, EachRankReadsOnlyItsShardOfASafetensorsFile) {
       EXPECT_TRUE(s.equal);
       EXPECT_GE(s.peak, s.shard_bytes);
       EXPECT_LE(s.peak, s.shard_bytes + (64 << 10));
-      std::printf("start, safetensors, world %d rank %d: peak %lld bytes, shard %lld, whole model %lld\n", world,
-                  rank, static_cast<long long>(s.peak), static_cast<long long>(s.shard_bytes),
-                  static_cast<long long>(flat.numel() * 4));
+      std::printf(
+          "start, safetensors, world %d rank %d: peak %lld bytes, shard %lld, whole model %lld\n",
+          world, rank, static_cast<long long>(s.peak), static_cast<long long>(s.shard_bytes),
+          static_cast<long long>(flat.numel() * 4));
     }
 }
 

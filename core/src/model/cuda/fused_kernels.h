@@ -23,18 +23,18 @@ enum class DType { kFloat, kBFloat16, kHalf };
 //   forward:  out[i] = x[i] cos[i] + x[p(i)] sin_signed[i]
 //   backward: out[i] = x[i] cos[i] + x[p(i)] sin_signed[p(i)]   (x is then the incoming gradient)
 // where p(i) = i + half for i < half and i - half otherwise. Computed in fp32, rounded once.
-const char* rope(const void* x, const void* cos, const void* sin_signed, void* out, int64_t batch, int64_t seq,
-                 int64_t heads, int64_t half, const int64_t x_strides[3], bool backward, DType dtype,
-                 cudaStream_t stream);
+const char* rope(const void* x, const void* cos, const void* sin_signed, void* out, int64_t batch,
+                 int64_t seq, int64_t heads, int64_t half, const int64_t x_strides[3],
+                 bool backward, DType dtype, cudaStream_t stream);
 
 // The gated MLP activation act(gate) * up: SwiGLU (act = silu) or GeGLU (act = GELU in
 // PyTorch's tanh form, gelu(approximate = "tanh")).
 enum class Glu { kSilu, kGeluTanh };
 // out = act(gate) * up over n elements (all contiguous).
-const char* glu_forward(const void* gate, const void* up, void* out, int64_t n, Glu act, DType dtype,
-                        cudaStream_t stream);
+const char* glu_forward(const void* gate, const void* up, void* out, int64_t n, Glu act,
+                        DType dtype, cudaStream_t stream);
 // Its gradient: d_gate = grad * up * act'(gate), d_up = grad * act(gate).
-const char* glu_backward(const void* gate, const void* up, const void* grad, void* d_gate, void* d_up, int64_t n,
-                         Glu act, DType dtype, cudaStream_t stream);
+const char* glu_backward(const void* gate, const void* up, const void* grad, void* d_gate,
+                         void* d_up, int64_t n, Glu act, DType dtype, cudaStream_t stream);
 
 }  // namespace ciuic::model::cuda

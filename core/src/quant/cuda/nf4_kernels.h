@@ -19,7 +19,8 @@ enum class DType { kFloat, kBFloat16, kHalf };
 // code2[absmax_u8[b]] * absmax2[b / 256] + offset (double quantization), in fp32 as on the CPU.
 // All pointers are device pointers, contiguous.
 const char* nf4_dequantize(const uint8_t* packed, const float* code, const float* absmax_f32,
-                           const uint8_t* absmax_u8, const float* code2, const float* absmax2, float offset,
-                           void* out, int64_t n, int64_t blocksize, DType dtype, cudaStream_t stream);
+                           const uint8_t* absmax_u8, const float* code2, const float* absmax2,
+                           float offset, void* out, int64_t n, int64_t blocksize, DType dtype,
+                           cudaStream_t stream);
 
 }  // namespace ciuic::quant::cuda

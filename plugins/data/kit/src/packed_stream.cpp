@@ -21,15 +21,16 @@ PackedStream::PackedStream(const StreamArgs& args, Settings settings, std::vecto
       lookup_(std::move(lookup)) {
   if (args_.seq_len < 1 || args_.micro_batch_size < 1 || args_.world_size < 1 || args_.rank < 0 ||
       args_.rank >= args_.world_size)
-    throw Error(s_.who + ": bad open arguments (seq_len " + std::to_string(args_.seq_len) + ", micro_batch_size " +
-                std::to_string(args_.micro_batch_size) + ", rank " + std::to_string(args_.rank) + " of " +
-                std::to_string(args_.world_size) + ")");
+    throw Error(s_.who + ": bad open arguments (seq_len " + std::to_string(args_.seq_len) +
+                ", micro_batch_size " + std::to_string(args_.micro_batch_size) + ", rank " +
+                std::to_string(args_.rank) + " of " + std::to_string(args_.world_size) + ")");
   if (train_docs_.empty()) throw Error(s_.who + ": no training documents");
   if (!lookup_) throw Error(s_.who + ": PackedStream needs a document lookup");
   length_ = [this](uint32_t d) { return lookup_(d).size; };
   if (!eval_docs_.empty()) {
     eval_plan_ = RowPlan(eval_docs_, length_, args_.seq_len, s_.mode);
-    eval_batches_ = eval_batches_per_rank(eval_plan_.num_rows(), args_.world_size, args_.micro_batch_size);
+    eval_batches_ =
+        eval_batches_per_rank(eval_plan_.num_rows(), args_.world_size, args_.micro_batch_size);
   }
   producer_ = std::make_unique<Producer<Item>>(s_.prefetch_batches, [this] { return produce(); });
   seek_to(RowCursor{});
@@ -59,7 +60,8 @@ std::optional<Batch> PackedStream::next_eval() {
     int64_t* lab = b.labels.data_ptr<int64_t>() + i * T;
     int64_t* pos = b.position_ids.data_ptr<int64_t>() + i * T;
     if (row < eval_plan_.num_rows()) {
-      const RowCounts c = fill_row(eval_plan_, row, lookup_, T, s_.pad_id, ids, lab, pos, eval_scratch_);
+      const RowCounts c =
+          fill_row(eval_plan_, row, lookup_, T, s_.pad_id, ids, lab, pos, eval_scratch_);
       b.num_label_tokens += c.label_tokens;
       b.num_documents += c.documents;
     } else {
@@ -75,7 +77,8 @@ void PackedStream::append_metrics(Metrics& m) const {
   m.set("data_batches", static_cast<double>(batches_delivered_));
   m.set("data_wait_s", wait_s_);
   const double busy = fill_s_.load();
-  m.set("data_fill_tokens_per_s", busy > 0 ? static_cast<double>(tokens_filled_.load()) / busy : 0.0);
+  m.set("data_fill_tokens_per_s",
+        busy > 0 ? static_cast<double>(tokens_filled_.load()) / busy : 0.0);
   m.set("data_truncated_tokens", static_cast<double>(truncated_tokens_.load()));
   m.set("data_train_documents", static_cast<double>(train_docs_.size()));
   m.set("data_eval_documents", static_cast<double>(eval_docs_.size()));
@@ -84,7 +87,8 @@ void PackedStream::append_metrics(Metrics& m) const {
 Batch PackedStream::alloc_batch() const {
   const int64_t mb = args_.micro_batch_size, T = args_.seq_len;
   // One allocation for the three tensors (one pinned block on GPU runs).
-  at::Tensor all = at::empty({3, mb, T}, at::TensorOptions().dtype(at::kLong).pinned_memory(args_.pin_memory));
+  at::Tensor all =
+      at::empty({3, mb, T}, at::TensorOptions().dtype(at::kLong).pinned_memory(args_.pin_memory));
   Batch b;
   b.input_ids = all[0];
   b.labels = all[1];
@@ -96,7 +100,8 @@ const RowPlan& PackedStream::plan_for(int64_t epoch) {
   if (plan_epoch_ != epoch) {
     std::vector<uint32_t> order = train_docs_;
     if (s_.shuffle) {
-      const auto perm = permutation(static_cast<uint32_t>(order.size()), args_.seed, static_cast<uint64_t>(epoch));
+      const auto perm = permutation(static_cast<uint32_t>(order.size()), args_.seed,
+                                    static_cast<uint64_t>(epoch));
       for (size_t i = 0; i < order.size(); ++i) order[i] = train_docs_[perm[i]];
     }
     plan_ = RowPlan(std::move(order), length_, args_.seq_len, s_.mode);
@@ -104,9 +109,10 @@ const RowPlan& PackedStream::plan_for(int64_t epoch) {
     truncated_tokens_ = plan_.truncated_tokens();
     if (plan_.truncated_documents() && !warned_truncation_) {
       warned_truncation_ = true;
-      log_warn(s_.who + ": " + std::to_string(plan_.truncated_documents()) + " document(s) are longer than seq_len " +
-               std::to_string(args_.seq_len) + " and lose " + std::to_string(plan_.truncated_tokens()) +
-               " tokens per epoch" + s_.truncation_hint);
+      log_warn(s_.who + ": " + std::to_string(plan_.truncated_documents()) +
+               " document(s) are longer than seq_len " + std::to_string(args_.seq_len) +
+               " and lose " + std::to_string(plan_.truncated_tokens()) + " tokens per epoch" +
+               s_.truncation_hint);
     }
   }
   return plan_;
@@ -120,9 +126,10 @@ PackedStream::Item PackedStream::produce() {
   for (int64_t i = 0; i < mb; ++i) {
     const RowPlan* p = &plan_for(prod_.epoch);
     const int64_t row = (prod_.row + args_.rank) % p->num_rows();  // past the end: wrap around
-    const RowCounts c = fill_row(*p, row, lookup_, T, s_.pad_id, it.batch.input_ids.data_ptr<int64_t>() + i * T,
-                                 it.batch.labels.data_ptr<int64_t>() + i * T,
-                                 it.batch.position_ids.data_ptr<int64_t>() + i * T, scratch_);
+    const RowCounts c =
+        fill_row(*p, row, lookup_, T, s_.pad_id, it.batch.input_ids.data_ptr<int64_t>() + i * T,
+                 it.batch.labels.data_ptr<int64_t>() + i * T,
+                 it.batch.position_ids.data_ptr<int64_t>() + i * T, scratch_);
     it.batch.num_label_tokens += c.label_tokens;
     it.batch.num_documents += c.documents;
     it.tokens += c.tokens;

@@ -57,22 +57,26 @@ void RowPlan::segments(int64_t row, std::vector<Segment>& out) const {
   const uint64_t T = static_cast<uint64_t>(seq_len_);
   switch (mode_) {
     case PackMode::kPad:
-      out.push_back({order_[row], 0, static_cast<uint32_t>(std::min<uint64_t>(lengths_[row], T)), false});
+      out.push_back(
+          {order_[row], 0, static_cast<uint32_t>(std::min<uint64_t>(lengths_[row], T)), false});
       break;
     case PackMode::kPackWhole:
       for (uint32_t i = row_first_[row]; i < row_first_[row + 1]; ++i)
-        out.push_back({order_[i], 0, static_cast<uint32_t>(std::min<uint64_t>(lengths_[i], T)), false});
+        out.push_back(
+            {order_[i], 0, static_cast<uint32_t>(std::min<uint64_t>(lengths_[i], T)), false});
       break;
     case PackMode::kPackSplit: {
       uint64_t o = static_cast<uint64_t>(row) * T;
       const uint64_t end = std::min(o + T, starts_.back());
-      size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), o) - starts_.begin()) - 1;
+      size_t i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), o) -
+                                     starts_.begin()) -
+                 1;
       while (o < end) {
         while (starts_[i + 1] <= o) ++i;  // skips empty documents (none in a cache, but cheap)
         const uint64_t doc_end = starts_[i + 1];
         const uint64_t stop = std::min(end, doc_end);
-        out.push_back({order_[i], static_cast<uint32_t>(o - starts_[i]), static_cast<uint32_t>(stop - o),
-                       stop < doc_end});
+        out.push_back({order_[i], static_cast<uint32_t>(o - starts_[i]),
+                       static_cast<uint32_t>(stop - o), stop < doc_end});
         o = stop;
       }
       break;
@@ -80,7 +84,8 @@ void RowPlan::segments(int64_t row, std::vector<Segment>& out) const {
   }
 }
 
-void fill_padding_row(int64_t seq_len, int64_t pad_id, int64_t* ids, int64_t* labels, int64_t* pos) {
+void fill_padding_row(int64_t seq_len, int64_t pad_id, int64_t* ids, int64_t* labels,
+                      int64_t* pos) {
   for (int64_t t = 0; t < seq_len; ++t) {
     ids[t] = pad_id;
     labels[t] = -100;
@@ -103,7 +108,8 @@ RowCounts fill_row(const RowPlan& plan, int64_t row, const DocLookup& docs, int6
       ids[t + k] = id[k];
       pos[t + k] = k;
     }
-    for (int64_t k = 0; k + 1 < n; ++k) labels[t + k] = m[k + 1] ? static_cast<int64_t>(id[k + 1]) : -100;
+    for (int64_t k = 0; k + 1 < n; ++k)
+      labels[t + k] = m[k + 1] ? static_cast<int64_t>(id[k + 1]) : -100;
     // The piece's last token: the document's next token when it continues in the next row.
     labels[t + n - 1] = (s.continues && m[n]) ? static_cast<int64_t>(id[n]) : -100;
     for (int64_t k = 0; k < n; ++k) c.label_tokens += labels[t + k] != -100;

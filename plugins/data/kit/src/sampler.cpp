@@ -45,16 +45,22 @@ std::vector<uint32_t> permutation(uint32_t n, uint64_t seed, uint64_t stream) {
   return p;
 }
 
-std::string RowCursor::to_json() const { return nlohmann::json{{"epoch", epoch}, {"row", row}}.dump(); }
+std::string RowCursor::to_json() const {
+  return nlohmann::json{{"epoch", epoch}, {"row", row}}.dump();
+}
 
 RowCursor RowCursor::parse(const std::string& text, const std::string& who) {
   const bool shallow = json_depth_problem(text).empty();  // a cursor is one flat object
-  const nlohmann::json j = shallow ? nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false)
-                                   : nlohmann::json(nlohmann::json::value_t::discarded);
-  auto ok = [&](const char* k) { return j.contains(k) && j[k].is_number_integer() && j[k].get<int64_t>() >= 0; };
+  const nlohmann::json j = shallow
+                               ? nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false)
+                               : nlohmann::json(nlohmann::json::value_t::discarded);
+  auto ok = [&](const char* k) {
+    return j.contains(k) && j[k].is_number_integer() && j[k].get<int64_t>() >= 0;
+  };
   if (j.is_discarded() || !j.is_object() || !ok("epoch") || !ok("row")) {
     const std::string shown = text.size() > 80 ? text.substr(0, 80) + "..." : text;
-    throw Error(who + ": bad cursor '" + shown + "': expected {\"epoch\": <int >= 0>, \"row\": <int >= 0>}");
+    throw Error(who + ": bad cursor '" + shown +
+                "': expected {\"epoch\": <int >= 0>, \"row\": <int >= 0>}");
   }
   return RowCursor{j["epoch"].get<int64_t>(), j["row"].get<int64_t>()};
 }

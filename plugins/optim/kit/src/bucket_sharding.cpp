@@ -22,7 +22,8 @@ namespace ciuic::kit {
 BucketSharding::BucketSharding(const Options& options) : options_(options) {}
 BucketSharding::~BucketSharding() = default;
 
-BucketSharding::Options BucketSharding::options_from(const Config& config, const OptionDecls& decls) {
+BucketSharding::Options BucketSharding::options_from(const Config& config,
+                                                     const OptionDecls& decls) {
   Options o;
   const double bucket = config.get(decls.reduce_bucket_size);
   if (bucket < 1 || bucket != std::floor(bucket))
@@ -31,8 +32,9 @@ BucketSharding::Options BucketSharding::options_from(const Config& config, const
   o.overlap_comm = config.get(decls.overlap_comm);
   const std::string accumulation = config.get(decls.grad_accumulation);
   if (accumulation != "reduce_each" && accumulation != "no_sync")  // "auto" is the core's to choose
-    config.fail(decls.grad_accumulation.key(), "expected \"no_sync\" or \"reduce_each\" here (\"auto\" is chosen by "
-                                               "the core's memory planner before the plugin is created)");
+    config.fail(decls.grad_accumulation.key(),
+                "expected \"no_sync\" or \"reduce_each\" here (\"auto\" is chosen by "
+                "the core's memory planner before the plugin is created)");
   o.reduce_each_micro_batch = accumulation == "reduce_each";
   if (config.has(kLocalAccumulationOption.key())) {
     try {
@@ -40,8 +42,9 @@ BucketSharding::Options BucketSharding::options_from(const Config& config, const
     } catch (const UsageError&) {
       throw;
     } catch (const Error&) {  // "auto" is the core's to choose
-      config.fail(kLocalAccumulationOption.key(), "expected an integer 0-100 here (\"auto\" is chosen by the core's "
-                                                  "memory planner before the plugin is created)");
+      config.fail(kLocalAccumulationOption.key(),
+                  "expected an integer 0-100 here (\"auto\" is chosen by the core's "
+                  "memory planner before the plugin is created)");
     }
   }
   return o;
@@ -96,8 +99,9 @@ void BucketSharding::plan_buckets(const Config& config, const OptionDecls& decls
                            ? std::floor(P * static_cast<double>(o.local_percent) / 100.0)
                            : 0.0;
   plan.add("gradients not yet reduced", true, (keep_all ? P : local + bucket) * plan.param_bytes,
-           keep_all ? "no_sync accumulation keeps every parameter's gradient"
-           : local > 0 ? std::to_string(o.local_percent) + "% accumulated on the device, and about one bucket"
+           keep_all    ? "no_sync accumulation keeps every parameter's gradient"
+           : local > 0 ? std::to_string(o.local_percent) +
+                             "% accumulated on the device, and about one bucket"
                        : "about one bucket");
 }
 
@@ -119,11 +123,12 @@ void BucketSharding::setup(const ShardingSetup& s) {
   at::Tensor& flat = buckets_->flat();
   if (buckets_->parked() && comm_->rank() == 0) {
     char line[200];
-    std::snprintf(line, sizeof line,
-                  "sharding: the parameters went through page-locked host memory into the flat buffer "
-                  "(no room on %s for the model twice): %.1f s",
-                  flat.device().str().c_str(),
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    std::snprintf(
+        line, sizeof line,
+        "sharding: the parameters went through page-locked host memory into the flat buffer "
+        "(no room on %s for the model twice): %.1f s",
+        flat.device().str().c_str(),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     log_info(line);
   }
 
@@ -144,7 +149,8 @@ void BucketSharding::setup(const ShardingSetup& s) {
     const int64_t ch = bk.numel / options_.shards;
     const int64_t off = buckets_->shard_offset(static_cast<int>(b));
     os.grad_regions.push_back(ShardRegion{off, ch});
-    os.initial.push_back(ShardValues{off, flat.narrow(0, bk.offset + options_.shard_index * ch, ch)});
+    os.initial.push_back(
+        ShardValues{off, flat.narrow(0, bk.offset + options_.shard_index * ch, ch)});
   }
   {
     // Each shard element's position in the model's flat parameter order (padding: -1).
@@ -156,8 +162,10 @@ void BucketSharding::setup(const ShardingSetup& s) {
     }
     int64_t next = 0;
     for (const ShardSlice& sl : buckets_->shard_slices(options_.shard_index)) {
-      if (sl.shard_offset > next) os.positions.push_back(PositionSpan{next, sl.shard_offset - next, -1});
-      os.positions.push_back(PositionSpan{sl.shard_offset, sl.length, start.at(sl.param) + sl.param_offset});
+      if (sl.shard_offset > next)
+        os.positions.push_back(PositionSpan{next, sl.shard_offset - next, -1});
+      os.positions.push_back(
+          PositionSpan{sl.shard_offset, sl.length, start.at(sl.param) + sl.param_offset});
       next = sl.shard_offset + sl.length;
     }
     if (next < os.numel) os.positions.push_back(PositionSpan{next, os.numel - next, -1});
@@ -179,7 +187,8 @@ void BucketSharding::setup(const ShardingSetup& s) {
     for (size_t b = 0; b < local_.size(); ++b) not_local_[b] = !local_[b];
   }
   const bool all_local = std::find(local_.begin(), local_.end(), 0) == local_.end();
-  os.one_chunk_per_step = !options_.reduce_each_micro_batch || s.gradient_accumulation_steps == 1 || all_local;
+  os.one_chunk_per_step =
+      !options_.reduce_each_micro_batch || s.gradient_accumulation_steps == 1 || all_local;
   optimizer_->setup(os);
 
   if (options_.shards == 1) param_shard_ = flat;
@@ -289,7 +298,9 @@ GradSquares BucketSharding::finish_grads() {
 
 void BucketSharding::update(const OptimizerStep& args) {
   using Clock = std::chrono::steady_clock;
-  auto since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
   auto t = Clock::now();
   acquire_param_shard();
   optimizer_->step(args, param_shard_);
@@ -348,7 +359,8 @@ void BucketSharding::load_state(const SliceFetcher& fetch, int64_t t) {
 }
 
 void BucketSharding::append_metrics(Metrics& out) const {
-  // Memory (shard_*_gib) is the core's to report, from memory(). Host wall time of the last step's phases (see PhaseTimes).
+  // Memory (shard_*_gib) is the core's to report, from memory(). Host wall time of the last step's
+  // phases (see PhaseTimes).
   out.set("step_drain_s", phase_.drain_s);
   out.set("step_update_s", phase_.update_s);
   out.set("step_publish_s", phase_.publish_s);

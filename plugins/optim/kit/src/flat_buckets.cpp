@@ -8,10 +8,10 @@
 #include <thread>
 
 #include <ATen/ops/empty.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
-#include <c10/util/Exception.h>
 #include <ATen/ops/zeros.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/util/Exception.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
@@ -22,17 +22,15 @@
 
 namespace ciuic::kit {
 
-
-
 // ---- readiness tracking ---------------------------------------------------------------------
 struct FlatBuckets::HookState {
   std::mutex mu;
   bool armed = false;
-  std::vector<char> armed_bucket;   // per bucket, this pass (all 1 when armed as a whole)
-  std::vector<char> fired;          // per parameter, this pass
-  std::vector<int> remaining;       // per bucket, members not yet fired
-  std::vector<char> ready;          // per bucket
-  int next = 0;                     // next bucket to deliver
+  std::vector<char> armed_bucket;  // per bucket, this pass (all 1 when armed as a whole)
+  std::vector<char> fired;         // per parameter, this pass
+  std::vector<int> remaining;      // per bucket, members not yet fired
+  std::vector<char> ready;         // per bucket
+  int next = 0;                    // next bucket to deliver
   std::function<void(int)> on_ready;
   const FlatBuckets* owner = nullptr;
 
@@ -175,12 +173,14 @@ void FlatBuckets::park_in_host_memory(int64_t numel, at::ScalarType dtype) {
   kit::HostBufferOptions ho;
   ho.pin = true;
   ho.team = &team;
-  at::Tensor park = kit::host_buffer(numel, dtype, ho, "sharding: the parameters parked in host memory");
+  at::Tensor park =
+      kit::host_buffer(numel, dtype, ho, "sharding: the parameters parked in host memory");
   c10::impl::VirtualGuardImpl guard(device.type());
   for (const auto& b : buckets_)
     for (const auto& m : b.members)
-      park.narrow(0, b.offset + m.offset, m.numel).copy_(params_[m.param_index].tensor.detach().reshape({-1}),
-                                                          /*non_blocking=*/true);
+      park.narrow(0, b.offset + m.offset, m.numel)
+          .copy_(params_[m.param_index].tensor.detach().reshape({-1}),
+                 /*non_blocking=*/true);
   guard.getStream(device).synchronize();
   for (const auto& b : buckets_)
     for (const auto& m : b.members) {

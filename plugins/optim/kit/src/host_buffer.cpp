@@ -86,8 +86,8 @@ at::Tensor host_buffer(int64_t numel, at::ScalarType dtype, const HostBufferOpti
   const size_t len = (bytes + page - 1) / page * page;
   void* p = map_pages(len);
   if (!p)
-    throw ciuic::Error(what + ": could not map " + size_text(bytes) + " of host memory: " +
-                       std::strerror(errno));
+    throw ciuic::Error(what + ": could not map " + size_text(bytes) +
+                       " of host memory: " + std::strerror(errno));
   // First touch, piece by piece: the page whose first byte lies in piece i is touched by member i
   // (no page is written by two threads); the kernel zero-fills it on the fault.
   auto* bytes_at = static_cast<volatile char*>(p);

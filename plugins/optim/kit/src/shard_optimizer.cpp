@@ -36,7 +36,8 @@ void ShardOptimizer::setup(const OptimizerSetup& s) {
     master_.narrow(0, piece.shard_offset, piece.values.numel()).copy_(piece.values.reshape({-1}));
   // One chunk a step in a narrow dtype: nothing to accumulate, so the gradient stays as it came
   // (when update_shard() can read it).
-  const bool narrow = s.one_chunk_per_step && s.grad_dtype != at::kFloat && takes_narrow_grads(s.grad_dtype, s.device);
+  const bool narrow = s.one_chunk_per_step && s.grad_dtype != at::kFloat &&
+                      takes_narrow_grads(s.grad_dtype, s.device);
   grad_ = at::zeros({s.numel}, opts.dtype(narrow ? s.grad_dtype : at::kFloat));
   moments_.clear();
   for (size_t k = 0; k < moment_names_.size(); ++k) moments_.push_back(at::zeros({s.numel}, opts));
@@ -54,7 +55,8 @@ void ShardOptimizer::accumulate_grad(int region, const at::Tensor& chunk, bool f
     dst.copy_(chunk);
   } else {
     if (grad_.scalar_type() != at::kFloat)
-      throw Error(who_ + ": region " + std::to_string(region) + " received a second gradient chunk in one step, "
+      throw Error(who_ + ": region " + std::to_string(region) +
+                  " received a second gradient chunk in one step, "
                   "but setup() promised one chunk per step (the gradient is kept in " +
                   c10::toString(grad_.scalar_type()) + ", which cannot accumulate)");
     dst.add_(chunk);
@@ -93,7 +95,8 @@ void ShardOptimizer::step(const OptimizerStep& args, at::Tensor& params_out) {
     Group& g = seg.weight_decay && args.weight_decay != 0.0 ? decay : plain;
     g.master.push_back(master_.narrow(0, seg.begin, n));
     g.grad.push_back(grad_.narrow(0, seg.begin, n));
-    for (size_t k = 0; k < moments_.size(); ++k) g.moments[k].push_back(moments_[k].narrow(0, seg.begin, n));
+    for (size_t k = 0; k < moments_.size(); ++k)
+      g.moments[k].push_back(moments_[k].narrow(0, seg.begin, n));
   }
   if (!decay.empty()) update(decay, args.lr, args.weight_decay, args.t);
   if (!plain.empty()) update(plain, args.lr, 0.0, args.t);
@@ -134,8 +137,8 @@ void ShardOptimizer::load_state(const StateDict& in) {
   for (size_t k = 0; k < ms.size(); ++k) moments_[k].copy_(ms[k]);
 }
 
-bool ShardOptimizer::update_shard(at::Tensor&, const at::Tensor&, std::vector<at::Tensor>&, at::Tensor*,
-                                  const OptimizerStep&) {
+bool ShardOptimizer::update_shard(at::Tensor&, const at::Tensor&, std::vector<at::Tensor>&,
+                                  at::Tensor*, const OptimizerStep&) {
   return false;
 }
 
@@ -144,7 +147,8 @@ bool ShardOptimizer::takes_narrow_grads(at::ScalarType, const c10::Device&) cons
 OptimizerMemory ShardOptimizer::memory() const {
   OptimizerMemory m;
   if (ready_)
-    m.device_bytes = static_cast<uint64_t>(1 + moments_.size()) * setup_.numel * sizeof(float) + grad_.nbytes();
+    m.device_bytes =
+        static_cast<uint64_t>(1 + moments_.size()) * setup_.numel * sizeof(float) + grad_.nbytes();
   return m;
 }
 
@@ -155,13 +159,15 @@ void ShardOptimizer::append_metrics(Metrics& out) const {
 
 void ShardOptimizer::plan_device_state(PlanContext& plan, int moments, const std::string& what,
                                        bool narrow_grads_on_cuda) {
-  const double S = static_cast<double>(plan.shard_numel > 0 ? plan.shard_numel : plan.num_parameters);
+  const double S =
+      static_cast<double>(plan.shard_numel > 0 ? plan.shard_numel : plan.num_parameters);
   plan.add(what, true, S * 4.0 * (1 + moments),
            "fp32 x " + std::to_string(1 + moments) + " per shard element (" +
                std::to_string(static_cast<int64_t>(S)) + ")");
   if (narrow_grads_on_cuda && plan.cuda && plan.one_chunk_per_step && plan.grad_bytes < 4)
-    plan.add("gradient shard", true, S * plan.grad_bytes,
-             std::to_string(plan.grad_bytes) + " bytes per element: one chunk a step, kept as it came");
+    plan.add(
+        "gradient shard", true, S * plan.grad_bytes,
+        std::to_string(plan.grad_bytes) + " bytes per element: one chunk a step, kept as it came");
   else
     plan.add("gradient shard", true, S * 4.0, "fp32, accumulated from reduced chunks");
 }

@@ -20,11 +20,11 @@
 //              in fp32/bf16/fp16, broadcast from rank 0 and from the last rank, barrier — at
 //              every world size of CheckOptions::world_sizes, each rank a process of its own
 //              (forked before the check starts any thread; run it before anything else in the
-//              process starts threads, e.g. as the first test of its own binary); values exact in every dtype, so results must
-//              be exact; random fp32 values within 8 units of rounding; several collectives in
-//              flight at once, waited in reverse order; rank()/size()/device(). all_reduce AVG,
-//              MAX and MIN in fp32 (the interface's, unused by the core) must be right or throw
-//              ciuic::Error naming the operation.
+//              process starts threads, e.g. as the first test of its own binary); values exact in
+//              every dtype, so results must be exact; random fp32 values within 8 units of
+//              rounding; several collectives in flight at once, waited in reverse order;
+//              rank()/size()/device(). all_reduce AVG, MAX and MIN in fp32 (the interface's, unused
+//              by the core) must be right or throw ciuic::Error naming the operation.
 //   data       at world sizes 1..4: batch shapes and dtypes, labels -100 or in [0, vocab),
 //              num_label_tokens; the same batches on every open; global dealing (rank k of W
 //              reads global rows g + k, g + k + W, ...: the rows at world W are those at world 1);
@@ -120,22 +120,23 @@ class CIUIC_API PluginUnderTest {
 };
 
 struct CheckOptions {
-  std::string options_toml;            // the plugin's section (without `plugin = ...`)
+  std::string options_toml;  // the plugin's section (without `plugin = ...`)
   std::vector<int> world_sizes{1, 2, 3, 4};
-  std::string work_dir;                // RunContext::output_dir of the checks; "" = a fresh temp dir
-  c10::Device device{c10::kCPU};       // RunContext::device of comm and data checks
+  std::string work_dir;           // RunContext::output_dir of the checks; "" = a fresh temp dir
+  c10::Device device{c10::kCPU};  // RunContext::device of comm and data checks
   // data
-  std::string tokenizer_json;          // the run's tokenizer (a tokenizer.json); "" = none
+  std::string tokenizer_json;  // the run's tokenizer (a tokenizer.json); "" = none
   int64_t seq_len = 32;
   int64_t micro_batch = 2;
-  int64_t rows = 48;                   // global training rows read at world 1
+  int64_t rows = 48;  // global training rows read at world 1
   uint64_t seed = 1234;
   // precision
   std::optional<double> expect_scale;  // without an overflow check: the fixed loss scale
-  std::optional<double> expect_backoff, expect_growth;  // with one: scale factor on an overflow, on growth
-  std::optional<int64_t> expect_window;                 // good steps from an overflow to a growth
+  std::optional<double> expect_backoff,
+      expect_growth;                     // with one: scale factor on an overflow, on growth
+  std::optional<int64_t> expect_window;  // good steps from an overflow to a growth
   // optimizer
-  std::string reference;               // "adamw", or "" (protocol checks only)
+  std::string reference;  // "adamw", or "" (protocol checks only)
 };
 
 // A RunContext for rank `rank` of `world_size` on `device` with `store` (never null) and

@@ -28,10 +28,10 @@ struct AdamWScalars {
   float lr;
   float beta1, beta2, eps;
   float one_minus_beta1, one_minus_beta2;  // from fp64 (1 - 0.999f in fp32 is 1.3e-5 off 0.001)
-  float lr_weight_decay;        // lr * weight_decay (applied to tiles with decay)
-  float step_size;              // lr / (1 - beta1^t)
-  float bias_correction2_sqrt;  // sqrt(1 - beta2^t)
-  float grad_scale;             // multiplies the gradient (clip coefficient / loss scale)
+  float lr_weight_decay;                   // lr * weight_decay (applied to tiles with decay)
+  float step_size;                         // lr / (1 - beta1^t)
+  float bias_correction2_sqrt;             // sqrt(1 - beta2^t)
+  float grad_scale;  // multiplies the gradient (clip coefficient / loss scale)
 };
 
 // For every element i of every tile, in fp32 (g = grad[i] * grad_scale):
@@ -42,8 +42,8 @@ struct AdamWScalars {
 // and, when params_out is not null, params_out[i] <- p rounded to nearest even in param_dtype.
 // master, exp_avg, exp_avg_sq: fp32; grad: grad_dtype; all indexed by shard element, 16-byte
 // aligned base pointers. `tiles` is a device array of num_tiles entries.
-const char* adamw_shard(const Tile* tiles, int64_t num_tiles, float* master, const void* grad, DType grad_dtype,
-                        float* exp_avg, float* exp_avg_sq, void* params_out, DType param_dtype,
-                        const AdamWScalars& s, cudaStream_t stream);
+const char* adamw_shard(const Tile* tiles, int64_t num_tiles, float* master, const void* grad,
+                        DType grad_dtype, float* exp_avg, float* exp_avg_sq, void* params_out,
+                        DType param_dtype, const AdamWScalars& s, cudaStream_t stream);
 
 }  // namespace ciuic::kit::cuda

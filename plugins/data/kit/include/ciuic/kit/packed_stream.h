@@ -52,12 +52,12 @@ struct StreamArgs : DataOpenArgs {
 class PackedStream {
  public:
   struct Settings {
-    std::string who = "data plugin";   // prefix of messages: "data plugin <name>"
+    std::string who = "data plugin";  // prefix of messages: "data plugin <name>"
     PackMode mode = PackMode::kPackWhole;
     bool shuffle = true;
-    int64_t pad_id = 0;                // token id written into padding (labels there are -100)
-    size_t prefetch_batches = 4;       // 0: batches are made on the caller's thread
-    std::string truncation_hint;       // appended to the warning about documents longer than seq_len
+    int64_t pad_id = 0;           // token id written into padding (labels there are -100)
+    size_t prefetch_batches = 4;  // 0: batches are made on the caller's thread
+    std::string truncation_hint;  // appended to the warning about documents longer than seq_len
   };
 
   // `args`: DataSource::open's (seq_len, micro_batch_size, pin_memory) and the context's seed,

@@ -57,9 +57,10 @@ class RowPlan {
 
  private:
   std::vector<uint32_t> order_;
-  std::vector<uint32_t> lengths_;     // per position in order_
-  std::vector<uint64_t> starts_;      // kPackSplit: stream offset of order_[i]; size n+1
-  std::vector<uint32_t> row_first_;   // kPackWhole: first position in order_ of each row; size rows+1
+  std::vector<uint32_t> lengths_;  // per position in order_
+  std::vector<uint64_t> starts_;   // kPackSplit: stream offset of order_[i]; size n+1
+  std::vector<uint32_t>
+      row_first_;  // kPackWhole: first position in order_ of each row; size rows+1
   int64_t seq_len_ = 0;
   PackMode mode_ = PackMode::kPackSplit;
   int64_t num_rows_ = 0;

@@ -1,4 +1,5 @@
-// ciuic/kit/prefetch.h — part of the data kit: one background producer filling a bounded queue, in a fixed order.
+// ciuic/kit/prefetch.h — part of the data kit: one background producer filling a bounded queue, in
+// a fixed order.
 //
 // Producer<Item> runs `produce()` on its own thread and keeps at most `depth` finished items
 // queued; pop() hands them out in production order. An exception thrown by produce() is kept and
@@ -24,7 +25,8 @@ namespace ciuic::kit {
 template <class Item>
 class Producer {
  public:
-  Producer(size_t depth, std::function<Item()> produce) : depth_(depth), produce_(std::move(produce)) {}
+  Producer(size_t depth, std::function<Item()> produce)
+      : depth_(depth), produce_(std::move(produce)) {}
   Producer(const Producer&) = delete;
   Producer& operator=(const Producer&) = delete;
   ~Producer() { stop(); }

@@ -19,7 +19,8 @@ namespace ciuic::kit {
 
 inline constexpr Option<std::vector<double>> kAdamBetas{
     "betas", "[0.9, 0.999]", "Adam beta1, beta2 (each in [0, 1))", 0.0, 1.0};
-inline constexpr Option<double> kAdamEps{"eps", "1e-8", "Adam epsilon (added to sqrt(v))", 0.0, NAN};
+inline constexpr Option<double> kAdamEps{"eps", "1e-8", "Adam epsilon (added to sqrt(v))", 0.0,
+                                         NAN};
 
 struct AdamHyper {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;

@@ -47,9 +47,9 @@
 #include <ciuic/comm.h>
 #include <ciuic/config.h>
 #include <ciuic/kit/flat_buckets.h>
-#include <ciuic/plugin.h>
 #include <ciuic/optimizer.h>
 #include <ciuic/plan.h>
+#include <ciuic/plugin.h>
 #include <ciuic/precision.h>
 #include <ciuic/sharding.h>
 
@@ -62,15 +62,15 @@ class BucketSharding : public Sharding {
   static constexpr size_t kMaxInFlight = 3;
 
   struct Options {
-    int64_t bucket_elements = 0;          // required (>= 1)
+    int64_t bucket_elements = 0;  // required (>= 1)
     bool overlap_comm = true;
     bool reduce_each_micro_batch = true;  // false: "no_sync"
     // With reduce_each: the share of the gradient (whole buckets in backward order, up to this
     // percent of the elements) accumulated on the device across micro-batches and reduced once,
     // after the last, as no_sync does; the other buckets are reduced every micro-batch.
     int64_t local_percent = 0;
-    int64_t shards = 1;                   // chunks per bucket (world size for ZeRO)
-    int64_t shard_index = 0;              // this rank's chunk
+    int64_t shards = 1;       // chunks per bucket (world size for ZeRO)
+    int64_t shard_index = 0;  // this rank's chunk
   };
 
   // The options every bucketed strategy declares in its recipe section, each with the strategy's
@@ -92,29 +92,41 @@ class BucketSharding : public Sharding {
   // The declaration of grad_accumulation (kOptionPlanned, "auto|no_sync|reduce_each") with the
   // strategy's default, for its OptionDecls.
   static constexpr Option<std::string> accumulation_option(const char* default_value) {
-    return Option<std::string>{"grad_accumulation", default_value,
-                               "reduce_each: reduce every micro-batch's gradient as backward produces it, into the "
-                               "optimizer's fp32 accumulator (no full-size gradient kept; DeepSpeed's ZeRO-2); no_sync: "
-                               "accumulate on the device in the parameter dtype and reduce once, after the last "
-                               "micro-batch (a full-size gradient on the device); auto: no_sync when the memory plan "
-                               "fits, else reduce_each",
-                               NAN, NAN, "auto|no_sync|reduce_each", kOptionPlanned};
+    return Option<std::string>{
+        "grad_accumulation",
+        default_value,
+        "reduce_each: reduce every micro-batch's gradient as backward produces it, into the "
+        "optimizer's fp32 accumulator (no full-size gradient kept; DeepSpeed's ZeRO-2); no_sync: "
+        "accumulate on the device in the parameter dtype and reduce once, after the last "
+        "micro-batch (a full-size gradient on the device); auto: no_sync when the memory plan "
+        "fits, else reduce_each",
+        NAN,
+        NAN,
+        "auto|no_sync|reduce_each",
+        kOptionPlanned};
   }
   // The declaration of local_accumulation_percent (kOptionPlanned, 0-100, default 0), for a
   // strategy's option array.
   static constexpr Option<int64_t> kLocalAccumulationOption{
-      "local_accumulation_percent", "0",
-      "with reduce_each and gradient accumulation: this share of the gradient (whole buckets, up to this "
-      "percent of the elements) accumulates on the device in the parameter dtype and is reduced once, after "
-      "the last micro-batch (as no_sync); the rest every micro-batch. 0: plain reduce_each; auto: the "
+      "local_accumulation_percent",
+      "0",
+      "with reduce_each and gradient accumulation: this share of the gradient (whole buckets, up "
+      "to this "
+      "percent of the elements) accumulates on the device in the parameter dtype and is reduced "
+      "once, after "
+      "the last micro-batch (as no_sync); the rest every micro-batch. 0: plain reduce_each; auto: "
+      "the "
       "largest share whose memory plan fits",
-      0, 100, nullptr, kOptionPlanned};
+      0,
+      100,
+      nullptr,
+      kOptionPlanned};
   // The planner's answer (ciuic/plan.h) for a strategy with these options: the whole parameters on
   // every rank, reductions in flight, gradients not yet reduced; sets shard_numel and
   // grad_chunk_elements. `shards` chunks per bucket; `chunk_buffers`: whether a reduction needs a
   // chunk-size output besides the packed bucket (reduce_in_place() false).
-  static void plan_buckets(const Config& config, const OptionDecls& decls, PlanContext& plan, int64_t shards,
-                           bool chunk_buffers);
+  static void plan_buckets(const Config& config, const OptionDecls& decls, PlanContext& plan,
+                           int64_t shards, bool chunk_buffers);
   ~BucketSharding() override;
 
   void setup(const ShardingSetup& setup) override;
@@ -171,10 +183,11 @@ class BucketSharding : public Sharding {
   std::vector<Pending> pending_;
   std::vector<int> deferred_;  // buckets completed while !overlap_comm, launched after backward
   bool last_micro_batch_ = true;
-  std::vector<char> local_;       // per bucket: accumulated on the device until the last micro-batch
-  std::vector<char> not_local_;   // its complement: what a micro-batch before the last reduces
-  at::ScalarType grad_dtype_ = at::kFloat;  // what buckets are packed in (OptimizerSetup::grad_dtype)
-  bool alone_ = false;                      // one rank, one shard: nothing to reduce
+  std::vector<char> local_;      // per bucket: accumulated on the device until the last micro-batch
+  std::vector<char> not_local_;  // its complement: what a micro-batch before the last reduces
+  at::ScalarType grad_dtype_ =
+      at::kFloat;       // what buckets are packed in (OptimizerSetup::grad_dtype)
+  bool alone_ = false;  // one rank, one shard: nothing to reduce
   int64_t micro_batches_ = 0;
   uint64_t peak_pending_bytes_ = 0;
   uint64_t pending_bytes_ = 0;

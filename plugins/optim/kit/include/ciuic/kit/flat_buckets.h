@@ -41,12 +41,12 @@ class FlatBuckets {
  public:
   struct Options {
     int64_t bucket_elements = 0;  // required (>= 1): each plugin declares its own default
-    int64_t pad_multiple = 1;    // number of equal chunks each bucket splits into
+    int64_t pad_multiple = 1;     // number of equal chunks each bucket splits into
     int64_t align_elements = 64;  // each chunk's size is a multiple of this
   };
   struct Member {
-    int param_index = 0;          // index into params()
-    int64_t offset = 0;           // within the bucket
+    int param_index = 0;  // index into params()
+    int64_t offset = 0;   // within the bucket
     int64_t numel = 0;
   };
   struct Bucket {
@@ -71,15 +71,15 @@ class FlatBuckets {
   // device, or its memory cap, had no room for the model twice).
   bool parked() const { return parked_; }
   int64_t total_numel() const { return flat_.numel(); }  // padded
-  int64_t used_numel() const;                             // sum of parameter sizes
+  int64_t used_numel() const;                            // sum of parameter sizes
 
   // Registers the hooks; `on_ready(b)` is called as described above.
   void install_hooks(std::function<void(int)> on_ready);
   // Starts a backward pass. armed = false: hooks only let autograd accumulate into param.grad
   // (gradient accumulation without communication); armed = true: buckets are delivered.
   void arm(bool armed);
-  // Same, bucket by bucket: bucket b is delivered in this pass when armed[b] (one entry per bucket);
-  // the others only accumulate, and the buckets that are delivered keep their order.
+  // Same, bucket by bucket: bucket b is delivered in this pass when armed[b] (one entry per
+  // bucket); the others only accumulate, and the buckets that are delivered keep their order.
   void arm(const std::vector<char>& armed);
   // Delivers, in order, every armed bucket not yet delivered in this pass. Returns how many.
   int flush();

@@ -82,8 +82,9 @@ class ShardOptimizer : public Optimizer {
   // in the constructor's order; weight decay applies to shard().segments marked for it. When
   // `params_out` is not null (the precision policy rounds to nearest even), write the updated
   // master rounded to its dtype into it; otherwise the policy rounds afterwards.
-  virtual bool update_shard(at::Tensor& master, const at::Tensor& grad, std::vector<at::Tensor>& moments,
-                            at::Tensor* params_out, const OptimizerStep& args);
+  virtual bool update_shard(at::Tensor& master, const at::Tensor& grad,
+                            std::vector<at::Tensor>& moments, at::Tensor* params_out,
+                            const OptimizerStep& args);
   // Whether update_shard() takes a gradient of `dtype` (bf16 or fp16) on `device`. Default: no.
   virtual bool takes_narrow_grads(at::ScalarType dtype, const c10::Device& device) const;
   const std::string& who() const { return who_; }
@@ -94,7 +95,7 @@ class ShardOptimizer : public Optimizer {
   std::string who_;
   std::vector<std::string> moment_names_;
   bool ready_ = false;
-  OptimizerSetup setup_;  // without `initial` (not kept)
+  OptimizerSetup setup_;                 // without `initial` (not kept)
   std::vector<PositionSpan> positions_;  // of the whole shard, for round_to_param()
   at::Tensor master_, grad_, sum_sq_;
   std::vector<at::Tensor> moments_;
