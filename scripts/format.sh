@@ -3,7 +3,7 @@
 #   scripts/format.sh FILE...          format these files in place (make format FILES="...")
 #   scripts/format.sh --check [FILE...] list the files clang-format would change, change nothing;
 #                                      exit 1 if any would change (make format-check [FILES=...]);
-#                                      without FILE, every tracked C++ file. Not part of CI.
+#                                      without FILE, every tracked C++ file (the ctest format_check, in CI).
 #   scripts/format.sh --all            format every tracked C++ file in place: the one whole-tree
 #                                      pass, to be made as ONE commit of its own at a quiet moment
 #                                      (no other branch open), never mixed with other changes.

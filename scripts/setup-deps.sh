@@ -40,7 +40,7 @@ apt_pkgs=(cmake ninja-build g++ make ccache pkg-config
           libboost-dev libboost-program-options-dev
           libtomlplusplus-dev nlohmann-json3-dev
           libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev libpcre2-dev libyaml-dev libicu-dev
-          python3-venv python3-pip)
+          clang-format python3-venv python3-pip)
 missing=()
 for p in "${apt_pkgs[@]}"; do
   if dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then :; else missing+=("$p"); fi
