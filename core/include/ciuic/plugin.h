@@ -59,15 +59,11 @@
 #endif
 #define CIUIC_PLUGIN_API_NOTE_
 #else
-#define CIUIC_PLUGIN_API_NOTE_                                                                     \
-  _Pragma(                                                                                         \
-      "GCC warning \"this plugin source does not say which plugin API it was written for "         \
-      "(#define CIUIC_PLUGIN_API 7 before its includes): it predates API 7, which changed "        \
-      "Sharding::step into finish_grads() + update(), removed Sharding::begin_step, "              \
-      "StepInput/StepResult and Precision::skipped_steps, gave round_to_param(master, out, t, "    \
-      "positions) global positions, added t to Sharding::load_state and Optimizer::write_params, " \
-      "and moved seed/rank/world_size from DataOpenArgs to the RunContext (ciuic/plugin.h, "       \
-      "version log)\"")
+// _Pragma takes one string literal: clang-format would split it.
+// clang-format off
+#define CIUIC_PLUGIN_API_NOTE_ \
+  _Pragma("GCC warning \"this plugin source does not say which plugin API it was written for (#define CIUIC_PLUGIN_API 7 before its includes): it predates API 7, which changed Sharding::step into finish_grads() + update(), removed Sharding::begin_step, StepInput/StepResult and Precision::skipped_steps, gave round_to_param(master, out, t, positions) global positions, added t to Sharding::load_state and Optimizer::write_params, and moved seed/rank/world_size from DataOpenArgs to the RunContext (ciuic/plugin.h, version log)\"")
+// clang-format on
 #endif
 
 namespace ciuic {
