@@ -205,8 +205,8 @@ TEST(FusedOps, RmsNormMatchesComposition) {
         const at::Tensor x = (at::randn({c.b, c.t, c.d}, opts) * 2).to(dt);
         const at::Tensor w = norm_weight(c.d, gemma, dt);
         const at::Tensor g = at::randn({c.b, c.t, c.d}, opts).to(dt);
-        at::Tensor xr = x.to(at::kFloat).requires_grad_(true);
-        at::Tensor wr = w.to(at::kFloat).requires_grad_(true);
+        at::Tensor xr = x.to(at::kFloat).detach().clone().requires_grad_(true);
+        at::Tensor wr = w.to(at::kFloat).detach().clone().requires_grad_(true);
         const at::Tensor ref = norm_ref(xr, wr, eps, gemma);
         ref.backward(g.to(at::kFloat));
         at::Tensor xf = x.clone().requires_grad_(true), wf = w.clone().requires_grad_(w_grad);
@@ -245,8 +245,8 @@ TEST(FusedOps, QkNormRopeMatchesComposition) {
         const at::Tensor x = base.narrow(2, 0, c.heads);
         const at::Tensor w = norm_weight(c.d, gemma, dt);
         const at::Tensor g = at::randn({c.b, c.t, c.heads, c.d}, opts).to(dt);
-        at::Tensor xr = x.to(at::kFloat).requires_grad_(true);
-        at::Tensor wr = w.to(at::kFloat).requires_grad_(true);
+        at::Tensor xr = x.to(at::kFloat).detach().clone().requires_grad_(true);
+        at::Tensor wr = w.to(at::kFloat).detach().clone().requires_grad_(true);
         const at::Tensor ref = rope_ref(norm_ref(xr, wr, eps, gemma), rr);
         ref.backward(g.to(at::kFloat));
         at::Tensor bf = base.clone().requires_grad_(true), wf = w.clone().requires_grad_(true);
