@@ -1,7 +1,11 @@
 // The fused CUDA kernels (model/fused_ops.h) against the ATen compositions they replace, forward
 // and backward, in fp32, bf16 and fp16, at odd sizes (head_dim not a multiple of 128, GQA,
 // element counts not a multiple of the vector width, unaligned views, strided gradients), and
-// the model with them on against it with them off. Skipped without a CUDA device.
+// the model with them on against it with them off. The norms (RMSNorm, Gemma's (1 + w) RMSNorm,
+// the q/k norm + rope of qwen3/gemma3_text) also against transformers' rounding points: in
+// bf16/fp16 the kernels give transformers' module outputs (modeling_qwen3.py Qwen3RMSNorm: w *
+// normed.to(dtype); modeling_gemma3.py Gemma3RMSNorm: (normed * (1 + w.float())).to(dtype)),
+// not merely something close. Skipped without a CUDA device.
 #include <string>
 
 #include <ATen/Context.h>
@@ -14,6 +18,7 @@
 #include <ATen/ops/randn.h>
 #include <ATen/ops/roll.h>
 #include <ATen/ops/silu.h>
+#include <ATen/ops/zeros_like.h>
 #include <gtest/gtest.h>
 
 #include "model/fused_ops.h"
@@ -40,6 +45,17 @@ struct Case {
   int64_t b, t, heads, d;
 };
 
+// Rotary tables in dt for random positions of a [b, t] batch, head_dim c.d.
+RopeTables random_tables(const Case& c, at::ScalarType dt) {
+  LlamaConfig cfg;
+  cfg.hidden_size = c.heads * c.d;
+  cfg.num_attention_heads = c.heads;
+  cfg.num_key_value_heads = c.heads;
+  cfg.head_dim = c.d;
+  const at::Tensor pos = at::randint(0, 4096, {c.b, c.t}, at::kLong).to(cuda());
+  return rope_tables(rope_inv_freq(cfg), pos, dt);
+}
+
 TEST(FusedOps, RopeMatchesComposition) {
   SKIP_WITHOUT_KERNELS();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf}) {
@@ -47,13 +63,7 @@ TEST(FusedOps, RopeMatchesComposition) {
       SCOPED_TRACE(std::string(c10::toString(dt)) + " d=" + std::to_string(c.d) +
                    " heads=" + std::to_string(c.heads));
       at::manual_seed(11);
-      LlamaConfig cfg;
-      cfg.hidden_size = c.heads * c.d;
-      cfg.num_attention_heads = c.heads;
-      cfg.num_key_value_heads = c.heads;
-      cfg.head_dim = c.d;
-      const at::Tensor pos = at::randint(0, 4096, {c.b, c.t}, at::kLong).to(cuda());
-      const RopeTables r = rope_tables(rope_inv_freq(cfg), pos, dt);
+      const RopeTables r = random_tables(c, dt);
       const at::Tensor x =
           at::randn({c.b, c.t, c.heads, c.d}, at::TensorOptions().device(cuda())).to(dt);
       const at::Tensor g =
@@ -147,6 +157,129 @@ TEST(FusedOps, GatedDownMatchesComposition) {
     }
 }
 
+// ---- RMSNorm, Gemma's (1 + w) RMSNorm, q/k norm + rope --------------------------------------
+
+// The norm in fp32 from rounded inputs, no rounding: the reference of value and gradient.
+at::Tensor norm_ref(const at::Tensor& x, const at::Tensor& w, double eps, bool gemma) {
+  const at::Tensor n = x * (x.pow(2).mean({-1}, true) + eps).rsqrt();
+  return gemma ? n * (w + 1.0) : n * w;
+}
+// transformers' module in x's dtype (the rounding points the kernels follow).
+at::Tensor norm_transformers(const at::Tensor& x, const at::Tensor& w, double eps, bool gemma) {
+  const at::Tensor xf = x.to(at::kFloat);
+  const at::Tensor n = xf * (xf.pow(2).mean({-1}, true) + eps).rsqrt();
+  if (gemma) return (n * (w.to(at::kFloat) + 1.0)).to(x.scalar_type());  // Gemma3RMSNorm
+  return w * n.to(x.scalar_type());  // Qwen3RMSNorm / LlamaRMSNorm: the product in the dtype
+}
+at::Tensor rope_ref(const at::Tensor& y, const RopeTables& r) {
+  return at::addcmul(y * r.cos, at::roll(y, {y.size(-1) / 2}, {-1}), r.sin_signed);
+}
+// The fraction of elements of a and b that are equal.
+double equal_fraction(const at::Tensor& a, const at::Tensor& b) {
+  return a.eq(b).to(at::kDouble).mean().item<double>();
+}
+// Weights as the families' fixtures have them: around 1, or around 0 for (1 + w).
+at::Tensor norm_weight(int64_t d, bool gemma, at::ScalarType dt) {
+  const at::Tensor r = at::randn({d}, at::TensorOptions().device(cuda())) * 0.3;
+  return (gemma ? r : r + 1.0).to(dt);
+}
+// Bounds for the norms: the kernels round the normed value, the norm's output and (q/k) the
+// rotation, where transformers rounds; fp32 only differs by summation order.
+double norm_tol(at::ScalarType t) { return t == at::kFloat ? 1e-5 : 2 * tol(t); }
+
+TEST(FusedOps, RmsNormMatchesComposition) {
+  SKIP_WITHOUT_KERNELS();
+  const double eps = 1e-6;
+  struct Rows {
+    int64_t b, t, d;
+  };
+  for (bool gemma : {false, true})
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf})
+      // 2560: gemma3-4B's hidden size; 12300: d_w accumulated outside shared memory (48 KiB).
+      for (Rows c : {Rows{3, 17, 2560}, Rows{2, 5, 333}, Rows{1, 3, 64}, Rows{2, 2, 12300}}) {
+        const bool w_grad = c.d != 64;  // and once a frozen weight (LoRA): no d_w
+        SCOPED_TRACE(std::string(gemma ? "gemma " : "plain ") + c10::toString(dt) +
+                     " d=" + std::to_string(c.d));
+        at::manual_seed(21);
+        const auto opts = at::TensorOptions().device(cuda());
+        const at::Tensor x = (at::randn({c.b, c.t, c.d}, opts) * 2).to(dt);
+        const at::Tensor w = norm_weight(c.d, gemma, dt);
+        const at::Tensor g = at::randn({c.b, c.t, c.d}, opts).to(dt);
+        at::Tensor xr = x.to(at::kFloat).detach().clone().requires_grad_(true);
+        at::Tensor wr = w.to(at::kFloat).detach().clone().requires_grad_(true);
+        const at::Tensor ref = norm_ref(xr, wr, eps, gemma);
+        ref.backward(g.to(at::kFloat));
+        at::Tensor xf = x.clone().requires_grad_(true), wf = w.clone().requires_grad_(w_grad);
+        const at::Tensor y = fused_rms_norm(xf, wf, eps, gemma);
+        EXPECT_EQ(y.scalar_type(), dt);
+        EXPECT_LE(max_rel_diff(y, ref), norm_tol(dt));
+        if (dt != at::kFloat)
+          EXPECT_GE(equal_fraction(y, norm_transformers(x, w, eps, gemma)), 0.99);
+        y.backward(g);
+        EXPECT_LE(max_rel_diff(xf.grad(), xr.grad()), norm_tol(dt));
+        if (w_grad)
+          EXPECT_LE(max_rel_diff(wf.grad(), wr.grad()), norm_tol(dt));
+        else
+          EXPECT_FALSE(wf.grad().defined());
+        // The model's composition (rms_norm_of unfused) is no closer to the reference.
+        EXPECT_LE(max_rel_diff(rms_norm_of(x, w, c.d, eps, gemma), ref), norm_tol(dt));
+      }
+}
+
+TEST(FusedOps, QkNormRopeMatchesComposition) {
+  SKIP_WITHOUT_KERNELS();
+  const double eps = 1e-6;
+  for (bool gemma : {false, true})
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kHalf})
+      // 128: qwen3-8B; 256: gemma3; odd halves, one lane's worth, up to 512 (8 pairs a lane).
+      for (Case c : {Case{2, 33, 4, 128}, Case{1, 17, 3, 256}, Case{3, 8, 2, 30}, Case{1, 5, 1, 2},
+                     Case{2, 9, 2, 320}, Case{1, 4, 8, 512}}) {
+        SCOPED_TRACE(std::string(gemma ? "gemma " : "plain ") + c10::toString(dt) +
+                     " d=" + std::to_string(c.d) + " heads=" + std::to_string(c.heads));
+        at::manual_seed(13);
+        const auto opts = at::TensorOptions().device(cuda());
+        const RopeTables r = random_tables(c, dt);
+        const RopeTables rr{r.cos.to(at::kFloat), r.sin_signed.to(at::kFloat)};
+        // x a view with a head stride past its rows (one head more in the storage).
+        const at::Tensor base = (at::randn({c.b, c.t, c.heads + 1, c.d}, opts) * 2).to(dt);
+        const at::Tensor x = base.narrow(2, 0, c.heads);
+        const at::Tensor w = norm_weight(c.d, gemma, dt);
+        const at::Tensor g = at::randn({c.b, c.t, c.heads, c.d}, opts).to(dt);
+        at::Tensor xr = x.to(at::kFloat).detach().clone().requires_grad_(true);
+        at::Tensor wr = w.to(at::kFloat).detach().clone().requires_grad_(true);
+        const at::Tensor ref = rope_ref(norm_ref(xr, wr, eps, gemma), rr);
+        ref.backward(g.to(at::kFloat));
+        at::Tensor bf = base.clone().requires_grad_(true), wf = w.clone().requires_grad_(true);
+        const at::Tensor y = fused_qk_norm_rope(bf.narrow(2, 0, c.heads), wf, r, eps, gemma);
+        EXPECT_TRUE(y.is_contiguous());
+        EXPECT_EQ(y.scalar_type(), dt);
+        EXPECT_LE(max_rel_diff(y, ref), norm_tol(dt));
+        if (dt != at::kFloat) {
+          // transformers' norm output in the dtype, then the rotation in fp32 rounded once.
+          const at::Tensor yt = norm_transformers(x, w, eps, gemma).to(at::kFloat);
+          EXPECT_GE(equal_fraction(y, rope_ref(yt, rr).to(dt)), 0.99);
+        }
+        // The gradient arrives as a transposed view (what attention hands back).
+        y.backward(g.transpose(1, 2).contiguous().transpose(1, 2));
+        EXPECT_LE(max_rel_diff(bf.grad().narrow(2, 0, c.heads), xr.grad()), norm_tol(dt));
+        EXPECT_EQ(bf.grad().narrow(2, c.heads, 1).abs().max().item<double>(), 0.0);
+        EXPECT_LE(max_rel_diff(wf.grad(), wr.grad()), norm_tol(dt));
+        // The composition the model runs without the kernel is no closer to the reference.
+        const at::Tensor yc = rope_ref(rms_norm_of(x, w, c.d, eps, gemma), r);
+        EXPECT_LE(max_rel_diff(yc, ref), norm_tol(dt));
+      }
+}
+
+// The loss of one batch, and every parameter's gradient into `grads`.
+at::Tensor loss_and_grads(const LlamaModel& m, const at::Tensor& ids, const at::Tensor& labels,
+                          std::vector<at::Tensor>& grads) {
+  for (auto& p : m.parameters()) p.mutable_grad() = at::Tensor();
+  const at::Tensor loss = m.loss_sum(ids, labels, {}, false);
+  loss.backward();
+  for (auto& p : m.parameters()) grads.push_back(p.grad().clone());
+  return loss.detach();
+}
+
 TEST(FusedOps, ModelWithKernelsMatchesModelWithout) {
   SKIP_WITHOUT_KERNELS();
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
@@ -171,18 +304,46 @@ TEST(FusedOps, ModelWithKernelsMatchesModelWithout) {
     for (bool fused : {true, false}) {
       m.set_fused_kernels(fused);
       ASSERT_EQ(m.fused_kernels(), fused);
-      for (auto& p : m.parameters()) p.mutable_grad() = at::Tensor();
-      const at::Tensor loss = m.loss_sum(ids, labels, {}, false);
-      loss.backward();
-      losses.push_back(loss.detach());
-      grads.emplace_back();
-      for (auto& p : m.parameters()) grads.back().push_back(p.grad().clone());
+      losses.push_back(loss_and_grads(m, ids, labels, grads.emplace_back()));
     }
     const double t = dt == at::kFloat ? 1e-5 : 3e-2;
     EXPECT_LE(max_rel_diff(losses[0], losses[1]), dt == at::kFloat ? 1e-6 : 1e-2);
     for (size_t i = 0; i < grads[0].size(); ++i)
       EXPECT_LE(max_rel_diff(grads[0][i], grads[1][i]), t) << "parameter " << i;
   }
+}
+
+// qwen3 and gemma3_text (the families' fixtures, norm weights away from 1 and 0): with the
+// kernels (q/k norm + rope; Gemma's (1 + w) norms) as without, and under activation
+// checkpointing, whose recomputation runs the same kernels, as without it.
+TEST(FusedOps, QkNormFamiliesWithKernelsMatchWithoutAndUnderCheckpointing) {
+  SKIP_WITHOUT_KERNELS();
+  for (const char* c : {"qwen3", "gemma3"})
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
+      SCOPED_TRACE(std::string(c) + " " + c10::toString(dt));
+      auto m =
+          LlamaModel::from_pretrained(testing::fixture(std::string("families/") + c), dt, cuda());
+      at::manual_seed(4);
+      const at::Tensor ids = at::randint(0, m->config().vocab_size, {2, 24}, at::kLong).to(cuda());
+      const at::Tensor labels = ids.roll({-1}, {1});
+      std::vector<at::Tensor> g_fused, g_plain, g_ckpt;
+      m->set_fused_kernels(true);
+      ASSERT_TRUE(m->fused_kernels());
+      const at::Tensor l_fused = loss_and_grads(*m, ids, labels, g_fused);
+      m->set_activation_checkpointing(true);
+      const at::Tensor l_ckpt = loss_and_grads(*m, ids, labels, g_ckpt);
+      m->set_activation_checkpointing(false);
+      m->set_fused_kernels(false);
+      const at::Tensor l_plain = loss_and_grads(*m, ids, labels, g_plain);
+      const bool f32 = dt == at::kFloat;
+      EXPECT_LE(max_rel_diff(l_fused, l_plain), f32 ? 1e-6 : 1e-2);
+      EXPECT_LE(max_rel_diff(l_ckpt, l_fused), f32 ? 1e-6 : 1e-3);
+      const auto names = m->named_parameters();
+      for (size_t i = 0; i < g_fused.size(); ++i) {
+        EXPECT_LE(max_rel_diff(g_fused[i], g_plain[i]), f32 ? 1e-5 : 5e-2) << names[i].first;
+        EXPECT_LE(max_rel_diff(g_ckpt[i], g_fused[i]), f32 ? 1e-5 : 1e-2) << names[i].first;
+      }
+    }
 }
 
 TEST(FusedOps, LossModesAgreeOnCudaInBfloat16) {

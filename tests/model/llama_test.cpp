@@ -209,6 +209,13 @@ TEST(Llama, FusedKernelsNeedCuda) {
   expect_error([&] { fused_rope(x, RopeTables{x, x}); }, {"fused_rope", "CUDA", "Float on cpu"});
   expect_error([&] { fused_glu(x, x); }, {"fused_glu", "CUDA"});
   expect_error([&] { fused_glu_down(x, x, x, Activation::kGeluTanh); }, {"fused_glu_down", "CUDA"});
+  const at::Tensor w = at::zeros({4});
+  expect_error([&] { fused_rms_norm(x, w, 1e-6, true); }, {"fused_rms_norm", "CUDA"});
+  expect_error(
+      [&] {
+        fused_qk_norm_rope(x, w, RopeTables{x, x}, 1e-6, false);
+      },
+      {"fused_qk_norm_rope", "CUDA", "Float on cpu"});
 }
 
 // Counts a parameter's hook calls: the pre-accumulation tensor hook and the post-accumulate-grad

@@ -11,6 +11,7 @@
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/mm.h>
+#include <ATen/ops/sum.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -174,8 +175,137 @@ struct FusedGluDown : public torch::autograd::Function<FusedGluDown> {
   }
 };
 
+// d_w from the kernels' fp32 partial sums [blocks, D], in w's dtype.
+at::Tensor weight_grad(const at::Tensor& parts, const at::Tensor& w) {
+  return parts.sum(0).to(w.scalar_type());
+}
+
+struct FusedRmsNorm : public torch::autograd::Function<FusedRmsNorm> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            double eps, bool gemma) {
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["gemma"] = gemma;
+    at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+    const int64_t d = x.size(-1);
+    const c10::cuda::CUDAGuard guard(x.device());
+    check_launch(cuda::rms_norm_forward(x.data_ptr(), w.data_ptr(), y.data_ptr(), x.numel() / d, d,
+                                        static_cast<float>(eps), gemma,
+                                        kernel_dtype(x.scalar_type()), stream_of(x)),
+                 "fused_rms_norm");
+    return y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& w = saved[1];
+    const at::Tensor g = grad_out[0].contiguous();
+    const int64_t d = x.size(-1), rows = x.numel() / d;
+    at::Tensor dx = at::empty_like(x, at::MemoryFormat::Contiguous);
+    at::Tensor parts;
+    if (ctx->needs_input_grad(1))
+      parts = at::empty({cuda::rms_norm_backward_blocks(rows), d}, x.options().dtype(at::kFloat));
+    const c10::cuda::CUDAGuard guard(x.device());
+    check_launch(cuda::rms_norm_backward(x.data_ptr(), w.data_ptr(), g.data_ptr(), dx.data_ptr(),
+                                         parts.defined() ? parts.data_ptr<float>() : nullptr, rows,
+                                         d, static_cast<float>(ctx->saved_data["eps"].toDouble()),
+                                         ctx->saved_data["gemma"].toBool(),
+                                         kernel_dtype(x.scalar_type()), stream_of(x)),
+                 "fused_rms_norm backward");
+    return {dx, parts.defined() ? weight_grad(parts, w) : at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// x [B, T, H, D] with the last dimension contiguous (the projection's view; a gradient arriving
+// from attention is a transposed view).
+struct FusedQkNormRope : public torch::autograd::Function<FusedQkNormRope> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& w,
+                            const at::Tensor& cos, const at::Tensor& sin, double eps, bool gemma) {
+    // x and references: the composition keeps x (in fp32 on the CPU) and the normed output too.
+    ctx->save_for_backward({x, w, cos, sin});
+    ctx->saved_data["eps"] = eps;
+    ctx->saved_data["gemma"] = gemma;
+    at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+    const int64_t strides[3] = {x.stride(0), x.stride(1), x.stride(2)};
+    const c10::cuda::CUDAGuard guard(x.device());
+    check_launch(cuda::qk_norm_rope_forward(
+                     x.data_ptr(), w.data_ptr(), cos.data_ptr(), sin.data_ptr(), out.data_ptr(),
+                     x.size(0), x.size(1), x.size(2), x.size(3) / 2, strides,
+                     static_cast<float>(eps), gemma, kernel_dtype(x.scalar_type()), stream_of(x)),
+                 "fused_qk_norm_rope");
+    return out;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grad_out) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& w = saved[1];
+    const at::Tensor g = grad_out[0].stride(3) == 1 ? grad_out[0] : grad_out[0].contiguous();
+    const int64_t rows = x.size(0) * x.size(1) * x.size(2), d = x.size(3);
+    at::Tensor dx = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+    at::Tensor parts;
+    if (ctx->needs_input_grad(1))
+      parts =
+          at::empty({cuda::qk_norm_rope_backward_blocks(rows), d}, x.options().dtype(at::kFloat));
+    const int64_t xs[3] = {x.stride(0), x.stride(1), x.stride(2)};
+    const int64_t gs[3] = {g.stride(0), g.stride(1), g.stride(2)};
+    const c10::cuda::CUDAGuard guard(x.device());
+    check_launch(cuda::qk_norm_rope_backward(x.data_ptr(), w.data_ptr(), saved[2].data_ptr(),
+                                             saved[3].data_ptr(), g.data_ptr(), dx.data_ptr(),
+                                             parts.defined() ? parts.data_ptr<float>() : nullptr,
+                                             x.size(0), x.size(1), x.size(2), d / 2, xs, gs,
+                                             static_cast<float>(ctx->saved_data["eps"].toDouble()),
+                                             ctx->saved_data["gemma"].toBool(),
+                                             kernel_dtype(x.scalar_type()), stream_of(x)),
+                 "fused_qk_norm_rope backward");
+    return {dx,           parts.defined() ? weight_grad(parts, w) : at::Tensor(),
+            at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 #endif
+
+at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps, bool gemma) {
+  check_supported(x, "fused_rms_norm");
+  if (x.dim() < 1 || !w.defined() || w.dim() != 1 || w.size(0) != x.size(-1) ||
+      w.scalar_type() != x.scalar_type() || w.device() != x.device())
+    throw Error("fused_rms_norm: the weight must be [" + std::to_string(x.dim() ? x.size(-1) : 0) +
+                "] in x's dtype, on its device");
+#ifdef CIUIC_FUSED_KERNELS
+  return FusedRmsNorm::apply(x.contiguous(), w.contiguous(), eps, gemma);
+#else
+  (void)eps;
+  (void)gemma;
+  return at::Tensor();
+#endif
+}
+
+at::Tensor fused_qk_norm_rope(const at::Tensor& x, const at::Tensor& w, const RopeTables& rope,
+                              double eps, bool gemma) {
+  check_supported(x, "fused_qk_norm_rope");
+  if (x.dim() != 4 || x.size(3) % 2 != 0 || x.size(3) > 512)
+    throw Error("fused_qk_norm_rope: x must be [B, T, heads, D] with an even D <= 512");
+  const int64_t rows = x.size(0) * x.size(1), d = x.size(3);
+  if (!w.defined() || w.dim() != 1 || w.size(0) != d || w.scalar_type() != x.scalar_type() ||
+      w.device() != x.device())
+    throw Error("fused_qk_norm_rope: the weight must be [" + std::to_string(d) +
+                "] in x's dtype, on its device");
+  if (!rope.cos.defined() || rope.cos.numel() != rows * d || rope.sin_signed.numel() != rows * d ||
+      rope.cos.scalar_type() != x.scalar_type() ||
+      rope.sin_signed.scalar_type() != x.scalar_type() || rope.cos.device() != x.device())
+    throw Error(
+        "fused_qk_norm_rope: the rotary tables must be [B, T, 1, D] for x's B, T, D, in x's dtype "
+        "and on its device");
+#ifdef CIUIC_FUSED_KERNELS
+  return FusedQkNormRope::apply(x.stride(3) == 1 ? x : x.contiguous(), w.contiguous(),
+                                rope.cos.contiguous(), rope.sin_signed.contiguous(), eps, gemma);
+#else
+  (void)eps;
+  (void)gemma;
+  return at::Tensor();
+#endif
+}
 
 at::Tensor fused_glu_down(const at::Tensor& gate, const at::Tensor& up, const at::Tensor& w_down,
                           Activation act) {

@@ -2,9 +2,11 @@
 //
 // Each function computes what its ATen composition in model/llama_ops.cpp computes (rotary
 // embedding: x * cos + roll(x, D/2) * sin_signed; the gated MLP activation act(gate) * up with
-// act = silu (SwiGLU) or tanh GELU (GeGLU, gelu(approximate = "tanh"))), differentiably, in
-// one kernel forward and one backward, evaluating in fp32 and rounding once (the composition
-// rounds after each step: results differ by bf16/fp16 rounding, not more; tests/model/
+// act = silu (SwiGLU) or tanh GELU (GeGLU, gelu(approximate = "tanh")); RMSNorm, plain or
+// Gemma's (1 + w), and the per-head q/k RMSNorm fused with rope), differentiably, in
+// one kernel forward and one backward, evaluating in fp32 and rounding once (the norms: where
+// transformers' modules round; the composition rounds after each step: results differ by
+// bf16/fp16 rounding, not more; tests/model/
 // fused_ops_test.cpp holds both to each other). The gated activation keeps only gate and up for
 // its backward (the composition also keeps act(gate) and the product).
 // Available in CUDA builds for CUDA tensors in fp32/bf16/fp16 (fused_kernels_supported); calling
@@ -34,6 +36,19 @@ CIUIC_API at::Tensor fused_glu(const at::Tensor& gate, const at::Tensor& up,
 // gate, up [..., I]; w_down [H, I]. Returns linear(act(gate) * up, w_down) [..., H], keeping
 // only gate and up for the backward, which recomputes act(gate) * up (one elementwise kernel):
 // the decoder layer's MLP holds 2 I fewer activations per token than with the composition.
+// RMSNorm over the last dimension of x (any shape; copied when not contiguous), weight w [D] in
+// x's dtype, with transformers' rounding points (model/cuda/fused_kernels.h): gemma = false as
+// LlamaRMSNorm / Qwen3RMSNorm (normalised in fp32, cast to the dtype, times w in the dtype),
+// gemma = true as Gemma3RMSNorm (times 1 + w in fp32, cast once). The backward keeps x and w
+// only (the composition keeps an fp32 copy of x, and Gemma's its fp32 output too).
+CIUIC_API at::Tensor fused_rms_norm(const at::Tensor& x, const at::Tensor& w, double eps,
+                                    bool gemma);
+// The q/k norm then rope of qwen3 and gemma3_text: rope(rms_norm(x, w)) for x [B, T, heads, D]
+// (last dimension contiguous), w [D], D <= 512, the norm as fused_rms_norm's (its output rounded
+// to the dtype, as the module's output is) and the rotation as fused_rope's. One kernel forward,
+// one backward; keeps x, w and the tables. Returns a contiguous [B, T, heads, D].
+CIUIC_API at::Tensor fused_qk_norm_rope(const at::Tensor& x, const at::Tensor& w,
+                                        const RopeTables& rope, double eps, bool gemma);
 CIUIC_API at::Tensor fused_glu_down(const at::Tensor& gate, const at::Tensor& up,
                                     const at::Tensor& w_down, Activation act = Activation::kSilu);
 

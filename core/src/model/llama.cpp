@@ -474,7 +474,7 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
 }
 
 at::Tensor LlamaModel::head_begin(const at::Tensor& h) const {
-  return rms_norm_of(h, norm_, cfg_.hidden_size, cfg_.rms_norm_eps, cfg_.gemma_norm);
+  return rms_norm_of(h, norm_, cfg_.hidden_size, cfg_.rms_norm_eps, cfg_.gemma_norm, shape_.fused);
 }
 
 at::Tensor LlamaModel::head_end(const at::Tensor& out) const {

@@ -51,8 +51,9 @@ std::vector<int> layer_slots(const LlamaConfig& cfg) {
 }
 
 at::Tensor rms_norm_of(const at::Tensor& x, const at::Tensor& w, int64_t dim, double eps,
-                       bool gemma_norm) {
+                       bool gemma_norm, bool fused) {
   if (!gemma_norm) return at::rms_norm(x, {dim}, w, eps);
+  if (fused) return fused_rms_norm(x, w, eps, /*gemma=*/true);
   if (x.scalar_type() == at::kFloat) return at::rms_norm(x, {dim}, w + 1.0, eps);
   return at::rms_norm(x.to(at::kFloat), {dim}, w.to(at::kFloat) + 1.0, eps).to(x.scalar_type());
 }
@@ -172,10 +173,10 @@ at::Tensor attention_tail(const LayerWeights& w, const LayerShape& s, const at::
                           const at::Tensor& a) {
   using W = LayerWeights;
   at::Tensor o = lin(w, s, W::kO, a);
-  if (s.sandwich) o = rms_norm_of(o, w.t[W::kLnPostAttn], s.hidden, s.eps, s.gemma_norm);
+  if (s.sandwich) o = rms_norm_of(o, w.t[W::kLnPostAttn], s.hidden, s.eps, s.gemma_norm, s.fused);
   at::Tensor out = x + o;
   at::Tensor h = rms_norm_of(out, w.t[s.sandwich ? W::kLnPreFfn : W::kLnPostAttn], s.hidden, s.eps,
-                             s.gemma_norm);
+                             s.gemma_norm, s.fused);
   at::Tensor gate = lin(w, s, W::kGate, h), up = lin(w, s, W::kUp, h);
   at::Tensor m;
   if (s.fused && !has_lora(w, W::kDown))
@@ -185,7 +186,7 @@ at::Tensor attention_tail(const LayerWeights& w, const LayerShape& s, const at::
   else
     m = lin(w, s, W::kDown,
             (s.act == Activation::kGeluTanh ? at::gelu(gate, "tanh") : at::silu(gate)) * up);
-  if (s.sandwich) m = rms_norm_of(m, w.t[W::kLnPostFfn], s.hidden, s.eps, s.gemma_norm);
+  if (s.sandwich) m = rms_norm_of(m, w.t[W::kLnPostFfn], s.hidden, s.eps, s.gemma_norm, s.fused);
   return out + m;
 }
 // q or k [B, T, heads, D]: projected, normed over D (qk_norm), rotated.
@@ -193,6 +194,7 @@ at::Tensor project(const at::Tensor& h, const LayerWeights& w, int slot, const a
                    const at::Tensor& norm, const LayerShape& s, int64_t heads,
                    const RopeTables& rope) {
   at::Tensor y = lin(w, s, slot, h, bias).view({h.size(0), h.size(1), heads, s.head_dim});
+  if (s.qk_norm && s.fused) return fused_qk_norm_rope(y, norm, rope, s.eps, s.gemma_norm);
   if (s.qk_norm) y = rms_norm_of(y, norm, s.head_dim, s.eps, s.gemma_norm);
   return apply_rope(y, rope, s.fused);
 }
@@ -203,7 +205,7 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
                          KVCacheLayer* cache, const PackedDocs* docs) {
   using W = LayerWeights;
   const int64_t b = x.size(0), t = x.size(1);
-  at::Tensor h = rms_norm_of(x, w.ln_in(), s.hidden, s.eps, s.gemma_norm);
+  at::Tensor h = rms_norm_of(x, w.ln_in(), s.hidden, s.eps, s.gemma_norm, s.fused);
   // Projections stay in [B, T, heads, D] (the layout flash kernels use); the transposes to
   // [B, heads, T, D] for SDPA are views.
   at::Tensor q = project(h, w, W::kQ, w.t[W::kQBias], w.t[W::kQNorm], s, s.n_heads, rope);

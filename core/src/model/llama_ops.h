@@ -31,9 +31,9 @@ struct LayerShape {
   int64_t n_kv_heads = 0;
   int64_t head_dim = 0;
   double eps = 1e-6;
-  // Rotary embedding and the gated MLP activation (SwiGLU or GeGLU) through the fused CUDA
-  // kernels (model/fused_ops.h) instead of their ATen compositions; only where
-  // fused_kernels_supported() for the layer's tensors.
+  // Rotary embedding (with the q/k norm before it), the gated MLP activation (SwiGLU or GeGLU)
+  // and Gemma's (1 + w) RMSNorms through the fused CUDA kernels (model/fused_ops.h) instead of
+  // their ATen compositions; only where fused_kernels_supported() for the layer's tensors.
   bool fused = false;
   Activation act = Activation::kSilu;
   bool qk_norm = false;     // RMSNorm over head_dim on q and k before rope (q_norm, k_norm)
@@ -153,9 +153,11 @@ struct LayerWeights {
 // gate, up, down, input_layernorm, post_attention_layernorm).
 CIUIC_API std::vector<int> layer_slots(const LlamaConfig& cfg);
 // RMSNorm over the last `dim` elements with weight w (gemma_norm: 1 + w, in fp32, rounded once to
-// x's dtype, as transformers' Gemma3RMSNorm).
+// x's dtype, as transformers' Gemma3RMSNorm). fused (where fused_kernels_supported): Gemma's
+// through fused_rms_norm (one kernel instead of casts around at::rms_norm); the plain one is
+// at::rms_norm either way (fused by PyTorch on CUDA).
 CIUIC_API at::Tensor rms_norm_of(const at::Tensor& x, const at::Tensor& w, int64_t dim, double eps,
-                                 bool gemma_norm);
+                                 bool gemma_norm, bool fused = false);
 
 // Rotary tables for one batch, [B, T, 1, head_dim] in the activation dtype:
 // cos = cos(cat(f, f)), sin_signed = cat(-sin(f), sin(f)) with f = position * inv_freq, so that

@@ -91,7 +91,8 @@ PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots],
   // (4 x intermediate; 2 with the fused SwiGLU/GeGLU kernel, which keeps gate and up only).
   // Family terms: q/k norms keep the unnormed q and k (q + kv); sandwich norms the attention and
   // MLP outputs before their norms (2 x hidden); (1 + w) norms in a 16-bit dtype their fp32 inputs
-  // (4 x hidden, + q + kv with q/k norms, at 4 bytes).
+  // (4 x hidden, + q + kv with q/k norms, at 4 bytes) unless fused (the kernels keep the inputs
+  // counted above).
   const model::LlamaConfig& m = in.model;
   const double pb = ctx.param_bytes;
   const double N = static_cast<double>(ctx.micro_batch_size * ctx.seq_len);
@@ -105,7 +106,7 @@ PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots],
   if (m.qk_norm) per_token += q + kv;
   if (m.sandwich_norms) per_token += 2 * H;
   double layer = per_token * N * pb;
-  if (m.gemma_norm && pb < 4) layer += (4 * H + (m.qk_norm ? q + kv : 0)) * N * 4;
+  if (m.gemma_norm && pb < 4 && !in.fused) layer += (4 * H + (m.qk_norm ? q + kv : 0)) * N * 4;
   const size_t first_model_item = ctx.items.size();
   if (in.frozen_parameters > 0)
     ctx.add("frozen base weights", true, static_cast<double>(in.frozen_parameters) * pb,
