@@ -129,12 +129,15 @@ void Precision::round_to_param(const at::Tensor& master, at::Tensor& out, int64_
   out.copy_(master);  // ATen's float -> bf16/fp16 conversion rounds to nearest even
 }
 bool Precision::rounds_to_nearest() const { return true; }
+bool Precision::accepts_sharded_parameters() const { return false; }
 void Sharding::before_group(int, GroupPass) {}
 void Sharding::after_group(int, GroupPass) {}
 ShardingMemory Sharding::memory() const { return {}; }
 bool Sharding::builds_parameters() const { return false; }
+bool Sharding::shards_parameters() const { return false; }
 bool Optimizer::offer_early_update(const OptimizerStep&) { return false; }
 OptimizerMemory Optimizer::memory() const { return {}; }
+bool Optimizer::accepts_sharded_parameters() const { return false; }
 CommCounters Comm::counters() const { return {}; }
 int64_t DataSource::epoch() const { return -1; }
 Store::~Store() = default;

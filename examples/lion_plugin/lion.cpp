@@ -8,7 +8,11 @@
 // ShardOptimizer (ciuic/kit/shard_optimizer.h) does everything but this arithmetic: state on the
 // device, the gradient sink and its squares for the norm, checkpoints, rounding through the
 // precision policy.
-#define CIUIC_PLUGIN_API 7
+//
+// Plugin API 9: Lion updates each element from its own moment and gradient and the kit writes
+// params_out whole from the master weights, so it says it accepts sharded parameters (zero3;
+// ciuic/optimizer.h lists the promises, ciuic-plugin-check checks them).
+#define CIUIC_PLUGIN_API 9
 #include <vector>
 
 #include <ATen/ops/lerp.h>
@@ -33,6 +37,8 @@ class Lion final : public ciuic::kit::ShardOptimizer {
     beta1_ = betas[0];
     beta2_ = betas[1];
   }
+
+  bool accepts_sharded_parameters() const override { return true; }
 
  protected:
   void update(Group& g, double lr, double weight_decay, int64_t /*t*/) override {

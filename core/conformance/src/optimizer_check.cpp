@@ -208,6 +208,31 @@ class OptimizerCheck {
         params_at_resume = params.clone();
       }
     }
+    // accepts_sharded_parameters() (ciuic/optimizer.h, API 9): params_out a fresh tensor of NaNs
+    // at every call (a parameter-sharding plugin's staging memory), the initial values gone after
+    // setup(): the same bits, so nothing was read from either.
+    if (a.opt->accepts_sharded_parameters()) {
+      SCOPED_TRACE("accepts_sharded_parameters(): params_out a new tensor of NaNs at each call");
+      Made c = make();
+      at::Tensor initial = init.clone();
+      c.opt->setup(setup(initial, accumulation));
+      initial.fill_(NAN);
+      for (int64_t t = 1; t <= kSteps; ++t) {
+        feed(*c.opt, s, t);
+        c.opt->finish_grads();
+        at::Tensor out = at::full({kNumel}, NAN, at::kFloat);
+        c.opt->step(args(t), out);
+        EXPECT_TRUE(out.equal(params_after[t]))
+            << "step " << t << ": params_out differs when it holds NaNs before step() and the "
+            << "initial values are overwritten after setup(): the optimizer reads one of them "
+            << "(or leaves elements unwritten), yet accepts_sharded_parameters() is true";
+      }
+      at::Tensor out = at::full({kNumel}, NAN, at::kFloat);
+      c.opt->write_params(out, kSteps);
+      EXPECT_TRUE(out.equal(params_after[kSteps]))
+          << "write_params() into a tensor of NaNs is not the last step's parameters, yet "
+             "accepts_sharded_parameters() is true";
+    }
     // Resume: a new optimizer, set up from the parameters at the checkpoint, loads the state and
     // writes the parameters, then trains on exactly as the original did.
     Made b = make();

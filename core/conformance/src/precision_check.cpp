@@ -92,6 +92,26 @@ void check_rounding(const Precision& p) {
   const at::Tensor spans = round(master, 5, {{0, 100, kGlobal}, {100, kN - 100, kGlobal + 100}});
   EXPECT_TRUE(spans.equal(whole))
       << "round_to_param gives other bits for the same positions in two spans";
+  // accepts_sharded_parameters() (ciuic/precision.h, API 9): spans whose global positions do not
+  // ascend, with padding between, as a parameter-sharding plugin's shard has them (zero3: small
+  // persistent parameters after the layers) — the same bits at the same positions.
+  if (p.accepts_sharded_parameters()) {
+    const int64_t pad = 64;
+    const at::Tensor shuffled =
+        at::cat({master.narrow(0, 3000, kN - 3000), at::zeros({pad}, at::kFloat),
+                 master.narrow(0, 0, 1000), master.narrow(0, 1000, 2000)});
+    const at::Tensor r = round(shuffled, 5,
+                               {{0, kN - 3000, kGlobal + 3000},
+                                {kN - 3000, pad, -1},
+                                {kN - 3000 + pad, 1000, kGlobal},
+                                {kN - 2000 + pad, 2000, kGlobal + 1000}});
+    const at::Tensor back =
+        at::cat({r.narrow(0, kN - 3000 + pad, 3000), r.narrow(0, 0, kN - 3000)});
+    EXPECT_TRUE(back.equal(whole))
+        << "round_to_param gives other bits when the spans' global positions do not ascend (a "
+           "shard laid out by a parameter-sharding plugin), yet accepts_sharded_parameters() is "
+           "true";
+  }
   if (pd == at::kFloat) {
     EXPECT_TRUE(whole.equal(master))
         << "param_dtype() is fp32 but round_to_param changed the values";

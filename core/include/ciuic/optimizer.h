@@ -154,6 +154,28 @@ class CIUIC_API Optimizer : public PluginObject {
 
   // Memory held now, for the core's set-up line. Any thread; cheap. Default: nothing counted.
   virtual OptimizerMemory memory() const;
+
+  // API 9. true promises that this optimizer works with a Sharding that shards the parameters
+  // themselves (Sharding::shards_parameters(): zero3), where
+  //   - params_out of step() and write_params() is the Sharding's own shard buffer, or a staging
+  //     tensor for it (zero3's shard in host memory on a GPU run): possibly a new tensor at every
+  //     call, whose contents before the call are unspecified. The optimizer writes every element
+  //     of it and reads none;
+  //   - the model's parameters have memory only inside their groups' boundaries (the Sharding
+  //     frees and refills their storage): the optimizer keeps no tensor it was handed in setup()
+  //     (OptimizerSetup::initial is read there only, as always) and reaches the model no other way;
+  //   - the shard is in the Sharding's order, not the model's: a parameter may be cut into pieces
+  //     and pieces may come out of model order (zero3 puts parameters below its
+  //     param_persistence_threshold after the layers). An element relates to the model only
+  //     through OptimizerSetup::positions and segments — no rule that needs a whole parameter, or
+  //     the pieces of one in order (a matrix-wise update such as Shampoo's says false).
+  // An optimizer that updates each element from its own state and gradient (AdamW, Lion, the
+  // optim kit's ShardOptimizer) keeps these; the conformance kit checks the first two when this
+  // says true. Asked once by the core, on the main thread, after the factory and before setup();
+  // must depend on nothing but the plugin's options. Default: false — an optimizer written
+  // before API 9 has not said, so the core refuses it with such a Sharding (ciuic::UsageError
+  // naming both plugins) instead of guessing; with any other Sharding it is not asked.
+  virtual bool accepts_sharded_parameters() const;
 };
 
 // The spans of OptimizerSetup::positions for shard elements [shard_offset, shard_offset + numel),

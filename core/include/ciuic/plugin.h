@@ -9,7 +9,7 @@
 //
 // A plugin source file looks like this (see examples/hello_plugin and docs/plugins.md):
 //
-//   #define CIUIC_PLUGIN_API 7  // the plugin API this source is written for, before any include
+//   #define CIUIC_PLUGIN_API 9  // the plugin API this source is written for, before any include
 //   #include <ciuic/config.h>
 //   #include <ciuic/plugin.h>
 //   #include <ciuic/precision.h>
@@ -45,14 +45,15 @@
 #include <ciuic/metrics.h>
 
 // ---- which API the source was written for -----------------------------------------------------
-// A plugin source states the plugin API it was written for: #define CIUIC_PLUGIN_API 7 before
-// its first <ciuic/...> include (or -DCIUIC_PLUGIN_API=7). Source written for an older API gets
+// A plugin source states the plugin API it was written for: #define CIUIC_PLUGIN_API 9 before
+// its first <ciuic/...> include (or -DCIUIC_PLUGIN_API=9). Source written for an older API gets
 // an error naming what changed since (below); source that says nothing gets a warning at its
-// CIUIC_DEFINE_PLUGIN, since it predates the declaration (API 6 and older).
+// CIUIC_DEFINE_PLUGIN, since it predates the declaration (API 6 and older). Source written for API
+// 7 or 8 compiles unchanged: API 8 and 9 only added virtual functions with defaults (version log).
 #if defined(CIUIC_PLUGIN_API)
-#if CIUIC_PLUGIN_API > 8
+#if CIUIC_PLUGIN_API > 9
 #error \
-    "this plugin is written for a newer plugin API than this SDK's (8): build it against a newer ciuic SDK"
+    "this plugin is written for a newer plugin API than this SDK's (9): build it against a newer ciuic SDK"
 #elif CIUIC_PLUGIN_API < 7
 #error \
     "this plugin is written for plugin API < 7; API 7 changed (ciuic/plugin.h, version log): the core owns the step - Sharding::step(StepInput) is now finish_grads() + update(OptimizerStep), begin_step and StepInput/StepResult are gone (the core offers Optimizer::offer_early_update); Sharding::before_group/after_group; Sharding::load_state(fetch, t) and Optimizer::write_params(out, t); Precision::round_to_param(master, out, t, positions) with global positions; Precision::skipped_steps removed, Precision has fp32 defaults; DataOpenArgs lost seed/rank/world_size (use the RunContext). Port it, then define CIUIC_PLUGIN_API 7"
@@ -62,7 +63,7 @@
 // _Pragma takes one string literal: clang-format would split it.
 // clang-format off
 #define CIUIC_PLUGIN_API_NOTE_ \
-  _Pragma("GCC warning \"this plugin source does not say which plugin API it was written for (#define CIUIC_PLUGIN_API 7 before its includes): it predates API 7, which changed Sharding::step into finish_grads() + update(), removed Sharding::begin_step, StepInput/StepResult and Precision::skipped_steps, gave round_to_param(master, out, t, positions) global positions, added t to Sharding::load_state and Optimizer::write_params, and moved seed/rank/world_size from DataOpenArgs to the RunContext (ciuic/plugin.h, version log)\"")
+  _Pragma("GCC warning \"this plugin source does not say which plugin API it was written for (#define CIUIC_PLUGIN_API 9 before its includes): it predates API 7, which changed Sharding::step into finish_grads() + update(), removed Sharding::begin_step, StepInput/StepResult and Precision::skipped_steps, gave round_to_param(master, out, t, positions) global positions, added t to Sharding::load_state and Optimizer::write_params, and moved seed/rank/world_size from DataOpenArgs to the RunContext (ciuic/plugin.h, version log)\"")
 // clang-format on
 #endif
 
@@ -117,7 +118,18 @@ using PluginPlanFn = void(const Config& options, PlanContext& plan);
 //      hands it (13B on a 24 GiB card); PlanContext::start_bytes (the sharding's peak while the
 //      model is built, shown by --plan). Additions with defaults only: source written for API 7
 //      compiles unchanged (CIUIC_PLUGIN_API 7 is accepted), compiled API-7 plugins are refused.
-inline constexpr uint32_t kPluginApiVersion = 8;
+//   9: Sharding::shards_parameters() (appended after builds_parameters(); default false),
+//      Optimizer::accepts_sharded_parameters() (appended after memory()) and
+//      Precision::accepts_sharded_parameters() (appended after load_state()), both default false:
+//      the core refuses at start (ciuic::UsageError, exit 2, naming both plugins and their recipe
+//      keys) a sharding that shards the parameters themselves (zero3) with an optimizer or
+//      precision policy that has not declared that it works with them. Additions with defaults
+//      only: source written for API 7 or 8 compiles unchanged (CIUIC_PLUGIN_API 7 and 8 are
+//      accepted) and runs as before with ddp, zero2 and any sharding that keeps parameters whole;
+//      with zero3 such an optimizer or policy is refused until it says true (a safe default: the
+//      core cannot tell whether it holds the model's parameters or reads params_out). Compiled
+//      API-8 plugins are refused.
+inline constexpr uint32_t kPluginApiVersion = 9;
 
 // The five slots a recipe fills. The numeric values are part of the ABI.
 enum class Slot : uint32_t {

@@ -83,6 +83,21 @@ class CIUIC_API Precision : public PluginObject {
   // parameters are rewritten from the loaded master weights. Default: none.
   virtual void save_state(StateDict& out) const;
   virtual void load_state(const StateDict& in);
+
+  // API 9. true promises that this policy works with a Sharding that shards the parameters
+  // themselves (Sharding::shards_parameters(): zero3): round_to_param() takes its bits from
+  // (master, t, positions) alone also when the spans' global positions do not ascend (the shard is
+  // in the Sharding's order: zero3 puts parameters below its param_persistence_threshold after the
+  // layers) and when `out` is the Sharding's shard or a staging tensor, never the model's
+  // parameters; and the policy holds nothing that refers to the model's parameters (the Sharding
+  // frees and refills their storage between their groups' boundaries). A policy that rounds each
+  // element from its value, t and global position (fp32, bf16 — nearest or stochastic — fp16)
+  // keeps this; the conformance kit checks the rounding when this says true. Asked once by the
+  // core, on the main thread, after the factory; must depend on nothing but the plugin's options.
+  // Default: false — a policy written before API 9 has not said, so the core refuses it with such
+  // a Sharding (ciuic::UsageError naming both plugins) instead of guessing; with any other
+  // Sharding it is not asked.
+  virtual bool accepts_sharded_parameters() const;
 };
 
 }  // namespace ciuic

@@ -201,6 +201,19 @@ class CIUIC_API Sharding : public PluginObject {
   // the plugin's options. Default: false (the model is built and initialised whole on each rank
   // before setup(), as ddp and zero2 need).
   virtual bool builds_parameters() const;
+
+  // API 9. true: this Sharding shards the parameters themselves — each rank keeps only its shard of
+  // them (the parameter dtype, the optimizer's params_out); a parameter has memory, gathered from
+  // the shards, only between its groups' before_group() and after_group(), and its storage is
+  // freed and refilled between them (zero3). The optimizer and the precision policy must then
+  // accept sharded parameters (Optimizer::accepts_sharded_parameters(),
+  // Precision::accepts_sharded_parameters(): the promises are listed there); the core asks them
+  // and refuses the run at start with ciuic::UsageError (exit 2) naming the plugins, their recipe
+  // keys and the fix when either says false. Asked once, on the main thread, after the factories
+  // and before the model is built; must depend on nothing but the plugin's options. A strategy
+  // whose builds_parameters() is true usually says true here too. Default: false (every rank
+  // computes with whole parameters between steps, as in ddp and zero2).
+  virtual bool shards_parameters() const;
 };
 
 }  // namespace ciuic

@@ -50,6 +50,7 @@
 #include "tokenizer/factory.h"
 #include "train/evaluate.h"
 #include "train/options.h"
+#include "train/run.h"
 #include "train/worker.h"
 
 namespace ciuic::app {
@@ -195,6 +196,16 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
     }
     os << pad(d.name, 12) << pad(d.version, 9) << "created  " << d.path
        << (chosen.empty() ? "" : " (auto: " + chosen + ")") << "\n";
+  }
+  // The plugins compose as a worker requires (train/run.h).
+  {
+    auto* sharding = dynamic_cast<Sharding*>(objects[static_cast<size_t>(Slot::kSharding)].get());
+    auto* optimizer =
+        dynamic_cast<Optimizer*>(objects[static_cast<size_t>(Slot::kOptimizer)].get());
+    auto* precision =
+        dynamic_cast<Precision*>(objects[static_cast<size_t>(Slot::kPrecision)].get());
+    if (sharding && optimizer && precision)
+      train::check_sharded_parameters(recipe, registry, *sharding, *optimizer, *precision);
   }
   // Preflight: every input the run reads, opened as the run opens it; nothing is trained.
   const train::TrainOptions opt = train::TrainOptions::from(recipe);

@@ -134,6 +134,40 @@ model::LlamaConfig with_tokenizer_special_ids(const model::LlamaConfig& cfg, con
 
 }  // namespace
 
+void check_sharded_parameters(const Recipe& recipe, const Registry& registry,
+                              const Sharding& sharding, const Optimizer& optimizer,
+                              const Precision& precision) {
+  bool shards = false;
+  as_plugin(recipe, registry, Slot::kSharding, [&] { shards = sharding.shards_parameters(); });
+  if (!shards) return;
+  auto key = [&](Slot slot) {
+    return "[" + std::string(slot_name(slot)) + "] plugin = \"" + recipe.plugin_name(slot) +
+           "\" (" + recipe.plugin_location(slot) + ")";
+  };
+  std::string problems;
+  auto ask = [&](Slot slot, const std::string& iface, const std::string& what, auto&& accepts) {
+    bool yes = false;
+    as_plugin(recipe, registry, slot, [&] { yes = accepts(); });
+    if (yes) return;
+    problems += "\n  " + key(slot) + ": " + registry.describe(slot, recipe.plugin_name(slot)) +
+                " does not accept sharded parameters (" + iface +
+                "::accepts_sharded_parameters() is false, the default of plugins written before "
+                "plugin API 9), which " +
+                key(Slot::kSharding) + " hands it; expected " + what + " that accepts them";
+  };
+  ask(Slot::kOptimizer, "Optimizer", "an optimizer",
+      [&] { return optimizer.accepts_sharded_parameters(); });
+  ask(Slot::kPrecision, "Precision", "a precision policy",
+      [&] { return precision.accepts_sharded_parameters(); });
+  if (problems.empty()) return;
+  throw UsageError(
+      "the plugins do not compose:" + problems +
+      "\n  (every optimizer and precision policy shipped with ciuic does; docs/plugins.md, "
+      "\"Sharded parameters\"), or a [sharding] plugin that keeps the parameters whole. The author "
+      "of a plugin that keeps the promises of ciuic/optimizer.h or ciuic/precision.h returns true "
+      "from accepts_sharded_parameters() and builds it for plugin API 9");
+}
+
 void open_data_plugin(const Recipe& recipe, const Registry& registry, DataSource& data,
                       const DataOpenArgs& args) {
   try {
@@ -309,6 +343,7 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   r.precision = make_plugin<Precision>(recipe, registry, Slot::kPrecision, r.ctx, planned);
   r.optimizer = make_plugin<Optimizer>(recipe, registry, Slot::kOptimizer, r.ctx, planned);
   r.sharding = make_plugin<Sharding>(recipe, registry, Slot::kSharding, r.ctx, planned);
+  check_sharded_parameters(recipe, registry, *r.sharding, *r.optimizer, *r.precision);
   r.data = make_plugin<DataSource>(recipe, registry, Slot::kData, r.ctx, planned);
   const double plugins_s = lap();
 

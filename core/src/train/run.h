@@ -63,6 +63,15 @@ struct Run {
 Run build_run(const Recipe& recipe, const Registry& registry, const launch::WorkerEnv& env,
               const WorkerOptions& options);
 
+// The composition rule of plugin API 9 (ciuic/sharding.h, shards_parameters()): a sharding that
+// shards the parameters themselves (zero3) needs an optimizer and a precision policy that accept
+// sharded parameters. Asks the sharding once and, when it says true, the two others; throws one
+// UsageError (exit 2) naming every plugin that refuses, its recipe key with its location, the
+// sharding's, and the fix. build_run() and --dry-run call it right after creating the plugins.
+void check_sharded_parameters(const Recipe& recipe, const Registry& registry,
+                              const Sharding& sharding, const Optimizer& optimizer,
+                              const Precision& precision);
+
 // One micro-batch on the run's device.
 struct DeviceBatch {
   at::Tensor input_ids, labels, position_ids;

@@ -21,7 +21,7 @@
 //
 // State: master, exp_avg, exp_avg_sq (fp32) and the gradient shard (fp32, or bf16/fp16 as above):
 // 14 to 16 bytes per shard element on the device.
-#define CIUIC_PLUGIN_API 7
+#define CIUIC_PLUGIN_API 9
 #include <memory>
 #include <string>
 
@@ -55,6 +55,9 @@ class AdamW final : public ciuic::kit::ShardOptimizer {
     eps_ = h.eps;
     fused_ = cfg.get(kKernel) == "auto";
   }
+
+  // Element-wise update; params_out written whole from the master weights, never read: zero3 too.
+  bool accepts_sharded_parameters() const override { return true; }
 
  protected:
   void update(Group& g, double lr, double weight_decay, int64_t t) override {

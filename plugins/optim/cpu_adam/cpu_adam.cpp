@@ -51,7 +51,7 @@
 // Threading: the interface is called on the main thread; the update runs on a private team of
 // `threads` threads (the main thread included). Work is split into contiguous, 64-element
 // aligned pieces, the same split for first touch at setup() and for every step.
-#define CIUIC_PLUGIN_API 7
+#define CIUIC_PLUGIN_API 9
 #include <sched.h>
 
 #include <algorithm>
@@ -456,6 +456,10 @@ class CpuAdam final : public ciuic::Optimizer {
     exp_avg_.copy_(a);
     exp_avg_sq_.copy_(s);
   }
+
+  // Element-wise update; every path writes params_out whole from the master weights and reads none
+  // of it (step_staged uploads each tile from host staging): zero3's shard, offloaded or not.
+  bool accepts_sharded_parameters() const override { return true; }
 
   ciuic::OptimizerMemory memory() const override {
     uint64_t bytes = 0;

@@ -38,7 +38,7 @@
 //
 // offload_params: the shard lives in (pinned, on CUDA) host memory; a gather uploads the unit's
 // chunk first. With cpu_adam this is DeepSpeed's offload_param + offload_optimizer.
-#define CIUIC_PLUGIN_API 8
+#define CIUIC_PLUGIN_API 9
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -176,6 +176,7 @@ class Zero3 final : public ciuic::Sharding {
 
   void setup(const ciuic::ShardingSetup& s) override;
   bool builds_parameters() const override { return true; }
+  bool shards_parameters() const override { return true; }  // the optimizer and policy must say so
   void begin_micro_batch(int64_t index, bool last) override;
   void before_group(int group, GroupPass pass) override;
   void after_group(int group, GroupPass pass) override;

@@ -8,7 +8,7 @@
 // update t, the element's global position; ciuic/precision.h), so the same update writes the same
 // bits on every run, world size and shard layout, and a resumed run the bits the saved one had.
 // Infinities and NaNs are converted as by round to nearest.
-#define CIUIC_PLUGIN_API 7
+#define CIUIC_PLUGIN_API 9
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -64,6 +64,8 @@ class Bf16 final : public ciuic::Precision {
   at::ScalarType param_dtype() const override { return at::kBFloat16; }
   at::ScalarType reduce_dtype() const override { return reduce_; }
   bool rounds_to_nearest() const override { return !stochastic_; }
+  // Each element from its value, t and global position, spans in any order: zero3's shards too.
+  bool accepts_sharded_parameters() const override { return true; }
 
   void round_to_param(const at::Tensor& master, at::Tensor& out, int64_t t,
                       const std::vector<ciuic::PositionSpan>& positions) const override {

@@ -9,7 +9,7 @@
 //   iterations since the last overflow the scale doubles (and, without consecutive_hysteresis, the
 //   budget is refilled then).
 //   loss_scale > 0 selects a static scale instead (overflowed steps are still skipped).
-#define CIUIC_PLUGIN_API 7
+#define CIUIC_PLUGIN_API 9
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -73,6 +73,8 @@ class Fp16 final : public ciuic::Precision {
   at::ScalarType reduce_dtype() const override { return reduce_; }
   double loss_scale() const override { return scale_; }
   bool needs_overflow_check() const override { return true; }
+  // Rounds to nearest element by element; the scale is one number for the model: any shard layout.
+  bool accepts_sharded_parameters() const override { return true; }
 
   bool update(bool found_inf, int64_t step) override {
     if (!dynamic_) {

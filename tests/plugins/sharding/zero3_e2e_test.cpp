@@ -138,14 +138,24 @@ TEST(Zero3E2E, TiedEmbeddingsMatchSingleProcess) {
 
 // bf16, and fp16 with its dynamic loss scale (skipped steps included), against zero2 in the same
 // precision: the same half-precision gradients, summed in fp32 in the same order.
+// bf16's stochastic rounding draws its noise from each element's global position: under zero3 with
+// persistent small parameters (placed after the layers in the shard, so the positions the
+// optimizer hands round_to_param do not ascend) it tracks zero2's as well.
 TEST(Zero3E2E, HalfPrecisionTracksZero2) {
-  for (const char* precision : {"bf16", "fp16"}) {
+  for (const char* precision : {"bf16", "fp16", "bf16-stochastic"}) {
+    const bool stochastic = std::string(precision) == "bf16-stochastic";
     Shape z2s{.world = 2, .micro = 6, .sharding = "zero2"};
-    z2s.precision = precision;
+    z2s.precision = stochastic ? "bf16" : precision;
     Shape z3s = zero3(2, 6);
-    z3s.precision = precision;
-    const Result z2 = run(std::string("z3-") + precision + "-z2", z2s);
-    const Result z3 = run(std::string("z3-") + precision, z3s);
+    z3s.precision = z2s.precision;
+    const std::vector<std::string> rounding =
+        stochastic ? std::vector<std::string>{"--set", "precision.rounding=\"stochastic\""}
+                   : std::vector<std::string>{};
+    const Result z2 = run(std::string("z3-") + precision + "-z2", z2s, rounding);
+    const Result z3 =
+        run(std::string("z3-") + precision, z3s,
+            stochastic ? with(rounding, {"--set", "sharding.param_persistence_threshold=100"})
+                       : rounding);
     EXPECT_RUN_OK(z2);
     EXPECT_RUN_OK(z3);
     EXPECT_ZERO3(z3);
@@ -173,6 +183,59 @@ TEST(Zero3E2E, CheckpointsInterchangeWithZero2AcrossWorldSizes) {
       run("z2-to-z3", zero3(3, 4, 1, 10), {"--resume", saved2.dir + "/out/checkpoints"});
   EXPECT_RUN_OK(b);
   EXPECT_LT(max_rel(exported(b), exported(full)), 1e-6) << "zero2 on 4 -> zero3 on 3";
+}
+
+// Plugin API 9: zero3 shards the parameters (Sharding::shards_parameters()), so the optimizer and
+// the precision policy must accept sharded parameters. The test plugins optimizer/test and
+// precision/test (tests/testplugins) are written for API 7 and keep the default, false: refused at
+// start with exit code 2, the message naming each refusing plugin with its recipe key and file,
+// the sharding's key and the fixes — by the workers and by --dry-run. The same precision/test
+// trains with zero2, which keeps the parameters whole; the shipped plugins are accepted (every
+// other run of this file; sharding_zero3_test asks them).
+TEST(Zero3E2E, PluginsThatDoNotAcceptShardedParametersAreRefusedAtStart) {
+  Shape s = zero3(2, 6, 1, 2);
+  s.plugin_paths = {CIUIC_TEST_PLUGINS + "/good"};
+  const Result opt = run("z3-noshard-opt", s, {"--set", "optimizer.plugin=\"test\""});
+  EXPECT_EQ(opt.code, 2) << opt.log();
+  for (const char* want :
+       {"[optimizer] plugin = \"test\" (--set)", "plugin optimizer/test (",
+        "libciuic_optimizer_test.so", "does not accept sharded parameters",
+        "Optimizer::accepts_sharded_parameters() is false", "[sharding] plugin = \"zero3\" (",
+        "expected an optimizer that accepts them", "keeps the parameters whole",
+        "returns true from accepts_sharded_parameters()"})
+    EXPECT_NE(opt.err.find(want), std::string::npos) << want << "\n" << opt.log();
+  EXPECT_NE(opt.err.find("[sharding] plugin = \"zero3\" (" + opt.dir + "/recipe.toml:"),
+            std::string::npos)
+      << opt.log();
+  EXPECT_EQ(opt.err.find("[precision] plugin"), std::string::npos) << opt.log();  // fp32 accepts
+
+  s.precision = "test";
+  const Result both = run("z3-noshard-both", s, {"--set", "optimizer.plugin=\"test\""});
+  EXPECT_EQ(both.code, 2) << both.log();
+  for (const char* want :
+       {"[optimizer] plugin = \"test\"", "plugin optimizer/test (",
+        "[precision] plugin = \"test\" (" /* the recipe's line */, "plugin precision/test (",
+        "Precision::accepts_sharded_parameters()", "expected a precision policy that accepts them"})
+    EXPECT_NE(both.err.find(want), std::string::npos) << want << "\n" << both.log();
+
+  const Result prec = run("z3-noshard-prec", s);
+  EXPECT_EQ(prec.code, 2) << prec.log();
+  EXPECT_NE(prec.err.find("[precision] plugin = \"test\" (" + prec.dir + "/recipe.toml:"),
+            std::string::npos)
+      << prec.log();
+  EXPECT_EQ(prec.err.find("[optimizer] plugin"), std::string::npos) << prec.log();  // adamw accepts
+  EXPECT_EQ(prec.log().find("sharding zero3: "), std::string::npos)  // refused before setup()
+      << prec.log();
+
+  const Result dry = run("z3-noshard-dry", s, {"--dry-run"});
+  EXPECT_EQ(dry.code, 2) << dry.log();
+  EXPECT_NE(dry.err.find("plugin precision/test ("), std::string::npos) << dry.log();
+  EXPECT_NE(dry.err.find("does not accept sharded parameters"), std::string::npos) << dry.log();
+
+  Shape z2 = s;
+  z2.sharding = "zero2";
+  const Result whole = run("z3-noshard-z2", z2);
+  EXPECT_RUN_OK(whole);
 }
 
 TEST(Zero3E2E, BadOptionsAreRefusedAtStart) {

@@ -361,6 +361,33 @@ TEST(Zero3, TheNextLayerIsPrefetchedWhateverTheBucket) {
   }
 }
 
+// Plugin API 9: zero3 says it shards the parameters (the core then asks the optimizer and the
+// precision policy, train/run.cpp); ddp and zero2 keep them whole. The shipped optimizers and
+// policies accept sharded parameters — in every option setting that changes how they round or
+// where their state lives — as the zero3 runs of zero3_e2e_test (adamw, cpu_adam with and without
+// offload, fp32, bf16 nearest and stochastic, fp16) and their conformance tests show they may.
+TEST(Zero3, DeclaresShardedParametersAndTheShippedOptimizersAndPoliciesAcceptThem) {
+  Env env;
+  EXPECT_TRUE(env.make<ciuic::Sharding>(Slot::kSharding, "zero3")->shards_parameters());
+  EXPECT_TRUE(env.make<ciuic::Sharding>(Slot::kSharding, "zero3", "offload_params = true\n")
+                  ->shards_parameters());
+  EXPECT_FALSE(env.make<ciuic::Sharding>(Slot::kSharding, "zero2")->shards_parameters());
+  EXPECT_FALSE(env.make<ciuic::Sharding>(Slot::kSharding, "ddp")->shards_parameters());
+  EXPECT_TRUE(env.make<ciuic::Optimizer>(Slot::kOptimizer, "adamw")->accepts_sharded_parameters());
+  EXPECT_TRUE(env.make<ciuic::Optimizer>(Slot::kOptimizer, "adamw", "kernel = \"aten\"\n")
+                  ->accepts_sharded_parameters());
+  EXPECT_TRUE(env.make<ciuic::Optimizer>(Slot::kOptimizer, "cpu_adam", "threads = 1\n")
+                  ->accepts_sharded_parameters());
+  for (const auto& [name, toml] : std::vector<std::pair<std::string, std::string>>{
+           {"fp32", ""}, {"bf16", ""}, {"bf16", "rounding = \"stochastic\"\n"}, {"fp16", ""}})
+    EXPECT_TRUE(
+        env.make<ciuic::Precision>(Slot::kPrecision, name, toml)->accepts_sharded_parameters())
+        << name << " " << toml;
+  // The interface's defaults, which a plugin written before API 9 keeps: no.
+  struct Old final : public ciuic::Precision {};
+  EXPECT_FALSE(Old().accepts_sharded_parameters());
+}
+
 TEST(Zero3, RefusesALiveBoundSmallerThanTheLargestGroup) {
   Env env;
   auto comm = env.make<ciuic::Comm>(Slot::kComm, "gloo");

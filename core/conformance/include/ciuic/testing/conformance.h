@@ -45,12 +45,17 @@
 //              (CheckOptions::expect_backoff/growth/window pin the factors and the window: fp16
 //              halves on an overflow and doubles after loss_scale_window good steps), an
 //              exhausted scale ends in ciuic::Error naming the step; save_state/load_state: a
-//              restored policy decides exactly as the original, step for step.
+//              restored policy decides exactly as the original, step for step. With
+//              accepts_sharded_parameters() true (API 9): the same bits for spans whose global
+//              positions do not ascend, padding between them (a zero3 shard's order).
 //   optimizer  the protocol of ciuic/optimizer.h on the CPU with the installed fp32 precision
 //              plugin: state_names() starts with "master", finish_grads() is the sum of squares
 //              of the accumulated gradient (chunks over several micro-batches, regions in any
 //              order), params_out and the master after each step, save/load + write_params
-//              resumes bit for bit; CheckOptions::reference = "adamw": the updates equal
+//              resumes bit for bit; with accepts_sharded_parameters() true (API 9), the same
+//              bits with params_out a new tensor of NaNs at every step() and write_params() and
+//              the initial values overwritten after setup(); CheckOptions::reference = "adamw":
+//              the updates equal
 //              torch's AdamW (decoupled weight decay; betas and eps from the plugin's options
 //              `betas`, `eps` when it has them), computed independently in fp64.
 //   sharding   the protocol of ciuic/sharding.h driven as the trainer drives it, on the engine's
