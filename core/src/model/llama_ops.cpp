@@ -265,6 +265,15 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
     cache->k = k;
     cache->v = v;
   }
+  if (cache && cache->len >= 0 && t == 1 && s.n_heads != s.n_kv_heads) {
+    // One query per row: the g query heads that share a KV head become g queries of that head
+    // (query head h reads KV head h / g, as enable_gqa's repeat_interleave), so no backend
+    // repeats the cache and the key-padding mask broadcasts over them; nothing is causal.
+    const int64_t g = s.n_heads / s.n_kv_heads;
+    a = at::scaled_dot_product_attention(q.reshape({b, s.n_kv_heads, g, s.head_dim}), k, v,
+                                         step_mask, 0.0, /*is_causal=*/false, scale);
+    return attention_tail(w, s, x, a.reshape({b, 1, s.n_heads * s.head_dim}));
+  }
   a = at::scaled_dot_product_attention(q, k, v, step_mask, 0.0, causal, scale,
                                        /*enable_gqa=*/s.n_heads != s.n_kv_heads);
   return attention_tail(w, s, x, a.transpose(1, 2).reshape({b, t, s.n_heads * s.head_dim}));
