@@ -21,7 +21,6 @@
 #include <ATen/ops/gather.h>
 #include <ATen/ops/multinomial.h>
 #include <ATen/ops/ones.h>
-#include <ATen/ops/scalar_tensor.h>
 #include <ATen/ops/softmax.h>
 #include <ATen/ops/sort.h>
 #include <ATen/ops/tensor.h>
@@ -249,7 +248,6 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
   // made after the step was queued, and reads step s - 1's while step s runs (on a GPU the next
   // step is queued before the host waits: no drain per token). A row's EOS is thus seen on the
   // host one step late; the extra step's tokens are pads or past the end, and are dropped.
-  const auto long_dev = at::TensorOptions().dtype(at::kLong).device(dev);
   const bool async_copy = dev.is_cuda();
   at::Tensor host_tokens[2];
   std::optional<c10::Event> copied[2];
@@ -298,7 +296,7 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
       next = at::multinomial(scores.softmax(-1).to(at::kCPU), 1, false, *gen).squeeze(1).to(dev);
     else
       next = scores.argmax(-1);
-    next = at::where(done_dev, at::scalar_tensor(pad, long_dev), next.to(at::kLong));
+    next = next.to(at::kLong).masked_fill(done_dev, pad);
     if (eos_dev.defined())
       done_dev = done_dev.logical_or(next.unsqueeze(1).eq(eos_dev.unsqueeze(0)).any(1));
     host_tokens[step % 2].copy_(next, /*non_blocking=*/async_copy);
