@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include <ATen/Context.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/isinf.h>
@@ -86,6 +87,22 @@ TEST(Generate, GreedyBatchEqualsTransformersForEveryFamily) {
       some_stopped = some_stopped || r.hit_eos[static_cast<size_t>(i)];
     }
     EXPECT_TRUE(some_stopped) << "the fixture makes one row stop at an EOS id";
+  }
+}
+
+TEST(Generate, GreedyBatchOnCudaEqualsTransformers) {
+  // The device path: tokens, finished rows and positions on the GPU, the host reading each
+  // step's tokens from a pinned copy one step late (skipped without CUDA).
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  for (const char* c : testing::kFamilyCases) {
+    SCOPED_TRACE(c);
+    auto model = LlamaModel::from_pretrained(testing::fixture(std::string("families/") + c),
+                                             at::kFloat, c10::Device(c10::kCUDA, 0));
+    const GenerateResult r = generate(*model, prompts_of(c), greedy_options(c));
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(r.tokens[static_cast<size_t>(i)],
+                ids_of(want().tensor(std::string(c) + ".greedy.new." + std::to_string(i))))
+          << "row " << i;
   }
 }
 
