@@ -5,7 +5,9 @@
 # bf16) through ciuic-run --generate --device cuda beside transformers' generate() with its static
 # cache, same prompts, batch 1 and 8, same call (bench/generate/generate_speed.py).
 #   scripts/gpu/generate.sh [build] [test] [bench]
-# NEW (new tokens per row, default 128) and BATCHES (default 1,8) apply to both sides.
+# NEW (new tokens per row, default 128) and BATCHES (default 1,8) apply to both sides. Both are
+# timed warm: ciuic-run generates each batch twice and the second is its figure (the first is
+# printed as "cold"), transformers after one warm-up call.
 # Logs go to $OUT, packed into $RESULT/generate.tgz. Not yet run on a GPU.
 set -u
 source "$(dirname "$0")/lib.sh"  # gpu_env NAME; run NAME TIMEOUT CMD...

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include <ATen/Context.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/isinf.h>
@@ -89,6 +90,22 @@ TEST(Generate, GreedyBatchEqualsTransformersForEveryFamily) {
   }
 }
 
+TEST(Generate, GreedyBatchOnCudaEqualsTransformers) {
+  // The device path: tokens, finished rows and positions on the GPU, the host reading each
+  // step's tokens from a pinned copy one step late (skipped without CUDA).
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  for (const char* c : testing::kFamilyCases) {
+    SCOPED_TRACE(c);
+    auto model = LlamaModel::from_pretrained(testing::fixture(std::string("families/") + c),
+                                             at::kFloat, c10::Device(c10::kCUDA, 0));
+    const GenerateResult r = generate(*model, prompts_of(c), greedy_options(c));
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(r.tokens[static_cast<size_t>(i)],
+                ids_of(want().tensor(std::string(c) + ".greedy.new." + std::to_string(i))))
+          << "row " << i;
+  }
+}
+
 TEST(Generate, OnePromptAloneGivesTheSameTokensAsInTheBatch) {
   // Padding must not change a row's result: each prompt alone, no padding.
   auto model = load("gemma3");
@@ -127,6 +144,69 @@ TEST(Generate, KvCacheLogitsEqualFullRecompute) {
       EXPECT_LT(max_rel_diff(steps[s][0], full[l - 1 + static_cast<int64_t>(s)]), 1e-5)
           << "step " << s;
   }
+}
+
+TEST(Generate, VeryDifferentPromptLengthsEqualFullRecompute) {
+  // A 1-token prompt beside a 70-token one (69 positions of left padding, far past the sliding
+  // windows of 4), and a batch of equal lengths (no padding: attention without masks): each
+  // step's cached logits against the model's own full forward of the unpadded row (no cache, no
+  // padding mask), for every family.
+  for (const char* c : testing::kFamilyCases) {
+    SCOPED_TRACE(c);
+    auto model = load(c);
+    const int64_t vocab = model->config().vocab_size;
+    auto row = [&](int64_t n, int64_t salt) {
+      std::vector<int32_t> p;
+      for (int64_t i = 0; i < n; ++i) p.push_back(static_cast<int32_t>((i * 7 + salt) % vocab));
+      return p;
+    };
+    for (const auto& prompts :
+         {std::vector<std::vector<int32_t>>{row(1, 3), row(70, 5)},
+          std::vector<std::vector<int32_t>>{row(5, 1), row(5, 2), row(5, 9)}}) {
+      GenerateOptions o;
+      o.max_new_tokens = 10;
+      o.pad_id = 0;
+      std::vector<at::Tensor> steps;
+      o.on_logits = [&](const at::Tensor& l) { steps.push_back(l.clone()); };
+      const auto r = generate(*model, prompts, o);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        SCOPED_TRACE("row " + std::to_string(i) + " of " + std::to_string(prompts.size()));
+        ASSERT_EQ(r.tokens[i].size(), 10u);
+        std::vector<int64_t> ids(prompts[i].begin(), prompts[i].end());
+        ids.insert(ids.end(), r.tokens[i].begin(), r.tokens[i].end());
+        const at::Tensor full =
+            model->forward(at::tensor(ids, at::kLong).unsqueeze(0), {}, false).to(at::kFloat)[0];
+        const int64_t l = static_cast<int64_t>(prompts[i].size());
+        for (size_t s = 0; s < r.tokens[i].size(); ++s) {
+          EXPECT_LT(max_rel_diff(steps[s][static_cast<int64_t>(i)],
+                                 full[l - 1 + static_cast<int64_t>(s)]),
+                    1e-5)
+              << "step " << s;
+          EXPECT_EQ(r.tokens[i][s], full[l - 1 + static_cast<int64_t>(s)].argmax().item<int64_t>())
+              << "step " << s;
+        }
+      }
+    }
+  }
+}
+
+TEST(Generate, CancelAndEosKeepEveryTokenTakenBeforeThem) {
+  // The host reads each step's tokens one step late: cancelling before step 4 still reports the
+  // first 4 tokens of every row (streamed too), and a row that stops at EOS gets nothing after it.
+  auto model = load("qwen2");
+  GenerateOptions o = greedy_options("qwen2");
+  int calls = 0;
+  o.cancelled = [&] { return ++calls > 4; };
+  std::vector<std::vector<int32_t>> streamed(3);
+  o.on_token = [&](size_t row, int32_t tok) { streamed[row].push_back(tok); };
+  const auto r = generate(*model, prompts_of("qwen2"), o);
+  for (int i = 0; i < 3; ++i) {
+    auto hf = ids_of(want().tensor("qwen2.greedy.new." + std::to_string(i)));
+    if (hf.size() > 4) hf.resize(4);
+    EXPECT_EQ(r.tokens[static_cast<size_t>(i)], hf) << "row " << i;
+    EXPECT_EQ(streamed[static_cast<size_t>(i)], hf) << "row " << i;
+  }
+  EXPECT_EQ(r.steps, 4);
 }
 
 TEST(Generate, DecodeInChunksEqualsOnePrefill) {

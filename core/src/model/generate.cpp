@@ -17,6 +17,7 @@
 #include <ATen/ops/cat.h>
 #include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/cumsum.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/gather.h>
 #include <ATen/ops/multinomial.h>
 #include <ATen/ops/ones.h>
@@ -25,6 +26,9 @@
 #include <ATen/ops/tensor.h>
 #include <ATen/ops/topk.h>
 #include <ATen/ops/where.h>
+#include <ATen/ops/zeros.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <ciuic/error.h>
 #include <ciuic/files.h>
@@ -231,14 +235,57 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
     res.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
     return res;
   }
-  LlamaModel::DecodeCache cache = model.new_decode_cache(b, longest + max_new);
+  bool padded = false;
+  for (const auto& p : prompts) padded = padded || static_cast<int64_t>(p.size()) != longest;
+  LlamaModel::DecodeCache cache = model.new_decode_cache(b, longest + max_new, !padded);
   // Every id seen so far, for the repetition penalty (transformers' input_ids, padding included).
   const bool penalty = o.sampling.repetition_penalty != 1.0;
   at::Tensor seen = penalty ? in_ids.to(dev) : at::Tensor();
   std::optional<at::Generator> gen;
   if (o.sampling.do_sample) gen = at::make_generator<at::CPUGeneratorImpl>(o.sampling.seed);
+  // The tokens stay on the device from step to step: a finished row's token becomes the pad id
+  // there (done_dev), positions advance there. The host reads each step's tokens from a copy
+  // made after the step was queued, and reads step s - 1's while step s runs (on a GPU the next
+  // step is queued before the host waits: no drain per token). A row's EOS is thus seen on the
+  // host one step late; the extra step's tokens are pads or past the end, and are dropped.
+  const bool async_copy = dev.is_cuda();
+  at::Tensor host_tokens[2];
+  std::optional<c10::Event> copied[2];
+  for (int i = 0; i < 2; ++i) {
+    host_tokens[i] = at::empty({b}, at::TensorOptions().dtype(at::kLong).pinned_memory(async_copy));
+    if (async_copy) copied[i].emplace(dev.type());
+  }
+  const at::Tensor eos_dev =
+      o.eos_ids.empty()
+          ? at::Tensor()
+          : at::tensor(std::vector<int64_t>(o.eos_ids.begin(), o.eos_ids.end()), cpu_long).to(dev);
+  at::Tensor done_dev = at::zeros({b}, at::TensorOptions().dtype(at::kBool).device(dev));
   std::vector<bool> done(static_cast<size_t>(b), false);
+  bool all_done = false;
+  int64_t processed = 0, queued = 0;  // steps whose tokens the host has taken / were queued
+  auto take = [&](int64_t step) {     // the host side of step `step`, in order
+    if (async_copy) copied[step % 2]->synchronize();
+    const int64_t* nx = host_tokens[step % 2].data_ptr<int64_t>();
+    all_done = true;
+    for (int64_t r = 0; r < b; ++r) {
+      const size_t ri = static_cast<size_t>(r);
+      if (!done[ri]) {
+        const auto tok = static_cast<int32_t>(nx[r]);
+        res.tokens[ri].push_back(tok);
+        if (o.on_token) o.on_token(ri, tok);
+        if (std::find(o.eos_ids.begin(), o.eos_ids.end(), tok) != o.eos_ids.end()) {
+          done[ri] = true;
+          res.hit_eos[ri] = true;
+        }
+      }
+      all_done = all_done && done[ri];
+    }
+    ++res.steps;
+    processed = step + 1;
+    if (step == 0) res.first_token_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  };
   at::Tensor step_ids = in_ids.to(dev), step_pos = in_pos.to(dev), step_valid = in_valid.to(dev);
+  const at::Tensor ones_valid = at::ones({b, 1}, at::TensorOptions().dtype(at::kBool).device(dev));
   for (int64_t step = 0; step < max_new; ++step) {
     if (o.cancelled && o.cancelled()) break;
     const at::Tensor logits = model.decode(step_ids, step_pos, step_valid, cache);  // [B, V] fp32
@@ -246,37 +293,30 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
     const at::Tensor scores = process_logits(logits, seen, o.sampling);
     at::Tensor next;
     if (o.sampling.do_sample)
-      next = at::multinomial(scores.softmax(-1).to(at::kCPU), 1, false, *gen).squeeze(1);
+      next = at::multinomial(scores.softmax(-1).to(at::kCPU), 1, false, *gen).squeeze(1).to(dev);
     else
-      next = scores.argmax(-1).to(at::kCPU);
-    next = next.to(at::kLong).contiguous();
-    int64_t* nx = next.data_ptr<int64_t>();
-    bool all_done = true;
-    for (int64_t r = 0; r < b; ++r) {
-      const size_t ri = static_cast<size_t>(r);
-      if (done[ri]) {
-        nx[r] = pad;
-        continue;
-      }
-      const auto tok = static_cast<int32_t>(nx[r]);
-      res.tokens[ri].push_back(tok);
-      if (o.on_token) o.on_token(ri, tok);
-      if (std::find(o.eos_ids.begin(), o.eos_ids.end(), tok) != o.eos_ids.end()) {
-        done[ri] = true;
-        res.hit_eos[ri] = true;
-      }
-      all_done = all_done && done[ri];
-    }
-    ++res.steps;
-    if (step == 0) res.first_token_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      next = scores.argmax(-1);
+    next = next.to(at::kLong).masked_fill(done_dev, pad);
+    if (eos_dev.defined())
+      done_dev = done_dev.logical_or(next.unsqueeze(1).eq(eos_dev.unsqueeze(0)).any(1));
+    host_tokens[step % 2].copy_(next, /*non_blocking=*/async_copy);
+    if (async_copy)
+      copied[step % 2]->record(c10::impl::getDeviceGuardImpl(dev.type())->getStream(dev));
+    queued = step + 1;
+    // The first token at once (time to first token); later ones a step late.
+    if (step == 0)
+      take(0);
+    else if (step >= 2)
+      take(step - 1);
     if (all_done || step + 1 == max_new) break;
-    std::vector<int64_t> p(static_cast<size_t>(b));
-    for (size_t r = 0; r < p.size(); ++r) p[r] = next_pos[r]++;
-    step_ids = next.view({b, 1}).to(dev);
-    step_pos = at::tensor(p, cpu_long).view({b, 1}).to(dev);
-    step_valid = at::ones({b, 1}, at::TensorOptions().dtype(at::kBool).device(dev));
+    step_pos = step == 0 ? at::tensor(next_pos, cpu_long).view({b, 1}).to(dev) : step_pos + 1;
+    step_ids = next.view({b, 1});
+    step_valid = ones_valid;
     if (penalty) seen = at::cat({seen, step_ids}, 1);
   }
+  // The steps queued but not yet taken (the last one; the one before a cancel), unless every
+  // row had finished before them.
+  while (!all_done && processed < queued) take(processed);
   res.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
   return res;
 }

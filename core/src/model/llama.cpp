@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <set>
 
 #include <ATen/Context.h>
@@ -438,8 +439,9 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
     if (mask) window_mask = mask->logical_and(*window_mask);
   }
   if (cache_masks) {
-    mask = cache_masks->full;
+    mask.reset();
     window_mask.reset();
+    if (cache_masks->full.defined()) mask = cache_masks->full;
     if (cache_masks->window.defined()) window_mask = cache_masks->window;
   }
   // Group g = 0 (embedding), 1 + i (layer i), head_group(); a boundary between each
@@ -557,7 +559,8 @@ std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& pro
   return out;
 }
 
-LlamaModel::DecodeCache LlamaModel::new_decode_cache(int64_t batch, int64_t capacity) const {
+LlamaModel::DecodeCache LlamaModel::new_decode_cache(int64_t batch, int64_t capacity,
+                                                     bool no_padding) const {
   if (batch <= 0 || capacity <= 0)
     throw Error("LlamaModel::new_decode_cache: batch and capacity must be positive, got " +
                 std::to_string(batch) + " and " + std::to_string(capacity));
@@ -570,6 +573,8 @@ LlamaModel::DecodeCache LlamaModel::new_decode_cache(int64_t batch, int64_t capa
     l.len = 0;
   }
   c.valid = at::zeros({batch, capacity}, at::TensorOptions().dtype(at::kBool).device(device_));
+  c.key_bias = at::zeros({batch, capacity}, opts);
+  c.no_padding = no_padding;
   return c;
 }
 
@@ -589,20 +594,37 @@ at::Tensor LlamaModel::decode(const at::Tensor& input_ids, const at::Tensor& pos
                 " positions, " + std::to_string(total) + " asked");
   at::NoGradGuard no_grad;
   c.valid.narrow(1, c.len, t).copy_(valid);
-  const auto long_opts = at::TensorOptions().dtype(at::kLong).device(device_);
-  const at::Tensor q = at::arange(c.len, total, long_opts).unsqueeze(1);  // [T, 1] query slots
-  const at::Tensor j = at::arange(total, long_opts).unsqueeze(0);         // [1, total] key slots
-  const at::Tensor keys = c.valid.narrow(1, 0, total).unsqueeze(1);       // [B, 1, total]
-  // Padding attends to itself only (a row with no key would give NaN that spreads through v).
+  at::Tensor bias_col;  // this call's key_bias columns, set after the layers ran
+  if (c.key_bias.defined() && !c.no_padding) {
+    bias_col = c.key_bias.narrow(1, c.len, t);
+    bias_col.zero_();  // a one-token query attends to itself (valid or not)
+  }
   CacheMasks m;
-  m.full = j.le(q)
-               .unsqueeze(0)
-               .logical_and(keys)
-               .logical_or(j.eq(q).unsqueeze(0))
-               .unsqueeze(1);  // [B, 1, T, total]
-  if (cfg_.sliding_window > 0)
-    m.window = m.full.logical_and((q - j).lt(cfg_.sliding_window).view({1, 1, t, total}));
+  if (t == 1 && c.len > 0) {
+    // One new token per row: every filled position is at or before it, so causality needs no
+    // mask; padding is key_bias (a view, nothing built); a sliding layer narrows both to its
+    // window (decoder_layer).
+    if (!c.no_padding) m.full = c.key_bias.narrow(1, 0, total).view({b, 1, 1, total});
+  } else if (c.no_padding && c.len == 0 && (cfg_.sliding_window <= 0 || t <= cfg_.sliding_window)) {
+    // A prefill without padding within every window: plain causal attention (no mask).
+  } else {
+    const auto long_opts = at::TensorOptions().dtype(at::kLong).device(device_);
+    const at::Tensor q = at::arange(c.len, total, long_opts).unsqueeze(1);  // [T, 1] query slots
+    const at::Tensor j = at::arange(total, long_opts).unsqueeze(0);         // [1, total] key slots
+    const at::Tensor keys = c.valid.narrow(1, 0, total).unsqueeze(1);       // [B, 1, total]
+    // Padding attends to itself only (a row with no key would give NaN that spreads through v).
+    m.full = j.le(q)
+                 .unsqueeze(0)
+                 .logical_and(keys)
+                 .logical_or(j.eq(q).unsqueeze(0))
+                 .unsqueeze(1);  // [B, 1, T, total]
+    if (cfg_.sliding_window > 0)
+      m.window = m.full.logical_and((q - j).lt(cfg_.sliding_window).view({1, 1, t, total}));
+  }
   at::Tensor h = head_begin(hidden_impl(input_ids, position_ids, false, nullptr, &c.layers, &m));
+  if (bias_col.defined())  // later queries never see padding
+    bias_col.masked_fill_(valid.logical_not().to(bias_col.device()),
+                          -std::numeric_limits<double>::infinity());
   c.len = total;
   if (last_only) h = h.select(1, t - 1);
   return head_end(at::linear(h, lm_head_weight())).to(at::kFloat);

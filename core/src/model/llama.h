@@ -194,15 +194,25 @@ class CIUIC_API LlamaModel {
   struct DecodeCache {
     std::vector<KVCacheLayer> layers;  // per layer [B, n_kv_heads, capacity, head_dim]
     at::Tensor valid;                  // bool [B, capacity]: a real token (false: left padding)
-    int64_t len = 0;                   // positions filled
+    // [B, capacity] in the model's dtype: 0 where valid, -inf at padding — the key-padding mask
+    // of a one-token step, kept up to date in place (a view of it is the step's mask).
+    at::Tensor key_bias;
+    int64_t len = 0;  // positions filled
+    // The caller's promise that every position it gives is valid (no padding): attention then
+    // runs without a mask (causal prefill, one-token steps over the filled cache). Set by
+    // new_decode_cache's `no_padding`; a false `valid` with it set is an error of the caller.
+    bool no_padding = false;
     int64_t capacity() const { return valid.defined() ? valid.size(1) : 0; }
   };
-  DecodeCache new_decode_cache(int64_t batch, int64_t capacity) const;
+  DecodeCache new_decode_cache(int64_t batch, int64_t capacity, bool no_padding = false) const;
   // Runs input_ids [B, T] at position_ids [B, T] (integer, the model's device) after the cached
   // positions; valid [B, T] bool marks real tokens (padding is never attended to, except by
   // itself). Every layer attends to the cached and new positions causally, within its window
   // counted in cache positions (as transformers' masks count them). Returns fp32 logits [B, V] of
   // the last position (last_only) or [B, T, V] of all. Runs without autograd.
+  // A one-token step (T == 1) builds no mask: its queries see the filled cache (narrowed to the
+  // last `window` positions in a sliding layer) under key_bias, or under no mask at all with
+  // no_padding; a prefill (empty cache) with no_padding runs plain causal attention.
   at::Tensor decode(const at::Tensor& input_ids, const at::Tensor& position_ids,
                     const at::Tensor& valid, DecodeCache& cache, bool last_only = true) const;
 

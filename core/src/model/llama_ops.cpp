@@ -232,18 +232,27 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
   k = k.transpose(1, 2);
   v = v.transpose(1, 2);
   bool causal = !mask.has_value();
+  std::optional<at::Tensor> step_mask = mask;
   if (cache && cache->len >= 0) {
-    if (!mask)
-      throw Error("decoder_layer: a preallocated KV cache needs the caller's attention mask");
-    if (cache->len + t > cache->k.size(2))
+    const int64_t past = cache->len, total = past + t;
+    // Without a mask: a causal prefill (empty cache) or one query over every cached position.
+    if (!mask && past > 0 && t > 1)
+      throw Error(
+          "decoder_layer: a preallocated KV cache needs the caller's attention mask for "
+          "several new tokens after cached ones");
+    if (total > cache->k.size(2))
       throw Error("decoder_layer: the KV cache holds " + std::to_string(cache->k.size(2)) +
-                  " positions, " + std::to_string(cache->len + t) + " asked");
-    cache->k.narrow(2, cache->len, t).copy_(k);
-    cache->v.narrow(2, cache->len, t).copy_(v);
-    cache->len += t;
-    k = cache->k.narrow(2, 0, cache->len);
-    v = cache->v.narrow(2, 0, cache->len);
-    causal = false;
+                  " positions, " + std::to_string(total) + " asked");
+    cache->k.narrow(2, past, t).copy_(k);
+    cache->v.narrow(2, past, t).copy_(v);
+    cache->len = total;
+    // One query (t == 1) in a sliding layer sees the last `window` positions only: the keys and
+    // the mask's key columns narrowed to them (no window mask).
+    const int64_t start = t == 1 && s.window > 0 && total > s.window ? total - s.window : 0;
+    k = cache->k.narrow(2, start, total - start);
+    v = cache->v.narrow(2, start, total - start);
+    if (step_mask && start > 0) step_mask = step_mask->narrow(-1, start, total - start);
+    causal = !mask && past == 0 && t > 1;
   } else if (cache) {
     if (cache->k.defined()) {
       if (t != 1) throw Error("decoder_layer: a KV cache takes one new token per step once filled");
@@ -258,7 +267,16 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
     cache->k = k;
     cache->v = v;
   }
-  a = at::scaled_dot_product_attention(q, k, v, mask, 0.0, causal, scale,
+  if (cache && cache->len >= 0 && t == 1 && s.n_heads != s.n_kv_heads) {
+    // One query per row: the g query heads that share a KV head become g queries of that head
+    // (query head h reads KV head h / g, as enable_gqa's repeat_interleave), so no backend
+    // repeats the cache and the key-padding mask broadcasts over them; nothing is causal.
+    const int64_t g = s.n_heads / s.n_kv_heads;
+    a = at::scaled_dot_product_attention(q.reshape({b, s.n_kv_heads, g, s.head_dim}), k, v,
+                                         step_mask, 0.0, /*is_causal=*/false, scale);
+    return attention_tail(w, s, x, a.reshape({b, 1, s.n_heads * s.head_dim}));
+  }
+  a = at::scaled_dot_product_attention(q, k, v, step_mask, 0.0, causal, scale,
                                        /*enable_gqa=*/s.n_heads != s.n_kv_heads);
   return attention_tail(w, s, x, a.transpose(1, 2).reshape({b, t, s.n_heads * s.head_dim}));
 }

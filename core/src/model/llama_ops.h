@@ -206,7 +206,9 @@ CIUIC_API bool varlen_attention_supported(at::ScalarType dtype, c10::Device devi
 // len < 0: the tensors grow by concatenation (one sequence, causal, no mask). len >= 0: k and v
 // are preallocated [B, n_kv_heads, capacity, head_dim] with the first `len` positions filled;
 // each call writes its keys/values at [len, len + T) and attends over [0, len + T) under the
-// caller's mask (which carries padding, causality and the window).
+// caller's mask (which carries padding, causality and the window). Without a mask: causal when
+// the cache was empty, else one query (T == 1) over every filled position. With T == 1 a sliding
+// layer attends to the last `window` positions only (keys and the mask's columns narrowed).
 struct KVCacheLayer {
   at::Tensor k;
   at::Tensor v;
