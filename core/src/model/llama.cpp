@@ -149,6 +149,11 @@ void LlamaModel::enable_lora(const LoraSpec& spec) {
   if (lora_) throw Error("LlamaModel::enable_lora: an adapter is already attached");
   if (spec.r <= 0) throw Error("LlamaModel::enable_lora: r must be > 0");
   if (spec.targets.empty()) throw Error("LlamaModel::enable_lora: no target modules");
+  if (spec.untied_save && cfg_.tie_word_embeddings)
+    throw UsageError(
+        "the adapter's modules_to_save trains a copy of a tied module without "
+        "ensure_weight_tying (PEFT then trains the embedding and lm_head apart); ciuic trains "
+        "the tied tensor once: save the adapter with ensure_weight_tying = true");
   const auto opts = at::TensorOptions().dtype(dtype_).device(device_);
   for (auto& w : layers_)
     for (int slot : spec.targets) {
@@ -167,6 +172,7 @@ void LlamaModel::enable_lora(const LoraSpec& spec) {
     t.requires_grad_(save);
   }
   lora_ = spec;
+  lora_->tied = cfg_.tie_word_embeddings;
   shape_.lora_scale = spec.scaling();
   shape_.lora_dropout = spec.dropout;
 }
@@ -220,6 +226,9 @@ void LlamaModel::load_lora(const SafetensorsReader& reader) {
                   "adapter_config.json?)");
     reader.check_loadable(key, t);  // a shape that differs: named with both shapes
   }
+  // A tied modules_to_save: PEFT writes the trained tensor under lm_head's key too.
+  if (lora_->tied && (lora_->save_embed || lora_->save_lm_head))
+    expected.insert(prefix + "lm_head.weight");
   for (const auto& name : reader.names())
     if (!expected.count(name))
       throw Error(

@@ -147,6 +147,10 @@ bool varlen_attention_supported(at::ScalarType dtype, c10::Device device, int64_
          head_dim <= 256;
 }
 
+at::Tensor lora_input(const at::Tensor& x, double p) {
+  return p > 0 && at::GradMode::is_enabled() ? at::dropout(x, p, /*train=*/true) : x;
+}
+
 namespace {
 // linear(x, w.t[slot], bias), plus the slot's LoRA term when it has an adapter (PEFT's
 // lora.Linear: result + lora_B(lora_A(dropout(x))) * scaling).
@@ -155,8 +159,7 @@ at::Tensor lin(const LayerWeights& w, const LayerShape& s, int slot, const at::T
   at::Tensor y = at::linear(x, w.t[slot], bias);
   const int a = LayerWeights::lora_a_slot(slot);
   if (a < 0 || !w.t[a].defined()) return y;
-  const at::Tensor xd =
-      s.lora_dropout > 0 && at::GradMode::is_enabled() ? at::dropout(x, s.lora_dropout, true) : x;
+  const at::Tensor xd = lora_input(x, s.lora_dropout);
   return y + at::linear(at::linear(xd, w.t[a]), w.t[a + 1]) * s.lora_scale;
 }
 inline bool has_lora(const LayerWeights& w, int slot) {

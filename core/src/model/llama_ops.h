@@ -152,6 +152,10 @@ struct LayerWeights {
 // The slots `cfg`'s family has, in transformers' named_parameters() order (Llama: q, k, v, o,
 // gate, up, down, input_layernorm, post_attention_layernorm).
 CIUIC_API std::vector<int> layer_slots(const LlamaConfig& cfg);
+// The input of a LoRA adapter's branch (PEFT's lora_dropout): x with each element zeroed with
+// probability p and the rest scaled by 1 / (1 - p) while autograd records (training); x itself
+// otherwise (evaluation, generation) and for p = 0.
+CIUIC_API at::Tensor lora_input(const at::Tensor& x, double p);
 // RMSNorm over the last `dim` elements with weight w (gemma_norm: 1 + w, in fp32, rounded once to
 // x's dtype, as transformers' Gemma3RMSNorm). fused (where fused_kernels_supported): Gemma's
 // through fused_rms_norm (one kernel instead of casts around at::rms_norm); the plain one is

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <ciuic/error.h>
 
@@ -84,6 +86,7 @@ nlohmann::json peft_adapter_config(const LoraSpec& spec, const std::string& base
           {"init_lora_weights",
            spec.init == LoraInit::kGaussian ? nlohmann::json("gaussian") : nlohmann::json(true)},
           {"modules_to_save", save.empty() ? nlohmann::json(nullptr) : save},
+          {"ensure_weight_tying", spec.tied && !save.empty()},
           {"bias", "none"},
           {"fan_in_fan_out", false},
           {"inference_mode", true},
@@ -126,9 +129,12 @@ LoraSpec lora_spec_from_peft(const nlohmann::json& j, const std::string& where) 
           s.target_names.push_back(name);
       }
     }
+    // PEFT lists a tied module under its path too ("model.embed_tokens"): names count by their
+    // last part.
     if (j.contains("modules_to_save") && j["modules_to_save"].is_array())
       for (const auto& m : j["modules_to_save"]) {
-        const std::string name = m.get<std::string>();
+        std::string name = m.get<std::string>();
+        if (const auto dot = name.rfind('.'); dot != std::string::npos) name = name.substr(dot + 1);
         if (name == "embed_tokens")
           s.save_embed = true;
         else if (name == "lm_head")
@@ -136,6 +142,9 @@ LoraSpec lora_spec_from_peft(const nlohmann::json& j, const std::string& where) 
         else
           bad("modules_to_save: \"" + name + "\" is not supported (embed_tokens, lm_head)");
       }
+    s.untied_save = (s.save_embed || s.save_lm_head) &&
+                    !(j.contains("ensure_weight_tying") && j["ensure_weight_tying"].is_boolean() &&
+                      j["ensure_weight_tying"].get<bool>());
   } catch (const nlohmann::json::exception& e) {
     bad(std::string("malformed adapter config: ") + e.what());
   }
@@ -149,15 +158,86 @@ void write_peft_folder(const std::string& folder, const nlohmann::json& config,
                        const NamedTensors& adapter, at::ScalarType dtype) {
   std::filesystem::create_directories(folder);
   NamedTensors out;
-  for (const auto& [name, t] : adapter)
+  bool has_head = false;
+  for (const auto& [name, t] : adapter) {
     out.emplace_back("base_model.model." + name,
                      t.is_floating_point() ? t.to(at::kCPU).to(dtype).contiguous() : t);
+    has_head = has_head || name == "lm_head.weight";
+  }
+  // A tied modules_to_save: PEFT writes the one trained tensor under both modules' keys.
+  if (config.is_object() && config.value("ensure_weight_tying", false) && !has_head)
+    for (const auto& [name, t] : out)
+      if (name == "base_model.model.model.embed_tokens.weight") {
+        out.emplace_back("base_model.model.lm_head.weight", t);
+        break;
+      }
   SafetensorsWriteOptions wo;
   wo.metadata["format"] = "pt";
   write_safetensors((std::filesystem::path(folder) / "adapter_model.safetensors").string(), out,
                     wo);
   write_file_atomic((std::filesystem::path(folder) / "adapter_config.json").string(),
                     config.dump(2) + "\n");
+}
+
+LoraSpec lora_spec_init_from(const std::string& folder, const LoraSpec& recipe,
+                             const std::vector<std::string>& defaulted, const std::string& where) {
+  const std::string file = (std::filesystem::path(folder) / "adapter_config.json").string();
+  std::ifstream in(file);
+  if (!in)
+    throw UsageError(where + ": " + folder +
+                     " is not a PEFT adapter folder (no readable adapter_config.json)");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(file + ": not JSON: " + e.what());
+  }
+  LoraSpec s = lora_spec_from_peft(j, file);
+  auto is_default = [&](const char* k) {
+    return std::find(defaulted.begin(), defaulted.end(), k) != defaulted.end();
+  };
+  auto conflict = [&](const std::string& key, const std::string& ours, const std::string& theirs) {
+    throw UsageError("[adapter] " + key + " = " + ours + " but " + where + " (" + file + ") has " +
+                     theirs + "; remove the key to take the adapter's value, or make them agree");
+  };
+  auto num = [](double v) {
+    std::ostringstream o;
+    o << v;
+    return o.str();
+  };
+  auto names = [](const std::vector<int>& slots) {
+    std::string out;
+    for (int slot : slots)
+      for (int i = 0; i < LayerWeights::kNumLinear; ++i)
+        if (LayerWeights::kLinear[i] == slot)
+          out += (out.empty() ? "" : ", ") + lora_linear_names()[static_cast<size_t>(i)];
+    return "[" + out + "]";
+  };
+  auto saves = [](const LoraSpec& x) {
+    std::string out;
+    if (x.save_embed) out = "embed_tokens";
+    if (x.save_lm_head) out += std::string(out.empty() ? "" : ", ") + "lm_head";
+    return "[" + out + "]";
+  };
+  if (!is_default("r") && recipe.r != s.r)
+    conflict("r", std::to_string(recipe.r), "r = " + std::to_string(s.r));
+  if (!is_default("alpha") && recipe.alpha != s.alpha)
+    conflict("alpha", num(recipe.alpha), "lora_alpha = " + num(s.alpha));
+  if (!is_default("use_rslora") && recipe.rslora != s.rslora)
+    conflict("use_rslora", recipe.rslora ? "true" : "false",
+             std::string("use_rslora = ") + (s.rslora ? "true" : "false"));
+  if (!is_default("target_modules") && recipe.targets != s.targets)
+    conflict("target_modules", names(recipe.targets), "target_modules = " + names(s.targets));
+  if (!is_default("modules_to_save") &&
+      (recipe.save_embed != s.save_embed || recipe.save_lm_head != s.save_lm_head))
+    conflict("modules_to_save", saves(recipe), "modules_to_save = " + saves(s));
+  // Training-time choices are the recipe's: dropout (PEFT saves the one it trained with) and
+  // the init, which init_from replaces.
+  s.dropout = is_default("dropout") ? s.dropout : recipe.dropout;
+  s.init = recipe.init;
+  if (!is_default("target_modules")) s.target_names = recipe.target_names;
+  s.init_from = folder;
+  return s;
 }
 
 }  // namespace ciuic::model

@@ -34,6 +34,13 @@ struct LoraSpec {
   std::vector<std::string> target_names;  // as the recipe gave them (adapter_config.json)
   bool save_embed = false;                // modules_to_save: embed_tokens trained fully
   bool save_lm_head = false;              // modules_to_save: lm_head trained fully
+  // Set by LlamaModel::enable_lora: the model ties lm_head to the embedding, so modules_to_save
+  // trains the one shared tensor (PEFT's ensure_weight_tying = true, written so on export).
+  bool tied = false;
+  // From an adapter_config.json without ensure_weight_tying: on a tied model PEFT's
+  // modules_to_save trains an untied copy; enable_lora refuses it on a tied model.
+  bool untied_save = false;
+  std::string init_from;  // [adapter] init_from: a PEFT adapter folder the run starts from
   double scaling() const;
 };
 
@@ -57,8 +64,19 @@ CIUIC_API nlohmann::json peft_adapter_config(const LoraSpec& spec, const std::st
 CIUIC_API LoraSpec lora_spec_from_peft(const nlohmann::json& config, const std::string& where);
 // A PEFT adapter folder, written atomically file by file: adapter_config.json (`config`) and
 // adapter_model.safetensors with `adapter` (names as LlamaModel::trainable_parameters()) under
-// PEFT's keys ("base_model.model." + name), floating tensors in `dtype`.
+// PEFT's saved keys ("base_model.model." + name: save_pretrained drops modules_to_save's
+// ".modules_to_save.default"), floating tensors in `dtype`. With ensure_weight_tying in `config`
+// the tied embedding is written under the lm_head key too, as PEFT writes it.
 CIUIC_API void write_peft_folder(const std::string& folder, const nlohmann::json& config,
                                  const NamedTensors& adapter, at::ScalarType dtype);
+
+// [adapter] init_from: the spec of the PEFT adapter folder `folder` (its adapter_config.json)
+// reconciled with the recipe's `recipe` spec: keys the recipe left at their defaults
+// (`defaulted` holds their names: r, alpha, dropout, use_rslora, target_modules, modules_to_save)
+// are filled from the folder, a key the recipe set to another value is a UsageError naming the key
+// and both values. `where` names the recipe key in errors.
+CIUIC_API LoraSpec lora_spec_init_from(const std::string& folder, const LoraSpec& recipe,
+                                       const std::vector<std::string>& defaulted,
+                                       const std::string& where);
 
 }  // namespace ciuic::model

@@ -122,6 +122,14 @@ std::optional<model::LoraSpec> recipe_adapter(const Recipe& recipe) {
                        "\" is not a module ciuic can train fully beside "
                        "an adapter: expected embed_tokens or lm_head");
   }
+  if (const std::string from = a.get_string("init_from"); !from.empty()) {
+    std::vector<std::string> defaulted;
+    for (const char* k :
+         {"r", "alpha", "dropout", "use_rslora", "target_modules", "modules_to_save"})
+      if (a.location(k) == "<default>") defaulted.emplace_back(k);
+    s = model::lora_spec_init_from(resolve_input(from, recipe.dir()), s, defaulted,
+                                   a.location("init_from") + ": [adapter] init_from");
+  }
   return s;
 }
 

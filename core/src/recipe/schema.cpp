@@ -326,6 +326,10 @@ std::vector<SectionSpec> build_core_schema() {
                .choices("default|gaussian"),
            K("modules_to_save", kSL, "[]",
              "modules trained fully beside the adapters: embed_tokens, lm_head"),
+           K("init_from", kS, "\"\"",
+             "a PEFT adapter folder (adapter_config.json + adapter_model.safetensors) the run "
+             "starts from instead of a fresh init; its r, alpha, targets and modules_to_save "
+             "fill the keys left unset, a key set to another value is refused"),
            K("base_quantization", kS, "\"\"",
              "frozen base stored quantized: \"\" (none); nf4 (QLoRA) is not available yet"),
        }});

@@ -395,7 +395,19 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   }
   if (r.opt.lora) {  // the base frozen; only the adapters (and modules_to_save) reach the plugins
     r.model->enable_lora(*r.opt.lora);
-    r.model->init_lora(r.ctx.seed);
+    if (r.opt.lora->init_from.empty()) {
+      r.model->init_lora(r.ctx.seed);
+    } else {  // [adapter] init_from: a PEFT folder whose tensors must fit this base
+      const std::string file =
+          (std::filesystem::path(r.opt.lora->init_from) / "adapter_model.safetensors").string();
+      try {
+        r.model->load_lora(model::SafetensorsReader::open(file));
+      } catch (const UsageError&) {
+        throw;
+      } catch (const Error& e) {
+        throw UsageError(std::string("[adapter] init_from: ") + e.what());
+      }
+    }
   }
   r.model->set_activation_checkpointing(r.opt.activation_checkpointing, r.opt.checkpoint_layers);
   if (r.opt.activation_checkpointing && r.opt.checkpoint_layers_auto)
