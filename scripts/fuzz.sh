@@ -16,7 +16,7 @@ seconds=${2:?usage: scripts/fuzz.sh BUILD_DIR SECONDS [TARGET...]}
 shift 2
 [[ "$seconds" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: SECONDS must be a whole number >= 1 (libFuzzer takes 0 as no limit): $seconds" >&2; exit 2; }
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(recipe safetensors tokenizer jsonl manifest template yaml)
+[ ${#targets[@]} -gt 0 ] || targets=(recipe safetensors tokenizer jsonl manifest template yaml modelfiles)
 
 failed=()
 for t in "${targets[@]}"; do

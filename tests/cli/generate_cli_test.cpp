@@ -110,6 +110,9 @@ TEST(GenerateCli, BadInputExitsTwoNamingTheProblem) {
   std::string long_prompt;
   for (int i = 0; i < 300; ++i) long_prompt += " 7";
   std::ofstream(bad) << "{\"prompt\": \"a\"}\n{oops\n";
+  const std::string huge = tmp("huge.jsonl");
+  std::ofstream(huge).close();
+  std::filesystem::resize_file(huge, (256ull << 20) + 1);  // sparse: nothing is written
   std::filesystem::remove_all(plain);
   std::filesystem::copy(kModel, plain);
   std::ofstream(plain + "/tokenizer_config.json") << "{\"eos_token\": \"<|im_end|>\"}";
@@ -119,6 +122,9 @@ TEST(GenerateCli, BadInputExitsTwoNamingTheProblem) {
       {{"--generate", kModel}, "--prompt TEXT or --prompts"},
       {{"--generate", kModel, "--prompts", empty}, "has no prompts"},
       {{"--generate", kModel, "--prompts", bad}, "bad.jsonl:2"},
+      {{"--generate", kModel, "--prompts", huge}, "over the limit of 268435456 bytes"},
+      {{"--generate", kModel, "--prompts", "/dev/zero"}, "not a regular file"},
+      {{"--generate", kModel, "--prompts", tmp("none.jsonl")}, "none.jsonl"},
       {{"--generate", kModel, "--prompt", "x", "--temperature", "0"}, "temperature must be"},
       {{"--generate", kModel, "--prompt", "x", "--top-p", "1.5"}, "top_p must be in (0, 1]"},
       {{"--generate", kModel, "--prompt", "x", "--top-k", "-2"}, "top_k must be >= 0"},

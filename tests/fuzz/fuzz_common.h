@@ -121,6 +121,13 @@ inline std::string fixtures_dir() {
 #endif
 }
 
+// Writes `bytes` to the file `path` (made or emptied first); a failure stops the target.
+inline void write_file(const std::string& path, std::string_view bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!f) fail("cannot write", path);
+}
+
 // Splits `data` at the first occurrence of `sep`: (before, after); after is empty when absent.
 inline std::pair<std::string_view, std::string_view> split_once(std::string_view data,
                                                                 std::string_view sep) {

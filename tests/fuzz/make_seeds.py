@@ -18,6 +18,9 @@ Layouts (see each tests/fuzz/<target>_fuzz.cpp):
                language cases and the hostile ones (hostile_cases.json, long ones cut to 2,000 repeats)
   yaml         a training file (LLaMA-Factory, axolotl layouts; anchors, merge keys, block scalars;
                nesting and an alias bomb past the reader's bounds)
+  modelfiles   selector byte (mod 3: 0 adapter_config.json ["\\n%%\\n" adapter_model.safetensors],
+               1 generation_config.json ["\\n%%\\n" config.json], 2 a --prompts file): PEFT's
+               fixture adapters, the chat model's generation files, prompt lines
 """
 import json
 import os
@@ -236,6 +239,35 @@ def yaml_seeds():
     write("yaml", "tags.yaml", "a: !!python/object/apply:os.system ['true']\nb: !!str 1\n---\nc: 2\n")
 
 
+def read_fixture(*parts):
+    with open(os.path.join(FIXTURES, *parts), "rb") as f:
+        return f.read()
+
+
+def modelfiles_seeds():
+    sep = b"\n%%\n"
+    for case in ("llama", "qwen2"):  # PEFT's own files (gen_lora.py); llama's loads into llama_pad
+        config = read_fixture("model", "lora", case, "adapter_config.json")
+        weights = read_fixture("model", "lora", case, "adapter_model.safetensors")
+        write("modelfiles", "adapter_" + case, b"\0" + config + sep + weights)
+        write("modelfiles", "adapter_config_" + case, b"\0" + config)
+    write("modelfiles", "adapter_modules_to_save", b"\0" + json.dumps(
+        {"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": "q_proj",
+         "modules_to_save": ["lm_head", "embed_tokens"], "use_rslora": True,
+         "init_lora_weights": "gaussian"}).encode())
+    write("modelfiles", "adapter_deep", b"\0" + ('{"peft_type": "LORA", "r": 1, "target_modules": %s}'
+                                                 % nest(DEEP, '"q_proj"')).encode())
+    gen = read_fixture("generate", "chat_model", "generation_config.json")
+    write("modelfiles", "generation", b"\1" + gen + sep + read_fixture("generate", "chat_model", "config.json"))
+    write("modelfiles", "generation_sampling", b"\1" + json.dumps(
+        {"do_sample": True, "temperature": 0.6, "top_k": 20, "top_p": 0.95, "min_p": 0.05,
+         "repetition_penalty": 1.1, "eos_token_id": [1, 106]}).encode() + sep + b'{"eos_token_id": 7}')
+    write("modelfiles", "generation_deep", b"\1" + ('{"eos_token_id": %s}' % nest(DEEP)).encode())
+    chat = {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]}
+    write("modelfiles", "prompts", b"\2" + b'{"prompt": "Hello there"}\n\n \t\r\n' + json.dumps(chat).encode() +
+          b"\n{oops\n" + ('{"messages": %s}' % nest(DEEP, '{"role": "user", "content": "x"}')).encode())
+
+
 def main():
     shutil.rmtree(os.path.join(HERE, "corpus"), ignore_errors=True)
     recipe_seeds()
@@ -245,6 +277,7 @@ def main():
     manifest_seeds()
     template_seeds()
     yaml_seeds()
+    modelfiles_seeds()
 
 
 if __name__ == "__main__":

@@ -29,12 +29,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace ciuic;
 
-void write(const fs::path& p, std::string_view bytes) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!f) fuzz::fail("cannot write", p.string());
-}
-
 // The temporary folder, removed at exit (a plain array: destroyed strings are not read then).
 char g_folder[] = "/tmp/ciuic-fuzz-manifest-XXXXXX";
 
@@ -42,8 +36,8 @@ const std::string& folder() {
   static const std::string d = [] {
     if (!::mkdtemp(g_folder)) fuzz::fail("mkdtemp", "/tmp");
     const fs::path dir(g_folder);
-    write(dir / "rank_00000.safetensors", "rank 0 shard bytes\n");
-    write(dir / "precision.safetensors", "");
+    fuzz::write_file(dir / "rank_00000.safetensors", "rank 0 shard bytes\n");
+    fuzz::write_file(dir / "precision.safetensors", "");
     fs::create_directory(dir / "sub");
     std::atexit([] {
       std::error_code ec;
@@ -84,10 +78,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const fs::path dir(f);
   const auto [manifest, trainer] =
       fuzz::split_once(std::string_view(reinterpret_cast<const char*>(data), size), "\n%%\n");
-  write(dir / "manifest.json", manifest);
+  fuzz::write_file(dir / "manifest.json", manifest);
   std::error_code ec;
   fs::remove(dir / "trainer.json", ec);
-  if (!trainer.empty()) write(dir / "trainer.json", trainer);
+  if (!trainer.empty()) fuzz::write_file(dir / "trainer.json", trainer);
 
   fuzz::expect_ok_or_error(
       [&] { check_accepted(checkpoint::verify(f, /*checksums=*/false), dir); });

@@ -17,6 +17,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <ciuic/files.h>
+
 #include "model/generate.h"
 #include "model/llama.h"
 #include "model_test_util.h"
@@ -345,6 +347,16 @@ TEST(Generate, EosIdsAndSamplingDefaultsFromTheFolder) {
   EXPECT_DOUBLE_EQ(s.top_p, 0.95);
   std::ofstream(dir + "/generation_config.json") << R"({"top_p": 3})";
   expect_error([&] { sampling_of_folder(dir); }, {"generation_config.json", "top_p"});
+  // Read as every JSON input (ciuic/files.h): a file over kMaxJsonInputBytes is refused by its size
+  // before it is read, and so is one that is not a regular file.
+  std::filesystem::resize_file(dir + "/generation_config.json", kMaxJsonInputBytes + 1);  // sparse
+  expect_error([&] { sampling_of_folder(dir); },
+               {"generation_config.json", "over the limit of 268435456 bytes"});
+  expect_error([&] { eos_ids_of_folder(dir); },
+               {"generation_config.json", "over the limit of 268435456 bytes"});
+  std::filesystem::remove(dir + "/generation_config.json");
+  std::filesystem::create_directory(dir + "/generation_config.json");
+  expect_error([&] { sampling_of_folder(dir); }, {"generation_config.json", "not a regular file"});
 }
 
 }  // namespace

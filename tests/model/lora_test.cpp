@@ -17,6 +17,7 @@
 #include <ATen/ops/empty.h>
 
 #include <ciuic/context.h>
+#include <ciuic/files.h>
 #include <ciuic/optimizer.h>
 #include <ciuic/store.h>
 
@@ -150,8 +151,8 @@ TEST(Lora, ExportedPeftFolder) {
     // And it reads back (continue training from a PEFT folder).
     auto again =
         LlamaModel::from_pretrained(testing::fixture("families/" + base), at::kFloat, at::kCPU);
-    std::ifstream cfg(dir + "/adapter/adapter_config.json");
-    again->enable_lora(lora_spec_from_peft(nlohmann::json::parse(cfg), "adapter_config.json"));
+    const std::string cfg = dir + "/adapter/adapter_config.json";
+    again->enable_lora(lora_spec_from_peft(read_peft_adapter_config(cfg), cfg));
     again->load_lora(SafetensorsReader::open(dir + "/adapter/adapter_model.safetensors"));
     EXPECT_EQ(max_rel_diff(again->forward(want().tensor(c + ".input_ids"), at::Tensor(), false),
                            m->forward(want().tensor(c + ".input_ids"), at::Tensor(), false)),
@@ -413,6 +414,56 @@ TEST(Lora, UntiedModulesToSaveOnATiedModelIsRefused) {
   auto l =
       LlamaModel::from_pretrained(testing::fixture("families/llama_pad"), at::kFloat, at::kCPU);
   l->enable_lora(s);
+}
+
+// adapter_config.json is read as every JSON input (ciuic/files.h, ciuic/json.h): a regular file of
+// at most kMaxJsonInputBytes, nested at most 128 deep, and a value of the wrong type is a clear
+// UsageError (exit 2) naming the file and key, never a JSON library exception.
+TEST(Lora, AdapterConfigFileIsBoundedAndTyped) {
+  const std::string dir = testing::temp_dir("cfg"), path = dir + "/adapter_config.json";
+  auto usage = [&](const std::string& text, std::initializer_list<std::string> parts) {
+    std::ofstream(path, std::ios::trunc) << text;
+    try {
+      lora_spec_from_peft(read_peft_adapter_config(path), path);
+      ADD_FAILURE() << "accepted " << text;
+    } catch (const UsageError& e) {
+      for (const auto& p : parts)
+        EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    }
+  };
+  EXPECT_EQ(lora_spec_from_peft(
+                read_peft_adapter_config(testing::fixture("lora/llama/adapter_config.json")), "x")
+                .r,
+            4);
+  // Each was nlohmann's type_error, uncaught (the fuzz target's first finds).
+  usage("{\"peft_type\": 1}", {path, "peft_type must be a string, got 1"});
+  usage("{\"peft_type\": \"LORA\", \"bias\": false, \"r\": 2}", {path, "bias must be a string"});
+  usage(
+      "{\"peft_type\": \"LORA\", \"r\": 1e300, \"lora_alpha\": 1, \"target_modules\": \"q_proj\"}",
+      {path, "r must be an integer, got 1e+300"});
+  usage(
+      "{\"peft_type\": \"LORA\", \"r\": 2, \"lora_alpha\": 1, \"lora_dropout\": \"x\", "
+      "\"target_modules\": \"q_proj\"}",
+      {path, "lora_dropout must be a number"});
+  usage("{\"peft_type\": \"LORA\", \"r\": 2, \"lora_alpha\": 1, \"target_modules\": [3]}",
+        {path, "malformed adapter config"});
+  usage("{oops", {path, "malformed JSON"});
+  usage(std::string(200, '[') + std::string(200, ']'), {path, "nested deeper than 128"});
+  std::ofstream(path, std::ios::trunc).close();
+  std::filesystem::resize_file(path, kMaxJsonInputBytes + 1);  // sparse: nothing is written
+  try {
+    read_peft_adapter_config(path);
+    ADD_FAILURE() << "read a file over the bound";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("over the limit of 268435456 bytes"), std::string::npos)
+        << e.what();
+  }
+  try {
+    read_peft_adapter_config("/dev/zero");
+    ADD_FAILURE() << "read /dev/zero";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

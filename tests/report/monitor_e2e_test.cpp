@@ -53,8 +53,8 @@ TEST(MonitorE2E, EveryRankWritesItsOwnFiguresAtEachLogStep) {
   }
   ASSERT_EQ(steps.size(), 3u) << r.log();
   ASSERT_EQ(ranks.size(), 3u) << r.log();
-  // The exchange: per rank its loss sum + its 24 figures (docs/metrics.md's table), fp64.
-  const size_t row = 25;
+  // The exchange: per rank its loss sum + its 25 figures (docs/metrics.md's table), fp64.
+  const size_t row = 26;
   int64_t prev_calls[3] = {0, 0, 0};
   for (const auto& [step, by_rank] : ranks) {
     ASSERT_EQ(by_rank.size(), 3u) << "step " << step;
@@ -69,7 +69,8 @@ TEST(MonitorE2E, EveryRankWritesItsOwnFiguresAtEachLogStep) {
             "link_sent_bytes_per_s", "link_received_bytes_per_s"})
         EXPECT_TRUE(rec.contains(k)) << "rank " << rank << " lacks " << k << ": " << rec.dump();
       // A CPU run has no device figures (left out, not zero).
-      for (const char* k : {"mem_gib", "mem_reserved_gib", "mem_now_gib", "device_busy"})
+      for (const char* k :
+           {"mem_gib", "mem_reserved_gib", "mem_now_gib", "device_busy", "busy_source"})
         EXPECT_FALSE(rec.contains(k)) << rec.dump();
       EXPECT_GT(rec["link_bytes_per_s"].get<double>(), 0.0);
       EXPECT_GT(rec["host_rss_gib"].get<double>(), 0.01);
@@ -176,7 +177,7 @@ TEST(MonitorE2E, RankRecordsFalseLeavesThemOutOfTheExchangeAndEveryOutput) {
     int64_t doubles_per_rank;  // loss sum + exchanged figures
   };
   const std::vector<Case> cases = {
-      {"rr-on", {}, 1 + 24},
+      {"rr-on", {}, 1 + 25},
       {"rr-off", {"--set", "log.rank_records=false"}, 1 + 3},
       {"rr-off-nostrag", {"--set", "log.rank_records=false", "--set", "log.straggler_margin=0"}, 1},
   };
@@ -212,7 +213,7 @@ TEST(MonitorE2E, RankRecordsFalseLeavesThemOutOfTheExchangeAndEveryOutput) {
           << c.name << " step " << step;
       const int64_t less = steps["rr-on"][step]["comm_bytes"].get<int64_t>() -
                            steps[c.name][step]["comm_bytes"].get<int64_t>();
-      EXPECT_EQ(less, exchanges * 3 * (25 - c.doubles_per_rank) * 8) << c.name << " step " << step;
+      EXPECT_EQ(less, exchanges * 3 * (26 - c.doubles_per_rank) * 8) << c.name << " step " << step;
     }
   }
 }

@@ -58,6 +58,23 @@ TEST(RankFigures, RecordsCarryTheMeasuredFiguresOnly) {
   EXPECT_DOUBLE_EQ(RankFigures::from_vector(v.data()).link_bytes_per_s, 1.5e9);
 }
 
+// busy_source travels as a number and is written by name (docs/metrics.md); absent on CPU runs.
+TEST(RankFigures, BusySourceIsWrittenByName) {
+  RankFigures f = figures(0, 0.5);
+  EXPECT_FALSE(f.record(1).contains("busy_source"));
+  const std::pair<BusySource, const char*> cases[] = {{BusySource::kNvml, "nvml"},
+                                                      {BusySource::kCudaEvents, "cuda_events"},
+                                                      {BusySource::kNone, "none"}};
+  for (const auto& [s, name] : cases) {
+    f.busy_source = static_cast<int>(s);
+    const json r = f.record(1);
+    EXPECT_EQ(r["busy_source"], name) << r.dump();
+    EXPECT_EQ(RankFigures::from_record(r).busy_source, static_cast<int>(s));
+    const auto v = f.to_vector();
+    EXPECT_EQ(RankFigures::from_vector(v.data()).busy_source, static_cast<int>(s));
+  }
+}
+
 TEST(Stragglers, ASlowRankIsNamedAfterKLogStepsInARow) {
   // 3 ranks, margin 20 %, 3 log steps in a row; log steps every 10 optimizer steps from step 1.
   StragglerDetector d({.margin = 0.2, .log_steps = 3, .min_excess_s = 0.0}, 1);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,23 @@ TEST(LoraE2E, CheckpointHoldsOnlyTheAdapterAndResumesOnAnotherWorldSize) {
   const Result a = run("lora-part", first);
   EXPECT_RUN_OK(a);
   const std::string ckpt = newest_checkpoint(a.dir + "/out/checkpoints");
+  {  // --export-hf of a LoRA checkpoint counts the adapter's parameters: the tensors it writes
+    const std::string peft = a.dir + "/peft";
+    Child c({std::string(CIUIC_BIN_DIR) + "/ciuic-run", "--export-hf", ckpt, peft},
+            a.dir + "/export", {"OMP_NUM_THREADS=1"});
+    ASSERT_TRUE(c.wait(std::chrono::seconds(120)));
+    EXPECT_EQ(c.exit_code(), 0) << c.out() << c.err();
+    int64_t n = 0;
+    const auto file = ciuic::model::SafetensorsFile::open(peft + "/adapter_model.safetensors");
+    for (const auto& e : file->entries()) {
+      int64_t k = 1;
+      for (int64_t d : e.shape) k *= d;
+      n += k;
+    }
+    EXPECT_NE(c.out().find("(" + std::to_string(n) + " adapter parameters of a "),
+              std::string::npos)
+        << c.out();
+  }
   auto f = ciuic::model::SafetensorsFile::open(ckpt + "/rank_00000.safetensors");
   for (const auto& e : f->entries())
     EXPECT_EQ(e.name.find("embed_tokens"), std::string::npos) << e.name;
@@ -164,6 +182,27 @@ TEST(LoraE2E, CpuAdamMatchesAdamwAndBf16Trains) {
             0.15);  // measured 0.048: B is small after 12 steps, bf16 rounding is relative to it
   std::cout << "bf16 vs fp32 LoRA: losses max relative difference " << worst_loss << ", adapter "
             << dw << "\n";
+}
+
+// --plan with the in-forward loss: a frozen lm_head gets no gradient (autograd_fns.cpp: need_w is
+// false), so "loss gradient" is d hidden alone, N x H x 4 bytes; with lm_head in modules_to_save
+// it adds d lm_head, V x H x 4. Hand computation: N = 12 x 32 tokens, H = 32, V = 32768, fp32.
+TEST(LoraE2E, PlanCountsNoHeadGradientForAFrozenHead) {
+  auto loss_gradient_mib = [](const std::string& name, const std::string& extra) {
+    Shape s = lora(1, 12, "ddp");
+    s.vocab = 32768;
+    s.model = "loss_backward = \"in_forward\"\n";
+    s.extra += extra;
+    const Result r = run(name, s, {"--plan"});
+    const std::string text = r.out + r.err;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(text, m, std::regex("loss gradient +([0-9.]+) MiB"))) << r.log();
+    return m.empty() ? NAN : std::stod(m[1]);
+  };
+  const double N = 12 * 32, H = 32, V = 32768, MiB = 1 << 20;
+  EXPECT_NEAR(loss_gradient_mib("plan-frozen-head", ""), N * H * 4 / MiB, 0.05);
+  EXPECT_NEAR(loss_gradient_mib("plan-trained-head", "modules_to_save = [\"lm_head\"]\n"),
+              (V * H + N * H) * 4 / MiB, 0.05);
 }
 
 TEST(LoraE2E, BadAdapterKeysAreRefusedAtStartNamingTheKey) {

@@ -686,8 +686,16 @@ int export_hf(const std::string& checkpoint, const std::string& out_dir, const s
     remove_tree((tmp).string(), ec);
     throw;
   }
-  out << "exported " << folder << " (" << config.num_parameters() << " parameters, " << dtype
-      << ") to " << target.string() << "\n";
+  // An adapter export writes the adapter's tensors only: their count, not the base's.
+  const std::string count =
+      !adapter.is_null() && !merge
+          ? std::to_string(model::lora_num_parameters(
+                config, model::lora_spec_from_peft(adapter, folder + "/trainer.json adapter"))) +
+                " adapter parameters of a " + std::to_string(config.num_parameters()) +
+                "-parameter base"
+          : std::to_string(config.num_parameters()) + " parameters";
+  out << "exported " << folder << " (" << count << ", " << dtype << ") to " << target.string()
+      << "\n";
   return kExitOk;
 }
 

@@ -14,9 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include <ciuic/error.h>
-#include <ciuic/json.h>
+#include <ciuic/files.h>
 #include <ciuic/tokenizer.h>
 
+#include "app/prompt_lines.h"
 #include "model/generate.h"
 #include "model/llama.h"
 #include "tokenizer/factory.h"
@@ -106,32 +107,28 @@ std::vector<Prompt> read_prompts(const GenerateCliOptions& o, const Loaded& l) {
   std::vector<Prompt> out;
   for (const auto& p : o.prompts) out.push_back({l.tok->encode(p, true)});
   if (o.prompts_file.empty()) return out;
-  std::ifstream in(o.prompts_file);
-  if (!in) throw UsageError(o.prompts_file + ": cannot open the prompts file");
+  // A regular file of at most kMaxJsonInputBytes (as every JSON input): /dev/zero or a FIFO is
+  // refused before anything is read.
+  std::string text;
+  try {
+    text = read_input(o.prompts_file, "prompts file", kMaxJsonInputBytes);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
   std::unique_ptr<ChatTemplate> tmpl;
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    const std::string where = o.prompts_file + ":" + std::to_string(n);
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    check_json_depth(line, where, kExitUsage);
-    json j = json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-      throw UsageError(where +
-                       ": not a JSON object (expected {\"prompt\": ...} or {\"messages\": [...]})");
-    if (j.contains("prompt") && j["prompt"].is_string()) {
-      out.push_back({l.tok->encode(j["prompt"].get<std::string>(), true)});
-    } else if (j.contains("messages") && j["messages"].is_array()) {
-      std::vector<ChatMessage> msgs;
-      for (const auto& m : j["messages"]) {
-        if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
-            !m.contains("content") || !m["content"].is_string())
-          throw UsageError(where + ": each message needs string \"role\" and \"content\"");
-        msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
-      }
-      if (!tmpl) tmpl = chat_template_of(l);
-      out.push_back({tmpl->encode_prompt(msgs)});
+  size_t start = 0;
+  for (int n = 1; start < text.size(); ++n) {
+    const size_t end = std::min(text.find('\n', start), text.size());
+    const std::optional<PromptLine> p =
+        parse_prompt_line(std::string_view(text).substr(start, end - start),
+                          o.prompts_file + ":" + std::to_string(n));
+    start = end + 1;
+    if (!p) continue;
+    if (p->prompt) {
+      out.push_back({l.tok->encode(*p->prompt, true)});
     } else {
-      throw UsageError(where + ": expected a string \"prompt\" or a \"messages\" list");
+      if (!tmpl) tmpl = chat_template_of(l);
+      out.push_back({tmpl->encode_prompt(p->messages)});
     }
   }
   if (out.empty()) throw UsageError(o.prompts_file + ": the prompts file has no prompts");

@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include <ciuic/error.h>
+#include <ciuic/files.h>
+#include <ciuic/json.h>
 
 #include "model/llama_ops.h"
 
@@ -98,18 +100,29 @@ nlohmann::json peft_adapter_config(const LoraSpec& spec, const std::string& base
 LoraSpec lora_spec_from_peft(const nlohmann::json& j, const std::string& where) {
   auto bad = [&](const std::string& what) { throw UsageError(where + ": " + what); };
   if (!j.is_object()) bad("not a JSON object");
-  if (j.value("peft_type", std::string()) != "LORA")
-    bad("peft_type is not \"LORA\" (ciuic reads LoRA adapters only)");
-  if (j.value("bias", std::string("none")) != "none")
-    bad("bias = \"" + j.value("bias", std::string()) + "\" is not supported (only \"none\")");
-  if (j.value("fan_in_fan_out", false)) bad("fan_in_fan_out = true is not supported");
-  if (j.contains("use_dora") && j["use_dora"].is_boolean() && j["use_dora"].get<bool>())
-    bad("use_dora = true is not supported");
-  for (const char* k : {"rank_pattern", "alpha_pattern"})
-    if (j.contains(k) && j[k].is_object() && !j[k].empty())
-      bad(std::string(k) + " (per-module ranks) is not supported");
+  // A key of another type (`"bias": 1`) is named, never a library exception (fuzz: modelfiles).
+  using J = nlohmann::json;
+  auto typed = [&](const char* k, bool (J::*is)() const noexcept, const char* type) {
+    const auto it = j.find(k);
+    if (it != j.end() && !it->is_null() && !((*it).*is)())
+      bad(std::string(k) + " must be " + type + ", got " + it->dump());
+  };
+  for (const char* k : {"peft_type", "bias"}) typed(k, &J::is_string, "a string");
+  for (const char* k : {"fan_in_fan_out", "use_rslora"}) typed(k, &J::is_boolean, "true or false");
+  for (const char* k : {"lora_alpha", "lora_dropout"}) typed(k, &J::is_number, "a number");
+  typed("r", &J::is_number_integer, "an integer");  // a float past int64 would be UB to convert
   LoraSpec s;
   try {
+    if (j.value("peft_type", std::string()) != "LORA")
+      bad("peft_type is not \"LORA\" (ciuic reads LoRA adapters only)");
+    if (j.value("bias", std::string("none")) != "none")
+      bad("bias = \"" + j.value("bias", std::string()) + "\" is not supported (only \"none\")");
+    if (j.value("fan_in_fan_out", false)) bad("fan_in_fan_out = true is not supported");
+    if (j.contains("use_dora") && j["use_dora"].is_boolean() && j["use_dora"].get<bool>())
+      bad("use_dora = true is not supported");
+    for (const char* k : {"rank_pattern", "alpha_pattern"})
+      if (j.contains(k) && j[k].is_object() && !j[k].empty())
+        bad(std::string(k) + " (per-module ranks) is not supported");
     s.r = j.at("r").get<int64_t>();
     s.alpha = j.at("lora_alpha").get<double>();
     s.dropout = j.value("lora_dropout", 0.0);
@@ -152,6 +165,21 @@ LoraSpec lora_spec_from_peft(const nlohmann::json& j, const std::string& where) 
   if (!(s.alpha > 0)) bad("lora_alpha must be > 0");
   s.targets = lora_target_slots(s.target_names, where + ": target_modules");
   return s;
+}
+
+nlohmann::json read_peft_adapter_config(const std::string& path) {
+  std::string text;
+  try {
+    text = read_input(path, "adapter config (PEFT's adapter_config.json)", kMaxJsonInputBytes);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  check_json_depth(text, path, kExitUsage);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(path + ": malformed JSON: " + e.what());
+  }
 }
 
 void write_peft_folder(const std::string& folder, const nlohmann::json& config,

@@ -62,6 +62,10 @@ CIUIC_API nlohmann::json peft_adapter_config(const LoraSpec& spec, const std::st
 // The spec an adapter_config.json describes (LORA only; `where` names the file in errors: a
 // UsageError for another peft_type, a bias, fan_in_fan_out, DoRA, or per-layer rank patterns).
 CIUIC_API LoraSpec lora_spec_from_peft(const nlohmann::json& config, const std::string& where);
+// The JSON of an adapter_config.json file: a regular file of at most kMaxJsonInputBytes
+// (ciuic/files.h), nested at most kMaxJsonDepth; otherwise, or when it is not JSON, a UsageError
+// naming `path`. lora_spec_from_peft() then reads the spec from it.
+CIUIC_API nlohmann::json read_peft_adapter_config(const std::string& path);
 // A PEFT adapter folder, written atomically file by file: adapter_config.json (`config`) and
 // adapter_model.safetensors with `adapter` (names as LlamaModel::trainable_parameters()) under
 // PEFT's saved keys ("base_model.model." + name: save_pretrained drops modules_to_save's

@@ -63,6 +63,7 @@ struct Inputs {
   bool loss_in_forward = false;   // [model] loss_backward = "in_forward"
   std::string auto_note;          // how checkpoint_layers = "auto" was resolved (activations' note)
   int64_t frozen_parameters = 0;  // [adapter]: the frozen base (no gradient, no optimizer state)
+  bool head_frozen = false;       // [adapter] without lm_head (or a tied, saved embed_tokens)
 };
 
 // Runs every slot's answer, then the model terms; `unknown` collects what was not counted.
@@ -133,9 +134,14 @@ PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots],
     const double logits = std::min(N * V, std::max(chunk, std::min(N, 2048.0) * V));
     ctx.add("loss chunk", true, logits * (4 + pb),
             "fp32 logits and their gradient, token chunk by token chunk");
-    ctx.add("loss gradient", true, (V * H + N * H) * pb + (logits < N * V ? V * H * 4 : 0),
-            "[model] loss_backward = \"in_forward\": d lm_head and d hidden, held from forward to "
-            "backward");
+    if (in.head_frozen)  // a frozen head has no gradient (autograd_fns.cpp: need_w is false)
+      ctx.add("loss gradient", true, N * H * pb,
+              "[model] loss_backward = \"in_forward\": d hidden, held from forward to backward "
+              "(the LoRA base's lm_head is frozen: no d lm_head)");
+    else
+      ctx.add("loss gradient", true, (V * H + N * H) * pb + (logits < N * V ? V * H * 4 : 0),
+              "[model] loss_backward = \"in_forward\": d lm_head and d hidden, held from forward "
+              "to backward");
   } else {
     ctx.add("loss chunk", true, std::min(N * V, chunk) * 8,
             "fp32 logits and their gradient, chunk by chunk");
@@ -292,6 +298,7 @@ Prepared prepare(const Recipe& recipe, const Registry& registry, double budget) 
   if (const auto lora = recipe_adapter(recipe)) {
     const int64_t trainable = model::lora_num_parameters(in.model, *lora);
     in.frozen_parameters = b.num_parameters - trainable;
+    in.head_frozen = !(lora->save_lm_head || (in.model.tie_word_embeddings && lora->save_embed));
     b.num_parameters = trainable;
     const model::LlamaConfig& m = in.model;
     b.largest_parameter =

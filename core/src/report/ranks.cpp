@@ -41,6 +41,7 @@ const Field kFields[] = {
     {"compute_busy", &RankFigures::compute_busy},
     {"link_sent_bytes_per_s", &RankFigures::link_sent_bytes_per_s},
     {"link_received_bytes_per_s", &RankFigures::link_received_bytes_per_s},
+    {"busy_source", &RankFigures::busy_source},  // a name in the record (record())
 };
 
 double RankFigures::*member_of(const std::string& key) {
@@ -100,11 +101,24 @@ RankFigures RankFigures::from_vector(const double* values, const std::vector<std
   return r;
 }
 
+const char* busy_source_name(BusySource s) {
+  switch (s) {
+    case BusySource::kNvml: return "nvml";
+    case BusySource::kCudaEvents: return "cuda_events";
+    case BusySource::kNone: break;
+  }
+  return "none";
+}
+
 json RankFigures::record(int64_t step) const {
   json j = {{"event", "rank"}, {"step", step}, {"rank", static_cast<int64_t>(rank)}};
   for (const Field& f : kFields) {
     const double v = this->*f.member;
-    if (f.member != &RankFigures::rank && std::isfinite(v)) j[f.key] = v;
+    if (f.member == &RankFigures::rank || !std::isfinite(v)) continue;
+    if (f.member == &RankFigures::busy_source)
+      j[f.key] = busy_source_name(static_cast<BusySource>(static_cast<int>(v)));
+    else
+      j[f.key] = v;
   }
   return j;
 }
@@ -114,6 +128,9 @@ RankFigures RankFigures::from_record(const json& record) {
   for (const Field& f : kFields)
     if (record.contains(f.key) && record[f.key].is_number())
       r.*f.member = record[f.key].get<double>();
+  if (record.contains("busy_source") && record["busy_source"].is_string())
+    for (BusySource s : {BusySource::kNone, BusySource::kNvml, BusySource::kCudaEvents})
+      if (record["busy_source"] == busy_source_name(s)) r.busy_source = static_cast<int>(s);
   return r;
 }
 

@@ -56,6 +56,9 @@ struct CIUIC_API RankFigures {
   // collective's kind, size and the world size (report/link_traffic.h), not measured by the plugin.
   double link_sent_bytes_per_s = NAN;
   double link_received_bytes_per_s = NAN;
+  // Where device_busy came from (BusySource, as a double to travel in the exchange): written to
+  // the record as "busy_source": "nvml" | "cuda_events" | "none"; NaN (CPU runs): left out.
+  double busy_source = NAN;
 
   // The figures in a fixed order, for the exchange between ranks (kFields names them).
   std::vector<double> to_vector() const;
@@ -69,6 +72,10 @@ struct CIUIC_API RankFigures {
   // Reads a record written by record(); keys it lacks stay NaN.
   static RankFigures from_record(const nlohmann::json& record);
 };
+
+// The sources of device_busy (RankFigures::busy_source).
+enum class BusySource : int { kNone = 0, kNvml = 1, kCudaEvents = 2 };
+CIUIC_API const char* busy_source_name(BusySource s);  // "none", "nvml", "cuda_events"
 
 // The record keys of RankFigures, in to_vector() order.
 CIUIC_API const std::vector<std::string>& rank_figure_keys();

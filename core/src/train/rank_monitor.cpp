@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include <ciuic/log.h>
 
@@ -15,12 +17,24 @@ namespace {
 constexpr double kGiB = 1073741824.0;
 }
 
+namespace {
+// CIUIC_BUSY_SOURCE=cuda_events leaves NVML out (docs/metrics.md, busy_source): what
+// scripts/gpu/nvml_busy.sh sets to check the CUDA-event figure on a host that has NVML.
+bool nvml_disabled() {
+  const char* v = std::getenv("CIUIC_BUSY_SOURCE");
+  return v && std::string(v) == "cuda_events";
+}
+}  // namespace
+
 RankMonitor::RankMonitor(const Run& run)
     : r_(run),
-      busy_(pci_bus_id(run.ctx.device)),
+      busy_(nvml_disabled() ? DeviceBusyMeter() : DeviceBusyMeter(pci_bus_id(run.ctx.device))),
+      events_(run.ctx.device),
       traffic_(dynamic_cast<const TrafficComm*>(run.comm.get())) {
   if (run.ctx.device.is_cuda() && !busy_.available())
-    log_debug("no device busy fraction in the per-rank records: " + busy_.why_unavailable());
+    log_debug(
+        "device busy fraction from CUDA events (busy_source \"cuda_events\"), not NVML: " +
+        (nvml_disabled() ? std::string("CIUIC_BUSY_SOURCE=cuda_events") : busy_.why_unavailable()));
 }
 
 void RankMonitor::begin() {
@@ -28,6 +42,7 @@ void RankMonitor::begin() {
   if (traffic_) last_traffic_ = traffic_->traffic();
   last_ = std::chrono::steady_clock::now();
   busy_.busy_since_last();
+  events_.busy_since_last();
 }
 
 report::RankFigures RankMonitor::sample(const Timings& t) {
@@ -54,7 +69,15 @@ report::RankFigures RankMonitor::sample(const Timings& t) {
     f.mem_reserved_gib = m.peak_reserved / kGiB;
     f.mem_now_gib = m.allocated / kGiB;
     f.mem_reserved_now_gib = m.reserved / kGiB;
-    f.device_busy = busy_.busy_since_last();
+    // NVML's samples where it has them; else the CUDA events' brackets (an upper bound: the
+    // gaps between a step's kernels count); both are read so that each starts a new interval.
+    const double nvml = busy_.busy_since_last(), events = events_.busy_since_last();
+    using report::BusySource;
+    const BusySource source = std::isfinite(nvml)     ? BusySource::kNvml
+                              : std::isfinite(events) ? BusySource::kCudaEvents
+                                                      : BusySource::kNone;
+    f.device_busy = source == BusySource::kNvml ? nvml : events;
+    f.busy_source = static_cast<int>(source);
   }
   const CommCounters c = r_.comm->counters();
   f.link_bytes_per_s = static_cast<double>(c.bytes - last_counters_.bytes) / interval;

@@ -15,6 +15,7 @@
 
 #include "report/ranks.h"
 #include "train/comm_traffic.h"
+#include "train/event_busy.h"
 #include "train/nvml.h"
 
 namespace ciuic::train {
@@ -40,10 +41,15 @@ class RankMonitor {
     double agree_s = 0, norm_s = 0, publish_s = NAN;
   };
   report::RankFigures sample(const Timings& t);
+  // Around each step's compute (forward/backward and the optimizer step): the brackets of the
+  // CUDA-event busy fraction (train/event_busy.h), used where NVML gives no figure. No-ops on CPU.
+  void compute_begin() { events_.begin(); }
+  void compute_end() { events_.end(); }
 
  private:
   const Run& r_;
   DeviceBusyMeter busy_;
+  EventBusyMeter events_;  // the fallback: on every CUDA device, two events a step
   CommCounters last_counters_;
   const TrafficComm*
       traffic_;  // the Run's Comm as the core wraps it (null: not wrapped, no direction split)

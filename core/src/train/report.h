@@ -64,6 +64,9 @@ class Reporter {
   void begin_training();
   // At the top of every step (its step_s starts here).
   void begin_step() { step_start_ = std::chrono::steady_clock::now(); }
+  // Around the step's compute: the brackets of the CUDA-event busy fraction (RankMonitor).
+  void compute_begin() { monitor_.compute_begin(); }
+  void compute_end() { monitor_.compute_end(); }
   // Whether step `step` is logged (its phases are then timed: the device is synchronised).
   bool logged(int64_t step) const;
   // One micro-batch's summed token loss (detached, on the device).

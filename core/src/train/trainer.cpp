@@ -187,6 +187,7 @@ int train(Run& r, const WorkerOptions& options) {
                           .nonfinite_stops = !r.opt.nonfinite_skip});  // count_step() throws then
     s.loss_scale = step.loss_scale();
     Stopwatch clock(r.ctx.device, /*on=*/report.logged(s.step));
+    report.compute_begin();
     for (int64_t i = 0; i < r.opt.accumulation; ++i) {
       r.sharding->begin_micro_batch(i, /*last=*/i + 1 == r.opt.accumulation);
       const at::Tensor sum =
@@ -202,6 +203,7 @@ int train(Run& r, const WorkerOptions& options) {
     if (!step.skip(norm))    // precision.update(); a non-finite norm is never applied
       step.update(
           step.clip_coefficient(norm));  // the sharding hands the optimizer its shard, publishes
+    report.compute_end();
     s.result = step.result();
     s.norm_s = step.norm_s();
     s.optim_s = clock.lap();
