@@ -7,6 +7,9 @@
 #   qlora    ciuic with [adapter] base_quantization = "nf4" beside PEFT + bitsandbytes (nf4, double
 #            quantization, bf16 compute); ciuic's side fails (reported, not fatal) until QLoRA lands
 #   compile  PEFT + transformers with each decoder layer torch.compile'd
+#   cpu      (not in the default list; ~3 min) the CPU comparison on the host's quiet cores: the 100M
+#            shape, fp32, 2 threads on both sides, ciuic LoRA / PEFT eager / ciuic full, 2 repetitions
+#            alternating ($OUT/lora-cpu-summary.md)
 # Targets: ciuic LoRA >= 1.5x PEFT's tokens/s at <= its peak memory; the LoRA step not slower than
 # the full model's forward+backward by more than the adapters' share of the FLOPs.
 #   scripts/gpu/lora.sh [build] [lora] [qlora] [compile]        (default: all four, in this order)
@@ -46,6 +49,11 @@ for stage in ${*:-build lora qlora compile}; do
   lora) speed lora ciuic-lora,peft,ciuic-full ;;
   qlora) speed qlora ciuic-qlora,peft-qlora ;;
   compile) speed compile peft-compile ;;
+  cpu)
+    run cpu 480 python3 bench/lora/lora_speed.py --ciuic-run build-gpu/bin/ciuic-run --device cpu --shape 100m \
+      --micro-batch 2 --seq 256 --steps 6 --warmup 2 --reps 2 --threads 2 --timeout 150 --python python3 \
+      --runs ciuic-lora,peft,ciuic-full --out "$OUT/cpu"
+    cp "$OUT/cpu/summary.md" "$RESULT/lora-cpu-summary.md" 2>/dev/null && cat "$RESULT/lora-cpu-summary.md" ;;
   *) echo "unknown stage $stage" ;;
   esac
   # After every stage: what a call cut off at its limit still returns (ciuic's report.html left out).
