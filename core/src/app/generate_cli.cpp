@@ -33,7 +33,20 @@ struct Loaded {
   std::unique_ptr<model::LlamaModel> model;
   std::shared_ptr<const Tokenizer> tok;
   model::GenerateOptions gen;
+  std::shared_ptr<const model::StopStrings::TokenTexts> texts;  // when there are stop strings
 };
+
+// Stop strings over the tokenizer's token texts; bad ones (empty, none) are bad input.
+std::shared_ptr<const model::StopStrings> stop_strings_of(Loaded& l,
+                                                          const std::vector<std::string>& stops,
+                                                          const std::string& where) {
+  try {
+    if (!l.texts) l.texts = model::stop_token_texts(*l.tok);
+    return std::make_shared<model::StopStrings>(stops, l.texts);
+  } catch (const Error& e) {
+    throw UsageError(where + ": " + e.what());
+  }
+}
 
 // DIR itself when it holds config.json, else a run output's hf/ export.
 std::string model_folder(const std::string& dir, const char* flag) {
@@ -82,6 +95,16 @@ Loaded load(const GenerateCliOptions& o, const char* flag) {
   l.gen.max_new_tokens = o.max_new_tokens;
   l.gen.sampling = s;
   l.gen.eos_ids = model::eos_ids_of_folder(l.folder);
+  std::vector<std::string> stops;
+  try {
+    stops = model::stop_strings_of_folder(l.folder);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  if (!o.stop_strings.empty()) stops = o.stop_strings;
+  if (!stops.empty())
+    l.gen.stop_strings = {stop_strings_of(
+        l, stops, o.stop_strings.empty() ? l.folder + "/generation_config.json" : "--stop-string")};
   if (l.gen.eos_ids.empty() && l.tok->eos_id()) l.gen.eos_ids.push_back(*l.tok->eos_id());
   return l;
 }
@@ -100,11 +123,12 @@ std::unique_ptr<ChatTemplate> chat_template_of(const Loaded& l) {
 // One prompt of a prompts file: raw text, or messages for the chat template.
 struct Prompt {
   std::vector<int32_t> ids;
+  std::shared_ptr<const model::StopStrings> stop;  // its own "stop_strings"; null: the flags'
 };
 
-std::vector<Prompt> read_prompts(const GenerateCliOptions& o, const Loaded& l) {
+std::vector<Prompt> read_prompts(const GenerateCliOptions& o, Loaded& l) {
   std::vector<Prompt> out;
-  for (const auto& p : o.prompts) out.push_back({l.tok->encode(p, true)});
+  for (const auto& p : o.prompts) out.push_back({l.tok->encode(p, true), nullptr});
   if (o.prompts_file.empty()) return out;
   std::ifstream in(o.prompts_file);
   if (!in) throw UsageError(o.prompts_file + ": cannot open the prompts file");
@@ -119,7 +143,7 @@ std::vector<Prompt> read_prompts(const GenerateCliOptions& o, const Loaded& l) {
       throw UsageError(where +
                        ": not a JSON object (expected {\"prompt\": ...} or {\"messages\": [...]})");
     if (j.contains("prompt") && j["prompt"].is_string()) {
-      out.push_back({l.tok->encode(j["prompt"].get<std::string>(), true)});
+      out.push_back({l.tok->encode(j["prompt"].get<std::string>(), true), nullptr});
     } else if (j.contains("messages") && j["messages"].is_array()) {
       std::vector<ChatMessage> msgs;
       for (const auto& m : j["messages"]) {
@@ -129,9 +153,22 @@ std::vector<Prompt> read_prompts(const GenerateCliOptions& o, const Loaded& l) {
         msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
       }
       if (!tmpl) tmpl = chat_template_of(l);
-      out.push_back({tmpl->encode_prompt(msgs)});
+      out.push_back({tmpl->encode_prompt(msgs), nullptr});
     } else {
       throw UsageError(where + ": expected a string \"prompt\" or a \"messages\" list");
+    }
+    if (j.contains("stop_strings")) {
+      const json& v = j["stop_strings"];
+      std::vector<std::string> stops;
+      if (v.is_string()) stops.push_back(v.get<std::string>());
+      for (const auto& e : v.is_array() ? v : json::array()) {
+        if (!e.is_string())
+          throw UsageError(where + ": \"stop_strings\" must be a string or a list of strings");
+        stops.push_back(e.get<std::string>());
+      }
+      if (!v.is_string() && !v.is_array())
+        throw UsageError(where + ": \"stop_strings\" must be a string or a list of strings");
+      out.back().stop = stop_strings_of(l, stops, where + ": \"stop_strings\"");
     }
   }
   if (out.empty()) throw UsageError(o.prompts_file + ": the prompts file has no prompts");
@@ -188,8 +225,19 @@ int generate_cli(const GenerateCliOptions& o, std::ostream& out, std::ostream& e
   for (size_t start = 0; start < prompts.size(); start += static_cast<size_t>(o.batch)) {
     const size_t end = std::min(prompts.size(), start + static_cast<size_t>(o.batch));
     std::vector<std::vector<int32_t>> batch;
-    for (size_t i = start; i < end; ++i) batch.push_back(prompts[i].ids);
-    const model::GenerateResult r = model::generate(*l.model, batch, l.gen);
+    model::GenerateOptions g = l.gen;
+    bool own_stops = false;
+    for (size_t i = start; i < end; ++i) {
+      batch.push_back(prompts[i].ids);
+      own_stops = own_stops || prompts[i].stop;
+    }
+    if (own_stops) {
+      const auto shared = l.gen.stop_strings.empty() ? nullptr : l.gen.stop_strings[0];
+      g.stop_strings.clear();
+      for (size_t i = start; i < end; ++i)
+        g.stop_strings.push_back(prompts[i].stop ? prompts[i].stop : shared);
+    }
+    const model::GenerateResult r = model::generate(*l.model, batch, g);
     for (size_t i = 0; i < batch.size(); ++i) {
       const auto& ids = r.tokens[i];
       const double per = ids.empty() ? 0 : static_cast<double>(ids.size()) / r.total_s;
@@ -198,7 +246,9 @@ int generate_cli(const GenerateCliOptions& o, std::ostream& out, std::ostream& e
                     {"ids", ids},
                     {"prompt_tokens", batch[i].size()},
                     {"new_tokens", ids.size()},
-                    {"stopped", r.hit_eos[i] ? "eos" : "length"},
+                    {"stopped", r.hit_eos[i]    ? "eos"
+                                : r.hit_stop[i] ? "stop_string"
+                                                : "length"},
                     {"first_token_s", r.first_token_s},
                     {"seconds", r.total_s},
                     {"tokens_per_s", per}}
