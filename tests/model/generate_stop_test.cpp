@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "model/llama.h"
 #include "model_test_util.h"
 #include "tokenizer/factory.h"
+#include "train/exact_match.h"
 
 namespace ciuic::model {
 namespace {
@@ -211,6 +213,57 @@ TEST(SamplingDistribution, FollowsTransformersProcessorsAndNotASwappedOrder) {
     const double bad = chi2(counts, want.tensor("dist.swapped." + name).to(at::kDouble), n, &df2);
     EXPECT_GT(bad, 10 * chi2_critical(std::max(df2, 1), kZ));
   }
+}
+
+// [train] exact_match_batch_size: the held-out evaluation through batched generate() (left padding,
+// KV cache) gives the answers of LlamaModel::generate_greedy one question at a time (the path of
+// exact_match_batch_size = 1), for questions of different lengths, some stopping at the EOS.
+TEST(EvalBatched, SameAnswersAsOneQuestionAtATime) {
+  ChatModel m;
+  const std::string dir = testing::temp_dir("eval_batched");
+  {
+    std::ofstream f(dir + "/eval.jsonl");
+    const char* qs[] = {"Hi",
+                        "What is two plus two?",
+                        "Name a colour",
+                        "ok",
+                        "Tell me a long story about a cat and a dog and a bird",
+                        "Why?",
+                        "1 2 3 4 5 6 7 8 9",
+                        "Hello there, how are you today?",
+                        "x",
+                        "The end"};
+    for (const char* q : qs)
+      f << json{{"messages", {{{"role", "user"}, {"content", q}}}}, {"answer", "4"}}.dump() << "\n";
+  }
+  const auto questions = train::load_held_out(dir + "/eval.jsonl");
+  auto tmpl = make_chat_template("auto", *m.tok);
+  // The stop id: the 6th token of question 0's free answer, so that rows end at different steps.
+  const std::optional<int32_t> eos =
+      m.model->generate_greedy(tmpl->encode_prompt(questions[0].prompt), 24, std::nullopt).at(5);
+  const train::ExactMatchResult one = train::exact_match(
+      questions, *m.tok, *tmpl,
+      [&](const std::vector<int32_t>& p, int64_t n) { return m.model->generate_greedy(p, n, eos); },
+      24);
+  GenerateOptions o;
+  o.eos_ids = {*eos};
+  int64_t calls = 0;
+  const train::ExactMatchResult batched = train::exact_match_batched(
+      questions, *m.tok, *tmpl,
+      [&](const std::vector<std::vector<int32_t>>& p, int64_t n) {
+        ++calls;
+        o.max_new_tokens = n;
+        return generate(*m.model, p, o).tokens;
+      },
+      24, 0, 4);
+  EXPECT_EQ(calls, 3);  // 4 + 4 + 2
+  EXPECT_EQ(batched.answers, one.answers);
+  EXPECT_EQ(batched.generated, one.generated);
+  EXPECT_EQ(batched.correct, one.correct);
+  ASSERT_EQ(one.answers.size(), 10u);
+  // Not a trivial comparison: the answers differ, and some stop early at the EOS.
+  EXPECT_GT(std::set<std::string>(one.answers.begin(), one.answers.end()).size(), 3u);
+  EXPECT_LT(*std::min_element(one.generated.begin(), one.generated.end()), 24);
 }
 
 }  // namespace
