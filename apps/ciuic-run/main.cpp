@@ -175,11 +175,12 @@ int main(int argc, char** argv) {
   int64_t top_k = 50;
   bool sample = false, greedy = false;
   po::options_description gen_opts("Generating with a model (no recipe needed)", 100, 50);
-  gen_opts.add_options()("generate", po::value<std::string>(&generate_dir)->value_name("DIR"),
-                         "generate for each prompt with the Hugging Face folder DIR (or a run's "
-                         "output folder: its hf/ export); "
-                         "one JSON line per prompt: text, ids, new_tokens, stopped (eos|length), "
-                         "first_token_s, seconds")(
+  gen_opts.add_options()(
+      "generate", po::value<std::string>(&generate_dir)->value_name("DIR"),
+      "generate for each prompt with the Hugging Face folder DIR (or a run's "
+      "output folder: its hf/ export); "
+      "one JSON line per prompt: text, ids, new_tokens, stopped (eos|stop_string|length), "
+      "first_token_s, seconds")(
       "prompt", po::value<std::vector<std::string>>(&g.prompts)->composing()->value_name("TEXT"),
       "with --generate: a raw prompt, encoded with the tokenizer's special tokens (repeatable)")(
       "prompts", po::value<std::string>(&g.prompts_file)->value_name("FILE.jsonl"),
@@ -208,6 +209,10 @@ int main(int argc, char** argv) {
       "repetition-penalty", po::value<double>(&repetition_penalty)->value_name("R"),
       "divide (or multiply, when negative) the scores of seen tokens by R, > 0 (1: off)")(
       "seed", po::value<uint64_t>(&g.seed)->value_name("S"), "sampling seed (default 0)")(
+      "stop-string",
+      po::value<std::vector<std::string>>(&g.stop_strings)->composing()->value_name("TEXT"),
+      "stop a reply once its text ends with TEXT, kept in the reply (repeatable; transformers' "
+      "stop_strings; default: generation_config.json's)")(
       "dtype", po::value<std::string>(&g.dtype)->value_name("float32|bfloat16"),
       "weights' dtype for generation (default float32)")(
       "device", po::value<std::string>(&g.device)->value_name("cpu|cuda[:N]"),
@@ -312,7 +317,7 @@ int main(int argc, char** argv) {
     }
     for (const char* k :
          {"prompt", "prompts", "out", "batch", "system", "max-new-tokens", "temperature", "top-k",
-          "top-p", "min-p", "repetition-penalty", "seed", "dtype", "device"})
+          "top-p", "min-p", "repetition-penalty", "seed", "stop-string", "dtype", "device"})
       if (vm.count(k)) return fail(std::string("--") + k + " goes with --generate or --chat", 2);
     if (vm.count("interval")) return fail("--interval goes with --watch", 2);
     if (o.recipe.empty()) {

@@ -72,6 +72,43 @@ TEST(GenerateCli, RawAndChatPromptsGiveTransformersIds) {
   EXPECT_EQ(row["ids"], m["raw"]["new_ids"]);
 }
 
+json stop_cases() {
+  std::ifstream in(std::string(CIUIC_FIXTURES_DIR) + "/generate/cases.json");
+  return json::parse(in)["stop_strings"];
+}
+
+// Stop strings from --stop-string, a prompt's own "stop_strings" and generation_config.json give
+// transformers' generate(stop_strings=...) ids (cases.json "stop_strings": 0 " FROM st", 2 "atc").
+TEST(GenerateCli, StopStringsGiveTransformersIds) {
+  const json c = stop_cases();
+  const std::string prompts = tmp("stop.jsonl"), out = tmp("stop_out.jsonl");
+  std::ofstream(prompts) << "{\"prompt\": \"The cat\", \"stop_strings\": [\" FROM st\"]}\n"
+                            "{\"prompt\": \"It is\"}\n";
+  const PtyChild a =
+      run({"--generate", kModel, "--prompts", prompts, "--out", out, "--stop-string", "zzz",
+           "--stop-string", "atc", "--repetition-penalty", "3", "--max-new-tokens", "20"});
+  ASSERT_EQ(a.code(), 0) << a.out();
+  const auto rows = lines_of(out);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["ids"], c[0]["new_ids"][0]);
+  EXPECT_EQ(rows[1]["ids"], c[2]["new_ids"][0]);
+  EXPECT_EQ(rows[0]["stopped"], "stop_string");
+  EXPECT_EQ(rows[1]["stopped"], "stop_string");
+  EXPECT_EQ(rows[1]["text"], c[2]["text"][0]);  // ends with "batch": the stop string is kept
+  const std::string folder = tmp("stop_model");
+  std::filesystem::remove_all(folder);
+  std::filesystem::copy(kModel, folder);
+  std::ofstream(folder + "/generation_config.json")
+      << R"({"eos_token_id": [706], "pad_token_id": 707, "stop_strings": ["atc"],)"
+      << R"( "repetition_penalty": 3.0})";
+  const PtyChild b = run({"--generate", folder, "--prompt", "It is", "--max-new-tokens", "20"});
+  ASSERT_EQ(b.code(), 0) << b.out();
+  const std::string s = b.out();
+  const json row = json::parse(s.substr(s.find('{'), s.find('\n', s.find('{')) - s.find('{')));
+  EXPECT_EQ(row["ids"], c[2]["new_ids"][0]);
+  EXPECT_EQ(row["stopped"], "stop_string");
+}
+
 TEST(GenerateCli, ChatInAPseudoTerminal) {
   PtyChild c({kExe, "--chat", kModel, "--max-new-tokens", "200", "--system", "Be brief."});
   ASSERT_TRUE(c.read_until("user> ", std::chrono::seconds(60))) << c.out();
@@ -98,9 +135,9 @@ TEST(GenerateCli, ChatInAPseudoTerminal) {
 
 TEST(GenerateCli, HelpDocumentsTheFlags) {
   const PtyChild c = run({"--help"});
-  for (const char* f :
-       {"--generate DIR", "--chat DIR", "--prompts FILE.jsonl", "--temperature", "--top-k",
-        "--top-p", "--min-p", "--repetition-penalty", "--seed", "--max-new-tokens", "--do-sample"})
+  for (const char* f : {"--generate DIR", "--chat DIR", "--prompts FILE.jsonl", "--temperature",
+                        "--top-k", "--top-p", "--min-p", "--repetition-penalty", "--seed",
+                        "--max-new-tokens", "--do-sample", "--stop-string"})
     EXPECT_NE(c.out().find(f), std::string::npos) << f;
 }
 
@@ -116,6 +153,13 @@ TEST(GenerateCli, BadInputExitsTwoNamingTheProblem) {
   std::filesystem::remove_all(plain);
   std::filesystem::copy(kModel, plain);
   std::ofstream(plain + "/tokenizer_config.json") << "{\"eos_token\": \"<|im_end|>\"}";
+  const std::string stops = tmp("stops.jsonl"), empty_stop = tmp("empty_stop.jsonl"),
+                    bad_config = tmp("bad_stop_config");
+  std::ofstream(stops) << "{\"prompt\": \"a\"}\n{\"prompt\": \"a\", \"stop_strings\": 5}\n";
+  std::ofstream(empty_stop) << "{\"prompt\": \"a\", \"stop_strings\": [\"x\", \"\"]}\n";
+  std::filesystem::remove_all(bad_config);
+  std::filesystem::copy(kModel, bad_config);
+  std::ofstream(bad_config + "/generation_config.json") << R"({"stop_strings": [""]})";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--generate", tmp("missing"), "--prompt", "x"}, "no such folder"},
       {{"--generate", CIUIC_FIXTURES_DIR, "--prompt", "x"}, "no config.json"},
@@ -132,6 +176,12 @@ TEST(GenerateCli, BadInputExitsTwoNamingTheProblem) {
       {{"--generate", kModel, "--prompt", "x", "--repetition-penalty", "-1"}, "repetition_penalty"},
       {{"--generate", kModel, "--prompt", long_prompt}, "context of 256"},
       {{"--chat", plain}, "no chat template"},
+      {{"--generate", kModel, "--prompt", "x", "--stop-string", ""}, "--stop-string: stop strings"},
+      {{"--chat", kModel, "--stop-string", ""}, "empty stop string"},
+      {{"--generate", kModel, "--prompts", stops}, "stops.jsonl:2: \"stop_strings\" must be"},
+      {{"--generate", kModel, "--prompts", empty_stop}, "empty_stop.jsonl:1"},
+      {{"--generate", bad_config, "--prompt", "x"}, "generation_config.json: stop_strings"},
+      {{"--stop-string", "x"}, "goes with --generate or --chat"},
       {{"--temperature", "0.5"}, "goes with --generate or --chat"},
   };
   for (const auto& [args, want] : cases) {

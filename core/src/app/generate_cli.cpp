@@ -34,7 +34,20 @@ struct Loaded {
   std::unique_ptr<model::LlamaModel> model;
   std::shared_ptr<const Tokenizer> tok;
   model::GenerateOptions gen;
+  std::shared_ptr<const model::StopStrings::TokenTexts> texts;  // when there are stop strings
 };
+
+// Stop strings over the tokenizer's token texts; bad ones (empty, none) are bad input.
+std::shared_ptr<const model::StopStrings> stop_strings_of(Loaded& l,
+                                                          const std::vector<std::string>& stops,
+                                                          const std::string& where) {
+  try {
+    if (!l.texts) l.texts = model::stop_token_texts(*l.tok);
+    return std::make_shared<model::StopStrings>(stops, l.texts);
+  } catch (const Error& e) {
+    throw UsageError(where + ": " + e.what());
+  }
+}
 
 // DIR itself when it holds config.json, else a run output's hf/ export.
 std::string model_folder(const std::string& dir, const char* flag) {
@@ -83,6 +96,16 @@ Loaded load(const GenerateCliOptions& o, const char* flag) {
   l.gen.max_new_tokens = o.max_new_tokens;
   l.gen.sampling = s;
   l.gen.eos_ids = model::eos_ids_of_folder(l.folder);
+  std::vector<std::string> stops;
+  try {
+    stops = model::stop_strings_of_folder(l.folder);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  if (!o.stop_strings.empty()) stops = o.stop_strings;
+  if (!stops.empty())
+    l.gen.stop_strings = {stop_strings_of(
+        l, stops, o.stop_strings.empty() ? l.folder + "/generation_config.json" : "--stop-string")};
   if (l.gen.eos_ids.empty() && l.tok->eos_id()) l.gen.eos_ids.push_back(*l.tok->eos_id());
   return l;
 }
@@ -101,11 +124,12 @@ std::unique_ptr<ChatTemplate> chat_template_of(const Loaded& l) {
 // One prompt of a prompts file: raw text, or messages for the chat template.
 struct Prompt {
   std::vector<int32_t> ids;
+  std::shared_ptr<const model::StopStrings> stop;  // its own "stop_strings"; null: the flags'
 };
 
-std::vector<Prompt> read_prompts(const GenerateCliOptions& o, const Loaded& l) {
+std::vector<Prompt> read_prompts(const GenerateCliOptions& o, Loaded& l) {
   std::vector<Prompt> out;
-  for (const auto& p : o.prompts) out.push_back({l.tok->encode(p, true)});
+  for (const auto& p : o.prompts) out.push_back({l.tok->encode(p, true), nullptr});
   if (o.prompts_file.empty()) return out;
   // A regular file of at most kMaxJsonInputBytes (as every JSON input): /dev/zero or a FIFO is
   // refused before anything is read.
@@ -119,17 +143,19 @@ std::vector<Prompt> read_prompts(const GenerateCliOptions& o, const Loaded& l) {
   size_t start = 0;
   for (int n = 1; start < text.size(); ++n) {
     const size_t end = std::min(text.find('\n', start), text.size());
+    const std::string where = o.prompts_file + ":" + std::to_string(n);
     const std::optional<PromptLine> p =
-        parse_prompt_line(std::string_view(text).substr(start, end - start),
-                          o.prompts_file + ":" + std::to_string(n));
+        parse_prompt_line(std::string_view(text).substr(start, end - start), where);
     start = end + 1;
     if (!p) continue;
     if (p->prompt) {
-      out.push_back({l.tok->encode(*p->prompt, true)});
+      out.push_back({l.tok->encode(*p->prompt, true), nullptr});
     } else {
       if (!tmpl) tmpl = chat_template_of(l);
-      out.push_back({tmpl->encode_prompt(p->messages)});
+      out.push_back({tmpl->encode_prompt(p->messages), nullptr});
     }
+    if (p->stop_strings)
+      out.back().stop = stop_strings_of(l, *p->stop_strings, where + ": \"stop_strings\"");
   }
   if (out.empty()) throw UsageError(o.prompts_file + ": the prompts file has no prompts");
   return out;
@@ -185,8 +211,19 @@ int generate_cli(const GenerateCliOptions& o, std::ostream& out, std::ostream& e
   for (size_t start = 0; start < prompts.size(); start += static_cast<size_t>(o.batch)) {
     const size_t end = std::min(prompts.size(), start + static_cast<size_t>(o.batch));
     std::vector<std::vector<int32_t>> batch;
-    for (size_t i = start; i < end; ++i) batch.push_back(prompts[i].ids);
-    const model::GenerateResult r = model::generate(*l.model, batch, l.gen);
+    model::GenerateOptions g = l.gen;
+    bool own_stops = false;
+    for (size_t i = start; i < end; ++i) {
+      batch.push_back(prompts[i].ids);
+      own_stops = own_stops || prompts[i].stop;
+    }
+    if (own_stops) {
+      const auto shared = l.gen.stop_strings.empty() ? nullptr : l.gen.stop_strings[0];
+      g.stop_strings.clear();
+      for (size_t i = start; i < end; ++i)
+        g.stop_strings.push_back(prompts[i].stop ? prompts[i].stop : shared);
+    }
+    const model::GenerateResult r = model::generate(*l.model, batch, g);
     for (size_t i = 0; i < batch.size(); ++i) {
       const auto& ids = r.tokens[i];
       const double per = ids.empty() ? 0 : static_cast<double>(ids.size()) / r.total_s;
@@ -195,7 +232,9 @@ int generate_cli(const GenerateCliOptions& o, std::ostream& out, std::ostream& e
                     {"ids", ids},
                     {"prompt_tokens", batch[i].size()},
                     {"new_tokens", ids.size()},
-                    {"stopped", r.hit_eos[i] ? "eos" : "length"},
+                    {"stopped", r.hit_eos[i]    ? "eos"
+                                : r.hit_stop[i] ? "stop_string"
+                                                : "length"},
                     {"first_token_s", r.first_token_s},
                     {"seconds", r.total_s},
                     {"tokens_per_s", per}}

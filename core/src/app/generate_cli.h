@@ -5,16 +5,18 @@
 //   --generate DIR (--prompt TEXT... | --prompts FILE.jsonl) [--out OUT.jsonl]
 //       FILE.jsonl: one object per line, {"prompt": "raw text"} (encoded with the tokenizer's
 //       special tokens, as transformers' tokenizer(text)) or {"messages": [{"role", "content"}...]}
-//       (the chat template's generation prompt). Batches of --batch prompts; one JSON line per
-//       prompt on OUT (stdout by default): {"index", "text", "ids", "prompt_tokens",
-//       "new_tokens", "stopped" ("eos" | "length"), "first_token_s", "seconds", "tokens_per_s"};
-//       a progress line on stderr.
+//       (the chat template's generation prompt), either with "stop_strings" (a string or a list:
+//       that prompt's stop strings instead of the flags'). Batches of --batch prompts; one JSON
+//       line per prompt on OUT (stdout by default): {"index", "text", "ids", "prompt_tokens",
+//       "new_tokens", "stopped" ("eos" | "stop_string" | "length"), "first_token_s", "seconds",
+//       "tokens_per_s"}; a progress line on stderr.
 //   --chat DIR: reads a user turn per line from `in`, renders the conversation with the model's
 //       chat template, streams the reply as it is decoded; /reset forgets the conversation,
 //       /system TEXT sets the system message, /exit or end of input ends. Ctrl-C (SIGINT) during
 //       a reply stops that reply only.
-// Sampling: generation_config.json's settings, then the flags. Failures: UsageError (exit 2) for
-// a missing folder, tokenizer, chat template, a bad prompts file (file:line) or sampling value.
+// Sampling and stop strings: generation_config.json's settings, then the flags. Failures:
+// UsageError (exit 2) for a missing folder, tokenizer, chat template, a bad prompts file
+// (file:line) or sampling value.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +44,8 @@ struct GenerateCliOptions {
   std::optional<int64_t> top_k;
   uint64_t seed = 0;
   std::string system;  // --system: the chat's first system message
+  // --stop-string, repeatable (transformers' stop_strings); unset: generation_config.json's.
+  std::vector<std::string> stop_strings;
 };
 
 CIUIC_API int generate_cli(const GenerateCliOptions& o, std::ostream& out, std::ostream& err);

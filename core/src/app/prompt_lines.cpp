@@ -32,6 +32,23 @@ std::optional<PromptLine> parse_prompt_line(std::string_view line, const std::st
   } else {
     throw UsageError(where + ": expected a string \"prompt\" or a \"messages\" list");
   }
+  if (const auto stops = j.find("stop_strings"); stops != j.end()) {
+    const auto bad = [&] {
+      return UsageError(where + ": \"stop_strings\" must be a string or a list of strings");
+    };
+    std::vector<std::string> v;
+    if (stops->is_string()) {
+      v.push_back(stops->get<std::string>());
+    } else if (stops->is_array()) {
+      for (const auto& e : *stops) {
+        if (!e.is_string()) throw bad();
+        v.push_back(e.get<std::string>());
+      }
+    } else {
+      throw bad();
+    }
+    out.stop_strings = std::move(v);
+  }
   return out;
 }
 

@@ -18,11 +18,14 @@ namespace ciuic::app {
 struct PromptLine {
   std::optional<std::string> prompt;  // raw text, or
   std::vector<ChatMessage> messages;  // messages for the chat template (when `prompt` is unset)
+  // The line's own "stop_strings" (a string or a list of strings), unset when the line has none;
+  // not checked against a tokenizer here (empty strings and the rest: the caller).
+  std::optional<std::vector<std::string>> stop_strings;
 };
 
 // One line; nullopt for a blank one (spaces, tabs, a CR). Nesting past kMaxJsonDepth, a line that
 // is not a JSON object, or neither a string "prompt" nor a "messages" list of string role/content
-// pairs: UsageError.
+// pairs, or a "stop_strings" that is neither a string nor a list of strings: UsageError.
 std::optional<PromptLine> parse_prompt_line(std::string_view line, const std::string& where);
 
 }  // namespace ciuic::app

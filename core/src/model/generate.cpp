@@ -59,6 +59,21 @@ json read_json_file(const std::string& path, const char* what) {
   }
 }
 
+// The row's ids so far as transformers' input_ids has them (left padding, prompt, new tokens): its
+// last `window` only, all StopStrings looks at.
+std::vector<int32_t> row_tail(const std::vector<int64_t>& padded, int64_t row, int64_t longest,
+                              const std::vector<int32_t>& fresh, size_t window) {
+  std::vector<int32_t> out;
+  const size_t from_prompt = window > fresh.size() ? window - fresh.size() : 0;
+  const auto take =
+      static_cast<int64_t>(std::min<size_t>(from_prompt, static_cast<size_t>(longest)));
+  for (int64_t k = longest - take; k < longest; ++k)
+    out.push_back(static_cast<int32_t>(padded[static_cast<size_t>(row * longest + k)]));
+  out.insert(out.end(), fresh.end() - static_cast<std::ptrdiff_t>(std::min(window, fresh.size())),
+             fresh.end());
+  return out;
+}
+
 }  // namespace
 
 void SamplingParams::validate(const std::string& where) const {
@@ -231,6 +246,15 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
   GenerateResult res;
   res.tokens.resize(static_cast<size_t>(b));
   res.hit_eos.assign(static_cast<size_t>(b), false);
+  res.hit_stop.assign(static_cast<size_t>(b), false);
+  if (o.stop_strings.size() > 1 && o.stop_strings.size() != prompts.size())
+    throw Error("generate: stop_strings has " + std::to_string(o.stop_strings.size()) +
+                " entries for " + std::to_string(prompts.size()) +
+                " prompts (give 0, 1 or one each)");
+  auto stop_of = [&](size_t r) -> const StopStrings* {
+    if (o.stop_strings.empty()) return nullptr;
+    return o.stop_strings[o.stop_strings.size() == 1 ? 0 : r].get();
+  };
   if (max_new <= 0) {
     res.total_s = std::chrono::duration<double>(Clock::now() - t0).count();
     return res;
@@ -276,6 +300,14 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
         if (std::find(o.eos_ids.begin(), o.eos_ids.end(), tok) != o.eos_ids.end()) {
           done[ri] = true;
           res.hit_eos[ri] = true;
+        } else if (const StopStrings* stop = stop_of(ri);
+                   stop &&
+                   stop->matches(row_tail(ids, r, longest, res.tokens[ri], stop->window()))) {
+          // Seen on the host only: the row becomes padding on the device from the next queued
+          // step on (the one already queued is dropped here, as after an EOS).
+          done[ri] = true;
+          res.hit_stop[ri] = true;
+          done_dev.index_fill_(0, at::tensor({r}, cpu_long).to(dev), true);
         }
       }
       all_done = all_done && done[ri];

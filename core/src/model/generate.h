@@ -11,7 +11,10 @@
 // as in transformers, and stops counting; generation ends when every row is finished or has
 // max_new_tokens new tokens, or the context (max_position_embeddings) is full.
 //
-// Departures from transformers (docs/generate.md): no beam search, no stop strings, no
+// Stop strings: transformers' StopStringCriteria (see StopStrings below); the token that completes
+// one is kept, the row then finishes as at an EOS.
+//
+// Departures from transformers (docs/generate.md): no beam search, no
 // min_length/no_repeat_ngram/bad_words; top_k defaults to 50 and applies only when sampling, as
 // transformers' GenerationConfig; a prompt longer than the context is an error, not a warning.
 //
@@ -21,6 +24,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -29,6 +33,10 @@
 #include <ATen/core/Tensor.h>
 
 #include <ciuic/export.h>
+
+namespace ciuic {
+class Tokenizer;
+}
 
 namespace ciuic::model {
 
@@ -58,6 +66,38 @@ CIUIC_API at::Tensor process_logits(
     const at::Tensor& scores, const at::Tensor& seen, const SamplingParams& p,
     std::vector<std::pair<std::string, at::Tensor>>* steps = nullptr);
 
+// transformers' StopStringCriteria: a row stops when its text ends with a stop string that
+// overlaps its last token. Matching works on the last W tokens of the whole row (left padding,
+// prompt and new tokens, so a stop string may start in the prompt; W = the longest stop string in
+// bytes), walking back from the last token as transformers does: the last token must hold the
+// stop string's last byte with the stop string's tail starting at the token's start (or the whole
+// string inside it), every earlier token must end with the bytes still to match (running off the
+// string's start is a match). A token's text is what transformers' clean_tokenizer_vocab gives
+// (token_texts): its bytes, special tokens as their content.
+class CIUIC_API StopStrings {
+ public:
+  // Per token id: its text, or nullopt for an id the tokenizer does not have (never matches).
+  using TokenTexts = std::vector<std::optional<std::string>>;
+  // Throws Error for no stop strings, an empty one, no token texts (no tokenizer), or a stop
+  // string no token can end (transformers: "unable to identify tokens matching").
+  StopStrings(std::vector<std::string> stops, std::shared_ptr<const TokenTexts> texts);
+  // True when the row `ids` (all of it so far: padding, prompt, new tokens) ends a stop string.
+  bool matches(const std::vector<int32_t>& ids) const;
+  size_t window() const { return window_; }
+  const std::vector<std::string>& strings() const { return stops_; }
+
+ private:
+  bool matches_one(const std::string& s, const std::vector<int32_t>& ids) const;
+  std::vector<std::string> stops_;
+  std::shared_ptr<const TokenTexts> texts_;
+  size_t window_ = 0;
+};
+
+// Token texts as transformers' StopStringCriteria.clean_tokenizer_vocab makes them for `tok`:
+// byte-level vocabularies: each token's bytes (added tokens: their content); others: "<0xNN>"
+// byte-fallback tokens as their byte, else the text a token adds after "abcdef".
+CIUIC_API std::shared_ptr<const StopStrings::TokenTexts> stop_token_texts(const Tokenizer& tok);
+
 struct GenerateOptions {
   int64_t max_new_tokens = 128;
   std::vector<int32_t> eos_ids;  // a row stops after producing any of them
@@ -70,13 +110,16 @@ struct GenerateOptions {
   std::function<void(const at::Tensor& logits)> on_logits;
   // Checked before each step; true ends generation early (Ctrl-C in --chat).
   std::function<bool()> cancelled;
+  // Stop strings: none (empty), one for every row (size 1), or one per prompt (null: none).
+  std::vector<std::shared_ptr<const StopStrings>> stop_strings;
 };
 
 struct GenerateResult {
   std::vector<std::vector<int32_t>>
       tokens;  // per prompt: the new tokens, ending with the EOS id when produced
   std::vector<bool> hit_eos;
-  double first_token_s = 0;  // prefill and the first token of every row
+  std::vector<bool> hit_stop;  // the row ended with a stop string (its last token completed it)
+  double first_token_s = 0;    // prefill and the first token of every row
   double total_s = 0;
   int64_t steps = 0;  // decoding steps run (the first token included)
 };
@@ -87,6 +130,9 @@ CIUIC_API std::vector<int32_t> eos_ids_of_folder(const std::string& folder);
 // generation_config.json's sampling fields (do_sample, temperature, top_k, top_p, min_p,
 // repetition_penalty) over `base`; absent file or keys keep base's. Errors name the file and key.
 CIUIC_API SamplingParams sampling_of_folder(const std::string& folder, SamplingParams base = {});
+// generation_config.json's stop_strings (a string or a list of strings; {} when absent). Errors
+// name the file and key.
+CIUIC_API std::vector<std::string> stop_strings_of_folder(const std::string& folder);
 
 CIUIC_API GenerateResult generate(const LlamaModel& model,
                                   const std::vector<std::vector<int32_t>>& prompts,

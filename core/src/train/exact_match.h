@@ -25,10 +25,10 @@
 // shows them below the accuracy, before vs after.
 //
 // Threading: load_held_out and exact_match are reentrant; the callback is called from the caller's
-// thread, one question at a time. Failure: load_held_out throws ciuic::Error naming file:line for
-// a malformed line, one without an assistant message, an "answer" or "category" that is not a
-// string, or an empty (white-space only) expected answer; exact_match propagates the callback's
-// exceptions.
+// thread, one question (exact_match_batched: one batch of questions) at a time. Failure:
+// load_held_out throws ciuic::Error naming file:line for a malformed line, one without an assistant
+// message, an "answer" or "category" that is not a string, or an empty (white-space only) expected
+// answer; exact_match propagates the callback's exceptions.
 #pragma once
 
 #include <algorithm>
@@ -61,6 +61,10 @@ struct HeldOutQuestion {
 // is accepted too: the prompt is cut off). It may stop early (e.g. at EOS).
 using GenerateFn = std::function<std::vector<int32_t>(const std::vector<int32_t>& prompt_ids,
                                                       int64_t max_new_tokens)>;
+
+// Greedy continuations of a batch of prompts (the same contract as GenerateFn for each).
+using GenerateBatchFn = std::function<std::vector<std::vector<int32_t>>(
+    const std::vector<std::vector<int32_t>>& prompt_ids, int64_t max_new_tokens)>;
 
 // One more figure of an evaluation (BLEU, ROUGE-L, response time: train/evaluate.cpp computes
 // them over all ranks): its metrics.jsonl key, its row label in format_table and printf format.
@@ -140,39 +144,64 @@ inline std::string trim_spaces(const std::string& s) {
   return s.substr(b, s.find_last_not_of(ws) - b + 1);
 }
 
-// Scores the first `limit` questions (0 = all).
+// Scores the first `limit` questions (0 = all), `batch` prompts per call of `generate`.
+inline ExactMatchResult exact_match_batched(const std::vector<HeldOutQuestion>& questions,
+                                            const Tokenizer& tok, const ChatTemplate& tmpl,
+                                            const GenerateBatchFn& generate, int64_t max_new_tokens,
+                                            int64_t limit, int64_t batch) {
+  ExactMatchResult r;
+  const auto eos = tok.eos_id();
+  const size_t n =
+      limit > 0 ? std::min(questions.size(), static_cast<size_t>(limit)) : questions.size();
+  const size_t step = static_cast<size_t>(std::max<int64_t>(batch, 1));
+  for (size_t start = 0; start < n; start += step) {
+    const size_t end = std::min(n, start + step);
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t i = start; i < end; ++i) prompts.push_back(tmpl.encode_prompt(questions[i].prompt));
+    std::vector<std::vector<int32_t>> gens = generate(prompts, max_new_tokens);
+    if (gens.size() != prompts.size())
+      throw Error("exact match: the generator answered " + std::to_string(gens.size()) + " of " +
+                  std::to_string(prompts.size()) + " prompts");
+    for (size_t k = 0; k < prompts.size(); ++k) {
+      const HeldOutQuestion& q = questions[start + k];
+      const std::vector<int32_t>& prompt = prompts[k];
+      std::vector<int32_t>& gen = gens[k];
+      if (gen.size() >= prompt.size() && std::equal(prompt.begin(), prompt.end(), gen.begin()))
+        gen.erase(gen.begin(), gen.begin() + static_cast<std::ptrdiff_t>(prompt.size()));
+      r.generated.push_back(static_cast<int64_t>(gen.size()));
+      if (eos)
+        for (size_t i = 0; i < gen.size(); ++i)
+          if (gen[i] == *eos) {
+            gen.resize(i);
+            break;
+          }
+      const std::string got = trim_spaces(tok.decode(gen, true));
+      const bool ok = got == q.answer;
+      r.answers.push_back(got);
+      ++r.total;
+      r.correct += ok;
+      auto& c = r.by_category[q.category];
+      c.first += ok;
+      ++c.second;
+      if (!ok && r.mistakes.size() < 5)
+        r.mistakes.push_back((q.prompt.empty() ? std::string() : q.prompt.back().content) +
+                             " -> got '" + got + "', expected '" + q.answer + "'");
+    }
+  }
+  return r;
+}
+
+// The same, one question at a time.
 inline ExactMatchResult exact_match(const std::vector<HeldOutQuestion>& questions,
                                     const Tokenizer& tok, const ChatTemplate& tmpl,
                                     const GenerateFn& generate, int64_t max_new_tokens = 8,
                                     int64_t limit = 0) {
-  ExactMatchResult r;
-  const auto eos = tok.eos_id();
-  for (const HeldOutQuestion& q : questions) {
-    if (limit > 0 && r.total >= limit) break;
-    const std::vector<int32_t> prompt = tmpl.encode_prompt(q.prompt);
-    std::vector<int32_t> gen = generate(prompt, max_new_tokens);
-    if (gen.size() >= prompt.size() && std::equal(prompt.begin(), prompt.end(), gen.begin()))
-      gen.erase(gen.begin(), gen.begin() + static_cast<std::ptrdiff_t>(prompt.size()));
-    r.generated.push_back(static_cast<int64_t>(gen.size()));
-    if (eos)
-      for (size_t i = 0; i < gen.size(); ++i)
-        if (gen[i] == *eos) {
-          gen.resize(i);
-          break;
-        }
-    const std::string got = trim_spaces(tok.decode(gen, true));
-    const bool ok = got == q.answer;
-    r.answers.push_back(got);
-    ++r.total;
-    r.correct += ok;
-    auto& c = r.by_category[q.category];
-    c.first += ok;
-    ++c.second;
-    if (!ok && r.mistakes.size() < 5)
-      r.mistakes.push_back((q.prompt.empty() ? std::string() : q.prompt.back().content) +
-                           " -> got '" + got + "', expected '" + q.answer + "'");
-  }
-  return r;
+  return exact_match_batched(
+      questions, tok, tmpl,
+      [&](const std::vector<std::vector<int32_t>>& prompts, int64_t max_new) {
+        return std::vector<std::vector<int32_t>>{generate(prompts.at(0), max_new)};
+      },
+      max_new_tokens, limit, 1);
 }
 
 // A small text table: one row per category and a total, columns "before" and "after".

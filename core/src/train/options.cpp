@@ -70,6 +70,7 @@ TrainOptions TrainOptions::from(const Recipe& recipe) {
   o.exact_match_limit = t.get_int("exact_match_limit");
   o.exact_match_max_new_tokens = t.get_int("exact_match_max_new_tokens");
   o.exact_match_every = t.get_int("exact_match_every_steps");
+  o.exact_match_batch = t.get_int("exact_match_batch_size");
   read_eval_metrics(t, o);
 
   const Config opt = recipe.section("optimizer");
