@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iterator>
 
 #include <ciuic/error.h>
 
@@ -156,8 +157,11 @@ void write_peft_folder(const std::string& folder, const nlohmann::json& config,
   wo.metadata["format"] = "pt";
   write_safetensors((std::filesystem::path(folder) / "adapter_model.safetensors").string(), out,
                     wo);
+  nlohmann::json peft = config;
+  for (auto it = peft.begin(); it != peft.end();)
+    it = it.key().starts_with("ciuic_") ? peft.erase(it) : std::next(it);
   write_file_atomic((std::filesystem::path(folder) / "adapter_config.json").string(),
-                    config.dump(2) + "\n");
+                    peft.dump(2) + "\n");
 }
 
 }  // namespace ciuic::model

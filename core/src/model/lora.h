@@ -34,6 +34,9 @@ struct LoraSpec {
   std::vector<std::string> target_names;  // as the recipe gave them (adapter_config.json)
   bool save_embed = false;                // modules_to_save: embed_tokens trained fully
   bool save_lm_head = false;              // modules_to_save: lm_head trained fully
+  // QLoRA: "nf4" stores the frozen base's linear weights as NF4 (LlamaModel::quantize_base);
+  // "" keeps them dense. Not part of PEFT's adapter_config.json (PEFT records no quantization).
+  std::string base_quantization;
   double scaling() const;
 };
 

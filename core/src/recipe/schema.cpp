@@ -327,7 +327,8 @@ std::vector<SectionSpec> build_core_schema() {
            K("modules_to_save", kSL, "[]",
              "modules trained fully beside the adapters: embed_tokens, lm_head"),
            K("base_quantization", kS, "\"\"",
-             "frozen base stored quantized: \"\" (none); nf4 (QLoRA) is not available yet"),
+             "frozen base stored quantized: \"\" (none) or nf4 (QLoRA: every decoder linear weight "
+             "in 4-bit NormalFloat, blocks of 64, double-quantized scales, as bitsandbytes)"),
        }});
   v.push_back(
       {"checkpoint",
