@@ -214,7 +214,6 @@ TEST(LoraE2E, BadAdapterKeysAreRefusedAtStartNamingTheKey) {
       {"adapter.target_modules=[\"qkv_proj\"]",
        {"[adapter] target_modules", "qkv_proj",
         "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj"}},
-      {"adapter.base_quantization=\"nf4\"", {"base_quantization", "nf4"}},
       {"adapter.base_quantization=\"int8\"", {"base_quantization", "int8"}},
       {"adapter.dropout=0.1", {"dropout", "activation_checkpointing"}},
   };

@@ -607,6 +607,19 @@ model::NamedTensors merged_weights(const std::string& folder, const nlohmann::js
                      " names no base model folder (the run trained from a random init): "
                      "there are no base weights to merge into");
   auto m = model::LlamaModel::from_pretrained(base, at::kFloat, at::kCPU);
+  // QLoRA: the base the adapter was trained on is the NF4 one, quantized from the weights in the
+  // run's dtype; the merge adds the adapter to its dequantized weights (model/llama.h, merge_lora).
+  if (const auto q = adapter.find("ciuic_base_quantization"); q != adapter.end()) {
+    const std::string dt = q->value("dtype", std::string("float32"));
+    if (q->value("quant_type", std::string()) != "nf4")
+      throw Error(where + ": ciuic_base_quantization is not nf4");
+    if (dt != "float32") {
+      at::NoGradGuard no_grad;
+      const at::ScalarType st = dt == "bfloat16" ? at::kBFloat16 : at::kHalf;
+      for (auto& [name, t] : m->named_parameters()) t.copy_(t.to(st));  // rounded as trained
+    }
+    m->quantize_base({}, q->value("blocksize", int64_t{64}), q->value("double_quant", true));
+  }
   m->enable_lora(spec);
   const model::NamedTensors saved = checkpoint::read_master_weights(folder);
   const auto params = m->trainable_parameters();

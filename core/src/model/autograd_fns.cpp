@@ -2,6 +2,7 @@
 // vocabulary-chunked linear + cross-entropy loss. Kept in their own translation unit: the custom
 // function header pulls in much of the autograd engine.
 #include <algorithm>
+#include <string>
 
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/addmm.h>
@@ -52,10 +53,12 @@ PackedDocs docs_of(const at::Tensor& cu, const DocsMeta& m) {
   return d;
 }
 
-// The sharding a checkpointed layer announces its recomputation to, as an IValue.
+// The sharding a checkpointed layer announces its recomputation to, as an IValue; and the layer's
+// NF4 weights (LayerWeights::nf4, owned by the model: not autograd inputs, they get no gradient).
 struct Announce {
   ciuic::Sharding* boundaries = nullptr;
   int group = -1;
+  const quant::Nf4Tensor* const* nf4 = nullptr;  // LayerWeights::kNumLinear entries, or null
 };
 
 // A LayerShape in the context's saved_data, and back.
@@ -94,12 +97,17 @@ LayerShape load_shape(AutogradContext* ctx) {
   return s;
 }
 
-// `weights` are the layer's defined slots in slot order; `slots` has bit i set for slot i.
-LayerWeights weights_of(at::TensorList weights, int64_t slots) {
+// `weights` are the layer's defined slots in slot order; `slots` has bit i set for slot i; `nf4`
+// the saved LayerWeights::nf4 pointers (nf4_<i>, absent when null).
+LayerWeights weights_of(at::TensorList weights, int64_t slots, AutogradContext* ctx) {
   LayerWeights w;
   size_t k = 0;
   for (int i = 0; i < LayerWeights::kCount; ++i)
     if (slots & (int64_t{1} << i)) w.t[i] = weights[k++];
+  for (int i = 0; i < LayerWeights::kNumLinear; ++i)
+    if (const auto key = "nf4_" + std::to_string(i); ctx->saved_data.count(key))
+      w.nf4[i] = reinterpret_cast<const quant::Nf4Tensor*>(
+          static_cast<intptr_t>(ctx->saved_data[key].toInt()));
   return w;
 }
 
@@ -112,6 +120,10 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     ctx->saved_data["boundaries"] =
         static_cast<int64_t>(reinterpret_cast<intptr_t>(announce.boundaries));
     ctx->saved_data["group"] = static_cast<int64_t>(announce.group);
+    for (int i = 0; announce.nf4 && i < LayerWeights::kNumLinear; ++i)
+      if (announce.nf4[i])
+        ctx->saved_data["nf4_" + std::to_string(i)] =
+            static_cast<int64_t>(reinterpret_cast<intptr_t>(announce.nf4[i]));
     save_shape(ctx, s);
     ctx->saved_data["slots"] = slots;
     ctx->saved_data["has_mask"] = mask.has_value();
@@ -123,7 +135,7 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
                           cu_seqlens.value_or(at::Tensor())};
     to_save.insert(to_save.end(), weights.begin(), weights.end());
     ctx->save_for_backward(to_save);  // the layer input and references to inputs: nothing new
-    const LayerWeights w = weights_of(weights, slots);
+    const LayerWeights w = weights_of(weights, slots, ctx);
     const PackedDocs docs = cu_seqlens ? docs_of(*cu_seqlens, meta) : PackedDocs{};
     return decoder_layer(w, s, x, {cos, sin_signed}, mask, nullptr, cu_seqlens ? &docs : nullptr);
   }
@@ -162,7 +174,7 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
         target_slot.push_back(kFirstWeightSlot + i);
       }
     }
-    const LayerWeights w = weights_of(weights, slots);
+    const LayerWeights w = weights_of(weights, slots, ctx);
     variable_list result(kFirstWeightSlot + n_weights + 2);  // + the Announce and slots arguments
     if (targets.empty()) return result;
     std::optional<at::Tensor> mask;
@@ -362,7 +374,8 @@ at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s
     meta = {docs->max_len, docs->rows, docs->row_len};
   }
   return CheckpointedLayer::apply(s, x, rope.cos, rope.sin_signed, mask, cu, meta,
-                                  at::TensorList(weights), Announce{boundaries, group}, slots);
+                                  at::TensorList(weights), Announce{boundaries, group, w.nf4},
+                                  slots);
 }
 
 namespace {

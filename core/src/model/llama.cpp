@@ -1,6 +1,7 @@
 // LlamaModel: parameters, weight loading, forward, loss and greedy generation.
 #include "model/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -138,8 +139,9 @@ std::vector<std::pair<std::string, at::Tensor>> LlamaModel::named_parameters() c
   out.emplace_back("model.embed_tokens.weight", embed_);
   for (size_t i = 0; i < layers_.size(); ++i)
     for (int j : slots_)
-      out.emplace_back("model.layers." + std::to_string(i) + "." + LayerWeights::kNames[j],
-                       layers_[i].t[j]);
+      if (layers_[i].t[j].defined())  // not a weight quantize_base stored as NF4
+        out.emplace_back("model.layers." + std::to_string(i) + "." + LayerWeights::kNames[j],
+                         layers_[i].t[j]);
   out.emplace_back("model.norm.weight", norm_);
   if (lm_head_.defined()) out.emplace_back("lm_head.weight", lm_head_);
   return out;
@@ -158,11 +160,14 @@ void LlamaModel::enable_lora(const LoraSpec& spec) {
   for (auto& w : layers_)
     for (int slot : spec.targets) {
       const int a = LayerWeights::lora_a_slot(slot);
-      if (a < 0 || !w.t[slot].defined())
+      const quant::Nf4Tensor* q = w.nf4_of(slot);
+      if (a < 0 || (!w.t[slot].defined() && !q))
         throw Error("LlamaModel::enable_lora: slot " + std::to_string(slot) +
                     " is not a linear layer");
-      w.t[a] = at::empty({spec.r, w.t[slot].size(1)}, opts).requires_grad_(true);
-      w.t[a + 1] = at::empty({w.t[slot].size(0), spec.r}, opts).requires_grad_(true);
+      const int64_t out = q ? q->shape[0] : w.t[slot].size(0);
+      const int64_t in = q ? q->shape[1] : w.t[slot].size(1);
+      w.t[a] = at::empty({spec.r, in}, opts).requires_grad_(true);
+      w.t[a + 1] = at::empty({out, spec.r}, opts).requires_grad_(true);
     }
   for (auto& [name, t] : named_parameters()) {
     const bool save =
@@ -241,13 +246,83 @@ void LlamaModel::load_lora(const SafetensorsReader& reader) {
 void LlamaModel::merge_lora() {
   if (!lora_) throw Error("LlamaModel::merge_lora: no adapter (enable_lora)");
   at::NoGradGuard no_grad;
-  for (auto& w : layers_)
-    for (int slot : lora_->targets) {
-      const int a = LayerWeights::lora_a_slot(slot);
-      at::Tensor delta =
-          at::matmul(w.t[a + 1].to(at::kFloat), w.t[a].to(at::kFloat)) * lora_->scaling();
-      w.t[slot].copy_(w.t[slot].to(at::kFloat) + delta);
+  for (auto& w : layers_) {
+    for (int i = 0; i < LayerWeights::kNumLinear; ++i) {
+      if (!w.nf4[i]) continue;
+      const int slot = LayerWeights::kLinear[i];
+      at::Tensor dense = quant::dequantize_nf4(*w.nf4[i], at::kFloat);
+      if (std::find(lora_->targets.begin(), lora_->targets.end(), slot) != lora_->targets.end()) {
+        const int a = LayerWeights::lora_a_slot(slot);
+        dense += at::matmul(w.t[a + 1].to(at::kFloat), w.t[a].to(at::kFloat)) * lora_->scaling();
+      }
+      w.t[slot] = dense.to(dtype_);
+      w.nf4[i] = nullptr;
     }
+    for (int slot : lora_->targets) {
+      if (!base_quantized()) {
+        const int a = LayerWeights::lora_a_slot(slot);
+        at::Tensor delta =
+            at::matmul(w.t[a + 1].to(at::kFloat), w.t[a].to(at::kFloat)) * lora_->scaling();
+        w.t[slot].copy_(w.t[slot].to(at::kFloat) + delta);
+      }
+    }
+  }
+  nf4_.clear();
+}
+
+void LlamaModel::quantize_base(const ciuic::ParamValues& values, int64_t blocksize,
+                               bool double_quant) {
+  if (base_quantized()) throw Error("LlamaModel::quantize_base: the base is already quantized");
+  at::NoGradGuard no_grad;
+  const auto params = named_parameters();
+  std::vector<std::unique_ptr<quant::Nf4Tensor>> stored;
+  std::vector<std::pair<LayerWeights*, int>> where;  // (layer, linear index) of each stored
+  size_t index = 0;
+  for (const auto& spec : llama_parameter_specs(cfg_)) {
+    const at::Tensor& p = params[index].second;
+    const int lin = spec.layer >= 0 ? LayerWeights::linear_index(spec.slot) : -1;
+    if (lin < 0) {
+      if (values && !p.storage().data()) p.set_data(at::empty(p.sizes(), p.options()));
+      if (values) values(static_cast<int>(index), 0, p.detach().view({-1}));
+    } else {
+      at::Tensor w = p;
+      if (values) {  // the weight only in a CPU temporary
+        w = at::empty({p.numel()}, at::TensorOptions().dtype(dtype_));
+        values(static_cast<int>(index), 0, w);
+        w = w.view(p.sizes());
+      } else if (!p.storage().data()) {
+        throw Error("LlamaModel::quantize_base: " + spec.name +
+                    " holds no memory (a model built with allocate = false needs `values`)");
+      }
+      quant::Nf4Tensor q = quant::quantize_nf4(w.detach().cpu(), blocksize, double_quant);
+      for (at::Tensor* t : {&q.packed, &q.code, &q.absmax, &q.code2, &q.absmax2})
+        if (t->defined()) *t = t->to(device_);
+      stored.push_back(std::make_unique<quant::Nf4Tensor>(std::move(q)));
+      where.emplace_back(&layers_[static_cast<size_t>(spec.layer)], lin);
+    }
+    ++index;
+  }
+  for (size_t k = 0; k < stored.size(); ++k) {
+    auto [layer, lin] = where[k];
+    layer->nf4[lin] = stored[k].get();
+    layer->t[LayerWeights::kLinear[lin]] = at::Tensor();  // the dense weight freed
+  }
+  nf4_ = std::move(stored);
+}
+
+std::vector<std::pair<std::string, const quant::Nf4Tensor*>> LlamaModel::nf4_weights() const {
+  std::vector<std::pair<std::string, const quant::Nf4Tensor*>> out;
+  for (size_t i = 0; i < layers_.size(); ++i)
+    for (int j : slots_)
+      if (const quant::Nf4Tensor* q = layers_[i].nf4_of(j))
+        out.emplace_back("model.layers." + std::to_string(i) + "." + LayerWeights::kNames[j], q);
+  return out;
+}
+
+int64_t LlamaModel::nf4_bytes() const {
+  int64_t n = 0;
+  for (const auto& q : nf4_) n += q->bytes();
+  return n;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> LlamaModel::trainable_parameters() const {
@@ -508,7 +583,8 @@ std::vector<ciuic::ParamGroup> LlamaModel::param_groups() const {
   int next = 1;
   for (size_t i = 0; i < layers_.size(); ++i) {
     ciuic::ParamGroup g{"layers." + std::to_string(i), {}};
-    for (size_t j = 0; j < slots_.size(); ++j) g.params.push_back(next++);
+    for (int j : slots_)
+      if (layers_[i].t[j].defined()) g.params.push_back(next++);  // NF4 weights are not listed
     out.push_back(std::move(g));
   }
   const int norm = next++;

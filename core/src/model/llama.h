@@ -42,6 +42,7 @@
 #include "model/config.h"
 #include "model/llama_ops.h"
 #include "model/lora.h"
+#include "quant/nf4.h"
 
 #include <ciuic/export.h>
 #include <ciuic/sharding.h>
@@ -134,9 +135,32 @@ class CIUIC_API LlamaModel {
   void load_lora(const SafetensorsReader& reader);
   // Folds each adapter into its base weight, W += scaling * B A (computed in fp32, rounded once
   // to the model's dtype), as PEFT's merge_and_unload(); named_parameters() then holds the merged
-  // model (modules_to_save are the base's own tensors already). The adapter stays attached: do not
-  // run forward afterwards.
+  // model (modules_to_save are the base's own tensors already). An NF4 base (quantize_base) is
+  // dequantized to fp32 first, W = dequantize(W_nf4) + scaling * B A, every linear weight dense
+  // again (PEFT then quantizes the sum back to NF4; quantizing this one gives the same bits). The
+  // adapter stays attached: do not run forward afterwards.
   void merge_lora();
+  // QLoRA (quant/nf4.h): stores every linear weight of the decoder layers (q, k, v, o, gate, up,
+  // down_proj — as bitsandbytes' load_in_4bit replaces every nn.Linear but lm_head; not the
+  // embedding, norms or biases) as NF4 in blocks of `blocksize`, with double quantization of the
+  // scales when `double_quant`, quantized on the CPU from the weight in the model's dtype; the
+  // dense weight is dropped (its slot undefined, named_parameters() no longer lists it) and the
+  // layer multiplies through quant::nf4_linear in the activations' dtype (the model's: the
+  // compute dtype), which dequantizes on the fly and gives the weight no gradient. Without
+  // `values` the current weights are quantized (they must hold memory). With `values`
+  // (ciuic::ParamValues over named_parameters() indices, e.g. SafetensorsReader::load_slice_into
+  // or init_random_values) every parameter is filled from it: a linear weight through a CPU
+  // temporary that is quantized and dropped (the full-precision weight never exists on the
+  // device), the others given memory if they have none (a model built with allocate = false):
+  // the peak is the NF4 base plus one weight. Once only, before enable_lora or after.
+  void quantize_base(const ciuic::ParamValues& values = {}, int64_t blocksize = 64,
+                     bool double_quant = true);
+  bool base_quantized() const { return !nf4_.empty(); }
+  // The NF4 weights, by the names their dense parameters had (model.layers.<i>.self_attn.q_proj.
+  // weight ...), in named_parameters() order; empty unless quantize_base.
+  std::vector<std::pair<std::string, const quant::Nf4Tensor*>> nf4_weights() const;
+  // Bytes the NF4 weights hold (quant::nf4_bytes of each).
+  int64_t nf4_bytes() const;
   // What training updates: without an adapter named_parameters(); with one the embedding (when in
   // modules_to_save), each layer's adapters, lm_head (when in modules_to_save; a tied model
   // trains the embedding instead). trainable_param_groups() indexes into it.
@@ -258,6 +282,8 @@ class CIUIC_API LlamaModel {
   at::Tensor norm_;
   at::Tensor lm_head_;            // undefined when tied
   std::optional<LoraSpec> lora_;  // enable_lora
+  std::vector<std::unique_ptr<quant::Nf4Tensor>>
+      nf4_;  // quantize_base: LayerWeights::nf4 point here
   bool checkpointing_ = false;
   int64_t checkpoint_layers_ = 0;    // <= 0: all
   int64_t loss_chunk_elements_ = 0;  // 0: the default rule (loss_chunk_elements)

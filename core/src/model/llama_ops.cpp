@@ -2,6 +2,7 @@
 #include "model/llama_ops.h"
 
 #include "model/fused_ops.h"
+#include "quant/nf4.h"
 
 #include <algorithm>
 #include <cmath>
@@ -152,11 +153,13 @@ at::Tensor lora_input(const at::Tensor& x, double p) {
 }
 
 namespace {
-// linear(x, w.t[slot], bias), plus the slot's LoRA term when it has an adapter (PEFT's
-// lora.Linear: result + lora_B(lora_A(dropout(x))) * scaling).
+// linear(x, w.t[slot], bias) (through quant::nf4_linear when the slot is stored NF4), plus the
+// slot's LoRA term when it has an adapter (PEFT's lora.Linear: result + lora_B(lora_A(dropout(x)))
+// * scaling).
 at::Tensor lin(const LayerWeights& w, const LayerShape& s, int slot, const at::Tensor& x,
                const at::Tensor& bias = at::Tensor()) {
-  at::Tensor y = at::linear(x, w.t[slot], bias);
+  const quant::Nf4Tensor* q = w.nf4_of(slot);
+  at::Tensor y = q ? quant::nf4_linear(x, *q, bias) : at::linear(x, w.t[slot], bias);
   const int a = LayerWeights::lora_a_slot(slot);
   if (a < 0 || !w.t[a].defined()) return y;
   const at::Tensor xd = lora_input(x, s.lora_dropout);
@@ -182,9 +185,9 @@ at::Tensor attention_tail(const LayerWeights& w, const LayerShape& s, const at::
                              s.gemma_norm, s.fused);
   at::Tensor gate = lin(w, s, W::kGate, h), up = lin(w, s, W::kUp, h);
   at::Tensor m;
-  if (s.fused && !has_lora(w, W::kDown))
+  if (s.fused && !has_lora(w, W::kDown) && !w.nf4_of(W::kDown))
     m = fused_glu_down(gate, up, w.w_down(), s.act);
-  else if (s.fused)  // the adapter reads the product: no fused down projection
+  else if (s.fused)  // the adapter (or the NF4 weight) reads the product: no fused down projection
     m = lin(w, s, W::kDown, fused_glu(gate, up, s.act));
   else
     m = lin(w, s, W::kDown,

@@ -20,6 +20,9 @@
 namespace ciuic {
 class Sharding;
 }
+namespace ciuic::quant {
+struct Nf4Tensor;
+}
 
 namespace ciuic::model {
 
@@ -107,6 +110,12 @@ struct LayerWeights {
       if (kLinear[i] == slot) return kQLoraA + 2 * i;
     return -1;
   }
+  // Index into kLinear (and nf4) of linear slot `slot`; -1 when `slot` is not linear.
+  static constexpr int linear_index(int slot) {
+    for (int i = 0; i < kNumLinear; ++i)
+      if (kLinear[i] == slot) return i;
+    return -1;
+  }
   static constexpr const char* kNames[kCount] = {"self_attn.q_proj.weight",
                                                  "self_attn.q_proj.bias",
                                                  "self_attn.k_proj.weight",
@@ -138,6 +147,14 @@ struct LayerWeights {
                                                  "mlp.down_proj.lora_A.weight",
                                                  "mlp.down_proj.lora_B.weight"};
   at::Tensor t[kCount];
+  // QLoRA (LlamaModel::quantize_base): linear slot kLinear[i] stored as NF4 (quant/nf4.h; owned by
+  // the model) instead of t[kLinear[i]], which is then undefined; the layer multiplies through
+  // quant::nf4_linear (dequantized on the fly, no gradient for the weight). Null: dense.
+  const quant::Nf4Tensor* nf4[kNumLinear] = {};
+  const quant::Nf4Tensor* nf4_of(int slot) const {
+    const int i = linear_index(slot);
+    return i < 0 ? nullptr : nf4[i];
+  }
   const at::Tensor& wq() const { return t[kQ]; }
   const at::Tensor& wk() const { return t[kK]; }
   const at::Tensor& wv() const { return t[kV]; }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include <ciuic/error.h>
@@ -203,8 +204,11 @@ void write_peft_folder(const std::string& folder, const nlohmann::json& config,
   wo.metadata["format"] = "pt";
   write_safetensors((std::filesystem::path(folder) / "adapter_model.safetensors").string(), out,
                     wo);
+  nlohmann::json peft = config;
+  for (auto it = peft.begin(); it != peft.end();)
+    it = it.key().starts_with("ciuic_") ? peft.erase(it) : std::next(it);
   write_file_atomic((std::filesystem::path(folder) / "adapter_config.json").string(),
-                    config.dump(2) + "\n");
+                    peft.dump(2) + "\n");
 }
 
 LoraSpec lora_spec_init_from(const std::string& folder, const LoraSpec& recipe,

@@ -41,6 +41,9 @@ struct LoraSpec {
   // modules_to_save trains an untied copy; enable_lora refuses it on a tied model.
   bool untied_save = false;
   std::string init_from;  // [adapter] init_from: a PEFT adapter folder the run starts from
+  // QLoRA: "nf4" stores the frozen base's linear weights as NF4 (LlamaModel::quantize_base);
+  // "" keeps them dense. Not part of PEFT's adapter_config.json (PEFT records no quantization).
+  std::string base_quantization;
   double scaling() const;
 };
 

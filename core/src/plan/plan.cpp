@@ -16,6 +16,7 @@
 #include "model/config.h"
 #include "model/llama.h"
 #include "plan/recipe_inputs.h"
+#include "quant/nf4_size.h"
 #include "recipe/recipe.h"
 #include "registry/registry.h"
 
@@ -64,6 +65,10 @@ struct Inputs {
   std::string auto_note;          // how checkpoint_layers = "auto" was resolved (activations' note)
   int64_t frozen_parameters = 0;  // [adapter]: the frozen base (no gradient, no optimizer state)
   bool head_frozen = false;       // [adapter] without lm_head (or a tied, saved embed_tokens)
+  // [adapter] base_quantization = "nf4": the decoder's linear weights among frozen_parameters,
+  // their bytes as NF4 (quant/nf4_size.h, per tensor) and the largest one's elements (dequantized
+  // for one multiply at a time).
+  int64_t nf4_parameters = 0, nf4_bytes = 0, nf4_largest = 0;
 };
 
 // Runs every slot's answer, then the model terms; `unknown` collects what was not counted.
@@ -109,10 +114,23 @@ PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots],
   double layer = per_token * N * pb;
   if (m.gemma_norm && pb < 4 && !in.fused) layer += (4 * H + (m.qk_norm ? q + kv : 0)) * N * 4;
   const size_t first_model_item = ctx.items.size();
-  if (in.frozen_parameters > 0)
+  if (in.frozen_parameters > 0 && in.nf4_parameters > 0) {
+    const int64_t dense = in.frozen_parameters - in.nf4_parameters;
+    ctx.add("frozen base weights", true,
+            static_cast<double>(dense) * pb + static_cast<double>(in.nf4_bytes),
+            "[adapter] QLoRA: " + std::to_string(in.nf4_parameters) +
+                " linear weights in NF4 (4.13 bits each with double-quantized scales), " +
+                std::to_string(dense) +
+                " others (embedding, norms, lm_head) in the training dtype; no gradient or "
+                "optimizer state");
+    ctx.add(
+        "NF4 dequantized weight", true, static_cast<double>(in.nf4_largest) * pb,
+        "the largest linear weight dequantized for its multiply (one at a time, dropped after)");
+  } else if (in.frozen_parameters > 0) {
     ctx.add("frozen base weights", true, static_cast<double>(in.frozen_parameters) * pb,
             "[adapter] LoRA: " + std::to_string(in.frozen_parameters) +
                 " base parameters in the training dtype, no gradient or optimizer state");
+  }
   if (in.checkpointing) {
     const double c =
         in.checkpoint_layers > 0 ? std::min(L, static_cast<double>(in.checkpoint_layers)) : L;
@@ -301,6 +319,15 @@ Prepared prepare(const Recipe& recipe, const Registry& registry, double budget) 
     in.head_frozen = !(lora->save_lm_head || (in.model.tie_word_embeddings && lora->save_embed));
     b.num_parameters = trainable;
     const model::LlamaConfig& m = in.model;
+    if (lora->base_quantization == "nf4") {
+      const int64_t h = m.hidden_size, q = m.num_attention_heads * m.head_dim,
+                    kv = m.num_key_value_heads * m.head_dim, mi = m.intermediate_size;
+      for (const int64_t n : {q * h, kv * h, kv * h, h * q, mi * h, mi * h, h * mi}) {
+        in.nf4_parameters += n * m.num_hidden_layers;
+        in.nf4_bytes += quant::nf4_bytes(n) * m.num_hidden_layers;
+        in.nf4_largest = std::max(in.nf4_largest, n);
+      }
+    }
     b.largest_parameter =
         lora->save_embed || lora->save_lm_head
             ? m.vocab_size * m.hidden_size

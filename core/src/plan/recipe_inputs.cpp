@@ -94,15 +94,17 @@ RecipeBatch recipe_batch(const Recipe& recipe) {
 std::optional<model::LoraSpec> recipe_adapter(const Recipe& recipe) {
   const Config a = recipe.section("adapter");
   const std::string q = a.get_string("base_quantization");
-  if (q == "nf4")
-    throw UsageError(
-        a.location("base_quantization") +
-        ": [adapter] base_quantization = \"nf4\" (QLoRA) is not "
-        "available in this build yet; remove it to train LoRA on the unquantized base");
-  if (!q.empty())
+  if (!q.empty() && q != "nf4")
     throw UsageError(a.location("base_quantization") + ": [adapter] base_quantization = \"" + q +
-                     "\" is not a quantization: expected \"\" or \"nf4\"");
-  if (a.get_string("type") == "none") return std::nullopt;
+                     "\" is not a quantization: expected \"\" (none) or \"nf4\" (QLoRA)");
+  if (a.get_string("type") == "none") {
+    if (!q.empty())
+      throw UsageError(a.location("base_quantization") +
+                       ": [adapter] base_quantization = \"nf4\" needs an adapter ([adapter] type "
+                       "= \"lora\", QLoRA): a full fine-tune trains every weight and cannot keep "
+                       "them in 4 bits");
+    return std::nullopt;
+  }
   model::LoraSpec s;
   s.r = a.get_int("r");
   s.alpha = a.get_float("alpha");
@@ -112,6 +114,7 @@ std::optional<model::LoraSpec> recipe_adapter(const Recipe& recipe) {
       a.get_string("init") == "gaussian" ? model::LoraInit::kGaussian : model::LoraInit::kDefault;
   s.target_names = a.get_string_list("target_modules");
   s.targets = model::lora_target_slots(s.target_names, "[adapter] target_modules");
+  s.base_quantization = q;
   for (const std::string& m : a.get_string_list("modules_to_save")) {
     if (m == "embed_tokens")
       s.save_embed = true;

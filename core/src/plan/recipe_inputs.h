@@ -38,7 +38,8 @@ struct RecipeBatch {
 CIUIC_API RecipeBatch recipe_batch(const Recipe& recipe);
 
 // [adapter]: the LoRA spec, or nullopt for type = "none". Bad values (targets matching no linear
-// module, unknown modules_to_save, base_quantization other than "") are UsageErrors naming the key.
+// module, unknown modules_to_save, base_quantization other than "" or "nf4", "nf4" without an
+// adapter) are UsageErrors naming the key.
 CIUIC_API std::optional<model::LoraSpec> recipe_adapter(const Recipe& recipe);
 
 }  // namespace ciuic::plan

@@ -335,7 +335,8 @@ std::vector<SectionSpec> build_core_schema() {
              "starts from instead of a fresh init; its r, alpha, targets and modules_to_save "
              "fill the keys left unset, a key set to another value is refused"),
            K("base_quantization", kS, "\"\"",
-             "frozen base stored quantized: \"\" (none); nf4 (QLoRA) is not available yet"),
+             "frozen base stored quantized: \"\" (none) or nf4 (QLoRA: every decoder linear weight "
+             "in 4-bit NormalFloat, blocks of 64, double-quantized scales, as bitsandbytes)"),
        }});
   v.push_back(
       {"checkpoint",

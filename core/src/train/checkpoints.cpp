@@ -22,6 +22,16 @@ Checkpoints::Checkpoints(Run& run, const std::string& resume)
     shape_.adapter = model::peft_adapter_config(
         *lora, run.opt.model_path.empty() ? std::string()
                                           : std::filesystem::absolute(run.opt.model_path).string());
+  // QLoRA: what --merge needs to rebuild the base the adapter was trained on (not a PEFT key:
+  // write_peft_folder leaves it out of adapter_config.json).
+  if (run.model->base_quantized())
+    shape_.adapter["ciuic_base_quantization"] = {
+        {"quant_type", "nf4"},
+        {"blocksize", 64},
+        {"double_quant", true},
+        {"dtype", run.model->dtype() == at::kBFloat16 ? "bfloat16"
+                  : run.model->dtype() == at::kHalf   ? "float16"
+                                                      : "float32"}};
   shape_.tokenizer_files = model::tokenizer_files(run.opt.tokenizer_path);
   parts_ =
       checkpoint::Parts{run.comm.get(), run.sharding.get(), run.precision.get(), run.data.get()};

@@ -372,12 +372,27 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   if (!r.opt.lora)
     as_plugin(recipe, registry, Slot::kSharding,
               [&] { deferred = r.sharding->builds_parameters(); });
-  r.model =
-      std::make_unique<model::LlamaModel>(cfg, r.precision->param_dtype(), r.ctx.device, !deferred);
+  // QLoRA: built without memory; quantize_base fills it, each linear weight through a CPU
+  // temporary quantized to NF4 (every rank quantizes the whole base: it keeps all of it).
+  const bool nf4 = r.opt.lora && r.opt.lora->base_quantization == "nf4";
+  r.model = std::make_unique<model::LlamaModel>(cfg, r.precision->param_dtype(), r.ctx.device,
+                                                !deferred && !nf4);
   std::optional<model::SafetensorsReader> weights;
   ParamValues values;
   if (!r.opt.model_path.empty()) weights = model::SafetensorsReader::open(r.opt.model_path);
-  if (!deferred && !weights) {
+  if (nf4 && weights) {
+    r.model->check_hf(*weights);  // every refusal before a byte is read
+    const auto names = r.model->named_parameters();
+    r.model->quantize_base([&](int i, int64_t offset, const at::Tensor& out) {
+      weights->load_slice_into(names[static_cast<size_t>(i)].first, offset, out);
+    });
+    weights.reset();
+  } else if (nf4) {
+    r.model->quantize_base([m = r.model.get(), seed = r.ctx.seed, sd = r.opt.init_std](
+                               int i, int64_t offset, const at::Tensor& out) {
+      m->init_random_values(i, offset, out, seed, sd);
+    });
+  } else if (!deferred && !weights) {
     r.model->init_random(r.ctx.seed, r.opt.init_std);
   } else if (!deferred) {
     r.model->load_hf(*weights);
