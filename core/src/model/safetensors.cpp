@@ -370,7 +370,7 @@ at::Tensor SafetensorsFile::tensor(const std::string& name) const {
   const auto opts = at::TensorOptions().dtype(e.dtype).device(at::kCPU);
   if (reinterpret_cast<uintptr_t>(p) % c10::elementSize(e.dtype) != 0) {
     at::Tensor t = at::empty(e.shape, opts);
-    std::memcpy(t.data_ptr(), p, e.nbytes);
+    if (e.nbytes > 0) std::memcpy(t.data_ptr(), p, e.nbytes);  // an empty tensor has no data_ptr
     return t;
   }
   auto keep = shared_from_this();
