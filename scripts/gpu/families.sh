@@ -8,7 +8,8 @@
 #   scripts/gpu/families.sh [build] [test] [mistral] [qwen2] [qwen3] [gemma3] [llama]
 # MBS (micro-batch, default 4), STEPS (default 8) and SEQ (default 2048) apply to both sides.
 # CKPT=auto runs ciuic with [model] checkpoint_layers = "auto" (the fewest checkpointed layers
-# whose memory plan fits) instead of every layer, named <family>-ciuic-ckauto; SKIP_PEER=1 skips
+# whose memory plan fits) instead of every layer, named <family>-ciuic-ckauto; CKPT="30 32" runs
+# once per listed count of checkpointed layers (<family>-ciuic-ck30, ...); SKIP_PEER=1 skips
 # the peer.
 # Logs and metrics go to /tmp/families, packed into $OUT/families.tgz; scripts/gpu/summarize.py
 # prints the runs' table.
@@ -75,6 +76,8 @@ for stage in ${*:-build test mistral qwen2 qwen3 gemma3}; do
     s=$(shape "$stage")
     if [ "${CKPT:-all}" = auto ]; then
       ciuic "$stage-ciuic-ckauto" 400 ${s%%|*} --set 'model.checkpoint_layers="auto"'
+    elif [ "${CKPT:-all}" != all ]; then  # a layer count, e.g. CKPT=30
+      for n in $CKPT; do ciuic "$stage-ciuic-ck$n" 400 ${s%%|*} --set model.checkpoint_layers=$n; done
     else
       ciuic "$stage-ciuic" 400 ${s%%|*}
     fi
