@@ -160,6 +160,14 @@ TEST(GenerateCli, BadInputExitsTwoNamingTheProblem) {
   std::filesystem::remove_all(bad_config);
   std::filesystem::copy(kModel, bad_config);
   std::ofstream(bad_config + "/generation_config.json") << R"({"stop_strings": [""]})";
+  // Sampling values and EOS ids of generation_config.json are checked as the flags are (exit 2).
+  const std::string hot = tmp("hot_config"), eos_text = tmp("eos_text_config");
+  for (const auto& [dir, text] : {std::pair{hot, R"({"do_sample": true, "temperature": -1})"},
+                                  std::pair{eos_text, R"({"eos_token_id": "two"})"}}) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::copy(kModel, dir);
+    std::ofstream(dir + "/generation_config.json") << text;
+  }
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--generate", tmp("missing"), "--prompt", "x"}, "no such folder"},
       {{"--generate", CIUIC_FIXTURES_DIR, "--prompt", "x"}, "no config.json"},
@@ -181,6 +189,8 @@ TEST(GenerateCli, BadInputExitsTwoNamingTheProblem) {
       {{"--generate", kModel, "--prompts", stops}, "stops.jsonl:2: \"stop_strings\" must be"},
       {{"--generate", kModel, "--prompts", empty_stop}, "empty_stop.jsonl:1"},
       {{"--generate", bad_config, "--prompt", "x"}, "generation_config.json: stop_strings"},
+      {{"--generate", hot, "--prompt", "x"}, "generation_config.json: temperature must be"},
+      {{"--generate", eos_text, "--prompt", "x"}, "generation_config.json: eos_token_id must be"},
       {{"--stop-string", "x"}, "goes with --generate or --chat"},
       {{"--temperature", "0.5"}, "goes with --generate or --chat"},
   };

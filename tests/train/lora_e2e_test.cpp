@@ -38,13 +38,20 @@ Weights adapter(const Result& r) {
 }
 
 TEST(LoraE2E, AdapterTrainedAlikeByDdpZero2Zero3AtWorldSizes1To3) {
-  const Result ref = run("lora-ref", lora(1, 12, "ddp"));
+  const Result ref = run("lora-ref", lora(1, 12, "ddp"), {"--set", "log.progress=\"on\""});
   EXPECT_RUN_OK(ref);
   const Weights w_ref = adapter(ref);
   ASSERT_EQ(w_ref.size(), 2u * 7u * 2u);  // A and B of 7 linears in 2 layers
   EXPECT_TRUE(w_ref.count("base_model.model.model.layers.1.mlp.down_proj.lora_B.weight"));
   EXPECT_TRUE(std::filesystem::exists(ref.dir + "/out/hf/adapter_config.json"));
   EXPECT_FALSE(std::filesystem::exists(ref.dir + "/out/hf/model.safetensors"));
+  // The start line counts what trains: the adapter's elements (as exported), not the base's.
+  int64_t adapter_elements = 0;
+  for (const auto& [name, t] : w_ref) adapter_elements += t.numel();
+  EXPECT_NE(
+      ref.log().find("training " + std::to_string(adapter_elements) + " adapter parameters of a "),
+      std::string::npos)
+      << ref.log();
   // B starts at zero and moved: the adapter was trained.
   EXPECT_GT(w_ref.at("base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight")
                 .abs()

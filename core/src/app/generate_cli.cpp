@@ -75,7 +75,14 @@ Loaded load(const GenerateCliOptions& o, const char* flag) {
   if (o.max_new_tokens < 1)
     throw UsageError("--max-new-tokens must be >= 1, got " + std::to_string(o.max_new_tokens));
   if (o.batch < 1) throw UsageError("--batch must be >= 1, got " + std::to_string(o.batch));
-  model::SamplingParams s = model::sampling_of_folder(l.folder);
+  // The folder's generation_config.json is the user's input as much as the flags are: a value
+  // out of range or of the wrong type there is a usage error too (exit 2, naming file and key).
+  model::SamplingParams s;
+  try {
+    s = model::sampling_of_folder(l.folder);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
   if (o.do_sample) s.do_sample = *o.do_sample;
   if (o.temperature) s.temperature = *o.temperature;
   if (o.top_k) s.top_k = *o.top_k;
@@ -95,9 +102,9 @@ Loaded load(const GenerateCliOptions& o, const char* flag) {
       l.folder, o.dtype == "bfloat16" ? at::kBFloat16 : at::kFloat, c10::Device(o.device));
   l.gen.max_new_tokens = o.max_new_tokens;
   l.gen.sampling = s;
-  l.gen.eos_ids = model::eos_ids_of_folder(l.folder);
   std::vector<std::string> stops;
   try {
+    l.gen.eos_ids = model::eos_ids_of_folder(l.folder);
     stops = model::stop_strings_of_folder(l.folder);
   } catch (const Error& e) {
     throw UsageError(e.what());

@@ -56,12 +56,19 @@ void Reporter::begin_training() {
 void Reporter::announce() {
   if (!rank0_) return;
   const auto& mc = r_.model->config();
-  progress_.message("training " + std::to_string(mc.num_parameters()) + " parameters (" +
-                    std::to_string(mc.num_hidden_layers) + " layers, hidden " +
-                    std::to_string(mc.hidden_size) + ") on " + std::to_string(r_.ctx.world_size) +
-                    " rank(s) of " + r_.device.name + ": " + r_.comm->backend_name() +
-                    ", global batch " + std::to_string(tokens_per_step_) + " tokens, " +
-                    std::to_string(r_.opt.max_steps) + " steps, lr " + r_.schedule->describe());
+  // With an adapter only its tensors (and modules_to_save) train: say so, with the base's size.
+  std::string what = std::to_string(mc.num_parameters()) + " parameters";
+  if (r_.model->lora()) {
+    int64_t trained = 0;
+    for (const auto& [name, t] : r_.model->trainable_parameters()) trained += t.numel();
+    what = std::to_string(trained) + " adapter parameters of a " + what + " base";
+  }
+  progress_.message("training " + what + " (" + std::to_string(mc.num_hidden_layers) +
+                    " layers, hidden " + std::to_string(mc.hidden_size) + ") on " +
+                    std::to_string(r_.ctx.world_size) + " rank(s) of " + r_.device.name + ": " +
+                    r_.comm->backend_name() + ", global batch " + std::to_string(tokens_per_step_) +
+                    " tokens, " + std::to_string(r_.opt.max_steps) + " steps, lr " +
+                    r_.schedule->describe());
 }
 
 bool Reporter::logged(int64_t step) const {
