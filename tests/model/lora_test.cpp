@@ -401,6 +401,31 @@ TEST(Lora, InitFromAPeftFolderFillsTheSpecAndGivesPeftsLogits) {
                {"where", "/nonexistent/adapter", "adapter_config.json"});
 }
 
+// A hostile adapter_config.json: a rank its tensors do not have is refused naming a tensor, before
+// anything of that rank is allocated (r = 1e11 would ask for r x hidden per layer); a deep nest
+// is refused by the JSON depth bound, not parsed.
+TEST(Lora, InitFromChecksTheRankAgainstTheTensorsAndBoundsTheConfig) {
+  const std::string src = testing::fixture("lora/llama");
+  const std::string dir = std::string(CIUIC_TEST_TMP) + "/lora-hostile";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy(src + "/adapter_model.safetensors", dir + "/adapter_model.safetensors");
+  std::ifstream in(src + "/adapter_config.json");
+  nlohmann::json j = nlohmann::json::parse(in);
+  const std::vector<std::string> all = {"r",          "alpha",          "dropout",
+                                        "use_rslora", "target_modules", "modules_to_save"};
+  for (const int64_t r : {int64_t{100000000000}, j["r"].get<int64_t>() + 1}) {
+    j["r"] = r;
+    std::ofstream(dir + "/adapter_config.json") << j.dump();
+    expect_error([&] { lora_spec_init_from(dir, LoraSpec{}, all, "w"); },
+                 {"adapter_model.safetensors", "lora_A.weight", "rank-" + std::to_string(r)});
+  }
+  std::ofstream(dir + "/adapter_config.json")
+      << std::string(100000, '[') << std::string(100000, ']');
+  expect_error([&] { lora_spec_init_from(dir, LoraSpec{}, all, "w"); },
+               {"adapter_config.json", "nest"});
+}
+
 // modules_to_save on a tied model: an adapter_config.json without ensure_weight_tying means
 // PEFT trained the embedding apart from the tied lm_head, which ciuic cannot represent: refused.
 TEST(Lora, UntiedModulesToSaveOnATiedModelIsRefused) {

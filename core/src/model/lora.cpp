@@ -13,6 +13,7 @@
 #include <ciuic/json.h>
 
 #include "model/llama_ops.h"
+#include "model/safetensors.h"
 
 namespace ciuic::model {
 
@@ -211,19 +212,45 @@ void write_peft_folder(const std::string& folder, const nlohmann::json& config,
                     peft.dump(2) + "\n");
 }
 
+namespace {
+
+// The rank the adapter's config claims must be the rank of its tensors (lora_A [r, in], lora_B
+// [out, r]) before anything of that rank is allocated: a config saying r = 1e11 beside small
+// tensors would otherwise allocate r x hidden per targeted layer first (fuzz: modelfiles). Only
+// the safetensors header is read.
+void check_adapter_rank(const std::string& folder, int64_t r) {
+  const std::string file = (std::filesystem::path(folder) / "adapter_model.safetensors").string();
+  std::shared_ptr<const SafetensorsFile> f;
+  try {
+    f = SafetensorsFile::open(file);
+  } catch (const Error& e) {
+    throw UsageError(std::string("[adapter] init_from: ") + e.what());
+  }
+  for (const auto& e : f->entries()) {
+    const bool a = e.name.ends_with(".lora_A.weight"), b = e.name.ends_with(".lora_B.weight");
+    if (!a && !b) continue;
+    const bool fits = e.shape.size() == 2 && e.shape[a ? 0 : 1] == r;
+    if (!fits) {
+      std::string shape;
+      for (int64_t d : e.shape) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+      throw UsageError(file + ": tensor `" + e.name + "` has shape [" + shape +
+                       "], not that of a rank-" + std::to_string(r) +
+                       " adapter (adapter_config.json's r)");
+    }
+  }
+}
+
+}  // namespace
+
 LoraSpec lora_spec_init_from(const std::string& folder, const LoraSpec& recipe,
                              const std::vector<std::string>& defaulted, const std::string& where) {
   const std::string file = (std::filesystem::path(folder) / "adapter_config.json").string();
-  std::ifstream in(file);
-  if (!in)
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec))
     throw UsageError(where + ": " + folder +
                      " is not a PEFT adapter folder (no readable adapter_config.json)");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(file + ": not JSON: " + e.what());
-  }
+  // The same bounded, depth-checked read as every other file beside a model (fuzz: modelfiles).
+  const nlohmann::json j = read_peft_adapter_config(file);
   LoraSpec s = lora_spec_from_peft(j, file);
   auto is_default = [&](const char* k) {
     return std::find(defaulted.begin(), defaulted.end(), k) != defaulted.end();
@@ -269,6 +296,7 @@ LoraSpec lora_spec_init_from(const std::string& folder, const LoraSpec& recipe,
   s.init = recipe.init;
   if (!is_default("target_modules")) s.target_names = recipe.target_names;
   s.init_from = folder;
+  check_adapter_rank(folder, s.r);
   return s;
 }
 
