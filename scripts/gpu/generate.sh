@@ -29,7 +29,7 @@ for stage in ${*:-build test bench}; do
     tail -3 "$OUT/build.log" ;;
   test)
     run generate_test 240 build-gpu/bin/generate_test
-    grep -E -A4 "Failure|^\[  (PASSED|FAILED) " "$OUT/generate_test.log" | head -40 ;;
+    grep -E -A4 "Failure|^\[  (PASSED|FAILED|SKIPPED) " "$OUT/generate_test.log" | head -40 ;;
   bench)
     run generate-7b 580 python bench/generate/generate_speed.py build-gpu/bin/ciuic-run --device cuda --dtype bf16 \
       --hidden 4096 --layers 32 --vocab 32000 --new "$NEW" --batches "$BATCHES"
