@@ -13,6 +13,11 @@ time is the second batch's "seconds" of its JSONL output (prefill + decode; the 
 the warm-up: allocator, oneDNN/cuBLAS set-up, CUDA's lazy kernel loading, printed as "cold"),
 transformers' the generate() call after one warm-up call. Prints one line per batch size and
 the ratio.
+
+--variants runs ciuic-run once per variant (each with its own warm-up), named by how its decode
+steps run (docs/generate.md, "Decode step"): default (static + CUDA graph on CUDA, dynamic on the
+CPU), nograph (CIUIC_CUDA_GRAPH=0), static (CIUIC_DECODE_STEP=static), dynamic
+(CIUIC_DECODE_STEP=dynamic); e.g. --variants default,nograph,dynamic for the graph's A/B.
 """
 import argparse
 import json
@@ -33,6 +38,11 @@ PROMPTS = ["The quick brown fox jumps over the lazy dog", "Hello there", "Once u
            "Write a haiku about autumn leaves falling"]
 
 
+# ciuic-run's environment per --variants name (docs/generate.md, "Decode step").
+VARIANTS = {"default": {}, "nograph": {"CIUIC_CUDA_GRAPH": "0"}, "static": {"CIUIC_DECODE_STEP": "static"},
+            "dynamic": {"CIUIC_DECODE_STEP": "dynamic"}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("ciuic_run")
@@ -44,7 +54,12 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--device", default="cpu", help="cpu or cuda (transformers then uses its static cache)")
+    ap.add_argument("--variants", default="default", help="comma list of " + ",".join(VARIANTS))
     a = ap.parse_args()
+    variants = a.variants.split(",")
+    for v in variants:
+        if v not in VARIANTS:
+            ap.error(f"unknown variant {v}; known: {', '.join(VARIANTS)}")
     torch.set_num_threads(a.threads)
     dtype = torch.float32 if a.dtype == "fp32" else torch.bfloat16
     tmp = tempfile.mkdtemp(prefix="ciuic-gen-bench-")
@@ -72,15 +87,14 @@ def main() -> None:
             with open(pf, "w") as f:
                 for p in prompts + prompts:  # the first batch warms up
                     f.write(json.dumps({"prompt": p}) + "\n")
-            out = os.path.join(tmp, f"out{b}.jsonl")
-            subprocess.run([a.ciuic_run, "--generate", tmp, "--prompts", pf, "--out", out, "--batch", str(b),
-                            "--max-new-tokens", str(a.new), "--dtype", {"fp32": "float32", "bf16": "bfloat16"}[a.dtype], "--device", a.device], check=True, env=env,
-                           stderr=subprocess.DEVNULL)
-            rows = [json.loads(l) for l in open(out)]
-            cold_s = rows[0]["seconds"]
-            rows = rows[b:]
-            c_tokens = sum(r["new_tokens"] for r in rows)
-            c_s = rows[0]["seconds"]
+            ciuic = {}  # variant -> (tokens, seconds, cold seconds)
+            for v in variants:
+                out = os.path.join(tmp, f"out{b}.jsonl")
+                subprocess.run([a.ciuic_run, "--generate", tmp, "--prompts", pf, "--out", out, "--batch", str(b),
+                                "--max-new-tokens", str(a.new), "--dtype", {"fp32": "float32", "bf16": "bfloat16"}[a.dtype], "--device", a.device], check=True,
+                               env=dict(env, **VARIANTS[v]), stderr=subprocess.DEVNULL)
+                rows = [json.loads(l) for l in open(out)]
+                ciuic[v] = (sum(r["new_tokens"] for r in rows[b:]), rows[b]["seconds"], rows[0]["seconds"])
             enc = tok(prompts, return_tensors="pt", padding=True, padding_side="left").to(a.device)
             kw = dict(max_new_tokens=a.new, min_new_tokens=a.new, do_sample=False, pad_token_id=tok.pad_token_id)
             if a.device != "cpu":
@@ -93,10 +107,13 @@ def main() -> None:
                     torch.cuda.synchronize()
                 h_s = time.perf_counter() - t0
             h_tokens = (hf.shape[1] - enc.input_ids.shape[1]) * b
-            c_tps, h_tps = c_tokens / c_s, h_tokens / h_s
-            print(f"batch {b}: ciuic {c_tps:8.1f} tokens/s ({c_tokens} in {c_s:.2f} s)   "
-                  f"transformers {h_tps:8.1f} tokens/s ({h_tokens} in {h_s:.2f} s)   ratio {c_tps / h_tps:.2f}x"
-                  f"   (ciuic cold: {cold_s:.2f} s)")
+            h_tps = h_tokens / h_s
+            for v, (c_tokens, c_s, cold_s) in ciuic.items():
+                c_tps = c_tokens / c_s
+                name = "ciuic" if v == "default" else f"ciuic[{v}]"
+                print(f"batch {b}: {name} {c_tps:8.1f} tokens/s ({c_tokens} in {c_s:.2f} s)   "
+                      f"transformers {h_tps:8.1f} tokens/s ({h_tokens} in {h_s:.2f} s)   ratio {c_tps / h_tps:.2f}x"
+                      f"   (ciuic cold: {cold_s:.2f} s)")
             sys.stdout.flush()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -4,7 +4,12 @@
 # tokens/s of a random 7B Llama shape (hidden 4096, 32 layers, 32 heads / 8 KV heads, vocab 32000,
 # bf16) through ciuic-run --generate --device cuda beside transformers' generate() with its static
 # cache, same prompts, batch 1 and 8, same call (bench/generate/generate_speed.py).
-#   scripts/gpu/generate.sh [build] [test] [bench]
+#   scripts/gpu/generate.sh [build] [test] [bench] [ab]
+# ab: the same bench with ciuic-run three ways (docs/generate.md, "Decode step"): the default
+# (static step replayed as a CUDA graph), nograph (CIUIC_CUDA_GRAPH=0: the static step eager),
+# dynamic (CIUIC_DECODE_STEP=dynamic: the step before the graph work), each beside transformers.
+# test runs generate_test, whose GenerateStep.CudaGraphReplayEqualsNoGraph checks the graph's
+# tokens and logits against the eager static step and the dynamic one on the GPU.
 # NEW (new tokens per row, default 128) and BATCHES (default 1,8) apply to both sides. Both are
 # timed warm: ciuic-run generates each batch twice and the second is its figure (the first is
 # printed as "cold"), transformers after one warm-up call.
@@ -24,11 +29,15 @@ for stage in ${*:-build test bench}; do
     tail -3 "$OUT/build.log" ;;
   test)
     run generate_test 240 build-gpu/bin/generate_test
-    grep -E -A4 "Failure|^\[  (PASSED|FAILED) " "$OUT/generate_test.log" | head -40 ;;
+    grep -E -A4 "Failure|^\[  (PASSED|FAILED|SKIPPED) " "$OUT/generate_test.log" | head -40 ;;
   bench)
     run generate-7b 580 python bench/generate/generate_speed.py build-gpu/bin/ciuic-run --device cuda --dtype bf16 \
       --hidden 4096 --layers 32 --vocab 32000 --new "$NEW" --batches "$BATCHES"
     grep -E "^(model|batch)" "$OUT/generate-7b.log" ;;
+  ab)
+    run generate-7b-ab 580 python bench/generate/generate_speed.py build-gpu/bin/ciuic-run --device cuda --dtype bf16 \
+      --hidden 4096 --layers 32 --vocab 32000 --new "$NEW" --batches "$BATCHES" --variants default,nograph,dynamic
+    grep -E "^(model|batch)" "$OUT/generate-7b-ab.log" ;;
   *) echo "unknown stage $stage" ;;
   esac
 done

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 
@@ -18,6 +19,7 @@
 #include <ATen/ops/constant_pad_nd.h>
 #include <ATen/ops/cumsum.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
 #include <ATen/ops/gather.h>
 #include <ATen/ops/multinomial.h>
 #include <ATen/ops/ones.h>
@@ -33,8 +35,10 @@
 #include <ciuic/error.h>
 #include <ciuic/files.h>
 #include <ciuic/json.h>
+#include <ciuic/log.h>
 
 #include "model/llama.h"
+#include "model/step_graph.h"
 
 namespace ciuic::model {
 
@@ -72,6 +76,22 @@ std::vector<int32_t> row_tail(const std::vector<int64_t>& padded, int64_t row, i
   out.insert(out.end(), fresh.end() - static_cast<std::ptrdiff_t>(std::min(window, fresh.size())),
              fresh.end());
   return out;
+}
+
+// The environment variable `name`, or "" when unset.
+std::string env_of(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// Whether the one-token steps run LlamaModel::decode_step (GenerateOptions::decode_step).
+bool static_step_for(GenerateOptions::DecodeStep d, c10::Device dev) {
+  if (d != GenerateOptions::DecodeStep::kAuto) return d == GenerateOptions::DecodeStep::kStatic;
+  const std::string e = env_of("CIUIC_DECODE_STEP");
+  if (e == "static") return true;
+  if (e == "dynamic") return false;
+  if (!e.empty()) throw Error("CIUIC_DECODE_STEP must be static or dynamic, got \"" + e + "\"");
+  return dev.is_cuda();
 }
 
 }  // namespace
@@ -261,9 +281,21 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
   }
   bool padded = false;
   for (const auto& p : prompts) padded = padded || static_cast<int64_t>(p.size()) != longest;
-  LlamaModel::DecodeCache cache = model.new_decode_cache(b, longest + max_new, !padded);
-  // Every id seen so far, for the repetition penalty (transformers' input_ids, padding included).
+  const bool static_step = static_step_for(o.decode_step, dev);
   const bool penalty = o.sampling.repetition_penalty != 1.0;
+  // Greedy without a penalty chooses its token inside the static step (in the graph when there is
+  // one); otherwise the step gives the logits and the processors and the draw run after it.
+  const bool choose_in_step = static_step && !o.sampling.do_sample && !penalty;
+  // A graph pays off from its second step on; a sharding's group boundaries run host code per
+  // layer, which a replay would skip.
+  bool graph_wanted = static_step && dev.is_cuda() && o.cuda_graph && max_new > 2 &&
+                      env_of("CIUIC_CUDA_GRAPH") != "0" && StepGraph::built() &&
+                      model.group_boundaries() == nullptr;
+  // The static step attends over the whole cache: its capacity rounded up to 16 slots keeps the
+  // key bias's rows aligned for the CUDA attention kernels (no padded copy per layer).
+  const int64_t capacity = static_step ? (longest + max_new + 15) / 16 * 16 : longest + max_new;
+  LlamaModel::DecodeCache cache = model.new_decode_cache(b, capacity, !padded);
+  // Every id seen so far, for the repetition penalty (transformers' input_ids, padding included).
   at::Tensor seen = penalty ? in_ids.to(dev) : at::Tensor();
   std::optional<at::Generator> gen;
   if (o.sampling.do_sample) gen = at::make_generator<at::CPUGeneratorImpl>(o.sampling.seed);
@@ -283,7 +315,34 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
       o.eos_ids.empty()
           ? at::Tensor()
           : at::tensor(std::vector<int64_t>(o.eos_ids.begin(), o.eos_ids.end()), cpu_long).to(dev);
+  // The step's state on the device, updated in place (a captured graph's static buffers): which
+  // rows finished, the tokens chosen last (the pad id on finished rows), their positions, the
+  // cache slot they go to (static step), the static step's logits.
+  const auto long_dev = at::TensorOptions().dtype(at::kLong).device(dev);
   at::Tensor done_dev = at::zeros({b}, at::TensorOptions().dtype(at::kBool).device(dev));
+  at::Tensor ids_buf = at::zeros({b, 1}, long_dev);
+  at::Tensor pos_buf = at::tensor(next_pos, cpu_long).view({b, 1}).to(dev);
+  at::Tensor slot_buf = at::full({1}, longest, long_dev);
+  at::Tensor logits_buf;
+  // A step's chosen tokens [B]: the pad id on finished rows, the EOS check, into ids_buf.
+  auto finish = [&](const at::Tensor& chosen) {
+    const at::Tensor next = chosen.to(at::kLong).masked_fill(done_dev, pad);
+    if (eos_dev.defined()) done_dev.logical_or_(next.unsqueeze(1).eq(eos_dev.unsqueeze(0)).any(1));
+    ids_buf.copy_(next.view({b, 1}));
+  };
+  auto pick = [&](const at::Tensor& logits) {
+    const at::Tensor scores = process_logits(logits, seen, o.sampling);
+    if (o.sampling.do_sample)
+      return at::multinomial(scores.softmax(-1).to(at::kCPU), 1, false, *gen).squeeze(1).to(dev);
+    return scores.argmax(-1);
+  };
+  auto static_fn = [&] {  // what the graph captures
+    logits_buf.copy_(model.decode_step(ids_buf, pos_buf, slot_buf, cache));
+    pos_buf.add_(1);
+    slot_buf.add_(1);
+    if (choose_in_step) finish(logits_buf.argmax(-1));
+  };
+  std::unique_ptr<StepGraph> graph;
   std::vector<bool> done(static_cast<size_t>(b), false);
   bool all_done = false;
   int64_t processed = 0, queued = 0;  // steps whose tokens the host has taken / were queued
@@ -316,22 +375,40 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
     processed = step + 1;
     if (step == 0) res.first_token_s = std::chrono::duration<double>(Clock::now() - t0).count();
   };
-  at::Tensor step_ids = in_ids.to(dev), step_pos = in_pos.to(dev), step_valid = in_valid.to(dev);
   const at::Tensor ones_valid = at::ones({b, 1}, at::TensorOptions().dtype(at::kBool).device(dev));
   for (int64_t step = 0; step < max_new; ++step) {
     if (o.cancelled && o.cancelled()) break;
-    const at::Tensor logits = model.decode(step_ids, step_pos, step_valid, cache);  // [B, V] fp32
+    at::Tensor logits;  // [B, V] fp32
+    bool chosen = false;
+    if (step == 0) {
+      logits = model.decode(in_ids.to(dev), in_pos.to(dev), in_valid.to(dev), cache);
+    } else if (!static_step) {
+      logits = model.decode(ids_buf, pos_buf, ones_valid, cache);
+      pos_buf.add_(1);
+      res.decode_step = "dynamic";
+    } else {
+      if (!logits_buf.defined())
+        logits_buf =
+            at::empty({b, cfg.vocab_size}, at::TensorOptions().dtype(at::kFloat).device(dev));
+      if (graph) {
+        graph->replay();
+      } else if (graph_wanted) {
+        std::string why;
+        graph = StepGraph::capture(dev, static_fn, &why);  // runs this step, then captures it
+        if (!graph) {
+          log_warn("generate: " + why + "; the decode steps run without a CUDA graph");
+          graph_wanted = false;
+        }
+      } else {
+        static_fn();
+      }
+      logits = logits_buf;
+      chosen = choose_in_step;
+      res.decode_step = graph ? "cuda_graph" : "static";
+    }
     if (o.on_logits) o.on_logits(logits);
-    const at::Tensor scores = process_logits(logits, seen, o.sampling);
-    at::Tensor next;
-    if (o.sampling.do_sample)
-      next = at::multinomial(scores.softmax(-1).to(at::kCPU), 1, false, *gen).squeeze(1).to(dev);
-    else
-      next = scores.argmax(-1);
-    next = next.to(at::kLong).masked_fill(done_dev, pad);
-    if (eos_dev.defined())
-      done_dev = done_dev.logical_or(next.unsqueeze(1).eq(eos_dev.unsqueeze(0)).any(1));
-    host_tokens[step % 2].copy_(next, /*non_blocking=*/async_copy);
+    if (!chosen) finish(pick(logits));
+    host_tokens[step % 2].copy_(ids_buf.view({b}), /*non_blocking=*/async_copy);
     if (async_copy)
       copied[step % 2]->record(c10::impl::getDeviceGuardImpl(dev.type())->getStream(dev));
     queued = step + 1;
@@ -341,10 +418,7 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
     else if (step >= 2)
       take(step - 1);
     if (all_done || step + 1 == max_new) break;
-    step_pos = step == 0 ? at::tensor(next_pos, cpu_long).view({b, 1}).to(dev) : step_pos + 1;
-    step_ids = next.view({b, 1});
-    step_valid = ones_valid;
-    if (penalty) seen = at::cat({seen, step_ids}, 1);
+    if (penalty) seen = at::cat({seen, ids_buf}, 1);
   }
   // The steps queued but not yet taken (the last one; the one before a cancel), unless every
   // row had finished before them.

@@ -4,7 +4,9 @@
 //
 // The flow of generate(): the prompts are left-padded to the longest (pad id), position ids are
 // cumsum(mask) - 1 (1 on padding), one prefill runs all prompt tokens through the model into a
-// preallocated cache (LlamaModel::DecodeCache), then one token per step. Each step takes the
+// preallocated cache (LlamaModel::DecodeCache), then one token per step (LlamaModel::decode, or
+// the static-shape decode_step, replayed as a CUDA graph on CUDA: GenerateOptions::decode_step,
+// cuda_graph). Each step takes the
 // last position's fp32 logits, runs them through process_logits (transformers' processor order),
 // and picks argmax (greedy) or draws from softmax (sampling; a CPU generator seeded with `seed`,
 // torch.multinomial's draw). A finished row (it produced an EOS id) keeps receiving the pad id,
@@ -106,12 +108,29 @@ struct GenerateOptions {
   SamplingParams sampling;
   // Called once per new token of an unfinished row, as soon as it is chosen (streaming).
   std::function<void(size_t row, int32_t token)> on_token;
-  // The raw fp32 logits [B, V] of each step, before processing (tests).
+  // The raw fp32 logits [B, V] of each step, before processing (tests). With the static step the
+  // tensor is a buffer the next step overwrites: clone what you keep.
   std::function<void(const at::Tensor& logits)> on_logits;
   // Checked before each step; true ends generation early (Ctrl-C in --chat).
   std::function<bool()> cancelled;
   // Stop strings: none (empty), one for every row (size 1), or one per prompt (null: none).
   std::vector<std::shared_ptr<const StopStrings>> stop_strings;
+  // How the one-token steps after the prefill run (docs/generate.md, "Decode step"); the tokens
+  // are the same either way, the logits equal to rounding:
+  //  kDynamic: LlamaModel::decode over the filled part of the cache (shapes grow every step);
+  //  kStatic: LlamaModel::decode_step over the whole cache under a key bias, every shape and
+  //    host value the same from step to step (the cache's capacity rounded up to 16 slots);
+  //  kAuto: kStatic on CUDA, kDynamic on the CPU (measured faster there); the environment
+  //    variable CIUIC_DECODE_STEP=static or =dynamic overrides kAuto (A/B, debugging).
+  enum class DecodeStep { kAuto, kDynamic, kStatic };
+  DecodeStep decode_step = DecodeStep::kAuto;
+  // With the static step on CUDA: capture it once per generate() call as a CUDA graph
+  // (model/step_graph.h; greedy without a repetition penalty captures the argmax, the pad fill of
+  // finished rows and the EOS check too) and replay it every step. CIUIC_CUDA_GRAPH=0 in the
+  // environment turns it off as false does. Not used for a model with group boundaries (a
+  // sharding that gathers parameters per layer runs host code each step) nor in a build without
+  // CUDA; a capture that fails logs a warning and the steps run without the graph.
+  bool cuda_graph = true;
 };
 
 struct GenerateResult {
@@ -122,6 +141,8 @@ struct GenerateResult {
   double first_token_s = 0;    // prefill and the first token of every row
   double total_s = 0;
   int64_t steps = 0;  // decoding steps run (the first token included)
+  // How the steps after the prefill ran: "dynamic", "static" or "cuda_graph" (empty: none ran).
+  std::string decode_step;
 };
 
 // The eos ids to stop at for an HF folder: generation_config.json's eos_token_id (an id or a

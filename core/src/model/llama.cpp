@@ -15,6 +15,7 @@
 #include <ATen/ops/embedding.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
+#include <ATen/ops/index_fill.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/matmul.h>
 #include <ATen/ops/scalar_tensor.h>
@@ -713,6 +714,50 @@ at::Tensor LlamaModel::decode(const at::Tensor& input_ids, const at::Tensor& pos
   c.len = total;
   if (last_only) h = h.select(1, t - 1);
   return head_end(at::linear(h, lm_head_weight())).to(at::kFloat);
+}
+
+at::Tensor LlamaModel::decode_step(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                                   const at::Tensor& slot, DecodeCache& c) const {
+  check_tokens(input_ids, "input_ids", {});
+  check_tokens(position_ids, "position_ids", input_ids.sizes());
+  const int64_t b = input_ids.size(0), cap = c.capacity();
+  if (input_ids.size(1) != 1)
+    throw Error("LlamaModel::decode_step: one token per row, got input_ids " + describe(input_ids));
+  if (!slot.defined() || slot.dim() != 1 || slot.numel() != 1 || slot.scalar_type() != at::kLong ||
+      slot.device() != device_)
+    throw Error("LlamaModel::decode_step: slot must be an int64 [1] tensor on " + device_.str() +
+                ", got " + describe(slot));
+  if (!c.valid.defined() || c.valid.size(0) != b || c.layers.size() != layers_.size())
+    throw Error(
+        "LlamaModel::decode_step: the cache was made for another batch or model "
+        "(new_decode_cache)");
+  if (c.len <= 0)
+    throw Error("LlamaModel::decode_step: the cache is empty (prefill it with decode)");
+  at::NoGradGuard no_grad;
+  c.valid.index_fill_(1, slot, true);
+  // The key bias: 0 where a slot holds a real token, -inf elsewhere; a sliding layer's also hides
+  // the slots at or before slot - window. [B, 1, 1, capacity], broadcast over heads and queries.
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  const auto bias_opts = at::TensorOptions().dtype(dtype_).device(device_);
+  const at::Tensor visible = c.valid.view({b, 1, 1, cap});
+  CacheMasks m;
+  m.full = at::full({b, 1, 1, cap}, neg_inf, bias_opts).masked_fill_(visible, 0.0);
+  if (cfg_.sliding_window > 0) {
+    const at::Tensor inside = at::arange(cap, at::TensorOptions().dtype(at::kLong).device(device_))
+                                  .gt(slot - cfg_.sliding_window)
+                                  .view({1, 1, 1, cap});
+    m.window =
+        at::full({b, 1, 1, cap}, neg_inf, bias_opts).masked_fill_(visible.logical_and(inside), 0.0);
+  }
+  struct Slots {  // every layer's cache writes at `slot` for this call only
+    std::vector<KVCacheLayer>& layers;
+    ~Slots() {
+      for (auto& l : layers) l.slot = at::Tensor();
+    }
+  } slots{c.layers};
+  for (auto& l : c.layers) l.slot = slot;
+  at::Tensor h = head_begin(hidden_impl(input_ids, position_ids, false, nullptr, &c.layers, &m));
+  return head_end(at::linear(h.select(1, 0), lm_head_weight())).to(at::kFloat);
 }
 
 }  // namespace ciuic::model

@@ -239,6 +239,23 @@ class CIUIC_API LlamaModel {
   // no_padding; a prefill (empty cache) with no_padding runs plain causal attention.
   at::Tensor decode(const at::Tensor& input_ids, const at::Tensor& position_ids,
                     const at::Tensor& valid, DecodeCache& cache, bool last_only = true) const;
+  // A one-token step of static shape (the alternative to decode's T == 1 step), for CUDA-graph
+  // capture (model/step_graph.h): input_ids and position_ids [B, 1] and slot [1] (int64), all on
+  // the model's device, are read there and not on the host, so every shape and host value of the
+  // call is the same from step to step. The new key/value go to cache slot `slot` of every
+  // layer, valid[:, slot] is set, and the query attends over all `capacity` slots under a key
+  // bias computed on the device from `valid` (-inf at unfilled slots and left padding) and, for
+  // a sliding layer, from `slot` (-inf at slots <= slot - window, the window counted in cache
+  // slots as decode counts it). Returns fp32 logits [B, V] (a new tensor). Runs without autograd.
+  // The caller owns the slot arithmetic: the cache must have been prefilled by decode() (len > 0),
+  // slot must lie in [len, capacity) and grow by one per step (not checked: that would read the
+  // device); cache.len is not advanced, so after the first decode_step the cache takes only
+  // decode_step calls. The group boundaries are announced as in forward (host callbacks: a
+  // captured graph would not replay them).
+  at::Tensor decode_step(const at::Tensor& input_ids, const at::Tensor& position_ids,
+                         const at::Tensor& slot, DecodeCache& cache) const;
+  // The boundaries set_group_boundaries gave (null: none).
+  ciuic::Sharding* group_boundaries() const { return boundaries_; }
 
   const LlamaConfig& config() const { return cfg_; }
   at::ScalarType dtype() const { return dtype_; }

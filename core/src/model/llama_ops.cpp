@@ -22,6 +22,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/eq.h>
 #include <ATen/ops/gelu.h>
+#include <ATen/ops/index_copy.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/pow.h>
@@ -239,7 +240,17 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
   v = v.transpose(1, 2);
   bool causal = !mask.has_value();
   std::optional<at::Tensor> step_mask = mask;
-  if (cache && cache->len >= 0) {
+  if (cache && cache->slot.defined()) {
+    // A static step: this token's key/value at the slot the device tensor names, the query over
+    // every slot of the cache under the caller's key bias (unfilled slots, padding, window).
+    if (t != 1 || !mask)
+      throw Error("decoder_layer: a static step (KV cache slot) takes one token and a key bias");
+    cache->k.index_copy_(2, cache->slot, k);
+    cache->v.index_copy_(2, cache->slot, v);
+    k = cache->k;
+    v = cache->v;
+    causal = false;
+  } else if (cache && cache->len >= 0) {
     const int64_t past = cache->len, total = past + t;
     // Without a mask: a causal prefill (empty cache) or one query over every cached position.
     if (!mask && past > 0 && t > 1)
@@ -273,7 +284,7 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
     cache->k = k;
     cache->v = v;
   }
-  if (cache && cache->len >= 0 && t == 1 && s.n_heads != s.n_kv_heads) {
+  if (cache && (cache->len >= 0 || cache->slot.defined()) && t == 1 && s.n_heads != s.n_kv_heads) {
     // One query per row: the g query heads that share a KV head become g queries of that head
     // (query head h reads KV head h / g, as enable_gqa's repeat_interleave), so no backend
     // repeats the cache and the key-padding mask broadcasts over them; nothing is causal.

@@ -230,10 +230,16 @@ CIUIC_API bool varlen_attention_supported(at::ScalarType dtype, c10::Device devi
 // caller's mask (which carries padding, causality and the window). Without a mask: causal when
 // the cache was empty, else one query (T == 1) over every filled position. With T == 1 a sliding
 // layer attends to the last `window` positions only (keys and the mask's columns narrowed).
+// slot defined (a static step, LlamaModel::decode_step): T == 1; the key/value go to the cache
+// slot this int64 [1] tensor on the cache's device names (index_copy_, no host value), and the
+// query attends over all `capacity` positions under the caller's mask, which must hide unfilled
+// slots, padding and, for a sliding layer, what lies outside its window; len is neither read nor
+// changed. Every shape and host value is then the same from step to step (CUDA-graph capturable).
 struct KVCacheLayer {
   at::Tensor k;
   at::Tensor v;
   int64_t len = -1;
+  at::Tensor slot;
 };
 
 // x [B, T, hidden] -> [B, T, hidden]. Attention is causal; with `mask` (from
@@ -241,7 +247,8 @@ struct KVCacheLayer {
 // varlen_attention_supported) causal within each document through flash varlen attention, with
 // the layer's window (s.window) applied by the kernel. The caller gives the mask for s.window.
 // With `cache`, this call's keys/values are appended to it and the queries attend to the cached
-// positions too (T == 1 once the cache is non-empty; a windowed layer keeps its last `window`).
+// positions too (T == 1 once the cache is non-empty; a windowed layer keeps its last `window`),
+// or, with cache->slot, written at that slot (a static step: the mask is the caller's key bias).
 CIUIC_API at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::Tensor& x,
                                    const RopeTables& rope, const std::optional<at::Tensor>& mask,
                                    KVCacheLayer* cache = nullptr, const PackedDocs* docs = nullptr);
