@@ -562,6 +562,7 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
     const bool slides = cfg_.layer_slides(static_cast<int64_t>(i));
     LayerShape s = shape_;
     if (slides) s.window = cfg_.sliding_window;
+    if (!at::GradMode::is_enabled()) s.lora_dropout = 0;  // dropout while training only
     const RopeTables& r = slides && inv_freq_local_.defined() ? rope_local : rope;
     const std::optional<at::Tensor>& m = slides && window_mask ? window_mask : mask;
     if (ckpt && (checkpoint_layers_ <= 0 || static_cast<int64_t>(i) < checkpoint_layers_))

@@ -149,7 +149,11 @@ bool varlen_attention_supported(at::ScalarType dtype, c10::Device device, int64_
 }
 
 at::Tensor lora_input(const at::Tensor& x, double p) {
-  return p > 0 && at::GradMode::is_enabled() ? at::dropout(x, p, /*train=*/true) : x;
+  return lora_input(x, p, at::GradMode::is_enabled());
+}
+
+at::Tensor lora_input(const at::Tensor& x, double p, bool train) {
+  return p > 0 && train ? at::dropout(x, p, /*train=*/true) : x;
 }
 
 namespace {
@@ -162,7 +166,7 @@ at::Tensor lin(const LayerWeights& w, const LayerShape& s, int slot, const at::T
   at::Tensor y = q ? quant::nf4_linear(x, *q, bias) : at::linear(x, w.t[slot], bias);
   const int a = LayerWeights::lora_a_slot(slot);
   if (a < 0 || !w.t[a].defined()) return y;
-  const at::Tensor xd = lora_input(x, s.lora_dropout);
+  const at::Tensor xd = lora_input(x, s.lora_dropout, /*train=*/true);  // 0 unless training
   return y + at::linear(at::linear(xd, w.t[a]), w.t[a + 1]) * s.lora_scale;
 }
 inline bool has_lora(const LayerWeights& w, int slot) {

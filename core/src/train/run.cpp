@@ -6,8 +6,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <thread>
+#include <vector>
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
@@ -301,6 +304,26 @@ model::LlamaModel::QuantizeProgress quantize_progress(const Run& r, bool from_fi
 }
 }  // namespace
 
+namespace {
+// [run] seed fixes the default generators of the CPU and of the rank's device, the only random
+// stream training draws from (LoRA dropout masks; every weight init has its own seeded generator):
+// a run is repeatable, and ranks draw apart (each drops its own batch independently). Resuming
+// puts the CPU generator back from the checkpoint (checkpoint/checkpoint.h).
+void seed_default_generators(const RunContext& ctx) {
+  uint64_t x = ctx.seed ^ (0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(ctx.rank) + 1));
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;  // splitmix64's mix
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  std::vector<c10::Device> devices{c10::Device(at::kCPU)};
+  if (!ctx.device.is_cpu()) devices.push_back(ctx.device);
+  for (const c10::Device d : devices) {
+    at::Generator gen = at::globalContext().defaultGenerator(d);
+    const std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(x);
+  }
+}
+}  // namespace
+
 void check_recipe(const Recipe& recipe) {
   const TrainOptions opt = TrainOptions::from(recipe);
   schedule::LrSchedule::create(recipe.section("scheduler"), opt.lr, opt.max_steps);
@@ -324,6 +347,7 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   Run r;
   r.opt = TrainOptions::from(recipe);
   r.ctx = make_context(recipe, r.opt, env);
+  seed_default_generators(r.ctx);
   // Workers of another launcher (torchrun, srun, mpirun): rank 0 checks and locks the run
   // directory, the other ranks wait for its verdict. Under ciuic-run's launcher, or in one
   // process, ciuic-run claimed it before starting the run.
