@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/Context.h>
@@ -64,10 +65,10 @@ LoraSpec spec_of(const std::string& c) {
   return s;
 }
 
-std::unique_ptr<LlamaModel> load(const std::string& c) {
+std::unique_ptr<LlamaModel> load(const std::string& c, c10::Device device = at::kCPU) {
   std::ifstream in(testing::fixture("lora/cases.json"));
   const std::string base = nlohmann::json::parse(in)[c]["base"].get<std::string>();
-  auto m = LlamaModel::from_pretrained(testing::fixture("families/" + base), at::kFloat, at::kCPU);
+  auto m = LlamaModel::from_pretrained(testing::fixture("families/" + base), at::kFloat, device);
   m->enable_lora(spec_of(c));
   m->load_lora(
       SafetensorsReader::open(testing::fixture("lora/" + c + "/adapter_model.safetensors")));
@@ -76,13 +77,18 @@ std::unique_ptr<LlamaModel> load(const std::string& c) {
 
 class LoraVsPeft : public ::testing::TestWithParam<std::string> {};
 
+// On the CPU, and on a CUDA device when there is one (fp32: the adapters' shared A product and the
+// in-place B GEMM through cuBLAS).
 TEST_P(LoraVsPeft, LogitsLossAndAdapterGradients) {
   const std::string c = GetParam();
-  for (bool ckpt : {false, true}) {
-    SCOPED_TRACE(ckpt ? "checkpointed" : "plain");
-    auto m = load(c);
+  std::vector<std::pair<c10::Device, bool>> runs{{at::kCPU, false}, {at::kCPU, true}};
+  if (at::hasCUDA()) runs.insert(runs.end(), {{{at::kCUDA, 0}, false}, {{at::kCUDA, 0}, true}});
+  for (const auto& [dev, ckpt] : runs) {
+    SCOPED_TRACE(std::string(ckpt ? "checkpointed" : "plain") + " on " + dev.str());
+    auto m = load(c, dev);
     m->set_activation_checkpointing(ckpt);
-    const at::Tensor ids = want().tensor(c + ".input_ids"), labels = want().tensor(c + ".labels");
+    const at::Tensor ids = want().tensor(c + ".input_ids").to(dev),
+                     labels = want().tensor(c + ".labels").to(dev);
     {
       at::NoGradGuard ng;
       EXPECT_LT(max_rel_diff(m->forward(ids, at::Tensor(), false), want().tensor(c + ".logits")),
