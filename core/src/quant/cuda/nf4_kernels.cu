@@ -3,49 +3,23 @@
 // one warp per block of `blocksize` elements (its absmax a warp reduction, exact), each lane
 // packing two elements a byte; the double quantization one thread block per 256 absmax values.
 // Every fp32 operation that the CPU loops (quant/nf4.cpp) round is an explicitly rounded intrinsic
-// here
-// (__fmul_rn, __fdiv_rn, __fsub_rn: never contracted, IEEE division), so the bits are the CPU's.
+// here (__fmul_rn, __fdiv_rn, __fsub_rn: never contracted, IEEE division): the CPU's bits.
 #include "quant/cuda/nf4_kernels.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "base/cuda/float_convert.cuh"
+
 namespace ciuic::quant::cuda {
 namespace {
 
-template <typename T>
-__device__ __forceinline__ T from_f(float x);
-template <>
-__device__ __forceinline__ float from_f<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <>
-__device__ __forceinline__ __half from_f<__half>(float x) {
-  return __float2half_rn(x);
-}
+using ciuic::cuda::from_f;
+using ciuic::cuda::to_f;
 
 constexpr int kThreads = 256;
 constexpr float kMinAbsmax = 1e-38f;  // bitsandbytes' clamp(min=1e-38), as quant/nf4.cpp
 constexpr int kNested = 256;          // kNf4NestedBlocksize
-
-template <typename T>
-__device__ __forceinline__ float to_f(T x);
-template <>
-__device__ __forceinline__ float to_f<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <>
-__device__ __forceinline__ float to_f<__half>(__half x) {
-  return __half2float(x);
-}
 
 __device__ __forceinline__ float clamp1(float s) {
   return s < -1.0f ? -1.0f : (s > 1.0f ? 1.0f : s);
@@ -104,7 +78,7 @@ __global__ void nf4_quantize_kernel(const T* __restrict__ x, int64_t n, int64_t 
     float am = 0.0f;
     bool bad = false;
     for (int64_t i = start + lane; i < end; i += 32) {
-      const float v = to_f<T>(x[i]);
+      const float v = to_f(x[i]);
       bad = bad || !isfinite(v);
       am = fmaxf(am, fabsf(v));
     }
@@ -116,11 +90,11 @@ __global__ void nf4_quantize_kernel(const T* __restrict__ x, int64_t n, int64_t 
     const float r = __fdiv_rn(1.0f, c);
     // start is even (blocksize is): the block owns its bytes.
     for (int64_t i = start + 2 * lane; i < end; i += 64) {
-      const float v0 = to_f<T>(x[i]);
+      const float v0 = to_f(x[i]);
       const uint8_t hi = nearest16(mids, clamp1(full ? __fmul_rn(v0, r) : __fdiv_rn(v0, c)));
       uint8_t lo = 7;
       if (i + 1 < end) {
-        const float v1 = to_f<T>(x[i + 1]);
+        const float v1 = to_f(x[i + 1]);
         lo = nearest16(mids, clamp1(full ? __fmul_rn(v1, r) : __fdiv_rn(v1, c)));
       }
       packed[i >> 1] = static_cast<uint8_t>((hi << 4) | lo);
