@@ -302,9 +302,7 @@ model::LlamaModel::QuantizeProgress quantize_progress(const Run& r, bool from_fi
     log_info(line);
   };
 }
-}  // namespace
 
-namespace {
 // [run] seed fixes the default generators of the CPU and of the rank's device, the only random
 // stream training draws from (LoRA dropout masks; every weight init has its own seeded generator):
 // a run is repeatable, and ranks draw apart (each drops its own batch independently). Resuming
