@@ -6,7 +6,8 @@
 // intermediate 8/3 hidden, vocab 2048, batch 2 x seq 256. CIUIC_BENCH_DEVICE=cuda and
 // CIUIC_BENCH_DTYPE=bf16 run it on a GPU in bfloat16 (bench/model/peer_hf.py reads the same
 // variables for the PyTorch peer). BM_CheckpointingRatio alternates both settings step by step and
-// reports on/off as a ratio measured side by side.
+// reports on/off as a ratio measured side by side. BM_LoraForwardBackward: the LoRA step (r 16 on
+// every linear, CIUIC_BENCH_LORA_R) with and without adapter dropout.
 #include <chrono>
 #include <cstdlib>
 #include <memory>
@@ -20,6 +21,7 @@
 #include <benchmark/benchmark.h>
 
 #include "model/llama.h"
+#include "model/lora.h"
 
 namespace {
 
@@ -104,6 +106,40 @@ BENCHMARK(BM_ForwardBackward)
     ->Args({1, 0})
     ->Args({0, 1})
     ->Args({0, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
+// LoRA (model/lora.h) on every linear of the same model, rank CIUIC_BENCH_LORA_R (16), alpha 2r:
+// the base frozen, forward+backward of the adapters' training step; arg dropout: 0 (adapters that
+// share an input run one A product) or 0.1 (each adapter its own, with its own mask).
+void BM_LoraForwardBackward(benchmark::State& state) {
+  Setup s = make_setup();
+  ciuic::model::LoraSpec spec;
+  spec.r = env_or("CIUIC_BENCH_LORA_R", 16);
+  spec.alpha = 2.0 * static_cast<double>(spec.r);
+  spec.dropout = static_cast<double>(state.range(0)) / 10.0;
+  spec.target_names = {"all-linear"};
+  spec.targets = ciuic::model::lora_target_slots(spec.target_names, "bench");
+  s.model->enable_lora(spec);
+  s.model->init_lora(1);
+  const auto step = [&] {
+    for (auto& [name, p] : s.model->lora_parameters())
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    s.model->loss_sum(s.ids, s.labels, {}, false).backward();
+    if (!s.model->device().is_cpu())  // wait for the device: layer 0's A gets the last gradient
+      s.model->lora_parameters().front().second.grad().view(-1)[0].item<float>();
+  };
+  step();  // warm-up
+  for (auto _ : state) step();
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(s.tokens), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel("r " + std::to_string(spec.r) + ", dropout " + std::to_string(spec.dropout));
+}
+BENCHMARK(BM_LoraForwardBackward)
+    ->ArgName("dropout_tenths")
+    ->Arg(0)
+    ->Arg(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

@@ -5,7 +5,7 @@
 #   lora     ciuic LoRA, PEFT + transformers eager (bench/peers/peft_lora.py), ciuic's full fine-tune
 #            of the same model (its forward+backward: what the LoRA step wraps)
 #   qlora    ciuic with [adapter] base_quantization = "nf4" beside PEFT + bitsandbytes (nf4, double
-#            quantization, bf16 compute); ciuic's side fails (reported, not fatal) until QLoRA lands
+#            quantization, bf16 compute); ciuic quantizes the base on the GPU (quant/cuda) at start
 #   compile  PEFT + transformers with each decoder layer torch.compile'd
 #   cpu      (not in the default list; ~3 min) the CPU comparison on the host's quiet cores: the 100M
 #            shape, fp32, 2 threads on both sides, ciuic LoRA / PEFT eager / ciuic full, 2 repetitions

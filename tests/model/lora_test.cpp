@@ -1,12 +1,17 @@
 // LoRA against PEFT 0.21.2 (tests/fixtures/gen_lora.py): a llama (all-linear) and a qwen2
 // (q_proj + v_proj, rslora, tied, biases, a sliding layer) adapter loaded from PEFT's own
 // save_pretrained files: logits and loss to 1e-5, adapter gradients to 1e-4 (relative, fp32),
-// with and without activation checkpointing; the base frozen (no gradient); PEFT's init; bad
-// target names and adapters for another base refused naming the key or tensor.
+// with and without activation checkpointing (and with dropout, checkpointed = plain); the base
+// frozen (no gradient); PEFT's init; bad target names and adapters for another base refused naming
+// the key or tensor.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
 
+#include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/equal.h>
 #include <ATen/ops/ones.h>
@@ -60,10 +65,10 @@ LoraSpec spec_of(const std::string& c) {
   return s;
 }
 
-std::unique_ptr<LlamaModel> load(const std::string& c) {
+std::unique_ptr<LlamaModel> load(const std::string& c, c10::Device device = at::kCPU) {
   std::ifstream in(testing::fixture("lora/cases.json"));
   const std::string base = nlohmann::json::parse(in)[c]["base"].get<std::string>();
-  auto m = LlamaModel::from_pretrained(testing::fixture("families/" + base), at::kFloat, at::kCPU);
+  auto m = LlamaModel::from_pretrained(testing::fixture("families/" + base), at::kFloat, device);
   m->enable_lora(spec_of(c));
   m->load_lora(
       SafetensorsReader::open(testing::fixture("lora/" + c + "/adapter_model.safetensors")));
@@ -72,13 +77,18 @@ std::unique_ptr<LlamaModel> load(const std::string& c) {
 
 class LoraVsPeft : public ::testing::TestWithParam<std::string> {};
 
+// On the CPU, and on a CUDA device when there is one (fp32: the adapters' shared A product and the
+// in-place B GEMM through cuBLAS).
 TEST_P(LoraVsPeft, LogitsLossAndAdapterGradients) {
   const std::string c = GetParam();
-  for (bool ckpt : {false, true}) {
-    SCOPED_TRACE(ckpt ? "checkpointed" : "plain");
-    auto m = load(c);
+  std::vector<std::pair<c10::Device, bool>> runs{{at::kCPU, false}, {at::kCPU, true}};
+  if (at::hasCUDA()) runs.insert(runs.end(), {{{at::kCUDA, 0}, false}, {{at::kCUDA, 0}, true}});
+  for (const auto& [dev, ckpt] : runs) {
+    SCOPED_TRACE(std::string(ckpt ? "checkpointed" : "plain") + " on " + dev.str());
+    auto m = load(c, dev);
     m->set_activation_checkpointing(ckpt);
-    const at::Tensor ids = want().tensor(c + ".input_ids"), labels = want().tensor(c + ".labels");
+    const at::Tensor ids = want().tensor(c + ".input_ids").to(dev),
+                     labels = want().tensor(c + ".labels").to(dev);
     {
       at::NoGradGuard ng;
       EXPECT_LT(max_rel_diff(m->forward(ids, at::Tensor(), false), want().tensor(c + ".logits")),
@@ -337,6 +347,61 @@ TEST(Lora, DropoutZeroesAtRatePAndScalesTheRestOnlyWhileTraining) {
   at::NoGradGuard ng;
   EXPECT_TRUE(
       at::equal(drop->forward(ids, at::Tensor(), false), plain->forward(ids, at::Tensor(), false)));
+}
+
+// Dropout under activation checkpointing: the recomputation draws the forward's masks and the
+// generator is left where the plain layer leaves it. With dropout 0.1 and one seed, two steps of
+// the checkpointed model give the plain model's losses and adapter gradients (fp32, 1e-6), which
+// differ from the dropout-0 model's (the masks are in use) and from step to step. Both fixtures
+// (llama all-linear; qwen2 q/v with biases and a sliding layer); on CUDA too when there is one.
+TEST(Lora, DropoutWithCheckpointingEqualsWithout) {
+  std::vector<c10::Device> devices{at::kCPU};
+  if (at::hasCUDA()) devices.emplace_back(at::kCUDA, 0);
+  for (const c10::Device dev : devices)
+    for (const std::string c : {"llama", "qwen2"}) {
+      SCOPED_TRACE(c + " on " + dev.str());
+      struct Steps {
+        std::vector<double> loss;
+        std::vector<std::vector<at::Tensor>> grads;  // per step, trainable_parameters() order
+      };
+      auto run = [&](double dropout, bool ckpt) {
+        std::ifstream in(testing::fixture("lora/cases.json"));
+        const std::string base = nlohmann::json::parse(in)[c]["base"].get<std::string>();
+        auto m = LlamaModel::from_pretrained(testing::fixture("families/" + base), at::kFloat, dev);
+        LoraSpec s = spec_of(c);
+        s.dropout = dropout;
+        m->enable_lora(s);
+        m->load_lora(
+            SafetensorsReader::open(testing::fixture("lora/" + c + "/adapter_model.safetensors")));
+        m->set_activation_checkpointing(ckpt);
+        const at::Tensor ids = want().tensor(c + ".input_ids").to(dev),
+                         labels = want().tensor(c + ".labels").to(dev);
+        at::manual_seed(1234);
+        Steps out;
+        for (int step = 0; step < 2; ++step) {
+          at::Tensor loss = m->loss_sum(ids, labels, at::Tensor(), false);
+          loss.backward();
+          out.loss.push_back(loss.item<double>());
+          out.grads.emplace_back();
+          for (auto& [name, t] : m->trainable_parameters()) {
+            out.grads.back().push_back(t.grad().detach().cpu().clone());
+            t.mutable_grad() = at::Tensor();
+          }
+        }
+        return out;
+      };
+      const Steps plain = run(0.1, false), ckpt = run(0.1, true), none = run(0.0, false);
+      ASSERT_EQ(ckpt.grads.size(), 2u);
+      for (int step = 0; step < 2; ++step) {
+        SCOPED_TRACE(step);
+        EXPECT_NEAR(ckpt.loss[step], plain.loss[step], 1e-6 * std::abs(plain.loss[step]));
+        EXPECT_NE(plain.loss[step], none.loss[step]);
+        ASSERT_EQ(ckpt.grads[step].size(), plain.grads[step].size());
+        for (size_t i = 0; i < plain.grads[step].size(); ++i)
+          EXPECT_LT(max_rel_diff(ckpt.grads[step][i], plain.grads[step][i]), 1e-6) << i;
+      }
+      EXPECT_NE(plain.loss[0], plain.loss[1]);  // each step draws new masks
+    }
 }
 
 // [adapter] init_from: PEFT's own folder (save_pretrained of the fixture) gives the spec, fills the

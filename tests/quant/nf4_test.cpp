@@ -1,9 +1,13 @@
 // quant/nf4.h against bitsandbytes 0.50.2 on CPU (tests/fixtures/quant/nf4.safetensors, written by
 // tests/fixtures/gen_nf4.py): packing and absmax bit-identical, dequantization exactly equal, the
 // double quantization's absmax2 and offset identical and its codes at least as near as bnb's.
+#include <bit>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
@@ -195,9 +199,9 @@ TEST_F(Nf4, LinearForwardAndBackward) {
 }
 
 // On a CUDA device (label unit; skipped without one): quantizing a CUDA tensor gives the CPU's
-// bits (the work runs on the CPU), and the CUDA dequantize kernel gives the CPU loops' values —
-// exactly where the arithmetic is one product, within one rounding of the output dtype where
-// nvcc may contract the double quantization's scale * code + offset into an FMA.
+// packed bits (CudaQuantizeEqualsCpu checks every field), and the CUDA dequantize kernel gives the
+// CPU loops' values — exactly where the arithmetic is one product, within one rounding of the
+// output dtype where nvcc may contract the double quantization's scale * code + offset into an FMA.
 TEST_F(Nf4, CudaDequantizeEqualsCpu) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   for (const std::string& c : kCases) {
@@ -225,6 +229,69 @@ TEST_F(Nf4, CudaDequantizeEqualsCpu) {
   const at::Tensor yr =
       at::linear(x, ciuic::quant::dequantize_nf4(q, at::kBFloat16).cpu()).to(at::kFloat);
   EXPECT_TRUE(at::allclose(y, yr, 2e-2, 2e-2));
+}
+
+// Bit for bit: a float tensor compared through its int32 view, others with at::equal.
+void expect_bits(const at::Tensor& got, const at::Tensor& want, const char* what) {
+  ASSERT_EQ(got.scalar_type(), want.scalar_type()) << what;
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  const at::Tensor g = got.cpu().contiguous(), w = want.cpu().contiguous();
+  if (g.scalar_type() == at::kFloat)
+    EXPECT_TRUE(at::equal(g.view(at::kInt), w.view(at::kInt))) << what;
+  else
+    EXPECT_TRUE(at::equal(g, w)) << what;
+}
+
+void expect_same_nf4(const Nf4Tensor& g, const Nf4Tensor& c) {
+  EXPECT_TRUE(g.packed.is_cuda());
+  EXPECT_TRUE(g.absmax.is_cuda());
+  EXPECT_EQ(g.shape, c.shape);
+  EXPECT_EQ(g.dtype, c.dtype);
+  EXPECT_EQ(g.blocksize, c.blocksize);
+  ASSERT_EQ(g.double_quant(), c.double_quant());
+  expect_bits(g.packed, c.packed, "packed");
+  expect_bits(g.code, c.code, "code");
+  expect_bits(g.absmax, c.absmax, "absmax");
+  if (c.double_quant()) {
+    EXPECT_EQ(std::bit_cast<uint32_t>(g.offset), std::bit_cast<uint32_t>(c.offset)) << "offset";
+    expect_bits(g.code2, c.code2, "code2");
+    expect_bits(g.absmax2, c.absmax2, "absmax2");
+  }
+}
+
+// On a CUDA device in a CUDA build (skipped otherwise): quantize_nf4 of a CUDA tensor runs the
+// quant/cuda kernels and gives the CPU loops' bits — packed nibbles, the fp32 absmax, and with
+// double quantization the offset, the 8-bit codes and absmax2 — for every fixture case and block
+// size, each input dtype, tensors of several nested blocks with a short last block, an odd count,
+// all-zero blocks and outliers; a non-finite element is refused as on the CPU.
+TEST_F(Nf4, CudaQuantizeEqualsCpu) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  if (!ciuic::quant::nf4_quantizes_on(at::kCUDA))
+    GTEST_SKIP() << "a CPU build: quantize_nf4 runs on the CPU for CUDA tensors";
+  std::vector<std::pair<std::string, at::Tensor>> inputs;
+  for (const std::string& c : kCases) inputs.emplace_back(c, T(c + ".input"));
+  at::manual_seed(7);
+  at::Tensor big = at::randn({1000, 777}) * 0.02;  // 12141 blocks of 64 (the last 40 long)
+  big.narrow(0, 10, 3).zero_();                    // whole zero blocks
+  big[500][3] = 60.0;                              // an outlier block
+  big[900][700] = -3e-30;
+  for (const auto dt : {at::kFloat, at::kBFloat16, at::kHalf})
+    inputs.emplace_back(std::string("big ") + c10::toString(dt), big.to(dt));
+  inputs.emplace_back("odd 12345", at::randn({12345}));
+  inputs.emplace_back("nested exactly", at::randn({256 * 64 * 3}));  // 3 full nested blocks
+  for (const auto& [name, x] : inputs)
+    for (const int64_t bs : {32, 64, 128, 4096})
+      for (const bool dq : {false, true}) {
+        SCOPED_TRACE(name + " blocksize " + std::to_string(bs) + (dq ? " double-quantized" : ""));
+        expect_same_nf4(ciuic::quant::quantize_nf4(x.to(at::kCUDA), bs, dq),
+                        ciuic::quant::quantize_nf4(x, bs, dq));
+      }
+  at::Tensor bad = at::randn({300});
+  bad[299] = std::numeric_limits<float>::infinity();
+  EXPECT_THROW(ciuic::quant::quantize_nf4(bad.to(at::kCUDA)), ciuic::Error);
+  bad[299] = std::nanf("");
+  EXPECT_THROW(ciuic::quant::quantize_nf4(bad.to(at::kCUDA).to(at::kBFloat16), 64, false),
+               ciuic::Error);
 }
 
 TEST(Nf4Size, CountsThePlannerBytes) {

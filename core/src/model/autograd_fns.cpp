@@ -2,8 +2,11 @@
 // vocabulary-chunked linear + cross-entropy loss. Kept in their own translation unit: the custom
 // function header pulls in much of the autograd engine.
 #include <algorithm>
+#include <mutex>
+#include <optional>
 #include <string>
 
+#include <ATen/Context.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/empty_like.h>
@@ -111,6 +114,34 @@ LayerWeights weights_of(at::TensorList weights, int64_t slots, AutogradContext* 
   return w;
 }
 
+// The default generator of `device` set to `state` for a scope (a checkpointed layer's
+// recomputation), and put back to the state it had before on leaving it.
+class GeneratorStateScope {
+ public:
+  GeneratorStateScope(c10::Device device, const at::Tensor& state)
+      : gen_(at::globalContext().defaultGenerator(device)) {
+    const std::scoped_lock lock(gen_.mutex());
+    before_ = gen_.get_state();
+    gen_.set_state(state);
+  }
+  ~GeneratorStateScope() {
+    const std::scoped_lock lock(gen_.mutex());
+    gen_.set_state(before_);
+  }
+  GeneratorStateScope(const GeneratorStateScope&) = delete;
+  GeneratorStateScope& operator=(const GeneratorStateScope&) = delete;
+
+ private:
+  at::Generator gen_;
+  at::Tensor before_;
+};
+
+at::Tensor generator_state(c10::Device device) {
+  at::Generator gen = at::globalContext().defaultGenerator(device);
+  const std::scoped_lock lock(gen.mutex());
+  return gen.get_state();
+}
+
 struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
   static at::Tensor forward(AutogradContext* ctx, const LayerShape& s, const at::Tensor& x,
                             const at::Tensor& cos, const at::Tensor& sin_signed,
@@ -135,6 +166,8 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
                           cu_seqlens.value_or(at::Tensor())};
     to_save.insert(to_save.end(), weights.begin(), weights.end());
     ctx->save_for_backward(to_save);  // the layer input and references to inputs: nothing new
+    // LoRA dropout: the recomputation draws its masks from the state the forward drew them from.
+    if (s.lora_dropout > 0) ctx->saved_data["rng"] = generator_state(x.device());
     const LayerWeights w = weights_of(weights, slots, ctx);
     const PackedDocs docs = cu_seqlens ? docs_of(*cu_seqlens, meta) : PackedDocs{};
     return decoder_layer(w, s, x, {cos, sin_signed}, mask, nullptr, cu_seqlens ? &docs : nullptr);
@@ -186,6 +219,8 @@ struct CheckpointedLayer : public torch::autograd::Function<CheckpointedLayer> {
     at::Tensor y;
     {
       at::AutoGradMode enable(true);
+      std::optional<GeneratorStateScope> rng;
+      if (ctx->saved_data.count("rng")) rng.emplace(x.device(), ctx->saved_data["rng"].toTensor());
       if (boundaries) boundaries->before_group(group, ciuic::GroupPass::kRecompute);
       y = decoder_layer(w, s, x, {saved[1], saved[2]}, mask, nullptr, has_docs ? &docs : nullptr);
       if (boundaries) boundaries->after_group(group, ciuic::GroupPass::kRecompute);

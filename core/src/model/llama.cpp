@@ -272,14 +272,22 @@ void LlamaModel::merge_lora() {
 }
 
 void LlamaModel::quantize_base(const ciuic::ParamValues& values, int64_t blocksize,
-                               bool double_quant) {
+                               bool double_quant, const QuantizeProgress& progress) {
   if (base_quantized()) throw Error("LlamaModel::quantize_base: the base is already quantized");
   at::NoGradGuard no_grad;
   const auto params = named_parameters();
   std::vector<std::unique_ptr<quant::Nf4Tensor>> stored;
   std::vector<std::pair<LayerWeights*, int>> where;  // (layer, linear index) of each stored
+  // Where each weight is quantized: on the model's device when quant::quantize_nf4 runs there (CUDA
+  // builds on CUDA), else on the CPU.
+  const c10::Device at_device = quant::nf4_quantizes_on(device_) ? device_ : c10::Device(at::kCPU);
+  const auto specs = llama_parameter_specs(cfg_);
+  int64_t total = 0, done = 0;
+  for (const auto& spec : specs)
+    if (spec.layer >= 0 && LayerWeights::linear_index(spec.slot) >= 0) ++total;
+  if (progress) progress(0, total);
   size_t index = 0;
-  for (const auto& spec : llama_parameter_specs(cfg_)) {
+  for (const auto& spec : specs) {
     const at::Tensor& p = params[index].second;
     const int lin = spec.layer >= 0 ? LayerWeights::linear_index(spec.slot) : -1;
     if (lin < 0) {
@@ -287,19 +295,21 @@ void LlamaModel::quantize_base(const ciuic::ParamValues& values, int64_t blocksi
       if (values) values(static_cast<int>(index), 0, p.detach().view({-1}));
     } else {
       at::Tensor w = p;
-      if (values) {  // the weight only in a CPU temporary
-        w = at::empty({p.numel()}, at::TensorOptions().dtype(dtype_));
+      if (values) {  // the weight only in a temporary where it is quantized
+        w = at::empty({p.numel()}, at::TensorOptions().dtype(dtype_).device(at_device));
         values(static_cast<int>(index), 0, w);
         w = w.view(p.sizes());
       } else if (!p.storage().data()) {
         throw Error("LlamaModel::quantize_base: " + spec.name +
                     " holds no memory (a model built with allocate = false needs `values`)");
       }
-      quant::Nf4Tensor q = quant::quantize_nf4(w.detach().cpu(), blocksize, double_quant);
+      quant::Nf4Tensor q = quant::quantize_nf4(w.detach().to(at_device), blocksize, double_quant);
+      w = at::Tensor();  // the temporary freed before the next weight
       for (at::Tensor* t : {&q.packed, &q.code, &q.absmax, &q.code2, &q.absmax2})
         if (t->defined()) *t = t->to(device_);
       stored.push_back(std::make_unique<quant::Nf4Tensor>(std::move(q)));
       where.emplace_back(&layers_[static_cast<size_t>(spec.layer)], lin);
+      if (progress && ++done < total) progress(done, total);
     }
     ++index;
   }
@@ -309,6 +319,7 @@ void LlamaModel::quantize_base(const ciuic::ParamValues& values, int64_t blocksi
     layer->t[LayerWeights::kLinear[lin]] = at::Tensor();  // the dense weight freed
   }
   nf4_ = std::move(stored);
+  if (progress && total > 0) progress(total, total);
 }
 
 std::vector<std::pair<std::string, const quant::Nf4Tensor*>> LlamaModel::nf4_weights() const {
@@ -413,6 +424,11 @@ void LlamaModel::init_random_values(int param, int64_t offset, const at::Tensor&
                 std::to_string(out.numel()) + ") of " + name + " (" + std::to_string(p.numel()) +
                 " elements)");
   at::NoGradGuard no_grad;
+  if (offset == 0 && out.numel() == p.numel() && out.device() == device_ &&
+      out.scalar_type() == dtype_ && out.is_contiguous()) {  // the whole parameter: drawn in place
+    init_parameter(static_cast<size_t>(param), name, out.view(p.sizes()), seed, std);
+    return;
+  }
   const at::Tensor whole = at::empty(p.sizes(), at::TensorOptions().dtype(dtype_).device(device_));
   init_parameter(static_cast<size_t>(param), name, whole, seed, std);
   out.copy_(whole.reshape({-1}).narrow(0, offset, out.numel()));
@@ -547,6 +563,7 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
     const bool slides = cfg_.layer_slides(static_cast<int64_t>(i));
     LayerShape s = shape_;
     if (slides) s.window = cfg_.sliding_window;
+    if (!at::GradMode::is_enabled()) s.lora_dropout = 0;  // dropout while training only
     const RopeTables& r = slides && inv_freq_local_.defined() ? rope_local : rope;
     const std::optional<at::Tensor>& m = slides && window_mask ? window_mask : mask;
     if (ckpt && (checkpoint_layers_ <= 0 || static_cast<int64_t>(i) < checkpoint_layers_))

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,7 +90,8 @@ class CIUIC_API LlamaModel {
   void init_random(uint64_t seed, double std);
   // Elements [offset, offset + out.numel()) of the flattened value init_random(seed, std) gives
   // parameter `param` (named_parameters() order), written into `out` (1-D, contiguous, the model's
-  // dtype, any device): the same bits, drawn whole on device() in a temporary. Reads no parameter.
+  // dtype, any device): the same bits, drawn whole on device() (in `out` itself when it is the
+  // whole parameter, contiguous on device(); in a temporary otherwise). Reads no parameter.
   void init_random_values(int param, int64_t offset, const at::Tensor& out, uint64_t seed,
                           double std) const;
   // Loads safetensors weights (single file or sharded; see SafetensorsReader::open for `path`),
@@ -143,18 +145,22 @@ class CIUIC_API LlamaModel {
   // QLoRA (quant/nf4.h): stores every linear weight of the decoder layers (q, k, v, o, gate, up,
   // down_proj — as bitsandbytes' load_in_4bit replaces every nn.Linear but lm_head; not the
   // embedding, norms or biases) as NF4 in blocks of `blocksize`, with double quantization of the
-  // scales when `double_quant`, quantized on the CPU from the weight in the model's dtype; the
-  // dense weight is dropped (its slot undefined, named_parameters() no longer lists it) and the
-  // layer multiplies through quant::nf4_linear in the activations' dtype (the model's: the
-  // compute dtype), which dequantizes on the fly and gives the weight no gradient. Without
-  // `values` the current weights are quantized (they must hold memory). With `values`
-  // (ciuic::ParamValues over named_parameters() indices, e.g. SafetensorsReader::load_slice_into
-  // or init_random_values) every parameter is filled from it: a linear weight through a CPU
-  // temporary that is quantized and dropped (the full-precision weight never exists on the
-  // device), the others given memory if they have none (a model built with allocate = false):
-  // the peak is the NF4 base plus one weight. Once only, before enable_lora or after.
+  // scales when `double_quant`, quantized from the weight in the model's dtype — on the model's
+  // device where quant::nf4_quantizes_on(device()) (CUDA builds on CUDA: quant/cuda's kernels),
+  // else on the CPU; the same bits either way. The dense weight is dropped (its slot undefined,
+  // named_parameters() no longer lists it) and the layer multiplies through quant::nf4_linear in
+  // the activations' dtype (the model's: the compute dtype), which dequantizes on the fly and
+  // gives the weight no gradient. Without `values` the current weights are quantized (they must
+  // hold memory). With `values` (ciuic::ParamValues over named_parameters() indices, e.g.
+  // SafetensorsReader::load_slice_into or init_random_values) every parameter is filled from it: a
+  // linear weight through a temporary on the device where it is quantized (one weight at a time,
+  // dropped before the next), the others given memory if they have none (a model built with
+  // allocate = false): the peak is the NF4 base plus one weight (and quantize_nf4's working copy).
+  // `progress` (optional) is called with (0, total) first, then (k, total) after the k-th of the
+  // `total` linear weights. Once only, before enable_lora or after.
+  using QuantizeProgress = std::function<void(int64_t done, int64_t total)>;
   void quantize_base(const ciuic::ParamValues& values = {}, int64_t blocksize = 64,
-                     bool double_quant = true);
+                     bool double_quant = true, const QuantizeProgress& progress = {});
   bool base_quantized() const { return !nf4_.empty(); }
   // The NF4 weights, by the names their dense parameters had (model.layers.<i>.self_attn.q_proj.
   // weight ...), in named_parameters() order; empty unless quantize_base.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <numbers>
 #include <string>
@@ -15,6 +16,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/_flash_attention_forward.h>
 #include <ATen/ops/addcmul.h>
+#include <ATen/ops/addmm.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/cumsum.h>
@@ -150,21 +152,70 @@ bool varlen_attention_supported(at::ScalarType dtype, c10::Device device, int64_
 }
 
 at::Tensor lora_input(const at::Tensor& x, double p) {
-  return p > 0 && at::GradMode::is_enabled() ? at::dropout(x, p, /*train=*/true) : x;
+  return lora_input(x, p, at::GradMode::is_enabled());
+}
+
+at::Tensor lora_input(const at::Tensor& x, double p, bool train) {
+  return p > 0 && train ? at::dropout(x, p, /*train=*/true) : x;
 }
 
 namespace {
 // linear(x, w.t[slot], bias) (through quant::nf4_linear when the slot is stored NF4), plus the
-// slot's LoRA term when it has an adapter (PEFT's lora.Linear: result + lora_B(lora_A(dropout(x)))
-// * scaling).
+// slot's LoRA term when it has an adapter: PEFT's lora.Linear, result + lora_B(lora_A(dropout(x)))
+// * scaling. `xa` (optional): the adapter's A product A dropout(x), computed by the caller
+// (lora_a_shared); computed here when undefined. The B product, its scaling and the addition are
+// one GEMM updating the base output in place (addmm_ with beta 1, alpha = scaling): the sum is
+// rounded once instead of after each of the three ops (PEFT's order), and the [N, out] product is
+// never written apart, scaled and added (four passes over it less in forward, one in backward).
+// In place is safe: nothing saves the base output for backward (linear and nf4_linear save their
+// input, the adapter's GEMM saves xa and B).
 at::Tensor lin(const LayerWeights& w, const LayerShape& s, int slot, const at::Tensor& x,
-               const at::Tensor& bias = at::Tensor()) {
+               const at::Tensor& bias = at::Tensor(), const at::Tensor& xa = at::Tensor()) {
   const quant::Nf4Tensor* q = w.nf4_of(slot);
-  at::Tensor y = q ? quant::nf4_linear(x, *q, bias) : at::linear(x, w.t[slot], bias);
   const int a = LayerWeights::lora_a_slot(slot);
-  if (a < 0 || !w.t[a].defined()) return y;
-  const at::Tensor xd = lora_input(x, s.lora_dropout);
-  return y + at::linear(at::linear(xd, w.t[a]), w.t[a + 1]) * s.lora_scale;
+  if (a < 0 || !w.t[a].defined())
+    return q ? quant::nf4_linear(x, *q, bias) : at::linear(x, w.t[slot], bias);
+  const at::Tensor& b = w.t[a + 1];  // [out, r]
+  const at::Tensor x2 = x.reshape({-1, x.size(-1)});
+  at::Tensor y = q ? quant::nf4_linear(x2, *q, bias) : at::linear(x2, w.t[slot], bias);
+  const at::Tensor ax =
+      xa.defined() ? xa : at::linear(lora_input(x, s.lora_dropout, /*train=*/true), w.t[a]);
+  y.addmm_(ax.reshape({-1, b.size(1)}), b.t(), /*beta=*/1.0, /*alpha=*/s.lora_scale);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = b.size(0);
+  return y.view(shape);
+}
+// The adapters' A products A x of linear slots `slots`, which all read x, in slot order (undefined
+// where a slot has no adapter, and all undefined when lin() should compute them itself). Without
+// dropout (lora_dropout 0: none configured, or not training) two or more adapters share one product
+// with their A matrices concatenated along the output dimension ([r + r + ..., in]) and split
+// after: x is read once instead of once per adapter in forward, and backward's dX gets one
+// [N, in] term instead of one per adapter (each summed into dX). The A parameters stay separate
+// leaves (the sharding plugins hold them); the concatenation, r x in per adapter, is rebuilt per
+// call and autograd splits its gradient back. With dropout each adapter drops x with its own mask
+// (PEFT's lora_dropout is per adapter), so each keeps its own product.
+std::vector<at::Tensor> lora_a_shared(const LayerWeights& w, const LayerShape& s,
+                                      const at::Tensor& x, std::initializer_list<int> slots) {
+  std::vector<at::Tensor> out(slots.size());
+  if (s.lora_dropout > 0) return out;
+  std::vector<at::Tensor> as;
+  std::vector<int64_t> ranks;
+  std::vector<size_t> where;
+  size_t i = 0;
+  for (int slot : slots) {
+    const int a = LayerWeights::lora_a_slot(slot);
+    if (a >= 0 && w.t[a].defined()) {
+      as.push_back(w.t[a]);
+      ranks.push_back(w.t[a].size(0));
+      where.push_back(i);
+    }
+    ++i;
+  }
+  if (as.size() < 2) return out;
+  const std::vector<at::Tensor> parts =
+      at::linear(x, at::cat(as, 0)).split_with_sizes(ranks, /*dim=*/-1);
+  for (size_t k = 0; k < where.size(); ++k) out[where[k]] = parts[k];
+  return out;
 }
 inline bool has_lora(const LayerWeights& w, int slot) {
   const int a = LayerWeights::lora_a_slot(slot);
@@ -184,7 +235,9 @@ at::Tensor attention_tail(const LayerWeights& w, const LayerShape& s, const at::
   at::Tensor out = x + o;
   at::Tensor h = rms_norm_of(out, w.t[s.sandwich ? W::kLnPreFfn : W::kLnPostAttn], s.hidden, s.eps,
                              s.gemma_norm, s.fused);
-  at::Tensor gate = lin(w, s, W::kGate, h), up = lin(w, s, W::kUp, h);
+  const std::vector<at::Tensor> gu = lora_a_shared(w, s, h, {W::kGate, W::kUp});
+  at::Tensor gate = lin(w, s, W::kGate, h, at::Tensor(), gu[0]),
+             up = lin(w, s, W::kUp, h, at::Tensor(), gu[1]);
   at::Tensor m;
   if (s.fused && !has_lora(w, W::kDown) && !w.nf4_of(W::kDown))
     m = fused_glu_down(gate, up, w.w_down(), s.act);
@@ -199,8 +252,8 @@ at::Tensor attention_tail(const LayerWeights& w, const LayerShape& s, const at::
 // q or k [B, T, heads, D]: projected, normed over D (qk_norm), rotated.
 at::Tensor project(const at::Tensor& h, const LayerWeights& w, int slot, const at::Tensor& bias,
                    const at::Tensor& norm, const LayerShape& s, int64_t heads,
-                   const RopeTables& rope) {
-  at::Tensor y = lin(w, s, slot, h, bias).view({h.size(0), h.size(1), heads, s.head_dim});
+                   const RopeTables& rope, const at::Tensor& xa) {
+  at::Tensor y = lin(w, s, slot, h, bias, xa).view({h.size(0), h.size(1), heads, s.head_dim});
   if (s.qk_norm && s.fused) return fused_qk_norm_rope(y, norm, rope, s.eps, s.gemma_norm);
   if (s.qk_norm) y = rms_norm_of(y, norm, s.head_dim, s.eps, s.gemma_norm);
   return apply_rope(y, rope, s.fused);
@@ -215,9 +268,11 @@ at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, const at::T
   at::Tensor h = rms_norm_of(x, w.ln_in(), s.hidden, s.eps, s.gemma_norm, s.fused);
   // Projections stay in [B, T, heads, D] (the layout flash kernels use); the transposes to
   // [B, heads, T, D] for SDPA are views.
-  at::Tensor q = project(h, w, W::kQ, w.t[W::kQBias], w.t[W::kQNorm], s, s.n_heads, rope);
-  at::Tensor k = project(h, w, W::kK, w.t[W::kKBias], w.t[W::kKNorm], s, s.n_kv_heads, rope);
-  at::Tensor v = lin(w, s, W::kV, h, w.t[W::kVBias]).view({b, t, s.n_kv_heads, s.head_dim});
+  const std::vector<at::Tensor> qkv = lora_a_shared(w, s, h, {W::kQ, W::kK, W::kV});
+  at::Tensor q = project(h, w, W::kQ, w.t[W::kQBias], w.t[W::kQNorm], s, s.n_heads, rope, qkv[0]);
+  at::Tensor k =
+      project(h, w, W::kK, w.t[W::kKBias], w.t[W::kKNorm], s, s.n_kv_heads, rope, qkv[1]);
+  at::Tensor v = lin(w, s, W::kV, h, w.t[W::kVBias], qkv[2]).view({b, t, s.n_kv_heads, s.head_dim});
   const std::optional<double> scale = s.scale > 0 ? std::optional<double>(s.scale) : std::nullopt;
   at::Tensor a;
   if (docs) {

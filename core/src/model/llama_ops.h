@@ -45,8 +45,10 @@ struct LayerShape {
   double scale = 0;         // attention score scale; 0: 1 / sqrt(head_dim)
   int64_t window = 0;       // attends to the last `window` positions (itself included); 0: all
   // LoRA (model/lora.h): a linear slot whose adapter slots are defined adds
-  // lora_scale * B(A(dropout(x))) to its output, as PEFT's lora.Linear; dropout applies only
-  // while autograd records (training).
+  // lora_scale * B(A(dropout(x))) to its output, as PEFT's lora.Linear. The dropout applies
+  // whenever lora_dropout > 0, with or without autograd: LlamaModel sets it only while training
+  // (autograd recording) and 0 otherwise, so that a checkpointed layer's forward (which runs
+  // without autograd) draws the masks its recomputation draws again (checkpointed_decoder_layer).
   double lora_scale = 0;
   double lora_dropout = 0;
   // Layer `layer`'s shape (its window when it slides); -1: the model-wide part only.
@@ -171,8 +173,11 @@ struct LayerWeights {
 CIUIC_API std::vector<int> layer_slots(const LlamaConfig& cfg);
 // The input of a LoRA adapter's branch (PEFT's lora_dropout): x with each element zeroed with
 // probability p and the rest scaled by 1 / (1 - p) while autograd records (training); x itself
-// otherwise (evaluation, generation) and for p = 0.
+// otherwise (evaluation, generation) and for p = 0. The masks come from the default generator of
+// x's device.
 CIUIC_API at::Tensor lora_input(const at::Tensor& x, double p);
+// The same with the training decision made by the caller: dropped when `train` and p > 0.
+CIUIC_API at::Tensor lora_input(const at::Tensor& x, double p, bool train);
 // RMSNorm over the last `dim` elements with weight w (gemma_norm: 1 + w, in fp32, rounded once to
 // x's dtype, as transformers' Gemma3RMSNorm). fused (where fused_kernels_supported): Gemma's
 // through fused_rms_norm (one kernel instead of casts around at::rms_norm); the plain one is
@@ -256,7 +261,11 @@ CIUIC_API at::Tensor decoder_layer(const LayerWeights& w, const LayerShape& s, c
 // The same layer under activation checkpointing (model/autograd_fns.cpp): the forward runs
 // without autograd and keeps only its input; the backward recomputes the layer with autograd and
 // returns the weights' gradients to the engine, which accumulates them through the parameters'
-// ordinary AccumulateGrad nodes (their hooks fire exactly as without checkpointing).
+// ordinary AccumulateGrad nodes (their hooks fire exactly as without checkpointing). With LoRA
+// dropout (s.lora_dropout > 0) the forward keeps the state of x's device's default generator and
+// the recomputation runs from it, so it draws the forward's masks (as torch's checkpoint with
+// preserve_rng_state); the generator is then put back where it was, so the random stream after a
+// step is the same as without checkpointing: losses and gradients equal the plain layer's.
 // With `boundaries`, the backward's recomputation is announced as group `group`'s kRecompute pass
 // (before_group/after_group around it, ciuic/sharding.h).
 CIUIC_API at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const LayerShape& s,

@@ -13,6 +13,7 @@
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/linspace.h>
 #include <ATen/ops/mean.h>
+#include <ATen/ops/zeros.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <nlohmann/json.hpp>
@@ -173,6 +174,76 @@ int64_t Nf4Tensor::bytes() const {
   return b;
 }
 
+bool nf4_quantizes_on(c10::Device device) {
+#ifdef CIUIC_FUSED_KERNELS
+  return device.is_cuda();
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+namespace {
+// The double quantization's offset: ATen's fp32 mean of the absmax on the CPU (the CUDA path
+// copies its absmax here, so both paths round the same sum).
+float absmax_offset(const at::Tensor& cpu_absmax) { return at::mean(cpu_absmax).item<float>(); }
+
+#ifdef CIUIC_FUSED_KERNELS
+cuda::DType cuda_dtype(at::ScalarType t) {
+  return t == at::kFloat      ? cuda::DType::kFloat
+         : t == at::kBFloat16 ? cuda::DType::kBFloat16
+                              : cuda::DType::kHalf;
+}
+
+// quantize_nf4 on w's CUDA device (quant/cuda/nf4_kernels.h): the same bits as the CPU loops. One
+// synchronisation: the non-finite flag (and, with double quantization, the absmax for the offset).
+Nf4Tensor quantize_cuda(const at::Tensor& w, int64_t blocksize, bool double_quant) {
+  const c10::cuda::CUDAGuard guard(w.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor x = w.detach().contiguous();
+  const int64_t n = x.numel(), blocks = (n + blocksize - 1) / blocksize;
+  const auto dev = at::TensorOptions().device(x.device());
+  Nf4Tensor q;
+  q.shape = w.sizes().vec();
+  q.dtype = w.scalar_type();
+  q.blocksize = blocksize;
+  q.code = nf4_code().to(x.device());
+  q.packed = at::empty({(n + 1) / 2}, dev.dtype(at::kByte));
+  at::Tensor absmax = at::empty({blocks}, dev.dtype(at::kFloat));
+  at::Tensor flag = at::zeros({1}, dev.dtype(at::kInt));
+  cuda::Nf4Mids mids{};
+  const auto m = midpoints<16>(kNf4.data());
+  std::copy(m.begin(), m.end(), mids.m);
+  if (const char* err = cuda::nf4_quantize(x.data_ptr(), cuda_dtype(x.scalar_type()), n, blocksize,
+                                           mids, q.packed.data_ptr<uint8_t>(),
+                                           absmax.data_ptr<float>(), flag.data_ptr<int>(), stream))
+    throw Error(std::string("quantize_nf4: CUDA launch failed: ") + err);
+  if (flag.item<int>() != 0) throw Error("quantize_nf4: the tensor holds NaN or infinite values");
+  if (!double_quant) {
+    q.absmax = absmax;
+    return q;
+  }
+  q.offset = absmax_offset(absmax.cpu());
+  q.code2 = dynamic_map();
+  std::array<float, 256> code2{};
+  std::memcpy(code2.data(), q.code2.data_ptr<float>(), sizeof code2);
+  const auto mids2 = midpoints<256>(code2.data());
+  at::Tensor mids2_t = at::empty({255}, at::TensorOptions().dtype(at::kFloat));
+  std::memcpy(mids2_t.data_ptr<float>(), mids2.data(), sizeof mids2);
+  mids2_t = mids2_t.to(x.device());
+  q.code2 = q.code2.to(x.device());
+  q.absmax = at::empty({blocks}, dev.dtype(at::kByte));
+  q.absmax2 =
+      at::empty({(blocks + kNf4NestedBlocksize - 1) / kNf4NestedBlocksize}, dev.dtype(at::kFloat));
+  if (const char* err = cuda::nf4_double_quantize(
+          absmax.data_ptr<float>(), blocks, q.offset, mids2_t.data_ptr<float>(),
+          q.absmax.data_ptr<uint8_t>(), q.absmax2.data_ptr<float>(), stream))
+    throw Error(std::string("quantize_nf4: CUDA launch failed: ") + err);
+  return q;
+}
+#endif
+}  // namespace
+
 Nf4Tensor quantize_nf4(const at::Tensor& w, int64_t blocksize, bool double_quant) {
   if (!w.defined()) throw Error("quantize_nf4: undefined tensor");
   if (!float_dtype(w.scalar_type()))
@@ -183,6 +254,9 @@ Nf4Tensor quantize_nf4(const at::Tensor& w, int64_t blocksize, bool double_quant
                 " is not one of 32, 64, ..., 4096");
   const int64_t n = w.numel();
   if (n == 0) throw Error("quantize_nf4: empty tensor");
+#ifdef CIUIC_FUSED_KERNELS
+  if (w.is_cuda()) return quantize_cuda(w, blocksize, double_quant);
+#endif
   const at::Tensor x = w.detach().to(at::kCPU).to(at::kFloat).contiguous().reshape({-1});
   if (!at::isfinite(x).all().item<bool>())
     throw Error("quantize_nf4: the tensor holds NaN or infinite values");
@@ -224,7 +298,7 @@ Nf4Tensor quantize_nf4(const at::Tensor& w, int64_t blocksize, bool double_quant
   if (!double_quant) {
     q.absmax = absmax;
   } else {
-    q.offset = at::mean(absmax).item<float>();
+    q.offset = absmax_offset(absmax);
     q.code2 = dynamic_map();
     const int64_t blocks2 = (blocks + kNf4NestedBlocksize - 1) / kNf4NestedBlocksize;
     q.absmax = at::empty({blocks}, u8);
@@ -291,9 +365,7 @@ at::Tensor dequantize_nf4(const Nf4Tensor& q, at::ScalarType dtype) {
       code2 = q.code2.to(q.packed.device()).contiguous();
       absmax2 = q.absmax2.to(q.packed.device()).contiguous();
     }
-    const cuda::DType dt = dtype == at::kFloat      ? cuda::DType::kFloat
-                           : dtype == at::kBFloat16 ? cuda::DType::kBFloat16
-                                                    : cuda::DType::kHalf;
+    const cuda::DType dt = cuda_dtype(dtype);
     const char* err =
         cuda::nf4_dequantize(packed.data_ptr<uint8_t>(), code.data_ptr<float>(),
                              q.double_quant() ? nullptr : absmax.data_ptr<float>(),

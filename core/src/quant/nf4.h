@@ -32,6 +32,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <ciuic/export.h>
 
@@ -63,11 +64,17 @@ struct CIUIC_API Nf4Tensor {
 
 // Quantizes `w` (fp32, bf16 or fp16, any shape, any device; finite values) in blocks of
 // `blocksize` (32, 64, ..., 4096, as bitsandbytes allows), with double quantization of the scales
-// when `double_quant` (bitsandbytes' compress_statistics; QLoRA's default). The computation runs
-// on the CPU (once, at load); the result's tensors are on w's device. Throws ciuic::Error on an
-// unsupported dtype or block size, an empty tensor, or a non-finite value.
+// when `double_quant` (bitsandbytes' compress_statistics; QLoRA's default). Where
+// nf4_quantizes_on(w's device) (a CUDA tensor in a CUDA build) it runs on the device with the
+// kernels of quant/cuda: the same bits as the CPU path (the offset, the absmax's mean, is taken on
+// the CPU by both; one host synchronisation); elsewhere the computation runs on the CPU. The
+// result's tensors are on w's device. Holds at most w, a contiguous copy of it (fp32 on the CPU)
+// and the result. Throws ciuic::Error on an unsupported dtype or block size, an empty tensor, or a
+// non-finite value.
 CIUIC_API Nf4Tensor quantize_nf4(const at::Tensor& w, int64_t blocksize = 64,
                                  bool double_quant = true);
+// Whether quantize_nf4 runs on `device` itself (CUDA devices in CUDA builds) rather than the CPU.
+CIUIC_API bool nf4_quantizes_on(c10::Device device);
 
 // The fp32 absmax per block (undoes the double quantization when there is one).
 CIUIC_API at::Tensor nf4_absmax(const Nf4Tensor& q);

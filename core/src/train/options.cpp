@@ -91,11 +91,6 @@ TrainOptions TrainOptions::from(const Recipe& recipe) {
   o.loss_backward = m.get_string("loss_backward");
   o.init_std = m.get_float("init_std");
   o.lora = plan::recipe_adapter(recipe);
-  if (o.lora && o.lora->dropout > 0 && o.activation_checkpointing)
-    throw UsageError("[adapter] dropout = " + std::to_string(o.lora->dropout) +
-                     " with [model] activation_checkpointing = true: the recomputed layer would "
-                     "draw other dropout "
-                     "masks; set dropout = 0 or turn checkpointing off");
 
   const Config run = recipe.section("run");
   o.output_dir = run.get_string("output_dir");

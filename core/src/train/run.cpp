@@ -6,8 +6,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <thread>
+#include <vector>
 
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/ops/tensor.h>
 #include <c10/util/Exception.h>
@@ -22,6 +25,7 @@
 #include "model/llama.h"
 #include "model/safetensors.h"
 #include "plan/plan.h"
+#include "quant/nf4.h"
 #include "recipe/recipe.h"
 #include "registry/registry.h"
 #include "schedule/schedule.h"
@@ -266,6 +270,56 @@ bool asks_planned_auto(const Recipe& recipe, const Registry& registry) {
   }
   return false;
 }
+
+// QLoRA's start-up lines (rank 0): what is quantized where, every ~10 s how far it got, and the
+// total when done — a 7B base is a few hundred weights (build_run).
+model::LlamaModel::QuantizeProgress quantize_progress(const Run& r, bool from_file) {
+  if (r.ctx.rank != 0) return {};
+  const std::string where = quant::nf4_quantizes_on(r.model->device())
+                                ? "on " + r.model->device().str()
+                                : std::string("on the CPU");
+  const std::string source = from_file ? "read from " + r.opt.model_path : "random init";
+  return [where, source, t0 = std::chrono::steady_clock::now(),
+          last = std::chrono::steady_clock::now(),
+          m = r.model.get()](int64_t done, int64_t total) mutable {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - t0).count();
+    char line[320];
+    if (done == 0) {
+      std::snprintf(line, sizeof line, "QLoRA: quantizing %lld linear weights to NF4 %s (%s)",
+                    static_cast<long long>(total), where.c_str(), source.c_str());
+    } else if (done == total) {
+      std::snprintf(
+          line, sizeof line, "QLoRA: base quantized in %.1f s: %lld weights, %.2f GiB NF4", s,
+          static_cast<long long>(total), static_cast<double>(m->nf4_bytes()) / 1073741824.0);
+    } else if (std::chrono::duration<double>(now - last).count() >= 10.0) {
+      std::snprintf(line, sizeof line, "QLoRA: %lld of %lld weights quantized (%.0f s)",
+                    static_cast<long long>(done), static_cast<long long>(total), s);
+    } else {
+      return;
+    }
+    last = now;
+    log_info(line);
+  };
+}
+
+// [run] seed fixes the default generators of the CPU and of the rank's device, the only random
+// stream training draws from (LoRA dropout masks; every weight init has its own seeded generator):
+// a run is repeatable, and ranks draw apart (each drops its own batch independently). Resuming
+// puts the CPU generator back from the checkpoint (checkpoint/checkpoint.h).
+void seed_default_generators(const RunContext& ctx) {
+  uint64_t x = ctx.seed ^ (0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(ctx.rank) + 1));
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;  // splitmix64's mix
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  std::vector<c10::Device> devices{c10::Device(at::kCPU)};
+  if (!ctx.device.is_cpu()) devices.push_back(ctx.device);
+  for (const c10::Device d : devices) {
+    at::Generator gen = at::globalContext().defaultGenerator(d);
+    const std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(x);
+  }
+}
 }  // namespace
 
 void check_recipe(const Recipe& recipe) {
@@ -291,6 +345,7 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   Run r;
   r.opt = TrainOptions::from(recipe);
   r.ctx = make_context(recipe, r.opt, env);
+  seed_default_generators(r.ctx);
   // Workers of another launcher (torchrun, srun, mpirun): rank 0 checks and locks the run
   // directory, the other ranks wait for its verdict. Under ciuic-run's launcher, or in one
   // process, ciuic-run claimed it before starting the run.
@@ -380,18 +435,19 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   std::optional<model::SafetensorsReader> weights;
   ParamValues values;
   if (!r.opt.model_path.empty()) weights = model::SafetensorsReader::open(r.opt.model_path);
-  if (nf4 && weights) {
-    r.model->check_hf(*weights);  // every refusal before a byte is read
+  if (nf4) {
+    if (weights) r.model->check_hf(*weights);  // every refusal before a byte is read
     const auto names = r.model->named_parameters();
-    r.model->quantize_base([&](int i, int64_t offset, const at::Tensor& out) {
-      weights->load_slice_into(names[static_cast<size_t>(i)].first, offset, out);
-    });
+    const ParamValues fill =
+        weights ? ParamValues([&](int i, int64_t offset, const at::Tensor& out) {
+          weights->load_slice_into(names[static_cast<size_t>(i)].first, offset, out);
+        })
+                : ParamValues([m = r.model.get(), seed = r.ctx.seed, sd = r.opt.init_std](
+                                  int i, int64_t offset, const at::Tensor& out) {
+                    m->init_random_values(i, offset, out, seed, sd);
+                  });
+    r.model->quantize_base(fill, 64, true, quantize_progress(r, weights.has_value()));
     weights.reset();
-  } else if (nf4) {
-    r.model->quantize_base([m = r.model.get(), seed = r.ctx.seed, sd = r.opt.init_std](
-                               int i, int64_t offset, const at::Tensor& out) {
-      m->init_random_values(i, offset, out, seed, sd);
-    });
   } else if (!deferred && !weights) {
     r.model->init_random(r.ctx.seed, r.opt.init_std);
   } else if (!deferred) {
