@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/ops/empty.h>
 
 #include <ciuic/checksum.h>
@@ -296,6 +297,12 @@ std::string Checkpointer::save(const TrainerState& st, const RunShape& shape, co
     StateDict sd;
     parts.sharding->save_state(sd);
     sd.emplace_back("rng.cpu", at::detail::getDefaultCPUGenerator().get_state());
+    // The rank's device generator too (LoRA dropout draws its masks there on a GPU).
+    if (!ctx_.device.is_cpu()) {
+      at::Generator gen = at::globalContext().defaultGenerator(ctx_.device);
+      const std::lock_guard<std::mutex> lock(gen.mutex());
+      sd.emplace_back("rng.device", gen.get_state());
+    }
     nlohmann::json layout = nlohmann::json::array();
     for (const ShardSlice& s : parts.sharding->layout())
       layout.push_back({s.param, s.param_offset, s.length, s.shard_offset});
@@ -491,6 +498,11 @@ TrainerState Checkpointer::load(const std::string& folder, const RunShape& shape
       at::Generator gen = at::detail::getDefaultCPUGenerator();  // shares the default's state
       std::lock_guard<std::mutex> lock(gen.mutex());
       gen.set_state(f->tensor("rng.cpu").clone());
+    }
+    if (f->find("rng.device") && !ctx_.device.is_cpu()) {
+      at::Generator gen = at::globalContext().defaultGenerator(ctx_.device);
+      const std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(f->tensor("rng.device").clone());
     }
   }
 

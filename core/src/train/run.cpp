@@ -306,7 +306,7 @@ model::LlamaModel::QuantizeProgress quantize_progress(const Run& r, bool from_fi
 // [run] seed fixes the default generators of the CPU and of the rank's device, the only random
 // stream training draws from (LoRA dropout masks; every weight init has its own seeded generator):
 // a run is repeatable, and ranks draw apart (each drops its own batch independently). Resuming
-// puts the CPU generator back from the checkpoint (checkpoint/checkpoint.h).
+// at the same world size puts both generators back from the checkpoint (checkpoint/checkpoint.h).
 void seed_default_generators(const RunContext& ctx) {
   uint64_t x = ctx.seed ^ (0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(ctx.rank) + 1));
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;  // splitmix64's mix
