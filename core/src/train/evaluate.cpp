@@ -109,6 +109,7 @@ EvalResult Evaluator::held_out_loss() {
 // summed into its own place (zeros elsewhere), so every rank has all of them for the percentiles.
 ExactMatchResult Evaluator::exact_match_all_ranks() {
   using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
   c10::NoGradGuard no_grad;
   const TrainOptions& o = r_.opt;
   std::vector<HeldOutQuestion> mine;
@@ -177,6 +178,9 @@ ExactMatchResult Evaluator::exact_match_all_ranks() {
   all.mistakes = local.mistakes;
   all.figures = figures_from_sums(
       std::vector<double>(g.begin() + static_cast<std::ptrdiff_t>(figures_at), g.end()));
+  // The evaluation's wall time on this rank, up to the sum across ranks (so the slowest rank's).
+  all.figures.push_back({"eval_s", "eval time s",
+                         std::chrono::duration<double>(Clock::now() - started).count(), "%.2f"});
   return all;
 }
 
