@@ -649,6 +649,8 @@ std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& pro
   at::Tensor pos = at::arange(static_cast<int64_t>(prompt.size()), long_opts).unsqueeze(0);
   std::vector<int32_t> out;
   int64_t next_pos = static_cast<int64_t>(prompt.size());
+  // A small model on one CPU thread, as in model::generate (SmallStepThreads).
+  const SmallStepThreads threads(device_, largest_product_flops(cfg_, 1, 1));
   while (static_cast<int64_t>(out.size()) < max_new_tokens) {
     at::Tensor h = head_begin(hidden_impl(ids, pos, false, nullptr, &cache));
     at::Tensor logits =

@@ -120,18 +120,22 @@ ExactMatchResult Evaluator::exact_match_all_ranks() {
   ExactMatchResult local;
   if (o.exact_match_batch > 1) {
     // Batches of questions through model::generate (left padding, KV cache; greedy, the same
-    // answers as one at a time). Response time is then each batch's: its time to first token,
-    // and a row's ids over the batch's whole generation (docs/metrics.md).
+    // answers as one at a time), by prompt length (exact_match_batched). Response time is then
+    // each batch's: its time to first token, and a row's ids over the batch's whole generation
+    // (docs/metrics.md).
     model::GenerateOptions g;
     if (stop) g.eos_ids = {*stop};
+    ttft.assign(mine.size(), 0.0);
+    seconds.assign(mine.size(), 0.0);
     local = exact_match_batched(
         mine, *r_.tokenizer, *r_.chat_template,
-        [&](const std::vector<std::vector<int32_t>>& prompts, int64_t max_new) {
+        [&](const std::vector<std::vector<int32_t>>& prompts, int64_t max_new,
+            const std::vector<size_t>& which) {
           g.max_new_tokens = max_new;
           model::GenerateResult res = model::generate(*r_.model, prompts, g);
-          for (size_t k = 0; k < prompts.size(); ++k) {
-            ttft.push_back(res.first_token_s);
-            seconds.push_back(res.total_s);
+          for (size_t k : which) {
+            ttft[k] = res.first_token_s;
+            seconds[k] = res.total_s;
           }
           return std::move(res.tokens);
         },
