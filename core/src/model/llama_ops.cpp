@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <initializer_list>
 #include <limits>
 #include <numbers>
@@ -73,6 +74,11 @@ double largest_product_flops(const LlamaConfig& cfg, int64_t rows, int64_t head_
 
 SmallStepThreads::SmallStepThreads(c10::Device device, double largest_flops) {
   if (!device.is_cpu() || largest_flops >= kSerialProductFlops) return;
+  static const bool off = [] {  // CIUIC_SERIAL_SMALL_STEPS=0: keep the thread count (A/B)
+    const char* e = std::getenv("CIUIC_SERIAL_SMALL_STEPS");
+    return e && std::string(e) == "0";
+  }();
+  if (off) return;
   const int n = at::get_num_threads();
   if (n <= 1) return;
   at::set_num_threads(1);

@@ -300,6 +300,7 @@ constexpr double kSerialProductFlops = 8.0 * 1024 * 1024;
 // of a small model (the demo's: hidden 128) is a few dozen such products. Generation decides once
 // per call, by its decode step (not per step: going back to two threads for the prefill's larger
 // products would wake a sleeping thread for each of them, a scheduler slice on a busy machine).
+// CIUIC_SERIAL_SMALL_STEPS=0 in the environment turns it off (A/B).
 class CIUIC_API SmallStepThreads {
  public:
   SmallStepThreads(c10::Device device, double largest_flops);
