@@ -40,7 +40,7 @@ PROMPTS = ["The quick brown fox jumps over the lazy dog", "Hello there", "Once u
 
 # ciuic-run's environment per --variants name (docs/generate.md, "Decode step").
 VARIANTS = {"default": {}, "nograph": {"CIUIC_CUDA_GRAPH": "0"}, "static": {"CIUIC_DECODE_STEP": "static"},
-            "dynamic": {"CIUIC_DECODE_STEP": "dynamic"}}
+            "dynamic": {"CIUIC_DECODE_STEP": "dynamic"}, "mklhead": {"CIUIC_ONEDNN_HEAD": "0"}}
 
 
 def measure_floor() -> dict:
