@@ -712,7 +712,13 @@ LlamaModel::DecodeCache LlamaModel::new_decode_cache(int64_t batch, int64_t capa
   c.valid = at::zeros({batch, capacity}, at::TensorOptions().dtype(at::kBool).device(device_));
   c.key_bias = at::zeros({batch, capacity}, opts);
   c.no_padding = no_padding;
-  if (batch >= 2 && device_.is_cpu() && dtype_ == at::kFloat && onednn_head_enabled())
+  // Not for a small head (oneDNN's per-call cost outweighs it there: 28 vs 23 us for 16 x 128 x
+  // 384, docs/performance.md).
+  const double head_flops = 2.0 * static_cast<double>(batch) *
+                            static_cast<double>(cfg_.hidden_size) *
+                            static_cast<double>(cfg_.vocab_size);
+  if (batch >= 2 && head_flops >= kSerialProductFlops && device_.is_cpu() && dtype_ == at::kFloat &&
+      onednn_head_enabled())
     c.head_reordered = onednn_reorder_linear_weight(lm_head_weight(), batch);
   return c;
 }
