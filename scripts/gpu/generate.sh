@@ -41,7 +41,8 @@ for stage in ${*:-build test bench}; do
   cpu)
     # CPU figures on the host's idle cores (needs the build stage's build-gpu): pinned to 1, then 2
     # cores (taskset on this shell, inherited), decode tokens/s against transformers with the
-    # floor per step (generate_speed.py --floor); then, on 2 cores, the demo's held-out evaluation
+    # floor per step (generate_speed.py --floor), ciuic with the oneDNN head and without it
+    # (mklhead: CIUIC_ONEDNN_HEAD=0); then, on 2 cores, the demo's held-out evaluation
     # (200 questions before and after 21 steps; metrics.jsonl's eval_s) one question at a time
     # as before this change (CIUIC_SERIAL_SMALL_STEPS=0) and now, and batched by 16 and 64,
     # alternating, three rounds.
@@ -50,7 +51,7 @@ for stage in ${*:-build test bench}; do
     for n in 1 2; do
       taskset -cp "0-$((n - 1))" $$ > /dev/null
       run cpu-generate-$n 500 python bench/generate/generate_speed.py build-gpu/bin/ciuic-run \
-        --threads "$n" --new 32 --floor
+        --threads "$n" --new 32 --floor --variants default,mklhead
       grep -E "^(model|floor|batch)" "$OUT/cpu-generate-$n.log"
     done
     for round in 1 2 3; do
