@@ -2,7 +2,7 @@
 """Generation tokens/s: ciuic-run --generate vs transformers' generate(), same model, same run.
 
     .venv/bin/python bench/generate/generate_speed.py build/bin/ciuic-run [--threads N] [--new 32]
-                     [--hidden 768 --layers 12 --vocab 32000] [--batches 1,8] [--dtype fp32]
+                     [--hidden 768 --layers 12 --vocab 32000] [--batches 1,8] [--dtype fp32] [--floor]
 
 Builds a random Llama of about 100M parameters (hidden 768, 12 layers, 12 heads / 4 KV heads,
 vocab 32000) in a temporary folder with the tokenizer of tests/fixtures/chat_templates/qwen2,
@@ -40,7 +40,26 @@ PROMPTS = ["The quick brown fox jumps over the lazy dog", "Hello there", "Once u
 
 # ciuic-run's environment per --variants name (docs/generate.md, "Decode step").
 VARIANTS = {"default": {}, "nograph": {"CIUIC_CUDA_GRAPH": "0"}, "static": {"CIUIC_DECODE_STEP": "static"},
-            "dynamic": {"CIUIC_DECODE_STEP": "dynamic"}}
+            "dynamic": {"CIUIC_DECODE_STEP": "dynamic"}, "mklhead": {"CIUIC_ONEDNN_HEAD": "0"}}
+
+
+def measure_floor() -> dict:
+    """This machine's rates on the current torch thread count: the best of 5 runs each."""
+    def best(f, n=5):
+        ts = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t0)
+        return min(ts)
+    n = 192 * 1024 * 1024  # 768 MB of fp32: far beyond any cache
+    x, y = torch.ones(n), torch.empty(n)
+    read = n * 4 / best(lambda: x.sum()) / 1e9
+    copy = 2 * n * 4 / best(lambda: y.copy_(x)) / 1e9
+    del x, y
+    m = torch.randn(2048, 2048)
+    gflops = 2 * 2048 ** 3 / best(lambda: torch.mm(m, m), 3) / 1e9
+    return {"read_gbs": read, "copy_gbs": copy, "gflops": gflops}
 
 
 def main() -> None:
@@ -55,6 +74,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--device", default="cpu", help="cpu or cuda (transformers then uses its static cache)")
     ap.add_argument("--variants", default="default", help="comma list of " + ",".join(VARIANTS))
+    ap.add_argument("--floor", action="store_true",
+                    help="CPU: also measure this machine's read bandwidth and sgemm rate on --threads threads "
+                         "and print each batch's floor per decode step beside both sides' step times")
     a = ap.parse_args()
     variants = a.variants.split(",")
     for v in variants:
@@ -81,6 +103,10 @@ def main() -> None:
         params = sum(p.numel() for p in model.parameters())
         print(f"model: llama {params / 1e6:.0f}M parameters, {a.dtype}, {a.threads} threads, {a.new} new tokens/row")
         env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+        floor = measure_floor() if a.floor else None
+        if floor:
+            print(f"floor inputs ({a.threads} threads): read {floor['read_gbs']:.1f} GB/s (sum of a 768 MB tensor), "
+                  f"memcpy {floor['copy_gbs']:.1f} GB/s (read + write), sgemm {floor['gflops']:.1f} GFLOP/s (2048^3)")
         for b in [int(x) for x in a.batches.split(",")]:
             prompts = [PROMPTS[i % len(PROMPTS)] for i in range(b)]
             pf = os.path.join(tmp, f"prompts{b}.jsonl")
@@ -114,6 +140,17 @@ def main() -> None:
                 print(f"batch {b}: {name} {c_tps:8.1f} tokens/s ({c_tokens} in {c_s:.2f} s)   "
                       f"transformers {h_tps:8.1f} tokens/s ({h_tokens} in {h_s:.2f} s)   ratio {c_tps / h_tps:.2f}x"
                       f"   (ciuic cold: {cold_s:.2f} s)")
+            if floor:
+                # A decode step reads every weight once (the tied embedding as lm_head) and does
+                # 2 * params FLOPs per row (attention over a few dozen positions is negligible).
+                weight_bytes = params * torch.finfo(dtype).bits // 8
+                mem_ms = weight_bytes / (floor["read_gbs"] * 1e9) * 1e3
+                flop_ms = 2 * params * b / (floor["gflops"] * 1e9) * 1e3
+                c_ms = {v: c_s / a.new * 1e3 for v, (c_tokens, c_s, cold_s) in ciuic.items()}
+                print(f"batch {b} per step: floor max({mem_ms:.1f} ms weights read, {flop_ms:.1f} ms FLOPs) = "
+                      f"{max(mem_ms, flop_ms):.1f} ms; measured (prefill included) transformers "
+                      f"{h_s / a.new * 1e3:.1f} ms, " + ", ".join(f"{'ciuic' if v == 'default' else v} {ms:.1f} ms"
+                                                              for v, ms in c_ms.items()))
             sys.stdout.flush()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -4,7 +4,7 @@
 # tokens/s of a random 7B Llama shape (hidden 4096, 32 layers, 32 heads / 8 KV heads, vocab 32000,
 # bf16) through ciuic-run --generate --device cuda beside transformers' generate() with its static
 # cache, same prompts, batch 1 and 8, same call (bench/generate/generate_speed.py).
-#   scripts/gpu/generate.sh [build] [test] [bench] [ab]
+#   scripts/gpu/generate.sh [build] [test] [bench] [cpu] [ab]
 # ab: the same bench with ciuic-run three ways (docs/generate.md, "Decode step"): the default
 # (static step replayed as a CUDA graph), nograph (CIUIC_CUDA_GRAPH=0: the static step eager),
 # dynamic (CIUIC_DECODE_STEP=dynamic: the step before the graph work), each beside transformers.
@@ -38,6 +38,33 @@ for stage in ${*:-build test bench}; do
     run generate-7b-ab 580 python bench/generate/generate_speed.py build-gpu/bin/ciuic-run --device cuda --dtype bf16 \
       --hidden 4096 --layers 32 --vocab 32000 --new "$NEW" --batches "$BATCHES" --variants default,nograph,dynamic
     grep -E "^(model|batch)" "$OUT/generate-7b-ab.log" ;;
+  cpu)
+    # CPU figures on the host's idle cores (needs the build stage's build-gpu): pinned to 1, then 2
+    # cores (taskset on this shell, inherited), decode tokens/s against transformers with the
+    # floor per step (generate_speed.py --floor), ciuic with the oneDNN head and without it
+    # (mklhead: CIUIC_ONEDNN_HEAD=0); then, on 2 cores, the demo's held-out evaluation
+    # (200 questions before and after 21 steps; metrics.jsonl's eval_s) one question at a time
+    # as before this change (CIUIC_SERIAL_SMALL_STEPS=0) and now, and batched by 16 and 64,
+    # alternating, three rounds.
+    all=0-$(($(nproc --all) - 1))
+    python3 examples/demo/gen_demo_data.py runs/demo-data > /dev/null
+    for n in 1 2; do
+      taskset -cp "0-$((n - 1))" $$ > /dev/null
+      run cpu-generate-$n 500 python bench/generate/generate_speed.py build-gpu/bin/ciuic-run \
+        --threads "$n" --new 32 --floor --variants default,mklhead
+      grep -E "^(model|floor|batch)" "$OUT/cpu-generate-$n.log"
+    done
+    for round in 1 2 3; do
+      for v in 1:0 1:1 16:1 64:1; do
+        b=${v%:*} serial=${v#*:} name=cpu-eval-b${v%:*}-s${v#*:}-$round
+        CIUIC_SERIAL_SMALL_STEPS=$serial OMP_NUM_THREADS=2 ciuic_run "$name" 300 configs/tiny-cpu.toml \
+          --set cluster.nproc_per_node=1 --set train.max_steps=21 --set train.eval_every_steps=0 \
+          --set train.exact_match_batch_size="$b"
+        python3 -c "import json,sys; print(sys.argv[1], *[f\"{r['when']} eval_s {r['eval_s']:.3f} acc {r['accuracy']:.3f}\" for r in map(json.loads, open(sys.argv[2])) if r.get('event') == 'exact_match'])" \
+          "$name" "$OUT/$name.metrics.jsonl"
+      done
+    done
+    taskset -cp "$all" $$ > /dev/null ;;
   *) echo "unknown stage $stage" ;;
   esac
 done

@@ -248,15 +248,27 @@ TEST(EvalBatched, SameAnswersAsOneQuestionAtATime) {
   GenerateOptions o;
   o.eos_ids = {*eos};
   int64_t calls = 0;
+  std::vector<size_t> seen;  // the question indices in the order the batches had them
   const train::ExactMatchResult batched = train::exact_match_batched(
       questions, *m.tok, *tmpl,
-      [&](const std::vector<std::vector<int32_t>>& p, int64_t n) {
+      [&](const std::vector<std::vector<int32_t>>& p, int64_t n, const std::vector<size_t>& which) {
         ++calls;
+        EXPECT_EQ(p.size(), which.size());
+        for (size_t k = 0; k < p.size(); ++k)
+          EXPECT_EQ(p[k], tmpl->encode_prompt(questions.at(which[k]).prompt));
+        seen.insert(seen.end(), which.begin(), which.end());
         o.max_new_tokens = n;
         return generate(*m.model, p, o).tokens;
       },
       24, 0, 4);
   EXPECT_EQ(calls, 3);  // 4 + 4 + 2
+  // Batched by prompt length, shortest first (stable): every question once.
+  ASSERT_EQ(seen.size(), questions.size());
+  EXPECT_EQ(std::set<size_t>(seen.begin(), seen.end()).size(), questions.size());
+  for (size_t k = 1; k < seen.size(); ++k)
+    EXPECT_LE(tmpl->encode_prompt(questions[seen[k - 1]].prompt).size(),
+              tmpl->encode_prompt(questions[seen[k]].prompt).size());
+  EXPECT_NE(seen, std::vector<size_t>({0, 1, 2, 3, 4, 5, 6, 7, 8, 9}));  // the order did change
   EXPECT_EQ(batched.answers, one.answers);
   EXPECT_EQ(batched.generated, one.generated);
   EXPECT_EQ(batched.correct, one.correct);

@@ -3,12 +3,15 @@
 // every family (sliding windows, local/global layers), with per-row EOS stops; the KV-cache
 // logits of each step equal to full-recompute logits of the unpadded row; transformers' logits
 // processors on fixed scores to 1e-6 after each of them, in transformers' order; bad settings.
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include <ATen/Context.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/equal.h>
 #include <ATen/ops/isinf.h>
 #include <ATen/ops/ones.h>
 #include <ATen/ops/tensor.h>
@@ -209,6 +212,35 @@ TEST(Generate, CancelAndEosKeepEveryTokenTakenBeforeThem) {
     EXPECT_EQ(streamed[static_cast<size_t>(i)], hf) << "row " << i;
   }
   EXPECT_EQ(r.steps, 4);
+}
+
+// On the CPU in fp32 a batch's last-position logits go through the lm_head weight reordered for
+// oneDNN (DecodeCache::head_reordered) once the head product reaches kSerialProductFlops (the
+// fixtures' heads are tiny: a batch of ~1000 rows); one row, or a smaller head, through
+// at::linear. The two products agree to rounding.
+TEST(Generate, CpuBatchHeadThroughOneDnnEqualsAtLinear) {
+  auto model = load(testing::kFamilyCases[0]);
+  if (const char* e = std::getenv("CIUIC_ONEDNN_HEAD"); e && std::string(e) == "0")
+    GTEST_SKIP() << "CIUIC_ONEDNN_HEAD=0";
+  const LlamaConfig& cfg = model->config();
+  const auto b = static_cast<int64_t>(
+      std::ceil(kSerialProductFlops / (2.0 * cfg.hidden_size * cfg.vocab_size)));
+  ASSERT_GE(b, 2);
+  EXPECT_FALSE(model->new_decode_cache(1, 8).head_reordered.defined());
+  EXPECT_FALSE(model->new_decode_cache(b - 1, 8).head_reordered.defined());
+  const int64_t n = 5;
+  const at::Tensor ids = at::arange(b * n, at::kLong).remainder(cfg.vocab_size).view({b, n});
+  const at::Tensor pos = at::arange(n, at::kLong).unsqueeze(0).expand({b, n}).contiguous();
+  const at::Tensor valid = at::ones({b, n}, at::kBool);
+  auto with = model->new_decode_cache(b, n, /*no_padding=*/true);
+  ASSERT_TRUE(with.head_reordered.defined());
+  auto without = model->new_decode_cache(b, n, /*no_padding=*/true);
+  without.head_reordered = at::Tensor();
+  const at::Tensor a = model->decode(ids, pos, valid, with);
+  const at::Tensor c = model->decode(ids, pos, valid, without);
+  ASSERT_EQ(a.sizes(), c.sizes());
+  EXPECT_LT(max_rel_diff(a, c), 1e-5);
+  EXPECT_TRUE(at::equal(a.argmax(-1), c.argmax(-1)));
 }
 
 TEST(Generate, DecodeInChunksEqualsOnePrefill) {

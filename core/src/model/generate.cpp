@@ -303,7 +303,8 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
   // there (done_dev), positions advance there. The host reads each step's tokens from a copy
   // made after the step was queued, and reads step s - 1's while step s runs (on a GPU the next
   // step is queued before the host waits: no drain per token). A row's EOS is thus seen on the
-  // host one step late; the extra step's tokens are pads or past the end, and are dropped.
+  // host one step late; the extra step's tokens are pads or past the end, and are dropped. On
+  // the CPU (no asynchronous copy) each step's tokens are read as soon as it returns.
   const bool async_copy = dev.is_cuda();
   at::Tensor host_tokens[2];
   std::optional<c10::Event> copied[2];
@@ -376,6 +377,9 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
     if (step == 0) res.first_token_s = std::chrono::duration<double>(Clock::now() - t0).count();
   };
   const at::Tensor ones_valid = at::ones({b, 1}, at::TensorOptions().dtype(at::kBool).device(dev));
+  // A small model generates on one CPU thread, decided by its decode step's products (the prefill
+  // too: one thread count for the whole call; model/llama_ops.h, SmallStepThreads).
+  const SmallStepThreads threads(dev, largest_product_flops(cfg, b, b));
   for (int64_t step = 0; step < max_new; ++step) {
     if (o.cancelled && o.cancelled()) break;
     at::Tensor logits;  // [B, V] fp32
@@ -412,9 +416,12 @@ GenerateResult generate(const LlamaModel& model, const std::vector<std::vector<i
     if (async_copy)
       copied[step % 2]->record(c10::impl::getDeviceGuardImpl(dev.type())->getStream(dev));
     queued = step + 1;
-    // The first token at once (time to first token); later ones a step late.
-    if (step == 0)
-      take(0);
+    // The first token at once (time to first token); later ones a step late where the copy is
+    // asynchronous (CUDA: the next step is queued before the host waits for this one), at once
+    // on the CPU, where the tokens are there when the step returns (read late, the step after
+    // the last row's EOS would run for nothing).
+    if (step == 0 || !async_copy)
+      take(step);
     else if (step >= 2)
       take(step - 1);
     if (all_done || step + 1 == max_new) break;

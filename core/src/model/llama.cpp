@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <set>
 
 #include <ATen/Context.h>
 #include <ATen/TensorOperators.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/arange.h>
 #include <ATen/ops/argmax.h>
@@ -57,6 +59,36 @@ at::Tensor without_memory(c10::IntArrayRef shape, const at::TensorOptions& opts)
                        at::DataPtr(nullptr, t.device()), t.storage().allocator(),
                        /*resizable=*/false);
   return t.set_(storage, 0, shape, c10::contiguous_strides(shape));
+}
+
+bool onednn_head_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("CIUIC_ONEDNN_HEAD");
+    return !(e && std::string(e) == "0") && at::hasMKLDNN() &&
+           c10::Dispatcher::singleton().findSchema({"mkldnn::_reorder_linear_weight", ""}) &&
+           c10::Dispatcher::singleton().findSchema({"mkldnn::_linear_pointwise", ""});
+  }();
+  return on;
+}
+
+// oneDNN's fp32 linear on a weight [out, in] reordered once for `batch` rows (the ops inductor's
+// CPU weight freezing uses; registered by LibTorch, not in at::).
+at::Tensor onednn_reorder_linear_weight(const at::Tensor& w, int64_t batch) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("mkldnn::_reorder_linear_weight", "")
+                             .typed<at::Tensor(const at::Tensor&, std::optional<int64_t>)>();
+  return op.call(w.detach(), batch);
+}
+
+at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& reordered) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                            c10::string_view, c10::List<std::optional<at::Scalar>>,
+                            std::optional<c10::string_view>)>();
+  return op.call(x, reordered, std::nullopt, "none", c10::List<std::optional<at::Scalar>>(),
+                 std::nullopt);
 }
 
 }  // namespace
@@ -649,6 +681,8 @@ std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& pro
   at::Tensor pos = at::arange(static_cast<int64_t>(prompt.size()), long_opts).unsqueeze(0);
   std::vector<int32_t> out;
   int64_t next_pos = static_cast<int64_t>(prompt.size());
+  // A small model on one CPU thread, as in model::generate (SmallStepThreads).
+  const SmallStepThreads threads(device_, largest_product_flops(cfg_, 1, 1));
   while (static_cast<int64_t>(out.size()) < max_new_tokens) {
     at::Tensor h = head_begin(hidden_impl(ids, pos, false, nullptr, &cache));
     at::Tensor logits =
@@ -678,6 +712,14 @@ LlamaModel::DecodeCache LlamaModel::new_decode_cache(int64_t batch, int64_t capa
   c.valid = at::zeros({batch, capacity}, at::TensorOptions().dtype(at::kBool).device(device_));
   c.key_bias = at::zeros({batch, capacity}, opts);
   c.no_padding = no_padding;
+  // Not for a small head (oneDNN's per-call cost outweighs it there: 28 vs 23 us for 16 x 128 x
+  // 384, docs/performance.md).
+  const double head_flops = 2.0 * static_cast<double>(batch) *
+                            static_cast<double>(cfg_.hidden_size) *
+                            static_cast<double>(cfg_.vocab_size);
+  if (batch >= 2 && head_flops >= kSerialProductFlops && device_.is_cpu() && dtype_ == at::kFloat &&
+      onednn_head_enabled())
+    c.head_reordered = onednn_reorder_linear_weight(lm_head_weight(), batch);
   return c;
 }
 
@@ -730,6 +772,8 @@ at::Tensor LlamaModel::decode(const at::Tensor& input_ids, const at::Tensor& pos
                           -std::numeric_limits<double>::infinity());
   c.len = total;
   if (last_only) h = h.select(1, t - 1);
+  if (last_only && c.head_reordered.defined())
+    return head_end(onednn_linear(h.contiguous(), c.head_reordered)).to(at::kFloat);
   return head_end(at::linear(h, lm_head_weight())).to(at::kFloat);
 }
 

@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <initializer_list>
 #include <limits>
 #include <numbers>
 #include <string>
 #include <vector>
 
+#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/_flash_attention_forward.h>
@@ -60,6 +62,31 @@ at::Tensor rms_norm_of(const at::Tensor& x, const at::Tensor& w, int64_t dim, do
   if (fused) return fused_rms_norm(x, w, eps, /*gemma=*/true);
   if (x.scalar_type() == at::kFloat) return at::rms_norm(x, {dim}, w + 1.0, eps);
   return at::rms_norm(x.to(at::kFloat), {dim}, w.to(at::kFloat) + 1.0, eps).to(x.scalar_type());
+}
+
+double largest_product_flops(const LlamaConfig& cfg, int64_t rows, int64_t head_rows) {
+  const double h = static_cast<double>(cfg.hidden_size);
+  const double width = static_cast<double>(
+      std::max({cfg.intermediate_size, cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size}));
+  return 2.0 * std::max(static_cast<double>(rows) * h * width,
+                        static_cast<double>(head_rows) * h * static_cast<double>(cfg.vocab_size));
+}
+
+SmallStepThreads::SmallStepThreads(c10::Device device, double largest_flops) {
+  if (!device.is_cpu() || largest_flops >= kSerialProductFlops) return;
+  static const bool off = [] {  // CIUIC_SERIAL_SMALL_STEPS=0: keep the thread count (A/B)
+    const char* e = std::getenv("CIUIC_SERIAL_SMALL_STEPS");
+    return e && std::string(e) == "0";
+  }();
+  if (off) return;
+  const int n = at::get_num_threads();
+  if (n <= 1) return;
+  at::set_num_threads(1);
+  restore_ = n;
+}
+
+SmallStepThreads::~SmallStepThreads() {
+  if (restore_ > 0) at::set_num_threads(restore_);
 }
 
 at::Tensor rope_inv_freq(const LlamaConfig& cfg, bool local) {

@@ -283,6 +283,36 @@ CIUIC_API at::Tensor checkpointed_decoder_layer(const LayerWeights& w, const Lay
 CIUIC_API at::Tensor group_boundary(const at::Tensor& x, ciuic::Sharding* boundaries, int upper,
                                     int lower);
 
+// The FLOPs of the largest matrix product of a forward over `rows` tokens whose lm_head runs on
+// `head_rows` of them: 2 * max(rows * hidden * max(q width, intermediate), head_rows * hidden *
+// vocab).
+CIUIC_API double largest_product_flops(const LlamaConfig& cfg, int64_t rows, int64_t head_rows);
+
+// On the CPU, a product below this many FLOPs (about 0.1 ms on one core at this VM's sgemm rate)
+// gains nothing from a second thread: MKL's sgemm and ATen's kernels open an OpenMP parallel region
+// for it anyway, whose fork and join cost microseconds on idle cores and a scheduler slice
+// (milliseconds) whenever another process holds a core (docs/performance.md, "Held-out evaluation
+// on the batched path").
+constexpr double kSerialProductFlops = 8.0 * 1024 * 1024;
+
+// Runs its scope on one intra-op thread (at::set_num_threads(1), restored on exit) when `device`
+// is the CPU and `largest_flops` < kSerialProductFlops; otherwise does nothing. A generation step
+// of a small model (the demo's: hidden 128) is a few dozen such products. Generation decides once
+// per call, by its decode step (not per step: going back to two threads for the prefill's larger
+// products would wake a sleeping thread for each of them, a scheduler slice on a busy machine).
+// CIUIC_SERIAL_SMALL_STEPS=0 in the environment turns it off (A/B).
+class CIUIC_API SmallStepThreads {
+ public:
+  SmallStepThreads(c10::Device device, double largest_flops);
+  ~SmallStepThreads();
+  SmallStepThreads(const SmallStepThreads&) = delete;
+  SmallStepThreads& operator=(const SmallStepThreads&) = delete;
+  bool serial() const { return restore_ > 0; }
+
+ private:
+  int restore_ = 0;  // the thread count to restore (0: nothing changed)
+};
+
 // How linear_cross_entropy_sum gets its gradient.
 //  kInForward: when autograd needs gradients, the forward computes them too, token chunk by
 //    token chunk (full-vocabulary logits of a chunk, their softmax, d hidden and d weight), and

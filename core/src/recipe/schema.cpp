@@ -244,9 +244,11 @@ std::vector<SectionSpec> build_core_schema() {
            K("exact_match_limit", kI, "0", "questions scored from exact_match_file; 0 = all")
                .min(0),
            K("exact_match_max_new_tokens", kI, "32", "longest greedy answer generated").min(1),
-           K("exact_match_batch_size", kI, "1",
-             "questions answered together (left-padded batches with a KV cache, the same greedy "
-             "answers); 1 = one at a time, its response time measured alone")
+           K("exact_match_batch_size", kI, "16",
+             "questions answered together, batched by prompt length (left-padded batches with a "
+             "KV cache, the same greedy answers; the KV cache holds batch x (longest prompt + "
+             "exact_match_max_new_tokens) positions); 1 = one at a time, its response time "
+             "measured alone")
                .min(1),
            K("exact_match_every_steps", kI, "0",
              "also run the exact_match_file evaluation every N steps (records with when = "

@@ -109,6 +109,7 @@ EvalResult Evaluator::held_out_loss() {
 // summed into its own place (zeros elsewhere), so every rank has all of them for the percentiles.
 ExactMatchResult Evaluator::exact_match_all_ranks() {
   using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
   c10::NoGradGuard no_grad;
   const TrainOptions& o = r_.opt;
   std::vector<HeldOutQuestion> mine;
@@ -119,18 +120,22 @@ ExactMatchResult Evaluator::exact_match_all_ranks() {
   ExactMatchResult local;
   if (o.exact_match_batch > 1) {
     // Batches of questions through model::generate (left padding, KV cache; greedy, the same
-    // answers as one at a time). Response time is then each batch's: its time to first token,
-    // and a row's ids over the batch's whole generation (docs/metrics.md).
+    // answers as one at a time), by prompt length (exact_match_batched). Response time is then
+    // each batch's: its time to first token, and a row's ids over the batch's whole generation
+    // (docs/metrics.md).
     model::GenerateOptions g;
     if (stop) g.eos_ids = {*stop};
+    ttft.assign(mine.size(), 0.0);
+    seconds.assign(mine.size(), 0.0);
     local = exact_match_batched(
         mine, *r_.tokenizer, *r_.chat_template,
-        [&](const std::vector<std::vector<int32_t>>& prompts, int64_t max_new) {
+        [&](const std::vector<std::vector<int32_t>>& prompts, int64_t max_new,
+            const std::vector<size_t>& which) {
           g.max_new_tokens = max_new;
           model::GenerateResult res = model::generate(*r_.model, prompts, g);
-          for (size_t k = 0; k < prompts.size(); ++k) {
-            ttft.push_back(res.first_token_s);
-            seconds.push_back(res.total_s);
+          for (size_t k : which) {
+            ttft[k] = res.first_token_s;
+            seconds[k] = res.total_s;
           }
           return std::move(res.tokens);
         },
@@ -177,6 +182,9 @@ ExactMatchResult Evaluator::exact_match_all_ranks() {
   all.mistakes = local.mistakes;
   all.figures = figures_from_sums(
       std::vector<double>(g.begin() + static_cast<std::ptrdiff_t>(figures_at), g.end()));
+  // The evaluation's wall time on this rank, up to the sum across ranks (so the slowest rank's).
+  all.figures.push_back({"eval_s", "eval time s",
+                         std::chrono::duration<double>(Clock::now() - started).count(), "%.2f"});
   return all;
 }
 

@@ -25,10 +25,10 @@
 // shows them below the accuracy, before vs after.
 //
 // Threading: load_held_out and exact_match are reentrant; the callback is called from the caller's
-// thread, one question (exact_match_batched: one batch of questions) at a time. Failure:
-// load_held_out throws ciuic::Error naming file:line for a malformed line, one without an assistant
-// message, an "answer" or "category" that is not a string, or an empty (white-space only) expected
-// answer; exact_match propagates the callback's exceptions.
+// thread, one question (exact_match_batched: one batch of questions, by prompt length) at a time.
+// Failure: load_held_out throws ciuic::Error naming file:line for a malformed line, one without an
+// assistant message, an "answer" or "category" that is not a string, or an empty (white-space only)
+// expected answer; exact_match propagates the callback's exceptions.
 #pragma once
 
 #include <algorithm>
@@ -62,9 +62,11 @@ struct HeldOutQuestion {
 using GenerateFn = std::function<std::vector<int32_t>(const std::vector<int32_t>& prompt_ids,
                                                       int64_t max_new_tokens)>;
 
-// Greedy continuations of a batch of prompts (the same contract as GenerateFn for each).
+// Greedy continuations of a batch of prompts (the same contract as GenerateFn for each);
+// `which` holds each prompt's index in the question list (for per-question figures).
 using GenerateBatchFn = std::function<std::vector<std::vector<int32_t>>(
-    const std::vector<std::vector<int32_t>>& prompt_ids, int64_t max_new_tokens)>;
+    const std::vector<std::vector<int32_t>>& prompt_ids, int64_t max_new_tokens,
+    const std::vector<size_t>& which)>;
 
 // One more figure of an evaluation (BLEU, ROUGE-L, response time: train/evaluate.cpp computes
 // them over all ranks): its metrics.jsonl key, its row label in format_table and printf format.
@@ -144,7 +146,11 @@ inline std::string trim_spaces(const std::string& s) {
   return s.substr(b, s.find_last_not_of(ws) - b + 1);
 }
 
-// Scores the first `limit` questions (0 = all), `batch` prompts per call of `generate`.
+// Scores the first `limit` questions (0 = all), `batch` prompts per call of `generate`. With
+// batch > 1 the questions are batched in the order of their encoded prompt lengths (stable,
+// shortest first), so a batch holds prompts of about one length: little left padding, none where
+// they are equal (generate() then needs no attention mask). The result is in question order either
+// way.
 inline ExactMatchResult exact_match_batched(const std::vector<HeldOutQuestion>& questions,
                                             const Tokenizer& tok, const ChatTemplate& tmpl,
                                             const GenerateBatchFn& generate, int64_t max_new_tokens,
@@ -154,39 +160,49 @@ inline ExactMatchResult exact_match_batched(const std::vector<HeldOutQuestion>& 
   const size_t n =
       limit > 0 ? std::min(questions.size(), static_cast<size_t>(limit)) : questions.size();
   const size_t step = static_cast<size_t>(std::max<int64_t>(batch, 1));
+  std::vector<std::vector<int32_t>> prompts(n), gens(n);
+  for (size_t i = 0; i < n; ++i) prompts[i] = tmpl.encode_prompt(questions[i].prompt);
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  if (step > 1)
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return prompts[a].size() < prompts[b].size(); });
   for (size_t start = 0; start < n; start += step) {
-    const size_t end = std::min(n, start + step);
-    std::vector<std::vector<int32_t>> prompts;
-    for (size_t i = start; i < end; ++i) prompts.push_back(tmpl.encode_prompt(questions[i].prompt));
-    std::vector<std::vector<int32_t>> gens = generate(prompts, max_new_tokens);
-    if (gens.size() != prompts.size())
-      throw Error("exact match: the generator answered " + std::to_string(gens.size()) + " of " +
-                  std::to_string(prompts.size()) + " prompts");
-    for (size_t k = 0; k < prompts.size(); ++k) {
-      const HeldOutQuestion& q = questions[start + k];
-      const std::vector<int32_t>& prompt = prompts[k];
-      std::vector<int32_t>& gen = gens[k];
-      if (gen.size() >= prompt.size() && std::equal(prompt.begin(), prompt.end(), gen.begin()))
-        gen.erase(gen.begin(), gen.begin() + static_cast<std::ptrdiff_t>(prompt.size()));
-      r.generated.push_back(static_cast<int64_t>(gen.size()));
-      if (eos)
-        for (size_t i = 0; i < gen.size(); ++i)
-          if (gen[i] == *eos) {
-            gen.resize(i);
-            break;
-          }
-      const std::string got = trim_spaces(tok.decode(gen, true));
-      const bool ok = got == q.answer;
-      r.answers.push_back(got);
-      ++r.total;
-      r.correct += ok;
-      auto& c = r.by_category[q.category];
-      c.first += ok;
-      ++c.second;
-      if (!ok && r.mistakes.size() < 5)
-        r.mistakes.push_back((q.prompt.empty() ? std::string() : q.prompt.back().content) +
-                             " -> got '" + got + "', expected '" + q.answer + "'");
-    }
+    const std::vector<size_t> which(
+        order.begin() + static_cast<std::ptrdiff_t>(start),
+        order.begin() + static_cast<std::ptrdiff_t>(std::min(n, start + step)));
+    std::vector<std::vector<int32_t>> some;
+    for (size_t i : which) some.push_back(prompts[i]);
+    std::vector<std::vector<int32_t>> got = generate(some, max_new_tokens, which);
+    if (got.size() != some.size())
+      throw Error("exact match: the generator answered " + std::to_string(got.size()) + " of " +
+                  std::to_string(some.size()) + " prompts");
+    for (size_t k = 0; k < which.size(); ++k) gens[which[k]] = std::move(got[k]);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const HeldOutQuestion& q = questions[i];
+    const std::vector<int32_t>& prompt = prompts[i];
+    std::vector<int32_t>& gen = gens[i];
+    if (gen.size() >= prompt.size() && std::equal(prompt.begin(), prompt.end(), gen.begin()))
+      gen.erase(gen.begin(), gen.begin() + static_cast<std::ptrdiff_t>(prompt.size()));
+    r.generated.push_back(static_cast<int64_t>(gen.size()));
+    if (eos)
+      for (size_t j = 0; j < gen.size(); ++j)
+        if (gen[j] == *eos) {
+          gen.resize(j);
+          break;
+        }
+    const std::string got = trim_spaces(tok.decode(gen, true));
+    const bool ok = got == q.answer;
+    r.answers.push_back(got);
+    ++r.total;
+    r.correct += ok;
+    auto& c = r.by_category[q.category];
+    c.first += ok;
+    ++c.second;
+    if (!ok && r.mistakes.size() < 5)
+      r.mistakes.push_back((q.prompt.empty() ? std::string() : q.prompt.back().content) +
+                           " -> got '" + got + "', expected '" + q.answer + "'");
   }
   return r;
 }
@@ -198,7 +214,8 @@ inline ExactMatchResult exact_match(const std::vector<HeldOutQuestion>& question
                                     int64_t limit = 0) {
   return exact_match_batched(
       questions, tok, tmpl,
-      [&](const std::vector<std::vector<int32_t>>& prompts, int64_t max_new) {
+      [&](const std::vector<std::vector<int32_t>>& prompts, int64_t max_new,
+          const std::vector<size_t>&) {
         return std::vector<std::vector<int32_t>>{generate(prompts.at(0), max_new)};
       },
       max_new_tokens, limit, 1);

@@ -44,8 +44,8 @@ struct TrainOptions {
   std::string exact_match_file;  // resolved against the recipe's folder; "" = off
   int64_t exact_match_limit = 0;
   int64_t exact_match_max_new_tokens = 0;
-  int64_t exact_match_every = 0;  // exact_match_every_steps; 0 = before and after only
-  int64_t exact_match_batch = 1;  // exact_match_batch_size: questions per batched generate()
+  int64_t exact_match_every = 0;   // exact_match_every_steps; 0 = before and after only
+  int64_t exact_match_batch = 16;  // exact_match_batch_size: questions per batched generate()
   // [train] eval_metrics, each a flag ("exact_match" is always on: it costs nothing more);
   // bleu_tokenize: "13a" | "zh" | "none" (score/bleu.h)
   bool eval_bleu = true, eval_rouge_l = true, eval_response_time = true;
