@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -65,6 +67,12 @@ TEST(Jinja, LanguageCasesMatchTransformers) {
 // model templates of gen_chat_templates.py) on a dozen conversations, against transformers'
 // apply_chat_template: the text, or the error the template (or jinja2) raised.
 TEST(Jinja, RealTemplatesMatchApplyChatTemplate) {
+  // strftime_now() at the instant the fixtures pin (gen_chat_templates.py, FIXTURE_NOW): the
+  // Llama 3.x templates print today's date, which must not make the test depend on the day.
+  struct PinnedNow {
+    PinnedNow() { setenv("SOURCE_DATE_EPOCH", "1796212800", 1); }  // 2026-12-02 12:00 UTC
+    ~PinnedNow() { unsetenv("SOURCE_DATE_EPOCH"); }
+  } pinned;
   ordered_json fx =
       ordered_json::parse(test::read_text_file(fixture_dir() + "/real_templates.json"));
   ASSERT_GE(fx["templates"].size(), 50u);
@@ -115,6 +123,25 @@ TEST(Jinja, RealTemplatesMatchApplyChatTemplate) {
       "[real templates] %zu/%zu renders as transformers, %zu/%zu templates right in every case\n",
       right, renders, templates_right, static_cast<size_t>(fx["templates"].size()));
   EXPECT_GE(renders, 500u);
+}
+
+// strftime_now(): "now" in local time, as transformers; SOURCE_DATE_EPOCH (seconds, UTC) pins it;
+// a value that is not a count of seconds is ignored.
+TEST(Jinja, StrftimeNowHonoursSourceDateEpoch) {
+  jinja::Template t("{{ strftime_now('%Y-%m-%d %H:%M') }}");
+  setenv("SOURCE_DATE_EPOCH", "86399", 1);
+  EXPECT_EQ(t.render(ordered_json::object()).text, "1970-01-01 23:59");
+  setenv("SOURCE_DATE_EPOCH", "1796212800", 1);
+  EXPECT_EQ(t.render(ordered_json::object()).text, "2026-12-02 12:00");
+  setenv("SOURCE_DATE_EPOCH", "yesterday", 1);
+  EXPECT_NE(t.render(ordered_json::object()).text.rfind("20", 0), std::string::npos);
+  unsetenv("SOURCE_DATE_EPOCH");
+  char today[16];
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  std::strftime(today, sizeof today, "%Y-%m-%d", &tm);
+  EXPECT_EQ(t.render(ordered_json::object()).text.substr(0, 10), today);
 }
 
 TEST(Jinja, GenerationBlocksGiveByteRanges) {

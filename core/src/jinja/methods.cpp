@@ -1,6 +1,7 @@
 // Attribute and item access, calls, the str/dict/list methods chat templates use, and the globals
 // of transformers' environment.
 #include <algorithm>
+#include <cstdlib>
 #include <ctime>
 #include <iterator>
 #include <optional>
@@ -553,11 +554,22 @@ void add_globals(std::unordered_map<std::string, Value>& g) {
   g["dict"] = Value::function("dict", [dict_args](CallArgs& a, Ctx& c) -> Value {
     return dict_args(a, c, Value::make_dict());
   });
+  // transformers' strftime_now: datetime.now() in local time. With SOURCE_DATE_EPOCH set (the
+  // reproducible-builds convention: seconds since 1970, UTC) "now" is that instant, in UTC, so a
+  // render is reproducible (the tests pin the day their transformers fixtures were made).
   g["strftime_now"] = Value::function("strftime_now", [](CallArgs& a, Ctx&) -> Value {
     std::string fmt = a.pos.empty() ? "" : to_str(a.pos[0]);
     std::time_t t = std::time(nullptr);
     std::tm tm{};
-    localtime_r(&t, &tm);
+    const char* pinned = std::getenv("SOURCE_DATE_EPOCH");
+    char* end = nullptr;
+    const long long epoch = pinned ? std::strtoll(pinned, &end, 10) : 0;
+    if (pinned && *pinned && end && *end == '\0' && epoch >= 0) {
+      t = static_cast<std::time_t>(epoch);
+      gmtime_r(&t, &tm);
+    } else {
+      localtime_r(&t, &tm);
+    }
     char buf[256];
     size_t n = std::strftime(buf, sizeof buf, fmt.c_str(), &tm);
     return Value::string(std::string(buf, n));
