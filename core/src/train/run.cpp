@@ -303,6 +303,22 @@ model::LlamaModel::QuantizeProgress quantize_progress(const Run& r, bool from_fi
   };
 }
 
+// The values of parameter i from element `offset` on, for a model built without memory (QLoRA's
+// quantize_base, a sharding that builds its own shard): the model folder's byte ranges when
+// `weights` is given (it must outlive the function), else the per-parameter random draw that
+// init_random makes (the same bits).
+ParamValues parameter_values(const Run& r, const model::SafetensorsReader* weights) {
+  if (weights)
+    return [names = r.model->named_parameters(), weights](int i, int64_t offset,
+                                                          const at::Tensor& out) {
+      weights->load_slice_into(names[static_cast<size_t>(i)].first, offset, out);
+    };
+  return [m = r.model.get(), seed = r.ctx.seed, sd = r.opt.init_std](int i, int64_t offset,
+                                                                     const at::Tensor& out) {
+    m->init_random_values(i, offset, out, seed, sd);
+  };
+}
+
 // [run] seed fixes the default generators of the CPU and of the rank's device, the only random
 // stream training draws from (LoRA dropout masks; every weight init has its own seeded generator):
 // a run is repeatable, and ranks draw apart (each drops its own batch independently). Resuming
@@ -427,42 +443,29 @@ Run build_run(const Recipe& recipe, const Registry& registry, const launch::Work
   if (!r.opt.lora)
     as_plugin(recipe, registry, Slot::kSharding,
               [&] { deferred = r.sharding->builds_parameters(); });
-  // QLoRA: built without memory; quantize_base fills it, each linear weight through a CPU
-  // temporary quantized to NF4 (every rank quantizes the whole base: it keeps all of it).
+  // QLoRA: built without memory; quantize_base fills it, each linear weight through a temporary
+  // on the model's device quantized to NF4 there (every rank quantizes the whole base: it keeps
+  // all of it).
   const bool nf4 = r.opt.lora && r.opt.lora->base_quantization == "nf4";
   r.model = std::make_unique<model::LlamaModel>(cfg, r.precision->param_dtype(), r.ctx.device,
                                                 !deferred && !nf4);
   std::optional<model::SafetensorsReader> weights;
   ParamValues values;
   if (!r.opt.model_path.empty()) weights = model::SafetensorsReader::open(r.opt.model_path);
+  const model::SafetensorsReader* from = weights ? &*weights : nullptr;
   if (nf4) {
-    if (weights) r.model->check_hf(*weights);  // every refusal before a byte is read
-    const auto names = r.model->named_parameters();
-    const ParamValues fill =
-        weights ? ParamValues([&](int i, int64_t offset, const at::Tensor& out) {
-          weights->load_slice_into(names[static_cast<size_t>(i)].first, offset, out);
-        })
-                : ParamValues([m = r.model.get(), seed = r.ctx.seed, sd = r.opt.init_std](
-                                  int i, int64_t offset, const at::Tensor& out) {
-                    m->init_random_values(i, offset, out, seed, sd);
-                  });
-    r.model->quantize_base(fill, 64, true, quantize_progress(r, weights.has_value()));
+    if (from) r.model->check_hf(*from);  // every refusal before a byte is read
+    r.model->quantize_base(parameter_values(r, from), 64, true,
+                           quantize_progress(r, from != nullptr));
     weights.reset();
   } else if (!deferred && !weights) {
     r.model->init_random(r.ctx.seed, r.opt.init_std);
   } else if (!deferred) {
     r.model->load_hf(*weights);
     weights.reset();
-  } else if (!weights) {
-    values = [m = r.model.get(), seed = r.ctx.seed, sd = r.opt.init_std](int i, int64_t offset,
-                                                                         const at::Tensor& out) {
-      m->init_random_values(i, offset, out, seed, sd);
-    };
   } else {
-    r.model->check_hf(*weights);  // every refusal before setup() reads a byte
-    values = [m = r.model.get(), &w = *weights](int i, int64_t offset, const at::Tensor& out) {
-      w.load_slice_into(m->named_parameters()[static_cast<size_t>(i)].first, offset, out);
-    };
+    if (from) r.model->check_hf(*from);  // every refusal before setup() reads a byte
+    values = parameter_values(r, from);
   }
   if (r.opt.lora) {  // the base frozen; only the adapters (and modules_to_save) reach the plugins
     r.model->enable_lora(*r.opt.lora);
