@@ -69,6 +69,8 @@ struct Inputs {
   // their bytes as NF4 (quant/nf4_size.h, per tensor) and the largest one's elements (dequantized
   // for one multiply at a time).
   int64_t nf4_parameters = 0, nf4_bytes = 0, nf4_largest = 0;
+  std::vector<int> lora_targets;  // [adapter] the adapted linear slots (LayerWeights::kQ ...)
+  double lora_dropout = 0;        // [adapter] dropout
 };
 
 // Runs every slot's answer, then the model terms; `unknown` collects what was not counted.
@@ -112,6 +114,20 @@ PlanContext run(const Inputs& in, const Choice (&choices)[kNumSlots],
   if (m.qk_norm) per_token += q + kv;
   if (m.sandwich_norms) per_token += 2 * H;
   double layer = per_token * N * pb;
+  // LoRA (llama_ops.cpp lin()): an adapter's A product keeps its input. Without dropout that input
+  // is one of the tensors counted above, except for down_proj's with the fused kernels: the MLP
+  // then runs fused_glu (gate and up kept) and down's adapter keeps the gated product too (I).
+  // With dropout each adapter keeps its own dropped input and the mask (1 byte an element):
+  // in-features x (pb + 1) per adapted slot (q_proj ... up_proj read hidden or q width, down_proj
+  // the intermediate width; down's replaces the product above).
+  using W = model::LayerWeights;
+  for (int slot : in.lora_targets) {
+    const double in_features = slot == W::kO ? q : slot == W::kDown ? I : H;
+    if (in.lora_dropout > 0)
+      layer += in_features * N * (pb + 1);
+    else if (slot == W::kDown && in.fused)
+      layer += I * N * pb;
+  }
   if (m.gemma_norm && pb < 4 && !in.fused) layer += (4 * H + (m.qk_norm ? q + kv : 0)) * N * 4;
   const size_t first_model_item = ctx.items.size();
   if (in.frozen_parameters > 0 && in.nf4_parameters > 0) {
@@ -317,6 +333,8 @@ Prepared prepare(const Recipe& recipe, const Registry& registry, double budget) 
     const int64_t trainable = model::lora_num_parameters(in.model, *lora);
     in.frozen_parameters = b.num_parameters - trainable;
     in.head_frozen = !(lora->save_lm_head || (in.model.tie_word_embeddings && lora->save_embed));
+    in.lora_targets = lora->targets;
+    in.lora_dropout = lora->dropout;
     b.num_parameters = trainable;
     const model::LlamaConfig& m = in.model;
     if (lora->base_quantization == "nf4") {
