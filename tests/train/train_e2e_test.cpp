@@ -761,12 +761,12 @@ PlanOut plan(const std::vector<std::string>& args) {
   return r;
 }
 
-// Peaks measured on H200s and, for LoRA/QLoRA, an H100 (docs/performance.md; metrics mem_gib = peak allocated by the caching
-// allocator), against the plan of the same recipe: within 10%. The 2-GPU peaks of 2026-11-30 were
-// measured before the fused kernels and the in-forward loss gradient: those runs' settings are
-// pinned; the 1-GPU peaks of 2026-12-01 are with the defaults (the one-launch AdamW keeping a
-// bf16 gradient shard since call 2 of that day; kernel "aten" pins the fp32 shard before it) and
-// with partial checkpointing at the DeepSeek-7B shape.
+// Peaks measured on H200s and, for LoRA/QLoRA, an H100 (docs/performance.md; metrics mem_gib = peak
+// allocated by the caching allocator), against the plan of the same recipe: within 10%. The 2-GPU
+// peaks of 2026-11-30 were measured before the fused kernels and the in-forward loss gradient:
+// those runs' settings are pinned; the 1-GPU peaks of 2026-12-01 are with the defaults (the
+// one-launch AdamW keeping a bf16 gradient shard since call 2 of that day; kernel "aten" pins the
+// fp32 shard before it) and with partial checkpointing at the DeepSeek-7B shape.
 TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
   const std::string src = CIUIC_SOURCE_DIR;
   struct Case {
@@ -812,38 +812,40 @@ TEST(TrainE2E, PlanMatchesPeaksMeasuredOnH200) {
        127.0},
       // Model families (scripts/gpu/families.sh, 2026-12-02): Qwen3-8B with every layer
       // checkpointed; Gemma-3-4B's text model with none (the fused (1 + w) norms).
-      {with(seven, {"--set", "model.config.model_type=\"qwen3\"", "--set",
-                    "model.config.intermediate_size=12288", "--set",
-                    "model.config.num_hidden_layers=36", "--set",
-                    "model.config.num_key_value_heads=8", "--set", "model.config.head_dim=128",
-                    "--set", "model.config.vocab_size=151936", "--set", "data.vocab_size=151936",
-                    "--set", "model.config.max_position_embeddings=40960"}),
+      {with(seven,
+            {"--set", "model.config.model_type=\"qwen3\"", "--set",
+             "model.config.intermediate_size=12288", "--set", "model.config.num_hidden_layers=36",
+             "--set", "model.config.num_key_value_heads=8", "--set", "model.config.head_dim=128",
+             "--set", "model.config.vocab_size=151936", "--set", "data.vocab_size=151936", "--set",
+             "model.config.max_position_embeddings=40960"}),
        129.0},
-      {with(seven, {"--set", "model.config.model_type=\"gemma3_text\"", "--set",
-                    "model.config.hidden_size=2560", "--set",
-                    "model.config.intermediate_size=10240", "--set",
-                    "model.config.num_hidden_layers=34", "--set",
-                    "model.config.num_attention_heads=8", "--set",
-                    "model.config.num_key_value_heads=4", "--set", "model.config.head_dim=256",
-                    "--set", "model.config.vocab_size=262208", "--set", "data.vocab_size=262208",
-                    "--set", "model.config.max_position_embeddings=131072", "--set",
-                    "model.config.sliding_window=1024", "--set",
-                    "model.config.tie_word_embeddings=true", "--set",
-                    "model.activation_checkpointing=false"}),
+      {with(seven, {"--set", "model.config.model_type=\"gemma3_text\"",
+                    "--set", "model.config.hidden_size=2560",
+                    "--set", "model.config.intermediate_size=10240",
+                    "--set", "model.config.num_hidden_layers=34",
+                    "--set", "model.config.num_attention_heads=8",
+                    "--set", "model.config.num_key_value_heads=4",
+                    "--set", "model.config.head_dim=256",
+                    "--set", "model.config.vocab_size=262208",
+                    "--set", "data.vocab_size=262208",
+                    "--set", "model.config.max_position_embeddings=131072",
+                    "--set", "model.config.sliding_window=1024",
+                    "--set", "model.config.tie_word_embeddings=true",
+                    "--set", "model.activation_checkpointing=false"}),
        87.9},
       // LoRA and QLoRA (bench/lora/lora_speed.py --shape 7b --micro-batch 2 --seq 2048, one H100,
       // 2026-12-08): r 16 on every linear, no checkpointing. down_proj's adapter keeps the gated
       // product the fused MLP kernel would not (2.5 GiB here; the plan missed it before).
-      {with(seven, {"--set", "train.micro_batch_size=2", "--set",
-                    "model.activation_checkpointing=false", "--set", "adapter.type=\"lora\"",
-                    "--set", "adapter.r=16", "--set", "adapter.alpha=32", "--set",
-                    "adapter.target_modules=[\"all-linear\"]"}),
+      {with(seven,
+            {"--set", "train.micro_batch_size=2", "--set", "model.activation_checkpointing=false",
+             "--set", "adapter.type=\"lora\"", "--set", "adapter.r=16", "--set", "adapter.alpha=32",
+             "--set", "adapter.target_modules=[\"all-linear\"]"}),
        30.27},
-      {with(seven, {"--set", "train.micro_batch_size=2", "--set",
-                    "model.activation_checkpointing=false", "--set", "adapter.type=\"lora\"",
-                    "--set", "adapter.r=16", "--set", "adapter.alpha=32", "--set",
-                    "adapter.target_modules=[\"all-linear\"]", "--set",
-                    "adapter.base_quantization=\"nf4\""}),
+      {with(seven,
+            {"--set", "train.micro_batch_size=2", "--set", "model.activation_checkpointing=false",
+             "--set", "adapter.type=\"lora\"", "--set", "adapter.r=16", "--set", "adapter.alpha=32",
+             "--set", "adapter.target_modules=[\"all-linear\"]", "--set",
+             "adapter.base_quantization=\"nf4\""}),
        21.88},
   };
   for (const auto& c : cases) {
