@@ -22,9 +22,11 @@ STEPS=${STEPS:-8}
 SEQ=${SEQ:-2048}
 ciuic() {  # ciuic NAME TIMEOUT ARGS...: one run of configs/llama-1b-bench.toml with ARGS on top
   local name=$1 limit=$2; shift 2
+  date +%s.%N > "$OUT/$name.window"
   ciuic_run "$name" "$limit" configs/llama-1b-bench.toml \
     --set model.activation_checkpointing=true --set train.micro_batch_size=$MBS --set train.seq_len=$SEQ \
     --set train.max_steps=$STEPS --set log.every_steps=1 "$@"
+  date +%s.%N >> "$OUT/$name.window"
   grep -h "tokens/s" "$OUT/$name.log" | tail -2
 }
 peer() {  # peer NAME TIMEOUT ARGS...
@@ -62,6 +64,13 @@ $m.num_key_value_heads=32 $m.vocab_size=102400 --set data.vocab_size=102400 $m.m
 --hidden 4096 --intermediate 11008 --layers 30 --heads 32 --kv-heads 32 --vocab 102400" ;;
   esac
 }
+# The device's memory in use (nvidia-smi: what the caching allocator reserved plus the CUDA
+# context and what bypasses the allocator), every 200 ms, for the auto-checkpointing headroom.
+smi_pid=
+if command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=timestamp,memory.used,memory.total --format=csv,noheader -lms 200 > "$OUT/smi.csv" 2>&1 &
+  smi_pid=$!
+fi
 for stage in ${*:-build test mistral qwen2 qwen3 gemma3}; do
   case "$stage" in
   build)
@@ -86,3 +95,5 @@ for stage in ${*:-build test mistral qwen2 qwen3 gemma3}; do
   esac
   tar czf "$RESULT/families.tgz" -C "$OUT" .
 done
+[ -z "$smi_pid" ] || kill $smi_pid 2>/dev/null
+tar czf "$RESULT/families.tgz" -C "$OUT" .
