@@ -68,7 +68,7 @@ $m.num_key_value_heads=32 $m.vocab_size=102400 --set data.vocab_size=102400 $m.m
 # context and what bypasses the allocator), every 200 ms, for the auto-checkpointing headroom.
 smi_pid=
 if command -v nvidia-smi > /dev/null; then
-  nvidia-smi --query-gpu=timestamp,memory.used,memory.total --format=csv,noheader -lms 200 > "$OUT/smi.csv" 2>&1 &
+  nvidia-smi --query-gpu=timestamp,memory.used,memory.total --format=csv,noheader -lms 200 >> "$OUT/smi.csv" 2>&1 &
   smi_pid=$!
 fi
 for stage in ${*:-build test mistral qwen2 qwen3 gemma3}; do

@@ -168,10 +168,12 @@ int dry_run(const Recipe& recipe, const Registry& registry, const std::string& r
     if (plan::has_planned_auto(config, *d.info)) {
       if (!planned) {
         double whole = cluster.get_float("memory_per_device_gib") * 1073741824.0;
-        if (whole <= 0 && !ctx.device.is_cuda())
+        const bool host_share = whole <= 0 && !ctx.device.is_cuda();
+        if (host_share)
           whole = plan::physical_memory() /
                   static_cast<double>(std::max<int64_t>(1, cluster.get_int("nproc_per_node")));
-        planned = plan::planned_options(recipe, registry, plan::kAutoMemoryFraction * whole);
+        planned = plan::planned_options(recipe, registry,
+                                        plan::auto_budget_bytes(whole, /*dedicated=*/!host_share));
       }
       config = plan::with_planned(config, slot, *planned);
       for (const plan::PlannedOption& o : *planned)

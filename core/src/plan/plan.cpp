@@ -455,12 +455,27 @@ Config with_planned(const Config& options, Slot slot, const std::vector<PlannedO
   return out;
 }
 
+double auto_budget_bytes(double whole_bytes, bool dedicated) {
+  if (whole_bytes <= 0) return 0;
+  if (!dedicated) return kAutoMemoryFraction * whole_bytes;
+  const double headroom =
+      std::min((1 - kAutoMemoryFraction) * whole_bytes,
+               std::max(kAutoHeadroomBytes, kAutoHeadroomLargeFraction * whole_bytes));
+  return whole_bytes - headroom;
+}
+
+std::string auto_budget_share(double whole_bytes, bool dedicated) {
+  const double share =
+      whole_bytes > 0 ? auto_budget_bytes(whole_bytes, dedicated) / whole_bytes : 0;
+  return std::to_string(static_cast<int>(std::floor(share * 100 + 1e-9))) + "% of ";
+}
+
 MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
   // kOptionPlanned options against the cap, as the worker chooses them at start; without one, the
   // fallback is shown, and the worker chooses from the device's memory.
   Prepared p = prepare(
       recipe, registry,
-      kAutoMemoryFraction * recipe.section("cluster").get_float("memory_per_device_gib") * kGiB);
+      auto_budget_bytes(recipe.section("cluster").get_float("memory_per_device_gib") * kGiB));
   MemoryPlan plan = p.plan;
   plan.planned = p.planned;
   Inputs& in = p.in;
@@ -472,13 +487,12 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
     const int64_t rows = b.micro_batch_size * b.gradient_accumulation_steps;
     std::string note;
     if (plan.cap > 0) {
-      const int64_t m = largest_micro(p, kAutoMemoryFraction * plan.cap);
+      const int64_t m = largest_micro(p, auto_budget_bytes(plan.cap));
       set_micro(p, std::max<int64_t>(m, 1));
-      note = m > 0
-                 ? "; micro_batch_size = \"auto\": " + std::to_string(m) + " x " +
-                       std::to_string(rows / m) + " accumulation, the largest within " +
-                       std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) + "% of the cap"
-                 : "; micro_batch_size = \"auto\": not even 1 fits the cap";
+      note = m > 0 ? "; micro_batch_size = \"auto\": " + std::to_string(m) + " x " +
+                         std::to_string(rows / m) + " accumulation, the largest within " +
+                         auto_budget_share(plan.cap) + "the cap"
+                   : "; micro_batch_size = \"auto\": not even 1 fits the cap";
     } else {
       note =
           "; micro_batch_size = \"auto\": chosen at start from the device's memory (shown: 1 x " +
@@ -492,7 +506,7 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
   if (p.checkpoint_auto && in.checkpointing) {
     const int64_t L = in.model.num_hidden_layers;
     if (plan.cap > 0) {
-      const int64_t c = fewest_layers(p, kAutoMemoryFraction * plan.cap);
+      const int64_t c = fewest_layers(p, auto_budget_bytes(plan.cap));
       if (c >= 0) {
         in.checkpointing = c > 0;
         in.checkpoint_layers = c == L ? 0 : c;
@@ -501,7 +515,7 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
           c < 0 ? "; checkpoint_layers = \"auto\": nothing fits the cap, every layer checkpointed"
                 : "; checkpoint_layers = \"auto\": " + std::to_string(c) + " of " +
                       std::to_string(L) + " layers, the fewest within " +
-                      std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) + "% of the cap";
+                      auto_budget_share(plan.cap) + "the cap";
     } else {
       in.auto_note +=
           "; checkpoint_layers = \"auto\": chosen at start from the device's memory (no cap here)";
@@ -542,12 +556,11 @@ MemoryPlan plan_memory(const Recipe& recipe, const Registry& registry) {
           std::copy(std::begin(choices), std::end(choices), std::begin(alt));
           alt[static_cast<int>(slot)].options = with_string(*c.options, o.key, v);
           const double total = device_total(run(in, alt, nullptr));
-          if (total <= kAutoMemoryFraction * plan.cap) {
-            plan.preferred.push_back("[" + std::string(slot_name(slot)) + "] " + o.key + " = \"" +
-                                     v + "\": " + bytes_text(total) + " per device, within " +
-                                     std::to_string(static_cast<int>(kAutoMemoryFraction * 100)) +
-                                     "% of the cap (the plugin lists it before \"" + value +
-                                     "\"; \"auto\" chooses it)");
+          if (total <= auto_budget_bytes(plan.cap)) {
+            plan.preferred.push_back(
+                "[" + std::string(slot_name(slot)) + "] " + o.key + " = \"" + v +
+                "\": " + bytes_text(total) + " per device, within " + auto_budget_share(plan.cap) +
+                "the cap (the plugin lists it before \"" + value + "\"; \"auto\" chooses it)");
             break;
           }
         }
@@ -631,8 +644,7 @@ std::string plan_text(const MemoryPlan& plan) {
   os << "\n";
   for (const auto& o : plan.planned) {
     os << "  chosen: " << planned_text(o);
-    if (plan.cap > 0)
-      os << " within " << static_cast<int>(kAutoMemoryFraction * 100) << "% of the cap";
+    if (plan.cap > 0) os << " within " << auto_budget_share(plan.cap) << "the cap";
     os << "\n";
   }
   for (const auto& u : plan.unknown) os << "  not counted: " << u << "\n";

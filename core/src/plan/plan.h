@@ -83,11 +83,25 @@ CIUIC_API std::string bytes_text(double bytes);
 // This machine's physical memory in bytes (0: unknown).
 CIUIC_API double physical_memory();
 
-// [model] checkpoint_layers = "auto": the share of the cap (or, at run time without a cap, of the
-// device's memory) the plan may fill. The plan is within ~2% of measured peaks at the 7B shape
-// (TrainE2E.PlanMatchesPeaksMeasuredOnH200); the rest is for what it does not count (CUDA
-// context, library workspaces, allocator fragmentation).
-inline constexpr double kAutoMemoryFraction = 0.92;
+// What "auto" settings ([model] checkpoint_layers, [train] micro_batch_size, a plugin's planned
+// options) may fill of `whole_bytes` (the cap, or without one the device's memory): all of it but
+// a headroom for what the plan does not count (the CUDA context, library workspaces, the caching
+// allocator's fragmentation). The plan is within ~2% of measured peaks at the 7B shapes
+// (TrainE2E.PlanMatchesPeaksMeasuredOnH200). The headroom is 8% of `whole_bytes`, capped at
+// max(kAutoHeadroomBytes, 3% of it): what does not scale with the device (the context,
+// workspaces) needs about the same on an 80 GB card as on a 24 GB one, and on an H200 8% left
+// 11 GiB unused (docs/performance.md, "Model families"). So: a 24 GiB cap 22.08 GiB (1.92 GiB
+// headroom), a 40 GB A100 (39.4 GiB) 37.4 GiB (2 GiB), an 80 GB H100 (79.1 GiB) 76.7 GiB (3%),
+// an H200 (139.8 GiB) 135.6 GiB (3%).
+inline constexpr double kAutoMemoryFraction = 0.92;  // below ~25 GiB
+inline constexpr double kAutoHeadroomBytes = 2.0 * 1073741824.0;
+inline constexpr double kAutoHeadroomLargeFraction = 0.03;
+// The bytes "auto" may fill of `whole_bytes` (0 or less: 0). `dedicated` = false for a CPU
+// worker's share of host memory, which the rest of the machine shares: always 8% headroom.
+CIUIC_API double auto_budget_bytes(double whole_bytes, bool dedicated = true);
+// How the log lines and --plan name that budget: "N% of " (N = the budget's share, floored), to
+// which the caller appends what `whole_bytes` is ("the cap", "the device's 139.80 GiB").
+CIUIC_API std::string auto_budget_share(double whole_bytes, bool dedicated = true);
 // The fewest decoder layers to checkpoint whose plan fits `budget_bytes` per device: 0 when the
 // activations of every layer fit, up to the layer count; -1 when nothing fits. The recipe's
 // activation_checkpointing / checkpoint_layers are ignored; `micro_batch` > 0 replaces the recipe's

@@ -189,13 +189,14 @@ void open_data_plugin(const Recipe& recipe, const Registry& registry, DataSource
   }
 }
 
-// What "auto" settings may fill: plan::kAutoMemoryFraction of the cap ([cluster]
+// What "auto" settings may fill: plan::auto_budget_bytes of the cap ([cluster]
 // memory_per_device_gib), else of the device's memory (a CPU worker: its share of the machine's).
 // `within` describes it for the log line. Every rank computes the same from the same recipe and
 // device kind.
 double auto_budget(const Run& r, std::string& within) {
   const auto gib = plan::bytes_text;
   double whole = 0;
+  bool dedicated = true;  // device memory (or a cap), not a share of the host's
   std::string of;
   if (r.opt.memory_cap_gib > 0) {
     whole = r.opt.memory_cap_gib * 1073741824.0;
@@ -205,11 +206,11 @@ double auto_budget(const Run& r, std::string& within) {
     of = "the device's " + gib(whole);
   } else {
     whole = plan::physical_memory() / std::max(1, r.ctx.local_world_size);
+    dedicated = false;
     of = "this worker's share of the machine's memory, " + gib(whole);
   }
-  const double budget = plan::kAutoMemoryFraction * whole;
-  within = gib(budget) + " (" + std::to_string(static_cast<int>(plan::kAutoMemoryFraction * 100)) +
-           "% of " + of + ")";
+  const double budget = plan::auto_budget_bytes(whole, dedicated);
+  within = gib(budget) + " (" + plan::auto_budget_share(whole, dedicated) + of + ")";
   return budget;
 }
 
