@@ -17,7 +17,7 @@
 //     the --watch view) are a leaf below the trainer: they include only their own headers, a few
 //     SDK helpers, the standard library and nlohmann/json — no LibTorch, no train/ or other
 //     engine folder — so a tool reads a run's records without the engine;
-//   * every JSON parse is preceded by the depth check of ciuic/json.h;
+//   * every JSON parse is preceded, in its function, by the depth check of ciuic/json.h;
 //   * the training loop fits on a screen;
 //   * the umbrella header ciuic/ciuic.h includes every SDK header.
 #include <algorithm>
@@ -64,6 +64,81 @@ bool inside_table(const std::vector<std::string>& lines, size_t at, const std::s
   return false;
 }
 
+// `text` with comments, string and character literals blanked (spaces; newlines kept), so braces
+// and names are the code's own. Raw strings R"d(...)d" included.
+std::string code_only(const std::string& text) {
+  std::string out = text;
+  size_t i = 0;
+  const size_t n = text.size();
+  auto blank = [&](size_t from, size_t to) {
+    for (size_t k = from; k < to && k < n; ++k)
+      if (out[k] != '\n') out[k] = ' ';
+  };
+  while (i < n) {
+    const char c = text[i];
+    if (c == '/' && i + 1 < n && text[i + 1] == '/') {
+      const size_t e = text.find('\n', i);
+      blank(i, e == std::string::npos ? n : e);
+      i = e == std::string::npos ? n : e;
+    } else if (c == '/' && i + 1 < n && text[i + 1] == '*') {
+      const size_t e = text.find("*/", i + 2);
+      const size_t end = e == std::string::npos ? n : e + 2;
+      blank(i, end);
+      i = end;
+    } else if (c == 'R' && i + 1 < n && text[i + 1] == '"' &&
+               (i == 0 ||
+                !(std::isalnum(static_cast<unsigned char>(text[i - 1])) || text[i - 1] == '_'))) {
+      const size_t open = text.find('(', i + 2);
+      if (open == std::string::npos) break;
+      const std::string close = ")" + text.substr(i + 2, open - i - 2) + "\"";
+      const size_t e = text.find(close, open);
+      const size_t end = e == std::string::npos ? n : e + close.size();
+      blank(i, end);
+      i = end;
+    } else if (c == '"' || c == '\'') {
+      size_t k = i + 1;
+      while (k < n && text[k] != c && text[k] != '\n') k += text[k] == '\\' ? 2 : 1;
+      blank(i, k + 1);
+      i = k + 1;
+    } else {
+      ++i;
+    }
+  }
+  return out;
+}
+
+// The offset where the function enclosing offset `pos` of `code` (code_only's output) begins — its
+// head: the code after the previous ';', '{' or '}' before its body's '{' (so a constructor's
+// initializer list counts) — or npos outside every function. A brace opens a function body when the
+// code before it (back to the previous ';', '{' or '}') ends with ')' — a parameter list, maybe
+// followed by const/noexcept/override/final or a trailing return type — and is no if/for/while/
+// switch/catch; a lambda's body belongs to the function that defines it.
+size_t enclosing_function(const std::string& code, size_t pos) {
+  static const std::regex function_head(
+      "\\)\\s*((const|noexcept|override|final|mutable)\\s*)*(->[^;{}]*)?$");
+  static const std::regex control("^\\s*(else\\s+)?(if|for|while|switch|catch)\\b");
+  static const std::regex lambda("\\]\\s*(\\([^;{}]*\\))?\\s*(mutable\\s*)?(->[^;{}]*)?$");
+  struct Open {
+    size_t head;  // where the code before the '{' begins
+    bool function;
+  };
+  std::vector<Open> open;
+  for (size_t i = 0; i < pos && i < code.size(); ++i) {
+    if (code[i] == '{') {
+      size_t h = i;
+      while (h > 0 && code[h - 1] != ';' && code[h - 1] != '{' && code[h - 1] != '}') --h;
+      const std::string head = code.substr(h, i - h);
+      const bool fn = std::regex_search(head, function_head) && !std::regex_search(head, control) &&
+                      !std::regex_search(head, lambda);
+      open.push_back({h, fn});
+    } else if (code[i] == '}' && !open.empty()) {
+      open.pop_back();
+    }
+  }
+  for (auto it = open.rbegin(); it != open.rend(); ++it)
+    if (it->function) return it->head;
+  return std::string::npos;
+}
 }  // namespace
 
 // Where the engine may name a plugin, and why; `table` limits a file to the lines of one table, a
@@ -341,34 +416,80 @@ TEST(Architecture, PlanDoesNotIncludeTrain) {
 }
 
 // Issue 27: every JSON text is checked against ciuic/json.h's depth bound before nlohmann builds a
-// value from it, so nothing recursive meets a 100,000-deep nest. A file that parses JSON
-// (json::parse, sax_parse) names the check; the exceptions say why they need none.
+// value from it, so nothing recursive meets a 100,000-deep nest. Each parse (json::parse,
+// sax_parse) is preceded by the check in the same function (its lambdas included): a check
+// elsewhere in the file does not count (a file-wide rule let an unbounded parse in lora.cpp pass
+// because another function of the file checked). The exceptions say why they need none.
 TEST(Architecture, EveryJsonParseChecksTheDepthFirst) {
   const std::regex parse("\\b(json::parse|sax_parse)\\s*\\(");
+  const std::regex check("\\b(check_json_depth|json_depth_problem)\\s*\\(");
   const std::map<std::string, std::string> exempt = {
       // It parses HfTokenizer::config_text(), which the tokenizer checked when it was built.
       {"core/src/tokenizer/hf_chat_template.cpp", "tokenizer_config.json, checked by HfTokenizer"},
   };
   std::vector<std::string> bad;
+  size_t parses = 0;
   for (const fs::path& top : {kRoot / "core", kRoot / "plugins"})
     for (const fs::path& p : sources(top)) {
       const std::string rel = fs::relative(p, kRoot).string();
       if (exempt.count(rel)) continue;
-      const auto lines = lines_of(p);
-      bool parses = false, checks = false;
-      for (const auto& l : lines) {
-        const std::string code = l.substr(0, l.find("//"));  // comments do not count
-        parses = parses || std::regex_search(code, parse);
-        checks = checks || code.find("check_json_depth(") != std::string::npos ||
-                 code.find("json_depth_problem(") != std::string::npos;
+      std::ifstream in(p);
+      const std::string code = code_only(
+          std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+      for (auto it = std::sregex_iterator(code.begin(), code.end(), parse);
+           it != std::sregex_iterator(); ++it) {
+        ++parses;
+        const size_t at = static_cast<size_t>(it->position());
+        const size_t body = enclosing_function(code, at);
+        const std::string before = code.substr(body == std::string::npos ? at : body,
+                                               body == std::string::npos ? 0 : at - body);
+        if (!std::regex_search(before, check)) {
+          const size_t line =
+              static_cast<size_t>(std::count(code.begin(), code.begin() + at, '\n')) + 1;
+          bad.push_back(rel + ":" + std::to_string(line));
+        }
       }
-      if (parses && !checks) bad.push_back(rel);
     }
+  EXPECT_GE(parses, 20u);  // the scan finds the parses it is about
   std::string all;
   for (const auto& b : bad) all += b + "\n";
   EXPECT_TRUE(bad.empty())
-      << "these files parse JSON without ciuic::check_json_depth (ciuic/json.h):\n"
+      << "these JSON parses have no ciuic::check_json_depth (ciuic/json.h) before them in their "
+         "function:\n"
       << all;
+}
+
+// The scanner above on code written to fool it: a check in another function, in a comment or a
+// string does not count; one in the same function (through a lambda, a try block or a
+// constructor's initializer list) does.
+TEST(Architecture, TheJsonDepthRuleSeesFunctionsNotFiles) {
+  const std::regex check("\\b(check_json_depth|json_depth_problem)\\s*\\(");
+  auto checked = [&](const std::string& text) {
+    const std::string code = code_only(text);
+    const size_t at = code.find("json::parse(");
+    const size_t body = enclosing_function(code, at);
+    return body != std::string::npos && std::regex_search(code.substr(body, at - body), check);
+  };
+  EXPECT_FALSE(
+      checked("void a(const std::string& t) { check_json_depth(t, \"a\"); }\n"
+              "json b(const std::string& t) { return json::parse(t); }\n"));
+  EXPECT_FALSE(
+      checked("json b(const std::string& t) {\n  // check_json_depth(t, \"b\");\n"
+              "  return json::parse(t);\n}\n"));
+  EXPECT_FALSE(
+      checked("json b(const std::string& t) {\n  log(\"check_json_depth(t)\");\n"
+              "  return json::parse(t);\n}\n"));
+  EXPECT_FALSE(
+      checked("json b(const std::string& t) {\n  return json::parse(t);\n}\n"
+              "void c(const std::string& t) { check_json_depth(t, \"c\"); }\n"));
+  EXPECT_TRUE(
+      checked("json b(const std::string& t,\n       int x) const {\n"
+              "  check_json_depth(t, \"b\");\n  if (x) {\n    try {\n"
+              "      auto f = [&](int) { return json::parse(t); };\n"
+              "    } catch (const std::exception& e) {}\n  }\n}\n"));
+  EXPECT_TRUE(
+      checked("Reader::Reader(const std::string& t) : a_(1), b_(check_json_depth(t, \"r\")) {\n"
+              "  j_ = json::parse(t);\n}\n"));
 }
 
 TEST(Architecture, TheTrainingLoopFitsOnAScreen) {

@@ -156,7 +156,10 @@ class OrderedBuilder {
   std::vector<Open> open_;
 };
 
-json parse_ordered(const std::string& text) {
+// `text` as JSON with its objects' keys in file order; checked against kMaxJsonDepth first (a
+// UsageError naming `origin`), so nothing below walks deeper.
+json parse_ordered(const std::string& text, const std::string& origin) {
+  check_json_depth(text, origin, kExitUsage);
   json root;
   OrderedBuilder builder(root);
   json::sax_parse(text, &builder);
@@ -173,10 +176,9 @@ class Importer {
   }
 
   DeepSpeedImport run(const std::string& text) {
-    check_json_depth(text, origin_, kExitUsage);  // nothing below walks deeper than kMaxJsonDepth
     json root;
     try {
-      root = parse_ordered(text);
+      root = parse_ordered(text, origin_);
     } catch (const json::exception& e) {  // parse_error, or out_of_range (a number that overflows)
       throw UsageError(origin_ + ": not valid JSON: " + std::string(e.what()) +
                        " (ciuic-run --from-deepspeed reads a DeepSpeed config .json)");
