@@ -86,7 +86,7 @@ void BM_Product(benchmark::State& state) {
 
 void shapes(benchmark::internal::Benchmark* b) {
   for (int impl : {0, 1, 2, 4})
-    for (int64_t m : {1, 8})
+    for (int64_t m : {1, 8, 16, 64})
       for (auto nk : std::vector<std::pair<int64_t, int64_t>>{
                {768, 768}, {256, 768}, {2048, 768}, {768, 2048}, {32000, 768}})
         b->Args({impl, m, nk.first, nk.second});

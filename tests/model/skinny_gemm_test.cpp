@@ -1,6 +1,6 @@
 // The CPU skinny GEMM (model/cpu_skinny_gemm.h) against at::linear: every ISA this CPU supports
-// (scalar forced too), rows 1..16, K and N around and far from the vector widths, with and without
-// bias, on 1 and 2 threads; the tensor checks and decode_linear's fallbacks.
+// (scalar forced too), rows 1..kSkinnyMaxRows, K and N around and far from the vector widths, with
+// and without bias, on 1 and 2 threads; the tensor checks and decode_linear's fallbacks.
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -86,6 +86,27 @@ TEST(SkinnyGemm, EqualsAtLinearOnEveryIsaShapeAndThreadCount) {
   EXPECT_EQ(cases, 3 * 4 * 7 * 2 * 2 * static_cast<int>(isas.size()));
 }
 
+TEST(SkinnyGemm, UpToMaxRowsEqualsAtLinear) {
+  // Prefill-sized products: several tiles of 8 rows over the same chunk of W.
+  at::NoGradGuard no_grad;
+  for (int64_t k : {37, 768}) {
+    for (int64_t n : {5, 2048}) {
+      const at::Tensor w = at::randn({n, k}), bias = at::randn({n});
+      for (int64_t m : {int64_t{17}, int64_t{20}, int64_t{33}, kSkinnyMaxRows}) {
+        const at::Tensor x = at::randn({m, k});
+        const at::Tensor ref = at::linear(x, w, bias), scale = magnitude(x, w, bias);
+        for (SkinnyIsa isa : supported_isas())
+          for (int threads : {1, 2}) {
+            const Threads t(threads);
+            EXPECT_LT(rel_err(skinny_linear(x, w, bias, isa), ref, scale), 1e-5)
+                << skinny_isa_name(isa) << " M=" << m << " K=" << k << " N=" << n
+                << " threads=" << threads;
+          }
+      }
+    }
+  }
+}
+
 TEST(SkinnyGemm, StridedAndBatchedInputsKeepTheirLeadingShape) {
   at::NoGradGuard no_grad;
   const at::Tensor w = at::randn({300, 130});
@@ -95,7 +116,7 @@ TEST(SkinnyGemm, StridedAndBatchedInputsKeepTheirLeadingShape) {
   ASSERT_FALSE(last.is_contiguous());
   for (SkinnyIsa isa : supported_isas()) {
     EXPECT_LT(rel_err(skinny_linear(last, w, {}, isa), at::linear(last, w), last, w, {}), 1e-5);
-    // [B, T, K] with B * T <= 16 rows: [B, T, N] back.
+    // [B, T, K] with B * T <= kSkinnyMaxRows rows: [B, T, N] back.
     const at::Tensor x3 = at::randn({2, 4, 130});
     const at::Tensor y3 = skinny_linear(x3, w, {}, isa);
     EXPECT_EQ(y3.sizes(), (std::vector<int64_t>{2, 4, 300}));
@@ -118,18 +139,18 @@ TEST(SkinnyGemm, AppliesOnlyToSmallFp32CpuProductsWithoutAutograd) {
   const at::Tensor w = at::randn({64, 32});
   {
     at::NoGradGuard no_grad;
-    EXPECT_TRUE(skinny_linear_applies(at::randn({16, 32}), w));
-    EXPECT_FALSE(skinny_linear_applies(at::randn({17, 32}), w));  // a prefill: at::linear
+    EXPECT_TRUE(skinny_linear_applies(at::randn({kSkinnyMaxRows, 32}), w));
+    EXPECT_FALSE(skinny_linear_applies(at::randn({kSkinnyMaxRows + 1, 32}), w));  // at::linear
     EXPECT_FALSE(skinny_linear_applies(at::randn({0, 32}), w));
     EXPECT_FALSE(skinny_linear_applies(at::randn({2, 31}), w));
     EXPECT_FALSE(skinny_linear_applies(at::randn({2, 32}).to(at::kDouble), w));
     EXPECT_FALSE(skinny_linear_applies(at::randn({2, 32}), w.to(at::kBFloat16)));
     EXPECT_FALSE(skinny_linear_applies(at::randn({2, 32}), w.t().contiguous().t()));
     EXPECT_FALSE(skinny_linear_applies(at::randn({2, 32}), w, at::randn({63})));
-    EXPECT_THROW(skinny_linear(at::randn({17, 32}), w), Error);
+    EXPECT_THROW(skinny_linear(at::randn({kSkinnyMaxRows + 1, 32}), w), Error);
     // decode_linear falls back to at::linear where the kernel does not apply.
-    const at::Tensor x17 = at::randn({17, 32});
-    EXPECT_TRUE(decode_linear(x17, w).equal(at::linear(x17, w)));
+    const at::Tensor big = at::randn({kSkinnyMaxRows + 1, 32});
+    EXPECT_TRUE(decode_linear(big, w).equal(at::linear(big, w)));
   }
   // Autograd recording a product that needs a gradient: not taken (training keeps at::linear).
   const at::Tensor wg = at::randn({64, 32}).requires_grad_(true);

@@ -1,12 +1,14 @@
 // model/cpu_skinny_gemm.h — fp32 y = x · Wᵀ (+ bias) on the CPU for a few rows of x (decode steps).
 //
-// A KV-cache decode step multiplies 1..16 rows by every weight matrix of the model once; there
-// the product is bound by reading W, not by arithmetic. MKL's sgemm (LibTorch's CPU GEMM) runs a
+// A KV-cache decode step multiplies a few rows (one per sequence of the batch) by every weight
+// matrix of the model once; there the product is bound by reading W, or at 8 rows and more by the
+// arithmetic, never by packing. MKL's sgemm (LibTorch's CPU GEMM) runs a
 // generic path on AMD CPUs that reads W at about half the memory bandwidth for such shapes
 // (docs/performance.md, "CPU decode against its floor"). This kernel streams W once: for a block
 // of W's rows it takes the dot products with every row of x in SIMD registers (the x rows stay in
-// L1), reduces them horizontally at the end of the row, and writes y. Parallel over blocks of W's
-// rows (at::parallel_for, so at::get_num_threads() threads at most).
+// L1), reduces them horizontally at the end of the row, and writes y; W is prefetched into L2 a
+// tile ahead. Parallel over blocks of W's rows (at::parallel_for, so at::get_num_threads() threads
+// at most).
 //
 // Three implementations of the same product, chosen at run time from the CPU's features (as the
 // cpu_adam plugin's kernels): AVX-512 (avx512f), AVX2 (avx2 + fma) and portable scalar code; the
@@ -25,8 +27,11 @@
 
 namespace ciuic::model {
 
-// Rows of x (all leading dimensions together) up to which skinny_linear_applies.
-constexpr int64_t kSkinnyMaxRows = 16;
+// Rows of x (all leading dimensions together) up to which skinny_linear_applies: decode steps of
+// up to 64 rows and prefills of up to 64 tokens. MKL's sgemm took 1.3-2x as long up to 64 rows
+// (16 x 768 x 2048: 1.04 vs 0.71 ms; 64: 2.65 vs 2.04 ms) and as long at 160 (5.5 vs 5.1 ms),
+// one thread, cold weights (bench/model/skinny_bench.cpp).
+constexpr int64_t kSkinnyMaxRows = 64;
 
 enum class SkinnyIsa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 CIUIC_API const char* skinny_isa_name(SkinnyIsa isa);  // "scalar", "avx2", "avx512"

@@ -47,10 +47,11 @@ struct Avx512Ops {
   }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static float reduce(V v) { return _mm512_reduce_add_ps(v); }
-  // 32 vector registers: MT x NB accumulators + NB W vectors + one x vector.
+  // 32 vector registers: MT x NB accumulators + NB W vectors + one x vector. One row of x: 12
+  // streams of W (24.3 GB/s from memory, one thread, vs 22.8 with 8 and 19 with 4).
   template <int MT>
   static constexpr int block() {
-    return MT == 1 ? 8 : MT == 2 ? 6 : MT == 3 ? 6 : MT <= 5 ? 4 : 3;
+    return MT == 1 ? 12 : MT == 2 ? 6 : MT == 3 ? 6 : MT <= 5 ? 4 : 3;
   }
 };
 
