@@ -17,7 +17,9 @@ the ratio.
 --variants runs ciuic-run once per variant (each with its own warm-up), named by how its decode
 steps run (docs/generate.md, "Decode step"): default (static + CUDA graph on CUDA, dynamic on the
 CPU), nograph (CIUIC_CUDA_GRAPH=0), static (CIUIC_DECODE_STEP=static), dynamic
-(CIUIC_DECODE_STEP=dynamic); e.g. --variants default,nograph,dynamic for the graph's A/B.
+(CIUIC_DECODE_STEP=dynamic), mklhead (CIUIC_ONEDNN_HEAD=0), noskinny (CIUIC_SKINNY_GEMM=0: the CPU
+decode's products through at::linear, not the skinny GEMM); e.g. --variants default,nograph,dynamic
+for the graph's A/B, --variants noskinny,default for the skinny GEMM's.
 """
 import argparse
 import json
@@ -40,7 +42,8 @@ PROMPTS = ["The quick brown fox jumps over the lazy dog", "Hello there", "Once u
 
 # ciuic-run's environment per --variants name (docs/generate.md, "Decode step").
 VARIANTS = {"default": {}, "nograph": {"CIUIC_CUDA_GRAPH": "0"}, "static": {"CIUIC_DECODE_STEP": "static"},
-            "dynamic": {"CIUIC_DECODE_STEP": "dynamic"}, "mklhead": {"CIUIC_ONEDNN_HEAD": "0"}}
+            "dynamic": {"CIUIC_DECODE_STEP": "dynamic"}, "mklhead": {"CIUIC_ONEDNN_HEAD": "0"},
+            "noskinny": {"CIUIC_SKINNY_GEMM": "0"}}
 
 
 def measure_floor() -> dict:

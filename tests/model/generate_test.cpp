@@ -22,6 +22,7 @@
 
 #include <ciuic/files.h>
 
+#include "model/cpu_skinny_gemm.h"
 #include "model/generate.h"
 #include "model/llama.h"
 #include "model_test_util.h"
@@ -223,11 +224,17 @@ TEST(Generate, CpuBatchHeadThroughOneDnnEqualsAtLinear) {
   if (const char* e = std::getenv("CIUIC_ONEDNN_HEAD"); e && std::string(e) == "0")
     GTEST_SKIP() << "CIUIC_ONEDNN_HEAD=0";
   const LlamaConfig& cfg = model->config();
-  const auto b = static_cast<int64_t>(
+  const auto b_flops = static_cast<int64_t>(
       std::ceil(kSerialProductFlops / (2.0 * cfg.hidden_size * cfg.vocab_size)));
-  ASSERT_GE(b, 2);
+  ASSERT_GE(b_flops, 2);
   EXPECT_FALSE(model->new_decode_cache(1, 8).head_reordered.defined());
-  EXPECT_FALSE(model->new_decode_cache(b - 1, 8).head_reordered.defined());
+  EXPECT_FALSE(model->new_decode_cache(b_flops - 1, 8).head_reordered.defined());
+  // Heads of up to kSkinnyMaxRows rows go through the skinny GEMM instead (model/cpu_skinny_gemm.h;
+  // with CIUIC_SKINNY_GEMM=0 through oneDNN from b_flops rows on).
+  const bool skinny = skinny_gemm_enabled();
+  if (skinny && b_flops <= kSkinnyMaxRows)
+    EXPECT_FALSE(model->new_decode_cache(kSkinnyMaxRows, 8).head_reordered.defined());
+  const int64_t b = skinny ? std::max(b_flops, kSkinnyMaxRows + 1) : b_flops;
   const int64_t n = 5;
   const at::Tensor ids = at::arange(b * n, at::kLong).remainder(cfg.vocab_size).view({b, n});
   const at::Tensor pos = at::arange(n, at::kLong).unsqueeze(0).expand({b, n}).contiguous();

@@ -29,6 +29,7 @@
 #include <ciuic/error.h>
 
 #include "base/paths.h"
+#include "model/cpu_skinny_gemm.h"
 #include "model/fused_ops.h"
 #include "model/safetensors.h"
 
@@ -596,6 +597,7 @@ at::Tensor LlamaModel::hidden_impl(const at::Tensor& input_ids, const at::Tensor
     LayerShape s = shape_;
     if (slides) s.window = cfg_.sliding_window;
     if (!at::GradMode::is_enabled()) s.lora_dropout = 0;  // dropout while training only
+    s.decode = cache != nullptr;  // generation: products through decode_linear
     const RopeTables& r = slides && inv_freq_local_.defined() ? rope_local : rope;
     const std::optional<at::Tensor>& m = slides && window_mask ? window_mask : mask;
     if (ckpt && (checkpoint_layers_ <= 0 || static_cast<int64_t>(i) < checkpoint_layers_))
@@ -686,7 +688,7 @@ std::vector<int32_t> LlamaModel::generate_greedy(const std::vector<int32_t>& pro
   while (static_cast<int64_t>(out.size()) < max_new_tokens) {
     at::Tensor h = head_begin(hidden_impl(ids, pos, false, nullptr, &cache));
     at::Tensor logits =
-        head_end(at::linear(h.select(1, h.size(1) - 1), lm_head_weight()));  // [1, V]
+        head_end(decode_linear(h.select(1, h.size(1) - 1), lm_head_weight()));  // [1, V]
     const auto next = static_cast<int32_t>(logits.argmax(-1).item<int64_t>());
     out.push_back(next);
     if (stop_id && next == *stop_id) break;
@@ -713,12 +715,14 @@ LlamaModel::DecodeCache LlamaModel::new_decode_cache(int64_t batch, int64_t capa
   c.key_bias = at::zeros({batch, capacity}, opts);
   c.no_padding = no_padding;
   // Not for a small head (oneDNN's per-call cost outweighs it there: 28 vs 23 us for 16 x 128 x
-  // 384, docs/performance.md).
+  // 384, docs/performance.md), nor where the skinny GEMM takes the head (batch <= kSkinnyMaxRows:
+  // 1.2-1.4x faster steps than oneDNN's head at batch 8, "CPU decode with the skinny GEMM").
   const double head_flops = 2.0 * static_cast<double>(batch) *
                             static_cast<double>(cfg_.hidden_size) *
                             static_cast<double>(cfg_.vocab_size);
+  const bool skinny_head = skinny_gemm_enabled() && batch <= kSkinnyMaxRows;
   if (batch >= 2 && head_flops >= kSerialProductFlops && device_.is_cpu() && dtype_ == at::kFloat &&
-      onednn_head_enabled())
+      !skinny_head && onednn_head_enabled())
     c.head_reordered = onednn_reorder_linear_weight(lm_head_weight(), batch);
   return c;
 }
@@ -774,7 +778,7 @@ at::Tensor LlamaModel::decode(const at::Tensor& input_ids, const at::Tensor& pos
   if (last_only) h = h.select(1, t - 1);
   if (last_only && c.head_reordered.defined())
     return head_end(onednn_linear(h.contiguous(), c.head_reordered)).to(at::kFloat);
-  return head_end(at::linear(h, lm_head_weight())).to(at::kFloat);
+  return head_end(decode_linear(h, lm_head_weight())).to(at::kFloat);
 }
 
 at::Tensor LlamaModel::decode_step(const at::Tensor& input_ids, const at::Tensor& position_ids,
@@ -818,7 +822,7 @@ at::Tensor LlamaModel::decode_step(const at::Tensor& input_ids, const at::Tensor
   } slots{c.layers};
   for (auto& l : c.layers) l.slot = slot;
   at::Tensor h = head_begin(hidden_impl(input_ids, position_ids, false, nullptr, &c.layers, &m));
-  return head_end(at::linear(h.select(1, 0), lm_head_weight())).to(at::kFloat);
+  return head_end(decode_linear(h.select(1, 0), lm_head_weight())).to(at::kFloat);
 }
 
 }  // namespace ciuic::model

@@ -232,11 +232,13 @@ class CIUIC_API LlamaModel {
     // runs without a mask (causal prefill, one-token steps over the filled cache). Set by
     // new_decode_cache's `no_padding`; a false `valid` with it set is an error of the caller.
     bool no_padding = false;
-    // CPU, fp32, batch >= 2, a head product of at least kSerialProductFlops (model/llama_ops.h):
-    // the lm_head weight reordered once for oneDNN's linear (made by
-    // new_decode_cache for this cache's generation; decode's last-position logits use it, 1.1-2.4x
-    // faster than MKL's sgemm at batch 8 here: docs/performance.md, "CPU decode against its
-    // floor"); undefined elsewhere, or with CIUIC_ONEDNN_HEAD=0 in the environment.
+    // CPU, fp32, batch >= 2, a head product of at least kSerialProductFlops (model/llama_ops.h),
+    // and a batch the skinny GEMM does not take (more than kSkinnyMaxRows rows, or
+    // CIUIC_SKINNY_GEMM=0; model/cpu_skinny_gemm.h): the lm_head weight reordered once for
+    // oneDNN's linear (made by new_decode_cache for this cache's generation; decode's
+    // last-position logits use it, 1.1-2.4x faster than MKL's sgemm at batch 8 here:
+    // docs/performance.md, "CPU decode against its floor"); undefined elsewhere, or with
+    // CIUIC_ONEDNN_HEAD=0 in the environment.
     at::Tensor head_reordered;
     int64_t capacity() const { return valid.defined() ? valid.size(1) : 0; }
   };

@@ -1,6 +1,7 @@
 // Llama building blocks: rotary tables, the packed-document mask, one decoder layer.
 #include "model/llama_ops.h"
 
+#include "model/cpu_skinny_gemm.h"
 #include "model/fused_ops.h"
 #include "quant/nf4.h"
 
@@ -195,16 +196,20 @@ namespace {
 // rounded once instead of after each of the three ops (PEFT's order), and the [N, out] product is
 // never written apart, scaled and added (four passes over it less in forward, one in backward).
 // In place is safe: nothing saves the base output for backward (linear and nf4_linear save their
-// input, the adapter's GEMM saves xa and B).
+// input, the adapter's GEMM saves xa and B). A dense base product of a decode call (s.decode) goes
+// through decode_linear (the CPU skinny GEMM where it applies).
 at::Tensor lin(const LayerWeights& w, const LayerShape& s, int slot, const at::Tensor& x,
                const at::Tensor& bias = at::Tensor(), const at::Tensor& xa = at::Tensor()) {
   const quant::Nf4Tensor* q = w.nf4_of(slot);
+  const auto base = [&](const at::Tensor& in) {
+    if (q) return quant::nf4_linear(in, *q, bias);
+    return s.decode ? decode_linear(in, w.t[slot], bias) : at::linear(in, w.t[slot], bias);
+  };
   const int a = LayerWeights::lora_a_slot(slot);
-  if (a < 0 || !w.t[a].defined())
-    return q ? quant::nf4_linear(x, *q, bias) : at::linear(x, w.t[slot], bias);
+  if (a < 0 || !w.t[a].defined()) return base(x);
   const at::Tensor& b = w.t[a + 1];  // [out, r]
   const at::Tensor x2 = x.reshape({-1, x.size(-1)});
-  at::Tensor y = q ? quant::nf4_linear(x2, *q, bias) : at::linear(x2, w.t[slot], bias);
+  at::Tensor y = base(x2);
   const at::Tensor ax =
       xa.defined() ? xa : at::linear(lora_input(x, s.lora_dropout, /*train=*/true), w.t[a]);
   y.addmm_(ax.reshape({-1, b.size(1)}), b.t(), /*beta=*/1.0, /*alpha=*/s.lora_scale);

@@ -51,6 +51,11 @@ struct LayerShape {
   // without autograd) draws the masks its recomputation draws again (checkpointed_decoder_layer).
   double lora_scale = 0;
   double lora_dropout = 0;
+  // A KV-cache generation call (LlamaModel sets it where it passes a cache): the layer's linear
+  // products go through decode_linear (model/cpu_skinny_gemm.h: the skinny GEMM on the CPU in fp32
+  // for at most kSkinnyMaxRows rows without autograd; at::linear otherwise). An NF4 slot keeps
+  // quant::nf4_linear; a LoRA slot's base product takes it, its adapter's products do not.
+  bool decode = false;
   // Layer `layer`'s shape (its window when it slides); -1: the model-wide part only.
   static LayerShape of(const LlamaConfig& c, int64_t layer = -1) {
     LayerShape s{c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
