@@ -54,7 +54,13 @@ class LoraSpeed(unittest.TestCase):
         full = [json.loads(l) for l in read(os.path.join(out, "ciuic-full-1", "metrics.jsonl")).splitlines()]
         full_fb = statistics.median(r["fwd_bwd_s"] for r in full if "event" not in r and r.get("step", 0) > 1)
         self.assertAlmostEqual(res["ratios"]["lora_step/full_fwd_bwd"]["ratio"], med / full_fb, places=6)
-        self.assertGreater(comb["ciuic-lora"]["step_cpu_s"], 0)  # warm-up-only run subtracted
+        # CPU time per measured step: the run's less that of the same run cut to its warm-up steps.
+        # At this shape 3 steps are ~15 ms of a ~1 s process, so the difference is within the
+        # start-up's noise (it came out negative in some runs): the arithmetic is checked, not its
+        # sign.
+        lo = comb["ciuic-lora"]
+        self.assertTrue(all(c > 0 for c in lo["cpu_s"] + lo["cpu_warmup_s"]), lo)
+        self.assertAlmostEqual(lo["step_cpu_s"], (lo["cpu_s"][0] - lo["cpu_warmup_s"][0]) / 3, places=9)
         md = read(os.path.join(out, "summary.md"))
         self.assertIn("| ciuic LoRA |", md)
         self.assertIn("ciuic LoRA / PEFT + transformers, eager: **", md)
