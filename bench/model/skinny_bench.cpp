@@ -14,7 +14,6 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/linear.h>
 #include <ATen/ops/randn.h>
@@ -26,23 +25,7 @@ namespace {
 
 using ciuic::model::SkinnyIsa;
 
-at::Tensor onednn_reorder(const at::Tensor& w, int64_t batch) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("mkldnn::_reorder_linear_weight", "")
-                             .typed<at::Tensor(const at::Tensor&, std::optional<int64_t>)>();
-  return op.call(w, batch);
-}
-
-at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& reordered) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                            c10::string_view, c10::List<std::optional<at::Scalar>>,
-                            std::optional<c10::string_view>)>();
-  return op.call(x, reordered, std::nullopt, "none", c10::List<std::optional<at::Scalar>>(),
-                 std::nullopt);
-}
+using ciuic::model::onednn_linear;
 
 // impl: 0 at::linear, 1 skinny (best ISA), 2 skinny AVX2, 3 skinny scalar, 4 oneDNN reordered.
 void BM_Product(benchmark::State& state) {
@@ -59,7 +42,7 @@ void BM_Product(benchmark::State& state) {
   std::vector<at::Tensor> ws;
   for (int64_t i = 0; i < copies; ++i) {
     at::Tensor w = at::randn({n, k});
-    ws.push_back(impl == 4 ? onednn_reorder(w, m) : w);
+    ws.push_back(impl == 4 ? ciuic::model::onednn_reorder_linear_weight(w, m) : w);
   }
   const at::Tensor x = at::randn({m, k});
   size_t i = 0;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/linear.h>
@@ -131,6 +132,24 @@ at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& w, const at::Ten
 at::Tensor decode_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
   if (skinny_gemm_enabled() && skinny_linear_applies(x, w, bias)) return skinny_linear(x, w, bias);
   return at::linear(x, w, bias);
+}
+
+at::Tensor onednn_reorder_linear_weight(const at::Tensor& w, int64_t batch) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("mkldnn::_reorder_linear_weight", "")
+                             .typed<at::Tensor(const at::Tensor&, std::optional<int64_t>)>();
+  return op.call(w.detach(), batch);
+}
+
+at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& reordered) {
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                            c10::string_view, c10::List<std::optional<at::Scalar>>,
+                            std::optional<c10::string_view>)>();
+  return op.call(x, reordered, std::nullopt, "none", c10::List<std::optional<at::Scalar>>(),
+                 std::nullopt);
 }
 
 }  // namespace ciuic::model

@@ -72,4 +72,13 @@ CIUIC_API at::Tensor skinny_linear(const at::Tensor& x, const at::Tensor& w,
 CIUIC_API at::Tensor decode_linear(const at::Tensor& x, const at::Tensor& w,
                                    const at::Tensor& bias = at::Tensor());
 
+// oneDNN's fp32 linear, the other CPU path of a decode step's products (the lm_head at batches
+// the skinny GEMM does not take): `onednn_reorder_linear_weight` lays out w [out, in] once for
+// `batch` rows (a new tensor, detached from w); `onednn_linear` multiplies x [rows, in] by it.
+// These are the ops inductor's CPU weight freezing uses (mkldnn::_reorder_linear_weight and
+// mkldnn::_linear_pointwise, registered by LibTorch but not in at::), called through the
+// dispatcher; they throw c10::Error where this LibTorch lacks them (at::hasMKLDNN() false).
+CIUIC_API at::Tensor onednn_reorder_linear_weight(const at::Tensor& w, int64_t batch);
+CIUIC_API at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& reordered);
+
 }  // namespace ciuic::model

@@ -72,26 +72,6 @@ bool onednn_head_enabled() {
   return on;
 }
 
-// oneDNN's fp32 linear on a weight [out, in] reordered once for `batch` rows (the ops inductor's
-// CPU weight freezing uses; registered by LibTorch, not in at::).
-at::Tensor onednn_reorder_linear_weight(const at::Tensor& w, int64_t batch) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("mkldnn::_reorder_linear_weight", "")
-                             .typed<at::Tensor(const at::Tensor&, std::optional<int64_t>)>();
-  return op.call(w.detach(), batch);
-}
-
-at::Tensor onednn_linear(const at::Tensor& x, const at::Tensor& reordered) {
-  static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
-          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                            c10::string_view, c10::List<std::optional<at::Scalar>>,
-                            std::optional<c10::string_view>)>();
-  return op.call(x, reordered, std::nullopt, "none", c10::List<std::optional<at::Scalar>>(),
-                 std::nullopt);
-}
-
 }  // namespace
 
 LlamaModel::LlamaModel(const LlamaConfig& cfg, at::ScalarType dtype, c10::Device device,
